@@ -1,0 +1,28 @@
+//! The Ferrite wire protocol.
+//!
+//! Every message travels in one frame: a fixed 16-byte [`Header`] followed by a body whose layout
+//! depends on the header's opcode. All integers are little-endian. The full specification, with the
+//! byte layout of every message, is `docs/protocol.md`; language-neutral test vectors live in
+//! `testdata/protocol/` and every client's tests read them.
+//!
+//! This crate does no I/O. Decoding borrows from the caller's buffer so the server can parse a
+//! request and store its value without an intermediate copy.
+
+mod error;
+mod frame;
+mod limits;
+mod message;
+mod routing;
+mod wire;
+
+pub use error::{ErrorCode, ProtocolError};
+pub use frame::{Header, HEADER_BYTES};
+pub use limits::{
+    Limits, FRAME_BODY_BYTES_MAX, FRAME_OVERHEAD_BYTES, KEY_BYTES_MAX, POOL_NAME_BYTES_MAX,
+    VALUE_INLINE_BYTES_MAX,
+};
+pub use message::{
+    Attribute, CreatePoolFlags, HelloReply, Opcode, PoolHandle, PoolInfo, PutFlags, Request,
+    Response, Statistic, HELLO_MAGIC, PROTOCOL_VERSION,
+};
+pub use routing::shard_for_pool;

@@ -1,0 +1,50 @@
+//! Hard limits of the protocol. A peer controls every length on the wire, so each one is checked
+//! against these before anything is allocated for it.
+
+/// Largest key, in bytes.
+pub const KEY_BYTES_MAX: usize = 64 * 1024;
+
+/// Largest value carried inline in a `put` or `get` frame (MCAS: "small (< 2 MiB)" values).
+/// Larger values are the job of the direct operations.
+pub const VALUE_INLINE_BYTES_MAX: usize = 2 * 1024 * 1024;
+
+/// Largest pool name, in bytes of UTF-8.
+pub const POOL_NAME_BYTES_MAX: usize = 255;
+
+/// Room in a frame body for everything that is not key or value bytes (pool handle, lengths).
+pub const FRAME_OVERHEAD_BYTES: usize = 64;
+
+/// Largest frame body a peer may send: one maximal key and one maximal inline value plus overhead.
+pub const FRAME_BODY_BYTES_MAX: usize = KEY_BYTES_MAX + VALUE_INLINE_BYTES_MAX + FRAME_OVERHEAD_BYTES;
+
+const _: () = assert!(KEY_BYTES_MAX + VALUE_INLINE_BYTES_MAX + FRAME_OVERHEAD_BYTES <= FRAME_BODY_BYTES_MAX);
+const _: () = assert!(FRAME_BODY_BYTES_MAX <= u32::MAX as usize);
+const _: () = assert!(POOL_NAME_BYTES_MAX <= u16::MAX as usize);
+
+/// The limits one server enforces. A server may be configured below the protocol ceilings, never
+/// above them; it announces its limits in the handshake so clients can reject oversized requests
+/// before sending them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    pub key_bytes_max: u32,
+    pub value_bytes_max: u32,
+}
+
+impl Limits {
+    /// The protocol ceilings.
+    pub const MAX: Limits = Limits {
+        key_bytes_max: KEY_BYTES_MAX as u32,
+        value_bytes_max: VALUE_INLINE_BYTES_MAX as u32,
+    };
+
+    /// Largest frame body these limits allow.
+    pub fn frame_body_bytes_max(&self) -> usize {
+        self.key_bytes_max as usize + self.value_bytes_max as usize + FRAME_OVERHEAD_BYTES
+    }
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits::MAX
+    }
+}

@@ -1,0 +1,635 @@
+//! Requests and responses, and their body layouts. `docs/protocol.md` is the prose twin of this file.
+
+use bytes::{BufMut, BytesMut};
+
+use crate::error::{ErrorCode, ProtocolError};
+use crate::frame::Header;
+use crate::limits::{Limits, KEY_BYTES_MAX, POOL_NAME_BYTES_MAX, VALUE_INLINE_BYTES_MAX};
+use crate::wire::{put_bytes16, put_len32, put_str16, write_frame, Reader};
+
+/// Version of the protocol this crate speaks, exchanged in the handshake.
+pub const PROTOCOL_VERSION: u16 = 1;
+
+/// First four bytes of every hello body: `FRRT`. Lets a server tell a Ferrite client from a stray
+/// connection (a Redis client on the wrong port, a port scanner) and close it at once.
+pub const HELLO_MAGIC: [u8; 4] = *b"FRRT";
+
+/// Bit that turns a request opcode into the opcode of its successful response.
+const RESPONSE_BIT: u16 = 0x8000;
+
+/// Message types. A successful response carries `request opcode | 0x8000`; any failure is [`Opcode::Error`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u16)]
+pub enum Opcode {
+    Hello = 0x0001,
+    CreatePool = 0x0010,
+    OpenPool = 0x0011,
+    ClosePool = 0x0012,
+    DeletePool = 0x0013,
+    ListPools = 0x0014,
+    Put = 0x0020,
+    Get = 0x0021,
+    Erase = 0x0022,
+    Count = 0x0023,
+    GetAttribute = 0x0024,
+    GetStatistics = 0x0030,
+    Error = 0xFFFF,
+}
+
+impl Opcode {
+    const REQUESTS: [Opcode; 12] = [
+        Opcode::Hello,
+        Opcode::CreatePool,
+        Opcode::OpenPool,
+        Opcode::ClosePool,
+        Opcode::DeletePool,
+        Opcode::ListPools,
+        Opcode::Put,
+        Opcode::Get,
+        Opcode::Erase,
+        Opcode::Count,
+        Opcode::GetAttribute,
+        Opcode::GetStatistics,
+    ];
+
+    pub fn from_request(raw: u16) -> Option<Opcode> {
+        Opcode::REQUESTS.iter().copied().find(|op| *op as u16 == raw)
+    }
+
+    pub fn response_code(self) -> u16 {
+        match self {
+            Opcode::Error => Opcode::Error as u16,
+            other => other as u16 | RESPONSE_BIT,
+        }
+    }
+}
+
+/// A pool opened in a session. Opaque to clients; valid only on the connection that opened it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PoolHandle(pub u64);
+
+/// Flags of `put`, carried in the header's flag field.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PutFlags(u16);
+
+impl PutFlags {
+    pub const NONE: PutFlags = PutFlags(0);
+    /// Fail with `key_exists` if the key is present (MCAS "don't stomp").
+    pub const CREATE_ONLY: PutFlags = PutFlags(0x0001);
+    /// Fail with `key_not_found` if the key is absent.
+    pub const UPDATE_ONLY: PutFlags = PutFlags(0x0002);
+    const KNOWN: u16 = 0x0003;
+
+    pub fn bits(self) -> u16 {
+        self.0
+    }
+
+    pub fn from_bits(bits: u16) -> Result<PutFlags, ProtocolError> {
+        if bits & !PutFlags::KNOWN != 0 {
+            return Err(ProtocolError::UnknownFlags { message: "put", flags: bits });
+        }
+        if bits == PutFlags::KNOWN {
+            return Err(ProtocolError::UnknownFlags { message: "put (create-only with update-only)", flags: bits });
+        }
+        Ok(PutFlags(bits))
+    }
+
+    pub fn contains(self, other: PutFlags) -> bool {
+        self.0 & other.0 == other.0 && other.0 != 0
+    }
+}
+
+/// Flags of `create_pool`, carried in the header's flag field.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct CreatePoolFlags(u16);
+
+impl CreatePoolFlags {
+    pub const NONE: CreatePoolFlags = CreatePoolFlags(0);
+    /// Fail with `pool_exists` rather than open an existing pool.
+    pub const CREATE_ONLY: CreatePoolFlags = CreatePoolFlags(0x0001);
+    const KNOWN: u16 = 0x0001;
+
+    pub fn bits(self) -> u16 {
+        self.0
+    }
+
+    pub fn from_bits(bits: u16) -> Result<CreatePoolFlags, ProtocolError> {
+        if bits & !CreatePoolFlags::KNOWN != 0 {
+            return Err(ProtocolError::UnknownFlags { message: "create_pool", flags: bits });
+        }
+        Ok(CreatePoolFlags(bits))
+    }
+
+    pub fn contains(self, other: CreatePoolFlags) -> bool {
+        self.0 & other.0 == other.0 && other.0 != 0
+    }
+}
+
+/// What `get_attribute` asks for. Key attributes need a key; pool attributes ignore it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u16)]
+pub enum Attribute {
+    /// Length of the key's value in bytes.
+    ValueLength = 1,
+    /// Number of key-value pairs in the pool.
+    ObjectCount = 2,
+    /// CRC-32 (IEEE 802.3, as zlib's `crc32`) of the key's value.
+    Crc32 = 3,
+    /// When the key's value was last written, in nanoseconds since the Unix epoch.
+    WriteTime = 4,
+    /// The pool's capacity in bytes, as given at creation.
+    PoolSize = 5,
+    /// Bytes of the pool's capacity in use.
+    PoolUsed = 6,
+}
+
+impl Attribute {
+    pub const ALL: [Attribute; 6] = [
+        Attribute::ValueLength,
+        Attribute::ObjectCount,
+        Attribute::Crc32,
+        Attribute::WriteTime,
+        Attribute::PoolSize,
+        Attribute::PoolUsed,
+    ];
+
+    pub fn from_u16(raw: u16) -> Result<Attribute, ProtocolError> {
+        Attribute::ALL
+            .iter()
+            .copied()
+            .find(|a| *a as u16 == raw)
+            .ok_or(ProtocolError::UnknownAttribute(raw))
+    }
+
+    /// Whether the attribute describes one key (and so needs one) rather than the whole pool.
+    pub fn needs_key(self) -> bool {
+        matches!(self, Attribute::ValueLength | Attribute::Crc32 | Attribute::WriteTime)
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Attribute::ValueLength => "value_length",
+            Attribute::ObjectCount => "object_count",
+            Attribute::Crc32 => "crc32",
+            Attribute::WriteTime => "write_time",
+            Attribute::PoolSize => "pool_size",
+            Attribute::PoolUsed => "pool_used",
+        }
+    }
+}
+
+/// A request, borrowing its strings and bytes from the frame it was decoded from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Request<'a> {
+    Hello { version: u16, client_name: &'a str, auth: &'a [u8] },
+    CreatePool { name: &'a str, size_bytes: u64, expected_objects: u64, flags: CreatePoolFlags },
+    OpenPool { name: &'a str },
+    ClosePool { pool: PoolHandle },
+    DeletePool { name: &'a str },
+    ListPools,
+    Put { pool: PoolHandle, flags: PutFlags, key: &'a [u8], value: &'a [u8] },
+    Get { pool: PoolHandle, key: &'a [u8] },
+    Erase { pool: PoolHandle, key: &'a [u8] },
+    Count { pool: PoolHandle },
+    GetAttribute { pool: PoolHandle, attribute: Attribute, key: &'a [u8] },
+    GetStatistics,
+}
+
+fn check_pool_name(name: &str) -> Result<(), ProtocolError> {
+    if name.is_empty() {
+        return Err(ProtocolError::EmptyPoolName);
+    }
+    if name.len() > POOL_NAME_BYTES_MAX {
+        return Err(ProtocolError::PoolNameTooLong { len: name.len(), max: POOL_NAME_BYTES_MAX });
+    }
+    Ok(())
+}
+
+fn check_key(key: &[u8], limits: &Limits) -> Result<(), ProtocolError> {
+    let max = limits.key_bytes_max as usize;
+    if key.len() > max {
+        return Err(ProtocolError::KeyTooLarge { len: key.len(), max });
+    }
+    Ok(())
+}
+
+fn check_value(value: &[u8], limits: &Limits) -> Result<(), ProtocolError> {
+    let max = limits.value_bytes_max as usize;
+    if value.len() > max {
+        return Err(ProtocolError::ValueTooLarge { len: value.len(), max });
+    }
+    Ok(())
+}
+
+/// Reads a u32 length and checks it against `max` before the bytes are sliced: the length comes
+/// from the peer.
+fn read_sized<'a>(
+    reader: &mut Reader<'a>,
+    max: usize,
+    too_large: fn(usize, usize) -> ProtocolError,
+) -> Result<usize, ProtocolError> {
+    let len = reader.u32()? as usize;
+    if len > max {
+        return Err(too_large(len, max));
+    }
+    Ok(len)
+}
+
+fn key_too_large(len: usize, max: usize) -> ProtocolError {
+    ProtocolError::KeyTooLarge { len, max }
+}
+
+fn value_too_large(len: usize, max: usize) -> ProtocolError {
+    ProtocolError::ValueTooLarge { len, max }
+}
+
+fn read_key<'a>(reader: &mut Reader<'a>) -> Result<&'a [u8], ProtocolError> {
+    let len = read_sized(reader, KEY_BYTES_MAX, key_too_large)?;
+    reader.bytes(len)
+}
+
+fn read_pool_name<'a>(reader: &mut Reader<'a>) -> Result<&'a str, ProtocolError> {
+    let name = reader.str16("pool name")?;
+    check_pool_name(name)?;
+    Ok(name)
+}
+
+fn no_flags(header: &Header, message: &'static str) -> Result<(), ProtocolError> {
+    match header.flags {
+        0 => Ok(()),
+        flags => Err(ProtocolError::UnknownFlags { message, flags }),
+    }
+}
+
+impl<'a> Request<'a> {
+    pub fn opcode(&self) -> Opcode {
+        match self {
+            Request::Hello { .. } => Opcode::Hello,
+            Request::CreatePool { .. } => Opcode::CreatePool,
+            Request::OpenPool { .. } => Opcode::OpenPool,
+            Request::ClosePool { .. } => Opcode::ClosePool,
+            Request::DeletePool { .. } => Opcode::DeletePool,
+            Request::ListPools => Opcode::ListPools,
+            Request::Put { .. } => Opcode::Put,
+            Request::Get { .. } => Opcode::Get,
+            Request::Erase { .. } => Opcode::Erase,
+            Request::Count { .. } => Opcode::Count,
+            Request::GetAttribute { .. } => Opcode::GetAttribute,
+            Request::GetStatistics => Opcode::GetStatistics,
+        }
+    }
+
+    /// Checks the request's sizes against `limits`. Servers configured below the protocol
+    /// ceilings call this after [`Request::decode`]; clients call it before sending, so an
+    /// oversized request fails locally with the same error the server would give.
+    pub fn check(&self, limits: &Limits) -> Result<(), ProtocolError> {
+        match self {
+            Request::CreatePool { name, .. } | Request::OpenPool { name } | Request::DeletePool { name } => {
+                check_pool_name(name)
+            }
+            Request::Put { key, value, .. } => {
+                check_key(key, limits)?;
+                check_value(value, limits)
+            }
+            Request::Get { key, .. } | Request::Erase { key, .. } | Request::GetAttribute { key, .. } => {
+                check_key(key, limits)
+            }
+            Request::Hello { client_name, auth, .. } => {
+                if client_name.len() > u16::MAX as usize || auth.len() > u16::MAX as usize {
+                    return Err(ProtocolError::FrameTooLarge { len: client_name.len() + auth.len(), max: u16::MAX as usize });
+                }
+                Ok(())
+            }
+            Request::ClosePool { .. } | Request::ListPools | Request::Count { .. } | Request::GetStatistics => Ok(()),
+        }
+    }
+
+    /// Decodes a request body. Sizes are checked against the protocol ceilings; a server with
+    /// tighter limits also calls [`Request::check`].
+    pub fn decode(header: &Header, body: &'a [u8]) -> Result<Request<'a>, ProtocolError> {
+        let opcode = Opcode::from_request(header.opcode).ok_or(ProtocolError::UnknownOpcode(header.opcode))?;
+        let mut r = Reader::new(body);
+        let request = match opcode {
+            Opcode::Hello => {
+                no_flags(header, "hello")?;
+                if r.bytes(4)? != HELLO_MAGIC {
+                    return Err(ProtocolError::BadMagic);
+                }
+                let version = r.u16()?;
+                let client_name = r.str16("client name")?;
+                let auth = r.bytes16()?;
+                Request::Hello { version, client_name, auth }
+            }
+            Opcode::CreatePool => {
+                let flags = CreatePoolFlags::from_bits(header.flags)?;
+                let name = read_pool_name(&mut r)?;
+                let size_bytes = r.u64()?;
+                let expected_objects = r.u64()?;
+                Request::CreatePool { name, size_bytes, expected_objects, flags }
+            }
+            Opcode::OpenPool => {
+                no_flags(header, "open_pool")?;
+                Request::OpenPool { name: read_pool_name(&mut r)? }
+            }
+            Opcode::ClosePool => {
+                no_flags(header, "close_pool")?;
+                Request::ClosePool { pool: PoolHandle(r.u64()?) }
+            }
+            Opcode::DeletePool => {
+                no_flags(header, "delete_pool")?;
+                Request::DeletePool { name: read_pool_name(&mut r)? }
+            }
+            Opcode::ListPools => {
+                no_flags(header, "list_pools")?;
+                Request::ListPools
+            }
+            Opcode::Put => {
+                let flags = PutFlags::from_bits(header.flags)?;
+                let pool = PoolHandle(r.u64()?);
+                let key_len = read_sized(&mut r, KEY_BYTES_MAX, key_too_large)?;
+                let value_len = read_sized(&mut r, VALUE_INLINE_BYTES_MAX, value_too_large)?;
+                let key = r.bytes(key_len)?;
+                let value = r.bytes(value_len)?;
+                Request::Put { pool, flags, key, value }
+            }
+            Opcode::Get => {
+                no_flags(header, "get")?;
+                Request::Get { pool: PoolHandle(r.u64()?), key: read_key(&mut r)? }
+            }
+            Opcode::Erase => {
+                no_flags(header, "erase")?;
+                Request::Erase { pool: PoolHandle(r.u64()?), key: read_key(&mut r)? }
+            }
+            Opcode::Count => {
+                no_flags(header, "count")?;
+                Request::Count { pool: PoolHandle(r.u64()?) }
+            }
+            Opcode::GetAttribute => {
+                no_flags(header, "get_attribute")?;
+                let pool = PoolHandle(r.u64()?);
+                let attribute = Attribute::from_u16(r.u16()?)?;
+                let key = read_key(&mut r)?;
+                Request::GetAttribute { pool, attribute, key }
+            }
+            Opcode::GetStatistics => {
+                no_flags(header, "get_statistics")?;
+                Request::GetStatistics
+            }
+            Opcode::Error => return Err(ProtocolError::UnknownOpcode(header.opcode)),
+        };
+        r.finish()?;
+        Ok(request)
+    }
+
+    /// Appends this request as one frame to `out`.
+    ///
+    /// # Panics
+    /// If a size exceeds the protocol ceilings; call [`Request::check`] first.
+    pub fn encode(&self, request_id: u64, out: &mut BytesMut) {
+        let flags = match self {
+            Request::CreatePool { flags, .. } => flags.bits(),
+            Request::Put { flags, .. } => flags.bits(),
+            _ => 0,
+        };
+        write_frame(out, self.opcode() as u16, flags, request_id, |out| match self {
+            Request::Hello { version, client_name, auth } => {
+                out.put_slice(&HELLO_MAGIC);
+                out.put_u16_le(*version);
+                put_str16(out, client_name);
+                put_bytes16(out, auth);
+            }
+            Request::CreatePool { name, size_bytes, expected_objects, .. } => {
+                put_str16(out, name);
+                out.put_u64_le(*size_bytes);
+                out.put_u64_le(*expected_objects);
+            }
+            Request::OpenPool { name } | Request::DeletePool { name } => put_str16(out, name),
+            Request::ClosePool { pool } | Request::Count { pool } => out.put_u64_le(pool.0),
+            Request::ListPools | Request::GetStatistics => {}
+            Request::Put { pool, key, value, .. } => {
+                out.put_u64_le(pool.0);
+                put_len32(out, key.len());
+                put_len32(out, value.len());
+                out.put_slice(key);
+                out.put_slice(value);
+            }
+            Request::Get { pool, key } | Request::Erase { pool, key } => {
+                out.put_u64_le(pool.0);
+                put_len32(out, key.len());
+                out.put_slice(key);
+            }
+            Request::GetAttribute { pool, attribute, key } => {
+                out.put_u64_le(pool.0);
+                out.put_u16_le(*attribute as u16);
+                put_len32(out, key.len());
+                out.put_slice(key);
+            }
+        });
+    }
+}
+
+/// The reply to a successful hello.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HelloReply<'a> {
+    pub version: u16,
+    /// Index of the shard this connection reached.
+    pub shard_index: u16,
+    /// The server's limits; clients reject larger requests before sending them.
+    pub limits: Limits,
+    /// `host:port` of every shard of the server, by shard index. A host of `0.0.0.0` or `::`
+    /// means "the host you connected to".
+    pub shard_addresses: Vec<&'a str>,
+}
+
+/// One row of `list_pools`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PoolInfo<'a> {
+    pub name: &'a str,
+    pub objects: u64,
+    pub size_bytes: u64,
+    pub used_bytes: u64,
+    /// How many opens across all sessions hold the pool.
+    pub open_count: u32,
+}
+
+/// One named counter of `get_statistics`. Named pairs rather than a fixed struct so servers can
+/// add counters without breaking older clients.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Statistic<'a> {
+    pub name: &'a str,
+    pub value: u64,
+}
+
+/// A response, borrowing from the frame it was decoded from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Response<'a> {
+    Hello(HelloReply<'a>),
+    PoolCreated { pool: PoolHandle, created: bool },
+    PoolOpened { pool: PoolHandle },
+    PoolClosed,
+    PoolDeleted,
+    Pools(Vec<PoolInfo<'a>>),
+    Stored,
+    Value(&'a [u8]),
+    Erased,
+    Count(u64),
+    Attribute(u64),
+    Statistics(Vec<Statistic<'a>>),
+    Error { code: ErrorCode, message: &'a str },
+}
+
+impl<'a> Response<'a> {
+    /// The opcode of the request this response answers (or [`Opcode::Error`]).
+    pub fn request_opcode(&self) -> Opcode {
+        match self {
+            Response::Hello(_) => Opcode::Hello,
+            Response::PoolCreated { .. } => Opcode::CreatePool,
+            Response::PoolOpened { .. } => Opcode::OpenPool,
+            Response::PoolClosed => Opcode::ClosePool,
+            Response::PoolDeleted => Opcode::DeletePool,
+            Response::Pools(_) => Opcode::ListPools,
+            Response::Stored => Opcode::Put,
+            Response::Value(_) => Opcode::Get,
+            Response::Erased => Opcode::Erase,
+            Response::Count(_) => Opcode::Count,
+            Response::Attribute(_) => Opcode::GetAttribute,
+            Response::Statistics(_) => Opcode::GetStatistics,
+            Response::Error { .. } => Opcode::Error,
+        }
+    }
+
+    /// Appends this response as one frame to `out`. Error messages longer than a u16 length can
+    /// carry are cut at a character boundary.
+    pub fn encode(&self, request_id: u64, out: &mut BytesMut) {
+        write_frame(out, self.request_opcode().response_code(), 0, request_id, |out| match self {
+            Response::Hello(reply) => {
+                out.put_u16_le(reply.version);
+                out.put_u16_le(reply.shard_index);
+                let shard_count = u16::try_from(reply.shard_addresses.len()).expect("shard count fits u16");
+                out.put_u16_le(shard_count);
+                out.put_u32_le(reply.limits.key_bytes_max);
+                out.put_u32_le(reply.limits.value_bytes_max);
+                for address in &reply.shard_addresses {
+                    put_str16(out, address);
+                }
+            }
+            Response::PoolCreated { pool, created } => {
+                out.put_u64_le(pool.0);
+                out.put_u8(u8::from(*created));
+            }
+            Response::PoolOpened { pool } => out.put_u64_le(pool.0),
+            Response::PoolClosed | Response::PoolDeleted | Response::Stored | Response::Erased => {}
+            Response::Pools(pools) => {
+                out.put_u16_le(u16::try_from(pools.len()).expect("pools per shard fit u16"));
+                for pool in pools {
+                    put_str16(out, pool.name);
+                    out.put_u64_le(pool.objects);
+                    out.put_u64_le(pool.size_bytes);
+                    out.put_u64_le(pool.used_bytes);
+                    out.put_u32_le(pool.open_count);
+                }
+            }
+            Response::Value(value) => {
+                put_len32(out, value.len());
+                out.put_slice(value);
+            }
+            Response::Count(n) | Response::Attribute(n) => out.put_u64_le(*n),
+            Response::Statistics(stats) => {
+                out.put_u16_le(u16::try_from(stats.len()).expect("statistics fit u16"));
+                for stat in stats {
+                    put_str16(out, stat.name);
+                    out.put_u64_le(stat.value);
+                }
+            }
+            Response::Error { code, message } => {
+                out.put_u16_le(code.as_u16());
+                put_str16(out, truncate_utf8(message, u16::MAX as usize));
+            }
+        });
+    }
+
+    /// Decodes a response body.
+    pub fn decode(header: &Header, body: &'a [u8]) -> Result<Response<'a>, ProtocolError> {
+        let mut r = Reader::new(body);
+        let response = if header.opcode == Opcode::Error as u16 {
+            let raw = r.u16()?;
+            let code = ErrorCode::from_u16(raw).ok_or(ProtocolError::UnknownErrorCode(raw))?;
+            Response::Error { code, message: r.str16("error message")? }
+        } else {
+            let request_opcode = (header.opcode & RESPONSE_BIT != 0)
+                .then(|| Opcode::from_request(header.opcode & !RESPONSE_BIT))
+                .flatten()
+                .ok_or(ProtocolError::UnknownOpcode(header.opcode))?;
+            Response::decode_success(request_opcode, &mut r)?
+        };
+        r.finish()?;
+        Ok(response)
+    }
+
+    fn decode_success(opcode: Opcode, r: &mut Reader<'a>) -> Result<Response<'a>, ProtocolError> {
+        Ok(match opcode {
+            Opcode::Hello => {
+                let version = r.u16()?;
+                let shard_index = r.u16()?;
+                let shard_count = r.u16()?;
+                let limits = Limits { key_bytes_max: r.u32()?, value_bytes_max: r.u32()? };
+                // Each address needs at least its 2-byte length, so the body bounds the count.
+                let mut shard_addresses = Vec::with_capacity(usize::from(shard_count).min(1024));
+                for _ in 0..shard_count {
+                    shard_addresses.push(r.str16("shard address")?);
+                }
+                Response::Hello(HelloReply { version, shard_index, limits, shard_addresses })
+            }
+            Opcode::CreatePool => {
+                let pool = PoolHandle(r.u64()?);
+                let created = r.u8()? != 0;
+                Response::PoolCreated { pool, created }
+            }
+            Opcode::OpenPool => Response::PoolOpened { pool: PoolHandle(r.u64()?) },
+            Opcode::ClosePool => Response::PoolClosed,
+            Opcode::DeletePool => Response::PoolDeleted,
+            Opcode::ListPools => {
+                let count = r.u16()?;
+                let mut pools = Vec::with_capacity(usize::from(count).min(1024));
+                for _ in 0..count {
+                    pools.push(PoolInfo {
+                        name: r.str16("pool name")?,
+                        objects: r.u64()?,
+                        size_bytes: r.u64()?,
+                        used_bytes: r.u64()?,
+                        open_count: r.u32()?,
+                    });
+                }
+                Response::Pools(pools)
+            }
+            Opcode::Put => Response::Stored,
+            Opcode::Get => {
+                let len = read_sized(r, VALUE_INLINE_BYTES_MAX, value_too_large)?;
+                Response::Value(r.bytes(len)?)
+            }
+            Opcode::Erase => Response::Erased,
+            Opcode::Count => Response::Count(r.u64()?),
+            Opcode::GetAttribute => Response::Attribute(r.u64()?),
+            Opcode::GetStatistics => {
+                let count = r.u16()?;
+                let mut stats = Vec::with_capacity(usize::from(count).min(1024));
+                for _ in 0..count {
+                    stats.push(Statistic { name: r.str16("statistic name")?, value: r.u64()? });
+                }
+                Response::Statistics(stats)
+            }
+            Opcode::Error => return Err(ProtocolError::UnknownOpcode(Opcode::Error as u16)),
+        })
+    }
+}
+
+fn truncate_utf8(text: &str, max: usize) -> &str {
+    if text.len() <= max {
+        return text;
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}

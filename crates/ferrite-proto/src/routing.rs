@@ -1,0 +1,37 @@
+//! Which shard owns a pool. Clients choose the shard (the MCAS model), so every client in every
+//! language must compute exactly this function; `testdata/protocol/routing.json` pins it.
+
+/// 64-bit FNV-1a: tiny, stable across platforms and languages, and good enough to spread pool names.
+fn fnv1a64(bytes: &[u8]) -> u64 {
+    const OFFSET_BASIS: u64 = 0xcbf2_9ce4_8422_2325;
+    const PRIME: u64 = 0x0000_0100_0000_01b3;
+    bytes
+        .iter()
+        .fold(OFFSET_BASIS, |hash, byte| (hash ^ u64::from(*byte)).wrapping_mul(PRIME))
+}
+
+/// The index of the shard that owns the pool `name` on a server with `shard_count` shards.
+///
+/// # Panics
+/// If `shard_count` is zero: a server always has at least one shard.
+pub fn shard_for_pool(name: &str, shard_count: u16) -> u16 {
+    assert!(shard_count > 0, "a server has at least one shard");
+    (fnv1a64(name.as_bytes()) % u64::from(shard_count)) as u16
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fnv1a_matches_published_values() {
+        assert_eq!(fnv1a64(b""), 0xcbf2_9ce4_8422_2325);
+        assert_eq!(fnv1a64(b"a"), 0xaf63_dc4c_8601_ec8c);
+        assert_eq!(fnv1a64(b"foobar"), 0x8594_4171_f739_67e8);
+    }
+
+    #[test]
+    fn one_shard_owns_everything() {
+        assert_eq!(shard_for_pool("anything", 1), 0);
+    }
+}

@@ -1,0 +1,211 @@
+//! `mapstore`: a DRAM-only engine over a hash map, for caches and tests.
+
+use foldhash::HashMap;
+use foldhash::HashMapExt;
+
+use crate::store::{PoolSpec, PutMode, Store, StoreError, ValueAttributes, ENTRY_OVERHEAD_BYTES};
+
+/// Up-front index capacity is capped so a pool that claims to expect billions of objects cannot
+/// make the server allocate gigabytes before storing anything.
+const PREALLOCATED_ENTRIES_MAX: u64 = 1 << 20;
+
+#[derive(Debug)]
+struct Entry {
+    value: Vec<u8>,
+    write_time_ns: u64,
+}
+
+#[derive(Debug)]
+pub struct MapStore {
+    entries: HashMap<Box<[u8]>, Entry>,
+    capacity_bytes: u64,
+    used_bytes: u64,
+}
+
+fn charge(key_len: usize, value_len: usize) -> u64 {
+    key_len as u64 + value_len as u64 + ENTRY_OVERHEAD_BYTES
+}
+
+impl MapStore {
+    pub fn new(spec: PoolSpec) -> Self {
+        let capacity = spec.expected_objects.min(PREALLOCATED_ENTRIES_MAX) as usize;
+        MapStore { entries: HashMap::with_capacity(capacity), capacity_bytes: spec.size_bytes, used_bytes: 0 }
+    }
+
+    fn reserve(&self, old_charge: u64, new_charge: u64) -> Result<u64, StoreError> {
+        let used_after = self.used_bytes - old_charge + new_charge;
+        if new_charge > old_charge && used_after > self.capacity_bytes {
+            return Err(StoreError::PoolFull {
+                needed: new_charge - old_charge,
+                free: self.capacity_bytes.saturating_sub(self.used_bytes),
+                capacity: self.capacity_bytes,
+            });
+        }
+        Ok(used_after)
+    }
+}
+
+impl Store for MapStore {
+    fn put(&mut self, key: &[u8], value: &[u8], mode: PutMode, write_time_ns: u64) -> Result<(), StoreError> {
+        let new_charge = charge(key.len(), value.len());
+        if let Some(entry) = self.entries.get(key) {
+            if mode == PutMode::CreateOnly {
+                return Err(StoreError::KeyExists);
+            }
+            self.used_bytes = self.reserve(charge(key.len(), entry.value.len()), new_charge)?;
+            let entry = self.entries.get_mut(key).expect("the key was found just above");
+            entry.value.clear();
+            entry.value.extend_from_slice(value);
+            entry.write_time_ns = write_time_ns;
+            return Ok(());
+        }
+        if mode == PutMode::UpdateOnly {
+            return Err(StoreError::KeyNotFound);
+        }
+        self.used_bytes = self.reserve(0, new_charge)?;
+        self.entries.insert(key.into(), Entry { value: value.to_vec(), write_time_ns });
+        Ok(())
+    }
+
+    fn get(&self, key: &[u8]) -> Option<&[u8]> {
+        self.entries.get(key).map(|entry| entry.value.as_slice())
+    }
+
+    fn erase(&mut self, key: &[u8]) -> Result<(), StoreError> {
+        let entry = self.entries.remove(key).ok_or(StoreError::KeyNotFound)?;
+        self.used_bytes -= charge(key.len(), entry.value.len());
+        Ok(())
+    }
+
+    fn count(&self) -> u64 {
+        self.entries.len() as u64
+    }
+
+    fn attributes(&self, key: &[u8]) -> Option<ValueAttributes> {
+        self.entries.get(key).map(|entry| ValueAttributes {
+            length: entry.value.len() as u64,
+            crc32: crc32fast::hash(&entry.value),
+            write_time_ns: entry.write_time_ns,
+        })
+    }
+
+    fn capacity_bytes(&self) -> u64 {
+        self.capacity_bytes
+    }
+
+    fn used_bytes(&self) -> u64 {
+        self.used_bytes
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn store(size_bytes: u64) -> MapStore {
+        MapStore::new(PoolSpec { size_bytes, expected_objects: 16 })
+    }
+
+    #[test]
+    fn put_get_overwrite_erase() {
+        let mut s = store(1 << 20);
+        s.put(b"k", b"one", PutMode::Upsert, 1).expect("room");
+        assert_eq!(s.get(b"k"), Some(&b"one"[..]));
+        s.put(b"k", b"three", PutMode::Upsert, 2).expect("room");
+        assert_eq!(s.get(b"k"), Some(&b"three"[..]));
+        assert_eq!(s.attributes(b"k").map(|a| a.write_time_ns), Some(2));
+        assert_eq!(s.count(), 1);
+        s.erase(b"k").expect("present");
+        assert_eq!(s.get(b"k"), None);
+        assert_eq!(s.erase(b"k"), Err(StoreError::KeyNotFound));
+        assert_eq!(s.used_bytes(), 0);
+    }
+
+    #[test]
+    fn modes_refuse_without_changing_anything() {
+        let mut s = store(1 << 20);
+        assert_eq!(s.put(b"k", b"v", PutMode::UpdateOnly, 1), Err(StoreError::KeyNotFound));
+        assert_eq!(s.count(), 0);
+        s.put(b"k", b"v", PutMode::CreateOnly, 1).expect("absent key");
+        assert_eq!(s.put(b"k", b"w", PutMode::CreateOnly, 2), Err(StoreError::KeyExists));
+        assert_eq!(s.get(b"k"), Some(&b"v"[..]));
+        s.put(b"k", b"w", PutMode::UpdateOnly, 3).expect("present key");
+        assert_eq!(s.get(b"k"), Some(&b"w"[..]));
+    }
+
+    #[test]
+    fn attributes_report_length_and_zlib_crc() {
+        let mut s = store(1 << 20);
+        s.put(b"k", b"123456789", PutMode::Upsert, 7).expect("room");
+        let attributes = s.attributes(b"k").expect("present");
+        assert_eq!(attributes.length, 9);
+        // The CRC-32 check value of "123456789".
+        assert_eq!(attributes.crc32, 0xCBF4_3926);
+        assert_eq!(s.attributes(b"missing"), None);
+    }
+
+    #[test]
+    fn full_pool_refuses_growth_but_allows_shrinking() {
+        let mut s = store(ENTRY_OVERHEAD_BYTES + 10);
+        s.put(b"k", b"123456789", PutMode::Upsert, 1).expect("exactly fits");
+        assert!(matches!(s.put(b"other", b"", PutMode::Upsert, 1), Err(StoreError::PoolFull { .. })));
+        assert!(matches!(s.put(b"k", b"1234567890", PutMode::Upsert, 1), Err(StoreError::PoolFull { .. })));
+        assert_eq!(s.get(b"k"), Some(&b"123456789"[..]));
+        s.put(b"k", b"1", PutMode::Upsert, 1).expect("shrinking always fits");
+        assert_eq!(s.used_bytes(), ENTRY_OVERHEAD_BYTES + 2);
+    }
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Put(u8, Vec<u8>, u8),
+        Erase(u8),
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            (any::<u8>(), proptest::collection::vec(any::<u8>(), 0..64), 0u8..3).prop_map(|(k, v, m)| Op::Put(k, v, m)),
+            any::<u8>().prop_map(Op::Erase),
+        ]
+    }
+
+    proptest! {
+        /// The store agrees with a BTreeMap model after every step, including its byte accounting.
+        #[test]
+        fn behaves_like_a_map(ops in proptest::collection::vec(op(), 1..300)) {
+            let mut s = store(u64::MAX);
+            let mut model: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
+            for op in ops {
+                match op {
+                    Op::Put(k, v, m) => {
+                        let key = vec![k];
+                        let mode = [PutMode::Upsert, PutMode::CreateOnly, PutMode::UpdateOnly][m as usize];
+                        let expected = match (mode, model.contains_key(&key)) {
+                            (PutMode::CreateOnly, true) => Err(StoreError::KeyExists),
+                            (PutMode::UpdateOnly, false) => Err(StoreError::KeyNotFound),
+                            _ => Ok(()),
+                        };
+                        let result = s.put(&key, &v, mode, 0);
+                        prop_assert_eq!(&result, &expected);
+                        if result.is_ok() {
+                            model.insert(key, v);
+                        }
+                    }
+                    Op::Erase(k) => {
+                        let expected = if model.remove(&vec![k]).is_some() { Ok(()) } else { Err(StoreError::KeyNotFound) };
+                        prop_assert_eq!(s.erase(&[k]), expected);
+                    }
+                }
+                prop_assert_eq!(s.count(), model.len() as u64);
+                let used: u64 = model.iter().map(|(k, v)| charge(k.len(), v.len())).sum();
+                prop_assert_eq!(s.used_bytes(), used);
+            }
+            for (key, value) in &model {
+                prop_assert_eq!(s.get(key), Some(value.as_slice()));
+            }
+        }
+    }
+}

@@ -1,0 +1,98 @@
+//! The engine-neutral interface of a pool's storage.
+
+use crate::mapstore::MapStore;
+
+/// Bytes charged against a pool's capacity for each key-value pair on top of its key and value:
+/// one 64-byte hash-table entry, the unit of MCAS's hopscotch table. Every engine charges the same
+/// so a pool's sizing does not depend on the engine behind it.
+pub const ENTRY_OVERHEAD_BYTES: u64 = 64;
+
+/// How a put treats an existing key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PutMode {
+    /// Insert or overwrite.
+    #[default]
+    Upsert,
+    /// Fail with [`StoreError::KeyExists`] if the key is present.
+    CreateOnly,
+    /// Fail with [`StoreError::KeyNotFound`] if the key is absent.
+    UpdateOnly,
+}
+
+/// Why a store refused an operation. A refused operation changed nothing.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    #[error("key already exists")]
+    KeyExists,
+    #[error("key not found")]
+    KeyNotFound,
+    #[error("pool is full: {needed} bytes needed, {free} of {capacity} free")]
+    PoolFull { needed: u64, free: u64, capacity: u64 },
+}
+
+/// What a pool knows about one stored value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ValueAttributes {
+    pub length: u64,
+    /// CRC-32 (IEEE) of the value, as zlib computes it.
+    pub crc32: u32,
+    /// Nanoseconds since the Unix epoch at the value's last write.
+    pub write_time_ns: u64,
+}
+
+/// The shape of a pool, fixed at creation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PoolSpec {
+    /// Capacity in bytes: keys, values and [`ENTRY_OVERHEAD_BYTES`] per pair.
+    pub size_bytes: u64,
+    /// How many pairs the pool expects; engines size their index for it up front.
+    pub expected_objects: u64,
+}
+
+/// A pool's key-value storage.
+///
+/// Stores are driven by one shard thread, never shared, so methods take `&mut self` and need no
+/// locking. `get` returns a slice of the store's own memory so the server can copy a value straight
+/// into a response buffer.
+pub trait Store: Send {
+    /// Stores `value` under `key`, stamped with `write_time_ns` (the caller's clock, read once per
+    /// batch of requests rather than once per put).
+    fn put(&mut self, key: &[u8], value: &[u8], mode: PutMode, write_time_ns: u64) -> Result<(), StoreError>;
+
+    fn get(&self, key: &[u8]) -> Option<&[u8]>;
+
+    fn erase(&mut self, key: &[u8]) -> Result<(), StoreError>;
+
+    /// Number of key-value pairs.
+    fn count(&self) -> u64;
+
+    fn attributes(&self, key: &[u8]) -> Option<ValueAttributes>;
+
+    fn capacity_bytes(&self) -> u64;
+
+    fn used_bytes(&self) -> u64;
+}
+
+/// The engines a shard can put behind its pools.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum StoreKind {
+    /// DRAM only: fast, and gone when the server stops.
+    #[default]
+    MapStore,
+}
+
+impl StoreKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            StoreKind::MapStore => "mapstore",
+        }
+    }
+
+    /// Creates an empty store of this kind for a pool of shape `spec`.
+    pub fn create(self, spec: PoolSpec) -> Box<dyn Store> {
+        match self {
+            StoreKind::MapStore => Box::new(MapStore::new(spec)),
+        }
+    }
+}
