@@ -1,1 +1,34 @@
-fn main() {}
+//! `ferrite`: the command-line client for a Ferrite server.
+//!
+//! `args` defines the command line, `commands` carries each command out with the blocking
+//! client, and `output` renders the result as text or JSON.
+
+mod args;
+mod commands;
+mod output;
+
+use std::io::ErrorKind;
+use std::process::ExitCode;
+
+use clap::Parser;
+
+fn main() -> ExitCode {
+    // clap prints usage errors itself and exits with status 2.
+    let cli = args::Cli::parse();
+    let report = match commands::run(&cli) {
+        Ok(report) => report,
+        Err(error) => {
+            eprintln!("error: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match report.write(cli.json, &mut std::io::stdout().lock()) {
+        Ok(()) => ExitCode::SUCCESS,
+        // `ferrite get p k | head -c 10` closing the pipe early is not our failure.
+        Err(error) if error.kind() == ErrorKind::BrokenPipe => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: writing the output: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,1 +1,49 @@
-//! Ferrite Rust client.
+//! Rust client for Ferrite, a network key-value store built on the MCAS architecture.
+//!
+//! A [`Session`] connects to any shard of a server, learns every shard's address and the
+//! server's limits from the handshake, and opens one connection per shard on first use. Pools
+//! are routed to the shard that owns their name, computed here in the client as MCAS does, so no
+//! proxy sits in the data path.
+//!
+//! ```no_run
+//! use ferrite_client::{PoolOptions, Session};
+//!
+//! # async fn example() -> ferrite_client::Result<()> {
+//! let session = Session::connect("127.0.0.1:11911").await?;
+//! let pool = session.create_pool("demo", PoolOptions::default()).await?;
+//! pool.put(b"greeting", b"hello").await?;
+//! assert_eq!(pool.get(b"greeting").await?, b"hello");
+//!
+//! // Requests from concurrent tasks share one connection and are pipelined: they go out in
+//! // batches and their replies are matched by request id, in any order.
+//! let (a, b) = tokio::join!(pool.get(b"greeting"), pool.count());
+//! assert_eq!((a?, b?), (b"hello".to_vec(), 1));
+//! pool.close().await?;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! Programs without an async runtime use [`blocking`], a thin layer over the same code.
+//!
+//! Requests are checked against the server's announced limits before they are sent, so a key
+//! or value that is too large fails locally with the error code the server would have given.
+//! Server errors keep their stable wire code: see [`Error::code`].
+
+mod address;
+pub mod blocking;
+mod connection;
+mod error;
+mod frame_reader;
+mod pool;
+mod reply;
+mod session;
+
+#[cfg(test)]
+mod fake_server;
+#[cfg(test)]
+mod tests;
+
+pub use error::{Error, Result};
+pub use ferrite_proto::{Attribute, ErrorCode, Limits, PoolHandle, ProtocolError, PutFlags};
+pub use pool::{Pool, PoolAttributes, ValueAttributes};
+pub use session::{ClientOptions, PoolInfo, PoolOptions, Session, ShardStatistics};

@@ -32,10 +32,8 @@ pub struct Limits {
 
 impl Limits {
     /// The protocol ceilings.
-    pub const MAX: Limits = Limits {
-        key_bytes_max: KEY_BYTES_MAX as u32,
-        value_bytes_max: VALUE_INLINE_BYTES_MAX as u32,
-    };
+    pub const MAX: Limits =
+        Limits { key_bytes_max: KEY_BYTES_MAX as u32, value_bytes_max: VALUE_INLINE_BYTES_MAX as u32 };
 
     /// Largest frame body these limits allow.
     pub fn frame_body_bytes_max(&self) -> usize {

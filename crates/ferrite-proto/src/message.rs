@@ -154,11 +154,7 @@ impl Attribute {
     ];
 
     pub fn from_u16(raw: u16) -> Result<Attribute, ProtocolError> {
-        Attribute::ALL
-            .iter()
-            .copied()
-            .find(|a| *a as u16 == raw)
-            .ok_or(ProtocolError::UnknownAttribute(raw))
+        Attribute::ALL.iter().copied().find(|a| *a as u16 == raw).ok_or(ProtocolError::UnknownAttribute(raw))
     }
 
     /// Whether the attribute describes one key (and so needs one) rather than the whole pool.
@@ -296,7 +292,10 @@ impl<'a> Request<'a> {
             }
             Request::Hello { client_name, auth, .. } => {
                 if client_name.len() > u16::MAX as usize || auth.len() > u16::MAX as usize {
-                    return Err(ProtocolError::FrameTooLarge { len: client_name.len() + auth.len(), max: u16::MAX as usize });
+                    return Err(ProtocolError::FrameTooLarge {
+                        len: client_name.len() + auth.len(),
+                        max: u16::MAX as usize,
+                    });
                 }
                 Ok(())
             }
@@ -550,6 +549,7 @@ impl<'a> Response<'a> {
 
     /// Decodes a response body.
     pub fn decode(header: &Header, body: &'a [u8]) -> Result<Response<'a>, ProtocolError> {
+        no_flags(header, "a response")?;
         let mut r = Reader::new(body);
         let response = if header.opcode == Opcode::Error as u16 {
             let raw = r.u16()?;

@@ -1,1 +1,122 @@
-fn main() {}
+//! `ferrite-server`: runs a Ferrite server from a config file or the embedded default.
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Parser;
+use ferrite_server::config::{Config, Overrides, DEFAULT_CONFIG_TOML};
+use ferrite_server::BoundServer;
+use tracing_subscriber::EnvFilter;
+
+/// The Ferrite server: memory-centric active key-value storage.
+#[derive(Debug, Parser)]
+#[command(version, about)]
+struct Args {
+    /// TOML configuration file; without one the embedded default is used
+    /// (see --print-default-config).
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Listen on HOST:PORT; shard i listens on PORT+i. Port 0 gives every shard a free port.
+    #[arg(long, value_name = "HOST:PORT")]
+    listen: Option<SocketAddr>,
+    /// Number of shards (copies of the first configured shard on consecutive ports).
+    #[arg(long, value_name = "N")]
+    shards: Option<usize>,
+    /// Directory for the server's files.
+    #[arg(long, value_name = "DIR")]
+    data_dir: Option<PathBuf>,
+    /// Log level (error, warn, info, debug, trace) or a tracing filter such as
+    /// `ferrite_server=debug`.
+    #[arg(long, default_value = "info", value_name = "LEVEL")]
+    log_level: String,
+    /// Print the embedded default configuration and exit.
+    #[arg(long)]
+    print_default_config: bool,
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    if args.print_default_config {
+        print!("{DEFAULT_CONFIG_TOML}");
+        return ExitCode::SUCCESS;
+    }
+    let filter = match EnvFilter::try_new(&args.log_level) {
+        Ok(filter) => filter,
+        Err(error) => {
+            eprintln!("error: invalid --log-level '{}': {error}", args.log_level);
+            return ExitCode::from(2);
+        }
+    };
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+    match run(args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("error: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(args: Args) -> Result<(), String> {
+    let config = match &args.config {
+        Some(path) => Config::load(path),
+        None => Ok(Config::embedded_default()),
+    }
+    .and_then(|config| {
+        config.apply(&Overrides { listen: args.listen, shards: args.shards, data_dir: args.data_dir.clone() })
+    })
+    .map_err(|e| e.to_string())?;
+    let server = BoundServer::bind(config).map_err(|e| e.to_string())?;
+    let announcement = announcement(&server);
+    server.run(shutdown_signal(announcement)).map_err(|e| e.to_string())
+}
+
+/// What the server tells the person (or test) who started it: where it listens and how to talk
+/// to it. Tests read the `shard N: native ADDRESS` lines, so their shape is stable.
+fn announcement(server: &BoundServer) -> String {
+    let config = server.config();
+    let shard = &config.shards[0];
+    let mut lines = vec![format!(
+        "ferrite-server {} with {} shard(s), store {}, backing {} (pools live in memory and are lost on stop), data dir {}",
+        env!("CARGO_PKG_VERSION"),
+        config.shards.len(),
+        shard.store.kind().name(),
+        shard.backing.name(),
+        config.data_dir.display(),
+    )];
+    for (index, address) in server.addresses().iter().enumerate() {
+        lines.push(format!("shard {index}: native {address}"));
+    }
+    let first = server.addresses()[0];
+    lines.push(format!(
+        "ready. Try: ferrite --addr {first} pool create demo && ferrite --addr {first} put demo hello world"
+    ));
+    lines.push("Stop with Ctrl-C (SIGINT) or SIGTERM.".to_string());
+    lines.join("\n")
+}
+
+/// Installs the SIGINT and SIGTERM handlers, announces readiness (only now, so a signal sent by
+/// whoever waits for the announcement is always handled), and completes on either signal.
+async fn shutdown_signal(announcement: String) {
+    use tokio::signal::unix::{signal, SignalKind};
+    let terminate = signal(SignalKind::terminate());
+    let interrupt = signal(SignalKind::interrupt());
+    let mut out = std::io::stdout().lock();
+    // If stdout is gone there is nobody to announce to; the server still runs.
+    let _ = writeln!(out, "{announcement}").and_then(|()| out.flush());
+    drop(out);
+    match (terminate, interrupt) {
+        (Ok(mut terminate), Ok(mut interrupt)) => {
+            tokio::select! {
+                _ = terminate.recv() => tracing::info!("SIGTERM received"),
+                _ = interrupt.recv() => tracing::info!("SIGINT received"),
+            }
+        }
+        (Err(error), _) | (_, Err(error)) => {
+            tracing::error!(%error, "cannot install signal handlers; stop the server with SIGKILL");
+            std::future::pending::<()>().await;
+        }
+    }
+}

@@ -1,0 +1,191 @@
+//! The command line: what `ferrite` accepts, and parsing of its values.
+
+use clap::{Args, Parser, Subcommand};
+
+/// Command-line client for a Ferrite server.
+#[derive(Debug, Parser)]
+#[command(name = "ferrite", version, about, propagate_version = true)]
+pub struct Cli {
+    /// Address of any shard of the server; the others are learned from it.
+    #[arg(long, global = true, env = "FERRITE_ADDR", default_value = "127.0.0.1:11911", value_name = "HOST:PORT")]
+    pub addr: String,
+
+    /// Print one JSON document instead of human-readable text.
+    #[arg(long, global = true)]
+    pub json: bool,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Create, open, delete and list pools.
+    #[command(subcommand)]
+    Pool(PoolCommand),
+
+    /// Store a value under a key.
+    Put {
+        pool: String,
+        key: String,
+        /// The value; `-` reads it from standard input as raw bytes.
+        value: String,
+        #[command(flatten)]
+        mode: PutMode,
+    },
+
+    /// Print a key's value: the raw bytes, with no newline added.
+    Get { pool: String, key: String },
+
+    /// Remove a key and its value.
+    Erase { pool: String, key: String },
+
+    /// Print the number of key-value pairs in a pool.
+    Count { pool: String },
+
+    /// Show a value's length, CRC-32 and write time, or the pool's attributes if no key is given.
+    Attr { pool: String, key: Option<String> },
+
+    /// Show every shard's counters.
+    Stats,
+}
+
+#[derive(Debug, Args)]
+#[group(multiple = false)]
+pub struct PutMode {
+    /// Fail if the key already exists instead of replacing its value.
+    #[arg(long)]
+    pub create_only: bool,
+    /// Fail if the key does not exist instead of inserting it.
+    #[arg(long)]
+    pub update_only: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum PoolCommand {
+    /// Create a pool, or open it if it exists (see --create-only).
+    Create {
+        name: String,
+        /// Capacity: key bytes + value bytes + 64 bytes per pair. Accepts K, M, G, T and KiB,
+        /// MiB, GiB, TiB (powers of 1024) or KB, MB, GB, TB (powers of 1000).
+        #[arg(long, value_name = "BYTES", value_parser = parse_size, default_value = "64MiB")]
+        size: u64,
+        /// Sizing hint for the pool's index.
+        #[arg(long, value_name = "N", default_value_t = 1024)]
+        expected_objects: u64,
+        /// Fail if the pool already exists instead of opening it.
+        #[arg(long)]
+        create_only: bool,
+    },
+
+    /// Open a pool, print what it holds, and close it.
+    Open { name: String },
+
+    /// Delete a pool and all its pairs. Refused while any session has it open.
+    Delete { name: String },
+
+    /// List the pools of every shard.
+    List,
+}
+
+/// Parses a byte count such as `4096`, `64M`, `64MiB` or `2GB` (whole numbers only).
+///
+/// Single letters mean powers of 1024, as in most storage tools (`qemu-img`, `dd`), because pool
+/// sizes are memory sizes; the explicit SI spellings `KB`/`MB`/... mean powers of 1000 for those
+/// who need them. Case and a space before the unit are ignored. Zero is refused: a pool needs
+/// room.
+pub fn parse_size(text: &str) -> Result<u64, String> {
+    let text = text.trim();
+    let digits_end = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
+    let (digits, unit) = text.split_at(digits_end);
+    if digits.is_empty() {
+        return Err(format!("{text:?} is not a size: expected a whole number such as 4096 or 64MiB"));
+    }
+    let number: u64 = digits.parse().map_err(|_| format!("{text:?} is too large"))?;
+    let multiplier: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kib" => 1 << 10,
+        "m" | "mib" => 1 << 20,
+        "g" | "gib" => 1 << 30,
+        "t" | "tib" => 1 << 40,
+        "kb" => 1_000,
+        "mb" => 1_000_000,
+        "gb" => 1_000_000_000,
+        "tb" => 1_000_000_000_000,
+        other => {
+            return Err(format!(
+                "unknown size unit {other:?} in {text:?}: use B, K, M, G, T, KiB, MiB, GiB, TiB, KB, MB, GB or TB"
+            ))
+        }
+    };
+    let bytes = number.checked_mul(multiplier).ok_or_else(|| format!("{text:?} is too large"))?;
+    if bytes == 0 {
+        return Err("size must be greater than zero".to_owned());
+    }
+    Ok(bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn sizes_in_bytes_and_binary_units() {
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert_eq!(parse_size("4096B"), Ok(4096));
+        assert_eq!(parse_size("64K"), Ok(64 * 1024));
+        assert_eq!(parse_size("64KiB"), Ok(64 * 1024));
+        assert_eq!(parse_size("64M"), Ok(64 << 20));
+        assert_eq!(parse_size("64MiB"), Ok(64 << 20));
+        assert_eq!(parse_size("64mib"), Ok(64 << 20));
+        assert_eq!(parse_size("2G"), Ok(2 << 30));
+        assert_eq!(parse_size("2 GiB"), Ok(2 << 30));
+        assert_eq!(parse_size("1T"), Ok(1 << 40));
+    }
+
+    #[test]
+    fn si_units_are_powers_of_1000() {
+        assert_eq!(parse_size("64KB"), Ok(64_000));
+        assert_eq!(parse_size("64MB"), Ok(64_000_000));
+        assert_eq!(parse_size("3gb"), Ok(3_000_000_000));
+    }
+
+    #[test]
+    fn bad_sizes_are_refused_with_a_reason() {
+        assert!(parse_size("").is_err());
+        assert!(parse_size("MiB").is_err());
+        assert!(parse_size("-5").is_err());
+        assert!(parse_size("1.5G").is_err_and(|e| e.contains("unknown size unit")));
+        assert!(parse_size("64XB").is_err_and(|e| e.contains("unknown size unit")));
+        assert!(parse_size("0").is_err_and(|e| e.contains("greater than zero")));
+        assert!(parse_size("99999999999999999999").is_err_and(|e| e.contains("too large")));
+        assert!(parse_size("16777216T").is_err_and(|e| e.contains("too large")));
+    }
+
+    #[test]
+    fn command_line_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn put_modes_exclude_each_other() {
+        let both = Cli::try_parse_from(["ferrite", "put", "p", "k", "v", "--create-only", "--update-only"]);
+        assert!(both.is_err());
+        let cli = Cli::try_parse_from(["ferrite", "--json", "put", "p", "k", "-", "--update-only"]).expect("valid");
+        assert!(cli.json);
+        assert!(
+            matches!(cli.command, Command::Put { ref value, mode: PutMode { update_only: true, .. }, .. } if value == "-")
+        );
+    }
+
+    #[test]
+    fn pool_create_takes_size_suffixes() {
+        let cli = Cli::try_parse_from(["ferrite", "pool", "create", "demo", "--size", "1GiB", "--create-only"])
+            .expect("valid");
+        assert!(matches!(
+            cli.command,
+            Command::Pool(PoolCommand::Create { size: 1_073_741_824, expected_objects: 1024, create_only: true, .. })
+        ));
+    }
+}

@@ -1,0 +1,403 @@
+//! Carrying out each command with the blocking client, and turning failures into messages that
+//! say what to do next.
+
+use std::fmt;
+use std::io::Read;
+
+use ferrite_client::{blocking, ClientOptions, Error, ErrorCode, PoolOptions, PutFlags};
+use serde_json::json;
+
+use crate::args::{Cli, Command, PoolCommand, PutMode};
+use crate::output::{bytes_json, fields, format_bytes, format_timestamp_ns, Report, Table};
+
+/// A failure to report as `error: <message>`.
+#[derive(Debug)]
+pub struct CliError(String);
+
+impl fmt::Display for CliError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl From<Error> for CliError {
+    fn from(error: Error) -> Self {
+        CliError(error.to_string())
+    }
+}
+
+type Result<T> = std::result::Result<T, CliError>;
+
+pub fn run(cli: &Cli) -> Result<Report> {
+    let options = ClientOptions {
+        client_name: concat!("ferrite-cli/", env!("CARGO_PKG_VERSION")).to_owned(),
+        ..ClientOptions::default()
+    };
+    let session = blocking::Session::connect_with(&cli.addr, options).map_err(|error| match error {
+        Error::Io { .. } => CliError(format!(
+            "{error}\n(is ferrite-server running there? choose the server with --addr or FERRITE_ADDR)"
+        )),
+        other => other.into(),
+    })?;
+    match &cli.command {
+        Command::Pool(command) => run_pool_command(&session, command),
+        Command::Put { pool, key, value, mode } => put(&session, pool, key, value, mode),
+        Command::Get { pool, key } => get(&session, pool, key),
+        Command::Erase { pool, key } => erase(&session, pool, key),
+        Command::Count { pool } => count(&session, pool),
+        Command::Attr { pool, key: Some(key) } => value_attributes(&session, pool, key),
+        Command::Attr { pool, key: None } => pool_attributes(&session, pool),
+        Command::Stats => statistics(&session),
+    }
+}
+
+fn run_pool_command(session: &blocking::Session, command: &PoolCommand) -> Result<Report> {
+    match command {
+        PoolCommand::Create { name, size, expected_objects, create_only } => {
+            let options =
+                PoolOptions { size_bytes: *size, expected_objects: *expected_objects, create_only: *create_only };
+            let pool = session.create_pool(name, options).map_err(|error| {
+                if error.is_pool_exists() {
+                    CliError(format!("pool '{name}' already exists (--create-only was given)"))
+                } else {
+                    error.into()
+                }
+            })?;
+            let attributes = pool.pool_attributes()?;
+            let (created, shard) = (pool.created(), pool.shard());
+            pool.close()?;
+            let text = if created {
+                format!("created pool '{name}' on shard {shard} ({})", format_bytes(attributes.size_bytes))
+            } else {
+                format!(
+                    "pool '{name}' already exists on shard {shard} ({}, {} objects); it keeps its size",
+                    format_bytes(attributes.size_bytes),
+                    attributes.objects
+                )
+            };
+            Ok(Report::text(
+                text,
+                json!({
+                    "pool": name,
+                    "shard": shard,
+                    "created": created,
+                    "size_bytes": attributes.size_bytes,
+                    "objects": attributes.objects,
+                }),
+            ))
+        }
+        PoolCommand::Open { name } => {
+            let pool = open_pool(session, name)?;
+            let attributes = pool.pool_attributes()?;
+            let shard = pool.shard();
+            pool.close()?;
+            let text = fields(&[
+                ("pool", name.clone()),
+                ("shard", shard.to_string()),
+                ("objects", attributes.objects.to_string()),
+                ("size", bytes_with_exact(attributes.size_bytes)),
+                ("used", bytes_with_exact(attributes.used_bytes)),
+            ]);
+            Ok(Report::text(
+                text,
+                json!({
+                    "pool": name,
+                    "shard": shard,
+                    "objects": attributes.objects,
+                    "size_bytes": attributes.size_bytes,
+                    "used_bytes": attributes.used_bytes,
+                }),
+            ))
+        }
+        PoolCommand::Delete { name } => {
+            session.delete_pool(name).map_err(|error| match error.code() {
+                Some(ErrorCode::PoolNotFound) => CliError(format!("pool '{name}' does not exist")),
+                Some(ErrorCode::PoolInUse) => CliError(format!(
+                    "pool '{name}' is open in a session and cannot be deleted until every session closes it"
+                )),
+                _ => error.into(),
+            })?;
+            Ok(Report::text(format!("deleted pool '{name}'"), json!({ "pool": name, "deleted": true })))
+        }
+        PoolCommand::List => {
+            let mut pools = session.list_pools()?;
+            pools.sort_by(|a, b| a.name.cmp(&b.name));
+            let mut table = Table::new(&[
+                ("NAME", false),
+                ("SHARD", true),
+                ("OBJECTS", true),
+                ("SIZE", true),
+                ("USED", true),
+                ("OPENS", true),
+            ]);
+            for pool in &pools {
+                table.row(vec![
+                    pool.name.clone(),
+                    pool.shard.to_string(),
+                    pool.objects.to_string(),
+                    format_bytes(pool.size_bytes),
+                    format_bytes(pool.used_bytes),
+                    pool.open_count.to_string(),
+                ]);
+            }
+            let text = if pools.is_empty() { "no pools".to_owned() } else { table.render() };
+            let rows: Vec<_> = pools
+                .iter()
+                .map(|pool| {
+                    json!({
+                        "name": pool.name,
+                        "shard": pool.shard,
+                        "objects": pool.objects,
+                        "size_bytes": pool.size_bytes,
+                        "used_bytes": pool.used_bytes,
+                        "open_count": pool.open_count,
+                    })
+                })
+                .collect();
+            Ok(Report::text(text, json!({ "pools": rows })))
+        }
+    }
+}
+
+fn put(session: &blocking::Session, pool_name: &str, key: &str, value: &str, mode: &PutMode) -> Result<Report> {
+    let value = if value == "-" {
+        let mut bytes = Vec::new();
+        std::io::stdin()
+            .lock()
+            .read_to_end(&mut bytes)
+            .map_err(|error| CliError(format!("reading the value from standard input: {error}")))?;
+        bytes
+    } else {
+        value.as_bytes().to_vec()
+    };
+    let flags = match mode {
+        PutMode { create_only: true, .. } => PutFlags::CREATE_ONLY,
+        PutMode { update_only: true, .. } => PutFlags::UPDATE_ONLY,
+        PutMode { .. } => PutFlags::NONE,
+    };
+    let pool = open_pool(session, pool_name)?;
+    pool.put_with(key, &value, flags).map_err(|error| match error.code() {
+        Some(ErrorCode::KeyExists) => {
+            CliError(format!("key '{key}' already exists in pool '{pool_name}' (--create-only was given)"))
+        }
+        Some(ErrorCode::KeyNotFound) => {
+            CliError(format!("key '{key}' does not exist in pool '{pool_name}' (--update-only was given)"))
+        }
+        Some(ErrorCode::PoolFull) => {
+            CliError(format!("pool '{pool_name}' has no room for {} more bytes ({error})", key.len() + value.len()))
+        }
+        _ => error.into(),
+    })?;
+    pool.close()?;
+    Ok(Report::text(
+        format!("stored {} under '{key}' in pool '{pool_name}'", format_bytes(value.len() as u64)),
+        json!({ "pool": pool_name, "key": key, "stored": true, "length": value.len() }),
+    ))
+}
+
+fn get(session: &blocking::Session, pool_name: &str, key: &str) -> Result<Report> {
+    let pool = open_pool(session, pool_name)?;
+    let value = pool.get(key).map_err(|error| key_error(error, pool_name, key))?;
+    pool.close()?;
+    let (json_value, encoding) = bytes_json(&value);
+    let json = json!({
+        "pool": pool_name,
+        "key": key,
+        "length": value.len(),
+        "encoding": encoding,
+        "value": json_value,
+    });
+    Ok(Report::raw(value, json))
+}
+
+fn erase(session: &blocking::Session, pool_name: &str, key: &str) -> Result<Report> {
+    let pool = open_pool(session, pool_name)?;
+    pool.erase(key).map_err(|error| key_error(error, pool_name, key))?;
+    pool.close()?;
+    Ok(Report::text(
+        format!("erased '{key}' from pool '{pool_name}'"),
+        json!({ "pool": pool_name, "key": key, "erased": true }),
+    ))
+}
+
+fn count(session: &blocking::Session, pool_name: &str) -> Result<Report> {
+    let pool = open_pool(session, pool_name)?;
+    let count = pool.count()?;
+    pool.close()?;
+    Ok(Report::text(count.to_string(), json!({ "pool": pool_name, "count": count })))
+}
+
+fn value_attributes(session: &blocking::Session, pool_name: &str, key: &str) -> Result<Report> {
+    let pool = open_pool(session, pool_name)?;
+    let attributes = pool.value_attributes(key).map_err(|error| key_error(error, pool_name, key))?;
+    pool.close()?;
+    let text = fields(&[
+        ("pool", pool_name.to_owned()),
+        ("key", key.to_owned()),
+        ("length", bytes_with_exact(attributes.length)),
+        ("crc32", format!("{:#010x}", attributes.crc32)),
+        ("write_time", format_timestamp_ns(attributes.write_time_ns)),
+    ]);
+    Ok(Report::text(
+        text,
+        json!({
+            "pool": pool_name,
+            "key": key,
+            "length": attributes.length,
+            "crc32": attributes.crc32,
+            "write_time_ns": attributes.write_time_ns,
+            "write_time": format_timestamp_ns(attributes.write_time_ns),
+        }),
+    ))
+}
+
+fn pool_attributes(session: &blocking::Session, pool_name: &str) -> Result<Report> {
+    let pool = open_pool(session, pool_name)?;
+    let attributes = pool.pool_attributes()?;
+    pool.close()?;
+    let text = fields(&[
+        ("pool", pool_name.to_owned()),
+        ("objects", attributes.objects.to_string()),
+        ("size", bytes_with_exact(attributes.size_bytes)),
+        ("used", bytes_with_exact(attributes.used_bytes)),
+    ]);
+    Ok(Report::text(
+        text,
+        json!({
+            "pool": pool_name,
+            "objects": attributes.objects,
+            "size_bytes": attributes.size_bytes,
+            "used_bytes": attributes.used_bytes,
+        }),
+    ))
+}
+
+fn statistics(session: &blocking::Session) -> Result<Report> {
+    let shards = session.statistics()?;
+    Ok(Report::text(statistics_table(&shards), statistics_json(&shards)))
+}
+
+/// One row per counter, one column per shard: counters are many and shards few, so this shape
+/// stays narrow. Counters appear in the order the server sent them; a counter one shard lacks
+/// shows as `-`.
+fn statistics_table(shards: &[ferrite_client::ShardStatistics]) -> String {
+    let mut names: Vec<&str> = Vec::new();
+    for shard in shards {
+        for (name, _) in &shard.counters {
+            if !names.contains(&name.as_str()) {
+                names.push(name);
+            }
+        }
+    }
+    let headers: Vec<String> = shards.iter().map(|shard| format!("SHARD {}", shard.shard)).collect();
+    let mut columns = vec![("COUNTER", false)];
+    columns.extend(headers.iter().map(|header| (header.as_str(), true)));
+    let mut table = Table::new(&columns);
+    for name in names {
+        let mut row = vec![name.to_owned()];
+        row.extend(shards.iter().map(|shard| shard.get(name).map_or_else(|| "-".to_owned(), |v| v.to_string())));
+        table.row(row);
+    }
+    table.render()
+}
+
+fn statistics_json(shards: &[ferrite_client::ShardStatistics]) -> serde_json::Value {
+    let shards: Vec<_> = shards
+        .iter()
+        .map(|shard| {
+            let counters: serde_json::Map<String, serde_json::Value> =
+                shard.counters.iter().map(|(name, value)| (name.clone(), json!(value))).collect();
+            json!({ "shard": shard.shard, "counters": counters })
+        })
+        .collect();
+    json!({ "shards": shards })
+}
+
+/// Opens a pool for a one-shot command, turning "no such pool" into the command that fixes it.
+fn open_pool(session: &blocking::Session, name: &str) -> Result<blocking::Pool> {
+    session.open_pool(name).map_err(|error| {
+        if error.is_pool_not_found() {
+            CliError(format!(
+                "pool '{name}' does not exist; create it with `ferrite pool create {}`",
+                shell_quote(name)
+            ))
+        } else {
+            error.into()
+        }
+    })
+}
+
+fn key_error(error: Error, pool_name: &str, key: &str) -> CliError {
+    if error.is_key_not_found() {
+        CliError(format!("key '{key}' not found in pool '{pool_name}'"))
+    } else {
+        error.into()
+    }
+}
+
+fn bytes_with_exact(bytes: u64) -> String {
+    if bytes < 1024 {
+        format_bytes(bytes)
+    } else {
+        format!("{} ({bytes} bytes)", format_bytes(bytes))
+    }
+}
+
+/// Quotes `text` for a POSIX shell when it holds anything but safe characters, so a suggested
+/// command can be pasted as is.
+fn shell_quote(text: &str) -> String {
+    let safe = !text.is_empty()
+        && text.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '/' | ':' | '@' | '+'));
+    if safe {
+        text.to_owned()
+    } else {
+        format!("'{}'", text.replace('\'', r"'\''"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ferrite_client::ShardStatistics;
+
+    fn shard(index: u16, counters: &[(&str, u64)]) -> ShardStatistics {
+        ShardStatistics {
+            shard: index,
+            counters: counters.iter().map(|(name, value)| ((*name).to_owned(), *value)).collect(),
+        }
+    }
+
+    #[test]
+    fn statistics_table_has_a_column_per_shard() {
+        let shards = [
+            shard(0, &[("requests", 12), ("puts", 3)]),
+            shard(1, &[("requests", 1500), ("puts", 0), ("new_counter", 9)]),
+        ];
+        assert_eq!(
+            statistics_table(&shards),
+            "COUNTER      SHARD 0  SHARD 1\n\
+             requests          12     1500\n\
+             puts               3        0\n\
+             new_counter        -        9\n"
+        );
+    }
+
+    #[test]
+    fn statistics_json_is_one_object_per_shard() {
+        let json = statistics_json(&[shard(0, &[("puts", 3)])]);
+        assert_eq!(json, json!({ "shards": [{ "shard": 0, "counters": { "puts": 3 } }] }));
+    }
+
+    #[test]
+    fn suggested_commands_quote_unusual_names() {
+        assert_eq!(shell_quote("demo-1"), "demo-1");
+        assert_eq!(shell_quote("my pool"), "'my pool'");
+        assert_eq!(shell_quote("it's"), r"'it'\''s'");
+    }
+
+    #[test]
+    fn sizes_show_exact_bytes_beyond_a_kibibyte() {
+        assert_eq!(bytes_with_exact(100), "100 B");
+        assert_eq!(bytes_with_exact(64 << 20), "64 MiB (67108864 bytes)");
+    }
+}

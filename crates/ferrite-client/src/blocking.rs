@@ -1,0 +1,200 @@
+//! The blocking API, for programs that do not use async Rust.
+//!
+//! It reads like MCAS's C++ client:
+//!
+//! ```no_run
+//! use ferrite_client::blocking;
+//! use ferrite_client::PoolOptions;
+//!
+//! # fn main() -> ferrite_client::Result<()> {
+//! let session = blocking::Session::connect("127.0.0.1:11911")?;
+//! let pool = session.create_pool("demo", PoolOptions::default())?;
+//! pool.put(b"k", b"v")?;
+//! assert_eq!(pool.get(b"k")?, b"v");
+//! pool.close()?;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! Every call runs the async client on a private Tokio runtime, so there is exactly one protocol
+//! implementation. The runtime is a current-thread one: the calling thread drives the socket
+//! itself, so a request costs no hand-off to a background thread. Sessions and pools are
+//! `Send + Sync`; calls from several threads at once share the connections and are pipelined.
+//!
+//! Do not call this API from inside an async runtime (it would block that runtime's thread, and
+//! Tokio refuses to nest runtimes); use the async [`crate::Session`] there.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use ferrite_proto::{Attribute, Limits, PoolHandle, PutFlags};
+
+use crate::error::{Error, Result};
+use crate::pool::{PoolAttributes, ValueAttributes};
+use crate::session::{ClientOptions, PoolInfo, PoolOptions, ShardStatistics};
+
+/// The private runtime, shared by a session and every pool opened through it.
+#[derive(Debug)]
+struct Runtime(Option<tokio::runtime::Runtime>);
+
+impl Runtime {
+    fn new() -> Result<Runtime> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|error| Error::io("starting the client's runtime", error))?;
+        Ok(Runtime(Some(runtime)))
+    }
+
+    fn block_on<F: Future>(&self, future: F) -> F::Output {
+        self.0.as_ref().expect("the runtime is only taken out in Drop").block_on(future)
+    }
+}
+
+impl Drop for Runtime {
+    fn drop(&mut self) {
+        // A plain drop blocks until tasks finish and panics inside an async context;
+        // `shutdown_background` does neither, so dropping a session is always safe.
+        if let Some(runtime) = self.0.take() {
+            runtime.shutdown_background();
+        }
+    }
+}
+
+/// A blocking session with a Ferrite server. See [`crate::Session`] for the semantics of each
+/// method.
+#[derive(Debug, Clone)]
+pub struct Session {
+    // Declared before `runtime` so the connections close while the runtime still runs.
+    inner: crate::Session,
+    runtime: Arc<Runtime>,
+}
+
+impl Session {
+    /// Connects to the shard at `address` (`host:port`) with default options.
+    pub fn connect(address: &str) -> Result<Session> {
+        Session::connect_with(address, ClientOptions::default())
+    }
+
+    /// Connects with the given options.
+    pub fn connect_with(address: &str, options: ClientOptions) -> Result<Session> {
+        let runtime = Arc::new(Runtime::new()?);
+        let inner = runtime.block_on(crate::Session::connect_with(address, options))?;
+        Ok(Session { inner, runtime })
+    }
+
+    pub fn shard_count(&self) -> u16 {
+        self.inner.shard_count()
+    }
+
+    pub fn shard_addresses(&self) -> &[String] {
+        self.inner.shard_addresses()
+    }
+
+    pub fn limits(&self) -> Limits {
+        self.inner.limits()
+    }
+
+    pub fn shard_for_pool(&self, name: &str) -> u16 {
+        self.inner.shard_for_pool(name)
+    }
+
+    pub fn create_pool(&self, name: &str, options: PoolOptions) -> Result<Pool> {
+        let pool = self.runtime.block_on(self.inner.create_pool(name, options))?;
+        Ok(self.wrap(pool))
+    }
+
+    pub fn open_pool(&self, name: &str) -> Result<Pool> {
+        let pool = self.runtime.block_on(self.inner.open_pool(name))?;
+        Ok(self.wrap(pool))
+    }
+
+    pub fn delete_pool(&self, name: &str) -> Result<()> {
+        self.runtime.block_on(self.inner.delete_pool(name))
+    }
+
+    pub fn list_pools(&self) -> Result<Vec<PoolInfo>> {
+        self.runtime.block_on(self.inner.list_pools())
+    }
+
+    pub fn statistics(&self) -> Result<Vec<ShardStatistics>> {
+        self.runtime.block_on(self.inner.statistics())
+    }
+
+    /// The async session underneath, for code that mixes both styles.
+    pub fn as_async(&self) -> &crate::Session {
+        &self.inner
+    }
+
+    fn wrap(&self, pool: crate::Pool) -> Pool {
+        Pool { inner: pool, runtime: Arc::clone(&self.runtime) }
+    }
+}
+
+/// A blocking handle to an open pool. See [`crate::Pool`]; like it, the pool is closed on the
+/// server by [`Pool::close`] or when the last clone is dropped.
+#[derive(Debug, Clone)]
+pub struct Pool {
+    inner: crate::Pool,
+    runtime: Arc<Runtime>,
+}
+
+impl Pool {
+    pub fn name(&self) -> &str {
+        self.inner.name()
+    }
+
+    pub fn shard(&self) -> u16 {
+        self.inner.shard()
+    }
+
+    pub fn handle(&self) -> PoolHandle {
+        self.inner.handle()
+    }
+
+    pub fn created(&self) -> bool {
+        self.inner.created()
+    }
+
+    pub fn put(&self, key: impl AsRef<[u8]>, value: impl AsRef<[u8]>) -> Result<()> {
+        self.runtime.block_on(self.inner.put(key, value))
+    }
+
+    pub fn put_with(&self, key: impl AsRef<[u8]>, value: impl AsRef<[u8]>, flags: PutFlags) -> Result<()> {
+        self.runtime.block_on(self.inner.put_with(key, value, flags))
+    }
+
+    pub fn get(&self, key: impl AsRef<[u8]>) -> Result<Vec<u8>> {
+        self.runtime.block_on(self.inner.get(key))
+    }
+
+    pub fn erase(&self, key: impl AsRef<[u8]>) -> Result<()> {
+        self.runtime.block_on(self.inner.erase(key))
+    }
+
+    pub fn count(&self) -> Result<u64> {
+        self.runtime.block_on(self.inner.count())
+    }
+
+    pub fn attribute(&self, attribute: Attribute, key: impl AsRef<[u8]>) -> Result<u64> {
+        self.runtime.block_on(self.inner.attribute(attribute, key))
+    }
+
+    pub fn value_attributes(&self, key: impl AsRef<[u8]>) -> Result<ValueAttributes> {
+        self.runtime.block_on(self.inner.value_attributes(key))
+    }
+
+    pub fn pool_attributes(&self) -> Result<PoolAttributes> {
+        self.runtime.block_on(self.inner.pool_attributes())
+    }
+
+    pub fn close(self) -> Result<()> {
+        let Pool { inner, runtime } = self;
+        runtime.block_on(inner.close())
+    }
+
+    /// The async pool underneath.
+    pub fn as_async(&self) -> &crate::Pool {
+        &self.inner
+    }
+}

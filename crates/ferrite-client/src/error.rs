@@ -1,0 +1,150 @@
+//! The client's one error type.
+
+use ferrite_proto::{ErrorCode, ProtocolError};
+
+/// Shorthand for results of this crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything that can go wrong in a client call.
+///
+/// Failures reported by the server keep their stable wire [`ErrorCode`] so callers can branch on
+/// them ([`Error::code`], [`Error::is_key_not_found`], ...) rather than on message text.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The network failed: connecting, reading or writing. `context` says what we were doing and
+    /// with which address, because a bare "connection refused" does not say to whom.
+    #[error("{context}: {source}")]
+    Io {
+        context: String,
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// The server answered the request with an error frame. The request had no effect.
+    #[error("{}", server_error_text(*code, message))]
+    Server { code: ErrorCode, message: String },
+
+    /// The request breaks a protocol limit (key or value too large for this server, bad pool
+    /// name). Checked before sending, so it fails with the same code the server would give,
+    /// without a round trip and without shipping megabytes the server would discard.
+    #[error("{0}")]
+    Protocol(ProtocolError),
+
+    /// The connection to the shard is gone. Every request outstanding on it, and every later
+    /// request on it, fails this way; the text carries the cause. Pool handles die with their
+    /// connection, so reopen the pool (the session reconnects by itself).
+    #[error("{0}")]
+    ConnectionClosed(String),
+
+    /// The server sent something this client cannot make sense of: a reply of the wrong type, an
+    /// undecodable body, an unknown request id. Points at a bug or a version mismatch.
+    #[error("unexpected response from the server: {0}")]
+    UnexpectedResponse(String),
+
+    /// An argument was rejected before anything was sent (an address that does not parse, a pool
+    /// size of zero, ...).
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+}
+
+fn server_error_text(code: ErrorCode, message: &str) -> String {
+    if message.is_empty() {
+        format!("{code}: {}", code.description())
+    } else {
+        format!("{code}: {message}")
+    }
+}
+
+impl Error {
+    /// The wire error code this error corresponds to, if any. Local limit checks report the code
+    /// the server would have answered with, so callers need not care where the check happened.
+    pub fn code(&self) -> Option<ErrorCode> {
+        match self {
+            Error::Server { code, .. } => Some(*code),
+            Error::Protocol(error) => Some(error.code()),
+            Error::InvalidArgument(_) => Some(ErrorCode::InvalidArgument),
+            Error::Io { .. } | Error::ConnectionClosed(_) | Error::UnexpectedResponse(_) => None,
+        }
+    }
+
+    /// The key does not exist (or an update-only put found it absent).
+    pub fn is_key_not_found(&self) -> bool {
+        self.code() == Some(ErrorCode::KeyNotFound)
+    }
+
+    /// No pool of that name exists.
+    pub fn is_pool_not_found(&self) -> bool {
+        self.code() == Some(ErrorCode::PoolNotFound)
+    }
+
+    /// Either a key or a pool was not found.
+    pub fn is_not_found(&self) -> bool {
+        self.is_key_not_found() || self.is_pool_not_found()
+    }
+
+    /// A create-only put found the key present.
+    pub fn is_key_exists(&self) -> bool {
+        self.code() == Some(ErrorCode::KeyExists)
+    }
+
+    /// A create-only `create_pool` found the pool present.
+    pub fn is_pool_exists(&self) -> bool {
+        self.code() == Some(ErrorCode::PoolExists)
+    }
+
+    /// The connection to the shard failed or was closed.
+    pub fn is_connection_closed(&self) -> bool {
+        matches!(self, Error::ConnectionClosed(_))
+    }
+
+    pub(crate) fn io(context: impl Into<String>, source: std::io::Error) -> Error {
+        Error::Io { context: context.into(), source }
+    }
+}
+
+impl From<ProtocolError> for Error {
+    fn from(error: ProtocolError) -> Self {
+        Error::Protocol(error)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn server_errors_show_code_name_and_message() {
+        let error = Error::Server { code: ErrorCode::KeyNotFound, message: "no key 'k'".into() };
+        assert_eq!(error.to_string(), "key_not_found: no key 'k'");
+        assert!(error.is_key_not_found());
+        assert!(error.is_not_found());
+        assert!(!error.is_pool_not_found());
+    }
+
+    #[test]
+    fn empty_server_message_falls_back_to_the_code_description() {
+        let error = Error::Server { code: ErrorCode::PoolInUse, message: String::new() };
+        assert_eq!(error.to_string(), "pool_in_use: the pool is open by a session");
+    }
+
+    #[test]
+    fn local_limit_checks_carry_the_code_the_server_would_send() {
+        let error = Error::from(ProtocolError::KeyTooLarge { len: 10, max: 4 });
+        assert_eq!(error.code(), Some(ErrorCode::KeyTooLarge));
+        assert_eq!(error.to_string(), "key of 10 bytes exceeds the limit of 4");
+
+        let error = Error::from(ProtocolError::EmptyPoolName);
+        assert_eq!(error.code(), Some(ErrorCode::InvalidArgument));
+    }
+
+    #[test]
+    fn transport_errors_have_no_code() {
+        let error = Error::ConnectionClosed("connection to 127.0.0.1:1 closed: reset".into());
+        assert_eq!(error.code(), None);
+        assert!(error.is_connection_closed());
+        let io = Error::io("connecting to 127.0.0.1:1", std::io::ErrorKind::ConnectionRefused.into());
+        assert_eq!(io.code(), None);
+        assert!(io.to_string().starts_with("connecting to 127.0.0.1:1: "));
+    }
+}

@@ -1,0 +1,285 @@
+//! A scriptable stand-in for a shard, for tests that must not depend on the real server.
+//!
+//! Each test drives the server side by hand (read this request, answer that, drop the socket),
+//! which is what lets it prove things a well-behaved server never does on cue: answering out of
+//! order, vanishing mid-request, refusing a connection with an error frame.
+
+use bytes::{Bytes, BytesMut};
+use ferrite_proto::{Header, HelloReply, Limits, Request, Response, PROTOCOL_VERSION};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+use crate::frame_reader::FrameReader;
+
+/// A listening fake shard on an ephemeral loopback port.
+#[derive(Debug)]
+pub(crate) struct FakeShard {
+    listener: TcpListener,
+}
+
+impl FakeShard {
+    pub(crate) async fn bind() -> FakeShard {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind an ephemeral loopback port");
+        FakeShard { listener }
+    }
+
+    pub(crate) fn port(&self) -> u16 {
+        self.listener.local_addr().expect("a bound listener has an address").port()
+    }
+
+    pub(crate) fn address(&self) -> String {
+        format!("127.0.0.1:{}", self.port())
+    }
+
+    pub(crate) async fn accept(&self) -> FakePeer {
+        let (stream, _) = self.listener.accept().await.expect("accept the client");
+        FakePeer { stream, frames: FrameReader::new() }
+    }
+}
+
+/// One frame received from the client.
+#[derive(Debug)]
+pub(crate) struct Frame {
+    pub(crate) header: Header,
+    pub(crate) body: Bytes,
+}
+
+impl Frame {
+    pub(crate) fn request(&self) -> Request<'_> {
+        Request::decode(&self.header, &self.body).expect("the client sends well-formed requests")
+    }
+
+    pub(crate) fn id(&self) -> u64 {
+        self.header.request_id
+    }
+}
+
+/// The server side of one client connection.
+#[derive(Debug)]
+pub(crate) struct FakePeer {
+    stream: TcpStream,
+    frames: FrameReader,
+}
+
+impl FakePeer {
+    /// The next frame, or `None` once the client has closed the connection.
+    pub(crate) async fn next_frame(&mut self) -> Option<Frame> {
+        loop {
+            if let Some((header, body)) = self.frames.next_frame().expect("client frames are within limits") {
+                return Some(Frame { header, body });
+            }
+            let read = self.stream.read_buf(self.frames.read_buffer()).await.expect("read from the client");
+            if read == 0 {
+                return None;
+            }
+        }
+    }
+
+    pub(crate) async fn expect_frame(&mut self) -> Frame {
+        self.next_frame().await.expect("the client sent another frame")
+    }
+
+    pub(crate) async fn reply(&mut self, request_id: u64, response: &Response<'_>) {
+        let mut out = BytesMut::new();
+        response.encode(request_id, &mut out);
+        self.send_raw(&out).await;
+    }
+
+    pub(crate) async fn send_raw(&mut self, bytes: &[u8]) {
+        self.stream.write_all(bytes).await.expect("write to the client");
+    }
+
+    /// Answers the client's hello as shard `shard_index` of a server with these shards.
+    pub(crate) async fn handshake(&mut self, shard_index: u16, shard_addresses: &[String], limits: Limits) {
+        let frame = self.expect_frame().await;
+        assert!(matches!(frame.request(), Request::Hello { version: PROTOCOL_VERSION, .. }), "first frame is hello");
+        let reply = HelloReply {
+            version: PROTOCOL_VERSION,
+            shard_index,
+            limits,
+            shard_addresses: shard_addresses.iter().map(String::as_str).collect(),
+        };
+        self.reply(frame.id(), &Response::Hello(reply)).await;
+    }
+}
+
+/// A fake shard that really stores pairs in memory and answers every request the way the
+/// protocol says, for tests of whole workflows. Serves one connection until the client closes
+/// it, then returns a log of the requests it saw (`"create_pool demo"`, `"close_pool 1"`, ...).
+pub(crate) async fn serve_memory_shard(peer: FakePeer, shard_index: u16, shard_addresses: &[String]) -> Vec<String> {
+    serve_memory_shard_stalling(peer, shard_index, shard_addresses, None).await
+}
+
+/// [`serve_memory_shard`], but after answering `stall.0` requests it stops reading for `stall.1`,
+/// so the client's socket buffers fill up as they would behind a slow network.
+pub(crate) async fn serve_memory_shard_stalling(
+    mut peer: FakePeer,
+    shard_index: u16,
+    shard_addresses: &[String],
+    stall: Option<(usize, std::time::Duration)>,
+) -> Vec<String> {
+    use std::collections::{BTreeMap, HashMap};
+
+    use ferrite_proto::{Attribute, CreatePoolFlags, ErrorCode, PoolHandle, PoolInfo, PutFlags, Statistic};
+
+    struct StoredPool {
+        size_bytes: u64,
+        pairs: BTreeMap<Vec<u8>, Vec<u8>>,
+    }
+
+    peer.handshake(shard_index, shard_addresses, Limits::MAX).await;
+    let mut pools: BTreeMap<String, StoredPool> = BTreeMap::new();
+    let mut opens: HashMap<u64, String> = HashMap::new();
+    let mut next_handle = 1u64;
+    let mut log = Vec::new();
+
+    fn error(code: ErrorCode, message: &str) -> Response<'_> {
+        Response::Error { code, message }
+    }
+
+    let mut answered = 0;
+    while let Some(frame) = peer.next_frame().await {
+        if let Some((after, pause)) = stall {
+            if answered == after {
+                tokio::time::sleep(pause).await;
+            }
+        }
+        answered += 1;
+        let request = frame.request();
+        let mut out = BytesMut::new();
+        let mut owned_value = Vec::new();
+        let response = match request {
+            Request::CreatePool { name, size_bytes, flags, .. } => {
+                log.push(format!("create_pool {name}"));
+                let exists = pools.contains_key(name);
+                if exists && flags.contains(CreatePoolFlags::CREATE_ONLY) {
+                    error(ErrorCode::PoolExists, "pool exists")
+                } else {
+                    pools.entry(name.to_owned()).or_insert(StoredPool { size_bytes, pairs: BTreeMap::new() });
+                    let handle = next_handle;
+                    next_handle += 1;
+                    opens.insert(handle, name.to_owned());
+                    Response::PoolCreated { pool: PoolHandle(handle), created: !exists }
+                }
+            }
+            Request::OpenPool { name } => {
+                log.push(format!("open_pool {name}"));
+                if pools.contains_key(name) {
+                    let handle = next_handle;
+                    next_handle += 1;
+                    opens.insert(handle, name.to_owned());
+                    Response::PoolOpened { pool: PoolHandle(handle) }
+                } else {
+                    error(ErrorCode::PoolNotFound, "no such pool")
+                }
+            }
+            Request::ClosePool { pool } => {
+                log.push(format!("close_pool {}", pool.0));
+                match opens.remove(&pool.0) {
+                    Some(_) => Response::PoolClosed,
+                    None => error(ErrorCode::PoolNotOpen, "not open"),
+                }
+            }
+            Request::DeletePool { name } => {
+                log.push(format!("delete_pool {name}"));
+                if opens.values().any(|open| open == name) {
+                    error(ErrorCode::PoolInUse, "pool is open")
+                } else if pools.remove(name).is_some() {
+                    Response::PoolDeleted
+                } else {
+                    error(ErrorCode::PoolNotFound, "no such pool")
+                }
+            }
+            Request::ListPools => {
+                log.push("list_pools".to_owned());
+                let rows = pools
+                    .iter()
+                    .map(|(name, pool)| PoolInfo {
+                        name,
+                        objects: pool.pairs.len() as u64,
+                        size_bytes: pool.size_bytes,
+                        used_bytes: pool.pairs.iter().map(|(k, v)| (k.len() + v.len() + 64) as u64).sum(),
+                        open_count: opens.values().filter(|open| *open == name).count() as u32,
+                    })
+                    .collect();
+                Response::Pools(rows)
+            }
+            Request::GetStatistics => {
+                log.push("get_statistics".to_owned());
+                Response::Statistics(vec![
+                    Statistic { name: "shard", value: u64::from(shard_index) },
+                    Statistic { name: "pools", value: pools.len() as u64 },
+                ])
+            }
+            Request::Hello { .. } => error(ErrorCode::MalformedFrame, "second hello"),
+            Request::Put { pool, .. }
+            | Request::Get { pool, .. }
+            | Request::Erase { pool, .. }
+            | Request::Count { pool }
+            | Request::GetAttribute { pool, .. } => {
+                let Some(stored) = opens.get(&pool.0).and_then(|name| pools.get_mut(name)) else {
+                    let mut out = BytesMut::new();
+                    error(ErrorCode::PoolNotOpen, "not open").encode(frame.id(), &mut out);
+                    peer.send_raw(&out).await;
+                    continue;
+                };
+                match request {
+                    Request::Put { flags, key, value, .. } => {
+                        let present = stored.pairs.contains_key(key);
+                        if present && flags.contains(PutFlags::CREATE_ONLY) {
+                            error(ErrorCode::KeyExists, "key exists")
+                        } else if !present && flags.contains(PutFlags::UPDATE_ONLY) {
+                            error(ErrorCode::KeyNotFound, "no such key")
+                        } else {
+                            stored.pairs.insert(key.to_vec(), value.to_vec());
+                            Response::Stored
+                        }
+                    }
+                    Request::Get { key, .. } => match stored.pairs.get(key) {
+                        Some(value) => {
+                            owned_value.clone_from(value);
+                            Response::Value(&owned_value)
+                        }
+                        None => error(ErrorCode::KeyNotFound, "no such key"),
+                    },
+                    Request::Erase { key, .. } => match stored.pairs.remove(key) {
+                        Some(_) => Response::Erased,
+                        None => error(ErrorCode::KeyNotFound, "no such key"),
+                    },
+                    Request::Count { .. } => Response::Count(stored.pairs.len() as u64),
+                    Request::GetAttribute { attribute, key, .. } => {
+                        let value = stored.pairs.get(key);
+                        match (attribute, value) {
+                            (Attribute::ObjectCount, _) => Response::Attribute(stored.pairs.len() as u64),
+                            (Attribute::PoolSize, _) => Response::Attribute(stored.size_bytes),
+                            (Attribute::PoolUsed, _) => Response::Attribute(7),
+                            (_, None) => error(ErrorCode::KeyNotFound, "no such key"),
+                            (Attribute::ValueLength, Some(value)) => Response::Attribute(value.len() as u64),
+                            (Attribute::Crc32, Some(value)) => Response::Attribute(u64::from(crc32(value))),
+                            (Attribute::WriteTime, Some(_)) => Response::Attribute(FAKE_WRITE_TIME_NS),
+                        }
+                    }
+                    _ => unreachable!("matched above"),
+                }
+            }
+        };
+        response.encode(frame.id(), &mut out);
+        peer.send_raw(&out).await;
+    }
+    log
+}
+
+/// The write time the memory shard reports for every value.
+pub(crate) const FAKE_WRITE_TIME_NS: u64 = 1_700_000_000_123_456_789;
+
+/// Bitwise CRC-32 (IEEE 802.3), slow and obviously right; the real server uses a table.
+pub(crate) fn crc32(bytes: &[u8]) -> u32 {
+    let mut crc = u32::MAX;
+    for byte in bytes {
+        crc ^= u32::from(*byte);
+        for _ in 0..8 {
+            crc = if crc & 1 == 1 { (crc >> 1) ^ 0xEDB8_8320 } else { crc >> 1 };
+        }
+    }
+    !crc
+}

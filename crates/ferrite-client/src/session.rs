@@ -1,0 +1,333 @@
+//! A session with one Ferrite server: every shard, reached through one connection each.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use ferrite_proto::{shard_for_pool, CreatePoolFlags, Limits, Request};
+use tokio::sync::Mutex;
+
+use crate::address::resolve_shard_address;
+use crate::connection::Connection;
+use crate::error::{Error, Result};
+use crate::pool::Pool;
+use crate::reply::{Hello, Reply};
+
+/// How to connect.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientOptions {
+    /// Sent in the handshake and shown in the server's logs; name your program here.
+    pub client_name: String,
+    /// Limit on connecting plus the handshake, per shard connection. A server that accepts but
+    /// never answers would otherwise hang `connect` forever.
+    pub connect_timeout: Duration,
+}
+
+impl Default for ClientOptions {
+    fn default() -> Self {
+        ClientOptions {
+            client_name: concat!("ferrite-client/", env!("CARGO_PKG_VERSION")).to_owned(),
+            connect_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// How to create a pool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PoolOptions {
+    /// Capacity: key bytes + value bytes + 64 bytes per pair. Fixed at creation; opening an
+    /// existing pool keeps its original size.
+    pub size_bytes: u64,
+    /// Sizing hint for the pool's index, so it need not grow while the pool fills.
+    pub expected_objects: u64,
+    /// Fail with `pool_exists` instead of opening a pool that already exists.
+    pub create_only: bool,
+}
+
+impl PoolOptions {
+    pub const DEFAULT_SIZE_BYTES: u64 = 64 * 1024 * 1024;
+    pub const DEFAULT_EXPECTED_OBJECTS: u64 = 1024;
+}
+
+impl Default for PoolOptions {
+    fn default() -> Self {
+        PoolOptions {
+            size_bytes: PoolOptions::DEFAULT_SIZE_BYTES,
+            expected_objects: PoolOptions::DEFAULT_EXPECTED_OBJECTS,
+            create_only: false,
+        }
+    }
+}
+
+/// One pool as listed by [`Session::list_pools`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PoolInfo {
+    pub name: String,
+    /// The shard that holds the pool.
+    pub shard: u16,
+    /// Key-value pairs in the pool.
+    pub objects: u64,
+    pub size_bytes: u64,
+    pub used_bytes: u64,
+    /// Opens held on the pool across all sessions; a pool with opens cannot be deleted.
+    pub open_count: u32,
+}
+
+/// The counters of one shard, as named pairs so a newer server can add counters without
+/// breaking this client.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShardStatistics {
+    pub shard: u16,
+    pub counters: Vec<(String, u64)>,
+}
+
+impl ShardStatistics {
+    /// The counter called `name` (`"puts"`, `"clients"`, ...; see docs/protocol.md), if the
+    /// server reports it.
+    pub fn get(&self, name: &str) -> Option<u64> {
+        self.counters.iter().find(|(n, _)| n == name).map(|(_, value)| *value)
+    }
+}
+
+/// A session with a Ferrite server.
+///
+/// Knows every shard's address from the handshake, opens one connection per shard on first use
+/// and routes each pool to the shard that owns its name (the MCAS model: clients choose the
+/// shard, so the server needs no proxy). Cheap to clone; clones share the connections.
+///
+/// If a shard connection dies, the next session-level call on that shard reconnects. Pools
+/// opened on the dead connection do not come back: their handles lived in the server-side
+/// session that ended with it, so they fail with [`Error::ConnectionClosed`] and must be
+/// reopened.
+#[derive(Debug, Clone)]
+pub struct Session {
+    inner: Arc<SessionInner>,
+}
+
+#[derive(Debug)]
+struct SessionInner {
+    options: ClientOptions,
+    /// Dialable addresses of every shard, by index (unspecified hosts already resolved).
+    shard_addresses: Vec<String>,
+    /// The limits announced by the shard we first reached.
+    limits: Limits,
+    /// Lazily opened connections. A Tokio mutex because it is held across the connect, so that
+    /// concurrent first uses of a shard share one connection rather than racing to open several.
+    shards: Vec<Mutex<Option<Connection>>>,
+}
+
+impl Session {
+    /// Connects to the shard at `address` (`host:port`) with default options.
+    pub async fn connect(address: &str) -> Result<Session> {
+        Session::connect_with(address, ClientOptions::default()).await
+    }
+
+    /// Connects to the shard at `address` and learns the server's shards and limits from the
+    /// handshake. Any shard's address will do; the connection is kept for that shard.
+    pub async fn connect_with(address: &str, options: ClientOptions) -> Result<Session> {
+        let (connection, hello) = open_with_timeout(address, &options).await?;
+        let shard_count = hello.shard_addresses.len();
+        if usize::from(hello.shard_index) >= shard_count {
+            return Err(Error::UnexpectedResponse(format!(
+                "{address} says it is shard {} of a server with {shard_count} shards",
+                hello.shard_index
+            )));
+        }
+        let shard_addresses = hello
+            .shard_addresses
+            .iter()
+            .map(|announced| resolve_shard_address(announced, connection.peer_ip()))
+            .collect::<Result<Vec<_>>>()?;
+        let limits = connection.limits();
+        let mut first = Some(connection);
+        let shards = (0..shard_count)
+            .map(|index| Mutex::new(if index == usize::from(hello.shard_index) { first.take() } else { None }))
+            .collect();
+        Ok(Session { inner: Arc::new(SessionInner { options, shard_addresses, limits, shards }) })
+    }
+
+    /// Number of shards on the server.
+    pub fn shard_count(&self) -> u16 {
+        u16::try_from(self.inner.shards.len()).expect("the hello reply carries the shard count as a u16")
+    }
+
+    /// The address of every shard, by index, as this client dials them.
+    pub fn shard_addresses(&self) -> &[String] {
+        &self.inner.shard_addresses
+    }
+
+    /// The key and value limits the server announced. Requests beyond them fail locally.
+    pub fn limits(&self) -> Limits {
+        self.inner.limits
+    }
+
+    /// The shard that owns the pool `name`.
+    pub fn shard_for_pool(&self, name: &str) -> u16 {
+        shard_for_pool(name, self.shard_count())
+    }
+
+    /// Creates the pool `name`, or opens it if it exists and `options.create_only` is not set.
+    /// [`Pool::created`] tells which happened.
+    pub async fn create_pool(&self, name: &str, options: PoolOptions) -> Result<Pool> {
+        if options.size_bytes == 0 {
+            return Err(Error::InvalidArgument(format!("pool {name:?}: size must be greater than zero")));
+        }
+        let shard = self.shard_for_pool(name);
+        let connection = self.connection(shard).await?;
+        let flags = if options.create_only { CreatePoolFlags::CREATE_ONLY } else { CreatePoolFlags::NONE };
+        let request = Request::CreatePool {
+            name,
+            size_bytes: options.size_bytes,
+            expected_objects: options.expected_objects,
+            flags,
+        };
+        match connection.call(&request).await? {
+            Reply::PoolCreated { pool, created } => Ok(Pool::new(connection, pool, name, shard, created)),
+            other => Err(other.unexpected("pool_created")),
+        }
+    }
+
+    /// Opens an existing pool. Fails with `pool_not_found` ([`Error::is_pool_not_found`]).
+    pub async fn open_pool(&self, name: &str) -> Result<Pool> {
+        let shard = self.shard_for_pool(name);
+        let connection = self.connection(shard).await?;
+        match connection.call(&Request::OpenPool { name }).await? {
+            Reply::PoolOpened { pool } => Ok(Pool::new(connection, pool, name, shard, false)),
+            other => Err(other.unexpected("pool_opened")),
+        }
+    }
+
+    /// Deletes a pool and all its pairs. Refused with `pool_in_use` while any session (this one
+    /// included) has it open, so close or drop every [`Pool`] for it first.
+    pub async fn delete_pool(&self, name: &str) -> Result<()> {
+        let connection = self.connection(self.shard_for_pool(name)).await?;
+        match connection.call(&Request::DeletePool { name }).await? {
+            Reply::PoolDeleted => Ok(()),
+            other => Err(other.unexpected("pool_deleted")),
+        }
+    }
+
+    /// Lists the pools of every shard, shard by shard.
+    pub async fn list_pools(&self) -> Result<Vec<PoolInfo>> {
+        let mut pools = Vec::new();
+        for (shard, reply) in self.ask_every_shard(&Request::ListPools).await? {
+            match reply {
+                Reply::Pools(rows) => pools.extend(rows.into_iter().map(|row| PoolInfo {
+                    name: row.name,
+                    shard,
+                    objects: row.objects,
+                    size_bytes: row.size_bytes,
+                    used_bytes: row.used_bytes,
+                    open_count: row.open_count,
+                })),
+                other => return Err(other.unexpected("pools")),
+            }
+        }
+        Ok(pools)
+    }
+
+    /// The counters of every shard, by shard index.
+    pub async fn statistics(&self) -> Result<Vec<ShardStatistics>> {
+        self.ask_every_shard(&Request::GetStatistics)
+            .await?
+            .into_iter()
+            .map(|(shard, reply)| match reply {
+                Reply::Statistics(counters) => Ok(ShardStatistics { shard, counters }),
+                other => Err(other.unexpected("statistics")),
+            })
+            .collect()
+    }
+
+    /// Sends `request` to every shard before waiting for any reply, so the slowest shard, not
+    /// the sum of all, sets the latency.
+    async fn ask_every_shard(&self, request: &Request<'_>) -> Result<Vec<(u16, Reply)>> {
+        let mut pending = Vec::with_capacity(self.inner.shards.len());
+        for shard in 0..self.shard_count() {
+            pending.push((shard, self.connection(shard).await?.send(request).await?));
+        }
+        let mut replies = Vec::with_capacity(pending.len());
+        for (shard, reply) in pending {
+            replies.push((shard, reply.wait().await?));
+        }
+        Ok(replies)
+    }
+
+    /// The connection to `shard`, opened (or reopened, if it died) on demand.
+    async fn connection(&self, shard: u16) -> Result<Connection> {
+        let slot = self
+            .inner
+            .shards
+            .get(usize::from(shard))
+            .expect("shard indexes come from shard_for_pool or 0..shard_count");
+        let mut slot = slot.lock().await;
+        if let Some(connection) = slot.as_ref().filter(|c| !c.is_closed()) {
+            return Ok(connection.clone());
+        }
+        let address = &self.inner.shard_addresses[usize::from(shard)];
+        let (connection, hello) = open_with_timeout(address, &self.inner.options).await?;
+        // A shard that disagrees about who it is would make us route pools to the wrong place.
+        if hello.shard_index != shard || hello.shard_addresses.len() != self.inner.shards.len() {
+            return Err(Error::UnexpectedResponse(format!(
+                "{address} says it is shard {} of {}, but the session expected shard {shard} of {}",
+                hello.shard_index,
+                hello.shard_addresses.len(),
+                self.inner.shards.len()
+            )));
+        }
+        *slot = Some(connection.clone());
+        Ok(connection)
+    }
+}
+
+async fn open_with_timeout(address: &str, options: &ClientOptions) -> Result<(Connection, Hello)> {
+    match tokio::time::timeout(options.connect_timeout, Connection::open(address, &options.client_name)).await {
+        Ok(result) => result,
+        Err(_) => Err(Error::io(
+            format!("connecting to {address}"),
+            std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("no handshake within {:?}", options.connect_timeout),
+            ),
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pool_options_default_to_the_documented_sizes() {
+        let options = PoolOptions::default();
+        assert_eq!(options.size_bytes, 64 * 1024 * 1024);
+        assert_eq!(options.expected_objects, 1024);
+        assert!(!options.create_only);
+    }
+
+    #[test]
+    fn statistics_lookup_by_name() {
+        let stats = ShardStatistics { shard: 1, counters: vec![("puts".into(), 3), ("gets".into(), 4)] };
+        assert_eq!(stats.get("gets"), Some(4));
+        assert_eq!(stats.get("unknown"), None);
+    }
+
+    #[test]
+    fn session_and_pool_are_send_and_sync() {
+        fn assert_send_sync<T: Send + Sync + Clone>() {}
+        assert_send_sync::<Session>();
+        assert_send_sync::<Pool>();
+    }
+
+    /// The futures must be `Send` too, or callers could not `tokio::spawn` them. Compiling is
+    /// the test; it never runs.
+    #[allow(dead_code)]
+    fn futures_are_send(session: &Session, pool: &Pool) {
+        fn assert_send<T: Send>(_: &T) {}
+        assert_send(&session.create_pool("p", PoolOptions::default()));
+        assert_send(&session.open_pool("p"));
+        assert_send(&session.list_pools());
+        assert_send(&session.statistics());
+        assert_send(&pool.put("k", "v"));
+        assert_send(&pool.value_attributes("k"));
+        assert_send(&pool.clone().close());
+    }
+}

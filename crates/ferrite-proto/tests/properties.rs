@@ -1,0 +1,325 @@
+//! Property tests of the codec.
+//!
+//! Proves that decoding never panics, whatever the header and body (arbitrary bytes, and valid
+//! frames that were truncated or had a byte changed); that every valid request and response
+//! round-trips through `encode` and `decode` unchanged; and that a stream of several encoded
+//! requests, delivered in pieces split at any byte boundary, reassembles into the same requests
+//! when read header first, then `body_len` bytes of body.
+
+use bytes::BytesMut;
+use ferrite_proto::{
+    Attribute, CreatePoolFlags, ErrorCode, Header, HelloReply, Limits, Opcode, PoolHandle, PoolInfo, PutFlags, Request,
+    Response, Statistic, HEADER_BYTES,
+};
+use proptest::collection::vec;
+use proptest::prelude::*;
+use proptest::sample::select;
+
+/// An owned [`Request`], so that proptest can generate and shrink it.
+#[derive(Debug, Clone)]
+enum OwnedRequest {
+    Hello { version: u16, client_name: String, auth: Vec<u8> },
+    CreatePool { name: String, size_bytes: u64, expected_objects: u64, flags: CreatePoolFlags },
+    OpenPool { name: String },
+    ClosePool { pool: u64 },
+    DeletePool { name: String },
+    ListPools,
+    Put { pool: u64, flags: PutFlags, key: Vec<u8>, value: Vec<u8> },
+    Get { pool: u64, key: Vec<u8> },
+    Erase { pool: u64, key: Vec<u8> },
+    Count { pool: u64 },
+    GetAttribute { pool: u64, attribute: Attribute, key: Vec<u8> },
+    GetStatistics,
+}
+
+impl OwnedRequest {
+    fn borrow(&self) -> Request<'_> {
+        match self {
+            OwnedRequest::Hello { version, client_name, auth } => {
+                Request::Hello { version: *version, client_name, auth }
+            }
+            OwnedRequest::CreatePool { name, size_bytes, expected_objects, flags } => Request::CreatePool {
+                name,
+                size_bytes: *size_bytes,
+                expected_objects: *expected_objects,
+                flags: *flags,
+            },
+            OwnedRequest::OpenPool { name } => Request::OpenPool { name },
+            OwnedRequest::ClosePool { pool } => Request::ClosePool { pool: PoolHandle(*pool) },
+            OwnedRequest::DeletePool { name } => Request::DeletePool { name },
+            OwnedRequest::ListPools => Request::ListPools,
+            OwnedRequest::Put { pool, flags, key, value } => {
+                Request::Put { pool: PoolHandle(*pool), flags: *flags, key, value }
+            }
+            OwnedRequest::Get { pool, key } => Request::Get { pool: PoolHandle(*pool), key },
+            OwnedRequest::Erase { pool, key } => Request::Erase { pool: PoolHandle(*pool), key },
+            OwnedRequest::Count { pool } => Request::Count { pool: PoolHandle(*pool) },
+            OwnedRequest::GetAttribute { pool, attribute, key } => {
+                Request::GetAttribute { pool: PoolHandle(*pool), attribute: *attribute, key }
+            }
+            OwnedRequest::GetStatistics => Request::GetStatistics,
+        }
+    }
+}
+
+/// An owned [`Response`], so that proptest can generate and shrink it.
+#[derive(Debug, Clone)]
+enum OwnedResponse {
+    Hello { version: u16, shard_index: u16, limits: Limits, shard_addresses: Vec<String> },
+    PoolCreated { pool: u64, created: bool },
+    PoolOpened { pool: u64 },
+    PoolClosed,
+    PoolDeleted,
+    Pools(Vec<(String, u64, u64, u64, u32)>),
+    Stored,
+    Value(Vec<u8>),
+    Erased,
+    Count(u64),
+    Attribute(u64),
+    Statistics(Vec<(String, u64)>),
+    Error { code: ErrorCode, message: String },
+}
+
+impl OwnedResponse {
+    fn borrow(&self) -> Response<'_> {
+        match self {
+            OwnedResponse::Hello { version, shard_index, limits, shard_addresses } => Response::Hello(HelloReply {
+                version: *version,
+                shard_index: *shard_index,
+                limits: *limits,
+                shard_addresses: shard_addresses.iter().map(String::as_str).collect(),
+            }),
+            OwnedResponse::PoolCreated { pool, created } => {
+                Response::PoolCreated { pool: PoolHandle(*pool), created: *created }
+            }
+            OwnedResponse::PoolOpened { pool } => Response::PoolOpened { pool: PoolHandle(*pool) },
+            OwnedResponse::PoolClosed => Response::PoolClosed,
+            OwnedResponse::PoolDeleted => Response::PoolDeleted,
+            OwnedResponse::Pools(pools) => Response::Pools(
+                pools
+                    .iter()
+                    .map(|(name, objects, size_bytes, used_bytes, open_count)| PoolInfo {
+                        name,
+                        objects: *objects,
+                        size_bytes: *size_bytes,
+                        used_bytes: *used_bytes,
+                        open_count: *open_count,
+                    })
+                    .collect(),
+            ),
+            OwnedResponse::Stored => Response::Stored,
+            OwnedResponse::Value(value) => Response::Value(value),
+            OwnedResponse::Erased => Response::Erased,
+            OwnedResponse::Count(n) => Response::Count(*n),
+            OwnedResponse::Attribute(n) => Response::Attribute(*n),
+            OwnedResponse::Statistics(stats) => {
+                Response::Statistics(stats.iter().map(|(name, value)| Statistic { name, value: *value }).collect())
+            }
+            OwnedResponse::Error { code, message } => Response::Error { code: *code, message },
+        }
+    }
+}
+
+/// A valid pool name: 1 to 255 bytes of UTF-8 (at most 63 characters of at most 4 bytes each, or
+/// up to 255 ASCII characters).
+fn pool_name() -> impl Strategy<Value = String> {
+    prop_oneof!["\\PC{1,63}", "[a-zA-Z0-9_.-]{1,255}"]
+}
+
+fn text() -> impl Strategy<Value = String> {
+    "\\PC{0,40}"
+}
+
+fn byte_string(max_len: usize) -> impl Strategy<Value = Vec<u8>> {
+    vec(any::<u8>(), 0..=max_len)
+}
+
+/// Valid requests whose keys and values hold at most `max_len` bytes.
+fn request(max_len: usize) -> impl Strategy<Value = OwnedRequest> {
+    let create_flags = select(vec![CreatePoolFlags::NONE, CreatePoolFlags::CREATE_ONLY]);
+    let put_flags = select(vec![PutFlags::NONE, PutFlags::CREATE_ONLY, PutFlags::UPDATE_ONLY]);
+    prop_oneof![
+        (any::<u16>(), text(), byte_string(max_len))
+            .prop_map(|(version, client_name, auth)| { OwnedRequest::Hello { version, client_name, auth } }),
+        (pool_name(), any::<u64>(), any::<u64>(), create_flags).prop_map(
+            |(name, size_bytes, expected_objects, flags)| OwnedRequest::CreatePool {
+                name,
+                size_bytes,
+                expected_objects,
+                flags
+            }
+        ),
+        pool_name().prop_map(|name| OwnedRequest::OpenPool { name }),
+        any::<u64>().prop_map(|pool| OwnedRequest::ClosePool { pool }),
+        pool_name().prop_map(|name| OwnedRequest::DeletePool { name }),
+        Just(OwnedRequest::ListPools),
+        (any::<u64>(), put_flags, byte_string(max_len), byte_string(max_len))
+            .prop_map(|(pool, flags, key, value)| OwnedRequest::Put { pool, flags, key, value }),
+        (any::<u64>(), byte_string(max_len)).prop_map(|(pool, key)| OwnedRequest::Get { pool, key }),
+        (any::<u64>(), byte_string(max_len)).prop_map(|(pool, key)| OwnedRequest::Erase { pool, key }),
+        any::<u64>().prop_map(|pool| OwnedRequest::Count { pool }),
+        (any::<u64>(), select(Attribute::ALL.to_vec()), byte_string(max_len))
+            .prop_map(|(pool, attribute, key)| OwnedRequest::GetAttribute { pool, attribute, key }),
+        Just(OwnedRequest::GetStatistics),
+    ]
+}
+
+fn response() -> impl Strategy<Value = OwnedResponse> {
+    let limits = (any::<u32>(), any::<u32>())
+        .prop_map(|(key_bytes_max, value_bytes_max)| Limits { key_bytes_max, value_bytes_max });
+    let pool_info = (text(), any::<u64>(), any::<u64>(), any::<u64>(), any::<u32>());
+    prop_oneof![
+        (any::<u16>(), any::<u16>(), limits, vec(text(), 0..8)).prop_map(
+            |(version, shard_index, limits, shard_addresses)| OwnedResponse::Hello {
+                version,
+                shard_index,
+                limits,
+                shard_addresses
+            }
+        ),
+        (any::<u64>(), any::<bool>()).prop_map(|(pool, created)| OwnedResponse::PoolCreated { pool, created }),
+        any::<u64>().prop_map(|pool| OwnedResponse::PoolOpened { pool }),
+        Just(OwnedResponse::PoolClosed),
+        Just(OwnedResponse::PoolDeleted),
+        vec(pool_info, 0..8).prop_map(OwnedResponse::Pools),
+        Just(OwnedResponse::Stored),
+        byte_string(1024).prop_map(OwnedResponse::Value),
+        Just(OwnedResponse::Erased),
+        any::<u64>().prop_map(OwnedResponse::Count),
+        any::<u64>().prop_map(OwnedResponse::Attribute),
+        vec((text(), any::<u64>()), 0..12).prop_map(OwnedResponse::Statistics),
+        (select(ErrorCode::ALL.to_vec()), text()).prop_map(|(code, message)| OwnedResponse::Error { code, message }),
+    ]
+}
+
+/// Opcodes worth hitting often: every request, its response, and `error`, beside arbitrary ones.
+fn opcode() -> impl Strategy<Value = u16> {
+    const REQUESTS: [Opcode; 12] = [
+        Opcode::Hello,
+        Opcode::CreatePool,
+        Opcode::OpenPool,
+        Opcode::ClosePool,
+        Opcode::DeletePool,
+        Opcode::ListPools,
+        Opcode::Put,
+        Opcode::Get,
+        Opcode::Erase,
+        Opcode::Count,
+        Opcode::GetAttribute,
+        Opcode::GetStatistics,
+    ];
+    let known: Vec<u16> =
+        REQUESTS.iter().flat_map(|op| [*op as u16, op.response_code()]).chain([Opcode::Error as u16]).collect();
+    prop_oneof![select(known), any::<u16>()]
+}
+
+fn header() -> impl Strategy<Value = Header> {
+    (any::<u32>(), opcode(), prop_oneof![Just(0u16), 1..=3u16, any::<u16>()], any::<u64>())
+        .prop_map(|(body_len, opcode, flags, request_id)| Header { body_len, opcode, flags, request_id })
+}
+
+fn encode_request(request: &Request<'_>, request_id: u64) -> BytesMut {
+    let mut out = BytesMut::new();
+    request.encode(request_id, &mut out);
+    out
+}
+
+/// Decodes `frame` both as a request and as a response; only a panic can fail this.
+fn decode_both_ways(frame: &[u8]) {
+    if let Some(header) = Header::parse(frame) {
+        let body = &frame[HEADER_BYTES..];
+        let _ = Request::decode(&header, body);
+        let _ = Response::decode(&header, body);
+    }
+}
+
+/// Feeds `chunks` to a reader that buffers input, parses a header as soon as one has arrived, then
+/// waits for `body_len` bytes of body and decodes the request. Checks that the requests come out
+/// in order, equal to `expected` and with their request ids, and that nothing is left over.
+fn reassemble<'c>(
+    chunks: impl IntoIterator<Item = &'c [u8]>,
+    expected: &[(OwnedRequest, u64)],
+) -> Result<(), TestCaseError> {
+    let mut buffer = Vec::new();
+    let mut decoded = 0;
+    for chunk in chunks {
+        buffer.extend_from_slice(chunk);
+        while let Some(header) = Header::parse(&buffer) {
+            if buffer.len() < header.frame_len() {
+                break;
+            }
+            let (request, request_id) = expected.get(decoded).ok_or_else(|| TestCaseError::fail("too many frames"))?;
+            let body = &buffer[HEADER_BYTES..header.frame_len()];
+            prop_assert_eq!(header.request_id, *request_id);
+            prop_assert_eq!(Request::decode(&header, body), Ok(request.borrow()));
+            buffer.drain(..header.frame_len());
+            decoded += 1;
+        }
+    }
+    prop_assert_eq!(decoded, expected.len());
+    prop_assert!(buffer.is_empty(), "{} bytes left over", buffer.len());
+    Ok(())
+}
+
+proptest! {
+    #[test]
+    fn decode_never_panics_on_arbitrary_input(header in header(), body in byte_string(512)) {
+        let _ = Request::decode(&header, &body);
+        let _ = Response::decode(&header, &body);
+    }
+
+    #[test]
+    fn decode_never_panics_on_damaged_frames(
+        request in request(300),
+        response in response(),
+        request_id in any::<u64>(),
+        at in any::<prop::sample::Index>(),
+        byte in any::<u8>(),
+    ) {
+        let mut frames = vec![encode_request(&request.borrow(), request_id)];
+        let mut out = BytesMut::new();
+        response.borrow().encode(request_id, &mut out);
+        frames.push(out);
+        for frame in frames {
+            let index = at.index(frame.len());
+            decode_both_ways(&frame[..index]);
+            let mut changed = frame.to_vec();
+            changed[index] = byte;
+            decode_both_ways(&changed);
+        }
+    }
+
+    #[test]
+    fn requests_round_trip(request in request(1024), request_id in any::<u64>()) {
+        let request = request.borrow();
+        let frame = encode_request(&request, request_id);
+        let header = Header::parse(&frame).expect("an encoded frame starts with a whole header");
+        prop_assert_eq!(header.frame_len(), frame.len());
+        prop_assert_eq!(header.request_id, request_id);
+        prop_assert_eq!(Request::decode(&header, &frame[HEADER_BYTES..]), Ok(request));
+    }
+
+    #[test]
+    fn responses_round_trip(response in response(), request_id in any::<u64>()) {
+        let response = response.borrow();
+        let mut frame = BytesMut::new();
+        response.encode(request_id, &mut frame);
+        let header = Header::parse(&frame).expect("an encoded frame starts with a whole header");
+        prop_assert_eq!(header.frame_len(), frame.len());
+        prop_assert_eq!(header.request_id, request_id);
+        prop_assert_eq!(Response::decode(&header, &frame[HEADER_BYTES..]), Ok(response));
+    }
+
+    #[test]
+    fn split_streams_reassemble(requests in vec((request(48), any::<u64>()), 1..6)) {
+        let mut stream = BytesMut::new();
+        for (request, request_id) in &requests {
+            request.borrow().encode(*request_id, &mut stream);
+        }
+        for split in 0..=stream.len() {
+            let (first, second) = stream.split_at(split);
+            reassemble([first, second], &requests)?;
+        }
+        reassemble(stream.chunks(1), &requests)?;
+    }
+}

@@ -1,0 +1,322 @@
+//! A shard's state and how it answers each request.
+//!
+//! Everything here is synchronous and runs on the shard's thread: the connection task decodes the
+//! frames it has buffered, calls [`ShardState::handle`] for each, and writes the responses once.
+
+use std::sync::Arc;
+
+use bytes::BytesMut;
+use ferrite_proto::{
+    shard_for_pool, Attribute, CreatePoolFlags, ErrorCode, Header, HelloReply, Limits, PoolHandle, ProtocolError,
+    PutFlags, Request, Response, PROTOCOL_VERSION,
+};
+use ferrite_store::{PoolSpec, PutMode, StoreError};
+
+use crate::pools::{CreateRefused, Pool, Pools};
+use crate::session::Session;
+use crate::stats::ShardStats;
+
+/// Whether a connection goes on after a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Flow {
+    Continue,
+    Close,
+}
+
+/// A request that failed: the code and message the client receives.
+#[derive(Debug)]
+struct Failure {
+    code: ErrorCode,
+    message: String,
+    /// Close the connection after answering: the peer is not a client we can talk to.
+    close: bool,
+}
+
+impl Failure {
+    fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+        Failure { code, message: message.into(), close: false }
+    }
+
+    fn closing(code: ErrorCode, message: impl Into<String>) -> Self {
+        Failure { code, message: message.into(), close: true }
+    }
+}
+
+impl From<ProtocolError> for Failure {
+    fn from(error: ProtocolError) -> Self {
+        Failure::new(error.code(), error.to_string())
+    }
+}
+
+fn store_failure(error: StoreError, pool: &Pool) -> Failure {
+    let code = match error {
+        StoreError::KeyExists => ErrorCode::KeyExists,
+        StoreError::KeyNotFound => ErrorCode::KeyNotFound,
+        StoreError::PoolFull { .. } => ErrorCode::PoolFull,
+        _ => ErrorCode::Internal,
+    };
+    Failure::new(code, format!("pool '{}': {error}", pool.name))
+}
+
+fn put_mode(flags: PutFlags) -> PutMode {
+    if flags.contains(PutFlags::CREATE_ONLY) {
+        PutMode::CreateOnly
+    } else if flags.contains(PutFlags::UPDATE_ONLY) {
+        PutMode::UpdateOnly
+    } else {
+        PutMode::Upsert
+    }
+}
+
+/// The pool behind `handle`, if this session has it open.
+fn open_pool<'p>(pools: &'p Pools, session: &Session, handle: PoolHandle) -> Result<&'p Pool, Failure> {
+    match pools.get(handle) {
+        Some(pool) if session.is_open(handle) => Ok(pool),
+        _ => Err(Failure::new(ErrorCode::PoolNotOpen, format!("pool handle {} is not open in this session", handle.0))),
+    }
+}
+
+fn open_pool_mut<'p>(pools: &'p mut Pools, session: &Session, handle: PoolHandle) -> Result<&'p mut Pool, Failure> {
+    match pools.get_mut(handle) {
+        Some(pool) if session.is_open(handle) => Ok(pool),
+        _ => Err(Failure::new(ErrorCode::PoolNotOpen, format!("pool handle {} is not open in this session", handle.0))),
+    }
+}
+
+fn key_not_found(pool: &Pool) -> Failure {
+    Failure::new(ErrorCode::KeyNotFound, format!("pool '{}': key not found", pool.name))
+}
+
+#[derive(Debug)]
+pub(crate) struct ShardState {
+    pub index: u16,
+    /// `host:port` of every shard of the server, announced in the handshake.
+    pub shard_addresses: Arc<[String]>,
+    pub limits: Limits,
+    pub connections_max: u64,
+    pub pools: Pools,
+    pub stats: ShardStats,
+}
+
+impl ShardState {
+    /// Answers one request frame, appending the response frame to `out`.
+    pub fn handle(
+        &mut self,
+        header: &Header,
+        body: &[u8],
+        session: &mut Session,
+        now_ns: u64,
+        out: &mut BytesMut,
+    ) -> Flow {
+        self.stats.requests += 1;
+        let outcome = match Request::decode(header, body) {
+            Ok(request) => self.execute(request, session, now_ns),
+            // Before the handshake we do not know the peer speaks our protocol at all.
+            Err(error) if !session.handshaken => Err(Failure { close: true, ..Failure::from(error) }),
+            Err(error) => Err(Failure::from(error)),
+        };
+        match outcome {
+            Ok(response) => {
+                response.encode(header.request_id, out);
+                Flow::Continue
+            }
+            Err(failure) => {
+                self.stats.failures += 1;
+                Response::Error { code: failure.code, message: &failure.message }.encode(header.request_id, out);
+                if failure.close {
+                    Flow::Close
+                } else {
+                    Flow::Continue
+                }
+            }
+        }
+    }
+
+    /// Answers a frame whose body is larger than the limit; the caller skips the body.
+    pub fn reject_oversized(&mut self, header: &Header, session: &Session, max: usize, out: &mut BytesMut) -> Flow {
+        self.stats.requests += 1;
+        self.stats.failures += 1;
+        let message = format!("frame body of {} bytes exceeds the limit of {max}", header.body_len);
+        Response::Error { code: ErrorCode::FrameTooLarge, message: &message }.encode(header.request_id, out);
+        if session.handshaken {
+            Flow::Continue
+        } else {
+            Flow::Close
+        }
+    }
+
+    /// Releases every pool a finished session still held open.
+    pub fn end_session(&mut self, session: &mut Session) {
+        for (handle, opens) in session.drain_opens() {
+            if let Some(pool) = self.pools.get_mut(handle) {
+                pool.open_count -= opens;
+            }
+        }
+        self.stats.clients -= 1;
+    }
+
+    fn execute<'s>(
+        &'s mut self,
+        request: Request<'_>,
+        session: &mut Session,
+        now_ns: u64,
+    ) -> Result<Response<'s>, Failure> {
+        if !session.handshaken && !matches!(request, Request::Hello { .. }) {
+            return Err(Failure::closing(
+                ErrorCode::HandshakeRequired,
+                "the first message on a connection must be hello",
+            ));
+        }
+        request.check(&self.limits)?;
+        match request {
+            Request::Hello { version, .. } => self.hello(version, session),
+            Request::CreatePool { name, size_bytes, expected_objects, flags } => {
+                self.create_pool(name, PoolSpec { size_bytes, expected_objects }, flags, session)
+            }
+            Request::OpenPool { name } => {
+                self.check_owner(name)?;
+                let handle = self.pools.find(name).ok_or_else(|| self.pool_not_found(name))?;
+                self.record_open(handle, session);
+                Ok(Response::PoolOpened { pool: handle })
+            }
+            Request::ClosePool { pool } => {
+                if !session.record_close(pool) {
+                    return Err(Failure::new(
+                        ErrorCode::PoolNotOpen,
+                        format!("pool handle {} is not open in this session", pool.0),
+                    ));
+                }
+                if let Some(pool) = self.pools.get_mut(pool) {
+                    pool.open_count -= 1;
+                }
+                Ok(Response::PoolClosed)
+            }
+            Request::DeletePool { name } => self.delete_pool(name),
+            Request::ListPools => Ok(Response::Pools(self.pools.infos())),
+            Request::Put { pool, flags, key, value } => {
+                let pool = open_pool_mut(&mut self.pools, session, pool)?;
+                pool.store.put(key, value, put_mode(flags), now_ns).map_err(|e| store_failure(e, pool))?;
+                self.stats.puts += 1;
+                Ok(Response::Stored)
+            }
+            Request::Get { pool, key } => {
+                let pool = open_pool(&self.pools, session, pool)?;
+                let value = pool.store.get(key).ok_or_else(|| key_not_found(pool))?;
+                self.stats.gets += 1;
+                Ok(Response::Value(value))
+            }
+            Request::Erase { pool, key } => {
+                let pool = open_pool_mut(&mut self.pools, session, pool)?;
+                pool.store.erase(key).map_err(|e| store_failure(e, pool))?;
+                self.stats.erases += 1;
+                Ok(Response::Erased)
+            }
+            Request::Count { pool } => Ok(Response::Count(open_pool(&self.pools, session, pool)?.store.count())),
+            Request::GetAttribute { pool, attribute, key } => {
+                let pool = open_pool(&self.pools, session, pool)?;
+                Ok(Response::Attribute(attribute_value(pool, attribute, key)?))
+            }
+            Request::GetStatistics => Ok(Response::Statistics(self.stats.report(self.index, self.pools.len()))),
+        }
+    }
+
+    fn hello(&self, version: u16, session: &mut Session) -> Result<Response<'_>, Failure> {
+        if version != PROTOCOL_VERSION {
+            return Err(Failure::closing(
+                ErrorCode::UnsupportedVersion,
+                format!("client speaks protocol version {version}; this server speaks {PROTOCOL_VERSION}"),
+            ));
+        }
+        session.handshaken = true;
+        Ok(Response::Hello(HelloReply {
+            version: PROTOCOL_VERSION,
+            shard_index: self.index,
+            limits: self.limits,
+            shard_addresses: self.shard_addresses.iter().map(String::as_str).collect(),
+        }))
+    }
+
+    /// Refuses pool names owned by another shard: clients route by name (see `docs/protocol.md`),
+    /// and a pool created on the wrong shard could never be found again.
+    fn check_owner(&self, name: &str) -> Result<(), Failure> {
+        let shard_count = u16::try_from(self.shard_addresses.len()).expect("shard count is bounded by SHARDS_MAX");
+        let owner = shard_for_pool(name, shard_count);
+        if owner == self.index {
+            return Ok(());
+        }
+        Err(Failure::new(
+            ErrorCode::WrongShard,
+            format!(
+                "pool '{name}' belongs to shard {owner} at {}, not shard {}",
+                self.shard_addresses[usize::from(owner)],
+                self.index
+            ),
+        ))
+    }
+
+    fn pool_not_found(&self, name: &str) -> Failure {
+        Failure::new(ErrorCode::PoolNotFound, format!("no pool named '{name}' on shard {}", self.index))
+    }
+
+    fn record_open(&mut self, handle: PoolHandle, session: &mut Session) {
+        if let Some(pool) = self.pools.get_mut(handle) {
+            pool.open_count += 1;
+            session.record_open(handle);
+        }
+    }
+
+    fn create_pool(
+        &mut self,
+        name: &str,
+        spec: PoolSpec,
+        flags: CreatePoolFlags,
+        session: &mut Session,
+    ) -> Result<Response<'static>, Failure> {
+        self.check_owner(name)?;
+        if spec.size_bytes == 0 {
+            return Err(Failure::new(ErrorCode::InvalidArgument, "pool size must be greater than zero"));
+        }
+        let (handle, created) = match self.pools.create(name, spec) {
+            Ok(handle) => (handle, true),
+            Err(CreateRefused::Exists) if flags.contains(CreatePoolFlags::CREATE_ONLY) => {
+                return Err(Failure::new(ErrorCode::PoolExists, format!("pool '{name}' already exists")));
+            }
+            Err(CreateRefused::Exists) => (self.pools.find(name).expect("the pool exists"), false),
+            Err(CreateRefused::TooMany { max }) => {
+                return Err(Failure::new(
+                    ErrorCode::TooManyPools,
+                    format!("shard {} already holds {max} pools, its configured maximum", self.index),
+                ));
+            }
+        };
+        self.record_open(handle, session);
+        Ok(Response::PoolCreated { pool: handle, created })
+    }
+
+    fn delete_pool(&mut self, name: &str) -> Result<Response<'static>, Failure> {
+        self.check_owner(name)?;
+        let handle = self.pools.find(name).ok_or_else(|| self.pool_not_found(name))?;
+        let open_count = self.pools.get(handle).map_or(0, |pool| pool.open_count);
+        if open_count > 0 {
+            return Err(Failure::new(
+                ErrorCode::PoolInUse,
+                format!("pool '{name}' is open ({open_count} open handle(s)); close it everywhere before deleting"),
+            ));
+        }
+        self.pools.remove(handle);
+        Ok(Response::PoolDeleted)
+    }
+}
+
+fn attribute_value(pool: &Pool, attribute: Attribute, key: &[u8]) -> Result<u64, Failure> {
+    let store = &pool.store;
+    let value_attributes = || store.attributes(key).ok_or_else(|| key_not_found(pool));
+    Ok(match attribute {
+        Attribute::ObjectCount => store.count(),
+        Attribute::PoolSize => store.capacity_bytes(),
+        Attribute::PoolUsed => store.used_bytes(),
+        Attribute::ValueLength => value_attributes()?.length,
+        Attribute::Crc32 => u64::from(value_attributes()?.crc32),
+        Attribute::WriteTime => value_attributes()?.write_time_ns,
+    })
+}

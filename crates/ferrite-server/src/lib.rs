@@ -1,0 +1,16 @@
+//! The Ferrite server: shards, sessions and pools.
+//!
+//! A server runs one or more shards. Each shard is a single-threaded event loop on its own thread
+//! with its own listening port and its own pools; shards share nothing. See `DESIGN.md` and
+//! `docs/configuration.md`.
+
+pub mod config;
+mod connection;
+mod handler;
+mod pools;
+mod server;
+mod session;
+mod shard;
+mod stats;
+
+pub use server::{BoundServer, ServerError};

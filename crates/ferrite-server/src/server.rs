@@ -1,0 +1,156 @@
+//! Starting and stopping a whole server: bind every shard's listener, run each shard on its own
+//! thread, stop them all on a shutdown signal.
+
+use std::future::Future;
+use std::net::{SocketAddr, TcpListener};
+use std::sync::Arc;
+
+use tokio::sync::{mpsc, watch};
+use tracing::{error, info, warn};
+
+use crate::config::Config;
+use crate::handler::ShardState;
+use crate::pools::Pools;
+use crate::shard;
+use crate::stats::ShardStats;
+
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ServerError {
+    #[error("cannot create data directory {path}: {source}")]
+    DataDir { path: String, source: std::io::Error },
+    #[error("shard {shard} cannot listen on {address}: {source}")]
+    Bind { shard: usize, address: SocketAddr, source: std::io::Error },
+    #[error("cannot start shard {shard}: {source}")]
+    Spawn { shard: usize, source: std::io::Error },
+    #[error("shard {shard} stopped unexpectedly: {reason}")]
+    ShardFailed { shard: usize, reason: String },
+    #[error("cannot start the signal handler: {0}")]
+    Runtime(std::io::Error),
+}
+
+/// A server whose listeners are bound but whose shards are not yet running. Binding first lets
+/// the caller learn the real ports (port 0 picks free ones) before serving starts.
+#[derive(Debug)]
+pub struct BoundServer {
+    config: Config,
+    listeners: Vec<TcpListener>,
+    addresses: Vec<SocketAddr>,
+}
+
+/// Reports a shard thread's end to the supervisor, even when the thread panics.
+struct ExitReport {
+    shard: usize,
+    outcome: Option<Result<(), String>>,
+    exits: mpsc::UnboundedSender<(usize, Result<(), String>)>,
+}
+
+impl Drop for ExitReport {
+    fn drop(&mut self) {
+        let outcome = self.outcome.take().unwrap_or_else(|| Err("the shard thread panicked".to_string()));
+        // The supervisor may have stopped listening already; then nobody needs the report.
+        let _ = self.exits.send((self.shard, outcome));
+    }
+}
+
+impl BoundServer {
+    /// Creates the data directory and binds every shard's listener.
+    pub fn bind(config: Config) -> Result<BoundServer, ServerError> {
+        std::fs::create_dir_all(&config.data_dir)
+            .map_err(|source| ServerError::DataDir { path: config.data_dir.display().to_string(), source })?;
+        let mut listeners = Vec::with_capacity(config.shards.len());
+        let mut addresses = Vec::with_capacity(config.shards.len());
+        for (index, shard) in config.shards.iter().enumerate() {
+            let address = SocketAddr::new(config.listen, shard.port);
+            let listener =
+                TcpListener::bind(address).map_err(|source| ServerError::Bind { shard: index, address, source })?;
+            listener.set_nonblocking(true).map_err(|source| ServerError::Bind { shard: index, address, source })?;
+            let bound = listener.local_addr().map_err(|source| ServerError::Bind { shard: index, address, source })?;
+            listeners.push(listener);
+            addresses.push(bound);
+        }
+        Ok(BoundServer { config, listeners, addresses })
+    }
+
+    /// The address each shard listens on, by shard index.
+    pub fn addresses(&self) -> &[SocketAddr] {
+        &self.addresses
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// Runs every shard until `shutdown` completes, then stops them and waits for them. Returns an
+    /// error if a shard stops on its own.
+    pub fn run(self, shutdown: impl Future<Output = ()>) -> Result<(), ServerError> {
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let (exit_tx, mut exit_rx) = mpsc::unbounded_channel();
+        let shard_addresses: Arc<[String]> = self.addresses.iter().map(SocketAddr::to_string).collect();
+        let limits = self.config.limits;
+        let mut threads = Vec::with_capacity(self.listeners.len());
+        for (index, (listener, shard_config)) in self.listeners.into_iter().zip(&self.config.shards).enumerate() {
+            let state = ShardState {
+                index: u16::try_from(index).expect("shard count is bounded by SHARDS_MAX"),
+                shard_addresses: Arc::clone(&shard_addresses),
+                limits: limits.protocol_limits(),
+                connections_max: u64::from(limits.connections_per_shard_max),
+                pools: Pools::new(shard_config.store.kind(), limits.pools_per_shard_max as usize),
+                stats: ShardStats::new(),
+            };
+            let core = shard_config.core;
+            let stop = stop_rx.clone();
+            let exits = exit_tx.clone();
+            let thread = std::thread::Builder::new()
+                .name(format!("shard-{index}"))
+                .spawn(move || {
+                    let mut report = ExitReport { shard: index, outcome: None, exits };
+                    if let Some(core) = core {
+                        pin_to_core(index, core);
+                    }
+                    report.outcome = Some(shard::run(listener, state, stop).map_err(|e| e.to_string()));
+                })
+                .map_err(|source| ServerError::Spawn { shard: index, source })?;
+            threads.push(thread);
+        }
+        drop(exit_tx);
+
+        let runtime =
+            tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(ServerError::Runtime)?;
+        let failure = runtime.block_on(async {
+            tokio::select! {
+                () = shutdown => None,
+                Some((shard, outcome)) = exit_rx.recv() => Some(ServerError::ShardFailed {
+                    shard,
+                    reason: outcome.err().unwrap_or_else(|| "it returned without being asked to stop".into()),
+                }),
+            }
+        });
+        info!("stopping shards");
+        // Shards also stop if the sender is gone, so a failed send needs no handling.
+        let _ = stop_tx.send(true);
+        for thread in threads {
+            if thread.join().is_err() {
+                warn!("a shard thread panicked while stopping");
+            }
+        }
+        match failure {
+            Some(failure) => {
+                error!(%failure, "server stopped because a shard failed");
+                Err(failure)
+            }
+            None => {
+                info!("server stopped");
+                Ok(())
+            }
+        }
+    }
+}
+
+fn pin_to_core(shard: usize, core: usize) {
+    let cores = core_affinity::get_core_ids().unwrap_or_default();
+    match cores.into_iter().find(|id| id.id == core) {
+        Some(id) if core_affinity::set_for_current(id) => info!(shard, core, "shard pinned to core"),
+        _ => warn!(shard, core, "cannot pin shard to core; it runs unpinned"),
+    }
+}

@@ -1,0 +1,42 @@
+//! What one client connection holds: whether it said hello, and which pools it has open.
+
+use foldhash::HashMap;
+
+use ferrite_proto::PoolHandle;
+
+#[derive(Debug, Default)]
+pub(crate) struct Session {
+    pub handshaken: bool,
+    /// Pools this session opened, with how many times: each open needs its own close.
+    open: HashMap<PoolHandle, u32>,
+}
+
+impl Session {
+    pub fn is_open(&self, pool: PoolHandle) -> bool {
+        self.open.contains_key(&pool)
+    }
+
+    pub fn record_open(&mut self, pool: PoolHandle) {
+        *self.open.entry(pool).or_insert(0) += 1;
+    }
+
+    /// Forgets one open of `pool`; false if the session did not hold it.
+    pub fn record_close(&mut self, pool: PoolHandle) -> bool {
+        match self.open.get_mut(&pool) {
+            None => false,
+            Some(1) => {
+                self.open.remove(&pool);
+                true
+            }
+            Some(count) => {
+                *count -= 1;
+                true
+            }
+        }
+    }
+
+    /// Every open this session still holds, consumed: the connection is ending.
+    pub fn drain_opens(&mut self) -> impl Iterator<Item = (PoolHandle, u32)> + '_ {
+        self.open.drain()
+    }
+}

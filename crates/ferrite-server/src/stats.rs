@@ -1,0 +1,52 @@
+//! Per-shard counters. A shard is single-threaded, so plain integers suffice.
+
+use std::time::Instant;
+
+use ferrite_proto::Statistic;
+
+#[derive(Debug)]
+pub(crate) struct ShardStats {
+    pub started: Instant,
+    pub requests: u64,
+    pub puts: u64,
+    pub gets: u64,
+    pub erases: u64,
+    pub failures: u64,
+    pub clients: u64,
+    pub clients_total: u64,
+}
+
+impl ShardStats {
+    pub fn new() -> Self {
+        ShardStats {
+            started: Instant::now(),
+            requests: 0,
+            puts: 0,
+            gets: 0,
+            erases: 0,
+            failures: 0,
+            clients: 0,
+            clients_total: 0,
+        }
+    }
+
+    /// The counters as the named pairs of a `get_statistics` response (names in `docs/protocol.md`).
+    pub fn report(&self, shard_index: u16, pools: usize) -> Vec<Statistic<'static>> {
+        let uptime_ms = u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        [
+            ("shard", u64::from(shard_index)),
+            ("requests", self.requests),
+            ("puts", self.puts),
+            ("gets", self.gets),
+            ("erases", self.erases),
+            ("failures", self.failures),
+            ("clients", self.clients),
+            ("clients_total", self.clients_total),
+            ("pools", pools as u64),
+            ("uptime_ms", uptime_ms),
+        ]
+        .into_iter()
+        .map(|(name, value)| Statistic { name, value })
+        .collect()
+    }
+}

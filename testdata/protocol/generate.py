@@ -1,0 +1,581 @@
+#!/usr/bin/env python3
+"""Generate the Ferrite protocol test vectors from docs/protocol.md.
+
+This encoder is written from the specification alone, independently of the Rust
+implementation in crates/ferrite-proto, so that the two check each other. It uses the Python
+standard library only.
+
+Running it rewrites, next to this file:
+
+- vectors.json: one object per case, as described in the "Test vectors" section of
+  docs/protocol.md (valid requests and responses with their frames, and error vectors: frames
+  that must fail to decode with a named error code);
+- routing.json: pool names with the shard that owns them for several shard counts.
+
+The output is deterministic. Never edit the JSON files by hand: change this script and rerun
+it; test_vectors.py fails if the files and the script disagree.
+"""
+
+import binascii
+import json
+import struct
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+VECTORS_PATH = HERE / "vectors.json"
+ROUTING_PATH = HERE / "routing.json"
+
+HEADER_LEN = 16
+MAGIC = b"FRRT"
+PROTOCOL_VERSION = 1
+RESPONSE_BIT = 0x8000
+ERROR_OPCODE = 0xFFFF
+
+KEY_BYTES_MAX = 65_536
+VALUE_INLINE_BYTES_MAX = 2_097_152
+
+U64_MAX = 2**64 - 1
+
+REQUEST_OPCODES = {
+    "hello": 0x0001,
+    "create_pool": 0x0010,
+    "open_pool": 0x0011,
+    "close_pool": 0x0012,
+    "delete_pool": 0x0013,
+    "list_pools": 0x0014,
+    "put": 0x0020,
+    "get": 0x0021,
+    "erase": 0x0022,
+    "count": 0x0023,
+    "get_attribute": 0x0024,
+    "get_statistics": 0x0030,
+}
+
+# Successful response name -> the request it answers.
+RESPONSE_TO_REQUEST = {
+    "hello": "hello",
+    "pool_created": "create_pool",
+    "pool_opened": "open_pool",
+    "pool_closed": "close_pool",
+    "pool_deleted": "delete_pool",
+    "pools": "list_pools",
+    "stored": "put",
+    "value": "get",
+    "erased": "erase",
+    "count": "count",
+    "attribute": "get_attribute",
+    "statistics": "get_statistics",
+}
+
+# Flag bits per request; a request absent here defines no flags.
+REQUEST_FLAGS = {
+    "create_pool": {"create_only": 0x0001},
+    "put": {"create_only": 0x0001, "update_only": 0x0002},
+}
+
+ATTRIBUTES = {
+    "value_length": 1,
+    "object_count": 2,
+    "crc32": 3,
+    "write_time": 4,
+    "pool_size": 5,
+    "pool_used": 6,
+}
+
+ERROR_CODES = {
+    "malformed_frame": 1,
+    "unknown_opcode": 2,
+    "frame_too_large": 3,
+    "key_too_large": 4,
+    "value_too_large": 5,
+    "handshake_required": 6,
+    "unsupported_version": 7,
+    "pool_not_found": 8,
+    "pool_exists": 9,
+    "pool_in_use": 10,
+    "pool_not_open": 11,
+    "too_many_pools": 12,
+    "key_not_found": 13,
+    "key_exists": 14,
+    "pool_full": 15,
+    "too_many_connections": 16,
+    "wrong_shard": 17,
+    "invalid_argument": 18,
+    "internal": 19,
+    "shutting_down": 20,
+}
+
+
+# --- routing -------------------------------------------------------------------------------
+
+
+def fnv1a64(data):
+    """64-bit FNV-1a of `data` (bytes)."""
+    h = 0xCBF29CE484222325
+    for byte in data:
+        h ^= byte
+        h = (h * 0x100000001B3) % 2**64
+    return h
+
+
+def shard_for_pool(pool, shard_count):
+    """Index of the shard that owns the pool named `pool` (str)."""
+    return fnv1a64(pool.encode("utf-8")) % shard_count
+
+
+# --- field encoders ------------------------------------------------------------------------
+
+
+def u8(n):
+    return struct.pack("<B", n)
+
+
+def u16(n):
+    return struct.pack("<H", n)
+
+
+def u32(n):
+    return struct.pack("<I", n)
+
+
+def u64(n):
+    return struct.pack("<Q", n)
+
+
+def bytes16(data):
+    return u16(len(data)) + data
+
+
+def str16(text):
+    return bytes16(text.encode("utf-8"))
+
+
+def unhex(text):
+    return binascii.unhexlify(text)
+
+
+def frame(opcode, flags, request_id, body):
+    """A whole frame: 16-byte header, then `body`."""
+    return u32(len(body)) + u16(opcode) + u16(flags) + u64(request_id) + body
+
+
+def flag_bits(request_type, names):
+    defined = REQUEST_FLAGS.get(request_type, {})
+    bits = 0
+    for name in names:
+        bits |= defined[name]
+    return bits
+
+
+# --- message encoders ----------------------------------------------------------------------
+
+
+def request_body(msg):
+    """The body of request `msg` (a vectors.json message object)."""
+    kind = msg["type"]
+    if kind == "hello":
+        return MAGIC + u16(msg["version"]) + str16(msg["client_name"]) + bytes16(unhex(msg["auth"]))
+    if kind == "create_pool":
+        return str16(msg["name"]) + u64(msg["size_bytes"]) + u64(msg["expected_objects"])
+    if kind in ("open_pool", "delete_pool"):
+        return str16(msg["name"])
+    if kind in ("close_pool", "count"):
+        return u64(msg["pool"])
+    if kind in ("list_pools", "get_statistics"):
+        return b""
+    if kind == "put":
+        key, value = unhex(msg["key"]), unhex(msg["value"])
+        return u64(msg["pool"]) + u32(len(key)) + u32(len(value)) + key + value
+    if kind in ("get", "erase"):
+        key = unhex(msg["key"])
+        return u64(msg["pool"]) + u32(len(key)) + key
+    if kind == "get_attribute":
+        key = unhex(msg["key"])
+        return u64(msg["pool"]) + u16(ATTRIBUTES[msg["attribute"]]) + u32(len(key)) + key
+    raise ValueError(f"unknown request type {kind!r}")
+
+
+def encode_request(request_id, msg):
+    kind = msg["type"]
+    flags = flag_bits(kind, msg.get("flags", []))
+    return frame(REQUEST_OPCODES[kind], flags, request_id, request_body(msg))
+
+
+def response_body(msg):
+    """The body of response `msg` (a vectors.json message object)."""
+    kind = msg["type"]
+    if kind == "hello":
+        addresses = msg["shard_addresses"]
+        if len(addresses) != msg["shard_count"]:
+            raise ValueError("hello: shard_count must equal the number of shard_addresses")
+        return (
+            u16(msg["version"])
+            + u16(msg["shard_index"])
+            + u16(msg["shard_count"])
+            + u32(msg["key_bytes_max"])
+            + u32(msg["value_bytes_max"])
+            + b"".join(str16(address) for address in addresses)
+        )
+    if kind == "pool_created":
+        return u64(msg["pool"]) + u8(1 if msg["created"] else 0)
+    if kind == "pool_opened":
+        return u64(msg["pool"])
+    if kind in ("pool_closed", "pool_deleted", "stored", "erased"):
+        return b""
+    if kind == "pools":
+        entries = msg["pools"]
+        return u16(len(entries)) + b"".join(
+            str16(e["name"])
+            + u64(e["objects"])
+            + u64(e["size_bytes"])
+            + u64(e["used_bytes"])
+            + u32(e["open_count"])
+            for e in entries
+        )
+    if kind == "value":
+        value = unhex(msg["value"])
+        return u32(len(value)) + value
+    if kind == "count":
+        return u64(msg["count"])
+    if kind == "attribute":
+        return u64(msg["value"])
+    if kind == "statistics":
+        counters = msg["counters"]
+        return u16(len(counters)) + b"".join(str16(c["name"]) + u64(c["value"]) for c in counters)
+    if kind == "error":
+        return u16(ERROR_CODES[msg["code"]]) + str16(msg["message"])
+    raise ValueError(f"unknown response type {kind!r}")
+
+
+def encode_response(request_id, msg):
+    kind = msg["type"]
+    if kind == "error":
+        opcode = ERROR_OPCODE
+    else:
+        opcode = REQUEST_OPCODES[RESPONSE_TO_REQUEST[kind]] | RESPONSE_BIT
+    return frame(opcode, 0, request_id, response_body(msg))
+
+
+# --- vectors -------------------------------------------------------------------------------
+
+
+def _valid(name, direction, request_id, message):
+    encode = encode_request if direction == "request" else encode_response
+    return {
+        "name": name,
+        "direction": direction,
+        "request_id": request_id,
+        "message": message,
+        "frame": encode(request_id, message).hex(),
+    }
+
+
+def _invalid(name, direction, request_id, error, frame_bytes):
+    if error not in ERROR_CODES:
+        raise ValueError(f"unknown error code name {error!r}")
+    return {
+        "name": name,
+        "direction": direction,
+        "request_id": request_id,
+        "error": error,
+        "frame": frame_bytes.hex(),
+    }
+
+
+def request_vectors():
+    def req(name, request_id, message):
+        return _valid(name, "request", request_id, message)
+
+    return [
+        req("hello", 0, {"type": "hello", "version": 1, "client_name": "ferrite-cli/0.1.0", "auth": ""}),
+        req("hello_with_auth", 1, {"type": "hello", "version": 1, "client_name": "", "auth": "00ff7f80"}),
+        req(
+            "create_pool",
+            2,
+            {"type": "create_pool", "name": "users", "flags": [], "size_bytes": 1 << 30, "expected_objects": 100_000},
+        ),
+        req(
+            "create_pool_create_only",
+            3,
+            {"type": "create_pool", "name": "sessions", "flags": ["create_only"], "size_bytes": 4096, "expected_objects": 0},
+        ),
+        req(
+            "create_pool_name_255_bytes",
+            4,
+            {"type": "create_pool", "name": "p" * 255, "flags": [], "size_bytes": U64_MAX, "expected_objects": U64_MAX},
+        ),
+        req("open_pool", 5, {"type": "open_pool", "name": "users"}),
+        req("open_pool_non_ascii_name", 6, {"type": "open_pool", "name": "café/日本"}),
+        req("close_pool", 7, {"type": "close_pool", "pool": 1}),
+        req("delete_pool", 8, {"type": "delete_pool", "name": "sessions"}),
+        req("list_pools", 9, {"type": "list_pools"}),
+        req("put", 10, {"type": "put", "pool": 1, "flags": [], "key": "6b6579", "value": "76616c7565"}),
+        req("put_create_only", 7, {"type": "put", "pool": 1, "flags": ["create_only"], "key": "6b6579", "value": "76616c7565"}),
+        req(
+            "put_update_only",
+            0x0102030405060708,
+            {"type": "put", "pool": 0xA1B2C3D4E5F60718, "flags": ["update_only"], "key": "00", "value": "ff00ff"},
+        ),
+        req("put_empty_value", 11, {"type": "put", "pool": 2, "flags": [], "key": "656d707479", "value": ""}),
+        req("get", 12, {"type": "get", "pool": 1, "key": "6b6579"}),
+        req("get_max_request_id", U64_MAX, {"type": "get", "pool": U64_MAX, "key": "ff" * 16}),
+        req("erase", 13, {"type": "erase", "pool": 1, "key": "6b6579"}),
+        req("count", 2**32, {"type": "count", "pool": 3}),
+        req("get_attribute_value_length", 14, {"type": "get_attribute", "pool": 1, "attribute": "value_length", "key": "6b6579"}),
+        req("get_attribute_object_count", 15, {"type": "get_attribute", "pool": 1, "attribute": "object_count", "key": ""}),
+        req("get_attribute_crc32", 16, {"type": "get_attribute", "pool": 1, "attribute": "crc32", "key": "6b6579"}),
+        req("get_attribute_write_time", 17, {"type": "get_attribute", "pool": 1, "attribute": "write_time", "key": "6b6579"}),
+        req("get_attribute_pool_size", 18, {"type": "get_attribute", "pool": 1, "attribute": "pool_size", "key": ""}),
+        req("get_attribute_pool_used", 19, {"type": "get_attribute", "pool": 1, "attribute": "pool_used", "key": ""}),
+        req("get_statistics", 20, {"type": "get_statistics"}),
+    ]
+
+
+def response_vectors():
+    def resp(name, request_id, message):
+        return _valid(name, "response", request_id, message)
+
+    return [
+        resp(
+            "hello_response",
+            0,
+            {
+                "type": "hello",
+                "version": 1,
+                "shard_index": 1,
+                "shard_count": 2,
+                "key_bytes_max": KEY_BYTES_MAX,
+                "value_bytes_max": VALUE_INLINE_BYTES_MAX,
+                "shard_addresses": ["0.0.0.0:11911", "[::1]:11912"],
+            },
+        ),
+        resp("pool_created", 2, {"type": "pool_created", "pool": 1, "created": True}),
+        resp("pool_created_existing", 3, {"type": "pool_created", "pool": 0xFEDCBA9876543210, "created": False}),
+        resp("pool_opened", 5, {"type": "pool_opened", "pool": 1}),
+        resp("pool_closed", 7, {"type": "pool_closed"}),
+        resp("pool_deleted", 8, {"type": "pool_deleted"}),
+        resp("pools_empty", 9, {"type": "pools", "pools": []}),
+        resp(
+            "pools_two",
+            9,
+            {
+                "type": "pools",
+                "pools": [
+                    {"name": "users", "objects": 3, "size_bytes": 1 << 30, "used_bytes": 250, "open_count": 2},
+                    {"name": "café", "objects": 0, "size_bytes": 4096, "used_bytes": 0, "open_count": 0},
+                ],
+            },
+        ),
+        resp("stored", 10, {"type": "stored"}),
+        resp("value", 12, {"type": "value", "value": "76616c7565"}),
+        resp("value_empty", U64_MAX, {"type": "value", "value": ""}),
+        resp("erased", 13, {"type": "erased"}),
+        resp("count_response", 2**32, {"type": "count", "count": 1_000_000}),
+        resp("attribute", 16, {"type": "attribute", "value": 0xCBF43926}),
+        resp(
+            "statistics",
+            20,
+            {
+                "type": "statistics",
+                "counters": [
+                    {"name": "shard", "value": 0},
+                    {"name": "requests", "value": 1234},
+                    {"name": "puts", "value": 100},
+                    {"name": "gets", "value": 1000},
+                    {"name": "erases", "value": 10},
+                    {"name": "failures", "value": 3},
+                    {"name": "clients", "value": 2},
+                    {"name": "clients_total", "value": 17},
+                    {"name": "pools", "value": 4},
+                    {"name": "uptime_ms", "value": 86_400_000},
+                ],
+            },
+        ),
+        resp("error_non_ascii_message", 10, {"type": "error", "code": "pool_full", "message": "pool « users » est plein ✗"}),
+        resp("error_empty_message", 0, {"type": "error", "code": "too_many_connections", "message": ""}),
+    ]
+
+
+def error_vectors():
+    put = REQUEST_OPCODES["put"]
+    get = REQUEST_OPCODES["get"]
+    create_pool = REQUEST_OPCODES["create_pool"]
+    key = b"key"
+    hello_body = b"FRRX" + u16(PROTOCOL_VERSION) + str16("ferrite-cli/0.1.0") + bytes16(b"")
+    return [
+        _invalid("unknown_opcode", "request", 21, "unknown_opcode", frame(0x0040, 0, 21, b"")),
+        _invalid(
+            "put_truncated_body",
+            "request",
+            22,
+            "malformed_frame",
+            # key_len 3 and value_len 5 announce 8 bytes; only 5 follow.
+            frame(put, 0, 22, u64(1) + u32(3) + u32(5) + key + b"va"),
+        ),
+        _invalid(
+            "get_trailing_bytes",
+            "request",
+            23,
+            "malformed_frame",
+            frame(get, 0, 23, u64(1) + u32(3) + key + b"\x00"),
+        ),
+        _invalid(
+            "put_key_too_large",
+            "request",
+            24,
+            "key_too_large",
+            # The length is checked against the limit before the key is sliced from the body.
+            frame(put, 0, 24, u64(1) + u32(KEY_BYTES_MAX + 1) + u32(0)),
+        ),
+        _invalid(
+            "put_value_too_large",
+            "request",
+            25,
+            "value_too_large",
+            # The length is checked against the limit before the value is sliced from the body.
+            frame(put, 0, 25, u64(1) + u32(len(key)) + u32(VALUE_INLINE_BYTES_MAX + 1) + key),
+        ),
+        _invalid(
+            "put_both_flags",
+            "request",
+            26,
+            "invalid_argument",
+            frame(put, 0x0003, 26, u64(1) + u32(3) + u32(5) + key + b"value"),
+        ),
+        _invalid(
+            "get_with_flags",
+            "request",
+            27,
+            "invalid_argument",
+            frame(get, 0x0001, 27, u64(1) + u32(3) + key),
+        ),
+        _invalid(
+            "put_undefined_flag",
+            "request",
+            28,
+            "invalid_argument",
+            frame(put, 0x0004, 28, u64(1) + u32(3) + u32(5) + key + b"value"),
+        ),
+        _invalid(
+            "create_pool_empty_name",
+            "request",
+            29,
+            "invalid_argument",
+            frame(create_pool, 0, 29, str16("") + u64(4096) + u64(0)),
+        ),
+        _invalid(
+            "create_pool_name_256_bytes",
+            "request",
+            30,
+            "invalid_argument",
+            frame(create_pool, 0, 30, str16("p" * 256) + u64(4096) + u64(0)),
+        ),
+        _invalid(
+            "hello_wrong_magic",
+            "request",
+            0,
+            "malformed_frame",
+            frame(REQUEST_OPCODES["hello"], 0, 0, hello_body),
+        ),
+        _invalid(
+            "get_attribute_unknown_attribute",
+            "request",
+            31,
+            "invalid_argument",
+            frame(REQUEST_OPCODES["get_attribute"], 0, 31, u64(1) + u16(99) + u32(0)),
+        ),
+        _invalid(
+            "open_pool_invalid_utf8",
+            "request",
+            32,
+            "malformed_frame",
+            frame(REQUEST_OPCODES["open_pool"], 0, 32, bytes16(b"\xff\xfe")),
+        ),
+        _invalid(
+            "value_response_truncated",
+            "response",
+            33,
+            "malformed_frame",
+            frame(get | RESPONSE_BIT, 0, 33, u32(5) + b"val"),
+        ),
+        _invalid(
+            "value_response_value_too_large",
+            "response",
+            33,
+            "value_too_large",
+            # The length is checked against the limit before the value is sliced from the body.
+            frame(get | RESPONSE_BIT, 0, 33, u32(VALUE_INLINE_BYTES_MAX + 1)),
+        ),
+        _invalid(
+            "pool_closed_response_trailing_bytes",
+            "response",
+            34,
+            "malformed_frame",
+            frame(REQUEST_OPCODES["close_pool"] | RESPONSE_BIT, 0, 34, b"\x00"),
+        ),
+        _invalid(
+            "hello_response_missing_address",
+            "response",
+            0,
+            "malformed_frame",
+            # shard_count 2 announces two addresses; only one follows.
+            frame(
+                REQUEST_OPCODES["hello"] | RESPONSE_BIT,
+                0,
+                0,
+                u16(1) + u16(0) + u16(2) + u32(KEY_BYTES_MAX) + u32(VALUE_INLINE_BYTES_MAX) + str16("0.0.0.0:11911"),
+            ),
+        ),
+        _invalid(
+            "stored_response_with_flags",
+            "response",
+            10,
+            "invalid_argument",
+            # A response defines no flags, so every flag bit must be zero.
+            frame(put | RESPONSE_BIT, 0x0001, 10, b""),
+        ),
+        _invalid(
+            "error_response_invalid_utf8",
+            "response",
+            35,
+            "malformed_frame",
+            frame(ERROR_OPCODE, 0, 35, u16(ERROR_CODES["internal"]) + bytes16(b"\xc3\x28")),
+        ),
+    ]
+
+
+def vectors():
+    """All vectors, in a fixed order: requests, responses, then error vectors."""
+    all_vectors = request_vectors() + response_vectors() + error_vectors()
+    names = [v["name"] for v in all_vectors]
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise ValueError(f"duplicate vector names: {duplicates}")
+    return all_vectors
+
+
+ROUTING_POOLS = ["a", "users", "pool-42", "café", "日本語", "🦀ferrite"]
+ROUTING_SHARD_COUNTS = [1, 2, 3, 7, 16]
+
+
+def routing():
+    """Routing cases: every pool in ROUTING_POOLS for every count in ROUTING_SHARD_COUNTS."""
+    return [
+        {"pool": pool, "shard_count": n, "shard": shard_for_pool(pool, n)}
+        for pool in ROUTING_POOLS
+        for n in ROUTING_SHARD_COUNTS
+    ]
+
+
+def render(value):
+    """The exact text written to a JSON file: UTF-8, two-space indent, trailing newline."""
+    return json.dumps(value, indent=2, ensure_ascii=False) + "\n"
+
+
+def main():
+    VECTORS_PATH.write_text(render(vectors()), encoding="utf-8")
+    ROUTING_PATH.write_text(render(routing()), encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()
