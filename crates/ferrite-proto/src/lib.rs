@@ -18,7 +18,8 @@ mod wire;
 pub use error::{ErrorCode, ProtocolError};
 pub use frame::{Header, HEADER_BYTES};
 pub use limits::{
-    Limits, FRAME_BODY_BYTES_MAX, FRAME_OVERHEAD_BYTES, KEY_BYTES_MAX, POOL_NAME_BYTES_MAX, VALUE_INLINE_BYTES_MAX,
+    Limits, FRAME_BODY_BYTES_MAX, FRAME_OVERHEAD_BYTES, KEY_BYTES_MAX, POOLS_PER_SHARD_MAX, POOL_NAME_BYTES_MAX,
+    VALUE_INLINE_BYTES_MAX,
 };
 pub use message::{
     Attribute, CreatePoolFlags, HelloReply, Opcode, PoolHandle, PoolInfo, PutFlags, Request, Response, Statistic,

@@ -11,6 +11,14 @@ pub const VALUE_INLINE_BYTES_MAX: usize = 2 * 1024 * 1024;
 /// Largest pool name, in bytes of UTF-8.
 pub const POOL_NAME_BYTES_MAX: usize = 255;
 
+/// Most pools one shard may be configured to hold. Bounded so that a `list_pools` reply (one
+/// entry per pool) always fits in one frame.
+pub const POOLS_PER_SHARD_MAX: usize = 4096;
+
+/// Bytes of one `list_pools` entry with the longest name: name (2 + 255) plus objects, size,
+/// used (3 x 8) and open count (4).
+const POOL_INFO_BYTES_MAX: usize = 2 + POOL_NAME_BYTES_MAX + 3 * 8 + 4;
+
 /// Room in a frame body for everything that is not key or value bytes (pool handle, lengths).
 pub const FRAME_OVERHEAD_BYTES: usize = 64;
 
@@ -20,6 +28,7 @@ pub const FRAME_BODY_BYTES_MAX: usize = KEY_BYTES_MAX + VALUE_INLINE_BYTES_MAX +
 const _: () = assert!(KEY_BYTES_MAX + VALUE_INLINE_BYTES_MAX + FRAME_OVERHEAD_BYTES <= FRAME_BODY_BYTES_MAX);
 const _: () = assert!(FRAME_BODY_BYTES_MAX <= u32::MAX as usize);
 const _: () = assert!(POOL_NAME_BYTES_MAX <= u16::MAX as usize);
+const _: () = assert!(2 + POOLS_PER_SHARD_MAX * POOL_INFO_BYTES_MAX <= FRAME_BODY_BYTES_MAX);
 
 /// The limits one server enforces. A server may be configured below the protocol ceilings, never
 /// above them; it announces its limits in the handshake so clients can reject oversized requests

@@ -6,7 +6,7 @@
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
-use ferrite_proto::{Limits, KEY_BYTES_MAX, VALUE_INLINE_BYTES_MAX};
+use ferrite_proto::{Limits, KEY_BYTES_MAX, POOLS_PER_SHARD_MAX, VALUE_INLINE_BYTES_MAX};
 use ferrite_store::StoreKind;
 use serde::Deserialize;
 
@@ -168,8 +168,8 @@ impl Config {
         if limits.value_bytes_max as usize > VALUE_INLINE_BYTES_MAX {
             return invalid(format!("limits.value_bytes_max must be at most {VALUE_INLINE_BYTES_MAX}"));
         }
-        if limits.pools_per_shard_max == 0 || limits.pools_per_shard_max > u32::from(u16::MAX) {
-            return invalid(format!("limits.pools_per_shard_max must be between 1 and {}", u16::MAX));
+        if limits.pools_per_shard_max == 0 || limits.pools_per_shard_max as usize > POOLS_PER_SHARD_MAX {
+            return invalid(format!("limits.pools_per_shard_max must be between 1 and {POOLS_PER_SHARD_MAX}"));
         }
         if limits.connections_per_shard_max == 0 {
             return invalid("limits.connections_per_shard_max must be at least 1".into());

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use bytes::BytesMut;
 use ferrite_proto::{ErrorCode, Response};
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
@@ -15,8 +15,8 @@ use tracing::{info, warn};
 use crate::connection;
 use crate::handler::ShardState;
 
-/// How long a refused connection gets to receive its `too_many_connections` error.
-const REFUSAL_WRITE_TIMEOUT: Duration = Duration::from_secs(1);
+/// How long a refused connection gets to receive its `too_many_connections` error and hang up.
+const REFUSAL_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// Pause after a failed accept (for example, out of file descriptors) so the loop does not spin.
 const ACCEPT_RETRY_DELAY: Duration = Duration::from_millis(50);
@@ -72,11 +72,21 @@ async fn serve(
     Ok(())
 }
 
-/// Tells a client over the connection limit why it is being turned away, then closes.
+/// Tells a client over the connection limit why it is being turned away, then closes. The client
+/// has usually sent its hello already; closing a socket with unread input makes the kernel send a
+/// reset that can destroy the error frame in flight, so the input is drained until the client
+/// closes (or a timeout passes) before the socket is dropped.
 async fn refuse(mut stream: TcpStream, max: u64) {
     let mut frame = BytesMut::new();
     let message = format!("this shard already serves {max} connections, its configured maximum");
     Response::Error { code: ErrorCode::TooManyConnections, message: &message }.encode(0, &mut frame);
-    // The client may already be gone; there is nobody left to tell about a failure here.
-    let _ = tokio::time::timeout(REFUSAL_WRITE_TIMEOUT, stream.write_all(&frame)).await;
+    // Every failure below means the client is already gone; there is nobody left to tell.
+    let _ = tokio::time::timeout(REFUSAL_TIMEOUT, async {
+        stream.write_all(&frame).await?;
+        stream.shutdown().await?;
+        let mut sink = [0u8; 1024];
+        while stream.read(&mut sink).await? > 0 {}
+        Ok::<(), std::io::Error>(())
+    })
+    .await;
 }
