@@ -1,0 +1,45 @@
+# Ferrite: the two commands a newcomer needs are `make run` and `make test`.
+
+CARGO ?= cargo
+VENV := .venv
+PYTHON := $(VENV)/bin/python
+# Extra arguments for `make run`, e.g. `make run ARGS="--shards 2"`.
+ARGS ?=
+
+.PHONY: run build test test-rust test-python lint deps clean
+
+## run: build the release binaries and start a server on the embedded default configuration
+run: build
+	./target/release/ferrite-server $(ARGS)
+
+## build: build the release binaries (ferrite-server, ferrite)
+build:
+	$(CARGO) build --release -p ferrite-server -p ferrite-cli
+
+## test: install what the tests need, check formatting and lints, run every test suite
+test: deps lint test-rust test-python
+
+## deps: Python venv with the pinned test packages (Debian packages too, once a suite needs them)
+deps: $(VENV)/.installed
+
+$(VENV)/.installed: requirements-test.txt scripts/install-test-deps.sh
+	scripts/install-test-deps.sh $(VENV)
+	touch $@
+
+## lint: formatting and clippy, warnings are errors
+lint:
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+
+## test-rust: every Rust crate's unit and integration tests (integration tests start real servers)
+test-rust:
+	$(CARGO) build --workspace --bins
+	$(CARGO) test --workspace
+
+## test-python: the language-neutral protocol test vectors
+test-python: deps
+	$(PYTHON) -m pytest testdata/protocol -q
+
+clean:
+	$(CARGO) clean
+	rm -rf $(VENV)
