@@ -86,7 +86,7 @@ impl Connection {
                 }
                 let read = tokio::select! {
                     biased;
-                    _ = shutdown.changed() => return Ok(()),
+                    _ = shutdown.wait_for(|stop| *stop) => return Ok(()),
                     read = stream.read_buf(&mut self.read_buf) => read?,
                 };
                 if read == 0 {
@@ -95,7 +95,12 @@ impl Connection {
             }
             next = self.answer_buffered(&mut shard.borrow_mut());
             if !self.write_buf.is_empty() {
-                stream.write_all(&self.write_buf).await?;
+                // A client that stops reading must not hold the shard's shutdown hostage.
+                tokio::select! {
+                    biased;
+                    _ = shutdown.wait_for(|stop| *stop) => return Ok(()),
+                    written = stream.write_all(&self.write_buf) => written?,
+                }
                 self.write_buf.clear();
             }
             if next == Next::Close {

@@ -18,6 +18,9 @@ use crate::handler::ShardState;
 /// How long a refused connection gets to receive its `too_many_connections` error and hang up.
 const REFUSAL_TIMEOUT: Duration = Duration::from_secs(1);
 
+/// How long a stopping shard waits for its connections to finish their current batch.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+
 /// Pause after a failed accept (for example, out of file descriptors) so the loop does not spin.
 const ACCEPT_RETRY_DELAY: Duration = Duration::from_millis(50);
 
@@ -50,7 +53,7 @@ async fn serve(
                 Ok((stream, _peer)) => {
                     let mut state = shard.borrow_mut();
                     if state.stats.clients >= state.connections_max {
-                        state.stats.failures += 1;
+                        state.stats.clients_refused += 1;
                         let max = state.connections_max;
                         connections.spawn_local(refuse(stream, max));
                         continue;
@@ -68,7 +71,17 @@ async fn serve(
     }
     drop(listener);
     info!(shard = index, connections = connections.len(), "shard stopping");
-    while connections.join_next().await.is_some() {}
+    // Connections see the same signal and finish their current batch; the deadline only guards
+    // against a bug keeping one alive.
+    let drained = tokio::time::timeout(SHUTDOWN_GRACE, async { while connections.join_next().await.is_some() {} });
+    if drained.await.is_err() {
+        warn!(
+            shard = index,
+            connections = connections.len(),
+            "connections still open at the shutdown deadline; closing them"
+        );
+        connections.shutdown().await;
+    }
     Ok(())
 }
 

@@ -14,6 +14,8 @@ pub(crate) struct ShardStats {
     pub failures: u64,
     pub clients: u64,
     pub clients_total: u64,
+    /// Connections turned away at the connection limit.
+    pub clients_refused: u64,
 }
 
 impl ShardStats {
@@ -27,6 +29,7 @@ impl ShardStats {
             failures: 0,
             clients: 0,
             clients_total: 0,
+            clients_refused: 0,
         }
     }
 
@@ -42,6 +45,7 @@ impl ShardStats {
             ("failures", self.failures),
             ("clients", self.clients),
             ("clients_total", self.clients_total),
+            ("clients_refused", self.clients_refused),
             ("pools", pools as u64),
             ("uptime_ms", uptime_ms),
         ]

@@ -6,8 +6,8 @@ use foldhash::HashMapExt;
 use crate::store::{PoolSpec, PutMode, Store, StoreError, ValueAttributes, ENTRY_OVERHEAD_BYTES};
 
 /// Up-front index capacity is capped so a pool that claims to expect billions of objects cannot
-/// make the server allocate gigabytes before storing anything.
-const PREALLOCATED_ENTRIES_MAX: u64 = 1 << 20;
+/// make the server allocate much before storing anything; the index grows on demand past this.
+const PREALLOCATED_ENTRIES_MAX: u64 = 1 << 16;
 
 #[derive(Debug)]
 struct Entry {
@@ -28,7 +28,9 @@ fn charge(key_len: usize, value_len: usize) -> u64 {
 
 impl MapStore {
     pub fn new(spec: PoolSpec) -> Self {
-        let capacity = spec.expected_objects.min(PREALLOCATED_ENTRIES_MAX) as usize;
+        // Never more entries than the pool's size could hold, whatever the hint claims.
+        let fits = spec.size_bytes / ENTRY_OVERHEAD_BYTES;
+        let capacity = spec.expected_objects.min(fits).min(PREALLOCATED_ENTRIES_MAX) as usize;
         MapStore { entries: HashMap::with_capacity(capacity), capacity_bytes: spec.size_bytes, used_bytes: 0 }
     }
 

@@ -1,0 +1,458 @@
+//! The `ferrite` command against a real `ferrite-server`: what it prints, where, and with which
+//! exit status.
+//!
+//! The server binary is the sibling of the CLI binary in Cargo's target directory. Cargo builds it
+//! only for `ferrite-server`'s own tests, so run `cargo build -p ferrite-server` (or
+//! `cargo build --workspace --bins`, as the Makefile does) before these tests.
+
+#[path = "../../ferrite-server/tests/common/mod.rs"]
+mod common;
+
+use std::io::{Read, Write};
+use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{crc32, TestServer};
+use serde_json::Value;
+
+/// Longest one `ferrite` invocation may take before the test calls it hung.
+const CLI_TIMEOUT: Duration = Duration::from_secs(30);
+
+fn server_binary() -> PathBuf {
+    let cli = PathBuf::from(env!("CARGO_BIN_EXE_ferrite"));
+    let server = cli.with_file_name(format!("ferrite-server{}", std::env::consts::EXE_SUFFIX));
+    assert!(
+        server.exists(),
+        "{} is missing: these tests run the real server; run `cargo build -p ferrite-server` first",
+        server.display()
+    );
+    server
+}
+
+fn start_server(shards: usize) -> TestServer {
+    TestServer::builder_for(server_binary()).shards(shards).start()
+}
+
+/// Runs `ferrite --addr <shard 0> ARGS`, feeding `stdin`, and returns what it did.
+fn ferrite_with_stdin(server: &TestServer, args: &[&str], stdin: &[u8]) -> Output {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_ferrite"));
+    // An address in the test runner's environment must not matter.
+    command.env_remove("FERRITE_ADDR").arg("--addr").arg(server.addr_string()).args(args);
+    run(command, stdin)
+}
+
+fn ferrite(server: &TestServer, args: &[&str]) -> Output {
+    ferrite_with_stdin(server, args, b"")
+}
+
+fn run(mut command: Command, stdin: &[u8]) -> Output {
+    let mut child = command
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start the ferrite binary");
+    // Fed and drained from threads so a full pipe can never deadlock the test.
+    let mut input = child.stdin.take().expect("stdin is piped");
+    let stdin = stdin.to_vec();
+    let writer = std::thread::spawn(move || {
+        // A command that does not read stdin may exit first; that is not a failure.
+        let _ = input.write_all(&stdin);
+    });
+    let drain = |mut pipe: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            pipe.read_to_end(&mut bytes).expect("read the command's output");
+            bytes
+        })
+    };
+    let stdout = drain(Box::new(child.stdout.take().expect("stdout is piped")));
+    let stderr = drain(Box::new(child.stderr.take().expect("stderr is piped")));
+    let deadline = Instant::now() + CLI_TIMEOUT;
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait for ferrite") {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("ferrite {command:?} did not finish within {CLI_TIMEOUT:?}");
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    writer.join().expect("stdin writer");
+    Output { status, stdout: stdout.join().expect("stdout reader"), stderr: stderr.join().expect("stderr reader") }
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// Asserts success and returns stdout as text.
+#[track_caller]
+fn ok(output: &Output) -> String {
+    assert!(
+        output.status.success(),
+        "ferrite failed with {}\nstdout: {}\nstderr: {}",
+        output.status,
+        text(&output.stdout),
+        text(&output.stderr)
+    );
+    text(&output.stdout)
+}
+
+/// Asserts exit status 1 with nothing on stdout and `error: ...` on stderr; returns stderr.
+#[track_caller]
+fn fails(output: &Output) -> String {
+    let stderr = text(&output.stderr);
+    assert_eq!(
+        output.status.code(),
+        Some(1),
+        "expected exit status 1\nstdout: {}\nstderr: {stderr}",
+        text(&output.stdout)
+    );
+    assert!(output.stdout.is_empty(), "a failure prints nothing on stdout, got {:?}", text(&output.stdout));
+    assert!(stderr.starts_with("error: "), "errors are reported as `error: ...`: {stderr:?}");
+    stderr
+}
+
+#[track_caller]
+fn json(output: &Output) -> Value {
+    let stdout = ok(output);
+    serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("--json output is not JSON ({e}): {stdout}"))
+}
+
+/// `pool create` creates and then reports an existing pool, refuses one with `--create-only`;
+/// `pool list` shows pools with their shard; `pool open` describes a pool; `pool delete` removes
+/// it, and deleting it again says it does not exist.
+#[test]
+fn pool_create_list_open_and_delete() {
+    let server = start_server(1);
+    assert_eq!(ok(&ferrite(&server, &["pool", "list"])), "no pools\n");
+
+    let created = ok(&ferrite(&server, &["pool", "create", "demo", "--size", "1MiB"]));
+    assert_eq!(created, "created pool 'demo' on shard 0 (1 MiB)\n");
+    let again = ok(&ferrite(&server, &["pool", "create", "demo", "--size", "2MiB"]));
+    assert!(again.contains("already exists") && again.contains("1 MiB"), "keeps its size: {again}");
+    let refused = fails(&ferrite(&server, &["pool", "create", "demo", "--create-only"]));
+    assert!(refused.contains("already exists"), "{refused}");
+
+    ok(&ferrite(&server, &["put", "demo", "k", "value"]));
+    let list = ok(&ferrite(&server, &["pool", "list"]));
+    let lines: Vec<&str> = list.lines().collect();
+    assert_eq!(lines.len(), 2, "a header and one pool: {list}");
+    let columns: Vec<&str> = lines[0].split_whitespace().collect();
+    assert_eq!(columns, ["NAME", "SHARD", "OBJECTS", "SIZE", "USED", "OPENS"]);
+    let row: Vec<&str> = lines[1].split_whitespace().collect();
+    assert_eq!(row, ["demo", "0", "1", "1", "MiB", "70", "B", "0"], "{list}");
+
+    let open = ok(&ferrite(&server, &["pool", "open", "demo"]));
+    assert!(open.lines().any(|l| l.split_whitespace().eq(["objects", "1"])), "{open}");
+    assert!(open.lines().any(|l| l.starts_with("used") && l.contains("70 B")), "{open}");
+
+    assert_eq!(ok(&ferrite(&server, &["pool", "delete", "demo"])), "deleted pool 'demo'\n");
+    assert_eq!(ok(&ferrite(&server, &["pool", "list"])), "no pools\n");
+    let missing = fails(&ferrite(&server, &["pool", "delete", "demo"]));
+    assert!(missing.contains("does not exist"), "{missing}");
+}
+
+/// `put POOL KEY -` stores standard input byte for byte (a NUL, invalid UTF-8, no trailing
+/// newline) and `get` writes exactly those bytes to stdout, adding nothing.
+#[test]
+fn put_from_stdin_then_get_writes_the_exact_bytes() {
+    let server = start_server(1);
+    ok(&ferrite(&server, &["pool", "create", "bin"]));
+    let value: &[u8] = b"bin\x00ary\xff\xfe\r\nend";
+    let stored = ok(&ferrite_with_stdin(&server, &["put", "bin", "blob", "-"], value));
+    assert!(stored.contains(&format!("{} B", value.len())), "{stored}");
+    let got = ferrite(&server, &["get", "bin", "blob"]);
+    ok(&got);
+    assert_eq!(got.stdout, value, "get writes the raw value and nothing else");
+    assert!(got.stderr.is_empty(), "{}", text(&got.stderr));
+
+    let empty = ok(&ferrite_with_stdin(&server, &["put", "bin", "empty", "-"], b""));
+    assert!(empty.contains("0 B"), "{empty}");
+    let got = ferrite(&server, &["get", "bin", "empty"]);
+    ok(&got);
+    assert!(got.stdout.is_empty(), "an empty value prints nothing");
+
+    ok(&ferrite(&server, &["put", "bin", "text", "hello world"]));
+    assert_eq!(ferrite(&server, &["get", "bin", "text"]).stdout, b"hello world");
+}
+
+/// `get` of a missing key exits with status 1, says so on stderr, and writes nothing to stdout
+/// (so `ferrite get p k > file` never leaves an error message in the file).
+#[test]
+fn get_of_a_missing_key_exits_1_with_nothing_on_stdout() {
+    let server = start_server(1);
+    ok(&ferrite(&server, &["pool", "create", "p"]));
+    let stderr = fails(&ferrite(&server, &["get", "p", "nope"]));
+    assert!(stderr.contains("'nope'") && stderr.contains("not found"), "{stderr}");
+    let stderr = fails(&ferrite(&server, &["--json", "get", "p", "nope"]));
+    assert!(stderr.contains("not found"), "{stderr}");
+}
+
+/// `erase` removes a key (and fails for an absent one), and `count` follows.
+#[test]
+fn erase_and_count() {
+    let server = start_server(1);
+    ok(&ferrite(&server, &["pool", "create", "p"]));
+    assert_eq!(ok(&ferrite(&server, &["count", "p"])), "0\n");
+    for key in ["a", "b", "c"] {
+        ok(&ferrite(&server, &["put", "p", key, "v"]));
+    }
+    assert_eq!(ok(&ferrite(&server, &["count", "p"])), "3\n");
+    assert_eq!(ok(&ferrite(&server, &["erase", "p", "b"])), "erased 'b' from pool 'p'\n");
+    assert_eq!(ok(&ferrite(&server, &["count", "p"])), "2\n");
+    let stderr = fails(&ferrite(&server, &["erase", "p", "b"]));
+    assert!(stderr.contains("not found"), "{stderr}");
+    fails(&ferrite(&server, &["get", "p", "b"]));
+    assert_eq!(ok(&ferrite(&server, &["count", "p"])), "2\n");
+}
+
+/// `put --create-only` refuses to overwrite and `put --update-only` refuses to create, each with a
+/// message naming the flag, and neither changes the pool; both flags at once are a usage error.
+#[test]
+fn put_create_only_and_update_only() {
+    let server = start_server(1);
+    ok(&ferrite(&server, &["pool", "create", "p"]));
+    ok(&ferrite(&server, &["put", "p", "k", "old", "--create-only"]));
+    let stderr = fails(&ferrite(&server, &["put", "p", "k", "new", "--create-only"]));
+    assert!(stderr.contains("already exists") && stderr.contains("--create-only"), "{stderr}");
+    assert_eq!(ferrite(&server, &["get", "p", "k"]).stdout, b"old");
+
+    let stderr = fails(&ferrite(&server, &["put", "p", "absent", "v", "--update-only"]));
+    assert!(stderr.contains("does not exist") && stderr.contains("--update-only"), "{stderr}");
+    fails(&ferrite(&server, &["get", "p", "absent"]));
+    ok(&ferrite(&server, &["put", "p", "k", "new", "--update-only"]));
+    assert_eq!(ferrite(&server, &["get", "p", "k"]).stdout, b"new");
+
+    let usage = ferrite(&server, &["put", "p", "k", "v", "--create-only", "--update-only"]);
+    assert_eq!(usage.status.code(), Some(2), "conflicting flags are a usage error");
+}
+
+/// `attr POOL KEY` shows the value's length and its zlib CRC-32; `attr POOL` the pool's counts.
+#[test]
+fn attr_shows_value_and_pool_attributes() {
+    let server = start_server(1);
+    ok(&ferrite(&server, &["pool", "create", "p", "--size", "4096"]));
+    ok(&ferrite(&server, &["put", "p", "check", "123456789"]));
+    let attr = ok(&ferrite(&server, &["attr", "p", "check"]));
+    assert!(attr.lines().any(|l| l.split_whitespace().eq(["length", "9", "B"])), "{attr}");
+    assert!(attr.lines().any(|l| l.split_whitespace().eq(["crc32", "0xcbf43926"])), "{attr}");
+    assert!(attr.lines().any(|l| l.starts_with("write_time") && l.trim_end().ends_with('Z')), "{attr}");
+
+    let pool = ok(&ferrite(&server, &["attr", "p"]));
+    assert!(pool.lines().any(|l| l.split_whitespace().eq(["objects", "1"])), "{pool}");
+    assert!(pool.lines().any(|l| l.starts_with("used") && l.contains("78 B")), "5 + 9 + 64 bytes: {pool}");
+    let stderr = fails(&ferrite(&server, &["attr", "p", "missing"]));
+    assert!(stderr.contains("not found"), "{stderr}");
+}
+
+/// `stats` prints one row per counter and one column per shard, counting what was done.
+#[test]
+fn stats_show_every_shards_counters() {
+    let server = start_server(2);
+    ok(&ferrite(&server, &["pool", "create", "p"]));
+    ok(&ferrite(&server, &["put", "p", "k", "v"]));
+    ok(&ferrite(&server, &["put", "p", "k", "w"]));
+    let stats = ok(&ferrite(&server, &["stats"]));
+    let header: Vec<&str> = stats.lines().next().expect("a header").split_whitespace().collect();
+    assert_eq!(header, ["COUNTER", "SHARD", "0", "SHARD", "1"], "{stats}");
+    let row = |name: &str| -> Vec<u64> {
+        let line = stats.lines().find(|l| l.split_whitespace().next() == Some(name));
+        let line = line.unwrap_or_else(|| panic!("no {name} row: {stats}"));
+        line.split_whitespace().skip(1).map(|v| v.parse().expect("a number")).collect()
+    };
+    assert_eq!(row("puts").iter().sum::<u64>(), 2, "{stats}");
+    assert_eq!(row("pools").iter().sum::<u64>(), 1, "{stats}");
+    assert_eq!(row("shard"), [0, 1]);
+    for name in ["requests", "gets", "erases", "failures", "clients", "clients_total", "uptime_ms"] {
+        assert_eq!(row(name).len(), 2, "{name}: {stats}");
+    }
+}
+
+/// With `--json` every command prints one JSON document with the documented fields; a binary
+/// value comes back as hex, text as a string.
+#[test]
+fn json_output_parses_with_the_expected_fields() {
+    let server = start_server(2);
+    let created = json(&ferrite(&server, &["--json", "pool", "create", "j", "--size", "1MiB"]));
+    assert_eq!(created["pool"], "j");
+    assert_eq!(created["created"], true);
+    assert_eq!(created["size_bytes"], 1 << 20);
+    assert_eq!(created["objects"], 0);
+    let shard = created["shard"].as_u64().expect("shard is a number");
+    assert!(shard < 2);
+
+    let put = json(&ferrite(&server, &["put", "j", "text", "héllo", "--json"]));
+    assert_eq!(
+        (put["pool"].clone(), put["key"].clone(), put["stored"].clone()),
+        ("j".into(), "text".into(), true.into())
+    );
+    assert_eq!(put["length"], "héllo".len());
+    ok(&ferrite_with_stdin(&server, &["put", "j", "blob", "-"], b"\x00\xff"));
+
+    let got = json(&ferrite(&server, &["--json", "get", "j", "text"]));
+    assert_eq!(got["value"], "héllo");
+    assert_eq!(got["encoding"], "utf8");
+    assert_eq!(got["length"], 6);
+    let got = json(&ferrite(&server, &["--json", "get", "j", "blob"]));
+    assert_eq!(got["value"], "00ff");
+    assert_eq!(got["encoding"], "hex");
+
+    assert_eq!(json(&ferrite(&server, &["--json", "count", "j"]))["count"], 2);
+    let attr = json(&ferrite(&server, &["--json", "attr", "j", "text"]));
+    assert_eq!(attr["length"], 6);
+    assert_eq!(attr["crc32"], crc32("héllo".as_bytes()));
+    assert!(attr["write_time_ns"].as_u64().is_some_and(|t| t > 1_600_000_000_000_000_000), "{attr}");
+    let pool = json(&ferrite(&server, &["--json", "attr", "j"]));
+    assert_eq!(pool["objects"], 2);
+    assert_eq!(pool["size_bytes"], 1 << 20);
+    assert_eq!(pool["used_bytes"], (4 + 6 + 64) + (4 + 2 + 64));
+    let open = json(&ferrite(&server, &["--json", "pool", "open", "j"]));
+    assert_eq!(open["objects"], 2);
+    assert_eq!(open["shard"], shard);
+
+    let list = json(&ferrite(&server, &["--json", "pool", "list"]));
+    let pools = list["pools"].as_array().expect("pools is an array");
+    assert_eq!(pools.len(), 1);
+    assert_eq!(pools[0]["name"], "j");
+    assert_eq!(pools[0]["shard"], shard);
+    assert_eq!(pools[0]["objects"], 2);
+    assert_eq!(pools[0]["open_count"], 0);
+
+    let stats = json(&ferrite(&server, &["--json", "stats"]));
+    let shards = stats["shards"].as_array().expect("shards is an array");
+    assert_eq!(shards.len(), 2);
+    for (index, entry) in shards.iter().enumerate() {
+        assert_eq!(entry["shard"], index);
+        assert_eq!(entry["counters"]["shard"], index);
+    }
+    let puts: u64 = shards.iter().map(|s| s["counters"]["puts"].as_u64().expect("puts")).sum();
+    assert_eq!(puts, 2);
+
+    assert_eq!(json(&ferrite(&server, &["--json", "erase", "j", "blob"]))["erased"], true);
+    assert_eq!(json(&ferrite(&server, &["--json", "pool", "delete", "j"]))["deleted"], true);
+}
+
+/// Every key-value command on a pool that does not exist fails and tells the user the command
+/// that creates it, quoted for the shell when the name needs it.
+#[test]
+fn operations_on_a_missing_pool_suggest_pool_create() {
+    let server = start_server(1);
+    for args in [
+        &["get", "nosuch", "k"][..],
+        &["put", "nosuch", "k", "v"],
+        &["erase", "nosuch", "k"],
+        &["count", "nosuch"],
+        &["attr", "nosuch"],
+        &["pool", "open", "nosuch"],
+    ] {
+        let stderr = fails(&ferrite(&server, args));
+        assert!(stderr.contains("`ferrite pool create nosuch`"), "{args:?}: {stderr}");
+    }
+    let stderr = fails(&ferrite(&server, &["count", "my pool"]));
+    assert!(stderr.contains("`ferrite pool create 'my pool'`"), "{stderr}");
+    assert_eq!(ok(&ferrite(&server, &["pool", "list"])), "no pools\n", "nothing was created");
+}
+
+/// `pool delete` of a pool another session holds open is refused with an explanation, and works
+/// once that session closes it.
+#[test]
+fn deleting_a_pool_open_elsewhere_is_refused() {
+    let server = start_server(1);
+    let session = ferrite_client::blocking::Session::connect(&server.addr_string()).expect("connect");
+    let pool = session.create_pool("held", ferrite_client::PoolOptions::default()).expect("create");
+    let stderr = fails(&ferrite(&server, &["pool", "delete", "held"]));
+    assert!(stderr.contains("is open"), "{stderr}");
+    let list = ok(&ferrite(&server, &["pool", "list"]));
+    assert!(list.lines().nth(1).is_some_and(|row| row.split_whitespace().last() == Some("1")), "one open: {list}");
+    pool.close().expect("close");
+    ok(&ferrite(&server, &["pool", "delete", "held"]));
+}
+
+/// On a two-shard server, the CLI given shard 0's address reaches pools on either shard.
+#[test]
+fn pools_on_every_shard_are_reached_through_one_address() {
+    let server = start_server(2);
+    for name in ["alpha", "beta", "gamma", "delta", "epsilon", "zeta"] {
+        ok(&ferrite(&server, &["pool", "create", name]));
+        ok(&ferrite(&server, &["put", name, "k", name]));
+        assert_eq!(ferrite(&server, &["get", name, "k"]).stdout, name.as_bytes());
+    }
+    let list = json(&ferrite(&server, &["--json", "pool", "list"]));
+    let shards: std::collections::BTreeSet<u64> =
+        list["pools"].as_array().expect("pools").iter().map(|p| p["shard"].as_u64().expect("shard")).collect();
+    assert_eq!(shards.len(), 2, "the names cover both shards: {list}");
+}
+
+/// `FERRITE_ADDR` chooses the server when `--addr` is not given.
+#[test]
+fn ferrite_addr_chooses_the_server() {
+    let server = start_server(1);
+    let mut command = Command::new(env!("CARGO_BIN_EXE_ferrite"));
+    command.env("FERRITE_ADDR", server.addr_string()).args(["pool", "list"]);
+    let output = run(command, b"");
+    assert_eq!(ok(&output), "no pools\n");
+}
+
+/// Pointed at an address where no server listens, the CLI fails with exit status 1 and says how
+/// to choose the server.
+#[test]
+fn an_unreachable_server_is_explained() {
+    // A port that was free a moment ago and that nobody listens on now.
+    let port = std::net::TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("address").port();
+    let mut command = Command::new(env!("CARGO_BIN_EXE_ferrite"));
+    command.env_remove("FERRITE_ADDR").args(["--addr", &format!("127.0.0.1:{port}"), "pool", "list"]);
+    let stderr = fails(&run(command, b""));
+    assert!(stderr.contains(&format!("127.0.0.1:{port}")), "names the address: {stderr}");
+    assert!(stderr.contains("--addr") && stderr.contains("FERRITE_ADDR"), "{stderr}");
+}
+
+/// A value from stdin larger than the server's limit is refused before it is sent, with exit
+/// status 1 and the limit in the message; nothing is stored.
+#[test]
+fn a_value_over_the_limit_is_refused() {
+    let server = start_server(1);
+    ok(&ferrite(&server, &["pool", "create", "p"]));
+    let value = vec![b'v'; 2 * 1024 * 1024 + 1];
+    let stderr = fails(&ferrite_with_stdin(&server, &["put", "p", "big", "-"], &value));
+    assert!(stderr.contains("2097153") && stderr.contains("2097152"), "{stderr}");
+    assert_eq!(ok(&ferrite(&server, &["count", "p"])), "0\n");
+    let value = vec![b'v'; 2 * 1024 * 1024];
+    ok(&ferrite_with_stdin(&server, &["put", "p", "big", "-"], &value));
+    assert!(ferrite(&server, &["get", "p", "big"]).stdout == value, "the largest value round-trips");
+}
+
+/// `ferrite get` into a pipe that closes early (`| head -c 10`) is not an error: exit status 0.
+#[test]
+fn get_into_a_pipe_closed_early_exits_zero() {
+    let server = start_server(1);
+    ok(&ferrite(&server, &["pool", "create", "p"]));
+    ok(&ferrite_with_stdin(&server, &["put", "p", "big", "-"], &vec![b'x'; 1 << 20]));
+    let mut child = Command::new(env!("CARGO_BIN_EXE_ferrite"))
+        .env_remove("FERRITE_ADDR")
+        .args(["--addr", &server.addr_string(), "get", "p", "big"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start ferrite");
+    let mut stdout = child.stdout.take().expect("stdout is piped");
+    let mut first = [0u8; 10];
+    stdout.read_exact(&mut first).expect("the value starts arriving");
+    assert_eq!(&first, b"xxxxxxxxxx");
+    drop(stdout);
+    let deadline = Instant::now() + CLI_TIMEOUT;
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "ferrite hung writing to a closed pipe");
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    let mut stderr = String::new();
+    child.stderr.take().expect("stderr is piped").read_to_string(&mut stderr).expect("read stderr");
+    assert!(status.success(), "exit status {status} on a closed pipe; stderr: {stderr}");
+}
