@@ -18,6 +18,7 @@ it; test_vectors.py fails if the files and the script disagree.
 
 import binascii
 import json
+import re
 import struct
 from pathlib import Path
 
@@ -118,9 +119,15 @@ def fnv1a64(data):
     return h
 
 
+PINNED = re.compile(r"@([0-9]{1,5})/")
+
+
 def shard_for_pool(pool, shard_count):
-    """Index of the shard that owns the pool named `pool` (str)."""
-    return fnv1a64(pool.encode("utf-8")) % shard_count
+    """Index of the shard that owns the pool named `pool` (str): the N of a pinned name `@N/...`
+    (1 to 5 ASCII digits), otherwise FNV-1a 64 of its UTF-8 bytes; either modulo the shard count."""
+    pinned = PINNED.match(pool)
+    position = int(pinned.group(1)) if pinned else fnv1a64(pool.encode("utf-8"))
+    return position % shard_count
 
 
 # --- field encoders ------------------------------------------------------------------------
@@ -554,7 +561,7 @@ def vectors():
     return all_vectors
 
 
-ROUTING_POOLS = ["a", "users", "pool-42", "café", "日本語", "🦀ferrite"]
+ROUTING_POOLS = ["a", "users", "pool-42", "café", "日本語", "🦀ferrite", "@0/redis", "@3/redis", "@12/x", "@123456/x", "@a/x", "@/x"]
 ROUTING_SHARD_COUNTS = [1, 2, 3, 7, 16]
 
 

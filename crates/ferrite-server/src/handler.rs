@@ -25,9 +25,9 @@ pub(crate) enum Flow {
 
 /// A request that failed: the code and message the client receives.
 #[derive(Debug)]
-struct Failure {
-    code: ErrorCode,
-    message: String,
+pub(crate) struct Failure {
+    pub code: ErrorCode,
+    pub message: String,
     /// Close the connection after answering: the peer is not a client we can talk to.
     close: bool,
 }
@@ -155,7 +155,7 @@ impl ShardState {
         self.stats.clients -= 1;
     }
 
-    fn execute<'s>(
+    pub(crate) fn execute<'s>(
         &'s mut self,
         request: Request<'_>,
         session: &mut Session,
