@@ -49,6 +49,7 @@ REQUEST_OPCODES = {
     "erase": 0x0022,
     "count": 0x0023,
     "get_attribute": 0x0024,
+    "find": 0x0025,
     "get_statistics": 0x0030,
 }
 
@@ -65,14 +66,17 @@ RESPONSE_TO_REQUEST = {
     "erased": "erase",
     "count": "count",
     "attribute": "get_attribute",
+    "found": "find",
     "statistics": "get_statistics",
 }
 
 # Flag bits per request; a request absent here defines no flags.
 REQUEST_FLAGS = {
-    "create_pool": {"create_only": 0x0001},
+    "create_pool": {"create_only": 0x0001, "indexed": 0x0002},
     "put": {"create_only": 0x0001, "update_only": 0x0002},
 }
+
+FIND_KINDS = {"exact": 1, "prefix": 2, "regex": 3, "glob": 4}
 
 ATTRIBUTES = {
     "value_length": 1,
@@ -166,6 +170,14 @@ def frame(opcode, flags, request_id, body):
     return u32(len(body)) + u16(opcode) + u16(flags) + u64(request_id) + body
 
 
+def optional_key(hex_or_none):
+    """`has` (u8) then, if present, a u32-length-prefixed key: find's `after` and `next`."""
+    if hex_or_none is None:
+        return u8(0)
+    key = unhex(hex_or_none)
+    return u8(1) + u32(len(key)) + key
+
+
 def flag_bits(request_type, names):
     defined = REQUEST_FLAGS.get(request_type, {})
     bits = 0
@@ -199,6 +211,10 @@ def request_body(msg):
     if kind == "get_attribute":
         key = unhex(msg["key"])
         return u64(msg["pool"]) + u16(ATTRIBUTES[msg["attribute"]]) + u32(len(key)) + key
+    if kind == "find":
+        pattern = unhex(msg["pattern"])
+        body = u64(msg["pool"]) + u16(FIND_KINDS[msg["kind"]]) + u32(msg["limit"]) + u32(len(pattern)) + pattern
+        return body + optional_key(msg["after"])
     raise ValueError(f"unknown request type {kind!r}")
 
 
@@ -246,6 +262,9 @@ def response_body(msg):
         return u64(msg["count"])
     if kind == "attribute":
         return u64(msg["value"])
+    if kind == "found":
+        keys = [unhex(k) for k in msg["keys"]]
+        return u32(len(keys)) + b"".join(u32(len(k)) + k for k in keys) + optional_key(msg["next"])
     if kind == "statistics":
         counters = msg["counters"]
         return u16(len(counters)) + b"".join(str16(c["name"]) + u64(c["value"]) for c in counters)
@@ -335,6 +354,15 @@ def request_vectors():
         req("get_attribute_pool_size", 18, {"type": "get_attribute", "pool": 1, "attribute": "pool_size", "key": ""}),
         req("get_attribute_pool_used", 19, {"type": "get_attribute", "pool": 1, "attribute": "pool_used", "key": ""}),
         req("get_statistics", 20, {"type": "get_statistics"}),
+        req(
+            "create_pool_indexed",
+            23,
+            {"type": "create_pool", "name": "@1/redis", "flags": ["create_only", "indexed"], "size_bytes": 1 << 30, "expected_objects": 0},
+        ),
+        req("find_prefix_from_start", 24, {"type": "find", "pool": 1, "kind": "prefix", "limit": 100, "pattern": "757365723a", "after": None}),
+        req("find_regex_after", 25, {"type": "find", "pool": 2, "kind": "regex", "limit": 1024, "pattern": "5e615b302d395d2b24", "after": "6131"}),
+        req("find_glob_empty_after", 26, {"type": "find", "pool": 1, "kind": "glob", "limit": 1, "pattern": "2a", "after": ""}),
+        req("find_exact", 27, {"type": "find", "pool": 1, "kind": "exact", "limit": 1, "pattern": "6b6579", "after": None}),
     ]
 
 
@@ -400,6 +428,10 @@ def response_vectors():
         ),
         resp("error_non_ascii_message", 10, {"type": "error", "code": "pool_full", "message": "pool « users » est plein ✗"}),
         resp("error_empty_message", 0, {"type": "error", "code": "too_many_connections", "message": ""}),
+        resp("found_done", 24, {"type": "found", "keys": ["757365723a31", "757365723a32"], "next": None}),
+        resp("found_more", 25, {"type": "found", "keys": ["6131"], "next": "6139"}),
+        resp("found_nothing_yet", 26, {"type": "found", "keys": [], "next": "00"}),
+        resp("found_empty_key", 27, {"type": "found", "keys": [""], "next": None}),
     ]
 
 
@@ -409,7 +441,12 @@ def error_vectors():
     create_pool = REQUEST_OPCODES["create_pool"]
     key = b"key"
     hello_body = b"FRRX" + u16(PROTOCOL_VERSION) + str16("ferrite-cli/0.1.0") + bytes16(b"")
+    find = REQUEST_OPCODES["find"]
     return [
+        _invalid("find_limit_zero", "request", 30, "invalid_argument", frame(find, 0, 30, u64(1) + u16(2) + u32(0) + u32(0) + u8(0))),
+        _invalid("find_limit_too_large", "request", 31, "invalid_argument", frame(find, 0, 31, u64(1) + u16(2) + u32(1025) + u32(0) + u8(0))),
+        _invalid("find_unknown_kind", "request", 32, "invalid_argument", frame(find, 0, 32, u64(1) + u16(9) + u32(1) + u32(0) + u8(0))),
+        _invalid("find_truncated_after", "request", 33, "malformed_frame", frame(find, 0, 33, u64(1) + u16(2) + u32(1) + u32(0) + u8(1) + u32(4) + b"ab")),
         _invalid("unknown_opcode", "request", 21, "unknown_opcode", frame(0x0040, 0, 21, b"")),
         _invalid(
             "put_truncated_body",

@@ -46,8 +46,39 @@ pub enum Command {
     /// Show a value's length, CRC-32 and write time, or the pool's attributes if no key is given.
     Attr { pool: String, key: Option<String> },
 
+    /// List the keys of an indexed pool that match a pattern, in key order (all keys by default).
+    Find {
+        pool: String,
+        #[command(flatten)]
+        pattern: FindPattern,
+        /// Stop after this many keys.
+        #[arg(long, value_name = "N")]
+        limit: Option<usize>,
+    },
+
     /// Show every shard's counters.
     Stats,
+
+    /// Measure throughput and latency with many requests in flight (see `ferrite bench --help`).
+    Bench(crate::bench::BenchArgs),
+}
+
+/// How `find` matches keys; at most one may be given.
+#[derive(Debug, Args)]
+#[group(multiple = false)]
+pub struct FindPattern {
+    /// Keys starting with PREFIX.
+    #[arg(long)]
+    pub prefix: Option<String>,
+    /// Keys in which the regular expression finds a match (anchor it with ^ and $).
+    #[arg(long)]
+    pub regex: Option<String>,
+    /// Keys matching a Redis-style glob: *, ?, [a-z], [^x].
+    #[arg(long)]
+    pub glob: Option<String>,
+    /// The key equal to KEY, if present.
+    #[arg(long)]
+    pub exact: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -76,6 +107,9 @@ pub enum PoolCommand {
         /// Fail if the pool already exists instead of opening it.
         #[arg(long)]
         create_only: bool,
+        /// Keep a secondary index over the keys, so `ferrite find` works on the pool.
+        #[arg(long)]
+        indexed: bool,
     },
 
     /// Open a pool, print what it holds, and close it.

@@ -4,10 +4,10 @@
 use std::fmt;
 use std::io::Read;
 
-use ferrite_client::{blocking, ClientOptions, Error, ErrorCode, PoolOptions, PutFlags};
+use ferrite_client::{blocking, ClientOptions, Error, ErrorCode, FindKind, PoolOptions, PutFlags, FIND_KEYS_MAX};
 use serde_json::json;
 
-use crate::args::{Cli, Command, PoolCommand, PutMode};
+use crate::args::{Cli, Command, FindPattern, PoolCommand, PutMode};
 use crate::output::{bytes_json, fields, format_bytes, format_timestamp_ns, Report, Table};
 
 /// A failure to report as `error: <message>`.
@@ -47,15 +47,21 @@ pub fn run(cli: &Cli) -> Result<Report> {
         Command::Count { pool } => count(&session, pool),
         Command::Attr { pool, key: Some(key) } => value_attributes(&session, pool, key),
         Command::Attr { pool, key: None } => pool_attributes(&session, pool),
+        Command::Find { pool, pattern, limit } => find(&session, pool, pattern, *limit),
         Command::Stats => statistics(&session),
+        Command::Bench(_) => unreachable!("main runs `bench` itself, on its own runtime"),
     }
 }
 
 fn run_pool_command(session: &blocking::Session, command: &PoolCommand) -> Result<Report> {
     match command {
-        PoolCommand::Create { name, size, expected_objects, create_only } => {
-            let options =
-                PoolOptions { size_bytes: *size, expected_objects: *expected_objects, create_only: *create_only };
+        PoolCommand::Create { name, size, expected_objects, create_only, indexed } => {
+            let options = PoolOptions {
+                size_bytes: *size,
+                expected_objects: *expected_objects,
+                create_only: *create_only,
+                indexed: *indexed,
+            };
             let pool = session.create_pool(name, options).map_err(|error| {
                 if error.is_pool_exists() {
                     CliError(format!("pool '{name}' already exists (--create-only was given)"))
@@ -225,6 +231,43 @@ fn count(session: &blocking::Session, pool_name: &str) -> Result<Report> {
     let count = pool.count()?;
     pool.close()?;
     Ok(Report::text(count.to_string(), json!({ "pool": pool_name, "count": count })))
+}
+
+fn find(session: &blocking::Session, pool_name: &str, pattern: &FindPattern, limit: Option<usize>) -> Result<Report> {
+    let (kind, text) = match pattern {
+        FindPattern { prefix: Some(text), .. } => (FindKind::Prefix, text.as_str()),
+        FindPattern { regex: Some(text), .. } => (FindKind::Regex, text.as_str()),
+        FindPattern { glob: Some(text), .. } => (FindKind::Glob, text.as_str()),
+        FindPattern { exact: Some(text), .. } => (FindKind::Exact, text.as_str()),
+        _ => (FindKind::Prefix, ""),
+    };
+    let pool = open_pool(session, pool_name)?;
+    let limit = limit.unwrap_or(usize::MAX);
+    let mut keys: Vec<Vec<u8>> = Vec::new();
+    let mut after: Option<Vec<u8>> = None;
+    while keys.len() < limit {
+        let page_limit = (limit - keys.len()).min(FIND_KEYS_MAX) as u32;
+        let page = pool.find(kind, text.as_bytes(), after.as_deref(), page_limit)?;
+        keys.extend(page.keys);
+        match page.next {
+            Some(next) => after = Some(next),
+            None => break,
+        }
+    }
+    keys.truncate(limit);
+    pool.close()?;
+    let lines: Vec<String> = keys.iter().map(|key| String::from_utf8_lossy(key).into_owned()).collect();
+    let json_keys: Vec<serde_json::Value> = keys
+        .iter()
+        .map(|key| {
+            let (key, encoding) = bytes_json(key);
+            json!({ "key": key, "encoding": encoding })
+        })
+        .collect();
+    Ok(Report::text(
+        lines.join("\n"),
+        json!({ "pool": pool_name, "kind": kind.name(), "pattern": text, "keys": json_keys }),
+    ))
 }
 
 fn value_attributes(session: &blocking::Session, pool_name: &str, key: &str) -> Result<Report> {

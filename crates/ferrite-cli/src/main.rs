@@ -4,6 +4,7 @@
 //! client, and `output` renders the result as text or JSON.
 
 mod args;
+mod bench;
 mod commands;
 mod output;
 
@@ -15,6 +16,9 @@ use clap::Parser;
 fn main() -> ExitCode {
     // clap prints usage errors itself and exits with status 2.
     let cli = args::Cli::parse();
+    if let args::Command::Bench(options) = &cli.command {
+        return bench::main(&cli.addr, cli.json, options);
+    }
     let report = match commands::run(&cli) {
         Ok(report) => report,
         Err(error) => {

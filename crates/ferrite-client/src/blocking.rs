@@ -27,10 +27,10 @@
 use std::future::Future;
 use std::sync::Arc;
 
-use ferrite_proto::{Attribute, Limits, PoolHandle, PutFlags};
+use ferrite_proto::{Attribute, FindKind, Limits, PoolHandle, PutFlags};
 
 use crate::error::{Error, Result};
-use crate::pool::{PoolAttributes, ValueAttributes};
+use crate::pool::{FindPage, PoolAttributes, ValueAttributes};
 use crate::session::{ClientOptions, PoolInfo, PoolOptions, ShardStatistics};
 
 /// The private runtime, shared by a session and every pool opened through it.
@@ -186,6 +186,14 @@ impl Pool {
 
     pub fn pool_attributes(&self) -> Result<PoolAttributes> {
         self.runtime.block_on(self.inner.pool_attributes())
+    }
+
+    pub fn find(&self, kind: FindKind, pattern: &[u8], after: Option<&[u8]>, limit: u32) -> Result<FindPage> {
+        self.runtime.block_on(self.inner.find(kind, pattern, after, limit))
+    }
+
+    pub fn find_all(&self, kind: FindKind, pattern: &[u8]) -> Result<Vec<Vec<u8>>> {
+        self.runtime.block_on(self.inner.find_all(kind, pattern))
     }
 
     pub fn close(self) -> Result<()> {

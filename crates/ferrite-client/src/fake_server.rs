@@ -204,6 +204,10 @@ pub(crate) async fn serve_memory_shard_stalling(
                     .collect();
                 Response::Pools(rows)
             }
+            Request::Find { .. } => {
+                log.push("find".to_owned());
+                error(ErrorCode::InvalidArgument, "the fake shard keeps no secondary index")
+            }
             Request::GetStatistics => {
                 log.push("get_statistics".to_owned());
                 Response::Statistics(vec![

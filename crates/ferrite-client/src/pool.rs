@@ -4,7 +4,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use ferrite_proto::{Attribute, PoolHandle, PutFlags, Request};
+use ferrite_proto::{Attribute, FindKind, PoolHandle, PutFlags, Request, FIND_KEYS_MAX};
 
 use crate::connection::{Connection, PendingReply};
 use crate::error::{Error, Result};
@@ -178,6 +178,35 @@ impl Pool {
         })
     }
 
+    /// One page of a search of the pool's secondary index (the pool must have been created with
+    /// [`crate::PoolOptions::indexed`]): up to `limit` (1 to 1,024) keys matching `pattern` as
+    /// `kind` says, in key order, strictly after `after`. Resume with [`FindPage::next`] until it
+    /// is `None`; a page may hold few keys, even none, before the search is done, because the
+    /// server bounds the work of each call.
+    pub async fn find(&self, kind: FindKind, pattern: &[u8], after: Option<&[u8]>, limit: u32) -> Result<FindPage> {
+        let request = Request::Find { pool: self.inner.handle, kind, pattern, after, limit };
+        match self.call(&request).await? {
+            Reply::Found { keys, next } => {
+                Ok(FindPage { keys: keys.iter().map(|k| k.to_vec()).collect(), next: next.map(|k| k.to_vec()) })
+            }
+            other => Err(other.unexpected("found")),
+        }
+    }
+
+    /// Every key matching `pattern`, in key order: [`Pool::find`] page after page.
+    pub async fn find_all(&self, kind: FindKind, pattern: &[u8]) -> Result<Vec<Vec<u8>>> {
+        let mut keys = Vec::new();
+        let mut after: Option<Vec<u8>> = None;
+        loop {
+            let page = self.find(kind, pattern, after.as_deref(), FIND_KEYS_MAX as u32).await?;
+            keys.extend(page.keys);
+            match page.next {
+                Some(next) => after = Some(next),
+                None => return Ok(keys),
+            }
+        }
+    }
+
     /// Closes the pool on the server. Clones of this pool become unusable (the server answers
     /// them with `pool_not_open`); closing twice is a no-op.
     pub async fn close(self) -> Result<()> {
@@ -198,6 +227,14 @@ impl Pool {
         let request = Request::GetAttribute { pool: self.inner.handle, attribute, key };
         Ok(PendingAttribute(self.inner.connection.send(&request).await?))
     }
+}
+
+/// One page of [`Pool::find`] results.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FindPage {
+    pub keys: Vec<Vec<u8>>,
+    /// Pass as `after` to continue the search; `None` when no further key can match.
+    pub next: Option<Vec<u8>>,
 }
 
 /// An attribute request in flight.

@@ -43,6 +43,7 @@ pub(crate) enum Reply {
     Erased,
     Count(u64),
     Attribute(u64),
+    Found { keys: Vec<Bytes>, next: Option<Bytes> },
     Statistics(Vec<(String, u64)>),
 }
 
@@ -95,6 +96,10 @@ impl Reply {
             Response::Erased => Reply::Erased,
             Response::Count(count) => Reply::Count(count),
             Response::Attribute(value) => Reply::Attribute(value),
+            Response::Found { keys, next } => Reply::Found {
+                keys: keys.into_iter().map(|key| body.slice_ref(key)).collect(),
+                next: next.map(|key| body.slice_ref(key)),
+            },
             Response::Statistics(stats) => {
                 Reply::Statistics(stats.into_iter().map(|s| (s.name.to_owned(), s.value)).collect())
             }
@@ -115,6 +120,7 @@ impl Reply {
             Reply::Erased => "erased",
             Reply::Count(_) => "count",
             Reply::Attribute(_) => "attribute",
+            Reply::Found { .. } => "found",
             Reply::Statistics(_) => "statistics",
         }
     }

@@ -41,6 +41,9 @@ pub struct PoolOptions {
     pub expected_objects: u64,
     /// Fail with `pool_exists` instead of opening a pool that already exists.
     pub create_only: bool,
+    /// Keep a secondary index (an ordered index over the keys) so [`Pool::find`] works. Costs a
+    /// copy of every key in server memory.
+    pub indexed: bool,
 }
 
 impl PoolOptions {
@@ -54,6 +57,7 @@ impl Default for PoolOptions {
             size_bytes: PoolOptions::DEFAULT_SIZE_BYTES,
             expected_objects: PoolOptions::DEFAULT_EXPECTED_OBJECTS,
             create_only: false,
+            indexed: false,
         }
     }
 }
@@ -173,7 +177,13 @@ impl Session {
         }
         let shard = self.shard_for_pool(name);
         let connection = self.connection(shard).await?;
-        let flags = if options.create_only { CreatePoolFlags::CREATE_ONLY } else { CreatePoolFlags::NONE };
+        let mut flags = CreatePoolFlags::NONE;
+        if options.create_only {
+            flags = flags.union(CreatePoolFlags::CREATE_ONLY);
+        }
+        if options.indexed {
+            flags = flags.union(CreatePoolFlags::INDEXED);
+        }
         let request = Request::CreatePool {
             name,
             size_bytes: options.size_bytes,

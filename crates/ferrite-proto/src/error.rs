@@ -158,6 +158,10 @@ pub enum ProtocolError {
     EmptyPoolName,
     #[error("unknown attribute {0}")]
     UnknownAttribute(u16),
+    #[error("unknown find kind {0}")]
+    UnknownFindKind(u16),
+    #[error("find limit {0} is outside 1 to 1024")]
+    InvalidFindLimit(u64),
     #[error("unknown error code {0}")]
     UnknownErrorCode(u16),
     #[error("hello does not carry the Ferrite magic number")]
@@ -175,7 +179,9 @@ impl ProtocolError {
             ProtocolError::UnknownFlags { .. }
             | ProtocolError::PoolNameTooLong { .. }
             | ProtocolError::EmptyPoolName
-            | ProtocolError::UnknownAttribute(_) => ErrorCode::InvalidArgument,
+            | ProtocolError::UnknownAttribute(_)
+            | ProtocolError::UnknownFindKind(_)
+            | ProtocolError::InvalidFindLimit(_) => ErrorCode::InvalidArgument,
             ProtocolError::Truncated { .. }
             | ProtocolError::TrailingBytes { .. }
             | ProtocolError::InvalidUtf8 { .. }

@@ -18,11 +18,11 @@ mod wire;
 pub use error::{ErrorCode, ProtocolError};
 pub use frame::{Header, HEADER_BYTES};
 pub use limits::{
-    Limits, FRAME_BODY_BYTES_MAX, FRAME_OVERHEAD_BYTES, KEY_BYTES_MAX, POOLS_PER_SHARD_MAX, POOL_NAME_BYTES_MAX,
-    VALUE_INLINE_BYTES_MAX,
+    Limits, FIND_KEYS_MAX, FIND_REPLY_KEY_BYTES_MAX, FIND_SCAN_KEYS_MAX, FRAME_BODY_BYTES_MAX, FRAME_OVERHEAD_BYTES,
+    KEY_BYTES_MAX, POOLS_PER_SHARD_MAX, POOL_NAME_BYTES_MAX, VALUE_INLINE_BYTES_MAX,
 };
 pub use message::{
-    Attribute, CreatePoolFlags, HelloReply, Opcode, PoolHandle, PoolInfo, PutFlags, Request, Response, Statistic,
-    HELLO_MAGIC, PROTOCOL_VERSION,
+    Attribute, CreatePoolFlags, FindKind, HelloReply, Opcode, PoolHandle, PoolInfo, PutFlags, Request, Response,
+    Statistic, HELLO_MAGIC, PROTOCOL_VERSION,
 };
 pub use routing::shard_for_pool;

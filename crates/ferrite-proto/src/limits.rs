@@ -11,6 +11,17 @@ pub const VALUE_INLINE_BYTES_MAX: usize = 2 * 1024 * 1024;
 /// Largest pool name, in bytes of UTF-8.
 pub const POOL_NAME_BYTES_MAX: usize = 255;
 
+/// Most keys one `find` may ask for (and one reply may carry).
+pub const FIND_KEYS_MAX: usize = 1024;
+
+/// A `find` reply stops adding keys once their bytes reach this; with one more maximal key it
+/// still fits a frame.
+pub const FIND_REPLY_KEY_BYTES_MAX: usize = 1024 * 1024;
+
+/// Most index entries one `find` examines before it returns what it has and where to resume, so a
+/// pattern that matches rarely cannot stall the shard's event loop on a long scan.
+pub const FIND_SCAN_KEYS_MAX: usize = 16 * 1024;
+
 /// Most pools one shard may be configured to hold. Bounded so that a `list_pools` reply (one
 /// entry per pool) always fits in one frame.
 pub const POOLS_PER_SHARD_MAX: usize = 4096;
@@ -28,6 +39,11 @@ pub const FRAME_BODY_BYTES_MAX: usize = KEY_BYTES_MAX + VALUE_INLINE_BYTES_MAX +
 const _: () = assert!(KEY_BYTES_MAX + VALUE_INLINE_BYTES_MAX + FRAME_OVERHEAD_BYTES <= FRAME_BODY_BYTES_MAX);
 const _: () = assert!(FRAME_BODY_BYTES_MAX <= u32::MAX as usize);
 const _: () = assert!(POOL_NAME_BYTES_MAX <= u16::MAX as usize);
+/// Largest `find` reply body: count, per-key lengths, the keys (the byte budget may be passed by
+/// one key), then `has_next` and the resume key.
+const FIND_REPLY_BYTES_MAX: usize =
+    4 + FIND_KEYS_MAX * 4 + (FIND_REPLY_KEY_BYTES_MAX + KEY_BYTES_MAX) + 1 + 4 + KEY_BYTES_MAX;
+const _: () = assert!(FIND_REPLY_BYTES_MAX <= FRAME_BODY_BYTES_MAX);
 const _: () = assert!(2 + POOLS_PER_SHARD_MAX * POOL_INFO_BYTES_MAX <= FRAME_BODY_BYTES_MAX);
 
 /// The limits one server enforces. A server may be configured below the protocol ceilings, never

@@ -4,7 +4,7 @@ use bytes::{BufMut, BytesMut};
 
 use crate::error::{ErrorCode, ProtocolError};
 use crate::frame::Header;
-use crate::limits::{Limits, KEY_BYTES_MAX, POOL_NAME_BYTES_MAX, VALUE_INLINE_BYTES_MAX};
+use crate::limits::{Limits, FIND_KEYS_MAX, KEY_BYTES_MAX, POOL_NAME_BYTES_MAX, VALUE_INLINE_BYTES_MAX};
 use crate::wire::{put_bytes16, put_len32, put_str16, write_frame, Reader};
 
 /// Version of the protocol this crate speaks, exchanged in the handshake.
@@ -32,12 +32,13 @@ pub enum Opcode {
     Erase = 0x0022,
     Count = 0x0023,
     GetAttribute = 0x0024,
+    Find = 0x0025,
     GetStatistics = 0x0030,
     Error = 0xFFFF,
 }
 
 impl Opcode {
-    const REQUESTS: [Opcode; 12] = [
+    const REQUESTS: [Opcode; 13] = [
         Opcode::Hello,
         Opcode::CreatePool,
         Opcode::OpenPool,
@@ -49,6 +50,7 @@ impl Opcode {
         Opcode::Erase,
         Opcode::Count,
         Opcode::GetAttribute,
+        Opcode::Find,
         Opcode::GetStatistics,
     ];
 
@@ -107,7 +109,9 @@ impl CreatePoolFlags {
     pub const NONE: CreatePoolFlags = CreatePoolFlags(0);
     /// Fail with `pool_exists` rather than open an existing pool.
     pub const CREATE_ONLY: CreatePoolFlags = CreatePoolFlags(0x0001);
-    const KNOWN: u16 = 0x0001;
+    /// Keep a secondary index: an ordered index over the pool's keys that `find` searches.
+    pub const INDEXED: CreatePoolFlags = CreatePoolFlags(0x0002);
+    const KNOWN: u16 = 0x0003;
 
     pub fn bits(self) -> u16 {
         self.0
@@ -122,6 +126,42 @@ impl CreatePoolFlags {
 
     pub fn contains(self, other: CreatePoolFlags) -> bool {
         self.0 & other.0 == other.0 && other.0 != 0
+    }
+
+    pub fn union(self, other: CreatePoolFlags) -> CreatePoolFlags {
+        CreatePoolFlags(self.0 | other.0)
+    }
+}
+
+/// How `find` matches keys against its pattern (MCAS `find`: exact, prefix, regular expression;
+/// plus Redis-style globs for the RESP `SCAN MATCH`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u16)]
+pub enum FindKind {
+    /// Keys equal to the pattern.
+    Exact = 1,
+    /// Keys starting with the pattern.
+    Prefix = 2,
+    /// Keys matched anywhere by the pattern, a regular expression (Rust `regex` syntax, over bytes).
+    Regex = 3,
+    /// Keys matched whole by the pattern, a Redis-style glob (`*`, `?`, `[a-z]`, `[^x]`, `\`).
+    Glob = 4,
+}
+
+impl FindKind {
+    pub const ALL: [FindKind; 4] = [FindKind::Exact, FindKind::Prefix, FindKind::Regex, FindKind::Glob];
+
+    pub fn from_u16(raw: u16) -> Result<FindKind, ProtocolError> {
+        FindKind::ALL.iter().copied().find(|k| *k as u16 == raw).ok_or(ProtocolError::UnknownFindKind(raw))
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            FindKind::Exact => "exact",
+            FindKind::Prefix => "prefix",
+            FindKind::Regex => "regex",
+            FindKind::Glob => "glob",
+        }
     }
 }
 
@@ -177,17 +217,58 @@ impl Attribute {
 /// A request, borrowing its strings and bytes from the frame it was decoded from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Request<'a> {
-    Hello { version: u16, client_name: &'a str, auth: &'a [u8] },
-    CreatePool { name: &'a str, size_bytes: u64, expected_objects: u64, flags: CreatePoolFlags },
-    OpenPool { name: &'a str },
-    ClosePool { pool: PoolHandle },
-    DeletePool { name: &'a str },
+    Hello {
+        version: u16,
+        client_name: &'a str,
+        auth: &'a [u8],
+    },
+    CreatePool {
+        name: &'a str,
+        size_bytes: u64,
+        expected_objects: u64,
+        flags: CreatePoolFlags,
+    },
+    OpenPool {
+        name: &'a str,
+    },
+    ClosePool {
+        pool: PoolHandle,
+    },
+    DeletePool {
+        name: &'a str,
+    },
     ListPools,
-    Put { pool: PoolHandle, flags: PutFlags, key: &'a [u8], value: &'a [u8] },
-    Get { pool: PoolHandle, key: &'a [u8] },
-    Erase { pool: PoolHandle, key: &'a [u8] },
-    Count { pool: PoolHandle },
-    GetAttribute { pool: PoolHandle, attribute: Attribute, key: &'a [u8] },
+    Put {
+        pool: PoolHandle,
+        flags: PutFlags,
+        key: &'a [u8],
+        value: &'a [u8],
+    },
+    Get {
+        pool: PoolHandle,
+        key: &'a [u8],
+    },
+    Erase {
+        pool: PoolHandle,
+        key: &'a [u8],
+    },
+    Count {
+        pool: PoolHandle,
+    },
+    GetAttribute {
+        pool: PoolHandle,
+        attribute: Attribute,
+        key: &'a [u8],
+    },
+    /// Up to `limit` keys of the pool's secondary index that match, in key order, starting after
+    /// the key `after` (from the first key if `None`).
+    Find {
+        pool: PoolHandle,
+        kind: FindKind,
+        pattern: &'a [u8],
+        after: Option<&'a [u8]>,
+        limit: u32,
+    },
     GetStatistics,
 }
 
@@ -250,6 +331,13 @@ fn read_pool_name<'a>(reader: &mut Reader<'a>) -> Result<&'a str, ProtocolError>
     Ok(name)
 }
 
+fn check_find_limit(limit: u32) -> Result<(), ProtocolError> {
+    if limit == 0 || limit as usize > FIND_KEYS_MAX {
+        return Err(ProtocolError::InvalidFindLimit(u64::from(limit)));
+    }
+    Ok(())
+}
+
 fn no_flags(header: &Header, message: &'static str) -> Result<(), ProtocolError> {
     match header.flags {
         0 => Ok(()),
@@ -271,6 +359,7 @@ impl<'a> Request<'a> {
             Request::Erase { .. } => Opcode::Erase,
             Request::Count { .. } => Opcode::Count,
             Request::GetAttribute { .. } => Opcode::GetAttribute,
+            Request::Find { .. } => Opcode::Find,
             Request::GetStatistics => Opcode::GetStatistics,
         }
     }
@@ -289,6 +378,11 @@ impl<'a> Request<'a> {
             }
             Request::Get { key, .. } | Request::Erase { key, .. } | Request::GetAttribute { key, .. } => {
                 check_key(key, limits)
+            }
+            Request::Find { pattern, after, limit, .. } => {
+                check_key(pattern, limits)?;
+                check_key(after.unwrap_or_default(), limits)?;
+                check_find_limit(*limit)
             }
             Request::Hello { client_name, auth, .. } => {
                 if client_name.len() > u16::MAX as usize || auth.len() > u16::MAX as usize {
@@ -370,6 +464,19 @@ impl<'a> Request<'a> {
                 let key = read_key(&mut r)?;
                 Request::GetAttribute { pool, attribute, key }
             }
+            Opcode::Find => {
+                no_flags(header, "find")?;
+                let pool = PoolHandle(r.u64()?);
+                let kind = FindKind::from_u16(r.u16()?)?;
+                let limit = r.u32()?;
+                check_find_limit(limit)?;
+                let pattern = read_key(&mut r)?;
+                let after = match r.u8()? {
+                    0 => None,
+                    _ => Some(read_key(&mut r)?),
+                };
+                Request::Find { pool, kind, pattern, after, limit }
+            }
             Opcode::GetStatistics => {
                 no_flags(header, "get_statistics")?;
                 Request::GetStatistics
@@ -423,6 +530,21 @@ impl<'a> Request<'a> {
                 put_len32(out, key.len());
                 out.put_slice(key);
             }
+            Request::Find { pool, kind, pattern, after, limit } => {
+                out.put_u64_le(pool.0);
+                out.put_u16_le(*kind as u16);
+                out.put_u32_le(*limit);
+                put_len32(out, pattern.len());
+                out.put_slice(pattern);
+                match after {
+                    None => out.put_u8(0),
+                    Some(after) => {
+                        out.put_u8(1);
+                        put_len32(out, after.len());
+                        out.put_slice(after);
+                    }
+                }
+            }
         });
     }
 }
@@ -463,8 +585,13 @@ pub struct Statistic<'a> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Response<'a> {
     Hello(HelloReply<'a>),
-    PoolCreated { pool: PoolHandle, created: bool },
-    PoolOpened { pool: PoolHandle },
+    PoolCreated {
+        pool: PoolHandle,
+        created: bool,
+    },
+    PoolOpened {
+        pool: PoolHandle,
+    },
     PoolClosed,
     PoolDeleted,
     Pools(Vec<PoolInfo<'a>>),
@@ -473,8 +600,18 @@ pub enum Response<'a> {
     Erased,
     Count(u64),
     Attribute(u64),
+    /// Matching keys in order, and where to resume: `next` is the last key examined when the
+    /// search stopped early (limit, reply size or scan budget reached), `None` once the index is
+    /// exhausted.
+    Found {
+        keys: Vec<&'a [u8]>,
+        next: Option<&'a [u8]>,
+    },
     Statistics(Vec<Statistic<'a>>),
-    Error { code: ErrorCode, message: &'a str },
+    Error {
+        code: ErrorCode,
+        message: &'a str,
+    },
 }
 
 impl<'a> Response<'a> {
@@ -492,6 +629,7 @@ impl<'a> Response<'a> {
             Response::Erased => Opcode::Erase,
             Response::Count(_) => Opcode::Count,
             Response::Attribute(_) => Opcode::GetAttribute,
+            Response::Found { .. } => Opcode::Find,
             Response::Statistics(_) => Opcode::GetStatistics,
             Response::Error { .. } => Opcode::Error,
         }
@@ -533,6 +671,21 @@ impl<'a> Response<'a> {
                 out.put_slice(value);
             }
             Response::Count(n) | Response::Attribute(n) => out.put_u64_le(*n),
+            Response::Found { keys, next } => {
+                put_len32(out, keys.len());
+                for key in keys {
+                    put_len32(out, key.len());
+                    out.put_slice(key);
+                }
+                match next {
+                    None => out.put_u8(0),
+                    Some(next) => {
+                        out.put_u8(1);
+                        put_len32(out, next.len());
+                        out.put_slice(next);
+                    }
+                }
+            }
             Response::Statistics(stats) => {
                 out.put_u16_le(u16::try_from(stats.len()).expect("statistics fit u16"));
                 for stat in stats {
@@ -610,6 +763,21 @@ impl<'a> Response<'a> {
             Opcode::Erase => Response::Erased,
             Opcode::Count => Response::Count(r.u64()?),
             Opcode::GetAttribute => Response::Attribute(r.u64()?),
+            Opcode::Find => {
+                let count = r.u32()? as usize;
+                if count > FIND_KEYS_MAX {
+                    return Err(ProtocolError::InvalidFindLimit(count as u64));
+                }
+                let mut keys = Vec::with_capacity(count.min(1024));
+                for _ in 0..count {
+                    keys.push(read_key(r)?);
+                }
+                let next = match r.u8()? {
+                    0 => None,
+                    _ => Some(read_key(r)?),
+                };
+                Response::Found { keys, next }
+            }
             Opcode::GetStatistics => {
                 let count = r.u16()?;
                 let mut stats = Vec::with_capacity(usize::from(count).min(1024));

@@ -11,8 +11,8 @@ use std::path::PathBuf;
 
 use bytes::BytesMut;
 use ferrite_proto::{
-    shard_for_pool, Attribute, CreatePoolFlags, ErrorCode, Header, HelloReply, Limits, PoolHandle, PoolInfo, PutFlags,
-    Request, Response, Statistic, HEADER_BYTES,
+    shard_for_pool, Attribute, CreatePoolFlags, ErrorCode, FindKind, Header, HelloReply, Limits, PoolHandle, PoolInfo,
+    PutFlags, Request, Response, Statistic, HEADER_BYTES,
 };
 use serde_json::{Map, Value};
 
@@ -78,18 +78,26 @@ fn hex_pair(pair: &[u8]) -> Option<u8> {
 struct Fields<'j> {
     object: &'j Map<String, Value>,
     bytes: Vec<(&'j str, Vec<u8>)>,
+    /// The `keys` list of a `found` response, decoded from hex.
+    key_list: Vec<Vec<u8>>,
 }
 
 impl<'j> Fields<'j> {
     fn new(message: &'j Value) -> Result<Fields<'j>, String> {
         let object = message.as_object().ok_or("message is not a JSON object")?;
         let mut bytes = Vec::new();
-        for field in ["key", "value", "auth"] {
+        for field in ["key", "value", "auth", "pattern", "after", "next"] {
             if let Some((name, Value::String(text))) = object.get_key_value(field) {
                 bytes.push((name.as_str(), unhex(text)?));
             }
         }
-        Ok(Fields { object, bytes })
+        let key_list = match object.get("keys") {
+            Some(Value::Array(keys)) => {
+                keys.iter().map(|k| unhex(k.as_str().ok_or("a key is not a hex string")?)).collect::<Result<_, _>>()?
+            }
+            _ => Vec::new(),
+        };
+        Ok(Fields { object, bytes, key_list })
     }
 
     fn get(&self, field: &str) -> Result<&'j Value, String> {
@@ -128,6 +136,14 @@ impl<'j> Fields<'j> {
             .ok_or_else(|| format!("message has no hex string field {field:?}"))
     }
 
+    /// A byte-string field that may be JSON `null`.
+    fn optional_bytes(&self, field: &str) -> Result<Option<&[u8]>, String> {
+        match self.get(field)? {
+            Value::Null => Ok(None),
+            _ => self.bytes(field).map(Some),
+        }
+    }
+
     fn array(&self, field: &str) -> Result<&'j Vec<Value>, String> {
         self.get(field)?.as_array().ok_or_else(|| format!("{field:?} is not an array"))
     }
@@ -161,6 +177,10 @@ fn attribute(name: &str) -> Result<Attribute, String> {
     Attribute::ALL.into_iter().find(|a| a.name() == name).ok_or_else(|| format!("unknown attribute {name:?}"))
 }
 
+fn find_kind(name: &str) -> Result<FindKind, String> {
+    FindKind::ALL.into_iter().find(|k| k.name() == name).ok_or_else(|| format!("unknown find kind {name:?}"))
+}
+
 fn error_code(name: &str) -> Result<ErrorCode, String> {
     ErrorCode::ALL.into_iter().find(|c| c.name() == name).ok_or_else(|| format!("unknown error code {name:?}"))
 }
@@ -171,7 +191,10 @@ fn request<'f>(f: &'f Fields<'_>) -> Result<Request<'f>, String> {
             Request::Hello { version: f.u16("version")?, client_name: f.str("client_name")?, auth: f.bytes("auth")? }
         }
         "create_pool" => {
-            let bits = f.flags(&[("create_only", CreatePoolFlags::CREATE_ONLY.bits())])?;
+            let bits = f.flags(&[
+                ("create_only", CreatePoolFlags::CREATE_ONLY.bits()),
+                ("indexed", CreatePoolFlags::INDEXED.bits()),
+            ])?;
             Request::CreatePool {
                 name: f.str("name")?,
                 size_bytes: f.u64("size_bytes")?,
@@ -201,6 +224,13 @@ fn request<'f>(f: &'f Fields<'_>) -> Result<Request<'f>, String> {
         "get_attribute" => {
             Request::GetAttribute { pool: f.pool()?, attribute: attribute(f.str("attribute")?)?, key: f.bytes("key")? }
         }
+        "find" => Request::Find {
+            pool: f.pool()?,
+            kind: find_kind(f.str("kind")?)?,
+            pattern: f.bytes("pattern")?,
+            after: f.optional_bytes("after")?,
+            limit: f.u32("limit")?,
+        },
         "get_statistics" => Request::GetStatistics,
         other => return Err(format!("unknown request type {other:?}")),
     })
@@ -250,6 +280,9 @@ fn response<'f>(f: &'f Fields<'_>) -> Result<Response<'f>, String> {
         "erased" => Response::Erased,
         "count" => Response::Count(f.u64("count")?),
         "attribute" => Response::Attribute(f.u64("value")?),
+        "found" => {
+            Response::Found { keys: f.key_list.iter().map(Vec::as_slice).collect(), next: f.optional_bytes("next")? }
+        }
         "statistics" => Response::Statistics(
             f.array("counters")?
                 .iter()

@@ -7,10 +7,10 @@ use std::sync::Arc;
 
 use bytes::BytesMut;
 use ferrite_proto::{
-    shard_for_pool, Attribute, CreatePoolFlags, ErrorCode, Header, HelloReply, Limits, PoolHandle, ProtocolError,
-    PutFlags, Request, Response, PROTOCOL_VERSION,
+    shard_for_pool, Attribute, CreatePoolFlags, ErrorCode, FindKind, Header, HelloReply, Limits, PoolHandle,
+    ProtocolError, PutFlags, Request, Response, FIND_REPLY_KEY_BYTES_MAX, FIND_SCAN_KEYS_MAX, PROTOCOL_VERSION,
 };
-use ferrite_store::{PoolSpec, PutMode, StoreError};
+use ferrite_store::{FindBudget, FindQuery, PoolSpec, PutMode, PutOutcome, StoreError};
 
 use crate::pools::{CreateRefused, Pool, Pools};
 use crate::session::Session;
@@ -195,7 +195,11 @@ impl ShardState {
             Request::ListPools => Ok(Response::Pools(self.pools.infos())),
             Request::Put { pool, flags, key, value } => {
                 let pool = open_pool_mut(&mut self.pools, session, pool)?;
-                pool.store.put(key, value, put_mode(flags), now_ns).map_err(|e| store_failure(e, pool))?;
+                let outcome =
+                    pool.store.put(key, value, put_mode(flags), now_ns).map_err(|e| store_failure(e, pool))?;
+                if let (PutOutcome::Inserted, Some(index)) = (outcome, &mut pool.index) {
+                    index.insert(key);
+                }
                 self.stats.puts += 1;
                 Ok(Response::Stored)
             }
@@ -208,6 +212,9 @@ impl ShardState {
             Request::Erase { pool, key } => {
                 let pool = open_pool_mut(&mut self.pools, session, pool)?;
                 pool.store.erase(key).map_err(|e| store_failure(e, pool))?;
+                if let Some(index) = &mut pool.index {
+                    index.remove(key);
+                }
                 self.stats.erases += 1;
                 Ok(Response::Erased)
             }
@@ -215,6 +222,12 @@ impl ShardState {
             Request::GetAttribute { pool, attribute, key } => {
                 let pool = open_pool(&self.pools, session, pool)?;
                 Ok(Response::Attribute(attribute_value(pool, attribute, key)?))
+            }
+            Request::Find { pool, kind, pattern, after, limit } => {
+                let pool = open_pool(&self.pools, session, pool)?;
+                let found = find(pool, kind, pattern, after, limit)?;
+                self.stats.finds += 1;
+                Ok(found)
             }
             Request::GetStatistics => Ok(Response::Statistics(self.stats.report(self.index, self.pools.len()))),
         }
@@ -276,7 +289,8 @@ impl ShardState {
         if spec.size_bytes == 0 {
             return Err(Failure::new(ErrorCode::InvalidArgument, "pool size must be greater than zero"));
         }
-        let (handle, created) = match self.pools.create(name, spec) {
+        let indexed = flags.contains(CreatePoolFlags::INDEXED);
+        let (handle, created) = match self.pools.create(name, spec, indexed) {
             Ok(handle) => (handle, true),
             Err(CreateRefused::Exists) if flags.contains(CreatePoolFlags::CREATE_ONLY) => {
                 return Err(Failure::new(ErrorCode::PoolExists, format!("pool '{name}' already exists")));
@@ -319,4 +333,36 @@ fn attribute_value(pool: &Pool, attribute: Attribute, key: &[u8]) -> Result<u64,
         Attribute::Crc32 => u64::from(value_attributes()?.crc32),
         Attribute::WriteTime => value_attributes()?.write_time_ns,
     })
+}
+
+/// Searches the pool's secondary index: one bounded step of a possibly longer search (see
+/// `FIND_SCAN_KEYS_MAX`), so no pattern can stall the shard.
+fn find<'p>(
+    pool: &'p Pool,
+    kind: FindKind,
+    pattern: &[u8],
+    after: Option<&[u8]>,
+    limit: u32,
+) -> Result<Response<'p>, Failure> {
+    let index = pool.index.as_ref().ok_or_else(|| {
+        Failure::new(
+            ErrorCode::InvalidArgument,
+            format!("pool '{}' has no secondary index; create it with the indexed flag to use find", pool.name),
+        )
+    })?;
+    let query = match kind {
+        FindKind::Exact => FindQuery::Exact(pattern),
+        FindKind::Prefix => FindQuery::Prefix(pattern),
+        FindKind::Glob => FindQuery::Glob(pattern),
+        FindKind::Regex => {
+            FindQuery::regex(pattern).map_err(|e| Failure::new(ErrorCode::InvalidArgument, e.to_string()))?
+        }
+    };
+    let budget = FindBudget {
+        keys_max: limit as usize,
+        key_bytes_max: FIND_REPLY_KEY_BYTES_MAX,
+        scan_keys_max: FIND_SCAN_KEYS_MAX,
+    };
+    let page = index.find(&query, after, budget);
+    Ok(Response::Found { keys: page.keys, next: page.next })
 }

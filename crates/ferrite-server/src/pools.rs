@@ -3,11 +3,13 @@
 use foldhash::HashMap;
 
 use ferrite_proto::{PoolHandle, PoolInfo};
-use ferrite_store::{PoolSpec, Store, StoreKind};
+use ferrite_store::{PoolSpec, SecondaryIndex, Store, StoreKind};
 
 pub(crate) struct Pool {
     pub name: String,
     pub store: Box<dyn Store>,
+    /// The ordered key index `find` searches, if the pool was created with one.
+    pub index: Option<SecondaryIndex>,
     /// Opens held across all sessions; a pool with opens cannot be deleted.
     pub open_count: u32,
 }
@@ -57,7 +59,7 @@ impl Pools {
         self.by_handle.get_mut(&handle)
     }
 
-    pub fn create(&mut self, name: &str, spec: PoolSpec) -> Result<PoolHandle, CreateRefused> {
+    pub fn create(&mut self, name: &str, spec: PoolSpec, indexed: bool) -> Result<PoolHandle, CreateRefused> {
         if self.by_name.contains_key(name) {
             return Err(CreateRefused::Exists);
         }
@@ -66,7 +68,8 @@ impl Pools {
         }
         let handle = PoolHandle(self.next_handle);
         self.next_handle += 1;
-        let pool = Pool { name: name.to_string(), store: self.kind.create(spec), open_count: 0 };
+        let index = indexed.then(SecondaryIndex::default);
+        let pool = Pool { name: name.to_string(), store: self.kind.create(spec), index, open_count: 0 };
         self.by_handle.insert(handle, pool);
         self.by_name.insert(name.to_string(), handle);
         Ok(handle)

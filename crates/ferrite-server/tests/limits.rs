@@ -320,7 +320,7 @@ fn a_tiny_pool_does_not_reserve_a_huge_index() {
     };
     let session = connect(&server);
     for i in 0..10 {
-        let options = PoolOptions { size_bytes: 64, expected_objects: u64::MAX, create_only: true };
+        let options = PoolOptions { size_bytes: 64, expected_objects: u64::MAX, create_only: true, indexed: false };
         session.create_pool(&format!("tiny-{i}"), options).expect("create").close().expect("close");
     }
     let after = vm_size_kib().expect("the server is still running");

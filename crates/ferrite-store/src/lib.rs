@@ -3,8 +3,12 @@
 //! A pool holds one [`Store`]. The server talks to stores only through the trait, so engines can be
 //! swapped per shard by configuration and the server holds no engine-specific code.
 
+mod glob;
 mod mapstore;
+mod secondary_index;
 mod store;
 
+pub use glob::glob_match;
 pub use mapstore::MapStore;
-pub use store::{PoolSpec, PutMode, Store, StoreError, StoreKind, ValueAttributes, ENTRY_OVERHEAD_BYTES};
+pub use secondary_index::{FindBudget, FindPage, FindQuery, InvalidPattern, SecondaryIndex};
+pub use store::{PoolSpec, PutMode, PutOutcome, Store, StoreError, StoreKind, ValueAttributes, ENTRY_OVERHEAD_BYTES};

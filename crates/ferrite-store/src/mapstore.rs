@@ -3,7 +3,7 @@
 use foldhash::HashMap;
 use foldhash::HashMapExt;
 
-use crate::store::{PoolSpec, PutMode, Store, StoreError, ValueAttributes, ENTRY_OVERHEAD_BYTES};
+use crate::store::{PoolSpec, PutMode, PutOutcome, Store, StoreError, ValueAttributes, ENTRY_OVERHEAD_BYTES};
 
 /// Up-front index capacity is capped so a pool that claims to expect billions of objects cannot
 /// make the server allocate much before storing anything; the index grows on demand past this.
@@ -48,7 +48,7 @@ impl MapStore {
 }
 
 impl Store for MapStore {
-    fn put(&mut self, key: &[u8], value: &[u8], mode: PutMode, write_time_ns: u64) -> Result<(), StoreError> {
+    fn put(&mut self, key: &[u8], value: &[u8], mode: PutMode, write_time_ns: u64) -> Result<PutOutcome, StoreError> {
         let new_charge = charge(key.len(), value.len());
         if let Some(entry) = self.entries.get(key) {
             if mode == PutMode::CreateOnly {
@@ -59,14 +59,14 @@ impl Store for MapStore {
             entry.value.clear();
             entry.value.extend_from_slice(value);
             entry.write_time_ns = write_time_ns;
-            return Ok(());
+            return Ok(PutOutcome::Replaced);
         }
         if mode == PutMode::UpdateOnly {
             return Err(StoreError::KeyNotFound);
         }
         self.used_bytes = self.reserve(0, new_charge)?;
         self.entries.insert(key.into(), Entry { value: value.to_vec(), write_time_ns });
-        Ok(())
+        Ok(PutOutcome::Inserted)
     }
 
     fn get(&self, key: &[u8]) -> Option<&[u8]> {
@@ -188,7 +188,8 @@ mod tests {
                         let expected = match (mode, model.contains_key(&key)) {
                             (PutMode::CreateOnly, true) => Err(StoreError::KeyExists),
                             (PutMode::UpdateOnly, false) => Err(StoreError::KeyNotFound),
-                            _ => Ok(()),
+                            (_, true) => Ok(PutOutcome::Replaced),
+                            (_, false) => Ok(PutOutcome::Inserted),
                         };
                         let result = s.put(&key, &v, mode, 0);
                         prop_assert_eq!(&result, &expected);

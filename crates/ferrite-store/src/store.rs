@@ -19,6 +19,15 @@ pub enum PutMode {
     UpdateOnly,
 }
 
+/// What a successful put did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PutOutcome {
+    /// The key was new.
+    Inserted,
+    /// The key existed and its value was replaced.
+    Replaced,
+}
+
 /// Why a store refused an operation. A refused operation changed nothing.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
@@ -58,7 +67,7 @@ pub struct PoolSpec {
 pub trait Store: Send {
     /// Stores `value` under `key`, stamped with `write_time_ns` (the caller's clock, read once per
     /// batch of requests rather than once per put).
-    fn put(&mut self, key: &[u8], value: &[u8], mode: PutMode, write_time_ns: u64) -> Result<(), StoreError>;
+    fn put(&mut self, key: &[u8], value: &[u8], mode: PutMode, write_time_ns: u64) -> Result<PutOutcome, StoreError>;
 
     fn get(&self, key: &[u8]) -> Option<&[u8]>;
 

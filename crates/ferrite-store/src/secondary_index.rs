@@ -1,0 +1,242 @@
+//! The secondary index: an optional ordered index over a pool's keys (MCAS section 3.3), which
+//! `find` scans by exact key, prefix, regular expression or glob.
+//!
+//! It is volatile: it holds copies of the keys in DRAM and is rebuilt from the primary index when
+//! a pool is loaded. It lives beside the engine rather than inside it, so every engine gets it.
+
+use std::collections::BTreeSet;
+use std::ops::Bound;
+
+use crate::glob::glob_match;
+
+/// Largest compiled regular expression `find` accepts, so a hostile pattern cannot make the shard
+/// build a huge automaton.
+const REGEX_COMPILED_BYTES_MAX: usize = 1 << 20;
+
+/// A `find` pattern, ready to match.
+#[derive(Debug)]
+pub enum FindQuery<'a> {
+    Exact(&'a [u8]),
+    Prefix(&'a [u8]),
+    Regex(regex::bytes::Regex),
+    Glob(&'a [u8]),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid regular expression: {0}")]
+pub struct InvalidPattern(String);
+
+impl<'a> FindQuery<'a> {
+    /// Compiles a regular expression (Rust `regex` syntax, matched anywhere in the key's bytes).
+    pub fn regex(pattern: &[u8]) -> Result<FindQuery<'a>, InvalidPattern> {
+        let text = std::str::from_utf8(pattern).map_err(|_| InvalidPattern("the pattern is not UTF-8".into()))?;
+        regex::bytes::RegexBuilder::new(text)
+            .size_limit(REGEX_COMPILED_BYTES_MAX)
+            .build()
+            .map(FindQuery::Regex)
+            .map_err(|error| InvalidPattern(error.to_string()))
+    }
+
+    fn matches(&self, key: &[u8]) -> bool {
+        match self {
+            FindQuery::Exact(wanted) => key == *wanted,
+            FindQuery::Prefix(prefix) => key.starts_with(prefix),
+            FindQuery::Regex(regex) => regex.is_match(key),
+            FindQuery::Glob(pattern) => glob_match(pattern, key),
+        }
+    }
+
+    /// The smallest key that can match; the scan starts there.
+    fn lower_bound(&self) -> &[u8] {
+        match self {
+            FindQuery::Exact(key) | FindQuery::Prefix(key) => key,
+            FindQuery::Regex(_) | FindQuery::Glob(_) => &[],
+        }
+    }
+
+    /// Whether no key at or after `key` (in order) can match, so the scan can stop early.
+    fn past_end(&self, key: &[u8]) -> bool {
+        match self {
+            FindQuery::Exact(wanted) => key > *wanted,
+            FindQuery::Prefix(prefix) => !key.starts_with(prefix) && key > *prefix,
+            FindQuery::Regex(_) | FindQuery::Glob(_) => false,
+        }
+    }
+}
+
+/// How much one `find` call may do before it returns what it has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FindBudget {
+    /// Most keys to return.
+    pub keys_max: usize,
+    /// Stop adding keys once their bytes reach this.
+    pub key_bytes_max: usize,
+    /// Most index entries to examine.
+    pub scan_keys_max: usize,
+}
+
+/// One page of `find` results.
+#[derive(Debug, PartialEq, Eq)]
+pub struct FindPage<'i> {
+    pub keys: Vec<&'i [u8]>,
+    /// Resume after this key; `None` when nothing further can match.
+    pub next: Option<&'i [u8]>,
+}
+
+#[derive(Debug, Default)]
+pub struct SecondaryIndex {
+    keys: BTreeSet<Box<[u8]>>,
+}
+
+impl SecondaryIndex {
+    pub fn insert(&mut self, key: &[u8]) {
+        self.keys.insert(key.into());
+    }
+
+    pub fn remove(&mut self, key: &[u8]) {
+        self.keys.remove(key);
+    }
+
+    pub fn len(&self) -> usize {
+        self.keys.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.keys.is_empty()
+    }
+
+    /// Keys that match `query`, in order, strictly after `after` (from the start if `None`), within
+    /// `budget`. Stateless: the caller resumes with the returned `next`, so keys present for the
+    /// whole of a paged search are returned exactly once even while others come and go.
+    pub fn find(&self, query: &FindQuery<'_>, after: Option<&[u8]>, budget: FindBudget) -> FindPage<'_> {
+        let lower = query.lower_bound();
+        let start = match after {
+            Some(after) if after >= lower => Bound::Excluded(after),
+            _ => Bound::Included(lower),
+        };
+        debug_assert!(budget.keys_max > 0 && budget.scan_keys_max > 0, "an empty budget could never make progress");
+        let mut keys = Vec::new();
+        let mut key_bytes = 0;
+        // Everything up to this key has been considered; a later call resumes after it.
+        let mut last_examined = None;
+        for (examined, key) in self.keys.range::<[u8], _>((start, Bound::Unbounded)).enumerate() {
+            if query.past_end(key) {
+                return FindPage { keys, next: None };
+            }
+            let budget_spent =
+                examined >= budget.scan_keys_max || keys.len() >= budget.keys_max || key_bytes >= budget.key_bytes_max;
+            if budget_spent {
+                return FindPage { keys, next: last_examined };
+            }
+            last_examined = Some(&**key);
+            if query.matches(key) {
+                key_bytes += key.len();
+                keys.push(&**key);
+            }
+        }
+        FindPage { keys, next: None }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use proptest::prelude::*;
+
+    use super::*;
+
+    const ROOMY: FindBudget = FindBudget { keys_max: 1024, key_bytes_max: 1 << 20, scan_keys_max: 1 << 20 };
+
+    fn index(keys: &[&str]) -> SecondaryIndex {
+        let mut index = SecondaryIndex::default();
+        for key in keys {
+            index.insert(key.as_bytes());
+        }
+        index
+    }
+
+    fn strings(page: &FindPage<'_>) -> Vec<String> {
+        page.keys.iter().map(|k| String::from_utf8_lossy(k).into_owned()).collect()
+    }
+
+    #[test]
+    fn finds_by_each_kind_in_key_order() {
+        let index = index(&["user:2", "user:10", "order:1", "user:1", "users"]);
+        let prefix = index.find(&FindQuery::Prefix(b"user:"), None, ROOMY);
+        assert_eq!(strings(&prefix), ["user:1", "user:10", "user:2"]);
+        assert_eq!(prefix.next, None);
+        let exact = index.find(&FindQuery::Exact(b"users"), None, ROOMY);
+        assert_eq!(strings(&exact), ["users"]);
+        let glob = index.find(&FindQuery::Glob(b"user:?"), None, ROOMY);
+        assert_eq!(strings(&glob), ["user:1", "user:2"]);
+        let regex = FindQuery::regex(b"^user:1").expect("valid regex");
+        assert_eq!(strings(&index.find(&regex, None, ROOMY)), ["user:1", "user:10"]);
+        assert!(FindQuery::regex(b"(unclosed").is_err());
+    }
+
+    #[test]
+    fn pages_resume_after_the_last_examined_key() {
+        let index = index(&["a", "b", "c", "d", "e"]);
+        let budget = FindBudget { keys_max: 2, ..ROOMY };
+        let first = index.find(&FindQuery::Glob(b"*"), None, budget);
+        assert_eq!((strings(&first), first.next), (vec!["a".to_string(), "b".to_string()], Some(&b"b"[..])));
+        let second = index.find(&FindQuery::Glob(b"*"), first.next, budget);
+        assert_eq!(strings(&second), ["c", "d"]);
+        let third = index.find(&FindQuery::Glob(b"*"), second.next, budget);
+        assert_eq!((strings(&third), third.next), (vec!["e".to_string()], None));
+    }
+
+    #[test]
+    fn a_rare_match_is_found_in_bounded_steps() {
+        let keys: Vec<String> = (0..100).map(|i| format!("k{i:03}")).collect();
+        let index = index(&keys.iter().map(String::as_str).collect::<Vec<_>>());
+        let budget = FindBudget { scan_keys_max: 10, ..ROOMY };
+        let mut after: Option<Vec<u8>> = None;
+        let mut found = Vec::new();
+        let mut calls = 0;
+        loop {
+            calls += 1;
+            let page = index.find(&FindQuery::Glob(b"k099"), after.as_deref(), budget);
+            found.extend(strings(&page));
+            match page.next {
+                Some(next) => after = Some(next.to_vec()),
+                None => break,
+            }
+        }
+        assert_eq!(found, ["k099"]);
+        assert_eq!(calls, 10, "each call examines at most 10 of the 100 keys");
+    }
+
+    proptest! {
+        /// Paging through any index with any small budget returns exactly the matching keys, in
+        /// order, each once.
+        #[test]
+        fn paging_returns_every_match_once(
+            keys in proptest::collection::btree_set(proptest::collection::vec(0u8..4, 0..4), 0..40),
+            prefix in proptest::collection::vec(0u8..4, 0..2),
+            keys_max in 1usize..5,
+            scan_keys_max in 1usize..5,
+        ) {
+            let mut index = SecondaryIndex::default();
+            for key in &keys {
+                index.insert(key);
+            }
+            let budget = FindBudget { keys_max, key_bytes_max: 1 << 20, scan_keys_max };
+            let mut after: Option<Vec<u8>> = None;
+            let mut found = Vec::new();
+            loop {
+                let page = index.find(&FindQuery::Prefix(&prefix), after.as_deref(), budget);
+                found.extend(page.keys.iter().map(|k| k.to_vec()));
+                match page.next {
+                    Some(next) => after = Some(next.to_vec()),
+                    None => break,
+                }
+            }
+            let expected: Vec<Vec<u8>> = keys.iter().filter(|k| k.starts_with(&prefix)).cloned().collect();
+            prop_assert_eq!(found, expected);
+            let unique: BTreeSet<_> = index.keys.iter().collect();
+            prop_assert_eq!(unique.len(), keys.len());
+        }
+    }
+}
