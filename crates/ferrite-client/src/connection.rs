@@ -14,13 +14,13 @@
 //! When the connection fails, every outstanding request is failed at once with the cause, and
 //! every later request fails immediately: a caller never waits on a dead socket.
 
-use std::collections::HashMap;
 use std::fmt;
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use bytes::{Bytes, BytesMut};
 use ferrite_proto::{ErrorCode, Header, Limits, Request, PROTOCOL_VERSION};
+use foldhash::HashMap;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
@@ -258,7 +258,7 @@ impl Connection {
         let shared = Arc::new(Shared {
             state: Mutex::new(State {
                 next_request_id: FIRST_REQUEST_ID,
-                pending: HashMap::new(),
+                pending: HashMap::default(),
                 outgoing: BytesMut::new(),
                 closed: None,
             }),
@@ -353,6 +353,10 @@ async fn write_loop(shared: Arc<Shared>, mut socket: OwnedWriteHalf, reader: Abo
     let mut batch = BytesMut::new();
     loop {
         shared.wake_writer.notified().await;
+        // Let every other runnable task queue its request before the buffer is taken. Without
+        // this, a caller's wake-up schedules the writer next and it sends one request per
+        // syscall; with it, a burst of concurrent requests leaves in one write.
+        tokio::task::yield_now().await;
         {
             let mut state = shared.lock();
             if state.closed.is_some() {
