@@ -8,10 +8,11 @@
 
 use bytes::BytesMut;
 use ferrite_proto::{
-    Attribute, CreatePoolFlags, ErrorCode, Header, HelloReply, Limits, Opcode, PoolHandle, PoolInfo, PutFlags, Request,
-    Response, Statistic, HEADER_BYTES,
+    Attribute, CreatePoolFlags, ErrorCode, FindKind, Header, HelloReply, Limits, Opcode, PoolHandle, PoolInfo,
+    PutFlags, Request, Response, Statistic, HEADER_BYTES,
 };
 use proptest::collection::vec;
+use proptest::option;
 use proptest::prelude::*;
 use proptest::sample::select;
 
@@ -29,6 +30,7 @@ enum OwnedRequest {
     Erase { pool: u64, key: Vec<u8> },
     Count { pool: u64 },
     GetAttribute { pool: u64, attribute: Attribute, key: Vec<u8> },
+    Find { pool: u64, kind: FindKind, pattern: Vec<u8>, after: Option<Vec<u8>>, limit: u32 },
     GetStatistics,
 }
 
@@ -57,6 +59,9 @@ impl OwnedRequest {
             OwnedRequest::GetAttribute { pool, attribute, key } => {
                 Request::GetAttribute { pool: PoolHandle(*pool), attribute: *attribute, key }
             }
+            OwnedRequest::Find { pool, kind, pattern, after, limit } => {
+                Request::Find { pool: PoolHandle(*pool), kind: *kind, pattern, after: after.as_deref(), limit: *limit }
+            }
             OwnedRequest::GetStatistics => Request::GetStatistics,
         }
     }
@@ -76,6 +81,7 @@ enum OwnedResponse {
     Erased,
     Count(u64),
     Attribute(u64),
+    Found { keys: Vec<Vec<u8>>, next: Option<Vec<u8>> },
     Statistics(Vec<(String, u64)>),
     Error { code: ErrorCode, message: String },
 }
@@ -112,6 +118,9 @@ impl OwnedResponse {
             OwnedResponse::Erased => Response::Erased,
             OwnedResponse::Count(n) => Response::Count(*n),
             OwnedResponse::Attribute(n) => Response::Attribute(*n),
+            OwnedResponse::Found { keys, next } => {
+                Response::Found { keys: keys.iter().map(Vec::as_slice).collect(), next: next.as_deref() }
+            }
             OwnedResponse::Statistics(stats) => {
                 Response::Statistics(stats.iter().map(|(name, value)| Statistic { name, value: *value }).collect())
             }
@@ -136,7 +145,12 @@ fn byte_string(max_len: usize) -> impl Strategy<Value = Vec<u8>> {
 
 /// Valid requests whose keys and values hold at most `max_len` bytes.
 fn request(max_len: usize) -> impl Strategy<Value = OwnedRequest> {
-    let create_flags = select(vec![CreatePoolFlags::NONE, CreatePoolFlags::CREATE_ONLY]);
+    let create_flags = select(vec![
+        CreatePoolFlags::NONE,
+        CreatePoolFlags::CREATE_ONLY,
+        CreatePoolFlags::INDEXED,
+        CreatePoolFlags::CREATE_ONLY.union(CreatePoolFlags::INDEXED),
+    ]);
     let put_flags = select(vec![PutFlags::NONE, PutFlags::CREATE_ONLY, PutFlags::UPDATE_ONLY]);
     prop_oneof![
         (any::<u16>(), text(), byte_string(max_len))
@@ -160,6 +174,20 @@ fn request(max_len: usize) -> impl Strategy<Value = OwnedRequest> {
         any::<u64>().prop_map(|pool| OwnedRequest::Count { pool }),
         (any::<u64>(), select(Attribute::ALL.to_vec()), byte_string(max_len))
             .prop_map(|(pool, attribute, key)| OwnedRequest::GetAttribute { pool, attribute, key }),
+        (
+            any::<u64>(),
+            select(FindKind::ALL.to_vec()),
+            byte_string(max_len),
+            option::of(byte_string(max_len)),
+            1..=1024u32
+        )
+            .prop_map(|(pool, kind, pattern, after, limit)| OwnedRequest::Find {
+                pool,
+                kind,
+                pattern,
+                after,
+                limit
+            }),
         Just(OwnedRequest::GetStatistics),
     ]
 }
@@ -187,6 +215,8 @@ fn response() -> impl Strategy<Value = OwnedResponse> {
         Just(OwnedResponse::Erased),
         any::<u64>().prop_map(OwnedResponse::Count),
         any::<u64>().prop_map(OwnedResponse::Attribute),
+        (vec(byte_string(64), 0..16), option::of(byte_string(64)))
+            .prop_map(|(keys, next)| OwnedResponse::Found { keys, next }),
         vec((text(), any::<u64>()), 0..12).prop_map(OwnedResponse::Statistics),
         (select(ErrorCode::ALL.to_vec()), text()).prop_map(|(code, message)| OwnedResponse::Error { code, message }),
     ]
@@ -194,7 +224,7 @@ fn response() -> impl Strategy<Value = OwnedResponse> {
 
 /// Opcodes worth hitting often: every request, its response, and `error`, beside arbitrary ones.
 fn opcode() -> impl Strategy<Value = u16> {
-    const REQUESTS: [Opcode; 12] = [
+    const REQUESTS: [Opcode; 13] = [
         Opcode::Hello,
         Opcode::CreatePool,
         Opcode::OpenPool,
@@ -206,6 +236,7 @@ fn opcode() -> impl Strategy<Value = u16> {
         Opcode::Erase,
         Opcode::Count,
         Opcode::GetAttribute,
+        Opcode::Find,
         Opcode::GetStatistics,
     ];
     let known: Vec<u16> =
