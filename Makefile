@@ -19,7 +19,7 @@ build:
 ## test: install what the tests need, check formatting and lints, run every test suite
 test: deps lint test-rust test-python
 
-## deps: Python venv with the pinned test packages (Debian packages too, once a suite needs them)
+## deps: Python venv with the pinned test packages, and redis-cli (Debian's redis-tools)
 deps: $(VENV)/.installed
 
 $(VENV)/.installed: requirements-test.txt scripts/install-test-deps.sh
@@ -36,9 +36,10 @@ test-rust:
 	$(CARGO) build --workspace --bins
 	$(CARGO) test --workspace
 
-## test-python: the language-neutral protocol test vectors
+## test-python: the language-neutral protocol test vectors, and the RESP listener through redis-py
 test-python: deps
-	$(PYTHON) -m pytest testdata/protocol -q
+	$(CARGO) build -p ferrite-server
+	$(PYTHON) -m pytest testdata/protocol tests/python -q
 
 clean:
 	$(CARGO) clean

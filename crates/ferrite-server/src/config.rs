@@ -6,7 +6,7 @@
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
-use ferrite_proto::{Limits, KEY_BYTES_MAX, POOLS_PER_SHARD_MAX, VALUE_INLINE_BYTES_MAX};
+use ferrite_proto::{Limits, KEY_BYTES_MAX, POOLS_PER_SHARD_MAX, POOL_NAME_BYTES_MAX, VALUE_INLINE_BYTES_MAX};
 use ferrite_store::StoreKind;
 use serde::Deserialize;
 
@@ -35,6 +35,49 @@ pub struct Config {
     pub data_dir: PathBuf,
     pub limits: LimitsConfig,
     pub shards: Vec<ShardConfig>,
+    /// The optional RESP (Redis protocol) listener of every shard.
+    #[serde(default)]
+    pub resp: RespConfig,
+}
+
+/// The `[resp]` table: each shard also serves RESP, on its own port, against a default pool of
+/// its own. Every key is optional; the table is absent (and RESP off) in the embedded default.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RespConfig {
+    pub enabled: bool,
+    /// IP address of the RESP listeners; the top-level `listen` when absent.
+    pub listen: Option<IpAddr>,
+    /// Shard i listens on `port + i`; 0 gives every shard a free port.
+    pub port: u16,
+    /// Shard i serves the pool `@i/<pool>`, which the routing rule pins to it.
+    pub pool: String,
+    /// Capacity of each shard's default pool, used when the shard creates it.
+    pub pool_size_bytes: u64,
+}
+
+impl Default for RespConfig {
+    fn default() -> Self {
+        RespConfig {
+            enabled: false,
+            listen: None,
+            port: 6379,
+            pool: "redis".to_owned(),
+            pool_size_bytes: 1024 * 1024 * 1024,
+        }
+    }
+}
+
+impl RespConfig {
+    /// The default pool of shard `index`.
+    pub fn pool_name(&self, index: usize) -> String {
+        format!("@{index}/{}", self.pool)
+    }
+
+    /// The RESP port of shard `index` (0: a free port).
+    pub fn port(&self, index: usize) -> u16 {
+        shard_port(self.port, index)
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -107,6 +150,8 @@ pub struct Overrides {
     /// Number of shards; new shards copy the first shard's settings on consecutive ports.
     pub shards: Option<usize>,
     pub data_dir: Option<PathBuf>,
+    /// `HOST:PORT`: enables RESP; every shard's RESP listener is on HOST, shard i on PORT + i.
+    pub resp_listen: Option<std::net::SocketAddr>,
 }
 
 impl Config {
@@ -149,6 +194,11 @@ impl Config {
         if let Some(dir) = &overrides.data_dir {
             self.data_dir.clone_from(dir);
         }
+        if let Some(listen) = overrides.resp_listen {
+            self.resp.enabled = true;
+            self.resp.listen = Some(listen.ip());
+            self.resp.port = listen.port();
+        }
         self.validate()?;
         Ok(self)
     }
@@ -178,6 +228,38 @@ impl Config {
         ports.sort_unstable();
         if let Some(pair) = ports.windows(2).find(|pair| pair[0] == pair[1]) {
             return invalid(format!("two shards are configured on port {}", pair[0]));
+        }
+        self.validate_resp()
+    }
+
+    fn validate_resp(&self) -> Result<(), ConfigError> {
+        let resp = &self.resp;
+        if !resp.enabled {
+            return Ok(());
+        }
+        let invalid = |message: String| Err(ConfigError::Invalid(message));
+        let last = self.shards.len() - 1;
+        let longest = resp.pool_name(last);
+        if resp.pool.is_empty() || longest.len() > POOL_NAME_BYTES_MAX {
+            return invalid(format!(
+                "resp.pool must be 1 to {} bytes, so that '{longest}' is a valid pool name",
+                POOL_NAME_BYTES_MAX - (longest.len() - resp.pool.len())
+            ));
+        }
+        if resp.pool_size_bytes == 0 {
+            return invalid("resp.pool_size_bytes must be greater than zero".into());
+        }
+        if resp.port != 0 && usize::from(resp.port) + last > usize::from(u16::MAX) {
+            return invalid(format!(
+                "resp.port {} leaves no port for shard {last} (shard i listens on port + i)",
+                resp.port
+            ));
+        }
+        if resp.listen.unwrap_or(self.listen) == self.listen {
+            let native: Vec<u16> = self.shards.iter().map(|s| s.port).filter(|p| *p != 0).collect();
+            if let Some(port) = (0..self.shards.len()).map(|i| resp.port(i)).find(|p| *p != 0 && native.contains(p)) {
+                return invalid(format!("port {port} is configured for both a shard and a RESP listener"));
+            }
         }
         Ok(())
     }
@@ -230,6 +312,7 @@ mod tests {
             listen: Some("0.0.0.0:12000".parse().expect("literal address")),
             shards: Some(3),
             data_dir: Some(PathBuf::from("/tmp/x")),
+            resp_listen: None,
         };
         let config = Config::embedded_default().apply(&overrides).expect("valid overrides");
         assert_eq!(config.listen.to_string(), "0.0.0.0");
@@ -239,8 +322,11 @@ mod tests {
 
     #[test]
     fn port_zero_gives_every_shard_a_free_port() {
-        let overrides =
-            Overrides { listen: Some("127.0.0.1:0".parse().expect("literal")), shards: Some(2), data_dir: None };
+        let overrides = Overrides {
+            listen: Some("127.0.0.1:0".parse().expect("literal")),
+            shards: Some(2),
+            ..Overrides::default()
+        };
         let config = Config::embedded_default().apply(&overrides).expect("valid overrides");
         assert!(config.shards.iter().all(|s| s.port == 0));
     }
@@ -254,5 +340,57 @@ mod tests {
         let text = format!("{DEFAULT_CONFIG_TOML}\n[[shards]]\nport = 11911\n");
         let error = Config::from_toml(&text, "t").expect_err("duplicate port").to_string();
         assert!(error.contains("11911"), "{error}");
+    }
+
+    #[test]
+    fn resp_is_off_by_default_and_documented_in_the_default_file() {
+        let config = Config::embedded_default();
+        assert!(!config.resp.enabled);
+        assert_eq!(config.resp, RespConfig::default());
+        assert!(DEFAULT_CONFIG_TOML.contains("# [resp]"), "the default file shows the table, commented out");
+    }
+
+    #[test]
+    fn the_resp_table_is_read_with_defaults_for_missing_keys() {
+        let text = format!("{DEFAULT_CONFIG_TOML}\n[resp]\nenabled = true\nport = 7000\n");
+        let config = Config::from_toml(&text, "t").expect("valid");
+        assert!(config.resp.enabled);
+        assert_eq!((config.resp.port(0), config.resp.port(2)), (7000, 7002));
+        assert_eq!(config.resp.pool_name(1), "@1/redis");
+        assert_eq!(config.resp.pool_size_bytes, 1 << 30);
+        assert_eq!(config.resp.listen, None);
+        let text = format!("{DEFAULT_CONFIG_TOML}\n[resp]\nenabeld = true\n");
+        let error = Config::from_toml(&text, "t").expect_err("misspelt key").to_string();
+        assert!(error.contains("enabeld"), "{error}");
+    }
+
+    #[test]
+    fn resp_listen_override_enables_resp() {
+        let overrides = Overrides {
+            resp_listen: Some("0.0.0.0:0".parse().expect("literal")),
+            shards: Some(2),
+            ..Overrides::default()
+        };
+        let config = Config::embedded_default().apply(&overrides).expect("valid overrides");
+        assert!(config.resp.enabled);
+        assert_eq!(config.resp.listen, Some("0.0.0.0".parse().expect("literal")));
+        assert_eq!((config.resp.port(0), config.resp.port(1)), (0, 0));
+    }
+
+    #[test]
+    fn invalid_resp_settings_are_refused() {
+        let with =
+            |table: &str| Config::from_toml(&format!("{DEFAULT_CONFIG_TOML}\n[resp]\nenabled = true\n{table}\n"), "t");
+        assert!(with("pool = \"\"").is_err());
+        assert!(with(&format!("pool = \"{}\"", "x".repeat(253))).is_err());
+        assert!(with(&format!("pool = \"{}\"", "x".repeat(252))).is_ok());
+        assert!(with("pool_size_bytes = 0").is_err());
+        let error = with("port = 11911").expect_err("clash with shard 0").to_string();
+        assert!(error.contains("11911"), "{error}");
+        assert!(with("port = 11911\nlisten = \"127.0.0.2\"").is_ok(), "another address may reuse the port");
+        let two = Overrides { shards: Some(2), ..Overrides::default() };
+        let config = Config::from_toml(&format!("{DEFAULT_CONFIG_TOML}\n[resp]\nenabled = true\nport = 65535\n"), "t")
+            .expect("one shard fits");
+        assert!(config.apply(&two).is_err(), "shard 1 would need port 65536");
     }
 }

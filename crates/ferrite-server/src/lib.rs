@@ -8,6 +8,7 @@ pub mod config;
 mod connection;
 mod handler;
 mod pools;
+mod resp;
 mod server;
 mod session;
 mod shard;

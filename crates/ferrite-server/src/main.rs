@@ -27,6 +27,10 @@ struct Args {
     /// Directory for the server's files.
     #[arg(long, value_name = "DIR")]
     data_dir: Option<PathBuf>,
+    /// Also serve RESP (Redis protocol) on HOST:PORT; shard i on PORT+i. Port 0 gives every shard
+    /// a free port.
+    #[arg(long, value_name = "HOST:PORT")]
+    resp_listen: Option<SocketAddr>,
     /// Log level (error, warn, info, debug, trace) or a tracing filter such as
     /// `ferrite_server=debug`.
     #[arg(long, default_value = "info", value_name = "LEVEL")]
@@ -65,7 +69,12 @@ fn run(args: Args) -> Result<(), String> {
         None => Ok(Config::embedded_default()),
     }
     .and_then(|config| {
-        config.apply(&Overrides { listen: args.listen, shards: args.shards, data_dir: args.data_dir.clone() })
+        config.apply(&Overrides {
+            listen: args.listen,
+            shards: args.shards,
+            data_dir: args.data_dir.clone(),
+            resp_listen: args.resp_listen,
+        })
     })
     .map_err(|e| e.to_string())?;
     let server = BoundServer::bind(config).map_err(|e| e.to_string())?;
@@ -74,7 +83,8 @@ fn run(args: Args) -> Result<(), String> {
 }
 
 /// What the server tells the person (or test) who started it: where it listens and how to talk
-/// to it. Tests read the `shard N: native ADDRESS` lines, so their shape is stable.
+/// to it. Tests read the `shard N: native ADDRESS` and `shard N: resp ADDRESS` lines, so their
+/// shape is stable.
 fn announcement(server: &BoundServer) -> String {
     let config = server.config();
     let shard = &config.shards[0];
@@ -88,11 +98,17 @@ fn announcement(server: &BoundServer) -> String {
     )];
     for (index, address) in server.addresses().iter().enumerate() {
         lines.push(format!("shard {index}: native {address}"));
+        if let Some(resp) = server.resp_addresses().get(index) {
+            lines.push(format!("shard {index}: resp {resp}"));
+        }
     }
     let first = server.addresses()[0];
-    lines.push(format!(
-        "ready. Try: ferrite --addr {first} pool create demo && ferrite --addr {first} put demo hello world"
-    ));
+    let mut ready =
+        format!("ready. Try: ferrite --addr {first} pool create demo && ferrite --addr {first} put demo hello world");
+    if let Some(resp) = server.resp_addresses().first() {
+        ready.push_str(&format!(", or: redis-cli -h {} -p {} ping", resp.ip(), resp.port()));
+    }
+    lines.push(ready);
     lines.push("Stop with Ctrl-C (SIGINT) or SIGTERM.".to_string());
     lines.join("\n")
 }

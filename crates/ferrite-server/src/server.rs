@@ -11,6 +11,7 @@ use tracing::{error, info, warn};
 use crate::config::Config;
 use crate::handler::ShardState;
 use crate::pools::Pools;
+use crate::resp;
 use crate::shard;
 use crate::stats::ShardStats;
 
@@ -21,6 +22,8 @@ pub enum ServerError {
     DataDir { path: String, source: std::io::Error },
     #[error("shard {shard} cannot listen on {address}: {source}")]
     Bind { shard: usize, address: SocketAddr, source: std::io::Error },
+    #[error("shard {shard} cannot listen for RESP on {address}: {source}")]
+    BindResp { shard: usize, address: SocketAddr, source: std::io::Error },
     #[error("cannot start shard {shard}: {source}")]
     Spawn { shard: usize, source: std::io::Error },
     #[error("shard {shard} stopped unexpectedly: {reason}")]
@@ -36,6 +39,9 @@ pub struct BoundServer {
     config: Config,
     listeners: Vec<TcpListener>,
     addresses: Vec<SocketAddr>,
+    /// One per shard when RESP is enabled, none otherwise.
+    resp_listeners: Vec<TcpListener>,
+    resp_addresses: Vec<SocketAddr>,
 }
 
 /// Reports a shard thread's end to the supervisor, even when the thread panics.
@@ -69,12 +75,30 @@ impl BoundServer {
             listeners.push(listener);
             addresses.push(bound);
         }
-        Ok(BoundServer { config, listeners, addresses })
+        let mut resp_listeners = Vec::new();
+        let mut resp_addresses = Vec::new();
+        if config.resp.enabled {
+            let ip = config.resp.listen.unwrap_or(config.listen);
+            for index in 0..config.shards.len() {
+                let address = SocketAddr::new(ip, config.resp.port(index));
+                let error = |source| ServerError::BindResp { shard: index, address, source };
+                let listener = TcpListener::bind(address).map_err(error)?;
+                listener.set_nonblocking(true).map_err(error)?;
+                resp_addresses.push(listener.local_addr().map_err(error)?);
+                resp_listeners.push(listener);
+            }
+        }
+        Ok(BoundServer { config, listeners, addresses, resp_listeners, resp_addresses })
     }
 
     /// The address each shard listens on, by shard index.
     pub fn addresses(&self) -> &[SocketAddr] {
         &self.addresses
+    }
+
+    /// The address each shard's RESP listener is on, by shard index; empty when RESP is off.
+    pub fn resp_addresses(&self) -> &[SocketAddr] {
+        &self.resp_addresses
     }
 
     pub fn config(&self) -> &Config {
@@ -89,6 +113,7 @@ impl BoundServer {
         let shard_addresses: Arc<[String]> = self.addresses.iter().map(SocketAddr::to_string).collect();
         let limits = self.config.limits;
         let mut threads = Vec::with_capacity(self.listeners.len());
+        let mut resp_listeners = self.resp_listeners.into_iter().zip(self.resp_addresses);
         for (index, (listener, shard_config)) in self.listeners.into_iter().zip(&self.config.shards).enumerate() {
             let state = ShardState {
                 index: u16::try_from(index).expect("shard count is bounded by SHARDS_MAX"),
@@ -98,6 +123,15 @@ impl BoundServer {
                 pools: Pools::new(shard_config.store.kind(), limits.pools_per_shard_max as usize),
                 stats: ShardStats::new(),
             };
+            let resp = resp_listeners.next().map(|(listener, address)| resp::Listener {
+                listener,
+                settings: resp::Settings::new(
+                    self.config.resp.pool_name(index),
+                    self.config.resp.pool_size_bytes,
+                    address.port(),
+                    &limits.protocol_limits(),
+                ),
+            });
             let core = shard_config.core;
             let stop = stop_rx.clone();
             let exits = exit_tx.clone();
@@ -108,7 +142,7 @@ impl BoundServer {
                     if let Some(core) = core {
                         pin_to_core(index, core);
                     }
-                    report.outcome = Some(shard::run(listener, state, stop).map_err(|e| e.to_string()));
+                    report.outcome = Some(shard::run(listener, resp, state, stop).map_err(|e| e.to_string()));
                 })
                 .map_err(|source| ServerError::Spawn { shard: index, source })?;
             threads.push(thread);

@@ -1,4 +1,5 @@
-//! A shard: one thread, one single-threaded event loop, one listening port, its own pools.
+//! A shard: one thread, one single-threaded event loop, one listening port (two with RESP), its
+//! own pools.
 
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -14,6 +15,7 @@ use tracing::{info, warn};
 
 use crate::connection;
 use crate::handler::ShardState;
+use crate::resp;
 
 /// How long a refused connection gets to receive its `too_many_connections` error and hang up.
 const REFUSAL_TIMEOUT: Duration = Duration::from_secs(1);
@@ -28,20 +30,51 @@ const ACCEPT_RETRY_DELAY: Duration = Duration::from_millis(50);
 /// dropped), then waits for every connection to finish its current batch.
 pub(crate) fn run(
     listener: std::net::TcpListener,
+    resp: Option<resp::Listener>,
     state: ShardState,
     shutdown: watch::Receiver<bool>,
 ) -> std::io::Result<()> {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let local = tokio::task::LocalSet::new();
-    local.block_on(&runtime, serve(listener, state, shutdown))
+    local.block_on(&runtime, serve(listener, resp, state, shutdown))
+}
+
+/// Counts a new connection against the shard's limit; false if it is over the limit (and counted
+/// as refused).
+fn admit(state: &mut ShardState) -> bool {
+    if state.stats.clients >= state.connections_max {
+        state.stats.clients_refused += 1;
+        return false;
+    }
+    state.stats.clients += 1;
+    state.stats.clients_total += 1;
+    true
+}
+
+/// Accepts on the RESP listener, if the shard has one; otherwise never completes.
+async fn accept_resp(
+    resp: Option<&(TcpListener, Rc<resp::Settings>)>,
+) -> std::io::Result<(TcpStream, Rc<resp::Settings>)> {
+    match resp {
+        Some((listener, settings)) => listener.accept().await.map(|(stream, _peer)| (stream, Rc::clone(settings))),
+        None => std::future::pending().await,
+    }
 }
 
 async fn serve(
     listener: std::net::TcpListener,
-    state: ShardState,
+    resp: Option<resp::Listener>,
+    mut state: ShardState,
     mut shutdown: watch::Receiver<bool>,
 ) -> std::io::Result<()> {
     let listener = TcpListener::from_std(listener)?;
+    let resp = match resp {
+        Some(resp) => {
+            resp::create_pool(&mut state, &resp.settings).map_err(std::io::Error::other)?;
+            Some((TcpListener::from_std(resp.listener)?, Rc::new(resp.settings)))
+        }
+        None => None,
+    };
     let index = state.index;
     let shard = Rc::new(RefCell::new(state));
     let mut connections = JoinSet::new();
@@ -51,15 +84,11 @@ async fn serve(
             Some(_) = connections.join_next(), if !connections.is_empty() => {}
             accepted = listener.accept() => match accepted {
                 Ok((stream, _peer)) => {
-                    let mut state = shard.borrow_mut();
-                    if state.stats.clients >= state.connections_max {
-                        state.stats.clients_refused += 1;
-                        let max = state.connections_max;
-                        connections.spawn_local(refuse(stream, max));
+                    if !admit(&mut shard.borrow_mut()) {
+                        let max = shard.borrow().connections_max;
+                        connections.spawn_local(refuse(stream, refusal(max)));
                         continue;
                     }
-                    state.stats.clients += 1;
-                    state.stats.clients_total += 1;
                     connections.spawn_local(connection::serve(stream, Rc::clone(&shard), shutdown.clone()));
                 }
                 Err(error) => {
@@ -67,9 +96,24 @@ async fn serve(
                     tokio::time::sleep(ACCEPT_RETRY_DELAY).await;
                 }
             },
+            accepted = accept_resp(resp.as_ref()) => match accepted {
+                Ok((stream, settings)) => {
+                    if !admit(&mut shard.borrow_mut()) {
+                        connections.spawn_local(refuse(stream, resp::refusal()));
+                        continue;
+                    }
+                    let id = shard.borrow().stats.clients_total;
+                    connections.spawn_local(resp::serve(stream, Rc::clone(&shard), settings, id, shutdown.clone()));
+                }
+                Err(error) => {
+                    warn!(shard = index, %error, "RESP accept failed");
+                    tokio::time::sleep(ACCEPT_RETRY_DELAY).await;
+                }
+            },
         }
     }
     drop(listener);
+    drop(resp);
     info!(shard = index, connections = connections.len(), "shard stopping");
     // Connections see the same signal and finish their current batch; the deadline only guards
     // against a bug keeping one alive.
@@ -85,17 +129,22 @@ async fn serve(
     Ok(())
 }
 
-/// Tells a client over the connection limit why it is being turned away, then closes. The client
-/// has usually sent its hello already; closing a socket with unread input makes the kernel send a
-/// reset that can destroy the error frame in flight, so the input is drained until the client
-/// closes (or a timeout passes) before the socket is dropped.
-async fn refuse(mut stream: TcpStream, max: u64) {
+/// The native protocol's answer to a client over the connection limit.
+fn refusal(max: u64) -> BytesMut {
     let mut frame = BytesMut::new();
     let message = format!("this shard already serves {max} connections, its configured maximum");
     Response::Error { code: ErrorCode::TooManyConnections, message: &message }.encode(0, &mut frame);
+    frame
+}
+
+/// Tells a client over the connection limit why it is being turned away (`reply`, in its protocol),
+/// then closes. The client has usually sent its hello already; closing a socket with unread input
+/// makes the kernel send a reset that can destroy the error frame in flight, so the input is
+/// drained until the client closes (or a timeout passes) before the socket is dropped.
+async fn refuse(mut stream: TcpStream, reply: BytesMut) {
     // Every failure below means the client is already gone; there is nobody left to tell.
     let _ = tokio::time::timeout(REFUSAL_TIMEOUT, async {
-        stream.write_all(&frame).await?;
+        stream.write_all(&reply).await?;
         stream.shutdown().await?;
         let mut sink = [0u8; 1024];
         while stream.read(&mut sink).await? > 0 {}

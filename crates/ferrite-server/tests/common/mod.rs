@@ -69,12 +69,21 @@ pub struct ServerBuilder {
     args: Vec<String>,
     /// `(key, value)` pairs replacing `key = ...` lines of the default configuration.
     config: Vec<(String, String)>,
+    /// Whether to pass `--resp-listen <listen_ip>:0`.
+    resp: bool,
 }
 
 impl ServerBuilder {
     /// Runs `--shards n`.
     pub fn shards(self, n: usize) -> Self {
         self.arg("--shards").arg(n.to_string())
+    }
+
+    /// Also serves RESP (`--resp-listen`), on the same IP with port 0; the addresses are in
+    /// [`TestServer::resp_addr`].
+    pub fn resp(mut self) -> Self {
+        self.resp = true;
+        self
     }
 
     /// Listens on `ip` (default `127.0.0.1`; `0.0.0.0`, `[::1]`, ...), still with port 0.
@@ -113,6 +122,9 @@ impl ServerBuilder {
         }
         // Given last so they override whatever the config file says.
         args.extend(["--listen".to_owned(), format!("{}:0", self.listen_ip)]);
+        if self.resp {
+            args.extend(["--resp-listen".to_owned(), format!("{}:0", self.listen_ip)]);
+        }
         args.extend(["--data-dir".to_owned(), dir.join("data").display().to_string()]);
         TestServer::spawn(&self.binary, &args, dir)
     }
@@ -148,6 +160,8 @@ pub struct TestServer {
     addresses: Vec<SocketAddr>,
     /// Each shard's address exactly as the server announced it.
     announced: Vec<String>,
+    /// Each shard's RESP address (dialable), if the server serves RESP.
+    resp_addresses: Vec<SocketAddr>,
     dir: PathBuf,
     stderr_path: PathBuf,
 }
@@ -169,7 +183,13 @@ impl TestServer {
 
     /// A builder for the server binary at `binary`.
     pub fn builder_for(binary: impl Into<PathBuf>) -> ServerBuilder {
-        ServerBuilder { binary: binary.into(), listen_ip: "127.0.0.1".to_owned(), args: Vec::new(), config: Vec::new() }
+        ServerBuilder {
+            binary: binary.into(),
+            listen_ip: "127.0.0.1".to_owned(),
+            args: Vec::new(),
+            config: Vec::new(),
+            resp: false,
+        }
     }
 
     /// Starts this crate's server binary with `args` (plus `--listen 127.0.0.1:0` and a fresh
@@ -206,15 +226,25 @@ impl TestServer {
                 let _ = lines_tx.send(line);
             }
         });
-        let mut server =
-            TestServer { child: Some(child), pid, addresses: Vec::new(), announced: Vec::new(), dir, stderr_path };
-        server.announced = server.await_ready(&lines_rx, args);
+        let mut server = TestServer {
+            child: Some(child),
+            pid,
+            addresses: Vec::new(),
+            announced: Vec::new(),
+            resp_addresses: Vec::new(),
+            dir,
+            stderr_path,
+        };
+        let mut resp = Vec::new();
+        server.announced = server.await_ready(&lines_rx, args, &mut resp);
         server.addresses = server.announced.iter().map(|a| dialable(a)).collect();
+        server.resp_addresses = resp.iter().map(|a| dialable(a)).collect();
         server
     }
 
-    /// Reads the announcement until `ready.`, collecting `shard N: native ADDRESS` lines.
-    fn await_ready(&mut self, lines: &mpsc::Receiver<String>, args: &[String]) -> Vec<String> {
+    /// Reads the announcement until `ready.`, collecting `shard N: native ADDRESS` lines (and
+    /// `shard N: resp ADDRESS` lines into `resp`).
+    fn await_ready(&mut self, lines: &mpsc::Receiver<String>, args: &[String], resp: &mut Vec<String>) -> Vec<String> {
         let deadline = Instant::now() + STARTUP_TIMEOUT;
         let mut addresses = Vec::new();
         let mut seen = Vec::new();
@@ -233,6 +263,15 @@ impl TestServer {
             };
             seen.push(line.clone());
             if let Some(rest) = line.strip_prefix("shard ") {
+                if let Some((index, address)) = rest.split_once(": resp ") {
+                    assert_eq!(
+                        index.parse::<usize>().ok(),
+                        Some(resp.len()),
+                        "resp lines arrive in index order: {line:?}"
+                    );
+                    resp.push(address.to_owned());
+                    continue;
+                }
                 let Some((index, address)) = rest.split_once(": native ") else { continue };
                 let index: usize = index.parse().unwrap_or_else(|_| panic!("bad shard line {line:?}"));
                 assert_eq!(index, addresses.len(), "shard lines arrive in index order: {line:?}");
@@ -260,6 +299,15 @@ impl TestServer {
 
     pub fn addresses(&self) -> &[SocketAddr] {
         &self.addresses
+    }
+
+    /// The RESP address of shard `index`.
+    ///
+    /// # Panics
+    /// If the server was not started with [`ServerBuilder::resp`].
+    pub fn resp_addr(&self, index: usize) -> SocketAddr {
+        assert!(!self.resp_addresses.is_empty(), "the server was started without RESP (ServerBuilder::resp)");
+        self.resp_addresses[index]
     }
 
     /// Each shard's address exactly as the server printed it.

@@ -1,0 +1,986 @@
+//! The RESP command table: each command's arity, and its translation onto native requests.
+//!
+//! A command runs inside one turn of the shard's single-threaded loop, with no await between its
+//! requests, so a read-modify-write such as `INCR` or a many-key `DEL` is atomic with respect to
+//! every other client, native or RESP. Replies and errors follow `redis-server` wherever a client
+//! may depend on them (error texts included).
+
+use std::collections::VecDeque;
+use std::ops::Range;
+
+use bytes::BytesMut;
+use ferrite_proto::{
+    Attribute, ErrorCode, FindKind, PoolHandle, PutFlags, Request, Response, FIND_KEYS_MAX, PROTOCOL_VERSION,
+};
+
+use super::parser::{parse_i64, Args};
+use super::reply::{self, Protocol};
+use super::Settings;
+use crate::handler::{Failure, Flow, ShardState};
+use crate::session::Session;
+
+/// The Redis version the listener claims in `INFO` and `HELLO`. Clients read it to decide which
+/// commands they may send; 7.0.0 is the oldest that has every command they send on connect here.
+pub(crate) const REDIS_VERSION: &str = "7.0.0";
+
+/// Largest reply one multi-key command (`MGET`) may build: the reply is held whole in memory, so
+/// it is bounded like the command that asked for it.
+const REPLY_BYTES_MAX: usize = super::parser::COMMAND_BYTES_MAX;
+
+/// Most `SCAN` cursors one connection keeps; starting another forgets the oldest. Each holds a
+/// key (up to the key limit), so this bounds a connection's memory.
+const SCAN_CURSORS_MAX: usize = 8;
+
+/// Most commands, and most argument bytes, one `MULTI` transaction may queue: it is held in memory
+/// until `EXEC`.
+const TRANSACTION_COMMANDS_MAX: usize = 64 * 1024;
+const TRANSACTION_BYTES_MAX: usize = super::parser::COMMAND_BYTES_MAX;
+
+/// `SCAN`'s default `COUNT`, as in Redis.
+const SCAN_COUNT_DEFAULT: u32 = 10;
+
+/// One RESP connection's state.
+#[derive(Debug)]
+pub(crate) struct Client {
+    pub session: Session,
+    /// The default pool, opened in `session` when the connection was accepted.
+    pub pool: PoolHandle,
+    /// Unique among the shard's connections (`CLIENT ID`).
+    pub id: u64,
+    pub protocol: Protocol,
+    name: Option<Vec<u8>>,
+    cursors: ScanCursors,
+    /// Commands queued since `MULTI`.
+    transaction: Option<Transaction>,
+}
+
+impl Client {
+    pub fn new(session: Session, pool: PoolHandle, id: u64) -> Client {
+        Client {
+            session,
+            pool,
+            id,
+            protocol: Protocol::Resp2,
+            name: None,
+            cursors: ScanCursors::default(),
+            transaction: None,
+        }
+    }
+}
+
+/// A `MULTI` transaction being queued: the commands' arguments, copied (the read buffer moves on).
+#[derive(Debug, Default)]
+struct Transaction {
+    bytes: Vec<u8>,
+    /// Each command's argument ranges in `bytes`.
+    commands: Vec<Vec<Range<usize>>>,
+    /// A command was refused while queueing: `EXEC` runs nothing.
+    failed: bool,
+}
+
+/// `SCAN` cursors: Redis clients hold an integer, the index resumes after a key, so each cursor
+/// handed out stands for the key to resume after. Cursor 0 is the start (and, returned, the end).
+#[derive(Debug, Default)]
+struct ScanCursors {
+    last_id: u64,
+    resume: VecDeque<(u64, Vec<u8>)>,
+}
+
+impl ScanCursors {
+    fn insert(&mut self, after: Vec<u8>) -> u64 {
+        if self.resume.len() == SCAN_CURSORS_MAX {
+            self.resume.pop_front();
+        }
+        self.last_id += 1;
+        self.resume.push_back((self.last_id, after));
+        self.last_id
+    }
+
+    /// The key cursor `id` resumes after; the cursor is used up.
+    fn take(&mut self, id: u64) -> Option<Vec<u8>> {
+        let position = self.resume.iter().position(|(cursor, _)| *cursor == id)?;
+        self.resume.remove(position).map(|(_, after)| after)
+    }
+}
+
+/// An error reply: its full text, kind first (`ERR ...`, `NOPROTO ...`).
+#[derive(Debug)]
+struct RespError(String);
+
+impl RespError {
+    fn err(message: impl std::fmt::Display) -> RespError {
+        RespError(format!("ERR {message}"))
+    }
+
+    fn syntax() -> RespError {
+        RespError::err("syntax error")
+    }
+
+    fn not_integer() -> RespError {
+        RespError::err("value is not an integer or out of range")
+    }
+
+    fn arity(name: &str) -> RespError {
+        RespError(format!("ERR wrong number of arguments for '{name}' command"))
+    }
+
+    fn unknown_subcommand(subcommand: &[u8], command: &str) -> RespError {
+        RespError(format!("ERR unknown subcommand '{}'. Try {command} HELP.", lossy(subcommand, 128)))
+    }
+
+    fn unexpected(response: &Response<'_>) -> RespError {
+        RespError::err(format!("internal error: unexpected {:?} response", response.request_opcode()))
+    }
+}
+
+impl From<Failure> for RespError {
+    fn from(failure: Failure) -> RespError {
+        match failure.code {
+            // Redis refuses writes past `maxmemory` with OOM; clients map it to an out-of-memory
+            // error rather than a bug.
+            ErrorCode::PoolFull => RespError(format!("OOM {}", failure.message)),
+            _ => RespError::err(failure.message),
+        }
+    }
+}
+
+/// Up to `max` bytes of `bytes` as text for a message.
+fn lossy(bytes: &[u8], max: usize) -> String {
+    String::from_utf8_lossy(&bytes[..bytes.len().min(max)]).into_owned()
+}
+
+type Handler = fn(&mut Call<'_, '_>) -> Result<Flow, RespError>;
+
+struct Spec {
+    /// Lower case, as in Redis's error messages.
+    name: &'static str,
+    /// Redis's convention: `n` exactly n arguments (the name included), `-n` at least n.
+    arity: i32,
+    run: Handler,
+}
+
+impl Spec {
+    fn accepts(&self, args: usize) -> bool {
+        let arity = self.arity.unsigned_abs() as usize;
+        if self.arity < 0 {
+            args >= arity
+        } else {
+            args == arity
+        }
+    }
+}
+
+/// Every command, the most frequent first (the table is searched in order).
+static COMMANDS: &[Spec] = &[
+    Spec { name: "get", arity: 2, run: get },
+    Spec { name: "set", arity: -3, run: set },
+    Spec { name: "mget", arity: -2, run: mget },
+    Spec { name: "mset", arity: -3, run: mset },
+    Spec { name: "del", arity: -2, run: del },
+    Spec { name: "exists", arity: -2, run: exists },
+    Spec { name: "incr", arity: 2, run: |call| incr_by(call, 1) },
+    Spec { name: "decr", arity: 2, run: |call| incr_by(call, -1) },
+    Spec { name: "incrby", arity: 3, run: incrby },
+    Spec { name: "decrby", arity: 3, run: decrby },
+    Spec { name: "ping", arity: -1, run: ping },
+    Spec { name: "echo", arity: 2, run: echo },
+    Spec { name: "dbsize", arity: 1, run: dbsize },
+    Spec { name: "scan", arity: -2, run: scan },
+    Spec { name: "info", arity: -1, run: info },
+    Spec { name: "hello", arity: -1, run: hello },
+    Spec { name: "select", arity: 2, run: select },
+    Spec { name: "quit", arity: -1, run: quit },
+    Spec { name: "auth", arity: -2, run: auth },
+    Spec { name: "command", arity: -1, run: command },
+    Spec { name: "client", arity: -2, run: client },
+    Spec { name: "config", arity: -2, run: config },
+    Spec { name: "multi", arity: 1, run: multi },
+    Spec { name: "exec", arity: 1, run: exec },
+    Spec { name: "discard", arity: 1, run: discard },
+    Spec { name: "watch", arity: -2, run: watch },
+    Spec { name: "ferrite.invoke", arity: 3, run: ferrite_invoke },
+];
+
+fn lookup(name: &[u8]) -> Option<&'static Spec> {
+    COMMANDS.iter().find(|spec| spec.name.as_bytes().eq_ignore_ascii_case(name))
+}
+
+/// One command being answered.
+struct Call<'a, 'b> {
+    args: Args<'a>,
+    client: &'b mut Client,
+    shard: &'b mut ShardState,
+    settings: &'b Settings,
+    now_ns: u64,
+    out: &'b mut BytesMut,
+}
+
+/// Runs one native request in the client's session. A macro rather than a method so the response,
+/// which borrows the shard, leaves the call's other fields (the output buffer) free.
+macro_rules! run {
+    ($call:expr, $request:expr) => {
+        $call.shard.execute($request, &mut $call.client.session, $call.now_ns)
+    };
+}
+
+/// Answers one command, appending its reply to `out`; inside `MULTI`, queues it instead.
+pub(crate) fn execute(
+    args: Args<'_>,
+    client: &mut Client,
+    shard: &mut ShardState,
+    settings: &Settings,
+    now_ns: u64,
+    out: &mut BytesMut,
+) -> Flow {
+    debug_assert!(args.len() > 0, "the parser never yields an empty command");
+    if client.transaction.is_some() && !TRANSACTION_CONTROL.iter().any(|name| is(args.get(0), name)) {
+        queue(args, client, shard, out);
+        return Flow::Continue;
+    }
+    dispatch(args, client, shard, settings, now_ns, out)
+}
+
+/// Commands that act at once inside `MULTI` rather than being queued.
+const TRANSACTION_CONTROL: [&str; 5] = ["exec", "discard", "multi", "watch", "quit"];
+
+/// Queues a command of a transaction. A command that could never run (unknown, wrong arity, or
+/// past the transaction's size limits) is refused now, and the whole transaction with it at `EXEC`,
+/// as in Redis.
+fn queue(args: Args<'_>, client: &mut Client, shard: &mut ShardState, out: &mut BytesMut) {
+    let transaction = client.transaction.as_mut().expect("the caller checked that a transaction is open");
+    let refusal = match lookup(args.get(0)) {
+        None => Some(unknown_command(args)),
+        Some(spec) if !spec.accepts(args.len()) => Some(RespError::arity(spec.name)),
+        Some(_) => {
+            let bytes: usize = args.iter().map(<[u8]>::len).sum();
+            if transaction.commands.len() >= TRANSACTION_COMMANDS_MAX
+                || transaction.bytes.len() + bytes > TRANSACTION_BYTES_MAX
+            {
+                Some(RespError::err(format!(
+                    "a transaction holds at most {TRANSACTION_COMMANDS_MAX} commands of {TRANSACTION_BYTES_MAX} bytes in all"
+                )))
+            } else {
+                None
+            }
+        }
+    };
+    shard.stats.requests += 1;
+    match refusal {
+        Some(RespError(text)) => {
+            shard.stats.failures += 1;
+            transaction.failed = true;
+            reply::error(out, &text);
+        }
+        None => {
+            let ranges = args
+                .iter()
+                .map(|arg| {
+                    let start = transaction.bytes.len();
+                    transaction.bytes.extend_from_slice(arg);
+                    start..transaction.bytes.len()
+                })
+                .collect();
+            transaction.commands.push(ranges);
+            reply::simple(out, "QUEUED");
+        }
+    }
+}
+
+/// Runs one command now.
+fn dispatch(
+    args: Args<'_>,
+    client: &mut Client,
+    shard: &mut ShardState,
+    settings: &Settings,
+    now_ns: u64,
+    out: &mut BytesMut,
+) -> Flow {
+    shard.stats.requests += 1;
+    let name = args.get(0);
+    let outcome = match lookup(name) {
+        None => Err(unknown_command(args)),
+        Some(spec) if !spec.accepts(args.len()) => Err(RespError::arity(spec.name)),
+        Some(spec) => (spec.run)(&mut Call { args, client, shard, settings, now_ns, out }),
+    };
+    match outcome {
+        Ok(flow) => flow,
+        Err(RespError(text)) => {
+            shard.stats.failures += 1;
+            reply::error(out, &text);
+            Flow::Continue
+        }
+    }
+}
+
+/// `redis-server`'s words, which its test suites and some clients match.
+fn unknown_command(args: Args<'_>) -> RespError {
+    let mut listed = String::new();
+    for arg in args.skip(1).iter() {
+        if listed.len() >= 128 {
+            break;
+        }
+        let room = 128 - listed.len();
+        listed.push_str(&format!("'{}' ", lossy(arg, room)));
+    }
+    RespError(format!("ERR unknown command '{}', with args beginning with: {listed}", lossy(args.get(0), 128)))
+}
+
+fn is(arg: &[u8], word: &str) -> bool {
+    arg.eq_ignore_ascii_case(word.as_bytes())
+}
+
+fn integer_arg(arg: &[u8]) -> Result<i64, RespError> {
+    parse_i64(arg).ok_or_else(RespError::not_integer)
+}
+
+/// Checks a batch of requests against the limits before any runs, so a multi-key command with one
+/// oversized key fails as a whole instead of after changing some keys.
+fn check_all<'r>(shard: &ShardState, requests: impl Iterator<Item = Request<'r>>) -> Result<(), RespError> {
+    for request in requests {
+        request.check(&shard.limits).map_err(|error| RespError::from(Failure::from(error)))?;
+    }
+    Ok(())
+}
+
+fn get(call: &mut Call<'_, '_>) -> Result<Flow, RespError> {
+    let key = call.args.get(1);
+    match run!(call, Request::Get { pool: call.client.pool, key }) {
+        Ok(Response::Value(value)) => reply::bulk(call.out, value),
+        Ok(other) => return Err(RespError::unexpected(&other)),
+        Err(failure) if failure.code == ErrorCode::KeyNotFound => reply::null(call.out, call.client.protocol),
+        Err(failure) => return Err(failure.into()),
+    }
+    Ok(Flow::Continue)
+}
+
+/// The value under `key` if there is one, copied out of the pool.
+fn read_value(call: &mut Call<'_, '_>, key: &[u8]) -> Result<Option<Vec<u8>>, RespError> {
+    match run!(call, Request::Get { pool: call.client.pool, key }) {
+        Ok(Response::Value(value)) => Ok(Some(value.to_vec())),
+        Ok(other) => Err(RespError::unexpected(&other)),
+        Err(failure) if failure.code == ErrorCode::KeyNotFound => Ok(None),
+        Err(failure) => Err(failure.into()),
+    }
+}
+
+/// `SET key value [NX|XX] [GET] [KEEPTTL]`. Expiry options are refused: keys do not expire.
+fn set(call: &mut Call<'_, '_>) -> Result<Flow, RespError> {
+    let (key, value) = (call.args.get(1), call.args.get(2));
+    let (mut nx, mut xx, mut get) = (false, false, false);
+    let options = call.args.skip(3);
+    for option in options.iter() {
+        if is(option, "NX") && !xx {
+            nx = true;
+        } else if is(option, "XX") && !nx {
+            xx = true;
+        } else if is(option, "GET") {
+            get = true;
+        } else if is(option, "KEEPTTL") {
+            // Keys have no time to live to keep.
+        } else if ["EX", "PX", "EXAT", "PXAT"].iter().any(|word| is(option, word)) {
+            return Err(RespError::err(
+                "SET with EX, PX, EXAT or PXAT is not supported: keys in ferrite do not expire",
+            ));
+        } else {
+            return Err(RespError::syntax());
+        }
+    }
+    let old = if get { Some(read_value(call, key)?) } else { None };
+    let flags = if nx {
+        PutFlags::CREATE_ONLY
+    } else if xx {
+        PutFlags::UPDATE_ONLY
+    } else {
+        PutFlags::NONE
+    };
+    let stored = match run!(call, Request::Put { pool: call.client.pool, flags, key, value }) {
+        Ok(Response::Stored) => true,
+        Ok(other) => return Err(RespError::unexpected(&other)),
+        Err(failure) if nx && failure.code == ErrorCode::KeyExists => false,
+        Err(failure) if xx && failure.code == ErrorCode::KeyNotFound => false,
+        Err(failure) => return Err(failure.into()),
+    };
+    match old {
+        Some(Some(old)) => reply::bulk(call.out, &old),
+        Some(None) => reply::null(call.out, call.client.protocol),
+        None if stored => reply::ok(call.out),
+        None => reply::null(call.out, call.client.protocol),
+    }
+    Ok(Flow::Continue)
+}
+
+fn mget(call: &mut Call<'_, '_>) -> Result<Flow, RespError> {
+    let pool = call.client.pool;
+    let keys = call.args.skip(1);
+    check_all(call.shard, keys.iter().map(|key| Request::Get { pool, key }))?;
+    let start = call.out.len();
+    reply::array(call.out, keys.len());
+    for key in keys.iter() {
+        match run!(call, Request::Get { pool, key }) {
+            Ok(Response::Value(value)) => reply::bulk(call.out, value),
+            Err(failure) if failure.code == ErrorCode::KeyNotFound => reply::null(call.out, call.client.protocol),
+            outcome => {
+                call.out.truncate(start);
+                return Err(match outcome {
+                    Ok(other) => RespError::unexpected(&other),
+                    Err(failure) => failure.into(),
+                });
+            }
+        }
+        if call.out.len() - start > REPLY_BYTES_MAX {
+            call.out.truncate(start);
+            return Err(RespError::err(format!(
+                "MGET reply would exceed {REPLY_BYTES_MAX} bytes; ask for fewer keys at a time"
+            )));
+        }
+    }
+    Ok(Flow::Continue)
+}
+
+/// `MSET k v [k v ...]`. Every pair is checked against the limits first; a pool that fills up
+/// part-way keeps the pairs stored before it did (Redis's `MSET` cannot run out of room midway).
+fn mset(call: &mut Call<'_, '_>) -> Result<Flow, RespError> {
+    let pairs = call.args.skip(1);
+    if pairs.len() % 2 == 1 {
+        return Err(RespError::arity("mset"));
+    }
+    let pool = call.client.pool;
+    let put =
+        |i: usize| Request::Put { pool, flags: PutFlags::NONE, key: pairs.get(2 * i), value: pairs.get(2 * i + 1) };
+    check_all(call.shard, (0..pairs.len() / 2).map(put))?;
+    for i in 0..pairs.len() / 2 {
+        match run!(call, put(i)) {
+            Ok(Response::Stored) => {}
+            Ok(other) => return Err(RespError::unexpected(&other)),
+            Err(failure) => return Err(failure.into()),
+        }
+    }
+    reply::ok(call.out);
+    Ok(Flow::Continue)
+}
+
+fn del(call: &mut Call<'_, '_>) -> Result<Flow, RespError> {
+    let pool = call.client.pool;
+    let keys = call.args.skip(1);
+    check_all(call.shard, keys.iter().map(|key| Request::Erase { pool, key }))?;
+    let mut erased = 0;
+    for key in keys.iter() {
+        match run!(call, Request::Erase { pool, key }) {
+            Ok(Response::Erased) => erased += 1,
+            Ok(other) => return Err(RespError::unexpected(&other)),
+            Err(failure) if failure.code == ErrorCode::KeyNotFound => {}
+            Err(failure) => return Err(failure.into()),
+        }
+    }
+    reply::integer(call.out, erased);
+    Ok(Flow::Continue)
+}
+
+/// `EXISTS k [k ...]`: how many of the keys exist, a key named twice counting twice (as in Redis).
+fn exists(call: &mut Call<'_, '_>) -> Result<Flow, RespError> {
+    let pool = call.client.pool;
+    let keys = call.args.skip(1);
+    let probe = |key| Request::GetAttribute { pool, attribute: Attribute::ValueLength, key };
+    check_all(call.shard, keys.iter().map(probe))?;
+    let mut present = 0;
+    for key in keys.iter() {
+        match run!(call, probe(key)) {
+            Ok(Response::Attribute(_)) => present += 1,
+            Ok(other) => return Err(RespError::unexpected(&other)),
+            Err(failure) if failure.code == ErrorCode::KeyNotFound => {}
+            Err(failure) => return Err(failure.into()),
+        }
+    }
+    reply::integer(call.out, present);
+    Ok(Flow::Continue)
+}
+
+fn incrby(call: &mut Call<'_, '_>) -> Result<Flow, RespError> {
+    let delta = integer_arg(call.args.get(2))?;
+    incr_by(call, delta)
+}
+
+fn decrby(call: &mut Call<'_, '_>) -> Result<Flow, RespError> {
+    let delta = integer_arg(call.args.get(2))?;
+    let delta = delta.checked_neg().ok_or_else(|| RespError::err("decrement would overflow"))?;
+    incr_by(call, delta)
+}
+
+/// Adds `delta` to the decimal integer stored under the key (0 if absent) and stores the sum: a
+/// read and a write in one turn of the shard loop, so no other client sees the key in between.
+fn incr_by(call: &mut Call<'_, '_>, delta: i64) -> Result<Flow, RespError> {
+    let key = call.args.get(1);
+    let current = match read_value(call, key)? {
+        Some(value) => parse_i64(&value).ok_or_else(RespError::not_integer)?,
+        None => 0,
+    };
+    let sum = current.checked_add(delta).ok_or_else(|| RespError::err("increment or decrement would overflow"))?;
+    let mut digits = [0u8; 20];
+    let value = reply::decimal(sum, &mut digits);
+    match run!(call, Request::Put { pool: call.client.pool, flags: PutFlags::NONE, key, value }) {
+        Ok(Response::Stored) => reply::integer(call.out, sum),
+        Ok(other) => return Err(RespError::unexpected(&other)),
+        Err(failure) => return Err(failure.into()),
+    }
+    Ok(Flow::Continue)
+}
+
+fn ping(call: &mut Call<'_, '_>) -> Result<Flow, RespError> {
+    match call.args.len() {
+        1 => reply::simple(call.out, "PONG"),
+        2 => reply::bulk(call.out, call.args.get(1)),
+        _ => return Err(RespError::arity("ping")),
+    }
+    Ok(Flow::Continue)
+}
+
+fn echo(call: &mut Call<'_, '_>) -> Result<Flow, RespError> {
+    reply::bulk(call.out, call.args.get(1));
+    Ok(Flow::Continue)
+}
+
+fn count(call: &mut Call<'_, '_>) -> Result<u64, RespError> {
+    match run!(call, Request::Count { pool: call.client.pool }) {
+        Ok(Response::Count(count)) => Ok(count),
+        Ok(other) => Err(RespError::unexpected(&other)),
+        Err(failure) => Err(failure.into()),
+    }
+}
+
+fn dbsize(call: &mut Call<'_, '_>) -> Result<Flow, RespError> {
+    let count = count(call)?;
+    reply::integer(call.out, i64::try_from(count).unwrap_or(i64::MAX));
+    Ok(Flow::Continue)
+}
+
+/// `SCAN cursor [MATCH pattern] [COUNT n] [TYPE type]` over the pool's secondary index: one bounded
+/// `find` step per call. A step may return fewer than `COUNT` keys, or none, with a cursor to go
+/// on: Redis clients loop until the cursor is 0.
+fn scan(call: &mut Call<'_, '_>) -> Result<Flow, RespError> {
+    let cursor = std::str::from_utf8(call.args.get(1))
+        .ok()
+        .and_then(|text| text.parse::<u64>().ok())
+        .ok_or_else(|| RespError::err("invalid cursor"))?;
+    let mut pattern: Option<&[u8]> = None;
+    let mut limit = SCAN_COUNT_DEFAULT;
+    let mut only_other_type = false;
+    let options = call.args.skip(2);
+    let mut i = 0;
+    while i < options.len() {
+        let Some(value) = (i + 1 < options.len()).then(|| options.get(i + 1)) else {
+            return Err(RespError::syntax());
+        };
+        let option = options.get(i);
+        if is(option, "MATCH") {
+            pattern = Some(value);
+        } else if is(option, "COUNT") {
+            let count = integer_arg(value)?;
+            if count < 1 {
+                return Err(RespError::syntax());
+            }
+            limit = u32::try_from(count).unwrap_or(u32::MAX).min(FIND_KEYS_MAX as u32);
+        } else if is(option, "TYPE") {
+            // Every value is a string; a scan for any other type finds nothing.
+            only_other_type = !is(value, "string");
+        } else {
+            return Err(RespError::syntax());
+        }
+        i += 2;
+    }
+    let after = match cursor {
+        0 => None,
+        id => Some(call.client.cursors.take(id).ok_or_else(|| {
+            RespError::err("invalid cursor: unknown to this connection (cursors are per connection, and a connection keeps its 8 newest)")
+        })?),
+    };
+    if only_other_type {
+        reply::array(call.out, 2);
+        reply::bulk(call.out, b"0");
+        reply::array(call.out, 0);
+        return Ok(Flow::Continue);
+    }
+    let (kind, pattern) = match pattern {
+        // The whole index in order: a prefix search for nothing, cheaper than the glob `*`.
+        None | Some(b"*") => (FindKind::Prefix, &b""[..]),
+        Some(glob) => (FindKind::Glob, glob),
+    };
+    let request = Request::Find { pool: call.client.pool, kind, pattern, after: after.as_deref(), limit };
+    let (keys, next) = match run!(call, request) {
+        Ok(Response::Found { keys, next }) => (keys, next),
+        Ok(other) => return Err(RespError::unexpected(&other)),
+        Err(failure) => return Err(failure.into()),
+    };
+    reply::array(call.out, 2);
+    let next_cursor = next.map_or(0, |next| call.client.cursors.insert(next.to_vec()));
+    reply::bulk(call.out, next_cursor.to_string().as_bytes());
+    reply::array(call.out, keys.len());
+    for key in keys {
+        reply::bulk(call.out, key);
+    }
+    Ok(Flow::Continue)
+}
+
+fn pool_attribute(call: &mut Call<'_, '_>, attribute: Attribute) -> Result<u64, RespError> {
+    match run!(call, Request::GetAttribute { pool: call.client.pool, attribute, key: b"" }) {
+        Ok(Response::Attribute(value)) => Ok(value),
+        Ok(other) => Err(RespError::unexpected(&other)),
+        Err(failure) => Err(failure.into()),
+    }
+}
+
+/// `INFO [section ...]`: Redis's text format (`# Section` headers, `field:value` lines), built from
+/// the shard's statistics as `get_statistics` reports them.
+fn info(call: &mut Call<'_, '_>) -> Result<Flow, RespError> {
+    let statistics: Vec<(String, u64)> = match run!(call, Request::GetStatistics) {
+        Ok(Response::Statistics(statistics)) => statistics.iter().map(|s| (s.name.to_owned(), s.value)).collect(),
+        Ok(other) => return Err(RespError::unexpected(&other)),
+        Err(failure) => return Err(failure.into()),
+    };
+    let stat = |name: &str| statistics.iter().find(|(n, _)| n == name).map_or(0, |(_, value)| *value);
+    let used = pool_attribute(call, Attribute::PoolUsed)?;
+    let size = pool_attribute(call, Attribute::PoolSize)?;
+    let keys = count(call)?;
+
+    let sections = call.args.skip(1);
+    let wanted = |section: &str| {
+        sections.len() == 0
+            || sections.iter().any(|s| is(s, section) || is(s, "all") || is(s, "everything") || is(s, "default"))
+    };
+    let uptime_s = stat("uptime_ms") / 1000;
+    let mut text = String::new();
+    if wanted("server") {
+        text.push_str(&format!(
+            "# Server\r\nredis_version:{REDIS_VERSION}\r\nferrite_version:{}\r\nferrite_protocol_version:{PROTOCOL_VERSION}\r\n\
+             redis_mode:standalone\r\narch_bits:{}\r\nprocess_id:{}\r\ntcp_port:{}\r\nuptime_in_seconds:{uptime_s}\r\n\
+             uptime_in_days:{}\r\nferrite_shard:{}\r\nferrite_shards:{}\r\nferrite_pool:{}\r\n\r\n",
+            env!("CARGO_PKG_VERSION"),
+            usize::BITS,
+            std::process::id(),
+            call.settings.port,
+            uptime_s / 86_400,
+            call.shard.index,
+            call.shard.shard_addresses.len(),
+            call.settings.pool,
+        ));
+    }
+    if wanted("clients") {
+        text.push_str(&format!(
+            "# Clients\r\nconnected_clients:{}\r\nmaxclients:{}\r\n\r\n",
+            stat("clients"),
+            call.shard.connections_max
+        ));
+    }
+    if wanted("memory") {
+        text.push_str(&format!(
+            "# Memory\r\nused_memory:{used}\r\nmaxmemory:{size}\r\nmaxmemory_policy:noeviction\r\n\r\n"
+        ));
+    }
+    if wanted("stats") {
+        text.push_str(&format!(
+            "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\nrejected_connections:{}\r\n\
+             ferrite_puts:{}\r\nferrite_gets:{}\r\nferrite_erases:{}\r\nferrite_finds:{}\r\nferrite_failures:{}\r\n\r\n",
+            stat("clients_total"),
+            stat("requests"),
+            stat("clients_refused"),
+            stat("puts"),
+            stat("gets"),
+            stat("erases"),
+            stat("finds"),
+            stat("failures"),
+        ));
+    }
+    if wanted("keyspace") {
+        text.push_str("# Keyspace\r\n");
+        if keys > 0 {
+            text.push_str(&format!("db0:keys={keys},expires=0,avg_ttl=0\r\n"));
+        }
+        text.push_str("\r\n");
+    }
+    // Redis ends the text without the blank line that closes the last section.
+    let text = text.strip_suffix("\r\n").unwrap_or(&text);
+    reply::bulk(call.out, text.as_bytes());
+    Ok(Flow::Continue)
+}
+
+/// Client names are one printable word, as Redis requires.
+fn check_client_name(name: &[u8]) -> Result<(), RespError> {
+    if name.iter().all(|byte| (b'!'..=b'~').contains(byte)) {
+        Ok(())
+    } else {
+        Err(RespError::err("Client names cannot contain spaces, newlines or special characters."))
+    }
+}
+
+fn set_client_name(client: &mut Client, name: &[u8]) {
+    client.name = (!name.is_empty()).then(|| name.to_vec());
+}
+
+/// `HELLO [protover [AUTH user pass] [SETNAME name]]`: switches the connection to RESP2 or RESP3
+/// and describes the server.
+fn hello(call: &mut Call<'_, '_>) -> Result<Flow, RespError> {
+    let mut protocol = call.client.protocol;
+    if call.args.len() >= 2 {
+        let version = parse_i64(call.args.get(1))
+            .ok_or_else(|| RespError::err("Protocol version is not an integer or out of range"))?;
+        protocol = match version {
+            2 => Protocol::Resp2,
+            3 => Protocol::Resp3,
+            _ => return Err(RespError("NOPROTO sorry, this protocol version is not supported".into())),
+        };
+    }
+    let options = call.args.skip(2);
+    let mut name = None;
+    let mut i = 0;
+    while i < options.len() {
+        let option = options.get(i);
+        if is(option, "AUTH") && i + 2 < options.len() {
+            // Authentication is not enforced yet (as on the native protocol): any credentials pass.
+            i += 3;
+        } else if is(option, "SETNAME") && i + 1 < options.len() {
+            let value = options.get(i + 1);
+            check_client_name(value)?;
+            name = Some(value);
+            i += 2;
+        } else {
+            return Err(RespError::err(format!("Syntax error in HELLO option '{}'", lossy(option, 128))));
+        }
+    }
+    if let Some(name) = name {
+        set_client_name(call.client, name);
+    }
+    call.client.protocol = protocol;
+    let out = &mut *call.out;
+    reply::map(out, 7, protocol);
+    reply::bulk(out, b"server");
+    reply::bulk(out, b"ferrite");
+    reply::bulk(out, b"version");
+    reply::bulk(out, REDIS_VERSION.as_bytes());
+    reply::bulk(out, b"proto");
+    reply::integer(out, protocol.version());
+    reply::bulk(out, b"id");
+    reply::integer(out, i64::try_from(call.client.id).unwrap_or(i64::MAX));
+    reply::bulk(out, b"mode");
+    reply::bulk(out, b"standalone");
+    reply::bulk(out, b"role");
+    reply::bulk(out, b"master");
+    reply::bulk(out, b"modules");
+    reply::array(out, 0);
+    Ok(Flow::Continue)
+}
+
+/// Only database 0 exists: each shard's RESP listener serves one pool.
+fn select(call: &mut Call<'_, '_>) -> Result<Flow, RespError> {
+    match integer_arg(call.args.get(1))? {
+        0 => reply::ok(call.out),
+        _ => return Err(RespError::err("DB index is out of range")),
+    }
+    Ok(Flow::Continue)
+}
+
+fn quit(call: &mut Call<'_, '_>) -> Result<Flow, RespError> {
+    reply::ok(call.out);
+    Ok(Flow::Close)
+}
+
+/// No passwords are configured (authentication is not enforced yet); the replies are Redis's when
+/// the default user has none.
+fn auth(call: &mut Call<'_, '_>) -> Result<Flow, RespError> {
+    match call.args.len() {
+        2 => Err(RespError::err(
+            "AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?",
+        )),
+        3 if is(call.args.get(1), "default") => {
+            reply::ok(call.out);
+            Ok(Flow::Continue)
+        }
+        3 => Err(RespError("WRONGPASS invalid username-password pair or user is disabled.".into())),
+        _ => Err(RespError::syntax()),
+    }
+}
+
+/// `COMMAND [COUNT|DOCS|INFO|LIST]`: `redis-cli` asks for `COMMAND DOCS` when it starts, for hints
+/// it can do without; an empty answer is a valid one.
+fn command(call: &mut Call<'_, '_>) -> Result<Flow, RespError> {
+    if call.args.len() == 1 {
+        reply::array(call.out, 0);
+        return Ok(Flow::Continue);
+    }
+    let subcommand = call.args.get(1);
+    if is(subcommand, "COUNT") {
+        reply::integer(call.out, COMMANDS.len() as i64);
+    } else if is(subcommand, "DOCS") {
+        reply::map(call.out, 0, call.client.protocol);
+    } else if is(subcommand, "INFO") {
+        reply::array(call.out, 0);
+    } else if is(subcommand, "LIST") {
+        reply::array(call.out, COMMANDS.len());
+        for spec in COMMANDS {
+            reply::bulk(call.out, spec.name.as_bytes());
+        }
+    } else {
+        return Err(RespError::unknown_subcommand(subcommand, "COMMAND"));
+    }
+    Ok(Flow::Continue)
+}
+
+/// `CLIENT SETNAME|GETNAME|SETINFO|ID`. Client libraries send `SETNAME` and `SETINFO` on connect.
+fn client(call: &mut Call<'_, '_>) -> Result<Flow, RespError> {
+    let subcommand = call.args.get(1);
+    let arity = |expected: usize, name: &str| {
+        if call.args.len() == expected {
+            Ok(())
+        } else {
+            Err(RespError::arity(&format!("client|{name}")))
+        }
+    };
+    if is(subcommand, "SETNAME") {
+        arity(3, "setname")?;
+        let name = call.args.get(2);
+        check_client_name(name)?;
+        set_client_name(call.client, name);
+        reply::ok(call.out);
+    } else if is(subcommand, "GETNAME") {
+        arity(2, "getname")?;
+        match &call.client.name {
+            Some(name) => reply::bulk(call.out, name),
+            None => reply::null(call.out, call.client.protocol),
+        }
+    } else if is(subcommand, "SETINFO") {
+        arity(4, "setinfo")?;
+        let attribute = call.args.get(2);
+        if !is(attribute, "LIB-NAME") && !is(attribute, "LIB-VER") {
+            return Err(RespError::err(format!("Unrecognized option '{}'", lossy(attribute, 128))));
+        }
+        reply::ok(call.out);
+    } else if is(subcommand, "ID") {
+        arity(2, "id")?;
+        reply::integer(call.out, i64::try_from(call.client.id).unwrap_or(i64::MAX));
+    } else {
+        return Err(RespError::unknown_subcommand(subcommand, "CLIENT"));
+    }
+    Ok(Flow::Continue)
+}
+
+/// `CONFIG GET parameter ...`: the server is configured by its own file, not through RESP, so only
+/// the parameters tools ask about are answered (`redis-benchmark` asks for `save` and
+/// `appendonly`); any other matches nothing, which is a valid answer.
+fn config(call: &mut Call<'_, '_>) -> Result<Flow, RespError> {
+    let subcommand = call.args.get(1);
+    if is(subcommand, "GET") {
+        if call.args.len() < 3 {
+            return Err(RespError::arity("config|get"));
+        }
+        const KNOWN: [(&str, &str); 3] = [("save", ""), ("appendonly", "no"), ("databases", "1")];
+        let parameters = call.args.skip(2);
+        let found: Vec<(&str, &str)> =
+            KNOWN.iter().copied().filter(|(name, _)| parameters.iter().any(|p| is(p, name))).collect();
+        reply::map(call.out, found.len(), call.client.protocol);
+        for (name, value) in found {
+            reply::bulk(call.out, name.as_bytes());
+            reply::bulk(call.out, value.as_bytes());
+        }
+        Ok(Flow::Continue)
+    } else if ["SET", "RESETSTAT", "REWRITE"].iter().any(|word| is(subcommand, word)) {
+        Err(RespError::err(format!(
+            "CONFIG {} is not supported: ferrite-server is configured by its configuration file",
+            lossy(subcommand, 16).to_uppercase()
+        )))
+    } else {
+        Err(RespError::unknown_subcommand(subcommand, "CONFIG"))
+    }
+}
+
+fn multi(call: &mut Call<'_, '_>) -> Result<Flow, RespError> {
+    if call.client.transaction.is_some() {
+        return Err(RespError::err("MULTI calls can not be nested"));
+    }
+    call.client.transaction = Some(Transaction::default());
+    reply::ok(call.out);
+    Ok(Flow::Continue)
+}
+
+/// `EXEC`: runs the queued commands one after the other in this one turn of the shard loop, so no
+/// other client's command runs between them. The reply is an array of their replies. Replies are
+/// held in memory until the whole array is written, so once they pass [`REPLY_BYTES_MAX`] the
+/// later commands still run but their replies are replaced by an error saying so.
+fn exec(call: &mut Call<'_, '_>) -> Result<Flow, RespError> {
+    let transaction = call.client.transaction.take().ok_or_else(|| RespError::err("EXEC without MULTI"))?;
+    if transaction.failed {
+        return Err(RespError("EXECABORT Transaction discarded because of previous errors.".into()));
+    }
+    let start = call.out.len();
+    reply::array(call.out, transaction.commands.len());
+    let mut dropped = BytesMut::new();
+    for ranges in &transaction.commands {
+        let args = Args::new(&transaction.bytes, ranges);
+        if call.out.len() - start <= REPLY_BYTES_MAX {
+            dispatch(args, call.client, call.shard, call.settings, call.now_ns, call.out);
+        } else {
+            dispatch(args, call.client, call.shard, call.settings, call.now_ns, &mut dropped);
+            dropped.clear();
+            reply::error(
+                call.out,
+                &format!(
+                    "ERR reply dropped: the transaction's replies exceed {REPLY_BYTES_MAX} bytes (the command ran)"
+                ),
+            );
+        }
+    }
+    Ok(Flow::Continue)
+}
+
+fn discard(call: &mut Call<'_, '_>) -> Result<Flow, RespError> {
+    call.client.transaction.take().ok_or_else(|| RespError::err("DISCARD without MULTI"))?;
+    reply::ok(call.out);
+    Ok(Flow::Continue)
+}
+
+/// Optimistic locking is not offered: a transaction here cannot be interleaved with other clients'
+/// commands anyway, so `MULTI`/`EXEC` alone is atomic.
+fn watch(call: &mut Call<'_, '_>) -> Result<Flow, RespError> {
+    if call.client.transaction.is_some() {
+        return Err(RespError::err("WATCH inside MULTI is not allowed"));
+    }
+    Err(RespError::err("WATCH is not supported by ferrite"))
+}
+
+/// `FERRITE.INVOKE key payload`: calls the pool's Active Data Object. Plugins do not exist yet, so
+/// no pool has one.
+fn ferrite_invoke(_call: &mut Call<'_, '_>) -> Result<Flow, RespError> {
+    Err(RespError::err("no plugin is attached to this pool"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn command_names_are_lower_case_and_unique() {
+        for (i, spec) in COMMANDS.iter().enumerate() {
+            assert_eq!(spec.name, spec.name.to_lowercase());
+            assert!(COMMANDS[..i].iter().all(|other| other.name != spec.name), "{} twice", spec.name);
+        }
+        assert_eq!(lookup(b"GeT").map(|spec| spec.name), Some("get"));
+        assert!(lookup(b"nosuch").is_none());
+    }
+
+    #[test]
+    fn arity_follows_the_redis_convention() {
+        let get = lookup(b"get").expect("get");
+        assert!(get.accepts(2) && !get.accepts(1) && !get.accepts(3));
+        let del = lookup(b"del").expect("del");
+        assert!(!del.accepts(1) && del.accepts(2) && del.accepts(100));
+    }
+
+    #[test]
+    fn scan_cursors_are_bounded_and_used_once() {
+        let mut cursors = ScanCursors::default();
+        let first = cursors.insert(b"a".to_vec());
+        assert_ne!(first, 0, "0 means start and end");
+        assert_eq!(cursors.take(first), Some(b"a".to_vec()));
+        assert_eq!(cursors.take(first), None);
+        let ids: Vec<u64> = (0..SCAN_CURSORS_MAX + 1).map(|i| cursors.insert(vec![i as u8])).collect();
+        assert_eq!(cursors.take(ids[0]), None, "the oldest was forgotten");
+        assert_eq!(cursors.take(ids[SCAN_CURSORS_MAX]), Some(vec![SCAN_CURSORS_MAX as u8]));
+    }
+}

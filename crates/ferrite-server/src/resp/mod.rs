@@ -1,0 +1,99 @@
+//! The RESP (Redis protocol) listener: `redis-cli`, Redis client libraries and `redis-benchmark`
+//! talk to a shard's default pool unchanged.
+//!
+//! This is a translator, not a second server: each RESP command becomes one or more native
+//! [`ferrite_proto::Request`]s executed by [`ShardState::execute`], exactly as a native client's
+//! would be, and the [`ferrite_proto::Response`] is rendered as RESP. Statistics, limits, error
+//! semantics and durability are therefore the native protocol's, never a copy of them.
+//!
+//! `parser` turns bytes into command arguments, `commands` maps each command onto requests,
+//! `reply` encodes RESP, and `connection` runs the socket. The command set and its differences
+//! from Redis are in `docs/resp.md`.
+
+mod commands;
+mod connection;
+mod parser;
+mod reply;
+
+use bytes::BytesMut;
+use ferrite_proto::{CreatePoolFlags, Limits, PoolHandle, Request, Response};
+
+pub(crate) use connection::serve;
+
+use crate::handler::ShardState;
+use crate::session::Session;
+use parser::ParseLimits;
+
+/// Sizing hint for the default pool's index: enough for a cache of tens of thousands of keys
+/// without growing; it grows on demand past this.
+const POOL_EXPECTED_OBJECTS: u64 = 64 * 1024;
+
+/// What one shard's RESP listener serves.
+#[derive(Debug)]
+pub(crate) struct Settings {
+    /// The default pool: `@{shard}/{name}`, pinned to this shard.
+    pub pool: String,
+    pub pool_size_bytes: u64,
+    /// The port the listener is bound to, reported by `INFO`.
+    pub port: u16,
+    limits: ParseLimits,
+}
+
+impl Settings {
+    pub fn new(pool: String, pool_size_bytes: u64, port: u16, limits: &Limits) -> Settings {
+        let limits = ParseLimits::for_server(limits.key_bytes_max as usize, limits.value_bytes_max as usize);
+        Settings { pool, pool_size_bytes, port, limits }
+    }
+}
+
+/// A shard's bound RESP listener and what it serves.
+#[derive(Debug)]
+pub(crate) struct Listener {
+    pub listener: std::net::TcpListener,
+    pub settings: Settings,
+}
+
+/// Creates the default pool, or opens it if it exists, in `session`. Indexed, so `SCAN` works.
+/// The error is a message for the log or the client.
+fn open_pool(shard: &mut ShardState, settings: &Settings, session: &mut Session) -> Result<PoolHandle, String> {
+    let request = Request::CreatePool {
+        name: &settings.pool,
+        size_bytes: settings.pool_size_bytes,
+        expected_objects: POOL_EXPECTED_OBJECTS,
+        flags: CreatePoolFlags::INDEXED,
+    };
+    let index = shard.index;
+    match shard.execute(request, session, 0) {
+        Ok(Response::PoolCreated { pool, created }) => {
+            if created {
+                tracing::info!(shard = index, pool = %settings.pool, "created the RESP default pool");
+            }
+            Ok(pool)
+        }
+        Ok(other) => Err(format!("create_pool was answered with {:?}", other.request_opcode())),
+        Err(failure) => Err(failure.message),
+    }
+}
+
+/// Creates the default pool when the shard starts, so it exists (and is listed, sized as
+/// configured) before the first RESP client arrives. The shard's own session closes it again at
+/// once: a pool held open cannot be deleted, and the shard has no reason to hold it.
+pub(crate) fn create_pool(shard: &mut ShardState, settings: &Settings) -> Result<(), String> {
+    let mut session = Session::default();
+    session.handshaken = true;
+    let pool = open_pool(shard, settings, &mut session)
+        .map_err(|message| format!("cannot create the RESP pool '{}': {message}", settings.pool))?;
+    shard
+        .execute(Request::ClosePool { pool }, &mut session, 0)
+        .map_err(|failure| format!("cannot close the RESP pool '{}': {}", settings.pool, failure.message))?;
+    debug_assert_eq!(session.drain_opens().count(), 0, "the shard's session holds nothing open");
+    Ok(())
+}
+
+/// What a RESP client over the connection limit is told before it is closed (`redis-server`'s
+/// words).
+pub(crate) fn refusal() -> BytesMut {
+    let mut out = BytesMut::new();
+    reply::error(&mut out, "ERR max number of clients reached");
+    out
+}

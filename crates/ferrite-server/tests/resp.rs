@@ -1,0 +1,547 @@
+//! The RESP (Redis protocol) listener, spoken with hand-written bytes (after mini-redis's
+//! `tests/server.rs`) and with the real `redis-cli`: every command's reply, Redis's error texts,
+//! inline commands, pipelining, protocol errors that close only their own connection, `SCAN`
+//! paging, and the data and statistics RESP shares with the native protocol.
+
+mod common;
+
+use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use common::{wait_until, TestServer, SETTLE_TIMEOUT};
+use ferrite_client::blocking;
+
+/// Longest a test waits for one reply before declaring the server stuck.
+const IO_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A RESP reply as received, decoded by the test's own reader (not the server's encoder).
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Reply {
+    Simple(String),
+    Error(String),
+    Integer(i64),
+    Bulk(Vec<u8>),
+    /// `$-1` (RESP2) or `_` (RESP3).
+    Nil,
+    Array(Vec<Reply>),
+    /// A RESP3 map, as its key, value, key, value ... elements.
+    Map(Vec<Reply>),
+}
+
+fn bulk(text: &str) -> Reply {
+    Reply::Bulk(text.as_bytes().to_vec())
+}
+
+fn simple(text: &str) -> Reply {
+    Reply::Simple(text.to_owned())
+}
+
+fn error(text: &str) -> Reply {
+    Reply::Error(text.to_owned())
+}
+
+fn ok() -> Reply {
+    simple("OK")
+}
+
+/// A command as a RESP array of bulk strings.
+fn encode(args: &[&[u8]]) -> Vec<u8> {
+    let mut out = format!("*{}\r\n", args.len()).into_bytes();
+    for arg in args {
+        out.extend_from_slice(format!("${}\r\n", arg.len()).as_bytes());
+        out.extend_from_slice(arg);
+        out.extend_from_slice(b"\r\n");
+    }
+    out
+}
+
+/// A plain blocking RESP client that hides nothing.
+struct RespClient {
+    reader: BufReader<TcpStream>,
+    writer: TcpStream,
+}
+
+impl RespClient {
+    fn connect(address: SocketAddr) -> RespClient {
+        let stream = TcpStream::connect(address).unwrap_or_else(|e| panic!("connect to {address}: {e}"));
+        stream.set_read_timeout(Some(IO_TIMEOUT)).expect("read timeout");
+        stream.set_nodelay(true).expect("nodelay");
+        let writer = stream.try_clone().expect("clone the socket");
+        RespClient { reader: BufReader::new(stream), writer }
+    }
+
+    fn send_bytes(&mut self, bytes: &[u8]) {
+        self.writer.write_all(bytes).expect("send");
+    }
+
+    fn send(&mut self, args: &[&str]) {
+        let args: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
+        self.send_bytes(&encode(&args));
+    }
+
+    /// Sends one command and reads its reply.
+    fn call(&mut self, args: &[&str]) -> Reply {
+        self.send(args);
+        self.read()
+    }
+
+    fn line(&mut self) -> String {
+        let mut line = Vec::new();
+        self.reader.read_until(b'\n', &mut line).expect("read a reply line");
+        assert!(line.ends_with(b"\r\n"), "a reply line ends with CRLF: {:?}", String::from_utf8_lossy(&line));
+        line.truncate(line.len() - 2);
+        String::from_utf8(line).expect("reply lines are text")
+    }
+
+    fn read(&mut self) -> Reply {
+        let line = self.line();
+        let (kind, rest) = line.split_at(1);
+        let number = || rest.parse::<i64>().unwrap_or_else(|_| panic!("bad length in {line:?}"));
+        match kind {
+            "+" => Reply::Simple(rest.to_owned()),
+            "-" => Reply::Error(rest.to_owned()),
+            ":" => Reply::Integer(number()),
+            "_" => Reply::Nil,
+            "$" if number() < 0 => Reply::Nil,
+            "$" => {
+                let mut data = vec![0; number() as usize + 2];
+                self.reader.read_exact(&mut data).expect("bulk data");
+                assert_eq!(&data[data.len() - 2..], b"\r\n");
+                data.truncate(data.len() - 2);
+                Reply::Bulk(data)
+            }
+            "*" => Reply::Array((0..number()).map(|_| self.read()).collect()),
+            "%" => Reply::Map((0..2 * number()).map(|_| self.read()).collect()),
+            _ => panic!("unknown reply type in {line:?}"),
+        }
+    }
+
+    /// Whether the server has closed the connection (reads end of stream or a reset).
+    fn is_closed(&mut self) -> bool {
+        let mut byte = [0u8; 1];
+        match self.reader.read(&mut byte) {
+            Ok(0) => true,
+            Ok(_) => panic!("unexpected byte {:?} after the last reply", byte[0] as char),
+            Err(e) if e.kind() == ErrorKind::ConnectionReset => true,
+            Err(e) => panic!("reading for end of stream: {e}"),
+        }
+    }
+}
+
+fn start() -> TestServer {
+    TestServer::builder().resp().start()
+}
+
+/// Every command of the table answers as `redis-server` would, errors included.
+#[test]
+fn string_commands_answer_as_redis_does() {
+    let server = start();
+    let mut c = RespClient::connect(server.resp_addr(0));
+    assert_eq!(c.call(&["PING"]), simple("PONG"));
+    assert_eq!(c.call(&["ping", "hi"]), bulk("hi"));
+    assert_eq!(c.call(&["ECHO", "a\r\nb"]), bulk("a\r\nb"));
+
+    assert_eq!(c.call(&["GET", "k"]), Reply::Nil);
+    assert_eq!(c.call(&["SET", "k", "v"]), ok());
+    assert_eq!(c.call(&["get", "k"]), bulk("v"));
+    assert_eq!(c.call(&["SET", "k", "w", "NX"]), Reply::Nil, "NX on a present key does not set");
+    assert_eq!(c.call(&["SET", "absent", "w", "XX"]), Reply::Nil, "XX on an absent key does not set");
+    assert_eq!(c.call(&["GET", "absent"]), Reply::Nil);
+    assert_eq!(c.call(&["SET", "k", "w", "xx"]), ok());
+    assert_eq!(c.call(&["SET", "k2", "x", "NX"]), ok());
+    assert_eq!(c.call(&["SET", "k", "z", "GET"]), bulk("w"), "GET returns the old value");
+    assert_eq!(c.call(&["SET", "new", "z", "GET"]), Reply::Nil);
+    assert_eq!(c.call(&["SET", "k", "y", "NX", "GET"]), bulk("z"), "NX GET on a present key: old value, not set");
+    assert_eq!(c.call(&["GET", "k"]), bulk("z"));
+    assert_eq!(c.call(&["SET", "k", "v", "NX", "XX"]), error("ERR syntax error"));
+    assert_eq!(c.call(&["SET", "k", "v", "BOGUS"]), error("ERR syntax error"));
+    let Reply::Error(expiry) = c.call(&["SET", "k", "v", "EX", "10"]) else { panic!("EX must be refused") };
+    assert!(expiry.starts_with("ERR ") && expiry.contains("expire"), "{expiry}");
+    assert_eq!(c.call(&["SET", "k", "v", "KEEPTTL"]), ok());
+
+    assert_eq!(c.call(&["MSET", "a", "1", "b", "2"]), ok());
+    assert_eq!(c.call(&["MGET", "a", "nope", "b"]), Reply::Array(vec![bulk("1"), Reply::Nil, bulk("2")]));
+    assert_eq!(c.call(&["MSET", "a", "1", "b"]), error("ERR wrong number of arguments for 'mset' command"));
+    assert_eq!(c.call(&["EXISTS", "a", "a", "nope"]), Reply::Integer(2), "a key named twice counts twice");
+    assert_eq!(c.call(&["DEL", "a", "b", "nope"]), Reply::Integer(2));
+    assert_eq!(c.call(&["EXISTS", "a"]), Reply::Integer(0));
+
+    assert_eq!(c.call(&["INCR", "n"]), Reply::Integer(1));
+    assert_eq!(c.call(&["INCRBY", "n", "41"]), Reply::Integer(42));
+    assert_eq!(c.call(&["DECR", "n"]), Reply::Integer(41));
+    assert_eq!(c.call(&["DECRBY", "n", "-9"]), Reply::Integer(50));
+    assert_eq!(c.call(&["GET", "n"]), bulk("50"), "counters are stored as decimal text");
+    assert_eq!(c.call(&["INCR", "k"]), error("ERR value is not an integer or out of range"));
+    assert_eq!(c.call(&["INCRBY", "n", "x"]), error("ERR value is not an integer or out of range"));
+    assert_eq!(c.call(&["SET", "big", "9223372036854775807"]), ok());
+    assert_eq!(c.call(&["INCR", "big"]), error("ERR increment or decrement would overflow"));
+    assert_eq!(c.call(&["DECRBY", "n", "-9223372036854775808"]), error("ERR decrement would overflow"));
+
+    assert_eq!(c.call(&["DBSIZE"]), Reply::Integer(5), "k, k2, new, n and big");
+}
+
+/// Commands clients send on connect, and the administrative ones, answer so that clients carry on.
+#[test]
+fn connection_commands_answer_as_clients_expect() {
+    let server = start();
+    let mut c = RespClient::connect(server.resp_addr(0));
+    assert_eq!(c.call(&["SELECT", "0"]), ok());
+    assert_eq!(c.call(&["SELECT", "1"]), error("ERR DB index is out of range"));
+    assert_eq!(c.call(&["COMMAND", "DOCS"]), Reply::Array(vec![]));
+    assert_eq!(c.call(&["COMMAND"]), Reply::Array(vec![]));
+    assert_eq!(c.call(&["CLIENT", "SETINFO", "LIB-NAME", "test"]), ok());
+    assert_eq!(c.call(&["CLIENT", "GETNAME"]), Reply::Nil);
+    assert_eq!(c.call(&["CLIENT", "SETNAME", "tester"]), ok());
+    assert_eq!(c.call(&["CLIENT", "GETNAME"]), bulk("tester"));
+    assert_eq!(
+        c.call(&["CLIENT", "SETNAME", "two words"]),
+        error("ERR Client names cannot contain spaces, newlines or special characters.")
+    );
+    assert!(matches!(c.call(&["CLIENT", "ID"]), Reply::Integer(id) if id > 0));
+    assert_eq!(c.call(&["CONFIG", "GET", "save"]), Reply::Array(vec![bulk("save"), bulk("")]));
+    assert_eq!(c.call(&["CONFIG", "GET", "appendonly"]), Reply::Array(vec![bulk("appendonly"), bulk("no")]));
+    assert_eq!(c.call(&["CONFIG", "GET", "maxmemory-policy"]), Reply::Array(vec![]));
+    assert_eq!(c.call(&["FERRITE.INVOKE", "k", "payload"]), error("ERR no plugin is attached to this pool"));
+    assert_eq!(c.call(&["FOO", "a", "b"]), error("ERR unknown command 'FOO', with args beginning with: 'a' 'b' "));
+    assert_eq!(c.call(&["GET"]), error("ERR wrong number of arguments for 'get' command"));
+    assert_eq!(c.call(&["PING", "a", "b"]), error("ERR wrong number of arguments for 'ping' command"));
+    // The connection is still fine after every error.
+    assert_eq!(c.call(&["PING"]), simple("PONG"));
+}
+
+/// `HELLO 3` switches the connection to RESP3 (maps, `_` for no value), `HELLO 2` back; other
+/// versions are refused with NOPROTO.
+#[test]
+fn hello_chooses_the_protocol_version() {
+    let server = start();
+    let mut c = RespClient::connect(server.resp_addr(0));
+    let Reply::Array(fields) = c.call(&["HELLO"]) else { panic!("RESP2 HELLO is a flat array") };
+    assert_eq!(fields.len(), 14);
+    assert_eq!(
+        fields[..6],
+        [bulk("server"), bulk("ferrite"), bulk("version"), bulk("7.0.0"), bulk("proto"), Reply::Integer(2)]
+    );
+    assert_eq!(c.call(&["HELLO", "4"]), error("NOPROTO sorry, this protocol version is not supported"));
+    assert_eq!(c.call(&["HELLO", "x"]), error("ERR Protocol version is not an integer or out of range"));
+    let Reply::Map(fields) = c.call(&["HELLO", "3", "SETNAME", "three"]) else { panic!("RESP3 HELLO is a map") };
+    assert_eq!(fields[4..6], [bulk("proto"), Reply::Integer(3)]);
+    c.send_bytes(&encode(&[b"GET", b"missing"]));
+    assert_eq!(c.line(), "_", "RESP3 null");
+    assert_eq!(c.call(&["CLIENT", "GETNAME"]), bulk("three"));
+    assert_eq!(c.call(&["CONFIG", "GET", "save"]), Reply::Map(vec![bulk("save"), bulk("")]));
+    assert!(matches!(c.call(&["HELLO", "2"]), Reply::Array(_)));
+    c.send_bytes(&encode(&[b"GET", b"missing"]));
+    assert_eq!(c.line(), "$-1", "back to RESP2");
+}
+
+/// Inline commands, as typed into telnet, with Redis's quoting.
+#[test]
+fn inline_commands_work() {
+    let server = start();
+    let mut c = RespClient::connect(server.resp_addr(0));
+    c.send_bytes(b"SET greeting \"hello world\\n\"\r\nget greeting\n\r\nPING\r\n");
+    assert_eq!(c.read(), ok());
+    assert_eq!(c.read(), bulk("hello world\n"));
+    assert_eq!(c.read(), simple("PONG"), "an empty line is skipped, not answered");
+}
+
+/// Many commands in one write are answered in order, all of them; so are commands whose bytes
+/// arrive one at a time.
+#[test]
+fn pipelined_commands_are_answered_in_order() {
+    let server = start();
+    let mut c = RespClient::connect(server.resp_addr(0));
+    let commands = 2_000;
+    let mut batch = Vec::new();
+    for i in 0..commands {
+        let (key, value) = (format!("key:{i}"), format!("value:{i}"));
+        batch.extend_from_slice(&encode(&[b"SET", key.as_bytes(), value.as_bytes()]));
+        batch.extend_from_slice(&encode(&[b"GET", key.as_bytes()]));
+    }
+    c.send_bytes(&batch);
+    for i in 0..commands {
+        assert_eq!(c.read(), ok());
+        assert_eq!(c.read(), bulk(&format!("value:{i}")));
+    }
+    for byte in encode(&[b"ECHO", b"slowly"]) {
+        c.send_bytes(&[byte]);
+    }
+    assert_eq!(c.read(), bulk("slowly"));
+}
+
+/// A value at the limit is stored and read back whole; one over it is refused with an error that
+/// leaves the connection usable.
+#[test]
+fn large_values_and_the_value_limit() {
+    let server = TestServer::builder().resp().config("value_bytes_max", 1024 * 1024).start();
+    let mut c = RespClient::connect(server.resp_addr(0));
+    let value: Vec<u8> = (0..1024 * 1024).map(|i| (i % 251) as u8).collect();
+    c.send_bytes(&encode(&[b"SET", b"large", &value]));
+    assert_eq!(c.read(), ok());
+    c.send_bytes(&encode(&[b"GET", b"large"]));
+    assert_eq!(c.read(), Reply::Bulk(value.clone()));
+    let mut over = value;
+    over.push(0);
+    c.send_bytes(&encode(&[b"SET", b"over", &over]));
+    let Reply::Error(message) = c.read() else { panic!("a value over the limit is an error") };
+    assert!(message.starts_with("ERR ") && message.contains("value"), "{message}");
+    assert_eq!(c.call(&["EXISTS", "over"]), Reply::Integer(0));
+}
+
+/// A framing error gets `-ERR Protocol error: ...` and closes that connection, answering the
+/// commands before it first; other clients are not disturbed. An absurd bulk length is refused
+/// as soon as its header arrives, before any of its data.
+#[test]
+fn a_protocol_error_closes_only_its_connection() {
+    let server = start();
+    let mut good = RespClient::connect(server.resp_addr(0));
+    assert_eq!(good.call(&["SET", "k", "v"]), ok());
+
+    let mut bad = RespClient::connect(server.resp_addr(0));
+    bad.send_bytes(b"*1\r\n$4\r\nPING\r\n*1\r\n$x\r\n");
+    assert_eq!(bad.read(), simple("PONG"));
+    assert_eq!(bad.read(), error("ERR Protocol error: invalid bulk length"));
+    assert!(bad.is_closed());
+
+    let mut huge = RespClient::connect(server.resp_addr(0));
+    huge.send_bytes(b"*2\r\n$3\r\nGET\r\n$999999999999\r\n");
+    let Reply::Error(message) = huge.read() else { panic!("an oversized bulk is refused") };
+    assert!(message.starts_with("ERR Protocol error: invalid bulk length"), "{message}");
+    assert!(huge.is_closed());
+
+    let mut many = RespClient::connect(server.resp_addr(0));
+    many.send_bytes(b"*2000000\r\n");
+    assert_eq!(many.read(), error("ERR Protocol error: invalid multibulk length"));
+    assert!(many.is_closed());
+
+    let mut quotes = RespClient::connect(server.resp_addr(0));
+    quotes.send_bytes(b"SET k \"unterminated\r\n");
+    assert_eq!(quotes.read(), error("ERR Protocol error: unbalanced quotes in request"));
+    assert!(quotes.is_closed());
+
+    assert_eq!(good.call(&["GET", "k"]), bulk("v"), "the well-behaved client carries on");
+}
+
+/// `MULTI` queues, `EXEC` runs the queue as one step (an array of the replies), `DISCARD` drops it;
+/// a command refused while queueing aborts the whole transaction, as in Redis.
+#[test]
+fn multi_exec_runs_the_queue_at_once() {
+    let server = start();
+    let mut c = RespClient::connect(server.resp_addr(0));
+    assert_eq!(c.call(&["EXEC"]), error("ERR EXEC without MULTI"));
+    assert_eq!(c.call(&["MULTI"]), ok());
+    assert_eq!(c.call(&["MULTI"]), error("ERR MULTI calls can not be nested"));
+    assert_eq!(c.call(&["SET", "t", "1"]), simple("QUEUED"));
+    assert_eq!(c.call(&["INCR", "t"]), simple("QUEUED"));
+    assert_eq!(c.call(&["INCR", "missing-is-zero"]), simple("QUEUED"));
+    assert_eq!(c.call(&["GET", "t"]), simple("QUEUED"));
+    assert_eq!(c.call(&["EXEC"]), Reply::Array(vec![ok(), Reply::Integer(2), Reply::Integer(1), bulk("2")]));
+
+    assert_eq!(c.call(&["MULTI"]), ok());
+    assert_eq!(c.call(&["SET", "t", "3"]), simple("QUEUED"));
+    assert_eq!(c.call(&["DISCARD"]), ok());
+    assert_eq!(c.call(&["GET", "t"]), bulk("2"), "a discarded transaction changes nothing");
+
+    assert_eq!(c.call(&["MULTI"]), ok());
+    assert_eq!(c.call(&["SET", "t", "4"]), simple("QUEUED"));
+    assert_eq!(c.call(&["GET"]), error("ERR wrong number of arguments for 'get' command"));
+    assert_eq!(c.call(&["EXEC"]), error("EXECABORT Transaction discarded because of previous errors."));
+    assert_eq!(c.call(&["GET", "t"]), bulk("2"));
+
+    // Errors at run time are replies in the array; the other commands still run.
+    assert_eq!(c.call(&["MULTI"]), ok());
+    assert_eq!(c.call(&["INCR", "t"]), simple("QUEUED"));
+    c.send(&["SET", "word", "abc"]);
+    assert_eq!(c.read(), simple("QUEUED"));
+    assert_eq!(c.call(&["INCR", "word"]), simple("QUEUED"));
+    assert_eq!(
+        c.call(&["EXEC"]),
+        Reply::Array(vec![Reply::Integer(3), ok(), error("ERR value is not an integer or out of range")])
+    );
+    assert_eq!(c.call(&["WATCH", "t"]), error("ERR WATCH is not supported by ferrite"));
+}
+
+/// `QUIT` says OK and closes.
+#[test]
+fn quit_closes_the_connection() {
+    let server = start();
+    let mut c = RespClient::connect(server.resp_addr(0));
+    assert_eq!(c.call(&["QUIT"]), ok());
+    assert!(c.is_closed());
+}
+
+/// `SCAN` pages through every key exactly once, with `COUNT` bounding a page and `MATCH` filtering
+/// with a glob; cursor 0 starts and ends a scan.
+#[test]
+fn scan_visits_every_key_once() {
+    let server = start();
+    let mut c = RespClient::connect(server.resp_addr(0));
+    let mut expected_users = Vec::new();
+    for i in 0..150 {
+        let key = format!("user:{i:03}");
+        assert_eq!(c.call(&["SET", &key, "x"]), ok());
+        expected_users.push(key);
+        assert_eq!(c.call(&["SET", &format!("item:{i:03}"), "y"]), ok());
+    }
+    let scan = |c: &mut RespClient, extra: &[&str]| -> Vec<String> {
+        let mut keys = Vec::new();
+        let mut cursor = "0".to_owned();
+        let mut pages = 0;
+        loop {
+            let mut args = vec!["SCAN", cursor.as_str()];
+            args.extend_from_slice(extra);
+            let Reply::Array(reply) = c.call(&args) else { panic!("SCAN replies with an array") };
+            let [Reply::Bulk(next), Reply::Array(page)] = &reply[..] else { panic!("bad SCAN reply {reply:?}") };
+            pages += 1;
+            keys.extend(page.iter().map(|key| match key {
+                Reply::Bulk(key) => String::from_utf8(key.clone()).expect("text key"),
+                other => panic!("a key is a bulk string, not {other:?}"),
+            }));
+            cursor = String::from_utf8(next.clone()).expect("cursor");
+            if cursor == "0" {
+                return keys;
+            }
+            assert!(pages < 1000, "the scan does not end");
+        }
+    };
+    let users = scan(&mut c, &["MATCH", "user:*", "COUNT", "7"]);
+    assert_eq!(users, expected_users, "every match once, in key order");
+    let all = scan(&mut c, &["COUNT", "1000"]);
+    assert_eq!(all.len(), 300);
+    assert_eq!(scan(&mut c, &["MATCH", "nothing*"]), Vec::<String>::new());
+    assert_eq!(scan(&mut c, &["TYPE", "hash"]), Vec::<String>::new(), "every value is a string");
+    let Reply::Error(message) = c.call(&["SCAN", "12345"]) else { panic!("an unknown cursor is an error") };
+    assert!(message.starts_with("ERR invalid cursor"), "{message}");
+    assert_eq!(c.call(&["SCAN", "0", "COUNT", "0"]), error("ERR syntax error"));
+}
+
+/// `INFO` is Redis's text, built from the shard's statistics, with the key count in `# Keyspace`.
+#[test]
+fn info_reports_the_shard() {
+    let server = start();
+    let mut c = RespClient::connect(server.resp_addr(0));
+    assert_eq!(c.call(&["MSET", "a", "1", "b", "2", "c", "3"]), ok());
+    let Reply::Bulk(text) = c.call(&["INFO"]) else { panic!("INFO is a bulk string") };
+    let text = String::from_utf8(text).expect("text");
+    for expected in [
+        "# Server\r\n",
+        "redis_version:7.0.0\r\n",
+        "ferrite_version:",
+        "# Clients\r\n",
+        "connected_clients:1\r\n",
+        "# Stats\r\n",
+        "ferrite_puts:3\r\n",
+        "# Keyspace\r\n",
+        "db0:keys=3,expires=0,avg_ttl=0",
+    ] {
+        assert!(text.contains(expected), "INFO lacks {expected:?}:\n{text}");
+    }
+    let Reply::Bulk(keyspace) = c.call(&["info", "keyspace"]) else { panic!("INFO is a bulk string") };
+    assert_eq!(String::from_utf8(keyspace).expect("text"), "# Keyspace\r\ndb0:keys=3,expires=0,avg_ttl=0\r\n");
+}
+
+/// Each shard serves its own pinned pool, `@i/redis`; the native protocol sees the same pairs, and
+/// the same statistics count both.
+#[test]
+fn each_shard_serves_its_pinned_pool_shared_with_native_clients() {
+    let server = TestServer::builder().resp().shards(2).start();
+    let mut zero = RespClient::connect(server.resp_addr(0));
+    let mut one = RespClient::connect(server.resp_addr(1));
+    assert_eq!(zero.call(&["SET", "where", "shard 0"]), ok());
+    assert_eq!(one.call(&["GET", "where"]), Reply::Nil, "shards share nothing");
+    assert_eq!(one.call(&["SET", "where", "shard 1"]), ok());
+
+    let native = blocking::Session::connect(&server.addr_string()).expect("native connect");
+    for (shard, expected) in [(0, "shard 0"), (1, "shard 1")] {
+        let pool = native.open_pool(&format!("@{shard}/redis")).expect("the RESP pool exists");
+        assert_eq!(pool.shard(), shard);
+        assert_eq!(pool.get("where").expect("native get"), expected.as_bytes());
+    }
+    let pool = native.open_pool("@0/redis").expect("open");
+    pool.put("from-native", "hi").expect("native put");
+    assert_eq!(zero.call(&["GET", "from-native"]), bulk("hi"));
+
+    let statistics = native.statistics().expect("statistics");
+    let shard0 = &statistics[0];
+    assert_eq!(shard0.get("puts"), Some(2), "a RESP SET is a put: {statistics:?}");
+    assert!(shard0.get("clients").expect("clients") >= 2, "RESP clients are clients: {statistics:?}");
+}
+
+/// The RESP pool, deleted through the native protocol while no RESP client holds it, is created
+/// again for the next RESP connection: the listener stays usable.
+#[test]
+fn a_deleted_resp_pool_comes_back_empty() {
+    let server = start();
+    let mut c = RespClient::connect(server.resp_addr(0));
+    assert_eq!(c.call(&["SET", "k", "v"]), ok());
+    let native = blocking::Session::connect(&server.addr_string()).expect("native connect");
+    let error = native.delete_pool("@0/redis").expect_err("open by a RESP client");
+    assert!(error.to_string().contains("open"), "{error}");
+    assert_eq!(c.call(&["QUIT"]), ok());
+    assert!(c.is_closed());
+    // The server learns of the close asynchronously.
+    wait_until("the RESP pool to be released", SETTLE_TIMEOUT, || native.delete_pool("@0/redis").ok());
+    let mut again = RespClient::connect(server.resp_addr(0));
+    assert_eq!(again.call(&["DBSIZE"]), Reply::Integer(0));
+    assert_eq!(again.call(&["SET", "k", "v2"]), ok());
+}
+
+/// RESP connections count against the shard's connection limit, shared with native clients; the
+/// one over it is told so in Redis's words and closed.
+#[test]
+fn resp_connections_count_against_the_connection_limit() {
+    let server = TestServer::builder().resp().config("connections_per_shard_max", 2).start();
+    let _native = blocking::Session::connect(&server.addr_string()).expect("native connect");
+    let mut first = RespClient::connect(server.resp_addr(0));
+    assert_eq!(first.call(&["PING"]), simple("PONG"));
+    let mut refused = RespClient::connect(server.resp_addr(0));
+    assert_eq!(refused.read(), error("ERR max number of clients reached"));
+    assert!(refused.is_closed());
+    assert_eq!(first.call(&["PING"]), simple("PONG"));
+}
+
+fn redis_cli_installed() -> bool {
+    Command::new("redis-cli").arg("--version").stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok()
+}
+
+fn redis_cli(address: SocketAddr, args: &[&str], input: Option<&[u8]>) -> String {
+    let mut child = Command::new("redis-cli")
+        .args(["-h", &address.ip().to_string(), "-p", &address.port().to_string()])
+        .args(args)
+        .stdin(if input.is_some() { Stdio::piped() } else { Stdio::null() })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start redis-cli");
+    if let Some(input) = input {
+        child.stdin.take().expect("stdin is piped").write_all(input).expect("feed redis-cli");
+    }
+    let output = child.wait_with_output().expect("redis-cli runs");
+    assert!(output.status.success(), "redis-cli {args:?} failed: {output:?}");
+    String::from_utf8(output.stdout).expect("redis-cli prints text")
+}
+
+/// The real `redis-cli` works unchanged: single commands, and `--pipe` mass insertion.
+#[test]
+fn redis_cli_works_unchanged() {
+    if !redis_cli_installed() {
+        eprintln!("note: redis-cli is not installed; skipping (scripts/install-test-deps.sh installs it)");
+        return;
+    }
+    let server = start();
+    let address = server.resp_addr(0);
+    assert_eq!(redis_cli(address, &["ping"], None), "PONG\n");
+    assert_eq!(redis_cli(address, &["set", "k", "v"], None), "OK\n");
+    assert_eq!(redis_cli(address, &["get", "k"], None), "v\n");
+    assert_eq!(redis_cli(address, &["incrby", "n", "5"], None), "5\n");
+    assert_eq!(redis_cli(address, &["mget", "k", "n"], None), "v\n5\n");
+    let mut mass = Vec::new();
+    for i in 0..1000 {
+        mass.extend_from_slice(&encode(&[b"SET", format!("bulk:{i}").as_bytes(), b"x"]));
+    }
+    let piped = redis_cli(address, &["--pipe"], Some(&mass));
+    assert!(piped.contains("errors: 0, replies: 1000"), "{piped}");
+    assert_eq!(redis_cli(address, &["dbsize"], None), "1002\n");
+}
