@@ -5,6 +5,7 @@
 
 mod glob;
 mod mapstore;
+pub mod persistence;
 mod secondary_index;
 mod store;
 

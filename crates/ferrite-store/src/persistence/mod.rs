@@ -1,0 +1,47 @@
+//! The persistence layer: the only code that knows how bytes of pool memory become durable.
+//!
+//! An engine reads pool memory freely but changes it only through [`PoolMemory::modify`], which
+//! declares the range about to change (the PMDK `tx_add_range` idea), and ends each operation with
+//! [`PoolMemory::commit`], which makes every range declared since the previous commit one atomic
+//! unit. A backing decides what a commit costs: nothing for `memory`, one checksummed write-ahead
+//! log record for `ssd`, an undo log and cache-line flushes for `pmem`.
+//!
+//! Engines follow one rule that makes aborts unnecessary: an operation checks everything that can
+//! fail before its first `modify`, so a failed operation has changed nothing.
+//!
+//! Everything persistent inside pool memory is addressed by [`Offset`], never by pointer, because
+//! another process (an Active Data Object host) maps the same memory at another address.
+
+mod volatile;
+pub mod wal;
+
+pub use volatile::VolatileMemory;
+
+/// A byte position inside one pool's memory.
+pub type Offset = u64;
+
+/// One pool's memory region, as seen by a storage engine.
+pub trait PoolMemory: Send {
+    /// The whole region, for reading.
+    fn bytes(&self) -> &[u8];
+
+    /// Declares that `len` bytes at `offset` are about to change in the current transaction and
+    /// returns them for writing.
+    ///
+    /// # Panics
+    /// If the range lies outside the region: engines compute offsets from their own layout, so
+    /// an out-of-range offset is a bug, not an input error.
+    fn modify(&mut self, offset: Offset, len: usize) -> &mut [u8];
+
+    /// Ends the current transaction: every range declared since the last commit becomes durable
+    /// together, or (after a crash) not at all.
+    fn commit(&mut self);
+
+    fn len(&self) -> usize {
+        self.bytes().len()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.bytes().is_empty()
+    }
+}

@@ -1,0 +1,135 @@
+//! The file operations the write-ahead log needs, behind a narrow trait so tests can substitute
+//! a backend that simulates power loss (see `sim.rs`), as redb's `StorageBackend` does.
+
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+/// One segment file.
+pub trait SegmentFile: Send {
+    /// Fills `buf` from `offset`; fails with `UnexpectedEof` past the end.
+    fn read_exact_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()>;
+    fn write_all_at(&mut self, offset: u64, data: &[u8]) -> io::Result<()>;
+    /// Makes every completed write durable (`fdatasync`).
+    fn sync_data(&mut self) -> io::Result<()>;
+    fn size_bytes(&self) -> io::Result<u64>;
+}
+
+/// The directory that holds a log's segment files.
+pub trait LogStorage: Send {
+    type File: SegmentFile;
+
+    /// Names of the files in the directory.
+    fn list(&self) -> io::Result<Vec<String>>;
+    fn open(&self, name: &str) -> io::Result<Self::File>;
+    /// Creates `name` with `len` bytes reserved on the device (so later writes inside it cannot
+    /// run out of space), durably: the file and its directory entry are synced.
+    fn create(&self, name: &str, len: u64) -> io::Result<Self::File>;
+    /// Renames a file, durably (the directory is synced).
+    fn rename(&self, from: &str, to: &str) -> io::Result<()>;
+}
+
+/// Segment files in a directory of the real file system.
+#[derive(Debug, Clone)]
+pub struct FsStorage {
+    dir: PathBuf,
+}
+
+impl FsStorage {
+    /// Uses `dir`, creating it (and syncing its parent) if missing.
+    pub fn open_dir(dir: &Path) -> io::Result<FsStorage> {
+        if !dir.exists() {
+            std::fs::create_dir_all(dir)?;
+            if let Some(parent) = dir.parent() {
+                sync_dir(parent)?;
+            }
+        }
+        Ok(FsStorage { dir: dir.to_path_buf() })
+    }
+}
+
+/// A directory's entries (created, renamed, removed files) are durable only once the directory
+/// itself is synced: the step the ALICE study found most often missing.
+fn sync_dir(dir: &Path) -> io::Result<()> {
+    File::open(dir)?.sync_all()
+}
+
+/// Reserves `len` bytes for `file`. `fallocate(2)` where the file system has it; otherwise (some
+/// FUSE and network file systems) by writing zeros, which reserves the space just as well.
+fn preallocate(file: &File, len: u64) -> io::Result<()> {
+    match rustix::fs::fallocate(file, rustix::fs::FallocateFlags::empty(), 0, len) {
+        Ok(()) => return Ok(()),
+        Err(errno) if errno == rustix::io::Errno::OPNOTSUPP || errno == rustix::io::Errno::NOSYS => {}
+        Err(errno) => return Err(errno.into()),
+    }
+    const CHUNK_BYTES: u64 = 1 << 20;
+    let zeros = vec![0u8; CHUNK_BYTES as usize];
+    let mut offset = 0;
+    while offset < len {
+        let chunk = (len - offset).min(CHUNK_BYTES) as usize;
+        file.write_all_at(&zeros[..chunk], offset)?;
+        offset += chunk as u64;
+    }
+    Ok(())
+}
+
+/// A segment file of the real file system.
+#[derive(Debug)]
+pub struct FsSegment {
+    file: File,
+}
+
+impl SegmentFile for FsSegment {
+    fn read_exact_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
+        FileExt::read_exact_at(&self.file, buf, offset)
+    }
+
+    fn write_all_at(&mut self, offset: u64, data: &[u8]) -> io::Result<()> {
+        FileExt::write_all_at(&self.file, data, offset)
+    }
+
+    fn sync_data(&mut self) -> io::Result<()> {
+        self.file.sync_data()
+    }
+
+    fn size_bytes(&self) -> io::Result<u64> {
+        Ok(self.file.metadata()?.len())
+    }
+}
+
+impl LogStorage for FsStorage {
+    type File = FsSegment;
+
+    fn list(&self) -> io::Result<Vec<String>> {
+        let mut names = Vec::new();
+        for entry in std::fs::read_dir(&self.dir)? {
+            if let Some(name) = entry?.file_name().to_str() {
+                names.push(name.to_string());
+            }
+        }
+        Ok(names)
+    }
+
+    fn open(&self, name: &str) -> io::Result<FsSegment> {
+        let file = OpenOptions::new().read(true).write(true).open(self.dir.join(name))?;
+        Ok(FsSegment { file })
+    }
+
+    fn create(&self, name: &str, len: u64) -> io::Result<FsSegment> {
+        let path = self.dir.join(name);
+        let file = OpenOptions::new().read(true).write(true).create_new(true).open(&path)?;
+        let prepared = preallocate(&file, len).and_then(|()| file.sync_all()).and_then(|()| sync_dir(&self.dir));
+        if let Err(error) = prepared {
+            // A half-made segment must not linger: it would be taken for a log file later.
+            let _ = std::fs::remove_file(&path);
+            return Err(error);
+        }
+        Ok(FsSegment { file })
+    }
+
+    fn rename(&self, from: &str, to: &str) -> io::Result<()> {
+        std::fs::rename(self.dir.join(from), self.dir.join(to))?;
+        sync_dir(&self.dir)
+    }
+}
