@@ -87,6 +87,15 @@ pub struct LimitsConfig {
     pub value_bytes_max: u32,
     pub pools_per_shard_max: u32,
     pub connections_per_shard_max: u32,
+    /// Largest pool a client may create, in bytes.
+    #[serde(default = "default_pool_bytes_max")]
+    pub pool_bytes_max: u64,
+}
+
+/// 16 GiB: large enough for real pools, small enough that one request cannot make the server try
+/// to reserve more memory than a machine has.
+fn default_pool_bytes_max() -> u64 {
+    16 << 30
 }
 
 impl LimitsConfig {
@@ -115,12 +124,16 @@ pub struct ShardConfig {
 pub enum StoreName {
     #[default]
     Mapstore,
+    /// The persistent hopscotch hash engine; with `backing = "memory"` its region is process
+    /// memory, so it persists nothing yet.
+    Hstore,
 }
 
 impl StoreName {
     pub fn kind(self) -> StoreKind {
         match self {
             StoreName::Mapstore => StoreKind::MapStore,
+            StoreName::Hstore => StoreKind::HStore,
         }
     }
 }
@@ -221,6 +234,9 @@ impl Config {
         if limits.pools_per_shard_max == 0 || limits.pools_per_shard_max as usize > POOLS_PER_SHARD_MAX {
             return invalid(format!("limits.pools_per_shard_max must be between 1 and {POOLS_PER_SHARD_MAX}"));
         }
+        if limits.pool_bytes_max == 0 {
+            return invalid("limits.pool_bytes_max must be at least 1".into());
+        }
         if limits.connections_per_shard_max == 0 {
             return invalid("limits.connections_per_shard_max must be at least 1".into());
         }
@@ -297,6 +313,16 @@ mod tests {
         let text = DEFAULT_CONFIG_TOML.replace("port = 11911", "port = 11911\nprot = 1");
         let error = Config::from_toml(&text, "test.toml").expect_err("unknown shard key").to_string();
         assert!(error.contains("prot"), "{error}");
+    }
+
+    #[test]
+    fn hstore_is_selected_by_name() {
+        let text = DEFAULT_CONFIG_TOML.replace("store = \"mapstore\"", "store = \"hstore\"");
+        let config = Config::from_toml(&text, "test.toml").expect("hstore is a known store");
+        assert_eq!(config.shards[0].store, StoreName::Hstore);
+        assert_eq!(config.shards[0].backing, Backing::Memory);
+        assert_eq!(config.shards[0].store.kind(), StoreKind::HStore);
+        assert_eq!(config.shards[0].store.kind().name(), "hstore");
     }
 
     #[test]

@@ -94,6 +94,10 @@ pub(crate) struct ShardState {
     pub shard_addresses: Arc<[String]>,
     pub limits: Limits,
     pub connections_max: u64,
+    /// Largest pool a client may create: engines reserve memory in proportion to a pool's size
+    /// (hstore several times it), so the size a client asks for is bounded before anything is
+    /// allocated.
+    pub pool_bytes_max: u64,
     pub pools: Pools,
     pub stats: ShardStats,
 }
@@ -289,6 +293,15 @@ impl ShardState {
         if spec.size_bytes == 0 {
             return Err(Failure::new(ErrorCode::InvalidArgument, "pool size must be greater than zero"));
         }
+        if spec.size_bytes > self.pool_bytes_max {
+            return Err(Failure::new(
+                ErrorCode::InvalidArgument,
+                format!(
+                    "pool size of {} bytes exceeds this server's limit of {} bytes (limits.pool_bytes_max)",
+                    spec.size_bytes, self.pool_bytes_max
+                ),
+            ));
+        }
         let indexed = flags.contains(CreatePoolFlags::INDEXED);
         let (handle, created) = match self.pools.create(name, spec, indexed) {
             Ok(handle) => (handle, true),
@@ -301,6 +314,9 @@ impl ShardState {
                     ErrorCode::TooManyPools,
                     format!("shard {} already holds {max} pools, its configured maximum", self.index),
                 ));
+            }
+            Err(CreateRefused::Engine(error)) => {
+                return Err(Failure::new(ErrorCode::InvalidArgument, format!("pool '{name}': {error}")));
             }
         };
         self.record_open(handle, session);

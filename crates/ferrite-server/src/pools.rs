@@ -3,7 +3,7 @@
 use foldhash::HashMap;
 
 use ferrite_proto::{PoolHandle, PoolInfo};
-use ferrite_store::{PoolSpec, SecondaryIndex, Store, StoreKind};
+use ferrite_store::{CreateStoreError, PoolSpec, SecondaryIndex, Store, StoreKind};
 
 pub(crate) struct Pool {
     pub name: String,
@@ -25,6 +25,7 @@ impl std::fmt::Debug for Pool {
 pub(crate) enum CreateRefused {
     Exists,
     TooMany { max: usize },
+    Engine(CreateStoreError),
 }
 
 #[derive(Debug)]
@@ -69,7 +70,8 @@ impl Pools {
         let handle = PoolHandle(self.next_handle);
         self.next_handle += 1;
         let index = indexed.then(SecondaryIndex::default);
-        let pool = Pool { name: name.to_string(), store: self.kind.create(spec), index, open_count: 0 };
+        let store = self.kind.try_create(spec).map_err(CreateRefused::Engine)?;
+        let pool = Pool { name: name.to_string(), store, index, open_count: 0 };
         self.by_handle.insert(handle, pool);
         self.by_name.insert(name.to_string(), handle);
         Ok(handle)

@@ -120,6 +120,7 @@ impl BoundServer {
                 shard_addresses: Arc::clone(&shard_addresses),
                 limits: limits.protocol_limits(),
                 connections_max: u64::from(limits.connections_per_shard_max),
+                pool_bytes_max: limits.pool_bytes_max,
                 pools: Pools::new(shard_config.store.kind(), limits.pools_per_shard_max as usize),
                 stats: ShardStats::new(),
             };

@@ -333,3 +333,22 @@ fn a_tiny_pool_does_not_reserve_a_huge_index() {
         "forty pools of at most one pair each grew the server's resident memory by {grown_mib} MiB"
     );
 }
+
+/// A pool larger than `limits.pool_bytes_max` is refused with `invalid_argument` before the
+/// server reserves anything for it, with either engine; a pool at the limit is created.
+#[test]
+fn pools_over_the_size_limit_are_refused() {
+    for store in ["mapstore", "hstore"] {
+        let server =
+            TestServer::builder().config("pool_bytes_max", 1 << 20).config("store", format!("\"{store}\"")).start();
+        let session = connect(&server);
+        let too_big = PoolOptions { size_bytes: (1 << 20) + 1, ..PoolOptions::default() };
+        let error = session.create_pool("huge", too_big).expect_err("over the limit");
+        assert_eq!(error.code(), Some(ErrorCode::InvalidArgument), "{store}: {error}");
+        assert!(error.to_string().contains("pool_bytes_max"), "{store}: {error}");
+        let at_limit = PoolOptions { size_bytes: 1 << 20, ..PoolOptions::default() };
+        let pool = session.create_pool("fits", at_limit).expect("at the limit");
+        pool.put("k", "v").expect("put");
+        assert_eq!(pool.get("k").expect("get"), b"v");
+    }
+}

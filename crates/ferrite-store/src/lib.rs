@@ -4,12 +4,17 @@
 //! swapped per shard by configuration and the server holds no engine-specific code.
 
 mod glob;
+pub mod hstore;
 mod mapstore;
 pub mod persistence;
 mod secondary_index;
 mod store;
 
 pub use glob::glob_match;
+pub use hstore::HStore;
 pub use mapstore::MapStore;
 pub use secondary_index::{FindBudget, FindPage, FindQuery, InvalidPattern, SecondaryIndex};
-pub use store::{PoolSpec, PutMode, PutOutcome, Store, StoreError, StoreKind, ValueAttributes, ENTRY_OVERHEAD_BYTES};
+pub use store::{
+    CreateStoreError, PoolSpec, PutMode, PutOutcome, Store, StoreError, StoreKind, ValueAttributes,
+    ENTRY_OVERHEAD_BYTES,
+};

@@ -1,6 +1,8 @@
 //! The engine-neutral interface of a pool's storage.
 
+use crate::hstore::{self, HStore};
 use crate::mapstore::MapStore;
+use crate::persistence::VolatileMemory;
 
 /// Bytes charged against a pool's capacity for each key-value pair on top of its key and value:
 /// one 64-byte hash-table entry, the unit of MCAS's hopscotch table. Every engine charges the same
@@ -36,6 +38,9 @@ pub enum StoreError {
     KeyExists,
     #[error("key not found")]
     KeyNotFound,
+    /// `free` is what the pool's accounting has left. An engine whose heap can fragment (hstore)
+    /// may also refuse a put that the accounting admits, when it finds no space for it; then
+    /// `free` is at least `needed`.
     #[error("pool is full: {needed} bytes needed, {free} of {capacity} free")]
     PoolFull { needed: u64, free: u64, capacity: u64 },
 }
@@ -89,19 +94,59 @@ pub enum StoreKind {
     /// DRAM only: fast, and gone when the server stops.
     #[default]
     MapStore,
+    /// MCAS's persistent hopscotch hash, here in a region of process memory (the `memory`
+    /// backing); the region is [`HStore::region_bytes_for`] the pool's spec.
+    HStore,
+}
+
+/// Why a store could not be created.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum CreateStoreError {
+    #[error(transparent)]
+    HStore(#[from] hstore::CreateError),
 }
 
 impl StoreKind {
     pub fn name(self) -> &'static str {
         match self {
             StoreKind::MapStore => "mapstore",
+            StoreKind::HStore => "hstore",
         }
     }
 
-    /// Creates an empty store of this kind for a pool of shape `spec`.
-    pub fn create(self, spec: PoolSpec) -> Box<dyn Store> {
+    /// Creates an empty store of this kind for a pool of shape `spec`, or says why the spec
+    /// cannot be served (an hstore region for it would exceed the format's limits).
+    pub fn try_create(self, spec: PoolSpec) -> Result<Box<dyn Store>, CreateStoreError> {
         match self {
-            StoreKind::MapStore => Box::new(MapStore::new(spec)),
+            StoreKind::MapStore => Ok(Box::new(MapStore::new(spec))),
+            StoreKind::HStore => {
+                let region_bytes = HStore::<VolatileMemory>::region_bytes_for(spec)?;
+                let region_bytes = usize::try_from(region_bytes)
+                    .map_err(|_| hstore::CreateError::TooLarge { size_bytes: spec.size_bytes })?;
+                Ok(Box::new(HStore::create(VolatileMemory::zeroed(region_bytes), spec)?))
+            }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Both engines are created by name and behave the same through the trait.
+    #[test]
+    fn every_kind_creates_a_working_store() {
+        for kind in [StoreKind::MapStore, StoreKind::HStore] {
+            let mut store = kind
+                .try_create(PoolSpec { size_bytes: 1 << 16, expected_objects: 8 })
+                .expect("a small pool is created");
+            store.put(b"k", b"v", PutMode::Upsert, 1).expect("room");
+            assert_eq!(store.get(b"k"), Some(&b"v"[..]), "{}", kind.name());
+            assert_eq!(store.used_bytes(), 2 + ENTRY_OVERHEAD_BYTES);
+        }
+        assert_eq!(StoreKind::HStore.name(), "hstore");
+        let huge = PoolSpec { size_bytes: u64::MAX, expected_objects: 0 };
+        assert!(matches!(StoreKind::HStore.try_create(huge), Err(CreateStoreError::HStore(_))));
     }
 }

@@ -15,6 +15,9 @@
 mod volatile;
 pub mod wal;
 
+#[cfg(test)]
+pub(crate) mod checked;
+
 pub use volatile::VolatileMemory;
 
 /// A byte position inside one pool's memory.
