@@ -36,12 +36,21 @@ impl PoolMemory for CheckedMemory {
     }
 
     fn commit(&mut self) {
-        for (index, (now, before)) in self.bytes.iter().zip(&self.at_last_commit).enumerate() {
-            if now != before {
-                assert!(
-                    self.declared.iter().any(|(start, end)| (*start..*end).contains(&index)),
-                    "byte {index} changed without being declared with modify"
-                );
+        // Whole chunks compare fast; only a chunk that changed is walked byte by byte.
+        const CHUNK_BYTES: usize = 4096;
+        let chunks = self.bytes.chunks(CHUNK_BYTES).zip(self.at_last_commit.chunks(CHUNK_BYTES));
+        for (chunk_index, (now, before)) in chunks.enumerate() {
+            if now == before {
+                continue;
+            }
+            for (offset, (now, before)) in now.iter().zip(before).enumerate() {
+                let index = chunk_index * CHUNK_BYTES + offset;
+                if now != before {
+                    assert!(
+                        self.declared.iter().any(|(start, end)| (*start..*end).contains(&index)),
+                        "byte {index} changed without being declared with modify"
+                    );
+                }
             }
         }
         self.at_last_commit.copy_from_slice(&self.bytes);
