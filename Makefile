@@ -6,18 +6,18 @@ PYTHON := $(VENV)/bin/python
 # Extra arguments for `make run`, e.g. `make run ARGS="--shards 2"`.
 ARGS ?=
 
-.PHONY: run build test test-rust test-python lint deps clean
+.PHONY: run build test test-rust test-python test-bench bench lint deps clean
 
 ## run: build the release binaries and start a server on the embedded default configuration
 run: build
 	./target/release/ferrite-server $(ARGS)
 
-## build: build the release binaries (ferrite-server, ferrite)
+## build: build the release binaries (ferrite-server, ferrite, ferrite-echo)
 build:
 	$(CARGO) build --release -p ferrite-server -p ferrite-cli
 
 ## test: install what the tests need, check formatting and lints, run every test suite
-test: deps lint test-rust test-python
+test: deps lint test-rust test-python test-bench
 
 ## deps: Python venv with the pinned test packages, and redis-cli (Debian's redis-tools)
 deps: $(VENV)/.installed
@@ -40,6 +40,17 @@ test-rust:
 test-python: deps
 	$(CARGO) build -p ferrite-server
 	$(PYTHON) -m pytest testdata/protocol tests/python -q
+
+## test-bench: the benchmark comparison in its quick form (every scenario, ~1 s per point, debug
+## binaries, results in a temporary directory): proves bench/compare works; fails if any point fails
+test-bench: deps
+	$(CARGO) build -p ferrite-server -p ferrite-cli
+	bench/compare --quick --debug --no-build
+
+## bench: the full comparison with Redis and memcached (about 12 minutes; run it on a quiet
+## machine): writes bench/results/<date>.md, .json and plots. See docs/benchmarks.md.
+bench: deps
+	bench/compare
 
 clean:
 	$(CARGO) clean

@@ -1,19 +1,26 @@
 #!/usr/bin/env bash
 # Installs what the test suites need: a Python virtual environment with the pinned packages of
-# requirements-test.txt, and redis-cli (Debian's redis-tools) for the RESP listener's tests. Safe
-# to run again; it only adds what is missing.
+# requirements-test.txt, and the Debian packages the RESP listener's tests and the quick benchmark
+# comparison run. Safe to run again; it only adds what is missing.
 set -euo pipefail
 venv=${1:-.venv}
 cd "$(dirname "$0")/.."
 
-if ! command -v redis-cli >/dev/null 2>&1; then
-    echo "installing redis-cli (redis-tools)"
+# Debian packages: redis-cli (redis-tools) for the RESP listener's tests; redis-server,
+# redis-benchmark (redis-tools) and memcached for `bench/compare --quick` (make test-bench).
+missing=""
+command -v redis-cli >/dev/null 2>&1 && command -v redis-benchmark >/dev/null 2>&1 || missing="$missing redis-tools"
+command -v redis-server >/dev/null 2>&1 || missing="$missing redis-server"
+command -v memcached >/dev/null 2>&1 || missing="$missing memcached"
+if [ -n "$missing" ]; then
+    echo "installing$missing from Debian"
     sudo=""
     if [ "$(id -u)" -ne 0 ]; then
         sudo="sudo"
     fi
     $sudo env DEBIAN_FRONTEND=noninteractive apt-get update -q
-    $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q redis-tools
+    # shellcheck disable=SC2086 # one word per package
+    $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $missing
 fi
 
 if [ ! -x "$venv/bin/python" ]; then

@@ -119,7 +119,7 @@ pub fn format_bytes(bytes: u64) -> String {
         unit += 1;
         scale *= 1024;
     }
-    if bytes % scale == 0 {
+    if bytes.is_multiple_of(scale) {
         format!("{} {}", bytes / scale, UNITS[unit])
     } else {
         format!("{:.1} {}", bytes as f64 / scale as f64, UNITS[unit])

@@ -1,17 +1,26 @@
 //! `ferrite bench`: a load generator in the spirit of MCAS's `kvstore-perf`.
 //!
-//! `--clients` sessions (one connection each to the pool's shard) each run `--outstanding` worker
-//! futures; a worker sends one request, awaits it, records its latency and sends the next, so
-//! exactly `clients × outstanding` requests are in flight and the client library pipelines them
-//! on the shared connections. Workers share nothing on the hot path: each has its own random
-//! stream, key buffer and HDR histograms, merged once at the end, and publishes its counts for
-//! the progress line through an atomic on its own cache line.
+//! `--clients` sessions (one connection each to every shard they use) each run `--outstanding`
+//! worker futures; a worker sends one operation, awaits it, records its latency and sends the
+//! next, so exactly `clients × outstanding` operations are in flight and the client library
+//! pipelines them on the shared connections. Workers share nothing on the hot path: each has its
+//! own random stream, key buffer and HDR histograms, merged once at the end, and publishes its
+//! counts for the progress line through an atomic on its own cache line.
 //!
-//! `workload` holds the pure choices (keys, operation mix), `runner` the async driving of the
-//! client, `report` the rendering of results as a table or one JSON document.
+//! The same workers drive three protocols (`--target`): Ferrite's native one through
+//! `ferrite-client`, RESP through the `redis` crate (Ferrite's RESP listener or Redis itself),
+//! and memcached's text protocol through a small client of our own, so a comparison between
+//! stores measures the stores, not two different load generators.
+//!
+//! `workload` and `distribution` hold the pure choices (operation mixes, YCSB's among them; which
+//! key each operation touches), `target` the three protocol clients, `runner` the async driving
+//! of a run, `report` the rendering of results as a table or one JSON document.
 
+mod distribution;
+mod memcache;
 mod report;
 mod runner;
+mod target;
 mod workload;
 
 use std::io::{ErrorKind, IsTerminal};
@@ -21,25 +30,43 @@ use std::time::Duration;
 use clap::{Args, ValueEnum};
 
 use crate::output::Report;
-use workload::{decimal_digits, OpMix};
+pub use distribution::Distribution;
+use workload::{decimal_digits, Mix, Op, Ycsb};
 
-/// How long a run lasts when neither `--duration` nor `--ops` is given.
+/// How long a run lasts when neither `--duration` nor `--ops` is given (and the workload is not
+/// `erase`, which ends when every key is erased).
 const DEFAULT_DURATION: Duration = Duration::from_secs(10);
 
 /// Share of gets in `--workload mixed` when `--read-percent` is not given.
 const DEFAULT_READ_PERCENT: u8 = 50;
 
+/// Room for inserted keys in a timed run of an inserting workload (YCSB D and E), beyond the
+/// preloaded key space: a run that inserts more fills the pool and its inserts fail.
+const TIMED_INSERTS_ROOM: u64 = 1_000_000;
+
+/// Most pools one run may spread its keys over.
+const POOLS_MAX: u32 = 1024;
+
 /// Options of `ferrite bench`.
 #[derive(Debug, Clone, Args)]
 pub struct BenchArgs {
-    /// What each request does. `get` and `mixed` first store every key of the key space
-    /// (reported separately as the preload), so reads find their keys.
+    /// What each operation does. Every workload except `put` first stores every key of the key
+    /// space (reported separately as the preload). `erase` then erases each key once. `ycsb-a`
+    /// to `ycsb-f` are YCSB's core workloads: A 50% get / 50% put, B 95/5, C all gets, D 95%
+    /// gets / 5% inserts, E 95% scans (1-100 keys) / 5% inserts, F 50% gets / 50%
+    /// read-modify-writes.
     #[arg(long, value_enum, default_value_t = WorkloadKind::Put)]
     pub workload: WorkloadKind,
 
     /// Percentage of gets in `--workload mixed` [default: 50].
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u8).range(0..=100))]
     pub read_percent: Option<u8>,
+
+    /// How operations choose keys [default: uniform; YCSB's own for ycsb-*: zipfian, latest for
+    /// ycsb-d]. zipfian is YCSB's scrambled zipfian (constant 0.99); latest favours the newest
+    /// keys.
+    #[arg(long, value_enum, value_name = "KIND")]
+    pub distribution: Option<Distribution>,
 
     /// Key length in bytes: keys are key numbers in decimal, zero-padded to this width.
     #[arg(long, value_name = "BYTES", default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..))]
@@ -49,28 +76,41 @@ pub struct BenchArgs {
     #[arg(long, value_name = "BYTES", default_value_t = 16)]
     pub value_size: u32,
 
-    /// Size of the key space: each request picks a key uniformly from 0..N.
+    /// Size of the key space: keys 0..N (YCSB's record count). Inserts add keys after it.
     #[arg(long, value_name = "N", default_value_t = 100_000, value_parser = clap::value_parser!(u64).range(1..))]
     pub keys: u64,
 
-    /// Number of sessions, each with its own connection.
+    /// Number of clients: sessions with a connection of their own to every shard they use (one
+    /// connection each for resp and memcache).
     #[arg(long, value_name = "C", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     pub clients: u32,
 
-    /// Requests in flight per client: that many workers each await one request at a time.
+    /// Operations in flight per client: that many workers each await one operation at a time.
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     pub outstanding: u32,
 
-    /// Run for this long (decimals allowed) [default: 10 unless --ops is given].
+    /// Run for this long (decimals allowed) [default: 10 unless --ops is given; erase: until
+    /// every key is erased].
     #[arg(long, value_name = "SECS", value_parser = parse_seconds, conflicts_with = "ops")]
     pub duration: Option<Duration>,
 
-    /// Run until this many requests in total have completed.
+    /// Run until this many operations in total have completed [erase: at most --keys].
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pub ops: Option<u64>,
 
-    /// Pool to run against: created if missing (sized for the key space) and deleted at the end
-    /// unless --keep-pool. A pool that already existed is used as is and never deleted.
+    /// The protocol to drive: native (Ferrite's own), resp (Redis protocol: Ferrite's RESP
+    /// listener or Redis; --addr is the RESP address) or memcache (memcached's text protocol).
+    #[arg(long, value_enum, default_value_t = TargetKind::Native)]
+    pub target: TargetKind,
+
+    /// Spread the keys over N pools (key k in pool k mod N) whose names are chosen so that they
+    /// cover every shard of the server in turn: the way to load several shards. Native only.
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=i64::from(POOLS_MAX)))]
+    pub pools: u32,
+
+    /// Pool to run against (native): created if missing (sized for the key space) and deleted at
+    /// the end unless --keep-pool. A pool that already existed is used as is and never deleted.
+    /// With --pools N, the base of the N pools' names.
     #[arg(long, value_name = "NAME", default_value = "bench")]
     pub pool: String,
 
@@ -78,7 +118,7 @@ pub struct BenchArgs {
     #[arg(long)]
     pub keep_pool: bool,
 
-    /// Seed of the random key and operation streams; the same seed replays the same requests.
+    /// Seed of the random key and operation streams; the same seed replays the same operations.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
 }
@@ -88,6 +128,19 @@ pub enum WorkloadKind {
     Put,
     Get,
     Mixed,
+    Erase,
+    #[value(name = "ycsb-a")]
+    YcsbA,
+    #[value(name = "ycsb-b")]
+    YcsbB,
+    #[value(name = "ycsb-c")]
+    YcsbC,
+    #[value(name = "ycsb-d")]
+    YcsbD,
+    #[value(name = "ycsb-e")]
+    YcsbE,
+    #[value(name = "ycsb-f")]
+    YcsbF,
 }
 
 impl WorkloadKind {
@@ -96,6 +149,43 @@ impl WorkloadKind {
             WorkloadKind::Put => "put",
             WorkloadKind::Get => "get",
             WorkloadKind::Mixed => "mixed",
+            WorkloadKind::Erase => "erase",
+            WorkloadKind::YcsbA => "ycsb-a",
+            WorkloadKind::YcsbB => "ycsb-b",
+            WorkloadKind::YcsbC => "ycsb-c",
+            WorkloadKind::YcsbD => "ycsb-d",
+            WorkloadKind::YcsbE => "ycsb-e",
+            WorkloadKind::YcsbF => "ycsb-f",
+        }
+    }
+
+    fn ycsb(self) -> Option<Ycsb> {
+        match self {
+            WorkloadKind::YcsbA => Some(Ycsb::A),
+            WorkloadKind::YcsbB => Some(Ycsb::B),
+            WorkloadKind::YcsbC => Some(Ycsb::C),
+            WorkloadKind::YcsbD => Some(Ycsb::D),
+            WorkloadKind::YcsbE => Some(Ycsb::E),
+            WorkloadKind::YcsbF => Some(Ycsb::F),
+            _ => None,
+        }
+    }
+}
+
+/// Which protocol `ferrite bench` speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum TargetKind {
+    Native,
+    Resp,
+    Memcache,
+}
+
+impl TargetKind {
+    fn name(self) -> &'static str {
+        match self {
+            TargetKind::Native => "native",
+            TargetKind::Resp => "resp",
+            TargetKind::Memcache => "memcache",
         }
     }
 }
@@ -105,7 +195,7 @@ impl WorkloadKind {
 pub enum Stop {
     /// Workers stop sending once this much time has passed since the start.
     After(Duration),
-    /// Workers stop once this many requests in total have completed.
+    /// Workers stop once this many operations in total have completed.
     Ops(u64),
 }
 
@@ -113,13 +203,17 @@ pub enum Stop {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Plan {
     pub workload: WorkloadKind,
-    pub mix: OpMix,
+    pub mix: Mix,
+    /// `None` for `erase`, which takes every key once in a fixed order.
+    pub distribution: Option<Distribution>,
+    pub target: TargetKind,
     pub key_size: usize,
     pub value_size: usize,
     pub keys: u64,
     pub clients: u32,
     pub outstanding: u32,
     pub stop: Stop,
+    pub pools: u32,
     pub pool: String,
     pub keep_pool: bool,
     pub seed: u64,
@@ -129,13 +223,40 @@ pub struct Plan {
 impl Plan {
     pub fn new(addr: &str, args: &BenchArgs) -> Result<Plan, String> {
         let mix = match (args.workload, args.read_percent) {
-            (WorkloadKind::Mixed, percent) => OpMix::reads(percent.unwrap_or(DEFAULT_READ_PERCENT)),
-            (WorkloadKind::Put, None) => OpMix::ALL_PUTS,
-            (WorkloadKind::Get, None) => OpMix::ALL_GETS,
+            (WorkloadKind::Mixed, percent) => Mix::reads(percent.unwrap_or(DEFAULT_READ_PERCENT)),
             (other, Some(_)) => {
                 return Err(format!("--read-percent applies only to --workload mixed, not {}", other.name()))
             }
+            (WorkloadKind::Put, None) => Mix::ALL_PUTS,
+            (WorkloadKind::Get, None) => Mix::ALL_GETS,
+            (WorkloadKind::Erase, None) => Mix::only(Op::Erase),
+            (ycsb, None) => ycsb.ycsb().expect("every other workload is a YCSB one").mix(),
         };
+        let distribution = match (args.workload, args.distribution) {
+            (WorkloadKind::Erase, Some(_)) => {
+                return Err("--distribution does not apply to --workload erase, which erases every key once".into())
+            }
+            (WorkloadKind::Erase, None) => None,
+            (_, Some(chosen)) => Some(chosen),
+            (workload, None) => Some(workload.ycsb().map_or(Distribution::Uniform, Ycsb::default_distribution)),
+        };
+        if mix.sends(Op::Scan) && args.target != TargetKind::Native {
+            let why = match args.target {
+                TargetKind::Resp => "RESP has no ordered scan (SCAN walks a hash table in no key order)",
+                _ => "memcached has no scan",
+            };
+            return Err(format!(
+                "--workload {} scans keys in order from a start key; {why}. Run it with --target native",
+                args.workload.name()
+            ));
+        }
+        if args.pools > 1 && args.target != TargetKind::Native {
+            return Err(format!(
+                "--pools applies to --target native; the {} target has no pools (to load several shards, \
+                 run one bench per shard's port)",
+                args.target.name()
+            ));
+        }
         let key_size = args.key_size as usize;
         let widest = decimal_digits(args.keys - 1);
         if widest > key_size {
@@ -148,23 +269,39 @@ impl Plan {
         }
         let stop = match (args.duration, args.ops) {
             (Some(duration), _) => Stop::After(duration),
+            (None, Some(ops)) if args.workload == WorkloadKind::Erase && ops > args.keys => {
+                return Err(format!("--workload erase erases each of the {} keys once: --ops {ops} is more", args.keys))
+            }
             (None, Some(ops)) => Stop::Ops(ops),
+            (None, None) if args.workload == WorkloadKind::Erase => Stop::Ops(args.keys),
             (None, None) => Stop::After(DEFAULT_DURATION),
         };
-        Ok(Plan {
+        let plan = Plan {
             workload: args.workload,
             mix,
+            distribution,
+            target: args.target,
             key_size,
             value_size: args.value_size as usize,
             keys: args.keys,
             clients: args.clients,
             outstanding: args.outstanding,
             stop,
+            pools: args.pools,
             pool: args.pool.clone(),
             keep_pool: args.keep_pool,
             seed: args.seed,
             addr: addr.to_owned(),
-        })
+        };
+        if plan.inserts() && plan.insert_end() <= plan.keys {
+            return Err(format!(
+                "--workload {} inserts keys after the {} preloaded ones, and --key-size {key_size} leaves no \
+                 room for them (raise --key-size)",
+                args.workload.name(),
+                args.keys
+            ));
+        }
+        Ok(plan)
     }
 
     /// Worker futures in the measured phase.
@@ -174,15 +311,38 @@ impl Plan {
 
     /// Whether the key space is stored before the measured phase.
     pub fn preloads(&self) -> bool {
-        self.mix != OpMix::ALL_PUTS
+        self.mix != Mix::ALL_PUTS
     }
 
-    /// Pool capacity for the whole key space (key + value + 64 bytes of overhead per pair, the
-    /// server's accounting), doubled plus a mebibyte so that stores charging a little more than
-    /// the documented minimum still never report `pool_full` in a benchmark.
+    /// Whether the workload adds keys beyond the preloaded key space.
+    pub fn inserts(&self) -> bool {
+        self.mix.sends(Op::Insert)
+    }
+
+    /// First key number too wide for `--key-size` digits: inserts stop below it.
+    pub fn insert_end(&self) -> u64 {
+        u32::try_from(self.key_size).ok().and_then(|digits| 10u64.checked_pow(digits)).unwrap_or(u64::MAX)
+    }
+
+    /// Pairs the pools must hold: the key space, plus room for inserts.
+    pub fn pairs_max(&self) -> u64 {
+        if !self.inserts() {
+            return self.keys;
+        }
+        let room = match self.stop {
+            Stop::Ops(ops) => ops,
+            Stop::After(_) => self.keys.max(TIMED_INSERTS_ROOM),
+        };
+        self.keys.saturating_add(room)
+    }
+
+    /// Capacity of each pool (key + value + 64 bytes of overhead per pair, the server's
+    /// accounting) for its share of `pairs_max`, doubled plus a mebibyte so that stores charging
+    /// a little more than the documented minimum still never report `pool_full` in a benchmark.
     pub fn pool_size_bytes(&self) -> u64 {
         let pair = self.key_size as u64 + self.value_size as u64 + 64;
-        self.keys.saturating_mul(pair).saturating_mul(2).saturating_add(1 << 20)
+        let pairs = self.pairs_max().div_ceil(u64::from(self.pools));
+        pairs.saturating_mul(pair).saturating_mul(2).saturating_add(1 << 20)
     }
 }
 
@@ -261,9 +421,10 @@ mod tests {
     fn defaults_follow_the_documented_values() {
         let plan = parse(&[]).expect("defaults are valid");
         assert_eq!(plan.workload, WorkloadKind::Put);
-        assert_eq!(plan.mix, OpMix::ALL_PUTS);
+        assert_eq!(plan.mix, Mix::ALL_PUTS);
         assert_eq!((plan.key_size, plan.value_size, plan.keys), (8, 16, 100_000));
         assert_eq!((plan.clients, plan.outstanding), (1, 1));
+        assert_eq!((plan.target, plan.pools, plan.distribution), (TargetKind::Native, 1, Some(Distribution::Uniform)));
         assert_eq!(plan.stop, Stop::After(Duration::from_secs(10)));
         assert_eq!(plan.pool, "bench");
         assert!(!plan.keep_pool);
@@ -272,9 +433,9 @@ mod tests {
 
     #[test]
     fn mixed_reads_half_unless_told() {
-        assert_eq!(parse(&["--workload", "mixed"]).expect("valid").mix, OpMix::reads(50));
+        assert_eq!(parse(&["--workload", "mixed"]).expect("valid").mix, Mix::reads(50));
         let plan = parse(&["--workload", "mixed", "--read-percent", "90"]).expect("valid");
-        assert_eq!(plan.mix, OpMix::reads(90));
+        assert_eq!(plan.mix, Mix::reads(90));
         assert!(plan.preloads());
         assert!(parse(&["--workload", "get"]).expect("valid").preloads());
     }
@@ -309,11 +470,76 @@ mod tests {
     }
 
     #[test]
+    fn ycsb_workloads_take_their_mix_and_distribution() {
+        let a = parse(&["--workload", "ycsb-a"]).expect("valid");
+        assert_eq!(a.mix, Ycsb::A.mix());
+        assert_eq!(a.distribution, Some(Distribution::Zipfian));
+        assert!(a.preloads() && !a.inserts());
+        let d = parse(&["--workload", "ycsb-d"]).expect("valid");
+        assert_eq!(d.distribution, Some(Distribution::Latest));
+        assert!(d.inserts());
+        let e = parse(&["--workload", "ycsb-e", "--distribution", "uniform"]).expect("valid");
+        assert_eq!(e.distribution, Some(Distribution::Uniform));
+        assert!(e.mix.sends(Op::Scan));
+        assert_eq!(parse(&["--workload", "get"]).expect("valid").distribution, Some(Distribution::Uniform));
+        let error = parse(&["--workload", "ycsb-a", "--read-percent", "10"]).expect_err("refused");
+        assert!(error.contains("only to --workload mixed"), "{error}");
+    }
+
+    #[test]
+    fn erase_takes_every_key_once() {
+        let plan = parse(&["--workload", "erase", "--keys", "500"]).expect("valid");
+        assert_eq!(plan.stop, Stop::Ops(500), "erase ends when every key is gone");
+        assert_eq!(plan.distribution, None);
+        assert!(plan.preloads());
+        assert_eq!(
+            parse(&["--workload", "erase", "--keys", "500", "--ops", "300"]).expect("valid").stop,
+            Stop::Ops(300)
+        );
+        let error = parse(&["--workload", "erase", "--keys", "500", "--ops", "501"]).expect_err("refused");
+        assert!(error.contains("erases each of the 500 keys once"), "{error}");
+        let error = parse(&["--workload", "erase", "--distribution", "zipfian"]).expect_err("refused");
+        assert!(error.contains("does not apply"), "{error}");
+    }
+
+    #[test]
+    fn scans_and_pools_are_native_only() {
+        let error = parse(&["--workload", "ycsb-e", "--target", "resp"]).expect_err("refused");
+        assert!(error.contains("--target native"), "{error}");
+        assert!(parse(&["--workload", "ycsb-e", "--target", "memcache"]).is_err());
+        assert!(parse(&["--workload", "ycsb-d", "--target", "resp"]).is_ok());
+        let error = parse(&["--pools", "2", "--target", "resp"]).expect_err("refused");
+        assert!(error.contains("--pools applies to --target native"), "{error}");
+        assert_eq!(parse(&["--pools", "4"]).expect("valid").pools, 4);
+        assert!(parse(&["--pools", "0"]).is_err());
+        assert!(parse(&["--pools", "1025"]).is_err());
+    }
+
+    /// Inserts need key numbers beyond the key space that still fit the key width.
+    #[test]
+    fn inserts_need_room_in_the_key_width() {
+        let error = parse(&["--workload", "ycsb-d", "--keys", "100", "--key-size", "2"]).expect_err("refused");
+        assert!(error.contains("no room"), "{error}");
+        let plan = parse(&["--workload", "ycsb-d", "--keys", "100", "--key-size", "3"]).expect("valid");
+        assert_eq!(plan.insert_end(), 1_000);
+        assert_eq!(parse(&["--key-size", "40"]).expect("valid").insert_end(), u64::MAX);
+        // Room for the inserts in the pools: the --ops bound, or a generous allowance when timed.
+        let plan = parse(&["--workload", "ycsb-d", "--keys", "1000", "--ops", "300"]).expect("valid");
+        assert_eq!(plan.pairs_max(), 1300);
+        let plan = parse(&["--workload", "ycsb-d", "--keys", "1000", "--duration", "1"]).expect("valid");
+        assert_eq!(plan.pairs_max(), 1000 + TIMED_INSERTS_ROOM);
+        assert_eq!(parse(&["--workload", "ycsb-c", "--keys", "1000"]).expect("valid").pairs_max(), 1000);
+    }
+
+    #[test]
     fn pool_is_sized_for_the_key_space() {
         let plan = parse(&["--keys", "1000", "--key-size", "8", "--value-size", "16"]).expect("valid");
         assert_eq!(plan.pool_size_bytes(), 1000 * 88 * 2 + (1 << 20));
         assert_eq!(plan.workers(), 1);
         let plan = parse(&["--clients", "4", "--outstanding", "128"]).expect("valid");
         assert_eq!(plan.workers(), 512);
+        // Spread over pools, each holds its share.
+        let plan = parse(&["--keys", "1000", "--pools", "4"]).expect("valid");
+        assert_eq!(plan.pool_size_bytes(), 250 * 88 * 2 + (1 << 20));
     }
 }

@@ -1,18 +1,26 @@
 //! What a run measured, and its two renderings: a table for people, one JSON document for
-//! programs (`bench/small-ops.sh` reads it).
+//! programs (`bench/compare` reads it).
 
 use std::time::Duration;
 
 use hdrhistogram::Histogram;
 use serde_json::{json, Value};
 
-use super::workload::OpMix;
-use super::{Plan, Stop};
+use super::workload::{Mix, Op, SCAN_LENGTH_MAX};
+use super::{Plan, Stop, WorkloadKind};
 use crate::output::Table;
 
 /// Significant decimal digits the latency histograms keep: 0.1% resolution at any magnitude,
 /// which is what p99.9 needs to mean something.
 const HISTOGRAM_SIGNIFICANT_DIGITS: u8 = 3;
+
+/// The percentiles the JSON report lists for each kind of operation, enough to draw its latency
+/// distribution (a CDF) without shipping the histogram: dense in the tail, where latency
+/// distributions differ. 100 is the exact maximum.
+const PERCENTILE_LADDER: [f64; 19] = [
+    1.0, 5.0, 10.0, 25.0, 50.0, 75.0, 80.0, 85.0, 90.0, 95.0, 97.5, 99.0, 99.5, 99.75, 99.9, 99.95, 99.99, 99.999,
+    100.0,
+];
 
 /// Highest latency a fresh histogram tracks before it resizes itself. Small so an idle worker's
 /// histogram is small (about 90 KiB), while a slower request still records exactly.
@@ -67,7 +75,81 @@ impl Tally {
 
     pub fn latency(&self) -> Option<Latency> {
         let latency = Latency::of(&self.latency_ns)?;
-        Some(Latency { min_ns: self.min_ns, max_ns: self.max_ns, ..latency })
+        // The histogram rounds a percentile up to its precision, which can pass the exact maximum.
+        let cap = |ns: u64| ns.min(self.max_ns);
+        Some(Latency {
+            min_ns: self.min_ns,
+            max_ns: self.max_ns,
+            p50_ns: cap(latency.p50_ns),
+            p90_ns: cap(latency.p90_ns),
+            p99_ns: cap(latency.p99_ns),
+            p99_9_ns: cap(latency.p99_9_ns),
+            ..latency
+        })
+    }
+
+    /// `[percentile, microseconds]` for each step of [`PERCENTILE_LADDER`], the last one the
+    /// exact maximum; empty without samples.
+    pub fn percentile_ladder(&self) -> Vec<(f64, f64)> {
+        if self.latency_ns.is_empty() {
+            return Vec::new();
+        }
+        PERCENTILE_LADDER
+            .iter()
+            .map(|&percentile| {
+                let ns = if percentile >= 100.0 {
+                    self.max_ns
+                } else {
+                    // Never above the exact maximum: the histogram rounds up to its precision.
+                    self.latency_ns.value_at_quantile(percentile / 100.0).min(self.max_ns)
+                };
+                (percentile, micros(ns))
+            })
+            .collect()
+    }
+}
+
+/// Counts and latencies of each kind of operation a workload sends, in report order.
+#[derive(Debug, Clone)]
+pub struct Tallies {
+    /// One entry per kind the mix sends (at most two): a linear search is the fastest lookup.
+    by_op: Vec<(Op, Tally)>,
+}
+
+impl Tallies {
+    pub fn for_mix(mix: Mix) -> Tallies {
+        Tallies { by_op: mix.ops().into_iter().map(|op| (op, Tally::new())).collect() }
+    }
+
+    /// Counts one completed operation of kind `op`, which must be one the mix sends.
+    pub fn record(&mut self, op: Op, latency: Duration, ok: bool) {
+        let (_, tally) = self
+            .by_op
+            .iter_mut()
+            .find(|(kind, _)| *kind == op)
+            .expect("workers only send the kinds of their mix, and the tallies were made for it");
+        tally.record(latency, ok);
+    }
+
+    /// Adds `other`'s counts (from the same mix) into these.
+    pub fn merge(&mut self, other: &Tallies) {
+        for ((op, tally), (other_op, other_tally)) in self.by_op.iter_mut().zip(&other.by_op) {
+            assert_eq!(op, other_op, "tallies of one run share their mix");
+            tally.merge(other_tally);
+        }
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &(Op, Tally)> {
+        self.by_op.iter()
+    }
+
+    /// Every kind together.
+    pub fn total(&self) -> Tally {
+        let mut total = Tally::new();
+        for (_, tally) in &self.by_op {
+            total.merge(tally);
+        }
+        total
     }
 }
 
@@ -101,8 +183,10 @@ impl Latency {
         })
     }
 
-    fn json(&self) -> Value {
+    fn json(&self, ladder: Vec<(f64, f64)>) -> Value {
+        let percentiles: Vec<Value> = ladder.into_iter().map(|(p, us)| json!({"p": p, "us": us})).collect();
         json!({
+            "percentiles": percentiles,
             "min": micros(self.min_ns),
             "mean": round_to(self.mean_ns / 1_000.0, 3),
             "p50": micros(self.p50_ns),
@@ -128,35 +212,38 @@ pub struct Preload {
 #[derive(Debug, Clone)]
 pub struct Outcome {
     pub preload: Option<Preload>,
-    /// From the first request sent to the last reply received in the measured phase.
+    /// From the first operation sent to the last reply received in the measured phase.
     pub elapsed: Duration,
-    pub puts: Tally,
-    pub gets: Tally,
+    /// Each kind of operation the workload sent.
+    pub tallies: Tallies,
     /// The first failure seen, as an example of what went wrong when `errors` is not zero.
     pub first_error: Option<String>,
-    /// What happened to the pool at the end, for the record (`deleted`, `kept`, ...).
+    /// What happened to the pools at the end, for the record (`deleted`, `kept`, ...).
     pub pool_fate: &'static str,
+    /// The pools the keys were spread over, with their shards (native only).
+    pub pools: Vec<(String, u16)>,
+    /// Shards of the server, where the protocol tells (native).
+    pub shard_count: Option<u16>,
     /// Worker threads of the client's runtime (one per core unless `TOKIO_WORKER_THREADS` says
     /// otherwise); they share the machine with the server when both run on it.
     pub runtime_threads: usize,
 }
 
 impl Outcome {
-    /// Puts and gets together.
+    /// Every kind of operation together.
     pub fn total(&self) -> Tally {
-        let mut total = self.puts.clone();
-        total.merge(&self.gets);
-        total
+        self.tallies.total()
     }
 
-    /// The rows of the report: one per kind of request the workload sends, plus their sum for a
-    /// mixed workload.
-    fn rows(&self, mix: OpMix) -> Vec<(&'static str, Tally)> {
-        match mix {
-            OpMix::ALL_PUTS => vec![("put", self.puts.clone())],
-            OpMix::ALL_GETS => vec![("get", self.gets.clone())],
-            _ => vec![("get", self.gets.clone()), ("put", self.puts.clone()), ("all", self.total())],
+    /// The rows of the report: one per kind of operation the workload sends, plus their sum when
+    /// it sends more than one.
+    fn rows(&self) -> Vec<(&'static str, Tally)> {
+        let mut rows: Vec<(&'static str, Tally)> =
+            self.tallies.iter().map(|(op, tally)| (op.name(), tally.clone())).collect();
+        if rows.len() > 1 {
+            rows.push(("all", self.total()));
         }
+        rows
     }
 }
 
@@ -186,7 +273,7 @@ pub fn render_text(plan: &Plan, outcome: &Outcome) -> String {
         ("P99.9_US", true),
         ("MAX_US", true),
     ]);
-    for (name, tally) in outcome.rows(plan.mix) {
+    for (name, tally) in outcome.rows() {
         let mut row = vec![
             name.to_owned(),
             tally.ops.to_string(),
@@ -211,30 +298,49 @@ pub fn render_text(plan: &Plan, outcome: &Outcome) -> String {
 
 /// One line naming everything that shapes the numbers.
 fn describe(plan: &Plan) -> String {
-    let workload = match plan.workload {
-        super::WorkloadKind::Mixed => format!("mixed ({}% get)", plan.mix.read_percent()),
-        other => other.name().to_owned(),
+    let mut details = Vec::new();
+    if plan.workload == WorkloadKind::Mixed {
+        details.push(format!("{}% get", plan.mix.percent(Op::Get)));
+    }
+    if let Some(distribution) = plan.distribution {
+        details.push(format!("{} keys", distribution.name()));
+    }
+    let workload = match details.is_empty() {
+        true => plan.workload.name().to_owned(),
+        false => format!("{} ({})", plan.workload.name(), details.join(", ")),
     };
     let stop = match plan.stop {
         Stop::After(duration) => format!("for {} s", duration.as_secs_f64()),
-        Stop::Ops(ops) => format!("for {ops} requests"),
+        Stop::Ops(ops) => format!("for {ops} operations"),
+    };
+    let place = match (plan.target, plan.pools) {
+        (super::TargetKind::Native, 1) => format!("pool '{}' at {}", plan.pool, plan.addr),
+        (super::TargetKind::Native, pools) => format!("{pools} pools '{}-*' at {}", plan.pool, plan.addr),
+        (target, _) => format!("{} server at {}", target.name(), plan.addr),
     };
     format!(
-        "bench {workload} {stop}: {} client(s) x {} outstanding, {} keys of {} B, values of {} B, seed {}, pool '{}' at {}",
-        plan.clients, plan.outstanding, plan.keys, plan.key_size, plan.value_size, plan.seed, plan.pool, plan.addr
+        "bench {workload} {stop}: {} client(s) x {} outstanding, {} keys of {} B, values of {} B, seed {}, {place}",
+        plan.clients, plan.outstanding, plan.keys, plan.key_size, plan.value_size, plan.seed
     )
 }
 
-/// The report for programs: the parameters, the preload, the totals and each kind of request.
+/// The report for programs: the parameters, the preload, the totals and each kind of operation.
 pub fn render_json(plan: &Plan, outcome: &Outcome) -> Value {
     let (duration_s, ops_target) = match plan.stop {
         Stop::After(duration) => (Some(duration.as_secs_f64()), None),
         Stop::Ops(ops) => (None, Some(ops)),
     };
+    let mix: serde_json::Map<String, Value> =
+        plan.mix.ops().into_iter().map(|op| (op.name().to_owned(), json!(plan.mix.percent(op)))).collect();
+    let pools: Vec<Value> = outcome.pools.iter().map(|(name, shard)| json!({"name": name, "shard": shard})).collect();
     let parameters = json!({
         "addr": plan.addr,
+        "target": plan.target.name(),
         "workload": plan.workload.name(),
-        "read_percent": plan.mix.read_percent(),
+        "mix_percent": mix,
+        "read_percent": plan.mix.percent(Op::Get),
+        "distribution": plan.distribution.map(|d| d.name()),
+        "scan_length_max": plan.mix.sends(Op::Scan).then_some(SCAN_LENGTH_MAX),
         "key_size": plan.key_size,
         "value_size": plan.value_size,
         "keys": plan.keys,
@@ -243,6 +349,8 @@ pub fn render_json(plan: &Plan, outcome: &Outcome) -> Value {
         "duration_s": duration_s,
         "ops": ops_target,
         "pool": plan.pool,
+        "pools": pools,
+        "shards": outcome.shard_count,
         "keep_pool": plan.keep_pool,
         "seed": plan.seed,
         "runtime_threads": outcome.runtime_threads,
@@ -256,20 +364,16 @@ pub fn render_json(plan: &Plan, outcome: &Outcome) -> Value {
             "outstanding": preload.outstanding,
         })
     });
-    let by_op: serde_json::Map<String, Value> = outcome
-        .rows(plan.mix)
-        .into_iter()
-        .filter(|(name, _)| *name != "all")
-        .map(|(name, tally)| {
-            let summary = json!({
-                "ops": tally.ops,
-                "errors": tally.errors,
-                "ops_per_s": round_to(rate(tally.ops, outcome.elapsed), 1),
-                "latency_us": tally.latency().map(|latency| latency.json()),
-            });
-            (name.to_owned(), summary)
+    let summary = |tally: &Tally| {
+        json!({
+            "ops": tally.ops,
+            "errors": tally.errors,
+            "ops_per_s": round_to(rate(tally.ops, outcome.elapsed), 1),
+            "latency_us": tally.latency().map(|latency| latency.json(tally.percentile_ladder())),
         })
-        .collect();
+    };
+    let by_op: serde_json::Map<String, Value> =
+        outcome.tallies.iter().map(|(op, tally)| (op.name().to_owned(), summary(tally))).collect();
     let total = outcome.total();
     json!({
         "parameters": parameters,
@@ -278,7 +382,7 @@ pub fn render_json(plan: &Plan, outcome: &Outcome) -> Value {
         "errors": total.errors,
         "elapsed_s": outcome.elapsed.as_secs_f64(),
         "ops_per_s": round_to(rate(total.ops, outcome.elapsed), 1),
-        "latency_us": total.latency().map(|latency| latency.json()),
+        "latency_us": total.latency().map(|latency| latency.json(total.percentile_ladder())),
         "by_op": by_op,
         "first_error": outcome.first_error,
         "pool": outcome.pool_fate,
@@ -320,7 +424,7 @@ fn round_to(value: f64, decimals: i32) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bench::{BenchArgs, WorkloadKind};
+    use crate::bench::{BenchArgs, TargetKind, WorkloadKind};
 
     fn plan(workload: WorkloadKind, read_percent: Option<u8>) -> Plan {
         let args = BenchArgs {
@@ -333,6 +437,9 @@ mod tests {
             outstanding: 4,
             duration: Some(Duration::from_secs(2)),
             ops: None,
+            distribution: None,
+            target: TargetKind::Native,
+            pools: 1,
             pool: "bench".into(),
             keep_pool: false,
             seed: 9,
@@ -386,24 +493,36 @@ mod tests {
         assert!(latency.p99_9_ns.abs_diff(2_000_000_000) <= 2_000_000, "{latency:?}");
     }
 
-    fn outcome(puts: Tally, gets: Tally) -> Outcome {
+    /// An outcome with a tally for each kind the plan's mix sends: `puts` and `gets` where it
+    /// sends those.
+    fn outcome(plan: &Plan, puts: Tally, gets: Tally) -> Outcome {
+        let mut tallies = Tallies::for_mix(plan.mix);
+        for (op, tally) in &mut tallies.by_op {
+            match op {
+                Op::Put => *tally = puts.clone(),
+                Op::Get => *tally = gets.clone(),
+                _ => {}
+            }
+        }
         Outcome {
             preload: None,
             elapsed: Duration::from_secs(2),
-            puts,
-            gets,
+            tallies,
             first_error: None,
             pool_fate: "deleted",
+            pools: vec![("bench".into(), 0)],
+            shard_count: Some(1),
             runtime_threads: 2,
         }
     }
 
     #[test]
     fn text_report_is_a_table_with_percentiles_in_microseconds() {
-        let outcome = outcome(tally(&[10, 20, 30, 40], 0), Tally::new());
+        let plan = plan(WorkloadKind::Put, None);
+        let outcome = outcome(&plan, tally(&[10, 20, 30, 40], 0), Tally::new());
         assert_eq!(
-            render_text(&plan(WorkloadKind::Put, None), &outcome),
-            "bench put for 2 s: 2 client(s) x 4 outstanding, 1000 keys of 8 B, values of 16 B, seed 9, \
+            render_text(&plan, &outcome),
+            "bench put (uniform keys) for 2 s: 2 client(s) x 4 outstanding, 1000 keys of 8 B, values of 16 B, seed 9, \
              pool 'bench' at 127.0.0.1:7000\n\
              \n\
              OP   OPS  ERRORS  ELAPSED_S  OPS/S  P50_US  P90_US  P99_US  P99.9_US  MAX_US\n\
@@ -413,11 +532,12 @@ mod tests {
 
     #[test]
     fn mixed_report_has_a_row_per_kind_and_their_sum() {
-        let mut outcome = outcome(tally(&[10], 1), tally(&[30, 30, 30], 0));
+        let plan = plan(WorkloadKind::Mixed, Some(75));
+        let mut outcome = outcome(&plan, tally(&[10], 1), tally(&[30, 30, 30], 0));
         outcome.preload = Some(Preload { ops: 1000, errors: 0, elapsed: Duration::from_millis(500), outstanding: 128 });
         outcome.first_error = Some("pool_full: no room".into());
-        let text = render_text(&plan(WorkloadKind::Mixed, Some(75)), &outcome);
-        assert!(text.starts_with("bench mixed (75% get) for 2 s:"), "{text}");
+        let text = render_text(&plan, &outcome);
+        assert!(text.starts_with("bench mixed (75% get, uniform keys) for 2 s:"), "{text}");
         assert!(text.contains("\npreload: 1000 puts (128 outstanding), 0 errors, 0.50 s, 2000 ops/s\n"), "{text}");
         let rows: Vec<&str> = text.lines().skip_while(|line| !line.starts_with("OP ")).collect();
         assert_eq!(rows.len(), 5, "{text}");
@@ -429,7 +549,8 @@ mod tests {
 
     #[test]
     fn empty_rows_show_dashes() {
-        let text = render_text(&plan(WorkloadKind::Get, None), &outcome(Tally::new(), Tally::new()));
+        let plan = plan(WorkloadKind::Get, None);
+        let text = render_text(&plan, &outcome(&plan, Tally::new(), Tally::new()));
         assert!(
             text.ends_with("get    0       0       2.00      0       -       -       -         -       -\n"),
             "{text}"
@@ -438,9 +559,14 @@ mod tests {
 
     #[test]
     fn json_report_carries_parameters_totals_and_each_kind() {
-        let outcome = outcome(tally(&[10, 20], 0), tally(&[40, 40], 1));
-        let json = render_json(&plan(WorkloadKind::Mixed, Some(50)), &outcome);
+        let plan = plan(WorkloadKind::Mixed, Some(50));
+        let outcome = outcome(&plan, tally(&[10, 20], 0), tally(&[40, 40], 1));
+        let json = render_json(&plan, &outcome);
         assert_eq!(json["parameters"]["workload"], "mixed");
+        assert_eq!(json["parameters"]["target"], "native");
+        assert_eq!(json["parameters"]["distribution"], "uniform");
+        assert_eq!(json["parameters"]["mix_percent"], serde_json::json!({"get": 50, "put": 50}));
+        assert_eq!(json["parameters"]["pools"], serde_json::json!([{"name": "bench", "shard": 0}]));
         assert_eq!(json["parameters"]["read_percent"], 50);
         assert_eq!(json["parameters"]["outstanding"], 4);
         assert_eq!(json["parameters"]["duration_s"], 2.0);
@@ -459,5 +585,36 @@ mod tests {
         assert_eq!(json["by_op"]["put"]["latency_us"]["min"], 10.0);
         assert!(json["by_op"].get("all").is_none());
         assert_eq!(json["pool"], "deleted");
+        let ladder = json["by_op"]["get"]["latency_us"]["percentiles"].as_array().expect("a ladder");
+        assert_eq!(ladder.len(), PERCENTILE_LADDER.len());
+        assert_eq!(ladder.last().expect("a last step")["p"], 100.0);
+        assert_eq!(ladder.last().expect("a last step")["us"], 40.0);
+    }
+
+    /// The ladder climbs with the percentile, ends at the exact maximum, and never passes it.
+    #[test]
+    fn percentile_ladder_is_monotonic_and_capped_by_the_maximum() {
+        let tally = tally(&(1..=10_000).collect::<Vec<_>>(), 0);
+        let ladder = tally.percentile_ladder();
+        assert_eq!(ladder.len(), PERCENTILE_LADDER.len());
+        assert!(ladder.windows(2).all(|pair| pair[0].0 < pair[1].0 && pair[0].1 <= pair[1].1), "{ladder:?}");
+        assert_eq!(ladder.last(), Some(&(100.0, 10_000.0)));
+        let p50 = ladder.iter().find(|(p, _)| *p == 50.0).expect("p50 is on the ladder").1;
+        assert!((p50 - 5_000.0).abs() <= 5.0, "{p50}");
+        assert!(Tally::new().percentile_ladder().is_empty());
+    }
+
+    /// A YCSB workload reports each of its kinds and their sum; one that sends a single kind has
+    /// no sum row.
+    #[test]
+    fn rows_follow_the_mix() {
+        let f = plan(WorkloadKind::YcsbF, None);
+        let outcome_f = outcome(&f, Tally::new(), tally(&[5], 0));
+        let names: Vec<&str> = outcome_f.rows().iter().map(|(name, _)| *name).collect();
+        assert_eq!(names, ["get", "rmw", "all"]);
+        let c = plan(WorkloadKind::YcsbC, None);
+        let names: Vec<&str> = outcome(&c, Tally::new(), Tally::new()).rows().iter().map(|(name, _)| *name).collect();
+        assert_eq!(names, ["get"]);
+        assert!(render_text(&f, &outcome_f).starts_with("bench ycsb-f (zipfian keys) for 2 s:"));
     }
 }

@@ -1,23 +1,26 @@
-//! Driving the async client: connect the sessions, prepare the pool, preload, run the workers
-//! while a progress line ticks, then clean up.
+//! Driving a run: connect the clients, prepare the pools, preload, run the workers while a
+//! progress bar ticks, then clean up.
 
 use std::io::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ferrite_client::{ClientOptions, Error, Pool, PoolOptions, Session};
-
-use super::report::{format_rate, rate, Outcome, Preload, Tally};
-use super::workload::{format_key, value_pattern, Op, OpMix, SplitMix64};
+use super::distribution::{Distribution, KeyChooser};
+use super::report::{format_rate, rate, Outcome, Preload, Tallies};
+use super::target::{Client, Connections, Failure};
+use super::workload::{format_key, value_pattern, Inserts, Mix, Op, SplitMix64, SCAN_LENGTH_MAX};
 use super::{Plan, Stop};
 
 /// Puts in flight while preloading: enough to keep a shard busy through one connection without
 /// making the preload's own latency the point.
 const PRELOAD_OUTSTANDING: u64 = 128;
 
-/// How often the progress line is refreshed.
+/// How often the progress bar is refreshed.
 const PROGRESS_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Width of the progress bar, in characters between the brackets.
+const PROGRESS_BAR_WIDTH: usize = 24;
 
 /// One worker's counts for the progress line. Each worker writes only its own slot, and the slot
 /// fills a cache line, so the hot path never shares a line with another worker (no false
@@ -32,73 +35,25 @@ struct Counters {
 /// What one worker measured.
 #[derive(Debug)]
 struct WorkerResult {
-    puts: Tally,
-    gets: Tally,
+    tallies: Tallies,
     first_error: Option<String>,
 }
 
-/// Runs the whole benchmark. Fails only if it cannot start (no server, no pool); request
+/// Runs the whole benchmark. Fails only if it cannot start (no server, no pool); operation
 /// failures during the run are counted in the outcome.
 pub async fn run(plan: &Plan, live_progress: bool) -> Result<Outcome, String> {
-    let options = ClientOptions {
-        client_name: concat!("ferrite-bench/", env!("CARGO_PKG_VERSION")).to_owned(),
-        ..ClientOptions::default()
-    };
-    let mut sessions = Vec::with_capacity(plan.clients as usize);
-    for _ in 0..plan.clients {
-        let session = Session::connect_with(&plan.addr, options.clone()).await.map_err(|error| match error {
-            Error::Io { .. } => {
-                format!("{error}\n(is ferrite-server running there? choose the server with --addr or FERRITE_ADDR)")
-            }
-            other => other.to_string(),
-        })?;
-        sessions.push(session);
-    }
-    let limits = sessions[0].limits();
-    if plan.key_size > limits.key_bytes_max as usize || plan.value_size > limits.value_bytes_max as usize {
-        return Err(format!(
-            "the server takes keys of at most {} bytes and values of at most {} bytes; \
-             --key-size {} --value-size {} do not fit",
-            limits.key_bytes_max, limits.value_bytes_max, plan.key_size, plan.value_size
-        ));
-    }
-
-    let pool_options =
-        PoolOptions { size_bytes: plan.pool_size_bytes(), expected_objects: plan.keys, ..PoolOptions::default() };
-    let first = sessions[0]
-        .create_pool(&plan.pool, pool_options)
-        .await
-        .map_err(|error| format!("creating pool '{}': {error}", plan.pool))?;
-    let created = first.created();
-    if !created {
-        eprintln!(
-            "note: pool '{}' already exists; using it as it is (its size is kept) and leaving it in place",
-            plan.pool
-        );
-    }
-    let mut pools = vec![first];
-    for session in &sessions[1..] {
-        match session.open_pool(&plan.pool).await {
-            Ok(pool) => pools.push(pool),
-            Err(error) => {
-                let message = format!("opening pool '{}' in another session: {error}", plan.pool);
-                finish(&sessions[0], pools, plan, created).await;
-                return Err(message);
-            }
-        }
-    }
-
-    let preload = if plan.preloads() { Some(preload(&pools, plan).await) } else { None };
-    let measured = measure(&pools, plan, live_progress).await;
-    let pool_fate = finish(&sessions[0], pools, plan, created).await;
+    let connections = Connections::open(plan).await?;
+    let pools = connections.pools();
+    let shard_count = connections.shard_count();
+    let preload = if plan.preloads() { Some(preload(&connections, plan).await) } else { None };
+    let measured = measure(&connections, plan, live_progress).await;
+    let pool_fate = connections.finish(plan).await;
     let (elapsed, results) = measured?;
 
-    let mut puts = Tally::new();
-    let mut gets = Tally::new();
+    let mut tallies = Tallies::for_mix(plan.mix);
     let mut first_error = preload.as_ref().and_then(|(_, error)| error.clone());
     for result in &results {
-        puts.merge(&result.puts);
-        gets.merge(&result.gets);
+        tallies.merge(&result.tallies);
         if first_error.is_none() {
             first_error.clone_from(&result.first_error);
         }
@@ -106,23 +61,24 @@ pub async fn run(plan: &Plan, live_progress: bool) -> Result<Outcome, String> {
     Ok(Outcome {
         preload: preload.map(|(preload, _)| preload),
         elapsed,
-        puts,
-        gets,
+        tallies,
         first_error,
         pool_fate,
+        pools,
+        shard_count,
         runtime_threads: tokio::runtime::Handle::current().metrics().num_workers(),
     })
 }
 
 /// Stores every key of the key space once, `PRELOAD_OUTSTANDING` puts at a time spread over the
-/// sessions, so a read workload finds every key.
-async fn preload(pools: &[Pool], plan: &Plan) -> (Preload, Option<String>) {
-    eprintln!("preloading {} keys into pool '{}'...", plan.keys, plan.pool);
+/// clients, so reads find every key.
+async fn preload(connections: &Connections, plan: &Plan) -> (Preload, Option<String>) {
+    eprintln!("preloading {} keys...", plan.keys);
     let workers = PRELOAD_OUTSTANDING.min(plan.keys);
     let start = Instant::now();
     let mut tasks = Vec::with_capacity(workers as usize);
     for index in 0..workers {
-        let pool = pools[(index % pools.len() as u64) as usize].clone();
+        let mut client = connections.client((index % u64::from(plan.clients)) as usize);
         let (keys, key_size, value_size) = (plan.keys, plan.key_size, plan.value_size);
         tasks.push(tokio::spawn(async move {
             let mut key = vec![0u8; key_size];
@@ -132,11 +88,10 @@ async fn preload(pools: &[Pool], plan: &Plan) -> (Preload, Option<String>) {
             for number in (index..keys).step_by(workers as usize) {
                 assert!(format_key(number, &mut key), "Plan::new checked that every key number fits");
                 ops += 1;
-                if let Err(error) = pool.put(&key[..], &value[..]).await {
+                if let Err(failure) = client.put(number, &key, &value).await {
                     errors += 1;
-                    let closed = error.is_connection_closed();
-                    first_error.get_or_insert_with(|| format!("preload: {error}"));
-                    if closed {
+                    first_error.get_or_insert_with(|| format!("preload: {}", failure.message));
+                    if failure.fatal {
                         break;
                     }
                 }
@@ -160,32 +115,42 @@ async fn preload(pools: &[Pool], plan: &Plan) -> (Preload, Option<String>) {
     (Preload { ops, errors, elapsed: start.elapsed(), outstanding: workers }, first_error)
 }
 
-/// The measured phase: `clients × outstanding` workers, each with one request in flight.
-async fn measure(pools: &[Pool], plan: &Plan, live_progress: bool) -> Result<(Duration, Vec<WorkerResult>), String> {
+/// The measured phase: `clients × outstanding` workers, each with one operation in flight.
+async fn measure(
+    connections: &Connections,
+    plan: &Plan,
+    live_progress: bool,
+) -> Result<(Duration, Vec<WorkerResult>), String> {
     let workers = plan.workers();
     let counters: Arc<[Counters]> = (0..workers).map(|_| Counters::default()).collect();
+    // Erase takes every key in a fixed order and needs no chooser; any will do.
+    let chooser = KeyChooser::new(plan.distribution.unwrap_or(Distribution::Uniform), plan.keys);
+    let inserts = plan.inserts().then(|| Arc::new(Inserts::new(plan.keys, plan.insert_end())));
     let start = Instant::now();
     let mut tasks = Vec::with_capacity(workers as usize);
     for index in 0..workers {
-        // Worker i belongs to client i / outstanding, so each session carries exactly
-        // `outstanding` requests.
-        let pool = pools[(index / u64::from(plan.outstanding)) as usize].clone();
         let quota = match plan.stop {
             Stop::After(duration) => Quota::Until(start + duration),
             // Split up front (the first `ops % workers` workers take one more), so workers need
-            // no shared counter to know when the run is over.
+            // no shared counter to know when the run is over. For erase this is also exactly each
+            // worker's share of the key space, so `--ops` = `--keys` erases every key.
             Stop::Ops(ops) => Quota::Ops(ops / workers + u64::from(index < ops % workers)),
         };
         let job = Job {
-            pool,
+            // Worker i belongs to client i / outstanding, so each client carries exactly
+            // `outstanding` operations.
+            client: connections.client((index / u64::from(plan.outstanding)) as usize),
             mix: plan.mix,
+            chooser,
+            inserts: inserts.clone(),
             keys: plan.keys,
             key_size: plan.key_size,
             value_size: plan.value_size,
             rng: SplitMix64::for_worker(plan.seed, index),
             quota,
             counters: Arc::clone(&counters),
-            slot: index as usize,
+            index,
+            workers,
         };
         tasks.push(tokio::spawn(job.run()));
     }
@@ -215,35 +180,42 @@ async fn measure(pools: &[Pool], plan: &Plan, live_progress: bool) -> Result<(Du
 /// When a worker stops.
 #[derive(Debug, Clone, Copy)]
 enum Quota {
-    /// Send no request after this instant.
+    /// Send no operation after this instant.
     Until(Instant),
-    /// Send exactly this many requests.
+    /// Send exactly this many operations.
     Ops(u64),
 }
 
-/// One worker: its pool handle, its random stream and its share of the run.
+/// One worker: its client, its random stream and its share of the run.
 struct Job {
-    pool: Pool,
-    mix: OpMix,
+    client: Client,
+    mix: Mix,
+    chooser: KeyChooser,
+    /// The insert counter shared by the run's workers, if the workload inserts.
+    inserts: Option<Arc<Inserts>>,
     keys: u64,
     key_size: usize,
     value_size: usize,
     rng: SplitMix64,
     quota: Quota,
     counters: Arc<[Counters]>,
-    slot: usize,
+    /// This worker's index among `workers`: its counter slot, and its share of an erase run.
+    index: u64,
+    workers: u64,
 }
 
 impl Job {
     async fn run(mut self) -> WorkerResult {
-        // Allocated once; every request borrows them.
+        // Allocated once; every operation borrows them.
         let mut key = vec![0u8; self.key_size];
         let value = value_pattern(self.value_size);
-        let mut puts = Tally::new();
-        let mut gets = Tally::new();
+        let mut tallies = Tallies::for_mix(self.mix);
         let mut first_error = None;
-        let counters = &self.counters[self.slot];
+        let counters = Arc::clone(&self.counters);
+        let counters = &counters[self.index as usize];
         let mut done = 0u64;
+        // Erase takes keys index, index + workers, ...: each key of the key space exactly once.
+        let mut erase_next = self.index;
         let mut now = Instant::now();
         loop {
             match self.quota {
@@ -252,37 +224,81 @@ impl Job {
                 _ => {}
             }
             let op = self.mix.choose(&mut self.rng);
-            let number = self.rng.below(self.keys);
-            assert!(format_key(number, &mut key), "Plan::new checked that every key number fits");
-            let sent = Instant::now();
-            let result = match op {
-                Op::Put => self.pool.put(&key[..], &value[..]).await,
-                // The client returns an owned copy of the value; dropping it is the only cost
-                // here we cannot avoid without changing the client.
-                Op::Get => self.pool.get(&key[..]).await.map(drop),
+            let (sent, result) = match op {
+                Op::Insert => self.insert(&mut key, &value).await,
+                Op::Erase => {
+                    if erase_next >= self.keys {
+                        break;
+                    }
+                    let number = erase_next;
+                    erase_next += self.workers;
+                    assert!(format_key(number, &mut key), "Plan::new checked that every key number fits");
+                    let sent = Instant::now();
+                    (sent, self.client.erase(number, &key).await)
+                }
+                Op::Get | Op::Put | Op::Scan | Op::ReadModifyWrite => {
+                    let present = self.inserts.as_ref().map_or(self.keys, |inserts| inserts.present());
+                    let number = self.chooser.next(&mut self.rng, present);
+                    assert!(format_key(number, &mut key), "Plan::new checked that every present key number fits");
+                    // Drawn before the clock starts, so the stream of numbers does not depend on
+                    // whether the workload scans.
+                    let scan_length = if op == Op::Scan { 1 + self.rng.below(u64::from(SCAN_LENGTH_MAX)) } else { 0 };
+                    let sent = Instant::now();
+                    let result = match op {
+                        Op::Get => self.client.get(number, &key).await,
+                        Op::Put => self.client.put(number, &key, &value).await,
+                        Op::Scan => {
+                            let length = u32::try_from(scan_length).expect("at most SCAN_LENGTH_MAX");
+                            self.client.scan(number, &key, length).await
+                        }
+                        _ => match self.client.get(number, &key).await {
+                            Ok(()) => self.client.put(number, &key, &value).await,
+                            Err(failure) => Err(failure),
+                        },
+                    };
+                    (sent, result)
+                }
             };
             now = Instant::now();
-            let tally = if op == Op::Put { &mut puts } else { &mut gets };
-            tally.record(now - sent, result.is_ok());
+            tallies.record(op, now - sent, result.is_ok());
             done += 1;
             counters.ops.store(done, Ordering::Relaxed);
-            if let Err(error) = result {
+            if let Err(failure) = result {
                 counters.errors.fetch_add(1, Ordering::Relaxed);
-                let closed = error.is_connection_closed();
-                first_error.get_or_insert_with(|| error.to_string());
-                // Every later request on a dead connection fails at once; spinning on them
+                first_error.get_or_insert_with(|| failure.message.clone());
+                // Every later operation on a dead connection fails at once; spinning on them
                 // would only inflate the error count.
-                if closed {
+                if failure.fatal {
                     break;
                 }
             }
         }
-        WorkerResult { puts, gets, first_error }
+        WorkerResult { tallies, first_error }
+    }
+
+    /// Stores the next new key, and makes it readable once every insert before it is answered.
+    async fn insert(&mut self, key: &mut [u8], value: &[u8]) -> (Instant, Result<(), Failure>) {
+        let inserts = Arc::clone(self.inserts.as_ref().expect("Plan::inserts() holds for a mix that inserts"));
+        let Some(number) = inserts.claim() else {
+            let failure = Failure {
+                message: format!(
+                    "inserts ran out of {}-digit key numbers; raise --key-size to insert more",
+                    self.key_size
+                ),
+                fatal: true,
+            };
+            return (Instant::now(), Err(failure));
+        };
+        assert!(format_key(number, key), "Inserts::claim stays below 10^key_size");
+        let sent = Instant::now();
+        let result = self.client.put(number, key, value).await;
+        inserts.acknowledge(number);
+        (sent, result)
     }
 }
 
-/// Prints the progress line every second until aborted: rewritten in place on a terminal,
-/// one plain line per tick otherwise (logs, CI).
+/// Prints the progress every second until aborted: a bar rewritten in place on a terminal, one
+/// plain line per tick otherwise (logs, CI).
 async fn show_progress(counters: Arc<[Counters]>, start: Instant, stop: Stop, live: bool) {
     let mut ticks = tokio::time::interval_at((start + PROGRESS_INTERVAL).into(), PROGRESS_INTERVAL);
     let (mut last_ops, mut last_time) = (0u64, start);
@@ -296,7 +312,12 @@ async fn show_progress(counters: Arc<[Counters]>, start: Instant, stop: Stop, li
         let line = progress_line(now - start, stop, ops, errors, current);
         let mut err = std::io::stderr().lock();
         // A closed stderr must not stop the benchmark.
-        let _ = if live { write!(err, "\r{line}\x1b[K") } else { writeln!(err, "{line}") };
+        let _ = if live {
+            let bar = progress_bar(progress_fraction(now - start, stop, ops));
+            write!(err, "\r{bar} {line}\x1b[K")
+        } else {
+            writeln!(err, "{line}")
+        };
         let _ = err.flush();
     }
 }
@@ -313,27 +334,19 @@ fn progress_line(elapsed: Duration, stop: Stop, ops: u64, errors: u64, ops_per_s
     )
 }
 
-/// Closes every session's pool, then deletes the pool if this run created it and may remove
-/// it. Problems here are reported but do not void the measurements.
-async fn finish(session: &Session, pools: Vec<Pool>, plan: &Plan, created: bool) -> &'static str {
-    for pool in pools {
-        if let Err(error) = pool.close().await {
-            eprintln!("warning: closing pool '{}': {error}", plan.pool);
-        }
-    }
-    if !created {
-        return "existed before the run; left in place";
-    }
-    if plan.keep_pool {
-        return "kept (--keep-pool)";
-    }
-    match session.delete_pool(&plan.pool).await {
-        Ok(()) => "deleted",
-        Err(error) => {
-            eprintln!("warning: deleting pool '{}': {error}", plan.pool);
-            "delete failed"
-        }
-    }
+/// How far the run is, from 0 to 1: by time or by operations, whichever ends it.
+fn progress_fraction(elapsed: Duration, stop: Stop, ops: u64) -> f64 {
+    let fraction = match stop {
+        Stop::After(duration) => elapsed.as_secs_f64() / duration.as_secs_f64(),
+        Stop::Ops(total) => ops as f64 / total as f64,
+    };
+    fraction.clamp(0.0, 1.0)
+}
+
+/// `[#########---------------]  37%`
+fn progress_bar(fraction: f64) -> String {
+    let filled = ((fraction * PROGRESS_BAR_WIDTH as f64).round() as usize).min(PROGRESS_BAR_WIDTH);
+    format!("[{}{}] {:>3.0}%", "#".repeat(filled), "-".repeat(PROGRESS_BAR_WIDTH - filled), fraction * 100.0)
 }
 
 #[cfg(test)]
@@ -350,5 +363,16 @@ mod tests {
             progress_line(Duration::from_secs(2), Stop::Ops(1_000_000), 500_000, 7, 250_000.0),
             "bench: 2 s, 500000/1000000 ops, 250000 ops/s now, 7 errors"
         );
+    }
+
+    #[test]
+    fn progress_bar_fills_with_time_or_operations() {
+        let ten_s = Stop::After(Duration::from_secs(10));
+        assert_eq!(progress_fraction(Duration::from_secs(5), ten_s, 0), 0.5);
+        assert_eq!(progress_fraction(Duration::from_secs(12), ten_s, 0), 1.0);
+        assert_eq!(progress_fraction(Duration::from_secs(1), Stop::Ops(400), 100), 0.25);
+        assert_eq!(progress_bar(0.0), "[------------------------]   0%");
+        assert_eq!(progress_bar(0.5), "[############------------]  50%");
+        assert_eq!(progress_bar(1.0), "[########################] 100%");
     }
 }

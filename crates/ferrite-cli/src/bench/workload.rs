@@ -1,5 +1,12 @@
-//! The pure parts of a benchmark run: the random stream, which key each request touches, and
-//! whether it reads or writes. No I/O here, so all of it is unit-tested.
+//! The pure parts of a benchmark run: the random stream, the kind of each operation (the
+//! workload mixes, YCSB's among them) and the key numbers inserts take. Which key an operation
+//! touches is `distribution`'s. No I/O here, so all of it is unit-tested.
+
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+use super::distribution::Distribution;
 
 /// SplitMix64 (Steele, Lea and Flood, 2014; the seeder of the xoshiro family): one `u64` of
 /// state, an add and three multiply-xorshift steps per number. A benchmark needs speed and
@@ -38,44 +45,206 @@ impl SplitMix64 {
         assert!(bound > 0, "below(0) has no possible result");
         ((u128::from(self.next_u64()) * u128::from(bound)) >> 64) as u64
     }
+
+    /// A number in `[0, 1)` with 53 random bits, the precision of an `f64`.
+    pub fn unit_f64(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
+    }
 }
 
-/// The kind of one request.
+/// The kind of one measured operation. Each is one request, except read-modify-write: a get and
+/// then a put of the same key, timed together as YCSB times it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Op {
-    Put,
     Get,
+    /// Replaces the value of a key that exists (YCSB's "update").
+    Put,
+    /// Stores a key that did not exist before the run (YCSB's "insert").
+    Insert,
+    /// Up to N keys in order from a start key (YCSB's "scan").
+    Scan,
+    /// A get, then a put of the same key (YCSB's "read-modify-write").
+    ReadModifyWrite,
+    Erase,
 }
 
-/// Chooses each request's kind: always `Put`, always `Get`, or `Get` with a given percentage.
+impl Op {
+    /// Every kind, in the order reports list them.
+    pub const ALL: [Op; 6] = [Op::Get, Op::Put, Op::Insert, Op::Scan, Op::ReadModifyWrite, Op::Erase];
+
+    /// The name reports use for the kind.
+    pub fn name(self) -> &'static str {
+        match self {
+            Op::Get => "get",
+            Op::Put => "put",
+            Op::Insert => "insert",
+            Op::Scan => "scan",
+            Op::ReadModifyWrite => "rmw",
+            Op::Erase => "erase",
+        }
+    }
+}
+
+/// Chooses each operation's kind: one kind always, or one of two with a given percentage. Every
+/// workload here (put, get, mixed, erase and the six YCSB core workloads) mixes at most two.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct OpMix {
-    read_percent: u8,
+pub struct Mix {
+    first: Op,
+    /// Share of `first`, in percent; the rest is `second`.
+    first_percent: u8,
+    second: Op,
 }
 
-impl OpMix {
-    pub const ALL_PUTS: OpMix = OpMix { read_percent: 0 };
-    pub const ALL_GETS: OpMix = OpMix { read_percent: 100 };
+impl Mix {
+    pub const ALL_PUTS: Mix = Mix::only(Op::Put);
+    pub const ALL_GETS: Mix = Mix::only(Op::Get);
 
-    /// `read_percent` of requests are gets, the rest puts.
-    pub fn reads(read_percent: u8) -> OpMix {
-        assert!(read_percent <= 100, "a percentage is at most 100, got {read_percent}");
-        OpMix { read_percent }
+    /// Every operation is `op`.
+    pub const fn only(op: Op) -> Mix {
+        Mix { first: op, first_percent: 100, second: op }
     }
 
-    pub fn read_percent(self) -> u8 {
-        self.read_percent
+    /// `first_percent` of operations are `first`, the rest `second`.
+    pub fn split(first: Op, first_percent: u8, second: Op) -> Mix {
+        assert!(first_percent <= 100, "a percentage is at most 100, got {first_percent}");
+        match first_percent {
+            100 => Mix::only(first),
+            0 => Mix::only(second),
+            _ => Mix { first, first_percent, second },
+        }
     }
 
-    /// The next request's kind. Pure workloads draw no number, so a `put` run's key stream does
+    /// `read_percent` of requests are gets, the rest puts (`--workload mixed`).
+    pub fn reads(read_percent: u8) -> Mix {
+        Mix::split(Op::Get, read_percent, Op::Put)
+    }
+
+    /// Percentage of `op` among the operations.
+    pub fn percent(self, op: Op) -> u8 {
+        if self.first_percent == 100 {
+            return if op == self.first { 100 } else { 0 };
+        }
+        match op {
+            op if op == self.first => self.first_percent,
+            op if op == self.second => 100 - self.first_percent,
+            _ => 0,
+        }
+    }
+
+    /// The kinds this mix sends, in report order.
+    pub fn ops(self) -> Vec<Op> {
+        Op::ALL.into_iter().filter(|&op| self.percent(op) > 0).collect()
+    }
+
+    /// Whether the mix sends `op` at all.
+    pub fn sends(self, op: Op) -> bool {
+        self.percent(op) > 0
+    }
+
+    /// The next operation's kind. A pure workload draws no number, so a `put` run's key stream does
     /// not depend on whether it was started as `mixed --read-percent 0`.
     pub fn choose(self, rng: &mut SplitMix64) -> Op {
-        match self.read_percent {
-            0 => Op::Put,
-            100 => Op::Get,
-            percent if rng.below(100) < u64::from(percent) => Op::Get,
-            _ => Op::Put,
+        match self.first_percent {
+            100 => self.first,
+            percent if rng.below(100) < u64::from(percent) => self.first,
+            _ => self.second,
         }
+    }
+}
+
+/// The YCSB core workloads (Cooper et al., SoCC 2010, and the `workloads/workload[a-f]` files of
+/// the YCSB repository), with YCSB's operation names mapped onto ours: read = get, update = put.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ycsb {
+    /// Update heavy: 50% reads, 50% updates (a session store recording recent actions).
+    A,
+    /// Read mostly: 95% reads, 5% updates (photo tagging).
+    B,
+    /// Read only (a user-profile cache).
+    C,
+    /// Read latest: 95% reads, 5% inserts, reads skewed towards recent inserts (status updates).
+    D,
+    /// Short ranges: 95% scans of 1 to 100 keys, 5% inserts (threaded conversations).
+    E,
+    /// Read-modify-write: 50% reads, 50% read-modify-writes (a user database).
+    F,
+}
+
+impl Ycsb {
+    pub fn mix(self) -> Mix {
+        match self {
+            Ycsb::A => Mix::split(Op::Get, 50, Op::Put),
+            Ycsb::B => Mix::split(Op::Get, 95, Op::Put),
+            Ycsb::C => Mix::only(Op::Get),
+            Ycsb::D => Mix::split(Op::Get, 95, Op::Insert),
+            Ycsb::E => Mix::split(Op::Scan, 95, Op::Insert),
+            Ycsb::F => Mix::split(Op::Get, 50, Op::ReadModifyWrite),
+        }
+    }
+
+    /// YCSB's `requestdistribution` for the workload: `latest` for D, `zipfian` for the others.
+    pub fn default_distribution(self) -> Distribution {
+        match self {
+            Ycsb::D => Distribution::Latest,
+            _ => Distribution::Zipfian,
+        }
+    }
+}
+
+/// Longest YCSB-E scan, in keys: YCSB's `maxscanlength` default. Each scan's length is uniform in
+/// 1..=this (`scanlengthdistribution=uniform`).
+pub const SCAN_LENGTH_MAX: u32 = 100;
+
+/// Key numbers handed to inserts, and how many of them are known to be stored.
+///
+/// Inserts take the numbers after the preloaded key space (`keys`, `keys + 1`, ...) from one
+/// shared counter. Reads may only pick keys that are certainly present, so the key space a read
+/// chooses from grows only over the unbroken prefix of acknowledged inserts: with requests in
+/// flight on several connections, insert `n + 1` may be answered before insert `n`, and a read of
+/// `n` in between would miss. YCSB's `AcknowledgedCounterGenerator` does the same. Only inserts
+/// (5% of YCSB D and E) touch the lock.
+#[derive(Debug)]
+pub struct Inserts {
+    next: AtomicU64,
+    /// Every number below this has been acknowledged.
+    present: AtomicU64,
+    /// Acknowledged numbers above `present`, waiting for the gap below them to close.
+    early: Mutex<BTreeSet<u64>>,
+    /// First number that no longer fits the key width.
+    end: u64,
+}
+
+impl Inserts {
+    /// Inserts after `keys` preloaded keys, with numbers below `end`.
+    pub fn new(keys: u64, end: u64) -> Inserts {
+        Inserts { next: AtomicU64::new(keys), present: AtomicU64::new(keys), early: Mutex::default(), end }
+    }
+
+    /// The number of the next key to insert, or `None` once the key width is exhausted.
+    pub fn claim(&self) -> Option<u64> {
+        let number = self.next.fetch_add(1, Ordering::Relaxed);
+        (number < self.end).then_some(number)
+    }
+
+    /// Records that the insert of `number` was answered (successfully or not: a failed insert
+    /// must not hold back the others forever; reads of it are then misses, counted as errors).
+    pub fn acknowledge(&self, number: u64) {
+        let mut early = self.early.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut present = self.present.load(Ordering::Relaxed);
+        if number != present {
+            early.insert(number);
+            return;
+        }
+        present += 1;
+        while early.remove(&present) {
+            present += 1;
+        }
+        self.present.store(present, Ordering::Release);
+    }
+
+    /// Keys `0..present()` are all stored.
+    pub fn present(&self) -> u64 {
+        self.present.load(Ordering::Acquire)
     }
 }
 
@@ -184,17 +353,17 @@ mod tests {
     #[test]
     fn pure_workloads_never_draw_the_other_kind() {
         let mut rng = SplitMix64::new(1);
-        assert!((0..1_000).all(|_| OpMix::ALL_PUTS.choose(&mut rng) == Op::Put));
-        assert!((0..1_000).all(|_| OpMix::ALL_GETS.choose(&mut rng) == Op::Get));
-        assert_eq!(OpMix::reads(0), OpMix::ALL_PUTS);
-        assert_eq!(OpMix::reads(100), OpMix::ALL_GETS);
+        assert!((0..1_000).all(|_| Mix::ALL_PUTS.choose(&mut rng) == Op::Put));
+        assert!((0..1_000).all(|_| Mix::ALL_GETS.choose(&mut rng) == Op::Get));
+        assert_eq!(Mix::reads(0), Mix::ALL_PUTS);
+        assert_eq!(Mix::reads(100), Mix::ALL_GETS);
     }
 
     /// With a seeded generator the mix is exact for that seed and close to the asked percentage.
     #[test]
     fn mixed_workload_follows_the_read_percentage() {
         for percent in [1u8, 10, 50, 90, 99] {
-            let mix = OpMix::reads(percent);
+            let mix = Mix::reads(percent);
             let mut rng = SplitMix64::new(42);
             let draws = 100_000;
             let gets = (0..draws).filter(|_| mix.choose(&mut rng) == Op::Get).count();
@@ -204,7 +373,7 @@ mod tests {
         }
         let sequence = |seed| {
             let mut rng = SplitMix64::new(seed);
-            (0..64).map(|_| OpMix::reads(30).choose(&mut rng)).collect::<Vec<_>>()
+            (0..64).map(|_| Mix::reads(30).choose(&mut rng)).collect::<Vec<_>>()
         };
         assert_eq!(sequence(5), sequence(5), "the same seed gives the same mix");
     }
@@ -212,7 +381,71 @@ mod tests {
     #[test]
     #[should_panic(expected = "at most 100")]
     fn percentages_above_100_are_a_bug() {
-        let _ = OpMix::reads(101);
+        let _ = Mix::reads(101);
+    }
+
+    /// Each YCSB workload sends the operations of its definition, in its proportions.
+    #[test]
+    fn ycsb_mixes_follow_the_core_workload_definitions() {
+        let expected: [(Ycsb, &[(Op, u8)]); 6] = [
+            (Ycsb::A, &[(Op::Get, 50), (Op::Put, 50)]),
+            (Ycsb::B, &[(Op::Get, 95), (Op::Put, 5)]),
+            (Ycsb::C, &[(Op::Get, 100)]),
+            (Ycsb::D, &[(Op::Get, 95), (Op::Insert, 5)]),
+            (Ycsb::E, &[(Op::Insert, 5), (Op::Scan, 95)]),
+            (Ycsb::F, &[(Op::Get, 50), (Op::ReadModifyWrite, 50)]),
+        ];
+        for (workload, parts) in expected {
+            let mix = workload.mix();
+            let ops: Vec<Op> = parts.iter().map(|(op, _)| *op).collect();
+            assert_eq!(mix.ops(), ops, "{workload:?}");
+            for (op, percent) in parts {
+                assert_eq!(mix.percent(*op), *percent, "{workload:?} {op:?}");
+            }
+            assert_eq!(Op::ALL.iter().map(|&op| u32::from(mix.percent(op))).sum::<u32>(), 100, "{workload:?}");
+            // And the draws follow the proportions: within five binomial deviations.
+            let mut rng = SplitMix64::new(11);
+            let draws = 100_000u32;
+            let mut counts = [0u32; 6];
+            let slot = |op: Op| Op::ALL.iter().position(|&kind| kind == op).expect("every op is in ALL");
+            for _ in 0..draws {
+                counts[slot(mix.choose(&mut rng))] += 1;
+            }
+            for op in Op::ALL {
+                let expected = draws * u32::from(mix.percent(op)) / 100;
+                assert!(counts[slot(op)].abs_diff(expected) < 800, "{workload:?} {op:?}: {counts:?}");
+            }
+        }
+        assert_eq!(Ycsb::D.default_distribution(), Distribution::Latest);
+        for workload in [Ycsb::A, Ycsb::B, Ycsb::C, Ycsb::E, Ycsb::F] {
+            assert_eq!(workload.default_distribution(), Distribution::Zipfian);
+        }
+    }
+
+    #[test]
+    fn op_names() {
+        let names: Vec<&str> = Op::ALL.iter().map(|op| op.name()).collect();
+        assert_eq!(names, ["get", "put", "insert", "scan", "rmw", "erase"]);
+    }
+
+    /// Reads see an insert only once every insert before it was answered, whatever the order the
+    /// answers come in.
+    #[test]
+    fn inserts_become_visible_as_an_unbroken_prefix() {
+        let inserts = Inserts::new(100, 105);
+        let claimed: Vec<u64> = (0..5).map(|_| inserts.claim().expect("room for five")).collect();
+        assert_eq!(claimed, [100, 101, 102, 103, 104]);
+        assert_eq!(inserts.claim(), None, "the key width is exhausted");
+        assert_eq!(inserts.present(), 100);
+        inserts.acknowledge(102);
+        inserts.acknowledge(101);
+        assert_eq!(inserts.present(), 100, "100 is still in flight");
+        inserts.acknowledge(100);
+        assert_eq!(inserts.present(), 103);
+        inserts.acknowledge(104);
+        assert_eq!(inserts.present(), 103);
+        inserts.acknowledge(103);
+        assert_eq!(inserts.present(), 105);
     }
 
     #[test]

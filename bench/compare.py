@@ -1,0 +1,716 @@
+#!/usr/bin/env python3
+"""Ferrite against Redis and memcached: every scenario of docs/benchmarks.md, one command.
+
+Run through `bench/compare`, which installs the Debian packages and the Python environment this
+needs. This program builds the binaries, starts each server on free loopback ports (pinned to CPU 0
+when the machine has two CPUs, the load generators on CPU 1), runs the scenarios, stops every server
+by its own process id, and writes <out>/<date>.json (everything, raw figures included),
+<out>/<date>.md (the tables) and <out>/<date>-*.png (the plots, drawn by bench/plots.py).
+
+Scenarios:
+  small-ops  put/get of small values at 1, 16 and 128 outstanding: Ferrite native (ferrite bench),
+             Ferrite RESP and Redis without persistence, with AOF everysec and with AOF always
+             (redis-benchmark), memcached (ferrite bench --target memcache), and the limit rows
+  ycsb       YCSB A-F, uniform and zipfian, all through `ferrite bench` (native and --target resp)
+  values     put/get from 16 B to 64 KiB: Ferrite native, Redis, memcached, limit
+  shards     throughput against shard count (MCAS figure 12), with the limit at each count
+The limit rows come from `ferrite-echo`, which answers without storing anything: what the protocol
+and the loopback transport allow at the same concurrency, with the same tool.
+"""
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import re
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+
+import report  # noqa: E402  (bench/report.py, beside this file)
+
+# What each scenario runs, full and quick. Seconds are per measured point; every point is measured
+# `repeat` times (the repetitions of the whole scenario follow one another, so a burst of
+# interference from outside lands on one repetition of many points, not on every repetition of
+# one) and the report keeps the best.
+REPEAT_FULL = 2
+REPEAT_QUICK = 1
+FULL = {
+    "small-ops": {"seconds": 2.5, "outstanding": [1, 16, 128], "keys": 100_000, "key_size": 16, "value_size": 16},
+    "ycsb": {
+        "seconds": 2,
+        "workloads": ["a", "b", "c", "d", "e", "f"],
+        "distributions": ["uniform", "zipfian"],
+        "resp_workloads": ["a", "b", "c", "d", "f"],
+        "keys": 100_000,
+        "key_size": 16,
+        "value_size": 1000,
+        "clients": 4,
+        "outstanding": 8,
+    },
+    "values": {
+        "seconds": 1.5,
+        "sizes": [16, 64, 256, 1024, 4096, 16384, 65536],
+        "outstanding": 16,
+        "key_size": 16,
+        "data_bytes": 64 << 20,
+        "keys_max": 100_000,
+        "keys_min": 1000,
+    },
+    "shards": {
+        "seconds": 2.5,
+        "shards": [1, 2],
+        "ops": ["put", "get"],
+        "pools": 4,
+        "clients": 2,
+        "outstanding": 32,
+        "keys": 100_000,
+        "key_size": 16,
+        "value_size": 16,
+    },
+}
+QUICK = {
+    "small-ops": dict(FULL["small-ops"], seconds=0.5, outstanding=[1, 16], keys=10_000),
+    "ycsb": dict(
+        FULL["ycsb"],
+        seconds=0.5,
+        workloads=["a", "d", "e"],
+        distributions=["zipfian"],
+        resp_workloads=["a"],
+        keys=10_000,
+        clients=2,
+        outstanding=4,
+    ),
+    "values": dict(FULL["values"], seconds=0.5, sizes=[16, 4096], data_bytes=8 << 20, keys_max=10_000),
+    "shards": dict(FULL["shards"], seconds=0.5, ops=["put"], keys=10_000),
+}
+SCENARIOS = list(FULL)
+
+# Redis configurations: name -> extra redis-server arguments. Automatic AOF rewrites are off so a
+# background rewrite (a fork and a full copy) does not land in the middle of some points and not
+# others; the AOF still grows and is written and fsynced as configured.
+REDIS_CONFIGS = {
+    "redis": ["--appendonly", "no"],
+    "redis-everysec": ["--appendonly", "yes", "--appendfsync", "everysec", "--auto-aof-rewrite-percentage", "0"],
+    "redis-always": ["--appendonly", "yes", "--appendfsync", "always", "--auto-aof-rewrite-percentage", "0"],
+}
+
+STARTUP_TIMEOUT_S = 30
+STOP_TIMEOUT_S = 10
+
+
+class Failure(Exception):
+    """A point or a server that did not work; recorded, and the run goes on."""
+
+
+def log(message):
+    print(f"compare: {message}", file=sys.stderr, flush=True)
+
+
+def free_port():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def display(argv):
+    """A command as it would be typed from the repository root."""
+    return shlex.join(os.path.relpath(a, ROOT) if os.path.isabs(a) and a.startswith(ROOT) else a for a in argv)
+
+
+class Run:
+    """One comparison run: its processes, its commands and its results."""
+
+    def __init__(self, args, work):
+        self.args = args
+        self.quick = args.quick
+        self.settings = QUICK if args.quick else FULL
+        self.work = work
+        self.commands = []
+        self.processes = []  # (name, Popen)
+        self.samples = {}  # point key -> [row of each repetition]
+        self.repetition = 0
+        self.repeat = args.repeat or (REPEAT_QUICK if args.quick else REPEAT_FULL)
+        self.rates = {}  # redis-benchmark point -> measured rate, so only the first repetition calibrates
+        self.preloaded = set()
+        self.failures = []
+        self.skipped = []
+        self.loads = []
+        profile = "debug" if args.debug else "release"
+        target = os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target"))
+        self.bin = {name: os.path.join(target, profile, name) for name in ("ferrite-server", "ferrite", "ferrite-echo")}
+        self.profile = profile
+        pin = args.pin
+        if pin == "auto":
+            pin = "on" if (os.cpu_count() or 1) >= 2 and shutil.which("taskset") else "off"
+        self.pinned = pin == "on"
+        self.server_wrap = ["taskset", "-c", "0"] if self.pinned else []
+        self.client_wrap = ["taskset", "-c", "1"] if self.pinned else []
+        # One runtime thread for the load generator: with one CPU of its own, a second thread would
+        # only take turns with the first (and redis-benchmark is single-threaded too).
+        self.ferrite_client_wrap = ["env", "TOKIO_WORKER_THREADS=1", *self.client_wrap] if self.pinned else []
+        self.resp_available = None
+
+    # --- processes ---------------------------------------------------------------------------
+
+    def start(self, name, argv, ready, cwd=None):
+        """Starts a server with stdout and stderr in a log, and waits until `ready(log_text)` is
+        true (or the process dies, or STARTUP_TIMEOUT_S passes)."""
+        log_path = os.path.join(self.work, f"{name}.log")
+        self.commands.append(display(argv) + " &")
+        with open(log_path, "wb") as out:
+            proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=cwd or self.work)
+        self.processes.append((name, proc))
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        while True:
+            with open(log_path, encoding="utf-8", errors="replace") as f:
+                text = f.read()
+            result = ready(text)
+            if result:
+                return proc, result
+            if proc.poll() is not None:
+                raise Failure(f"{name} exited with status {proc.returncode} before it was ready:\n{text[-2000:]}")
+            if time.monotonic() > deadline:
+                self.stop(proc)
+                raise Failure(f"{name} was not ready within {STARTUP_TIMEOUT_S} s:\n{text[-2000:]}")
+            time.sleep(0.05)
+
+    def stop(self, proc):
+        """Stops one process this run started, by its own id: SIGTERM, then SIGKILL."""
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        self.processes = [(n, p) for n, p in self.processes if p is not proc]
+
+    def stop_all(self):
+        for _, proc in list(self.processes):
+            self.stop(proc)
+
+    def run(self, argv, what, timeout, record=True):
+        if record:
+            self.commands.append(display(argv))
+        try:
+            done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+        except subprocess.TimeoutExpired as error:
+            raise Failure(f"{what}: no answer within {timeout} s") from error
+        if done.returncode != 0:
+            raise Failure(f"{what}: exit status {done.returncode}\n{(done.stderr or done.stdout)[-2000:]}")
+        return done
+
+    def note_load(self, label):
+        with open("/proc/loadavg", encoding="utf-8") as f:
+            self.loads.append({"when": label, "loadavg": [float(x) for x in f.read().split()[:3]]})
+
+    # --- servers -----------------------------------------------------------------------------
+
+    def start_ferrite(self, shards=1, pinned=True, resp=True):
+        """ferrite-server with `shards` shards on free ports; returns (process, native
+        addresses, RESP addresses)."""
+        data = os.path.join(self.work, f"ferrite-data-{len(self.commands)}")
+        argv = [*(self.server_wrap if pinned else []), self.bin["ferrite-server"], "--listen", "127.0.0.1:0",
+                "--shards", str(shards), "--data-dir", data, "--log-level", "warn"]
+        if resp and self.resp_available is not False:
+            argv += ["--resp-listen", "127.0.0.1:0"]
+        proc, lines = self.start(f"ferrite-server-{shards}", argv, announced)
+        return proc, lines["native"], lines["resp"]
+
+    def start_echo(self, shards=1, pinned=True, get_value_size=0):
+        argv = [*(self.server_wrap if pinned else []), self.bin["ferrite-echo"], "--listen", "127.0.0.1:0",
+                "--resp-listen", "127.0.0.1:0", "--shards", str(shards), "--get-value-size", str(get_value_size)]
+        proc, lines = self.start(f"ferrite-echo-{shards}-{get_value_size}", argv, announced)
+        return proc, lines["native"], lines["resp"]
+
+    def start_redis(self, name):
+        port = free_port()
+        data = os.path.join(self.work, name)
+        os.makedirs(data, exist_ok=True)
+        argv = [*self.server_wrap, "redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                "--daemonize", "no", "--dir", data, *REDIS_CONFIGS[name]]
+        proc, _ = self.start(name, argv, lambda text: "Ready to accept connections" in text)
+        return proc, port
+
+    def start_memcached(self):
+        port = free_port()
+        # One worker thread, like one Ferrite shard and Redis's one event loop; 4 GiB of cache so
+        # nothing is evicted; -U 0: no UDP.
+        argv = [*self.server_wrap, "memcached", "-l", "127.0.0.1", "-p", str(port), "-U", "0", "-t", "1", "-m", "4096"]
+        if os.geteuid() == 0:
+            argv += ["-u", "nobody"]  # memcached refuses to run as root otherwise
+
+        def ready(_text):
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                    return True
+            except OSError:
+                return False
+
+        proc, _ = self.start("memcached", argv, ready)
+        return proc, port
+
+    # --- load generators ---------------------------------------------------------------------
+
+    def ferrite_bench(self, addr, workload, seconds, keys, key_size, value_size, clients=1, outstanding=1,
+                      target="native", distribution=None, pool=None, keep_pool=False, pools=1, pinned=True):
+        argv = [*(self.ferrite_client_wrap if pinned else []), self.bin["ferrite"], "--addr", addr, "--json", "bench",
+                "--workload", workload, "--target", target, "--key-size", str(key_size),
+                "--value-size", str(value_size), "--keys", str(keys), "--clients", str(clients),
+                "--outstanding", str(outstanding), "--duration", str(seconds)]
+        if distribution:
+            argv += ["--distribution", distribution]
+        if pool:
+            argv += ["--pool", pool]
+        if keep_pool:
+            argv += ["--keep-pool"]
+        if pools > 1:
+            argv += ["--pools", str(pools)]
+        done = self.run(argv, f"ferrite bench {workload} against {addr}", timeout=seconds + 300)
+        try:
+            result = json.loads(done.stdout)
+        except json.JSONDecodeError as error:
+            raise Failure(f"ferrite bench printed no JSON: {done.stdout[-500:]}") from error
+        result["command"] = display(argv)
+        return result
+
+    def redis_benchmark(self, port, pipeline, value_size, keys, seconds, clients=1):
+        """SET and GET through redis-benchmark; returns {"SET": point, "GET": point}."""
+        base = [*self.client_wrap, "redis-benchmark", "-h", "127.0.0.1", "-p", str(port), "-c", str(clients),
+                "-P", str(pipeline), "-t", "set,get", "-d", str(value_size), "-r", str(keys)]
+        key = (port, pipeline, value_size, keys, clients)
+        if self.quick:
+            requests = min(50_000, 2_000 * pipeline)
+        else:
+            # redis-benchmark takes a request count, not a duration: measure the rate briefly (or
+            # take the rate of the previous repetition), then ask for rate x seconds.
+            if key not in self.rates:
+                calibration = min(500_000, 5_000 * pipeline)
+                probe = parse_redis_benchmark(self.run([*base, "-n", str(calibration)],
+                                                       "redis-benchmark calibration", timeout=300).stdout)
+                self.rates[key] = sum(p["ops_per_s"] for p in probe.values()) / max(1, len(probe))
+            requests = max(1_000, int(self.rates[key] * seconds))
+        argv = [*base, "-n", str(requests)]
+        points = parse_redis_benchmark(self.run(argv, f"redis-benchmark against port {port}",
+                                                timeout=seconds * 10 + 300).stdout)
+        self.rates[key] = sum(p["ops_per_s"] for p in points.values()) / max(1, len(points))
+        for point in points.values():
+            point["command"] = display(argv)
+        return points
+
+    # --- results -----------------------------------------------------------------------------
+
+    def add(self, scenario, system, tool, point, **labels):
+        """Records one repetition of a point, with the load the machine had when it ran."""
+        with open("/proc/loadavg", encoding="utf-8") as f:
+            load = float(f.read().split()[0])
+        row = {"scenario": scenario, "system": system, "tool": tool, **labels, **point, "loadavg_1m": load}
+        key = (scenario, system, tool, tuple(sorted(labels.items())))
+        self.samples.setdefault(key, []).append(row)
+        if point.get("errors"):
+            self.failures.append(f"{scenario} {system} {labels}: {point['errors']} operations failed "
+                                 f"({point.get('first_error')})")
+        return row
+
+    @property
+    def rows(self):
+        """One row per point: the repetition with the highest throughput, with every repetition's
+        throughput and load beside it. Interference from other work on the machine only ever
+        lowers a figure, so the best repetition is the closest to what the system does alone."""
+        rows = []
+        for samples in self.samples.values():
+            best = dict(max(samples, key=lambda row: row["ops_per_s"]))
+            best["runs_ops_per_s"] = [row["ops_per_s"] for row in samples]
+            best["runs_loadavg_1m"] = [row["loadavg_1m"] for row in samples]
+            rows.append(best)
+        return rows
+
+    def attempt(self, what, action):
+        """Runs one point; a failure is recorded and the run goes on."""
+        log(what)
+        try:
+            return action()
+        except Failure as error:
+            self.failures.append(f"{what}: {error}")
+            log(f"FAILED: {what}: {error}")
+            return None
+
+
+def announced(text):
+    """The `shard N: native|resp ADDRESS` lines of ferrite-server and ferrite-echo, once `ready.`."""
+    if "\nready." not in "\n" + text:
+        return None
+    lines = {"native": [], "resp": []}
+    for match in re.finditer(r"^shard (\d+): (native|resp) (\S+)$", text, re.M):
+        lines[match.group(2)].append(match.group(3))
+    return lines
+
+
+def ferrite_point(result, op=None):
+    """A measured point from a `ferrite bench --json` report: the whole run, or one kind of
+    operation of it."""
+    source = result["by_op"][op] if op else result
+    latency = source.get("latency_us") or {}
+    return {
+        "ops": source["ops"],
+        "errors": source["errors"],
+        "ops_per_s": source["ops_per_s"],
+        "p50_us": latency.get("p50"),
+        "p90_us": latency.get("p90"),
+        "p99_us": latency.get("p99"),
+        "p99_9_us": latency.get("p99_9"),
+        "max_us": latency.get("max"),
+        # [latency us, percentile] pairs, for the CDF plots.
+        "cdf": [[step["us"], step["p"]] for step in latency.get("percentiles", [])],
+        "first_error": result.get("first_error"),
+        "command": result.get("command"),
+    }
+
+
+def parse_redis_benchmark(output):
+    """redis-benchmark's report (without --csv, which drops the latency distribution): for each
+    test, throughput, the latency summary and the cumulative distribution."""
+    points = {}
+    sections = re.split(r"^====== (\S+) ======$", output.replace("\r", "\n"), flags=re.M)
+    for name, body in zip(sections[1::2], sections[2::2]):
+        completed = re.search(r"(\d+) requests completed in ([\d.]+) seconds", body)
+        throughput = re.search(r"throughput summary: ([\d.]+) requests per second", body)
+        summary = re.search(r"avg\s+min\s+p50\s+p95\s+p99\s+max\s*\n\s*([\d.\s]+)", body)
+        if not (completed and throughput and summary):
+            raise Failure(f"cannot read redis-benchmark's {name} report:\n{body[-1500:]}")
+        total = int(completed.group(1))
+        avg, low, p50, p95, p99, high = (float(x) * 1000.0 for x in summary.group(1).split()[:6])
+        cdf = []
+        distribution = body.split("Latency by percentile distribution:", 1)[-1].split("Cumulative distribution", 1)[0]
+        for match in re.finditer(r"<= ([\d.]+) milliseconds \(cumulative count (\d+)\)", distribution):
+            cdf.append([round(float(match.group(1)) * 1000.0, 1), round(100.0 * int(match.group(2)) / total, 4)])
+        errors = len(re.findall(r"^Error from server", body, re.M))
+        points[name] = {
+            "ops": total,
+            "errors": errors,
+            "ops_per_s": float(throughput.group(1)),
+            "mean_us": round(avg, 1),
+            "min_us": round(low, 1),
+            "p50_us": round(p50, 1),
+            "p95_us": round(p95, 1),
+            "p99_us": round(p99, 1),
+            "max_us": round(high, 1),
+            "cdf": cdf,
+        }
+    if not points:
+        raise Failure(f"redis-benchmark printed no report:\n{output[-1500:]}")
+    return points
+
+
+def resp_preload(port, keys, value_size, key_format="key:{:012d}"):
+    """Stores keys 0..keys with redis-benchmark's names (`key:` and 12 digits) over RESP, many per
+    write, so a GET run finds every key it asks for."""
+    value = b"x" * value_size
+    batch = max(1, min(1000, (4 << 20) // max(1, value_size)))
+    with socket.create_connection(("127.0.0.1", port), timeout=60) as sock:
+        replies = sock.makefile("rb")
+        for start in range(0, keys, batch):
+            end = min(keys, start + batch)
+            chunk = bytearray()
+            for number in range(start, end):
+                key = key_format.format(number).encode()
+                chunk += b"*3\r\n$3\r\nSET\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n" % (len(key), key, len(value), value)
+            sock.sendall(chunk)
+            for _ in range(start, end):
+                reply = replies.readline()
+                if reply != b"+OK\r\n":
+                    raise Failure(f"preloading port {port}: SET answered {reply!r}")
+
+
+def resp_answers(port):
+    """Whether a RESP server on `port` stores and returns a value (SET then GET)."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+            sock.sendall(b"*3\r\n$3\r\nSET\r\n$13\r\ncompare:probe\r\n$2\r\nok\r\n*2\r\n$3\r\nGET\r\n$13\r\ncompare:probe\r\n")
+            reader = sock.makefile("rb")
+            return reader.readline() == b"+OK\r\n" and reader.readline() == b"$2\r\n" and reader.readline() == b"ok\r\n"
+    except OSError:
+        return False
+
+
+# --- scenarios --------------------------------------------------------------------------------
+
+def small_ops(run, servers):
+    """Put and get of small values at increasing outstanding requests, one connection."""
+    s = run.settings["small-ops"]
+    seconds, keys, key_size, value_size = s["seconds"], s["keys"], s["key_size"], s["value_size"]
+    redis_benchmark_targets = [(name, port) for name, port in servers["redis"].items()]
+    if servers.get("ferrite_resp_port"):
+        redis_benchmark_targets.insert(0, ("ferrite-resp", servers["ferrite_resp_port"]))
+    redis_benchmark_targets.append(("limit-resp", servers["echo_resp_port"]))
+    # Every RESP store holds every key redis-benchmark may ask for, so every GET hits.
+    for name, port in redis_benchmark_targets:
+        if name != "limit-resp" and ("small-ops", name) not in run.preloaded:
+            run.commands.append(f"# python: SET key:000000000000 .. key:{keys - 1:012d} ({value_size} B) over RESP "
+                                f"to port {port}")
+            run.attempt(f"small-ops: preloading {name}", lambda port=port: resp_preload(port, keys, value_size))
+            run.preloaded.add(("small-ops", name))
+    for outstanding in s["outstanding"]:
+        common = dict(seconds=seconds, keys=keys, key_size=key_size, value_size=value_size, outstanding=outstanding)
+        for system, addr, target in [("ferrite", servers["ferrite"], "native"),
+                                     ("memcached", servers["memcached"], "memcache"),
+                                     ("limit", servers["echo"], "native")]:
+            # get first (it stores every key), then put over the same keys, so every put replaces.
+            def measure(system=system, addr=addr, target=target):
+                got = run.ferrite_bench(addr, "get", target=target, pool="small-ops", keep_pool=True, **common)
+                run.add("small-ops", system, "ferrite bench", ferrite_point(got), op="get", outstanding=outstanding)
+                put = run.ferrite_bench(addr, "put", target=target, pool="small-ops", **common)
+                run.add("small-ops", system, "ferrite bench", ferrite_point(put), op="put", outstanding=outstanding)
+                if target == "native":
+                    run.run([run.bin["ferrite"], "--addr", addr, "pool", "delete", "small-ops"], "deleting the pool",
+                            timeout=60)
+            run.attempt(f"small-ops: {system}, {outstanding} outstanding", measure)
+        for system, port in redis_benchmark_targets:
+            def measure(system=system, port=port):
+                points = run.redis_benchmark(port, outstanding, value_size, keys, seconds)
+                for test, op in [("SET", "put"), ("GET", "get")]:
+                    run.add("small-ops", system, "redis-benchmark", points[test], op=op, outstanding=outstanding)
+            run.attempt(f"small-ops: {system} (redis-benchmark), {outstanding} outstanding", measure)
+
+
+def ycsb(run, servers):
+    """YCSB A-F through `ferrite bench`, the same tool and parameters for every target. Each
+    workload runs against every target before the next workload starts."""
+    s = run.settings["ycsb"]
+    targets = [("ferrite", servers["ferrite"], "native", s["workloads"])]
+    if servers.get("ferrite_resp"):
+        targets.append(("ferrite-resp", servers["ferrite_resp"], "resp", s["resp_workloads"]))
+    for name in ("redis", "redis-always"):
+        if name in servers["redis"]:
+            targets.append((name, f"127.0.0.1:{servers['redis'][name]}", "resp", s["resp_workloads"]))
+    # The limit: the echo answers without looking at keys, so it runs once per workload (with the
+    # first distribution) and stands for both.
+    limits = [("limit", servers["echo"], "native", s["workloads"]),
+              ("limit-resp", servers["echo_resp"], "resp", s["resp_workloads"])]
+    for distribution in s["distributions"]:
+        for letter in s["workloads"]:
+            here = targets + (limits if distribution == s["distributions"][0] else [])
+            for system, addr, target, workloads in here:
+                if letter not in workloads:
+                    continue
+                is_limit = system.startswith("limit")
+
+                def measure(system=system, addr=addr, target=target, letter=letter, is_limit=is_limit):
+                    result = run.ferrite_bench(
+                        addr, f"ycsb-{letter}", s["seconds"], s["keys"], s["key_size"], s["value_size"],
+                        clients=s["clients"], outstanding=s["outstanding"], target=target,
+                        distribution=None if is_limit else distribution, pool=f"ycsb-{letter}")
+                    point = ferrite_point(result)
+                    point["by_op"] = {op: ferrite_point(result, op) for op in result["by_op"]}
+                    for labelled in (s["distributions"] if is_limit else [distribution]):
+                        run.add("ycsb", system, "ferrite bench", point, workload=letter.upper(), distribution=labelled)
+                run.attempt(f"ycsb: {system}, {letter.upper()}{'' if is_limit else ', ' + distribution}", measure)
+
+
+def values(run, servers):
+    """Put and get from 16 B to 64 KiB values at a fixed concurrency."""
+    s = run.settings["values"]
+    redis_port = servers["redis"].get("redis")
+    for size in s["sizes"]:
+        keys = max(s["keys_min"], min(s["keys_max"], s["data_bytes"] // size))
+        common = dict(seconds=s["seconds"], keys=keys, key_size=s["key_size"], value_size=size,
+                      outstanding=s["outstanding"])
+        echo = None
+        try:
+            echo = run.start_echo(get_value_size=size)
+        except Failure as error:
+            run.failures.append(f"values: starting the echo for {size} B: {error}")
+        targets = [("ferrite", servers["ferrite"], "native"), ("memcached", servers["memcached"], "memcache")]
+        if echo:
+            targets.append(("limit", echo[1][0], "native"))
+        for system, addr, target in targets:
+            def measure(system=system, addr=addr, target=target):
+                got = run.ferrite_bench(addr, "get", target=target, pool="values", keep_pool=True, **common)
+                run.add("values", system, "ferrite bench", ferrite_point(got), op="get", value_size=size)
+                put = run.ferrite_bench(addr, "put", target=target, pool="values", **common)
+                run.add("values", system, "ferrite bench", ferrite_point(put), op="put", value_size=size)
+                if target == "native":
+                    run.run([run.bin["ferrite"], "--addr", addr, "pool", "delete", "values"], "deleting the pool",
+                            timeout=60)
+            run.attempt(f"values: {system}, {size} B", measure)
+        if echo:
+            run.stop(echo[0])
+        if redis_port:
+            def measure(size=size, keys=keys):
+                run.commands.append(f"# python: SET key:000000000000 .. key:{keys - 1:012d} ({size} B) over RESP "
+                                    f"to port {redis_port}")
+                resp_preload(redis_port, keys, size)
+                points = run.redis_benchmark(redis_port, s["outstanding"], size, keys, s["seconds"])
+                for test, op in [("SET", "put"), ("GET", "get")]:
+                    run.add("values", "redis", "redis-benchmark", points[test], op=op, value_size=size)
+            run.attempt(f"values: redis (redis-benchmark), {size} B", measure)
+
+
+def shards(run):
+    """Throughput against shard count, with the keys spread over pools on every shard."""
+    s = run.settings["shards"]
+    for count in s["shards"]:
+        for system, start in [("ferrite", lambda c=count: run.start_ferrite(shards=c, pinned=False, resp=False)),
+                              ("limit", lambda c=count: run.start_echo(shards=c, pinned=False))]:
+            try:
+                proc, native, _ = start()
+            except Failure as error:
+                run.failures.append(f"shards: starting {system} with {count} shard(s): {error}")
+                continue
+            for op in s["ops"]:
+                def measure(system=system, native=native, op=op):
+                    # Unpinned: the server's shards need the CPUs; the load generator shares them.
+                    result = run.ferrite_bench(
+                        native[0], op, s["seconds"], s["keys"], s["key_size"], s["value_size"], clients=s["clients"],
+                        outstanding=s["outstanding"], pools=s["pools"], pool="shards", pinned=False)
+                    run.add("shards", system, "ferrite bench", ferrite_point(result), op=op, shards=count,
+                            pools=s["pools"], clients=s["clients"], outstanding=s["outstanding"])
+                run.attempt(f"shards: {system}, {count} shard(s), {op}", measure)
+            run.stop(proc)
+
+
+# --- the run ----------------------------------------------------------------------------------
+
+def build(run):
+    argv = ["cargo", "build", "-p", "ferrite-server", "-p", "ferrite-cli"]
+    if run.profile == "release":
+        argv.insert(2, "--release")
+    log("building: " + " ".join(argv))
+    run.commands.append(display(argv))
+    subprocess.run(argv, check=True, cwd=ROOT)
+
+
+def check_resp(run):
+    """Whether this ferrite-server has the RESP listener, with the reason when it has not."""
+    done = subprocess.run([run.bin["ferrite-server"], "--help"], capture_output=True, text=True, cwd=ROOT)
+    if "--resp-listen" not in done.stdout:
+        return "this ferrite-server has no RESP listener (--resp-listen); the Ferrite RESP rows are skipped"
+    return None
+
+
+def render(path):
+    """Rewrites the .md and the plots beside an earlier run's .json, from that JSON alone."""
+    with open(path, encoding="utf-8") as f:
+        document = json.load(f)
+    base = path[: -len(".json")] if path.endswith(".json") else path
+    paths = report.write(document, base)
+    log(f"wrote {', '.join(display([p]) for p in paths)}")
+    return 0
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
+    parser.add_argument("--quick", action="store_true", help="a reduced matrix at ~1 s per point, into a temporary "
+                        "directory unless --out is given (make test-bench)")
+    parser.add_argument("--out", help="directory for the results (default: bench/results; --quick: a temporary one)")
+    parser.add_argument("--only", help="comma-separated scenarios to run: " + ",".join(SCENARIOS))
+    parser.add_argument("--debug", action="store_true", help="use debug binaries (the quick check does; figures "
+                        "from them mean nothing)")
+    parser.add_argument("--no-build", action="store_true", help="use the binaries already built")
+    parser.add_argument("--repeat", type=int, help=f"measure every point N times and keep the best "
+                        f"(default {REPEAT_FULL}, --quick {REPEAT_QUICK})")
+    parser.add_argument("--pin", choices=["auto", "on", "off"], default="auto",
+                        help="servers on CPU 0 and load generators on CPU 1 (default: when there are 2+ CPUs)")
+    parser.add_argument("--render", metavar="JSON", help="only redraw the tables and plots of an earlier run from "
+                        "its .json (after a change to bench/report.py or bench/plots.py); measures nothing")
+    args = parser.parse_args()
+    if args.render:
+        return render(args.render)
+    only = args.only.split(",") if args.only else SCENARIOS
+    unknown = [name for name in only if name not in SCENARIOS]
+    if unknown:
+        parser.error(f"unknown scenario(s) {', '.join(unknown)}; choose from {', '.join(SCENARIOS)}")
+
+    out = args.out or (tempfile.mkdtemp(prefix="ferrite-compare-") if args.quick else os.path.join(ROOT, "bench", "results"))
+    os.makedirs(out, exist_ok=True)
+    work = tempfile.mkdtemp(prefix="ferrite-compare-work-")
+    run = Run(args, work)
+    started = time.monotonic()
+
+    def interrupted(signum, _frame):
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, interrupted)
+    status = 1
+    try:
+        if not args.no_build:
+            build(run)
+        for name, path in run.bin.items():
+            if not os.path.exists(path):
+                raise Failure(f"{path} is missing: build it (cargo build{'' if args.debug else ' --release'} "
+                              "-p ferrite-server -p ferrite-cli) or drop --no-build")
+        run.note_load("start")
+        why = check_resp(run)
+        if why:
+            run.resp_available = False
+            run.skipped.append(why)
+            log("skipping: " + why)
+
+        servers = {"redis": {}}
+        needs_servers = any(name in only for name in ("small-ops", "ycsb", "values"))
+        if needs_servers:
+            proc, native, resp = run.start_ferrite()
+            servers["ferrite"] = native[0]
+            if resp:
+                port = int(resp[0].rsplit(":", 1)[1])
+                if resp_answers(port):
+                    servers["ferrite_resp"], servers["ferrite_resp_port"] = resp[0], port
+                else:
+                    why = f"ferrite-server's RESP listener at {resp[0]} did not answer SET/GET; Ferrite RESP rows skipped"
+                    run.skipped.append(why)
+                    log("skipping: " + why)
+            _, echo_native, echo_resp = run.start_echo()
+            servers["echo"], servers["echo_resp"] = echo_native[0], echo_resp[0]
+            servers["echo_resp_port"] = int(echo_resp[0].rsplit(":", 1)[1])
+            for name in REDIS_CONFIGS:
+                _, servers["redis"][name] = run.start_redis(name)
+            _, mc_port = run.start_memcached()
+            servers["memcached"] = f"127.0.0.1:{mc_port}"
+
+        for name, scenario in [("small-ops", small_ops), ("ycsb", ycsb), ("values", values), ("shards", shards)]:
+            if name not in only:
+                continue
+            for repetition in range(run.repeat):
+                run.repetition = repetition
+                run.note_load(f"{name} #{repetition + 1}")
+                log(f"--- {name}, repetition {repetition + 1} of {run.repeat} ---")
+                if name == "shards":
+                    scenario(run)
+                else:
+                    scenario(run, servers)
+        run.note_load("end")
+        status = 1 if run.failures else 0
+    except Failure as error:
+        run.failures.append(str(error))
+        log(f"FAILED: {error}")
+    finally:
+        run.stop_all()
+
+    elapsed = time.monotonic() - started
+    document = report.assemble(run, only, elapsed)
+    base = os.path.join(out, document["date"] + ("-quick" if args.quick else ""))
+    paths = report.write(document, base)
+    log(f"wrote {', '.join(display([p]) for p in paths)} in {elapsed:.0f} s")
+    if run.failures:
+        log(f"{len(run.failures)} failure(s):")
+        for failure in run.failures:
+            log("  " + failure.splitlines()[0])
+        log(f"server logs kept in {work}")
+        return 1
+    shutil.rmtree(work, ignore_errors=True)
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

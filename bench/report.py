@@ -1,0 +1,428 @@
+"""The report of a bench/compare run: one JSON document with everything, and a Markdown page with
+the comparison tables (each row with its Ferrite/Redis ratio and its fraction of the echo limit),
+the plots, the notes on how to read them, the machine and the exact commands.
+
+Standard library only; the plots come from bench/plots.py when matplotlib is importable.
+"""
+
+import datetime
+import json
+import os
+import platform
+import subprocess
+
+# How each system is named in tables and plots, in table order.
+SYSTEMS = {
+    "ferrite": "Ferrite",
+    "ferrite-resp": "Ferrite RESP",
+    "redis": "Redis",
+    "redis-everysec": "Redis AOF everysec",
+    "redis-always": "Redis AOF always",
+    "memcached": "memcached",
+    "limit": "limit (echo)",
+    "limit-resp": "limit RESP (echo)",
+}
+
+# The limit each system's figures are read against: the echo over the same protocol family and
+# with the same load generator.
+LIMIT_OF = {
+    ("ferrite bench", "native"): "limit",
+    ("ferrite bench", "resp"): "limit-resp",
+    ("redis-benchmark", "resp"): "limit-resp",
+}
+
+NOTES = [
+    "Placement: {placement}.",
+    "Ferrite ran its default configuration: `mapstore` pools in memory, nothing persisted (the "
+    "durable engine has not landed yet), one shard except in the shard-scaling scenario. Redis ran "
+    "three ways: no persistence (`--save '' --appendonly no`), AOF with `appendfsync everysec`, and "
+    "AOF with `appendfsync always` (an fsync before replying; automatic AOF rewrites off so that no "
+    "point pays for a rewrite the others do not). The Ferrite/Redis ratios compare with Redis "
+    "without persistence, the like-for-like setting until Ferrite's durable engine lands. memcached "
+    "ran with one worker thread (`-t 1`), as a Ferrite shard and Redis each serve from one event "
+    "loop.",
+    "The limit rows come from `ferrite-echo`, which decodes every request like a server and answers "
+    "it without storing anything, over the same loopback TCP, at the same concurrency, driven by the "
+    "same tool: what protocol plus transport allow. \"÷ limit\" is a row's throughput as a fraction "
+    "of its limit: `ferrite bench` rows against the native echo (memcached's text protocol is "
+    "compared with that too, as the nearest), redis-benchmark and `--target resp` rows against the "
+    "echo's RESP listener. A fraction above 1 means the load generator, not the server, was the "
+    "bottleneck: a server that answers a little later lets more requests gather into each write and "
+    "read, which costs the single-threaded load generator less per request.",
+    "Same tool per comparison: redis-benchmark drives every RESP row of the small-ops and value-size "
+    "scenarios (Ferrite RESP, Redis, the RESP echo); `ferrite bench` drives the native rows, "
+    "memcached, and every YCSB row (native, and `--target resp` through the `redis` crate for "
+    "Ferrite RESP and Redis). Ferrite native against Redis in small-ops therefore crosses tools; "
+    "Ferrite RESP against Redis does not.",
+    "\"Outstanding\" differs between the tools. `ferrite bench --outstanding N` keeps exactly N "
+    "requests in flight on one connection (N workers, each sending its next request as soon as its "
+    "previous one is answered). `redis-benchmark -c 1 -P N` writes a batch of N commands, waits for "
+    "all N replies, then writes the next batch, so between 0 and N are in flight. Its latencies at "
+    "N > 1 are per batch (and its percentiles have 1 us resolution); compare the tools' latencies at "
+    "1 outstanding, their throughput everywhere.",
+    "Keys are {small_key_size} bytes in small-ops and values: redis-benchmark's `key:` and 12 "
+    "digits, and zero-padded numbers of the same width in `ferrite bench`. Before any measured "
+    "request every store held every key of the key space, so every get hit and every put replaced "
+    "a value: RESP stores were loaded with redis-benchmark's exact key names, and each `ferrite "
+    "bench` get run stored its keys first (its preload) and kept them for the put run that followed.",
+    "YCSB: {ycsb_keys} records of {ycsb_value_size} bytes (YCSB's 10 fields of 100 bytes) under "
+    "{ycsb_key_size}-byte keys, {ycsb_clients} connections x {ycsb_outstanding} outstanding, "
+    "{ycsb_seconds} s per point after a preload of every record. zipfian is YCSB's scrambled "
+    "zipfian (constant 0.99); D reads with YCSB's `latest` distribution unless the row says uniform "
+    "or zipfian (the rows here set the distribution explicitly, so D-zipfian is zipfian over the "
+    "preloaded records and D-uniform uniform). E (scans) runs natively only: RESP has no ordered "
+    "scan. A native scan is one `find` returning up to 100 keys (YCSB's scans read records too).",
+    "Value sizes: {values_outstanding} outstanding on one connection; the key count shrinks as values "
+    "grow ({values_data_mib} MiB of values per store, between {values_keys_min} and {values_keys_max} "
+    "keys). The limit echo answers every get with a value of the measured size.",
+    "Shard scaling (MCAS figure 12): ferrite-server with N shards, `ferrite bench --pools "
+    "{shards_pools}` spreading the keys over pools whose names route to every shard in turn, "
+    "{shards_clients} connections x {shards_outstanding} outstanding. This machine has {nproc} CPUs: "
+    "with 2 shards the server's two event loops and the load generator share them, so nothing is "
+    "pinned here and the 2-shard figures show contention as much as scaling; MCAS ran one shard per "
+    "core with clients on other machines.",
+    "The load averages in this report include the benchmark itself: while a point runs, a server "
+    "and a load generator keep both CPUs busy, which alone makes a 1-minute load average near 2. "
+    "Figures above that, or a busy start, mean other work shared the machine.",
+    "Throughput counts completed requests over the measured phase only (no preload). Percentiles "
+    "come from HDR histograms with 3 significant digits (`ferrite bench`) or redis-benchmark's own "
+    "(1 us resolution).",
+    "Every point was measured {repeat} time(s), the repetitions of a scenario one after another, and "
+    "each row is its best repetition (its latencies are that repetition's): other work on the machine "
+    "only ever lowers a figure, so the best is the closest to what a system does alone. \"spread\" is "
+    "how far apart the repetitions were, (best - worst) / best; a large spread marks a point that "
+    "interference touched. The JSON keeps every repetition's throughput and the 1-minute load "
+    "average when it ran.",
+]
+
+
+def command_output(*argv):
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    lines = (done.stdout or done.stderr).strip().splitlines()
+    return lines[0] if lines else None
+
+
+def machine():
+    model = None
+    memory_kib = None
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            model = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), None)
+        with open("/proc/meminfo", encoding="utf-8") as f:
+            memory_kib = next((int(line.split()[1]) for line in f if line.startswith("MemTotal:")), None)
+    except OSError:
+        pass
+    try:
+        import matplotlib
+
+        matplotlib_version = matplotlib.__version__
+    except ImportError:
+        matplotlib_version = None
+    return {
+        "nproc": os.cpu_count(),
+        "cpu_model": model,
+        "kernel": f"{platform.system()} {platform.release()}",
+        "memory_gib": round(memory_kib / 1024 / 1024, 1) if memory_kib else None,
+        "rustc": command_output("rustc", "--version"),
+        "redis_server": command_output("redis-server", "--version"),
+        "redis_benchmark": command_output("redis-benchmark", "--version"),
+        "memcached": command_output("memcached", "-V"),
+        "python": platform.python_version(),
+        "matplotlib": matplotlib_version,
+    }
+
+
+def commit(root):
+    try:
+        head = subprocess.run(["git", "-C", root, "rev-parse", "HEAD"], capture_output=True, text=True, check=True)
+    except (OSError, subprocess.CalledProcessError):
+        return os.environ.get("BENCH_COMMIT", "unknown")
+    dirty = subprocess.run(["git", "-C", root, "diff", "--quiet", "HEAD", "--"], capture_output=True).returncode != 0
+    return head.stdout.strip() + (" (with uncommitted changes)" if dirty else "")
+
+
+def assemble(run, only, elapsed_s):
+    """The JSON document of a run."""
+    settings = {name: run.settings[name] for name in only}
+    today = datetime.date.today().isoformat()
+    return {
+        "benchmark": "bench/compare",
+        "date": today,
+        "generated_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "quick": run.quick,
+        "profile": run.profile,
+        "placement": "pinned" if run.pinned else "shared",
+        "elapsed_s": round(elapsed_s, 1),
+        "ferrite_commit": commit(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+        "scenarios": only,
+        "repeat": run.repeat,
+        "settings": settings,
+        "machine": machine(),
+        "load": run.loads,
+        "rows": run.rows,
+        "skipped": run.skipped,
+        "failures": run.failures,
+        "commands": run.commands,
+    }
+
+
+# --- lookups and formatting -------------------------------------------------------------------
+
+def find(rows, scenario, system, **labels):
+    for row in rows:
+        if row["scenario"] == scenario and row["system"] == system and all(row.get(k) == v for k, v in labels.items()):
+            return row
+    return None
+
+
+def rate_of(row):
+    return row["ops_per_s"] if row else None
+
+
+def ratio(numerator, denominator):
+    if numerator is None or not denominator:
+        return None
+    return numerator / denominator
+
+
+def fmt_rate(value):
+    return "-" if value is None else f"{value:,.0f}"
+
+
+def fmt_ratio(value):
+    return "-" if value is None else f"{value:.2f}"
+
+
+def fmt_us(value):
+    return "-" if value is None else f"{value:,.1f}"
+
+
+def table(header, rows, align=None):
+    align = align or ["---:"] * len(header)
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(align) + "|"]
+    lines += ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
+    return lines
+
+
+def limit_for(row):
+    """The limit system a row is read against."""
+    protocol = "native" if row["system"] in ("ferrite", "memcached", "limit") else "resp"
+    return LIMIT_OF.get((row["tool"], protocol))
+
+
+def detail_rows(rows, scenario, keys, redis_system="redis"):
+    """Every row of a scenario with its latencies, its ratio to Redis and to its limit."""
+    out = []
+    for row in rows:
+        if row["scenario"] != scenario:
+            continue
+        labels = {key: row.get(key) for key in keys}
+        redis = find(rows, scenario, redis_system, **labels)
+        limit_system = limit_for(row)
+        limit = find(rows, scenario, limit_system, **labels) if limit_system else None
+        out.append([*(row.get(key) for key in keys), SYSTEMS.get(row["system"], row["system"]), row["tool"],
+                    fmt_rate(row["ops_per_s"]), fmt_us(row.get("p50_us")), fmt_us(row.get("p99_us")),
+                    fmt_us(row.get("p99_9_us")), fmt_us(row.get("max_us")),
+                    fmt_ratio(ratio(row["ops_per_s"], rate_of(redis))),
+                    fmt_ratio(ratio(row["ops_per_s"], rate_of(limit))), spread(row), row.get("errors", 0)])
+    return out
+
+
+def spread(row):
+    """How far the repetitions of a point were apart: (best - worst) / best."""
+    runs = row.get("runs_ops_per_s") or []
+    if len(runs) < 2 or not max(runs):
+        return "-"
+    return f"{100.0 * (max(runs) - min(runs)) / max(runs):.0f}%"
+
+
+DETAIL_HEADER = ["system", "tool", "ops/s", "p50 us", "p99 us", "p99.9 us", "max us", "÷ Redis", "÷ limit", "spread",
+                 "errors"]
+
+
+# --- the Markdown page ------------------------------------------------------------------------
+
+def section_small_ops(doc):
+    rows, s = doc["rows"], doc["settings"]["small-ops"]
+    systems = ["ferrite", "ferrite-resp", "redis", "redis-everysec", "redis-always", "memcached", "limit", "limit-resp"]
+    lines = ["## Small operations", "",
+             f"put and get of {s['value_size']}-byte values under {s['key_size']}-byte keys, {s['keys']:,} keys, one "
+             f"connection, {s['seconds']} s per point. Ops/s; the ratios compare throughput.", ""]
+    body = []
+    for op in ("put", "get"):
+        for outstanding in s["outstanding"]:
+            found = {system: find(rows, "small-ops", system, op=op, outstanding=outstanding) for system in systems}
+            r = {system: rate_of(row) for system, row in found.items()}
+            body.append([op, outstanding, *(fmt_rate(r[system]) for system in systems),
+                         fmt_ratio(ratio(r["ferrite"], r["redis"])), fmt_ratio(ratio(r["ferrite-resp"], r["redis"])),
+                         fmt_ratio(ratio(r["ferrite"], r["limit"])), fmt_ratio(ratio(r["ferrite-resp"], r["limit-resp"]))])
+    lines += table(["op", "outstanding", *(SYSTEMS[s_] for s_ in systems), "**Ferrite ÷ Redis**",
+                    "**Ferrite RESP ÷ Redis**", "Ferrite ÷ limit", "Ferrite RESP ÷ limit RESP"], body,
+                   ["---", *["---:"] * (len(systems) + 5)])
+    lines += ["", "<details><summary>Every row with its latencies</summary>", ""]
+    lines += table(["op", "outstanding", *DETAIL_HEADER], detail_rows(rows, "small-ops", ["op", "outstanding"]),
+                   ["---", "---:", "---", "---", *["---:"] * 9])
+    lines += ["", "</details>", ""]
+    return lines
+
+
+def section_ycsb(doc):
+    rows, s = doc["rows"], doc["settings"]["ycsb"]
+    systems = ["ferrite", "ferrite-resp", "redis", "redis-always", "limit", "limit-resp"]
+    lines = ["## YCSB core workloads", "",
+             f"{s['keys']:,} records of {s['value_size']} B, {s['clients']} connections x {s['outstanding']} "
+             f"outstanding, {s['seconds']} s per point, every row driven by `ferrite bench` (native, or "
+             "`--target resp` through the `redis` crate). Total ops/s of each workload's mix.", ""]
+    body = []
+    for distribution in s["distributions"]:
+        for letter in s["workloads"]:
+            w = letter.upper()
+            r = {system: rate_of(find(rows, "ycsb", system, workload=w, distribution=distribution)) for system in systems}
+            body.append([w, distribution, *(fmt_rate(r[system]) for system in systems),
+                         fmt_ratio(ratio(r["ferrite"], r["redis"])), fmt_ratio(ratio(r["ferrite-resp"], r["redis"])),
+                         fmt_ratio(ratio(r["ferrite"], r["limit"]))])
+    lines += table(["workload", "keys", *(SYSTEMS[s_] for s_ in systems), "**Ferrite ÷ Redis**",
+                    "**Ferrite RESP ÷ Redis**", "Ferrite ÷ limit"], body, ["---", "---", *["---:"] * (len(systems) + 3)])
+    lines += ["", "<details><summary>Every row, by kind of operation, with its latencies</summary>", ""]
+    detail = []
+    for row in rows:
+        if row["scenario"] != "ycsb" or row["system"].startswith("limit") and row["distribution"] != s["distributions"][0]:
+            continue
+        for op, point in row.get("by_op", {}).items():
+            detail.append([row["workload"], row["distribution"] if not row["system"].startswith("limit") else "-",
+                           SYSTEMS.get(row["system"], row["system"]), op, fmt_rate(point["ops_per_s"]),
+                           fmt_us(point.get("p50_us")), fmt_us(point.get("p99_us")), fmt_us(point.get("p99_9_us")),
+                           fmt_us(point.get("max_us")), spread(row), point.get("errors", 0)])
+    lines += table(["workload", "keys", "system", "op", "ops/s", "p50 us", "p99 us", "p99.9 us", "max us", "spread",
+                    "errors"], detail, ["---", "---", "---", "---", *["---:"] * 7])
+    lines += ["", "</details>", ""]
+    return lines
+
+
+def section_values(doc):
+    rows, s = doc["rows"], doc["settings"]["values"]
+    systems = ["ferrite", "redis", "memcached", "limit"]
+    lines = ["## Value size", "",
+             f"put and get at {s['outstanding']} outstanding on one connection, {s['seconds']} s per point. Ferrite, "
+             "memcached and the limit through `ferrite bench`, Redis through redis-benchmark.", ""]
+    body = []
+    for op in ("put", "get"):
+        for size in s["sizes"]:
+            r = {system: rate_of(find(rows, "values", system, op=op, value_size=size)) for system in systems}
+            mib = None if r["ferrite"] is None else r["ferrite"] * size / (1 << 20)
+            body.append([op, size_label(size), *(fmt_rate(r[system]) for system in systems),
+                         fmt_ratio(ratio(r["ferrite"], r["redis"])), fmt_ratio(ratio(r["ferrite"], r["limit"])),
+                         "-" if mib is None else f"{mib:,.1f}"])
+    lines += table(["op", "value", *(SYSTEMS[s_] for s_ in systems), "**Ferrite ÷ Redis**", "Ferrite ÷ limit",
+                    "Ferrite MiB/s"], body, ["---", "---:", *["---:"] * (len(systems) + 3)])
+    lines += ["", "<details><summary>Every row with its latencies</summary>", ""]
+    lines += table(["op", "value", *DETAIL_HEADER], detail_rows(rows, "values", ["op", "value_size"]),
+                   ["---", "---:", "---", "---", *["---:"] * 9])
+    lines += ["", "</details>", ""]
+    return lines
+
+
+def section_shards(doc):
+    rows, s = doc["rows"], doc["settings"]["shards"]
+    lines = ["## Shard scaling", "",
+             f"{s['value_size']}-byte values, keys spread over {s['pools']} pools covering every shard, "
+             f"{s['clients']} connections x {s['outstanding']} outstanding, {s['seconds']} s per point, unpinned.", ""]
+    body = []
+    for op in s["ops"]:
+        base = {system: rate_of(find(rows, "shards", system, op=op, shards=s["shards"][0])) for system in ("ferrite", "limit")}
+        for count in s["shards"]:
+            r = {system: rate_of(find(rows, "shards", system, op=op, shards=count)) for system in ("ferrite", "limit")}
+            body.append([op, count, fmt_rate(r["ferrite"]), fmt_rate(r["limit"]), fmt_ratio(ratio(r["ferrite"], r["limit"])),
+                         fmt_ratio(ratio(r["ferrite"], base["ferrite"])), fmt_ratio(ratio(r["limit"], base["limit"]))])
+    lines += table(["op", "shards", "Ferrite ops/s", "limit ops/s", "Ferrite ÷ limit",
+                    f"Ferrite ÷ {s['shards'][0]} shard", f"limit ÷ {s['shards'][0]} shard"], body,
+                   ["---", *["---:"] * 6])
+    lines.append("")
+    return lines
+
+
+def size_label(size):
+    for unit, scale in (("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if size >= scale and size % scale == 0:
+            return f"{size // scale} {unit}"
+    return f"{size} B"
+
+
+def markdown(doc, plots):
+    host = doc["machine"]
+    settings = doc["settings"]
+    loads = ", ".join(f"{entry['when']}: {entry['loadavg'][0]:.2f}" for entry in doc["load"]) or "not recorded"
+    title = f"# Ferrite compared with Redis and memcached ({doc['date']})"
+    lines = [title, ""]
+    if doc["quick"] or doc["profile"] != "release":
+        lines += [f"> **A {'quick ' if doc['quick'] else ''}{doc['profile']} run**: it proves the harness works; "
+                  "its figures are too short or too slow to quote.", ""]
+    lines += [f"Generated by `bench/compare{' --quick' if doc['quick'] else ''}` in {doc['elapsed_s']:.0f} s on "
+              f"{host['nproc']} CPUs ({host['cpu_model'] or 'unknown CPU'}), {doc['placement']} placement, "
+              f"{doc['profile']} binaries. 1-minute load average at each stage: {loads}. Raw figures, every "
+              "latency percentile and the exact commands are in the `.json` file beside this one; "
+              "docs/benchmarks.md explains the scenarios.", ""]
+    if plots:
+        lines += ["## At a glance", ""]
+        for title_, path in plots:
+            lines += [f"![{title_}]({os.path.basename(path)})", ""]
+    sections = {"small-ops": section_small_ops, "ycsb": section_ycsb, "values": section_values, "shards": section_shards}
+    for name in doc["scenarios"]:
+        lines += sections[name](doc)
+    if doc["skipped"] or doc["failures"]:
+        lines += ["## Skipped and failed", ""]
+        lines += [f"- skipped: {why}" for why in doc["skipped"]]
+        lines += [f"- **failed**: {failure.splitlines()[0]}" for failure in doc["failures"]]
+        lines.append("")
+    values = {
+        "placement": "servers on CPU 0 and load generators on CPU 1 (taskset), one load generator at a time, "
+        "`ferrite bench` with one runtime thread like the single-threaded redis-benchmark"
+        if doc["placement"] == "pinned" else "nothing pinned: servers and load generators shared the CPUs",
+        "nproc": host["nproc"],
+        "repeat": doc["repeat"],
+        "small_key_size": settings.get("small-ops", settings.get("values", {})).get("key_size", 16),
+    }
+    for prefix, name in (("ycsb", "ycsb"), ("values", "values"), ("shards", "shards")):
+        for key, value in settings.get(name, {}).items():
+            values[f"{prefix}_{key}"] = value
+    if "values_data_bytes" in values:
+        values["values_data_mib"] = values["values_data_bytes"] >> 20
+    lines += ["## How to read this", ""]
+    for note in NOTES:
+        try:
+            lines.append("- " + note.format(**values))
+        except KeyError:
+            continue  # a note about a scenario this run did not include
+    lines += ["", "## Machine", ""]
+    lines += [
+        f"- Ferrite commit: {doc['ferrite_commit']}",
+        f"- CPUs: {host['nproc']} x {host['cpu_model'] or 'unknown'}; memory {host['memory_gib']} GiB; {host['kernel']}",
+        f"- {host['rustc'] or 'rustc unknown'}; Python {host['python']}; matplotlib {host['matplotlib'] or 'absent'}",
+        f"- {host['redis_server'] or 'redis-server unknown'}",
+        f"- {host['redis_benchmark'] or 'redis-benchmark unknown'}; {host['memcached'] or 'memcached unknown'}",
+        f"- load average (1, 5, 15 min): " + "; ".join(f"{e['when']} {e['loadavg']}" for e in doc["load"]),
+        "", "## Commands", "",
+        "Run from the repository root, in this order (ports were picked free at run time):", "", "```sh",
+        *doc["commands"], "```", "",
+    ]
+    return "\n".join(lines)
+
+
+def write(doc, base):
+    """Writes <base>.json, <base>.md and the plots <base>-*.png; returns the paths written."""
+    plots = []
+    try:
+        import plots as plotting  # bench/plots.py; needs matplotlib
+
+        plots = plotting.draw(doc, base)
+    except ImportError as error:
+        doc["failures"].append(f"plots not drawn: {error} (run through bench/compare, which installs matplotlib)")
+    with open(base + ".json", "w", encoding="utf-8") as f:
+        json.dump(doc, f, indent=1)
+        f.write("\n")
+    with open(base + ".md", "w", encoding="utf-8") as f:
+        f.write(markdown(doc, plots))
+    return [base + ".md", base + ".json", *(path for _, path in plots)]

@@ -1,0 +1,383 @@
+//! The stores a run can drive, behind one small interface: connect the clients, hand each worker
+//! its way to the store, perform one operation, clean up.
+//!
+//! - native: Ferrite's protocol through `ferrite-client`, on one or more pools (`--pools`) whose
+//!   names route to every shard in turn;
+//! - resp: the Redis protocol through the `redis` crate's multiplexed connection (which
+//!   pipelines the requests of concurrent tasks on one connection, as `ferrite-client` does);
+//! - memcache: memcached's text protocol through `super::memcache`.
+//!
+//! An enum rather than a trait object: the set is closed, and a `match` per operation keeps the
+//! hot path free of boxing.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use ferrite_client::{ClientOptions, Error, FindKind, Pool, PoolOptions, Session};
+use redis::aio::MultiplexedConnection;
+use redis::AsyncConnectionConfig;
+
+use super::memcache::{self, Reply};
+use super::{Plan, TargetKind};
+
+/// Connecting plus the handshake, per connection.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long the RESP client waits for one reply before failing the request. The `redis` crate's
+/// default is half a second, which a loaded server with `appendfsync always` can exceed without
+/// anything being wrong; the native client has no such limit either.
+const RESP_RESPONSE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Candidate names tried per pool when looking for one that routes to a given shard. With FNV-1a
+/// routing a name lands on a given one of S shards with probability 1/S, so failing 1,000 tries is
+/// out of the question for any shard count a server has.
+const POOL_NAME_TRIES_MAX: u32 = 1000;
+
+/// Why one operation failed, and whether the connection it used is gone (every later operation
+/// on it would fail at once, so the worker stops).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failure {
+    pub message: String,
+    pub fatal: bool,
+}
+
+impl Failure {
+    fn new(message: impl Into<String>) -> Failure {
+        Failure { message: message.into(), fatal: false }
+    }
+
+    fn native(error: &Error) -> Failure {
+        Failure { message: error.to_string(), fatal: error.is_connection_closed() }
+    }
+
+    fn resp(error: &redis::RedisError) -> Failure {
+        Failure {
+            message: error.to_string(),
+            fatal: error.is_connection_dropped() || error.is_io_error() || error.is_unrecoverable_error(),
+        }
+    }
+
+    fn memcache(closed: memcache::Closed) -> Failure {
+        Failure { message: closed.0, fatal: true }
+    }
+}
+
+/// Everything a run connected (and, for native, the pools it opened), one entry per client.
+#[derive(Debug)]
+pub enum Connections {
+    Native(Native),
+    Resp(Vec<MultiplexedConnection>),
+    Memcache(Vec<memcache::Connection>),
+}
+
+/// The native target's sessions and pools.
+#[derive(Debug)]
+pub struct Native {
+    sessions: Vec<Session>,
+    /// Each session's handles on every pool, by pool index.
+    pools: Vec<Arc<[Pool]>>,
+    names: Vec<String>,
+    /// Whether this run created each pool (and so may delete it).
+    created: Vec<bool>,
+    /// Shard of each pool.
+    shards: Vec<u16>,
+    shard_count: u16,
+}
+
+impl Connections {
+    /// Connects `plan.clients` clients and prepares what they work on.
+    pub async fn open(plan: &Plan) -> Result<Connections, String> {
+        match plan.target {
+            TargetKind::Native => Native::open(plan).await.map(Connections::Native),
+            TargetKind::Resp => {
+                let url = format!("redis://{}/", plan.addr);
+                let client = redis::Client::open(url.as_str()).map_err(|e| format!("--addr {}: {e}", plan.addr))?;
+                let config = AsyncConnectionConfig::new()
+                    .set_connection_timeout(Some(CONNECT_TIMEOUT))
+                    .set_response_timeout(Some(RESP_RESPONSE_TIMEOUT));
+                let mut connections = Vec::with_capacity(plan.clients as usize);
+                for _ in 0..plan.clients {
+                    let connection = client
+                        .get_multiplexed_async_connection_with_config(&config)
+                        .await
+                        .map_err(|error| format!("connecting to the RESP server at {}: {error}", plan.addr))?;
+                    connections.push(connection);
+                }
+                Ok(Connections::Resp(connections))
+            }
+            TargetKind::Memcache => {
+                let mut connections = Vec::with_capacity(plan.clients as usize);
+                for _ in 0..plan.clients {
+                    let connection = tokio::time::timeout(CONNECT_TIMEOUT, memcache::Connection::connect(&plan.addr))
+                        .await
+                        .map_err(|_| format!("connecting to memcached at {}: timed out", plan.addr))?
+                        .map_err(|error| format!("connecting to memcached at {}: {error}", plan.addr))?;
+                    connections.push(connection);
+                }
+                Ok(Connections::Memcache(connections))
+            }
+        }
+    }
+
+    /// A worker's handle on client `index`'s connection.
+    pub fn client(&self, index: usize) -> Client {
+        match self {
+            Connections::Native(native) => Client::Native(Arc::clone(&native.pools[index % native.pools.len()])),
+            Connections::Resp(connections) => Client::Resp(connections[index % connections.len()].clone()),
+            Connections::Memcache(connections) => Client::Memcache(connections[index % connections.len()].clone()),
+        }
+    }
+
+    /// What the run worked on, for the report: pool names and shards (native), or nothing.
+    pub fn pools(&self) -> Vec<(String, u16)> {
+        match self {
+            Connections::Native(native) => native.names.iter().cloned().zip(native.shards.iter().copied()).collect(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// Shards of the server (native), or `None` where the protocol does not say.
+    pub fn shard_count(&self) -> Option<u16> {
+        match self {
+            Connections::Native(native) => Some(native.shard_count),
+            _ => None,
+        }
+    }
+
+    /// Closes what the run opened and deletes the pools it created (unless --keep-pool).
+    /// Problems here are reported but do not void the measurements. Returns what happened to
+    /// the pools, for the record.
+    pub async fn finish(self, plan: &Plan) -> &'static str {
+        match self {
+            Connections::Native(native) => native.finish(plan).await,
+            Connections::Resp(_) => "none (RESP: the keys are left in the server's default pool)",
+            Connections::Memcache(_) => "none (memcached: the keys are left in place)",
+        }
+    }
+}
+
+impl Native {
+    async fn open(plan: &Plan) -> Result<Native, String> {
+        let options = ClientOptions {
+            client_name: concat!("ferrite-bench/", env!("CARGO_PKG_VERSION")).to_owned(),
+            connect_timeout: CONNECT_TIMEOUT,
+        };
+        let mut sessions = Vec::with_capacity(plan.clients as usize);
+        for _ in 0..plan.clients {
+            let session = Session::connect_with(&plan.addr, options.clone()).await.map_err(|error| match error {
+                Error::Io { .. } => {
+                    format!("{error}\n(is ferrite-server running there? choose the server with --addr or FERRITE_ADDR)")
+                }
+                other => other.to_string(),
+            })?;
+            sessions.push(session);
+        }
+        let limits = sessions[0].limits();
+        if plan.key_size > limits.key_bytes_max as usize || plan.value_size > limits.value_bytes_max as usize {
+            return Err(format!(
+                "the server takes keys of at most {} bytes and values of at most {} bytes; \
+                 --key-size {} --value-size {} do not fit",
+                limits.key_bytes_max, limits.value_bytes_max, plan.key_size, plan.value_size
+            ));
+        }
+        let shard_count = sessions[0].shard_count();
+        let names = pool_names(&plan.pool, plan.pools, shard_count, |name| sessions[0].shard_for_pool(name));
+        let shards = names.iter().map(|name| sessions[0].shard_for_pool(name)).collect();
+        let pool_options = PoolOptions {
+            size_bytes: plan.pool_size_bytes(),
+            expected_objects: plan.pairs_max().div_ceil(u64::from(plan.pools)),
+            // Scans (YCSB E) need the ordered index; other workloads do not pay for it.
+            indexed: plan.mix.sends(super::Op::Scan),
+            ..PoolOptions::default()
+        };
+        let mut native = Native { sessions, pools: Vec::new(), names, created: Vec::new(), shards, shard_count };
+        let mut first = Vec::with_capacity(native.names.len());
+        for name in &native.names {
+            match native.sessions[0].create_pool(name, pool_options).await {
+                Ok(pool) => {
+                    if !pool.created() {
+                        eprintln!(
+                            "note: pool '{name}' already exists; using it as it is (its size is kept) and leaving it in place"
+                        );
+                    }
+                    native.created.push(pool.created());
+                    first.push(pool);
+                }
+                Err(error) => {
+                    let message = format!("creating pool '{name}': {error}");
+                    native.pools.push(first.into());
+                    native.finish(plan).await;
+                    return Err(message);
+                }
+            }
+        }
+        native.pools.push(first.into());
+        for index in 1..native.sessions.len() {
+            let mut pools = Vec::with_capacity(native.names.len());
+            for name in &native.names {
+                match native.sessions[index].open_pool(name).await {
+                    Ok(pool) => pools.push(pool),
+                    Err(error) => {
+                        let message = format!("opening pool '{name}' in another session: {error}");
+                        native.pools.push(pools.into());
+                        native.finish(plan).await;
+                        return Err(message);
+                    }
+                }
+            }
+            native.pools.push(pools.into());
+        }
+        Ok(native)
+    }
+
+    async fn finish(self, plan: &Plan) -> &'static str {
+        for pools in self.pools {
+            for pool in pools.iter() {
+                if let Err(error) = pool.clone().close().await {
+                    eprintln!("warning: closing pool '{}': {error}", pool.name());
+                }
+            }
+        }
+        if !self.created.iter().any(|&created| created) {
+            return "existed before the run; left in place";
+        }
+        if plan.keep_pool {
+            return "kept (--keep-pool)";
+        }
+        let mut fate = "deleted";
+        for (name, _) in self.names.iter().zip(&self.created).filter(|(_, &created)| created) {
+            if let Err(error) = self.sessions[0].delete_pool(name).await {
+                eprintln!("warning: deleting pool '{name}': {error}");
+                fate = "delete failed";
+            }
+        }
+        fate
+    }
+}
+
+/// Names for `count` pools on a server with `shards` shards: `base` itself for one pool;
+/// otherwise `base-0`, `base-1`, ..., adjusted (`base-1.1`, `base-1.2`, ...) until pool i routes
+/// to shard i mod shards, so the pools cover every shard in turn. A name that cannot be steered
+/// (a pinned `@N/` base) is used as is.
+pub fn pool_names(base: &str, count: u32, shards: u16, shard_for: impl Fn(&str) -> u16) -> Vec<String> {
+    if count == 1 {
+        return vec![base.to_owned()];
+    }
+    (0..count)
+        .map(|index| {
+            let plain = format!("{base}-{index}");
+            let wanted = (index % u32::from(shards.max(1))) as u16;
+            std::iter::once(plain.clone())
+                .chain((1..=POOL_NAME_TRIES_MAX).map(|attempt| format!("{base}-{index}.{attempt}")))
+                .find(|name| shard_for(name) == wanted)
+                .unwrap_or(plain)
+        })
+        .collect()
+}
+
+/// One worker's way to the store.
+#[derive(Debug, Clone)]
+pub enum Client {
+    /// The worker's session's handles on every pool: key number k goes to pool k mod N.
+    Native(Arc<[Pool]>),
+    Resp(MultiplexedConnection),
+    Memcache(memcache::Connection),
+}
+
+impl Client {
+    fn pool(pools: &[Pool], number: u64) -> &Pool {
+        &pools[(number % pools.len() as u64) as usize]
+    }
+
+    /// Stores `value` under `key` (key number `number`).
+    pub async fn put(&mut self, number: u64, key: &[u8], value: &[u8]) -> Result<(), Failure> {
+        match self {
+            Client::Native(pools) => Client::pool(pools, number).put(key, value).await.map_err(|e| Failure::native(&e)),
+            Client::Resp(connection) => {
+                redis::cmd("SET").arg(key).arg(value).query_async::<()>(connection).await.map_err(|e| Failure::resp(&e))
+            }
+            Client::Memcache(connection) => match connection.set(key, value).await.map_err(Failure::memcache)? {
+                Reply::Stored => Ok(()),
+                other => Err(Failure::new(format!("memcached answered set with {other:?}"))),
+            },
+        }
+    }
+
+    /// Reads `key`'s value; a missing key is a failure (YCSB counts it as a failed read).
+    pub async fn get(&mut self, number: u64, key: &[u8]) -> Result<(), Failure> {
+        match self {
+            // The client returns an owned copy of the value; dropping it is the only cost here
+            // we cannot avoid without changing the client.
+            Client::Native(pools) => {
+                Client::pool(pools, number).get(key).await.map(drop).map_err(|e| Failure::native(&e))
+            }
+            Client::Resp(connection) => {
+                match redis::cmd("GET").arg(key).query_async::<Option<Vec<u8>>>(connection).await {
+                    Ok(Some(_)) => Ok(()),
+                    Ok(None) => Err(Failure::new("key not found (GET answered nil)")),
+                    Err(error) => Err(Failure::resp(&error)),
+                }
+            }
+            Client::Memcache(connection) => match connection.get(key).await.map_err(Failure::memcache)? {
+                Reply::Value(_) => Ok(()),
+                Reply::Miss => Err(Failure::new("key not found (get answered END)")),
+                other => Err(Failure::new(format!("memcached answered get with {other:?}"))),
+            },
+        }
+    }
+
+    /// Removes `key`; a missing key is a failure.
+    pub async fn erase(&mut self, number: u64, key: &[u8]) -> Result<(), Failure> {
+        match self {
+            Client::Native(pools) => Client::pool(pools, number).erase(key).await.map_err(|e| Failure::native(&e)),
+            Client::Resp(connection) => match redis::cmd("DEL").arg(key).query_async::<i64>(connection).await {
+                Ok(1) => Ok(()),
+                Ok(_) => Err(Failure::new("key not found (DEL answered 0)")),
+                Err(error) => Err(Failure::resp(&error)),
+            },
+            Client::Memcache(connection) => match connection.delete(key).await.map_err(Failure::memcache)? {
+                Reply::Deleted => Ok(()),
+                other => Err(Failure::new(format!("memcached answered delete with {other:?}"))),
+            },
+        }
+    }
+
+    /// Up to `count` keys in key order after `key`, in `key`'s pool: one `find` request (YCSB's
+    /// scan reads the records too; a `find` returns keys only). Native only: `Plan::new` refuses
+    /// scanning workloads on the other targets.
+    pub async fn scan(&mut self, number: u64, key: &[u8], count: u32) -> Result<(), Failure> {
+        match self {
+            Client::Native(pools) => Client::pool(pools, number)
+                .find(FindKind::Prefix, b"", Some(key), count)
+                .await
+                .map(drop)
+                .map_err(|e| Failure::native(&e)),
+            Client::Resp(_) | Client::Memcache(_) => Err(Failure::new("this protocol has no ordered scan")),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ferrite_proto::shard_for_pool;
+
+    /// Pools cover the shards round-robin, with distinct names, whatever the routing hash does.
+    #[test]
+    fn pool_names_cover_every_shard_in_turn() {
+        assert_eq!(pool_names("bench", 1, 4, |_| 3), ["bench"]);
+        for shards in [1u16, 2, 3, 8] {
+            let names = pool_names("bench", 10, shards, |name| shard_for_pool(name, shards));
+            let routed: Vec<u16> = names.iter().map(|name| shard_for_pool(name, shards)).collect();
+            let wanted: Vec<u16> = (0..10u16).map(|i| i % shards).collect();
+            assert_eq!(routed, wanted, "{names:?}");
+            let mut unique = names.clone();
+            unique.sort();
+            unique.dedup();
+            assert_eq!(unique.len(), names.len(), "{names:?}");
+        }
+        // A pinned base cannot be steered: every name stays on its shard.
+        let pinned = pool_names("@1/bench", 3, 2, |name| shard_for_pool(name, 2));
+        assert_eq!(pinned, ["@1/bench-0", "@1/bench-1", "@1/bench-2"]);
+    }
+}
