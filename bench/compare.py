@@ -35,6 +35,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "bench"))
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 
 import report  # noqa: E402  (bench/report.py, beside this file)
 
@@ -609,12 +610,12 @@ def render(path):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+    parser = argparse.ArgumentParser(prog="bench/compare", description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
-    parser.add_argument("--quick", action="store_true", help="a reduced matrix at ~1 s per point, into a temporary "
+    parser.add_argument("--quick", action="store_true", help="a reduced matrix at ~0.5 s per point, into a temporary "
                         "directory unless --out is given (make test-bench)")
     parser.add_argument("--out", help="directory for the results (default: bench/results; --quick: a temporary one)")
-    parser.add_argument("--only", help="comma-separated scenarios to run: " + ",".join(SCENARIOS))
+    parser.add_argument("--only", metavar="SCENARIOS", help="comma-separated scenarios to run: " + ",".join(SCENARIOS))
     parser.add_argument("--debug", action="store_true", help="use debug binaries (the quick check does; figures "
                         "from them mean nothing)")
     parser.add_argument("--no-build", action="store_true", help="use the binaries already built")
