@@ -4,6 +4,7 @@
 //! with its own listening port and its own pools; shards share nothing. See `DESIGN.md` and
 //! `docs/configuration.md`.
 
+mod buffered;
 pub mod config;
 mod connection;
 mod handler;

@@ -1,4 +1,4 @@
-//! One RESP client connection: the socket loop of the native connection, with RESP framing.
+//! One RESP client connection: RESP framing on top of the shared socket loop (`buffered.rs`).
 //!
 //! The task reads whatever the socket has, answers every complete command in the buffer, and
 //! writes all the replies with one write, so a pipelining client (`redis-benchmark -P`,
@@ -18,34 +18,17 @@ use tracing::debug;
 use super::commands::{self, Client};
 use super::parser::{Parsed, Parser};
 use super::{reply, Settings};
+use crate::buffered::{self, Buffers, Ended, Next, WRITE_FLUSH_BYTES};
 use crate::handler::{Flow, ShardState};
 use crate::session::Session;
 
 /// How much room a read asks for.
 const READ_CHUNK_BYTES: usize = 16 * 1024;
 
-/// Replies are flushed once this much is buffered, so a client that pipelines many large `GET`s
-/// cannot make the server buffer unbounded output.
-const WRITE_FLUSH_BYTES: usize = 1024 * 1024;
-
-/// An idle buffer larger than this (left over from a large value) is given back to the allocator.
-const IDLE_BUFFER_BYTES_MAX: usize = 256 * 1024;
-
 /// How long a closing connection waits for its client to hang up.
 const CLOSE_DRAIN_TIMEOUT: Duration = Duration::from_secs(1);
 
-/// What the connection does next after answering the commands it has.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Next {
-    Read,
-    /// The output buffer is full; write it, then answer the commands already buffered.
-    Flush,
-    Close,
-}
-
 struct Connection {
-    read_buf: BytesMut,
-    write_buf: BytesMut,
     parser: Parser,
     client: Client,
 }
@@ -84,14 +67,16 @@ pub(crate) async fn serve(
             return;
         }
     };
-    let mut connection = Connection {
-        read_buf: BytesMut::with_capacity(READ_CHUNK_BYTES),
-        write_buf: BytesMut::with_capacity(READ_CHUNK_BYTES),
-        parser: Parser::new(settings.limits),
-        client: Client::new(session, pool, id),
-    };
-    match connection.run(&mut stream, &shard, &settings, &mut shutdown).await {
-        Ok(()) => debug!(?peer, "RESP connection closed"),
+    let mut connection = Connection { parser: Parser::new(settings.limits), client: Client::new(session, pool, id) };
+    let mut buffers = Buffers::new(READ_CHUNK_BYTES);
+    let ended = buffered::drive(&mut stream, &mut shutdown, &mut buffers, |buffers| {
+        connection.answer_buffered(&mut shard.borrow_mut(), &settings, buffers)
+    })
+    .await;
+    match ended {
+        // `QUIT` or a protocol error: the client gets to read the last reply before the close.
+        Ok(Ended::Closed) => close_gently(&mut stream, &mut shutdown).await,
+        Ok(ended) => debug!(?peer, ?ended, "RESP connection closed"),
         Err(error) => debug!(?peer, %error, "RESP connection failed"),
     }
     shard.borrow_mut().end_session(&mut connection.client.session);
@@ -117,67 +102,28 @@ async fn close_gently(stream: &mut TcpStream, shutdown: &mut watch::Receiver<boo
 }
 
 impl Connection {
-    async fn run(
-        &mut self,
-        stream: &mut TcpStream,
-        shard: &RefCell<ShardState>,
-        settings: &Settings,
-        shutdown: &mut watch::Receiver<bool>,
-    ) -> std::io::Result<()> {
-        let mut next = Next::Read;
-        loop {
-            if next == Next::Read {
-                if self.read_buf.capacity() - self.read_buf.len() < READ_CHUNK_BYTES / 4 {
-                    self.read_buf.reserve(READ_CHUNK_BYTES);
-                }
-                let read = tokio::select! {
-                    biased;
-                    _ = shutdown.wait_for(|stop| *stop) => return Ok(()),
-                    read = stream.read_buf(&mut self.read_buf) => read?,
-                };
-                if read == 0 {
-                    return Ok(());
-                }
-            }
-            next = self.answer_buffered(&mut shard.borrow_mut(), settings);
-            if !self.write_buf.is_empty() {
-                // A client that stops reading must not hold the shard's shutdown hostage.
-                tokio::select! {
-                    biased;
-                    _ = shutdown.wait_for(|stop| *stop) => return Ok(()),
-                    written = stream.write_all(&self.write_buf) => written?,
-                }
-                self.write_buf.clear();
-            }
-            if next == Next::Close {
-                close_gently(stream, shutdown).await;
-                return Ok(());
-            }
-            self.shrink_idle_buffers();
-        }
-    }
-
     /// Answers every complete command in the read buffer, until the output buffer fills.
-    fn answer_buffered(&mut self, shard: &mut ShardState, settings: &Settings) -> Next {
+    fn answer_buffered(&mut self, shard: &mut ShardState, settings: &Settings, buffers: &mut Buffers) -> Next {
         // One clock read per batch: every write in it gets the same timestamp.
         let now_ns = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
+        let Buffers { read, write, .. } = buffers;
         loop {
-            if self.write_buf.len() >= WRITE_FLUSH_BYTES {
+            if write.len() >= WRITE_FLUSH_BYTES {
                 return Next::Flush;
             }
-            match self.parser.parse(&self.read_buf) {
+            match self.parser.parse(read) {
                 Ok(Parsed::Incomplete { needed }) => {
                     if let Some(needed) = needed {
                         // Already checked against the command limit by the parser.
-                        self.read_buf.reserve(needed.saturating_sub(self.read_buf.len()));
+                        read.reserve(needed.saturating_sub(read.len()));
                     }
                     return Next::Read;
                 }
-                Ok(Parsed::Skip { consumed }) => self.read_buf.advance(consumed),
+                Ok(Parsed::Skip { consumed }) => read.advance(consumed),
                 Ok(Parsed::Command { consumed }) => {
-                    let args = self.parser.args(&self.read_buf);
-                    let flow = commands::execute(args, &mut self.client, shard, settings, now_ns, &mut self.write_buf);
-                    self.read_buf.advance(consumed);
+                    let args = self.parser.args(read);
+                    let flow = commands::execute(args, &mut self.client, shard, settings, now_ns, write);
+                    read.advance(consumed);
                     if flow == Flow::Close {
                         return Next::Close;
                     }
@@ -185,19 +131,10 @@ impl Connection {
                 Err(error) => {
                     shard.stats.requests += 1;
                     shard.stats.failures += 1;
-                    reply::error(&mut self.write_buf, &format!("ERR Protocol error: {error}"));
+                    reply::error(write, &format!("ERR Protocol error: {error}"));
                     return Next::Close;
                 }
             }
-        }
-    }
-
-    fn shrink_idle_buffers(&mut self) {
-        if self.read_buf.is_empty() && self.read_buf.capacity() > IDLE_BUFFER_BYTES_MAX {
-            self.read_buf = BytesMut::with_capacity(READ_CHUNK_BYTES);
-        }
-        if self.write_buf.capacity() > IDLE_BUFFER_BYTES_MAX {
-            self.write_buf = BytesMut::with_capacity(READ_CHUNK_BYTES);
         }
     }
 }
