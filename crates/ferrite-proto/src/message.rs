@@ -38,7 +38,8 @@ pub enum Opcode {
 }
 
 impl Opcode {
-    const REQUESTS: [Opcode; 13] = [
+    /// Every request opcode.
+    pub const REQUESTS: [Opcode; 13] = [
         Opcode::Hello,
         Opcode::CreatePool,
         Opcode::OpenPool,

@@ -224,23 +224,8 @@ fn response() -> impl Strategy<Value = OwnedResponse> {
 
 /// Opcodes worth hitting often: every request, its response, and `error`, beside arbitrary ones.
 fn opcode() -> impl Strategy<Value = u16> {
-    const REQUESTS: [Opcode; 13] = [
-        Opcode::Hello,
-        Opcode::CreatePool,
-        Opcode::OpenPool,
-        Opcode::ClosePool,
-        Opcode::DeletePool,
-        Opcode::ListPools,
-        Opcode::Put,
-        Opcode::Get,
-        Opcode::Erase,
-        Opcode::Count,
-        Opcode::GetAttribute,
-        Opcode::Find,
-        Opcode::GetStatistics,
-    ];
     let known: Vec<u16> =
-        REQUESTS.iter().flat_map(|op| [*op as u16, op.response_code()]).chain([Opcode::Error as u16]).collect();
+        Opcode::REQUESTS.iter().flat_map(|op| [*op as u16, op.response_code()]).chain([Opcode::Error as u16]).collect();
     prop_oneof![select(known), any::<u16>()]
 }
 

@@ -461,37 +461,29 @@ fn mset(call: &mut Call<'_, '_>) -> Result<Flow, RespError> {
 
 fn del(call: &mut Call<'_, '_>) -> Result<Flow, RespError> {
     let pool = call.client.pool;
-    let keys = call.args.skip(1);
-    check_all(call.shard, keys.iter().map(|key| Request::Erase { pool, key }))?;
-    let mut erased = 0;
-    for key in keys.iter() {
-        match run!(call, Request::Erase { pool, key }) {
-            Ok(Response::Erased) => erased += 1,
-            Ok(other) => return Err(RespError::unexpected(&other)),
-            Err(failure) if failure.code == ErrorCode::KeyNotFound => {}
-            Err(failure) => return Err(failure.into()),
-        }
-    }
-    reply::integer(call.out, erased);
-    Ok(Flow::Continue)
+    count_keys_where(call, |key| Request::Erase { pool, key })
 }
 
 /// `EXISTS k [k ...]`: how many of the keys exist, a key named twice counting twice (as in Redis).
 fn exists(call: &mut Call<'_, '_>) -> Result<Flow, RespError> {
     let pool = call.client.pool;
+    count_keys_where(call, |key| Request::GetAttribute { pool, attribute: Attribute::ValueLength, key })
+}
+
+/// Runs `request` for every key argument and replies with how many succeeded; a missing key counts
+/// zero. All requests are checked against the limits first, so an oversized key changes nothing.
+fn count_keys_where<'k>(call: &mut Call<'k, '_>, request: impl Fn(&'k [u8]) -> Request<'k>) -> Result<Flow, RespError> {
     let keys = call.args.skip(1);
-    let probe = |key| Request::GetAttribute { pool, attribute: Attribute::ValueLength, key };
-    check_all(call.shard, keys.iter().map(probe))?;
-    let mut present = 0;
+    check_all(call.shard, keys.iter().map(&request))?;
+    let mut succeeded = 0;
     for key in keys.iter() {
-        match run!(call, probe(key)) {
-            Ok(Response::Attribute(_)) => present += 1,
-            Ok(other) => return Err(RespError::unexpected(&other)),
+        match run!(call, request(key)) {
+            Ok(_) => succeeded += 1,
             Err(failure) if failure.code == ErrorCode::KeyNotFound => {}
             Err(failure) => return Err(failure.into()),
         }
     }
-    reply::integer(call.out, present);
+    reply::integer(call.out, succeeded);
     Ok(Flow::Continue)
 }
 
