@@ -133,7 +133,7 @@ impl SegmentFile for SimSegment {
         Ok(())
     }
 
-    fn write_all_at(&mut self, offset: u64, data: &[u8]) -> io::Result<()> {
+    fn write_all_at(&self, offset: u64, data: &[u8]) -> io::Result<()> {
         let mut disk = lock(&self.disk);
         take_one(&mut disk.writes_left, "write")?;
         let file = disk.files.get_mut(&self.id).ok_or_else(not_found)?;
@@ -148,7 +148,7 @@ impl SegmentFile for SimSegment {
         Ok(())
     }
 
-    fn sync_data(&mut self) -> io::Result<()> {
+    fn sync_data(&self) -> io::Result<()> {
         let mut disk = lock(&self.disk);
         take_one(&mut disk.syncs_left, "sync")?;
         let file = disk.files.get_mut(&self.id).ok_or_else(not_found)?;

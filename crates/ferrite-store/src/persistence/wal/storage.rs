@@ -7,12 +7,15 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 /// One segment file.
-pub trait SegmentFile: Send {
+///
+/// Methods take `&self` so a segment can be written and synced by a log's sync thread while the
+/// shard that owns the log keeps appending (positional writes to disjoint ranges need no lock).
+pub trait SegmentFile: Send + Sync {
     /// Fills `buf` from `offset`; fails with `UnexpectedEof` past the end.
     fn read_exact_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()>;
-    fn write_all_at(&mut self, offset: u64, data: &[u8]) -> io::Result<()>;
+    fn write_all_at(&self, offset: u64, data: &[u8]) -> io::Result<()>;
     /// Makes every completed write durable (`fdatasync`).
-    fn sync_data(&mut self) -> io::Result<()>;
+    fn sync_data(&self) -> io::Result<()>;
     fn size_bytes(&self) -> io::Result<u64>;
 }
 
@@ -85,11 +88,11 @@ impl SegmentFile for FsSegment {
         FileExt::read_exact_at(&self.file, buf, offset)
     }
 
-    fn write_all_at(&mut self, offset: u64, data: &[u8]) -> io::Result<()> {
+    fn write_all_at(&self, offset: u64, data: &[u8]) -> io::Result<()> {
         FileExt::write_all_at(&self.file, data, offset)
     }
 
-    fn sync_data(&mut self) -> io::Result<()> {
+    fn sync_data(&self) -> io::Result<()> {
         self.file.sync_data()
     }
 

@@ -179,12 +179,39 @@ fn a_full_disk_refuses_cleanly_and_recovers_when_space_returns() {
     assert_eq!(replay(&storage, 1).expect("replay").len(), 2);
 }
 
+/// A record larger than a segment (a growing hash table's record can be) gets a segment of its
+/// own, sized to fit, and the log goes on in ordinary segments after it.
 #[test]
-fn oversized_records_are_refused() {
+fn a_record_larger_than_a_segment_gets_its_own_segment() {
     let storage = SimStorage::default();
     let mut writer = open_writer(&storage, 1);
-    assert!(matches!(writer.append(&[0u8; 1024]), Err(WalError::RecordTooLarge { .. })));
-    assert_eq!(writer.append(b"fits").expect("a small record still fits"), 1);
+    writer.append(&payload(1, 100)).expect("append");
+    writer.append(&payload(2, 5000)).expect("a record five times a segment is appended");
+    writer.append(&payload(3, 100)).expect("append");
+    writer.commit().expect("commit");
+    let records = replay(&storage, 1).expect("replay");
+    assert_eq!(records, vec![(1, payload(1, 100)), (2, payload(2, 5000)), (3, payload(3, 100))]);
+    let mut writer = open_writer(&storage, 1);
+    assert_eq!(writer.append(&payload(4, 100)).expect("append after reopening"), 4);
+    writer.commit().expect("commit");
+    assert_eq!(replay(&storage, 1).expect("replay").len(), 4);
+}
+
+/// Room is reserved ahead: `ensure_room` prepares segments, and a full disk refuses the
+/// reservation while appends into the room already prepared keep working.
+#[test]
+fn room_is_prepared_ahead_and_a_full_disk_refuses_only_the_reservation() {
+    let storage = SimStorage::default();
+    let mut writer = open_writer(&storage, 1);
+    writer.ensure_room(3000).expect("room for three segments' worth");
+    assert!(writer.prepared_bytes() >= 3000);
+    storage.set_full(true);
+    assert!(matches!(writer.ensure_room(10_000), Err(WalError::NoSpace(_))));
+    for lsn in 1..=20 {
+        writer.append(&payload(lsn, 100)).expect("appends within the prepared room need no new file");
+    }
+    writer.commit().expect("commit");
+    assert_eq!(replay(&storage, 1).expect("replay").len(), 20);
 }
 
 /// Segments released after a checkpoint are reused under new names; their old records never

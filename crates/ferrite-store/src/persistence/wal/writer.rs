@@ -1,5 +1,12 @@
 //! Appending to the log: records are buffered, placed in segments as they are appended, and made
-//! durable together by `commit`.
+//! durable together by a commit.
+//!
+//! A commit has two halves so that the `fdatasync` can run off the shard's thread: [`WalWriter::
+//! take_batch`] hands over every buffered record (memory only, quick), [`CommitBatch::write`] does
+//! the I/O (on any thread, while the shard keeps appending), and [`WalWriter::finish_batch`]
+//! publishes the new durable LSN. [`WalWriter::commit`] does all three in place.
+
+use std::sync::Arc;
 
 use super::format::{encode_record, record_bytes, segment_name, Lsn, SegmentHeader, SEGMENT_HEADER_BYTES};
 use super::reader::Recovered;
@@ -9,7 +16,8 @@ use super::WalError;
 /// The shape of a log.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WalConfig {
-    /// Size of each preallocated segment file.
+    /// Size of each preallocated segment file. A record too large for one gets a segment of its
+    /// own, sized to fit.
     pub segment_bytes: u64,
 }
 
@@ -26,7 +34,9 @@ impl Default for WalConfig {
 #[derive(Debug)]
 struct Segment<F> {
     seq: u64,
-    file: F,
+    file: Arc<F>,
+    /// The file's size: records fill it up to here.
+    bytes: u64,
     /// LSN of the last record placed in the segment; `None` while it holds none.
     last_lsn: Option<Lsn>,
 }
@@ -40,7 +50,68 @@ struct Run {
     end: usize,
 }
 
-/// Appends records to a log. Not thread-safe by design: one shard owns its log.
+/// One write of a batch: bytes for a place in a segment file.
+#[derive(Debug)]
+struct BatchRun<F> {
+    file: Arc<F>,
+    name: String,
+    position: u64,
+    start: usize,
+    end: usize,
+}
+
+/// Buffered records handed over for writing, with the files they go to. Writing it needs no
+/// access to the writer, so it can run on another thread while the writer takes new records.
+#[derive(Debug)]
+pub struct CommitBatch<F> {
+    bytes: Vec<u8>,
+    runs: Vec<BatchRun<F>>,
+    /// The LSN of the batch's last record: durable once `write` succeeds.
+    last_lsn: Lsn,
+}
+
+/// How a batch's I/O ended; hand it back with [`WalWriter::finish_batch`].
+#[derive(Debug)]
+pub struct BatchOutcome {
+    bytes: Vec<u8>,
+    last_lsn: Lsn,
+    result: Result<(), (String, std::io::Error)>,
+}
+
+impl<F: SegmentFile> CommitBatch<F> {
+    /// The LSN of the batch's last record.
+    pub fn last_lsn(&self) -> Lsn {
+        self.last_lsn
+    }
+
+    /// Bytes the batch writes, segment headers and padding included.
+    pub fn len_bytes(&self) -> usize {
+        self.bytes.len()
+    }
+
+    /// Writes the batch and syncs it: runs in order, one `fdatasync` per segment after its last
+    /// run, so a later segment never holds records whose predecessors could still be lost.
+    pub fn write(self) -> BatchOutcome {
+        let result = self.write_runs();
+        BatchOutcome { bytes: self.bytes, last_lsn: self.last_lsn, result }
+    }
+
+    fn write_runs(&self) -> Result<(), (String, std::io::Error)> {
+        for (index, run) in self.runs.iter().enumerate() {
+            run.file
+                .write_all_at(run.position, &self.bytes[run.start..run.end])
+                .map_err(|source| (format!("writing {}", run.name), source))?;
+            let last_in_segment = self.runs.get(index + 1).is_none_or(|next| !Arc::ptr_eq(&next.file, &run.file));
+            if last_in_segment {
+                run.file.sync_data().map_err(|source| (format!("syncing {}", run.name), source))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Appends records to a log. Not thread-safe by design: one shard owns its log; only a taken
+/// [`CommitBatch`] travels to another thread.
 #[derive(Debug)]
 pub struct WalWriter<S: LogStorage> {
     storage: S,
@@ -54,9 +125,13 @@ pub struct WalWriter<S: LogStorage> {
     next_lsn: Lsn,
     durable_lsn: Lsn,
     next_seq: u64,
-    /// Encoded records (and segment headers) not yet written.
+    /// Encoded records (and segment headers) not yet taken by a batch.
     pending: Vec<u8>,
     runs: Vec<Run>,
+    /// A taken batch has not been finished yet.
+    in_flight: bool,
+    /// A spare buffer, returned by the last finished batch, so steady-state commits allocate nothing.
+    spare: Vec<u8>,
     poisoned: Option<String>,
 }
 
@@ -70,16 +145,21 @@ impl<S: LogStorage> WalWriter<S> {
     pub fn open(storage: S, config: WalConfig, recovered: &Recovered) -> Result<WalWriter<S>, WalError> {
         let open = |seq: u64| {
             let name = segment_name(seq);
-            storage.open(&name).map_err(|source| WalError::Io { context: format!("opening {name}"), source })
+            let io = |source| WalError::Io { context: format!("opening {name}"), source };
+            let file = storage.open(&name).map_err(io)?;
+            let bytes = file.size_bytes().map_err(io)?;
+            Ok::<_, WalError>((Arc::new(file), bytes))
         };
         let mut segments = Vec::new();
         for state in &recovered.segments {
-            segments.push(Segment { seq: state.seq, file: open(state.seq)?, last_lsn: state.last_lsn });
+            let (file, bytes) = open(state.seq)?;
+            segments.push(Segment { seq: state.seq, file, bytes, last_lsn: state.last_lsn });
         }
         let tail = segments.len().checked_sub(1);
         let tail_position = recovered.segments.last().map_or(0, |state| state.end);
         for seq in &recovered.unstarted {
-            segments.push(Segment { seq: *seq, file: open(*seq)?, last_lsn: None });
+            let (file, bytes) = open(*seq)?;
+            segments.push(Segment { seq: *seq, file, bytes, last_lsn: None });
         }
         let next_seq = segments.iter().map(|s| s.seq + 1).max().unwrap_or(1);
         let durable_lsn = recovered.next_lsn - 1;
@@ -94,6 +174,8 @@ impl<S: LogStorage> WalWriter<S> {
             next_seq,
             pending: Vec::new(),
             runs: Vec::new(),
+            in_flight: false,
+            spare: Vec::new(),
             poisoned: None,
         })
     }
@@ -108,6 +190,21 @@ impl<S: LogStorage> WalWriter<S> {
         self.next_lsn
     }
 
+    /// Why the log refuses everything, if an earlier write or sync failed.
+    pub fn poisoned(&self) -> Option<&str> {
+        self.poisoned.as_deref()
+    }
+
+    /// True if records are buffered that no batch has taken yet.
+    pub fn has_pending(&self) -> bool {
+        !self.runs.is_empty()
+    }
+
+    /// Bytes buffered and not yet taken by a batch.
+    pub fn pending_bytes(&self) -> usize {
+        self.pending.len()
+    }
+
     fn check_usable(&self) -> Result<(), WalError> {
         match &self.poisoned {
             Some(cause) => Err(WalError::Poisoned(cause.clone())),
@@ -115,25 +212,66 @@ impl<S: LogStorage> WalWriter<S> {
         }
     }
 
-    /// Buffers one record and returns its LSN. It is durable once a later [`WalWriter::commit`]
-    /// succeeds. Fails without changing anything if the record cannot fit a segment, or if it
-    /// needs a new segment and the device has no room for one.
+    /// Bytes that records can take before the log must create another segment file: the rest of
+    /// the tail segment plus every prepared one (each less its header).
+    pub fn prepared_bytes(&self) -> u64 {
+        let first_unused = self.tail.map_or(0, |tail| tail + 1);
+        let in_tail = self.tail.map_or(0, |tail| self.segments[tail].bytes - self.tail_position);
+        in_tail + self.segments[first_unused..].iter().map(|s| s.bytes - SEGMENT_HEADER_BYTES).sum::<u64>()
+    }
+
+    /// Prepares segment files until records of `bytes` in total can be appended without creating
+    /// one. A shard calls this before it changes pool memory, so that a full disk refuses the
+    /// operation cleanly ([`WalError::NoSpace`]) instead of failing after the change was made.
+    pub fn ensure_room(&mut self, bytes: u64) -> Result<(), WalError> {
+        self.check_usable()?;
+        while self.prepared_bytes() < bytes {
+            self.prepare_segment(self.segment_bytes)?;
+        }
+        Ok(())
+    }
+
+    /// Buffers one record and returns its LSN. It is durable once a later commit covering it
+    /// succeeds. Fails without changing anything if it needs a new segment and the device has
+    /// no room for one (which [`WalWriter::ensure_room`] beforehand rules out).
     pub fn append(&mut self, payload: &[u8]) -> Result<Lsn, WalError> {
         self.check_usable()?;
         let size = record_bytes(payload.len());
-        if SEGMENT_HEADER_BYTES + size > self.segment_bytes {
+        if u32::try_from(payload.len()).is_err() {
             return Err(WalError::RecordTooLarge { bytes: size, segment_bytes: self.segment_bytes });
         }
         let lsn = self.next_lsn;
-        let fits = self.tail.is_some() && self.tail_position + size <= self.segment_bytes;
+        let fits = self.tail.is_some_and(|tail| self.tail_position + size <= self.segments[tail].bytes);
         if !fits {
             let next = self.tail.map_or(0, |tail| tail + 1);
-            if next == self.segments.len() {
-                self.prepare_segment()?;
-            }
+            let needed = SEGMENT_HEADER_BYTES + size;
+            // Prepared segments too small for this record stay prepared for later records.
+            let usable = self.segments[next..].iter().position(|segment| segment.bytes >= needed);
+            let next = match usable {
+                Some(offset) => {
+                    let index = next + offset;
+                    let segment = self.segments.remove(index);
+                    self.segments.insert(next, segment);
+                    self.renumber_from(next)?;
+                    next
+                }
+                None => {
+                    let bytes =
+                        if needed <= self.segment_bytes { self.segment_bytes } else { needed.next_multiple_of(4096) };
+                    self.prepare_segment(bytes)?;
+                    let last = self.segments.len() - 1;
+                    let segment = self.segments.remove(last);
+                    self.segments.insert(next, segment);
+                    self.renumber_from(next)?;
+                    next
+                }
+            };
             self.tail = Some(next);
-            let header =
-                SegmentHeader { seq: self.segments[next].seq, first_lsn: lsn, segment_bytes: self.segment_bytes };
+            let header = SegmentHeader {
+                seq: self.segments[next].seq,
+                first_lsn: lsn,
+                segment_bytes: self.segments[next].bytes,
+            };
             self.start_run(next, 0);
             self.pending.extend_from_slice(&header.encode());
             self.tail_position = SEGMENT_HEADER_BYTES;
@@ -154,6 +292,25 @@ impl<S: LogStorage> WalWriter<S> {
         Ok(lsn)
     }
 
+    /// Segment files start in sequence order (recovery relies on it), so when a prepared
+    /// segment is taken out of order the unstarted ones from `from` on are renamed to follow
+    /// in the order they now have. Only unstarted segments are renamed.
+    fn renumber_from(&mut self, from: usize) -> Result<(), WalError> {
+        let in_order = self.segments[from..].windows(2).all(|pair| pair[0].seq < pair[1].seq);
+        if in_order {
+            return Ok(());
+        }
+        for index in from..self.segments.len() {
+            let (old, new) = (segment_name(self.segments[index].seq), segment_name(self.next_seq));
+            self.storage
+                .rename(&old, &new)
+                .map_err(|source| WalError::Io { context: format!("renaming {old} to {new}"), source })?;
+            self.segments[index].seq = self.next_seq;
+            self.next_seq += 1;
+        }
+        Ok(())
+    }
+
     fn start_run(&mut self, segment: usize, position: u64) {
         let start = self.pending.len();
         self.runs.push(Run { segment, position, start, end: start });
@@ -166,64 +323,82 @@ impl<S: LogStorage> WalWriter<S> {
         }
     }
 
-    /// Creates (preallocates) the next segment file. Nothing is written to the log, so failing
-    /// here leaves it usable.
-    fn prepare_segment(&mut self) -> Result<(), WalError> {
+    /// Creates (preallocates) a segment file of `bytes` at the end of the list. Nothing is
+    /// written to the log, so failing here leaves it usable.
+    fn prepare_segment(&mut self, bytes: u64) -> Result<(), WalError> {
         let seq = self.next_seq;
         let name = segment_name(seq);
-        let file = self.storage.create(&name, self.segment_bytes).map_err(|source| {
+        let file = self.storage.create(&name, bytes).map_err(|source| {
             if is_no_space(&source) {
-                WalError::NoSpace(format!("cannot create {name} ({} bytes): {source}", self.segment_bytes))
+                WalError::NoSpace(format!("cannot create {name} ({bytes} bytes): {source}"))
             } else {
                 WalError::Io { context: format!("creating {name}"), source }
             }
         })?;
         self.next_seq += 1;
-        self.segments.push(Segment { seq, file, last_lsn: None });
+        self.segments.push(Segment { seq, file: Arc::new(file), bytes, last_lsn: None });
         Ok(())
     }
 
-    /// Writes every buffered record and syncs them; returns the durable LSN. Segments are written
-    /// and synced in order, one `fdatasync` each, so a later segment never holds records whose
-    /// predecessors could still be lost. Any failure poisons the writer.
-    pub fn commit(&mut self) -> Result<Lsn, WalError> {
+    /// Takes every buffered record for writing, or `None` if none is buffered or a batch is
+    /// already out (batches are written one at a time, in order).
+    pub fn take_batch(&mut self) -> Result<Option<CommitBatch<S::File>>, WalError> {
         self.check_usable()?;
-        if self.runs.is_empty() {
-            return Ok(self.durable_lsn);
+        if self.runs.is_empty() || self.in_flight {
+            return Ok(None);
         }
-        let runs = std::mem::take(&mut self.runs);
-        let mut index = 0;
-        while index < runs.len() {
-            let segment = runs[index].segment;
-            while index < runs.len() && runs[index].segment == segment {
-                let run = runs[index];
-                let seq = self.segments[segment].seq;
-                let written = self.segments[segment].file.write_all_at(run.position, &self.pending[run.start..run.end]);
-                written.map_err(|source| self.poison(format!("writing {}", segment_name(seq)), source))?;
-                index += 1;
-            }
-            let seq = self.segments[segment].seq;
-            let synced = self.segments[segment].file.sync_data();
-            synced.map_err(|source| self.poison(format!("syncing {}", segment_name(seq)), source))?;
-        }
-        self.pending.clear();
-        self.durable_lsn = self.next_lsn - 1;
-        Ok(self.durable_lsn)
+        let runs = self
+            .runs
+            .drain(..)
+            .map(|run| BatchRun {
+                file: Arc::clone(&self.segments[run.segment].file),
+                name: segment_name(self.segments[run.segment].seq),
+                position: run.position,
+                start: run.start,
+                end: run.end,
+            })
+            .collect();
+        let bytes = std::mem::replace(&mut self.pending, std::mem::take(&mut self.spare));
+        self.in_flight = true;
+        Ok(Some(CommitBatch { bytes, runs, last_lsn: self.next_lsn - 1 }))
     }
 
-    fn poison(&mut self, context: String, source: std::io::Error) -> WalError {
-        self.poisoned = Some(format!("{context}: {source}"));
-        WalError::Io { context, source }
+    /// Records how a batch's I/O ended: on success its records are durable; on failure the log
+    /// is poisoned and the error returned.
+    pub fn finish_batch(&mut self, outcome: BatchOutcome) -> Result<Lsn, WalError> {
+        self.in_flight = false;
+        let mut bytes = outcome.bytes;
+        bytes.clear();
+        self.spare = bytes;
+        match outcome.result {
+            Ok(()) => {
+                self.durable_lsn = self.durable_lsn.max(outcome.last_lsn);
+                Ok(self.durable_lsn)
+            }
+            Err((context, source)) => {
+                self.poisoned = Some(format!("{context}: {source}"));
+                Err(WalError::Io { context, source })
+            }
+        }
+    }
+
+    /// Writes every buffered record and syncs them, on this thread; returns the durable LSN. Any
+    /// failure poisons the writer.
+    pub fn commit(&mut self) -> Result<Lsn, WalError> {
+        match self.take_batch()? {
+            Some(batch) => self.finish_batch(batch.write()),
+            None => Ok(self.durable_lsn),
+        }
     }
 
     /// Recycles every segment whose records all precede `lsn` (a completed checkpoint covers
     /// them): each is renamed to a new, later sequence number and becomes a prepared segment, so
     /// the log reuses its files instead of allocating new ones. Returns how many were recycled.
-    /// Does nothing while records are buffered.
+    /// Does nothing while records are buffered or a batch is out.
     pub fn release_before(&mut self, lsn: Lsn) -> Result<usize, WalError> {
         self.check_usable()?;
         let Some(tail) = self.tail else { return Ok(0) };
-        if !self.runs.is_empty() {
+        if !self.runs.is_empty() || self.in_flight {
             return Ok(0);
         }
         let releasable =
@@ -241,5 +416,12 @@ impl<S: LogStorage> WalWriter<S> {
             self.tail = self.tail.map(|tail| tail - 1);
         }
         Ok(releasable)
+    }
+
+    /// Bytes of log between the oldest record still kept and the end: what a checkpoint would
+    /// let the log recycle.
+    pub fn retained_bytes(&self) -> u64 {
+        let Some(tail) = self.tail else { return 0 };
+        self.segments[..tail].iter().map(|s| s.bytes).sum::<u64>() + self.tail_position
     }
 }
