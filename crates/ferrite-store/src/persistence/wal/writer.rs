@@ -195,6 +195,12 @@ impl<S: LogStorage> WalWriter<S> {
         self.poisoned.as_deref()
     }
 
+    /// Refuses everything from now on, because something outside the writer failed in a way
+    /// that leaves the log behind pool memory (a record that could not be appended).
+    pub fn fail(&mut self, reason: String) {
+        self.poisoned.get_or_insert(reason);
+    }
+
     /// True if records are buffered that no batch has taken yet.
     pub fn has_pending(&self) -> bool {
         !self.runs.is_empty()

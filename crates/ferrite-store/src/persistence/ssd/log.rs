@@ -1,0 +1,233 @@
+//! A shard's write-ahead log as the shard and its sync thread share it: the shard appends records
+//! (memory only), the sync thread writes and `fdatasync`s everything appended since its last
+//! batch, one sync per batch: group commit. While one batch is on its way to the device, the next
+//! one gathers, so under load each sync covers every operation that arrived during the previous
+//! one, and the shard's thread never waits for the disk.
+
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crate::persistence::wal::{FsStorage, Lsn, WalError, WalWriter};
+
+#[derive(Debug)]
+struct LogState {
+    writer: WalWriter<FsStorage>,
+    /// A write that waits for durability was appended: sync as soon as possible.
+    urgent: bool,
+    /// When the oldest record no batch has taken was appended.
+    oldest_pending: Option<Instant>,
+    stopping: bool,
+}
+
+#[derive(Debug)]
+struct Shared {
+    state: Mutex<LogState>,
+    wake: Condvar,
+}
+
+/// The log of one shard. Cheap to clone; every clone is the same log.
+#[derive(Debug, Clone)]
+pub struct SharedLog {
+    shared: Arc<Shared>,
+}
+
+/// Called by the sync thread after each batch: the new durable LSN, or why the log failed.
+pub type DurableCallback = Box<dyn Fn(Result<Lsn, String>) + Send>;
+
+impl SharedLog {
+    pub fn new(writer: WalWriter<FsStorage>) -> SharedLog {
+        let state = LogState { writer, urgent: false, oldest_pending: None, stopping: false };
+        SharedLog { shared: Arc::new(Shared { state: Mutex::new(state), wake: Condvar::new() }) }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, LogState> {
+        // A panic while holding the lock leaves the writer in an unknown state; the guard's data is
+        // still the best record of what was appended, and every later failure is reported.
+        self.shared.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Buffers a record; returns its LSN. A failure poisons the log.
+    pub fn append(&self, payload: &[u8]) -> Result<Lsn, WalError> {
+        let mut state = self.lock();
+        match state.writer.append(payload) {
+            Ok(lsn) => {
+                state.oldest_pending.get_or_insert_with(Instant::now);
+                Ok(lsn)
+            }
+            Err(error) => {
+                // Pool memory already holds the change this record describes, so nothing may be
+                // acknowledged after it: the log refuses everything until the server restarts.
+                state.writer.fail(format!("a transaction could not be logged: {error}"));
+                Err(error)
+            }
+        }
+    }
+
+    /// Asks the sync thread to commit what is buffered now rather than at the interval.
+    pub fn request_sync(&self) {
+        let mut state = self.lock();
+        if !state.urgent {
+            state.urgent = true;
+            self.shared.wake.notify_one();
+        }
+    }
+
+    /// See [`WalWriter::ensure_room`].
+    pub fn ensure_room(&self, bytes: u64) -> Result<(), WalError> {
+        self.lock().writer.ensure_room(bytes)
+    }
+
+    /// The LSN of the last appended record.
+    pub fn last_lsn(&self) -> Lsn {
+        self.lock().writer.next_lsn() - 1
+    }
+
+    pub fn durable_lsn(&self) -> Lsn {
+        self.lock().writer.durable_lsn()
+    }
+
+    /// Why the log refuses everything, if a write or sync failed.
+    pub fn failure(&self) -> Option<String> {
+        self.lock().writer.poisoned().map(str::to_string)
+    }
+
+    /// See [`WalWriter::release_before`].
+    pub fn release_before(&self, lsn: Lsn) -> Result<usize, WalError> {
+        self.lock().writer.release_before(lsn)
+    }
+
+    /// See [`WalWriter::retained_bytes`].
+    pub fn retained_bytes(&self) -> u64 {
+        self.lock().writer.retained_bytes()
+    }
+
+    /// Starts the sync thread. Records that nobody asked to sync urgently (async writes) are
+    /// synced at most `interval` after they were appended. The thread stops, after a last commit,
+    /// when [`SyncThread::stop`] is called or the handle dropped.
+    pub fn spawn_sync_thread(
+        &self,
+        name: String,
+        interval: Duration,
+        on_durable: DurableCallback,
+    ) -> std::io::Result<SyncThread> {
+        let log = self.clone();
+        let handle = std::thread::Builder::new().name(name).spawn(move || log.sync_loop(interval, on_durable))?;
+        Ok(SyncThread { log: self.clone(), handle: Some(handle) })
+    }
+
+    fn sync_loop(&self, interval: Duration, on_durable: DurableCallback) {
+        loop {
+            let mut state = self.lock();
+            let batch = loop {
+                let due = state.oldest_pending.map(|since| since + interval);
+                let ready =
+                    state.writer.has_pending() && (state.urgent || state.stopping || due <= Some(Instant::now()));
+                if ready {
+                    break state.writer.take_batch();
+                }
+                if state.stopping {
+                    return;
+                }
+                state = match due {
+                    Some(due) => {
+                        let wait = due.saturating_duration_since(Instant::now());
+                        self.shared.wake.wait_timeout(state, wait).unwrap_or_else(std::sync::PoisonError::into_inner).0
+                    }
+                    None => self.shared.wake.wait(state).unwrap_or_else(std::sync::PoisonError::into_inner),
+                };
+            };
+            state.urgent = false;
+            state.oldest_pending = None;
+            let batch = match batch {
+                Ok(Some(batch)) => batch,
+                Ok(None) => continue,
+                Err(error) => {
+                    drop(state);
+                    on_durable(Err(error.to_string()));
+                    return;
+                }
+            };
+            drop(state);
+            let outcome = batch.write();
+            let finished = self.lock().writer.finish_batch(outcome);
+            let failed = finished.is_err();
+            on_durable(finished.map_err(|error| error.to_string()));
+            if failed {
+                return;
+            }
+        }
+    }
+}
+
+/// The running sync thread of a log.
+#[derive(Debug)]
+pub struct SyncThread {
+    log: SharedLog,
+    handle: Option<JoinHandle<()>>,
+}
+
+impl SyncThread {
+    /// Commits what is buffered, then stops the thread and waits for it.
+    pub fn stop(mut self) {
+        self.stop_and_join();
+    }
+
+    fn stop_and_join(&mut self) {
+        {
+            let mut state = self.log.lock();
+            state.stopping = true;
+            self.log.shared.wake.notify_one();
+        }
+        if let Some(handle) = self.handle.take() {
+            // A panicked sync thread has already reported nothing more can become durable.
+            let _ = handle.join();
+        }
+    }
+}
+
+impl Drop for SyncThread {
+    fn drop(&mut self) {
+        self.stop_and_join();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::mpsc;
+
+    use super::*;
+    use crate::persistence::wal::{recover, WalConfig};
+
+    fn temp_log(tag: &str) -> (std::path::PathBuf, SharedLog) {
+        let dir = std::env::temp_dir().join(format!("ferrite-sharedlog-{}-{tag}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let storage = FsStorage::open_dir(&dir).expect("log directory");
+        let recovered = recover(&storage, 1, |_, _| {}).expect("recover");
+        let writer = WalWriter::open(storage, WalConfig { segment_bytes: 1 << 20 }, &recovered).expect("open");
+        (dir, SharedLog::new(writer))
+    }
+
+    #[test]
+    fn urgent_records_are_synced_promptly_and_lazy_ones_within_the_interval() {
+        let (dir, log) = temp_log("interval");
+        let (tx, rx) = mpsc::channel();
+        let thread = log
+            .spawn_sync_thread("test-sync".into(), Duration::from_millis(50), Box::new(move |lsn| drop(tx.send(lsn))))
+            .expect("spawn");
+        let lsn = log.append(b"urgent").expect("append");
+        log.request_sync();
+        assert_eq!(rx.recv_timeout(Duration::from_secs(5)).expect("synced"), Ok(lsn));
+        let lazy = log.append(b"lazy").expect("append");
+        let started = Instant::now();
+        assert_eq!(rx.recv_timeout(Duration::from_secs(5)).expect("synced"), Ok(lazy));
+        assert!(started.elapsed() >= Duration::from_millis(40), "a lazy record waits for the interval");
+        let last = log.append(b"at stop").expect("append");
+        thread.stop();
+        assert_eq!(log.durable_lsn(), last, "stopping commits what is buffered");
+        let mut count = 0;
+        recover(&FsStorage::open_dir(&dir).expect("dir"), 1, |_, _| count += 1).expect("recover");
+        assert_eq!(count, 3);
+        std::fs::remove_dir_all(&dir).expect("clean up");
+    }
+}

@@ -1,0 +1,66 @@
+//! Pool memory of the `ssd` backing: a shared-memory region whose every committed transaction
+//! becomes one record in the shard's write-ahead log.
+
+use std::sync::{Arc, Mutex};
+
+use super::log::SharedLog;
+use super::pages::PageTracker;
+use super::record::encode_transaction;
+use super::region::SharedRegion;
+use crate::persistence::{Offset, PoolMemory};
+
+/// One pool's memory, logged. `modify` notes the range; `commit` encodes the new bytes of every
+/// noted range (merged) as one transaction record and appends it to the shard's log, then marks
+/// the pages with the record's LSN for the checkpointer.
+///
+/// `commit` cannot fail by signature; if the log refuses the record, the log is poisoned, and the
+/// shard, which checks the log after each operation, acknowledges nothing from then on.
+#[derive(Debug)]
+pub struct LoggedMemory {
+    pool: u64,
+    region: SharedRegion,
+    log: SharedLog,
+    pages: Arc<Mutex<PageTracker>>,
+    ranges: Vec<(u64, u64)>,
+    scratch: Vec<u8>,
+}
+
+impl LoggedMemory {
+    pub fn new(pool: u64, region: SharedRegion, log: SharedLog, pages: Arc<Mutex<PageTracker>>) -> LoggedMemory {
+        LoggedMemory { pool, region, log, pages, ranges: Vec::new(), scratch: Vec::new() }
+    }
+
+    pub fn region(&self) -> &SharedRegion {
+        &self.region
+    }
+}
+
+impl PoolMemory for LoggedMemory {
+    fn bytes(&self) -> &[u8] {
+        self.region.bytes()
+    }
+
+    fn modify(&mut self, offset: Offset, len: usize) -> &mut [u8] {
+        self.ranges.push((offset, len as u64));
+        let start = usize::try_from(offset).expect("pool memory offsets fit the address space");
+        &mut self.region.bytes_mut()[start..start + len]
+    }
+
+    fn commit(&mut self) {
+        if self.ranges.is_empty() {
+            return;
+        }
+        self.scratch.clear();
+        encode_transaction(self.pool, &mut self.ranges, self.region.bytes(), &mut self.scratch);
+        if let Ok(lsn) = self.log.append(&self.scratch) {
+            let mut pages = self.pages.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            for &(offset, len) in &self.ranges {
+                pages.record(offset, len, lsn);
+            }
+        }
+        self.ranges.clear();
+        if self.scratch.capacity() > 1 << 20 {
+            self.scratch = Vec::new();
+        }
+    }
+}

@@ -1,0 +1,30 @@
+//! The `ssd` backing: pool memory in anonymous shared memory, made durable by the shard's
+//! write-ahead log (group-committed by a sync thread) and by incremental checkpoints that let the
+//! log be recycled. See `docs/durability.md` for the promises and the on-disk formats.
+//!
+//! - [`region`]: a pool's memory (memfd).
+//! - [`record`]: what log records say (pool created, pool deleted, transaction).
+//! - [`logged`]: the [`PoolMemory`](crate::persistence::PoolMemory) that logs each commit.
+//! - [`log`]: the log shared by a shard and its sync thread.
+//! - [`pages`]: which pages changed, at which LSN.
+//! - [`checkpoint`]: page files, the manifest, the checkpoint state machine.
+//! - [`recovery`]: checkpoint + log replay after a restart.
+
+pub mod checkpoint;
+pub mod log;
+pub mod logged;
+pub mod pages;
+pub mod record;
+pub mod recovery;
+pub mod region;
+
+#[cfg(test)]
+mod tests;
+
+pub use checkpoint::{CheckpointError, CheckpointPool, Checkpointer, Manifest, Step};
+pub use log::{SharedLog, SyncThread};
+pub use logged::LoggedMemory;
+pub use pages::PageTracker;
+pub use record::PoolDescriptor;
+pub use recovery::{recover_shard, RecoveredPool, RecoveredShard, RecoveryError, RecoveryReport, ShardPaths};
+pub use region::SharedRegion;

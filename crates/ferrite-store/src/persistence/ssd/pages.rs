@@ -1,0 +1,95 @@
+//! Which pages of a pool's memory changed, and at which log position: what an incremental
+//! checkpoint copies, and when it may copy it (the page-LSN rule).
+
+use crate::persistence::wal::Lsn;
+
+/// Pool memory is checkpointed in pages of this size.
+pub const PAGE_BYTES: u64 = 4096;
+
+/// Per-page bookkeeping of one pool's memory: the LSN of each page's last change, and the pages
+/// changed since the last checkpoint began. Costs 8 bytes plus one bit per 4 KiB page.
+#[derive(Debug)]
+pub struct PageTracker {
+    page_lsn: Vec<Lsn>,
+    dirty_bits: Vec<u64>,
+    dirty: Vec<u64>,
+}
+
+impl PageTracker {
+    pub fn new(region_bytes: u64) -> PageTracker {
+        let pages = region_bytes.div_ceil(PAGE_BYTES) as usize;
+        PageTracker { page_lsn: vec![0; pages], dirty_bits: vec![0; pages.div_ceil(64)], dirty: Vec::new() }
+    }
+
+    /// Pages in the region.
+    pub fn pages(&self) -> u64 {
+        self.page_lsn.len() as u64
+    }
+
+    /// Records that `len` bytes at `offset` changed in the record with LSN `lsn`.
+    pub fn record(&mut self, offset: u64, len: u64, lsn: Lsn) {
+        if len == 0 {
+            return;
+        }
+        let (first, last) = (offset / PAGE_BYTES, (offset + len - 1) / PAGE_BYTES);
+        for page in first..=last {
+            self.page_lsn[page as usize] = lsn;
+            let (word, bit) = ((page / 64) as usize, page % 64);
+            if self.dirty_bits[word] & (1 << bit) == 0 {
+                self.dirty_bits[word] |= 1 << bit;
+                self.dirty.push(page);
+            }
+        }
+    }
+
+    /// The LSN of the last change to `page` (0 if none since the pool was loaded).
+    pub fn page_lsn(&self, page: u64) -> Lsn {
+        self.page_lsn[page as usize]
+    }
+
+    /// Takes the pages changed since the last call, sorted; changes from now on count towards the
+    /// next call. A checkpoint begins with this.
+    pub fn take_dirty(&mut self) -> Vec<u64> {
+        self.dirty_bits.fill(0);
+        let mut dirty = std::mem::take(&mut self.dirty);
+        dirty.sort_unstable();
+        dirty
+    }
+
+    /// Puts back pages a checkpoint took but did not write (it was abandoned), so the next one
+    /// writes them.
+    pub fn restore_dirty(&mut self, pages: &[u64]) {
+        for &page in pages {
+            let (word, bit) = ((page / 64) as usize, page % 64);
+            if self.dirty_bits[word] & (1 << bit) == 0 {
+                self.dirty_bits[word] |= 1 << bit;
+                self.dirty.push(page);
+            }
+        }
+    }
+
+    /// Pages changed since the last `take_dirty`.
+    pub fn dirty_pages(&self) -> usize {
+        self.dirty.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranges_mark_every_page_they_touch_once() {
+        let mut pages = PageTracker::new(10 * PAGE_BYTES);
+        pages.record(PAGE_BYTES - 1, 2, 5);
+        pages.record(PAGE_BYTES, 10, 6);
+        pages.record(9 * PAGE_BYTES, 1, 7);
+        assert_eq!(pages.page_lsn(0), 5);
+        assert_eq!(pages.page_lsn(1), 6);
+        assert_eq!(pages.take_dirty(), vec![0, 1, 9]);
+        assert_eq!(pages.dirty_pages(), 0);
+        pages.record(0, 1, 8);
+        pages.restore_dirty(&[0, 3]);
+        assert_eq!(pages.take_dirty(), vec![0, 3]);
+    }
+}

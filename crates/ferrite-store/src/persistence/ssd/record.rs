@@ -1,0 +1,295 @@
+//! What a shard's write-ahead log records say: the payloads inside WAL records (the record frame
+//! itself, with its LSN and checksum, is `wal::format`). Little-endian throughout; documented in
+//! `docs/durability.md`.
+//!
+//! ```text
+//! pool created   u8 1, descriptor (below)
+//! pool deleted   u8 2, u64 pool id
+//! transaction    u8 3, u64 pool id, u32 range count, ranges:
+//!                  u64 offset, u32 length, u8 form (0 = bytes follow, 1 = zeros), [length bytes]
+//! descriptor     u64 pool id, u64 size bytes, u64 expected objects, u64 region bytes,
+//!                u8 flags (1 = indexed, 2 = async by default), u16 name length, name (UTF-8)
+//! ```
+//!
+//! Ranges are physical redo: the bytes a transaction left in pool memory. Replaying a record is
+//! idempotent, which is what lets checkpoints be fuzzy (see `checkpoint.rs`).
+
+use crate::store::PoolSpec;
+
+const KIND_POOL_CREATED: u8 = 1;
+const KIND_POOL_DELETED: u8 = 2;
+const KIND_TRANSACTION: u8 = 3;
+const FORM_BYTES: u8 = 0;
+const FORM_ZEROS: u8 = 1;
+const FLAG_INDEXED: u8 = 1;
+const FLAG_ASYNC: u8 = 2;
+
+/// Ranges at least this long are checked for being all zeros and then logged without their
+/// bytes: formatting a pool zeroes its whole first table segment, which can be a gigabyte.
+pub const ZERO_CHECK_BYTES_MIN: usize = 4096;
+
+/// What a shard knows of a pool beyond its memory: enough to recreate it after a restart.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PoolDescriptor {
+    /// Never reused within a data directory, so a record can never reach a later pool.
+    pub id: u64,
+    pub name: String,
+    pub spec: PoolSpec,
+    pub region_bytes: u64,
+    pub indexed: bool,
+    /// Writes that do not choose a durability get `async`.
+    pub async_default: bool,
+}
+
+/// A decoded log record.
+#[derive(Debug, PartialEq, Eq)]
+pub enum LogRecord<'a> {
+    PoolCreated(PoolDescriptor),
+    PoolDeleted {
+        id: u64,
+    },
+    /// Ranges of new bytes; `None` bytes means zeros.
+    Transaction {
+        pool: u64,
+        ranges: Vec<(u64, u32, Option<&'a [u8]>)>,
+    },
+}
+
+/// Why a payload could not be decoded.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("undecodable log record at payload byte {at}: {reason}")]
+pub struct RecordError {
+    pub at: usize,
+    pub reason: &'static str,
+}
+
+pub fn encode_descriptor(descriptor: &PoolDescriptor, out: &mut Vec<u8>) {
+    out.extend_from_slice(&descriptor.id.to_le_bytes());
+    out.extend_from_slice(&descriptor.spec.size_bytes.to_le_bytes());
+    out.extend_from_slice(&descriptor.spec.expected_objects.to_le_bytes());
+    out.extend_from_slice(&descriptor.region_bytes.to_le_bytes());
+    let flags =
+        if descriptor.indexed { FLAG_INDEXED } else { 0 } | if descriptor.async_default { FLAG_ASYNC } else { 0 };
+    out.push(flags);
+    let name = descriptor.name.as_bytes();
+    let len = u16::try_from(name.len()).expect("pool names are at most 255 bytes");
+    out.extend_from_slice(&len.to_le_bytes());
+    out.extend_from_slice(name);
+}
+
+pub fn encode_pool_created(descriptor: &PoolDescriptor, out: &mut Vec<u8>) {
+    out.push(KIND_POOL_CREATED);
+    encode_descriptor(descriptor, out);
+}
+
+pub fn encode_pool_deleted(id: u64, out: &mut Vec<u8>) {
+    out.push(KIND_POOL_DELETED);
+    out.extend_from_slice(&id.to_le_bytes());
+}
+
+/// Encodes a transaction of `ranges` (offset, length) of `memory`, merged where they touch.
+/// `ranges` is sorted and merged in place.
+pub fn encode_transaction(pool: u64, ranges: &mut Vec<(u64, u64)>, memory: &[u8], out: &mut Vec<u8>) {
+    merge_ranges(ranges);
+    out.push(KIND_TRANSACTION);
+    out.extend_from_slice(&pool.to_le_bytes());
+    let count_at = out.len();
+    out.extend_from_slice(&0u32.to_le_bytes());
+    let mut count = 0u32;
+    for &(offset, len) in ranges.iter() {
+        // A range longer than u32::MAX is split; ranges that long are whole table segments.
+        let mut start = offset;
+        let end = offset + len;
+        while start < end {
+            let piece = (end - start).min(u64::from(u32::MAX) & !4095);
+            let bytes = &memory[start as usize..(start + piece) as usize];
+            out.extend_from_slice(&start.to_le_bytes());
+            out.extend_from_slice(&(piece as u32).to_le_bytes());
+            if bytes.len() >= ZERO_CHECK_BYTES_MIN && is_all_zero(bytes) {
+                out.push(FORM_ZEROS);
+            } else {
+                out.push(FORM_BYTES);
+                out.extend_from_slice(bytes);
+            }
+            count += 1;
+            start += piece;
+        }
+    }
+    out[count_at..count_at + 4].copy_from_slice(&count.to_le_bytes());
+}
+
+/// Sorts ranges and merges overlapping or adjacent ones.
+fn merge_ranges(ranges: &mut Vec<(u64, u64)>) {
+    ranges.sort_unstable();
+    let mut merged = 0;
+    for index in 0..ranges.len() {
+        let (offset, len) = ranges[index];
+        if merged > 0 {
+            let (last_offset, last_len) = ranges[merged - 1];
+            if offset <= last_offset + last_len {
+                ranges[merged - 1].1 = (offset + len).max(last_offset + last_len) - last_offset;
+                continue;
+            }
+        }
+        ranges[merged] = (offset, len);
+        merged += 1;
+    }
+    ranges.truncate(merged);
+}
+
+pub fn is_all_zero(bytes: &[u8]) -> bool {
+    let chunks = bytes.chunks_exact(16);
+    let rest = chunks.remainder();
+    chunks.into_iter().all(|chunk| u128::from_ne_bytes(chunk.try_into().expect("16 bytes")) == 0)
+        && rest.iter().all(|b| *b == 0)
+}
+
+/// A cursor over a payload that reports where it ran short.
+struct Reader<'a> {
+    bytes: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, len: usize) -> Result<&'a [u8], RecordError> {
+        let end = self.at.checked_add(len).filter(|end| *end <= self.bytes.len());
+        let end = end.ok_or(RecordError { at: self.at, reason: "payload ends early" })?;
+        let bytes = &self.bytes[self.at..end];
+        self.at = end;
+        Ok(bytes)
+    }
+
+    fn u8(&mut self) -> Result<u8, RecordError> {
+        Ok(self.take(1)?[0])
+    }
+
+    fn u16(&mut self) -> Result<u16, RecordError> {
+        Ok(u16::from_le_bytes(self.take(2)?.try_into().expect("2 bytes")))
+    }
+
+    fn u32(&mut self) -> Result<u32, RecordError> {
+        Ok(u32::from_le_bytes(self.take(4)?.try_into().expect("4 bytes")))
+    }
+
+    fn u64(&mut self) -> Result<u64, RecordError> {
+        Ok(u64::from_le_bytes(self.take(8)?.try_into().expect("8 bytes")))
+    }
+
+    fn fail<T>(&self, reason: &'static str) -> Result<T, RecordError> {
+        Err(RecordError { at: self.at, reason })
+    }
+}
+
+fn read_descriptor(reader: &mut Reader<'_>) -> Result<PoolDescriptor, RecordError> {
+    let id = reader.u64()?;
+    let spec = PoolSpec { size_bytes: reader.u64()?, expected_objects: reader.u64()? };
+    let region_bytes = reader.u64()?;
+    let flags = reader.u8()?;
+    if flags & !(FLAG_INDEXED | FLAG_ASYNC) != 0 {
+        return reader.fail("unknown pool flags");
+    }
+    let len = usize::from(reader.u16()?);
+    let Ok(name) = std::str::from_utf8(reader.take(len)?) else {
+        return reader.fail("pool name is not UTF-8");
+    };
+    Ok(PoolDescriptor {
+        id,
+        name: name.to_string(),
+        spec,
+        region_bytes,
+        indexed: flags & FLAG_INDEXED != 0,
+        async_default: flags & FLAG_ASYNC != 0,
+    })
+}
+
+/// Decodes a descriptor that fills all of `bytes` (as a checkpoint manifest stores them).
+pub fn decode_descriptor(bytes: &[u8]) -> Result<(PoolDescriptor, usize), RecordError> {
+    let mut reader = Reader { bytes, at: 0 };
+    let descriptor = read_descriptor(&mut reader)?;
+    Ok((descriptor, reader.at))
+}
+
+/// Decodes one record payload.
+pub fn decode(payload: &[u8]) -> Result<LogRecord<'_>, RecordError> {
+    let mut reader = Reader { bytes: payload, at: 0 };
+    let record = match reader.u8()? {
+        KIND_POOL_CREATED => LogRecord::PoolCreated(read_descriptor(&mut reader)?),
+        KIND_POOL_DELETED => LogRecord::PoolDeleted { id: reader.u64()? },
+        KIND_TRANSACTION => {
+            let pool = reader.u64()?;
+            let count = reader.u32()?;
+            let mut ranges = Vec::with_capacity((count as usize).min(payload.len() / 13));
+            for _ in 0..count {
+                let offset = reader.u64()?;
+                let len = reader.u32()?;
+                let bytes = match reader.u8()? {
+                    FORM_BYTES => Some(reader.take(len as usize)?),
+                    FORM_ZEROS => None,
+                    _ => return reader.fail("unknown range form"),
+                };
+                ranges.push((offset, len, bytes));
+            }
+            LogRecord::Transaction { pool, ranges }
+        }
+        _ => return Err(RecordError { at: 0, reason: "unknown record kind" }),
+    };
+    if reader.at != payload.len() {
+        return reader.fail("trailing bytes after the record");
+    }
+    Ok(record)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn descriptor() -> PoolDescriptor {
+        PoolDescriptor {
+            id: 7,
+            name: "users".into(),
+            spec: PoolSpec { size_bytes: 1 << 20, expected_objects: 100 },
+            region_bytes: 4 << 20,
+            indexed: true,
+            async_default: false,
+        }
+    }
+
+    #[test]
+    fn catalog_records_round_trip() {
+        let mut out = Vec::new();
+        encode_pool_created(&descriptor(), &mut out);
+        assert_eq!(decode(&out), Ok(LogRecord::PoolCreated(descriptor())));
+        out.clear();
+        encode_pool_deleted(7, &mut out);
+        assert_eq!(decode(&out), Ok(LogRecord::PoolDeleted { id: 7 }));
+    }
+
+    #[test]
+    fn transactions_merge_ranges_and_log_zeros_without_bytes() {
+        let mut memory = vec![0u8; 64 * 1024];
+        memory[10..20].copy_from_slice(b"0123456789");
+        let mut ranges = vec![(15, 10), (10, 5), (8192, 8192), (40, 2)];
+        let mut out = Vec::new();
+        encode_transaction(3, &mut ranges, &memory, &mut out);
+        assert_eq!(ranges, vec![(10, 15), (40, 2), (8192, 8192)]);
+        let LogRecord::Transaction { pool, ranges } = decode(&out).expect("decodes") else {
+            panic!("a transaction");
+        };
+        assert_eq!(pool, 3);
+        assert_eq!(ranges[0], (10, 15, Some(&memory[10..25])));
+        assert_eq!(ranges[1], (40, 2, Some(&[0u8, 0][..])));
+        assert_eq!(ranges[2], (8192, 8192, None), "a long zero range carries no bytes");
+        assert!(out.len() < 100);
+    }
+
+    #[test]
+    fn every_truncation_and_bad_kind_is_an_error() {
+        let mut out = Vec::new();
+        encode_pool_created(&descriptor(), &mut out);
+        for len in 0..out.len() {
+            assert!(decode(&out[..len]).is_err(), "a payload cut at {len} is refused");
+        }
+        out[0] = 9;
+        assert!(decode(&out).is_err());
+    }
+}

@@ -1,0 +1,186 @@
+//! Bringing a shard's pools back after a restart: load the last complete checkpoint, replay the
+//! write-ahead log from where it says, cut a torn tail, and hand back each pool's memory with
+//! its changed pages marked for the next checkpoint.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use super::checkpoint::{load_pool, remove_unreferenced, CheckpointError, Checkpointer, Manifest};
+use super::pages::PageTracker;
+use super::record::{decode, LogRecord, PoolDescriptor};
+use super::region::SharedRegion;
+use crate::persistence::wal::{self, FsStorage, Lsn, WalConfig, WalError, WalWriter};
+
+/// Where a shard keeps its log and its checkpoints.
+#[derive(Debug, Clone)]
+pub struct ShardPaths {
+    pub wal: PathBuf,
+    pub checkpoint: PathBuf,
+}
+
+impl ShardPaths {
+    pub fn new(shard_dir: &Path) -> ShardPaths {
+        ShardPaths { wal: shard_dir.join("wal"), checkpoint: shard_dir.join("checkpoint") }
+    }
+}
+
+/// Why a shard could not be recovered. Nothing was changed on disk.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RecoveryError {
+    #[error(transparent)]
+    Wal(#[from] WalError),
+    #[error(transparent)]
+    Checkpoint(#[from] CheckpointError),
+    #[error("{context}: {source}")]
+    Io { context: String, source: std::io::Error },
+    /// A log record that is intact but makes no sense against what came before it.
+    #[error("write-ahead log record {lsn} is invalid: {reason}")]
+    BadRecord { lsn: Lsn, reason: String },
+}
+
+/// A pool as recovery rebuilt it.
+#[derive(Debug)]
+pub struct RecoveredPool {
+    pub descriptor: PoolDescriptor,
+    pub region: SharedRegion,
+    pub pages: Arc<Mutex<PageTracker>>,
+}
+
+/// What recovery found, for the log line a server prints.
+#[derive(Debug, Clone, Default)]
+pub struct RecoveryReport {
+    pub checkpoint_seq: u64,
+    pub checkpoint_pages: u64,
+    pub replay_from: Lsn,
+    pub records_replayed: u64,
+    pub bytes_replayed: u64,
+    pub torn_tail: Option<(String, u64)>,
+    pub stray_files_removed: usize,
+    pub elapsed: Duration,
+}
+
+/// A shard ready to serve.
+#[derive(Debug)]
+pub struct RecoveredShard {
+    pub pools: Vec<RecoveredPool>,
+    pub next_pool_id: u64,
+    pub writer: WalWriter<FsStorage>,
+    pub checkpointer: Checkpointer,
+    pub report: RecoveryReport,
+}
+
+fn io_error(context: String) -> impl FnOnce(std::io::Error) -> RecoveryError {
+    move |source| RecoveryError::Io { context, source }
+}
+
+/// State rebuilt while replaying.
+#[derive(Debug, Default)]
+struct Replay {
+    pools: BTreeMap<u64, RecoveredPool>,
+    next_pool_id: u64,
+    bytes: u64,
+    error: Option<RecoveryError>,
+}
+
+impl Replay {
+    fn apply(&mut self, lsn: Lsn, payload: &[u8]) -> Result<(), RecoveryError> {
+        let bad = |reason: String| RecoveryError::BadRecord { lsn, reason };
+        self.bytes += payload.len() as u64;
+        match decode(payload).map_err(|error| bad(error.to_string()))? {
+            LogRecord::PoolCreated(descriptor) => {
+                if self.pools.contains_key(&descriptor.id) {
+                    return Err(bad(format!("creates pool {} which already exists", descriptor.id)));
+                }
+                self.next_pool_id = self.next_pool_id.max(descriptor.id + 1);
+                let region = new_region(&descriptor)?;
+                let pages = Arc::new(Mutex::new(PageTracker::new(descriptor.region_bytes)));
+                self.pools.insert(descriptor.id, RecoveredPool { descriptor, region, pages });
+            }
+            LogRecord::PoolDeleted { id } => {
+                self.pools.remove(&id).ok_or_else(|| bad(format!("deletes pool {id}, which does not exist")))?;
+            }
+            LogRecord::Transaction { pool, ranges } => {
+                let target = self
+                    .pools
+                    .get_mut(&pool)
+                    .ok_or_else(|| bad(format!("changes pool {pool}, which does not exist")))?;
+                let mut pages = target.pages.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                let memory = target.region.bytes_mut();
+                for (offset, len, bytes) in ranges {
+                    let end = offset.checked_add(u64::from(len)).filter(|end| *end <= memory.len() as u64);
+                    let end = end.ok_or_else(|| {
+                        bad(format!("range {offset}+{len} lies outside pool {pool}'s region of {} bytes", memory.len()))
+                    })?;
+                    let target = &mut memory[offset as usize..end as usize];
+                    match bytes {
+                        Some(bytes) => target.copy_from_slice(bytes),
+                        None => target.fill(0),
+                    }
+                    pages.record(offset, u64::from(len), lsn);
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+fn new_region(descriptor: &PoolDescriptor) -> Result<SharedRegion, RecoveryError> {
+    SharedRegion::zeroed(&descriptor.name, descriptor.region_bytes).map_err(io_error(format!(
+        "allocating {} bytes of pool memory for pool '{}'",
+        descriptor.region_bytes, descriptor.name
+    )))
+}
+
+/// Recovers the shard whose files are at `paths`, creating empty directories on first start.
+/// Removes only what no complete checkpoint references (leftovers of an interrupted one).
+pub fn recover_shard(paths: &ShardPaths, wal_config: WalConfig) -> Result<RecoveredShard, RecoveryError> {
+    let started = Instant::now();
+    for dir in [&paths.wal, &paths.checkpoint] {
+        if !dir.exists() {
+            std::fs::create_dir_all(dir).map_err(io_error(format!("creating {}", dir.display())))?;
+            if let Some(parent) = dir.parent() {
+                super::checkpoint::sync_dir(parent).map_err(io_error(format!("syncing {}", parent.display())))?;
+            }
+        }
+    }
+    let manifest = Manifest::read(&paths.checkpoint)?.unwrap_or_default();
+    let mut report = RecoveryReport {
+        checkpoint_seq: manifest.seq,
+        replay_from: manifest.replay_from.max(1),
+        ..RecoveryReport::default()
+    };
+    let mut replay = Replay { next_pool_id: manifest.next_pool_id.max(1), ..Replay::default() };
+    for pool in &manifest.pools {
+        let mut region = new_region(&pool.descriptor)?;
+        report.checkpoint_pages += load_pool(&paths.checkpoint, pool, region.bytes_mut())?;
+        let pages = Arc::new(Mutex::new(PageTracker::new(pool.descriptor.region_bytes)));
+        replay.pools.insert(pool.descriptor.id, RecoveredPool { descriptor: pool.descriptor.clone(), region, pages });
+    }
+    let storage = FsStorage::open_dir(&paths.wal).map_err(io_error(format!("opening {}", paths.wal.display())))?;
+    let recovered = wal::recover(&storage, report.replay_from, |lsn, payload| {
+        if replay.error.is_none() {
+            if let Err(error) = replay.apply(lsn, payload) {
+                replay.error = Some(error);
+            }
+        }
+    })?;
+    if let Some(error) = replay.error {
+        return Err(error);
+    }
+    report.stray_files_removed = remove_unreferenced(&paths.checkpoint, &manifest)?;
+    report.records_replayed = recovered.replayed;
+    report.bytes_replayed = replay.bytes;
+    report.torn_tail = recovered.torn_tail.clone();
+    let writer = WalWriter::open(storage, wal_config, &recovered)?;
+    report.elapsed = started.elapsed();
+    Ok(RecoveredShard {
+        pools: replay.pools.into_values().collect(),
+        next_pool_id: replay.next_pool_id,
+        writer,
+        checkpointer: Checkpointer::new(paths.checkpoint.clone(), manifest),
+        report,
+    })
+}

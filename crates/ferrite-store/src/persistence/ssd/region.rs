@@ -1,0 +1,76 @@
+//! Pool memory for the `ssd` backing: an anonymous shared-memory file (memfd) mapped into the
+//! server. Anonymous, because the write-ahead log and the checkpoints are the durable copy and the
+//! kernel must never write these pages to a data file behind Ferrite's back; a file, because an
+//! Active Data Object host process maps the same pages by receiving the descriptor.
+
+use std::fs::File;
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::sync::Arc;
+
+use memmap2::MmapMut;
+
+/// One pool's memory: a memfd of a fixed size, mapped read-write. Pages cost physical memory only
+/// once written: a fresh region reads as zeros.
+#[derive(Debug)]
+pub struct SharedRegion {
+    file: Arc<File>,
+    map: MmapMut,
+}
+
+impl SharedRegion {
+    /// A zeroed region of `len` bytes; `name` shows in `/proc/<pid>/maps` to tell pools apart.
+    pub fn zeroed(name: &str, len: u64) -> io::Result<SharedRegion> {
+        let fd = rustix::fs::memfd_create(name, rustix::fs::MemfdFlags::CLOEXEC)?;
+        let file = File::from(fd);
+        file.set_len(len)?;
+        let map = map_whole(&file)?;
+        Ok(SharedRegion { file: Arc::new(file), map })
+    }
+
+    pub fn bytes(&self) -> &[u8] {
+        &self.map
+    }
+
+    pub fn bytes_mut(&mut self) -> &mut [u8] {
+        &mut self.map
+    }
+
+    /// The memfd, for copying pages out of the region with positional reads (checkpoints do, on
+    /// the shard's thread, so no write races the copy) or for handing it to another process.
+    pub fn file(&self) -> &Arc<File> {
+        &self.file
+    }
+
+    /// Copies `len` bytes at `offset` into `out` through the file, not the mapping.
+    pub fn read_at(file: &File, offset: u64, out: &mut [u8]) -> io::Result<()> {
+        file.read_exact_at(out, offset)
+    }
+}
+
+/// Maps the whole of `file` read-write and shared.
+#[allow(unsafe_code)]
+fn map_whole(file: &File) -> io::Result<MmapMut> {
+    // SAFETY: the mapping's memory is valid for as long as the returned `MmapMut` lives (it owns
+    // the mapping). The file is a memfd this process just created, whose size is fixed before
+    // mapping and never changed afterwards, so no access can fall beyond its end (SIGBUS). Other
+    // mappings of it (an ADO host's) write only through the same transaction discipline; within
+    // this process the region is reached only through the `SharedRegion` that owns the map.
+    unsafe { MmapMut::map_mut(file) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_region_starts_zeroed_and_its_file_sees_the_writes() {
+        let mut region = SharedRegion::zeroed("test-pool", 1 << 20).expect("memfd");
+        assert_eq!(region.bytes().len(), 1 << 20);
+        assert!(region.bytes().iter().all(|b| *b == 0));
+        region.bytes_mut()[4096..4101].copy_from_slice(b"hello");
+        let mut out = [0u8; 5];
+        SharedRegion::read_at(region.file(), 4096, &mut out).expect("read through the file");
+        assert_eq!(&out, b"hello");
+    }
+}

@@ -1,0 +1,269 @@
+//! The `ssd` backing end to end, in one process: an hstore pool over logged memory, changed at
+//! random against a model, checkpointed at random moments (fuzzily: changes keep arriving while a
+//! checkpoint copies pages), then "restarted" by recovering from the files alone.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use proptest::prelude::*;
+
+use super::checkpoint::Step;
+use super::record::{encode_pool_created, encode_pool_deleted};
+use super::*;
+use crate::hstore::HStore;
+use crate::persistence::wal::WalConfig;
+use crate::store::{PoolSpec, PutMode, Store};
+
+const SEGMENT_BYTES: u64 = 256 * 1024;
+
+fn temp_dir(tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("ferrite-ssd-{}-{tag}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    dir
+}
+
+/// A pool as the test shard holds it: its descriptor, its store, its page tracker.
+type LivePool = (PoolDescriptor, HStore<LoggedMemory>, std::sync::Arc<std::sync::Mutex<PageTracker>>);
+
+struct Shard {
+    log: SharedLog,
+    checkpointer: Checkpointer,
+    pools: BTreeMap<u64, LivePool>,
+    next_pool_id: u64,
+}
+
+fn open_shard(paths: &ShardPaths) -> Shard {
+    let recovered = recover_shard(paths, WalConfig { segment_bytes: SEGMENT_BYTES }).expect("recovery succeeds");
+    let log = SharedLog::new(recovered.writer);
+    let mut pools = BTreeMap::new();
+    for pool in recovered.pools {
+        let memory = LoggedMemory::new(pool.descriptor.id, pool.region, log.clone(), pool.pages.clone());
+        let store = HStore::open(memory).expect("a recovered pool opens");
+        pools.insert(pool.descriptor.id, (pool.descriptor, store, pool.pages));
+    }
+    Shard { log, checkpointer: recovered.checkpointer, pools, next_pool_id: recovered.next_pool_id }
+}
+
+impl Shard {
+    fn create_pool(&mut self, name: &str, spec: PoolSpec) -> u64 {
+        let id = self.next_pool_id;
+        self.next_pool_id += 1;
+        let region_bytes = HStore::<LoggedMemory>::region_bytes_for(spec).expect("size");
+        let descriptor =
+            PoolDescriptor { id, name: name.into(), spec, region_bytes, indexed: false, async_default: false };
+        let mut payload = Vec::new();
+        encode_pool_created(&descriptor, &mut payload);
+        self.log.append(&payload).expect("append");
+        let region = SharedRegion::zeroed(name, region_bytes).expect("memfd");
+        let pages = std::sync::Arc::new(std::sync::Mutex::new(PageTracker::new(region_bytes)));
+        let memory = LoggedMemory::new(id, region, self.log.clone(), pages.clone());
+        let store = HStore::create(memory, spec).expect("create");
+        self.pools.insert(id, (descriptor, store, pages));
+        id
+    }
+
+    fn delete_pool(&mut self, id: u64) {
+        let mut payload = Vec::new();
+        encode_pool_deleted(id, &mut payload);
+        self.log.append(&payload).expect("append");
+        self.pools.remove(&id);
+    }
+
+    fn store(&mut self, id: u64) -> &mut HStore<LoggedMemory> {
+        &mut self.pools.get_mut(&id).expect("pool exists").1
+    }
+
+    fn sync(&self) {
+        let log = self.log.clone();
+        let thread = log
+            .spawn_sync_thread("test-sync".into(), std::time::Duration::from_millis(1), Box::new(|_| {}))
+            .expect("spawn");
+        log.request_sync();
+        thread.stop();
+    }
+
+    fn begin_checkpoint(&mut self) {
+        let pools = self
+            .pools
+            .values()
+            .map(|(descriptor, store, pages)| CheckpointPool {
+                descriptor: descriptor.clone(),
+                pages: pages.clone(),
+                region: store.memory().region().file().clone(),
+            })
+            .collect();
+        self.checkpointer.begin(self.log.last_lsn() + 1, self.next_pool_id, pools);
+    }
+
+    /// Runs the checkpoint in progress for at most `steps` steps; true if it completed.
+    fn step_checkpoint(&mut self, steps: usize) -> bool {
+        for _ in 0..steps {
+            match self.checkpointer.step(self.log.durable_lsn(), 3).expect("step") {
+                Step::Write(write) => write.run().expect("write pages"),
+                Step::WaitDurable(_) => self.sync(),
+                Step::Continue => {}
+                Step::Finish(job) => {
+                    let replay_from = self.checkpointer.complete(job.run()).expect("finish");
+                    self.log.release_before(replay_from).expect("release");
+                    return true;
+                }
+            }
+        }
+        false
+    }
+}
+
+#[derive(Debug, Clone)]
+enum Op {
+    Put(u16, usize),
+    Erase(u16),
+    BeginCheckpoint,
+    StepCheckpoint(usize),
+    Restart,
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        10 => (0u16..300, prop_oneof![0usize..40, 40usize..3000]).prop_map(|(k, len)| Op::Put(k, len)),
+        3 => (0u16..300).prop_map(Op::Erase),
+        1 => Just(Op::BeginCheckpoint),
+        2 => (1usize..20).prop_map(Op::StepCheckpoint),
+        1 => Just(Op::Restart),
+    ]
+}
+
+fn key(k: u16) -> Vec<u8> {
+    format!("key-{k}").into_bytes()
+}
+
+fn value(k: u16, len: usize, version: u32) -> Vec<u8> {
+    (0..len).map(|i| (i as u32).wrapping_mul(31).wrapping_add(u32::from(k) * 7 + version) as u8).collect()
+}
+
+fn assert_matches(store: &HStore<LoggedMemory>, model: &BTreeMap<u16, Vec<u8>>) {
+    assert_eq!(store.count(), model.len() as u64);
+    for (k, v) in model {
+        assert_eq!(store.get(&key(*k)), Some(&v[..]), "key {k}");
+    }
+    store.check().expect("table invariants hold");
+}
+
+fn run(ops: Vec<Op>, tag: &str) {
+    let dir = temp_dir(tag);
+    let paths = ShardPaths::new(&dir);
+    let mut shard = open_shard(&paths);
+    let spec = PoolSpec { size_bytes: 256 * 1024, expected_objects: 16 };
+    let id = shard.create_pool("model", spec);
+    let doomed = shard.create_pool("doomed", spec);
+    shard.store(doomed).put(b"x", b"y", PutMode::Upsert, 1).expect("put");
+    let mut model = BTreeMap::new();
+    for (step, op) in ops.into_iter().enumerate() {
+        match op {
+            Op::Put(k, len) => {
+                let v = value(k, len, step as u32);
+                if shard.store(id).put(&key(k), &v, PutMode::Upsert, 1).is_ok() {
+                    model.insert(k, v);
+                }
+            }
+            Op::Erase(k) => {
+                if shard.store(id).erase(&key(k)).is_ok() {
+                    model.remove(&k);
+                }
+            }
+            Op::BeginCheckpoint => {
+                if !shard.checkpointer.in_progress() {
+                    shard.begin_checkpoint();
+                }
+                if shard.pools.contains_key(&doomed) {
+                    shard.delete_pool(doomed);
+                }
+            }
+            Op::StepCheckpoint(steps) => {
+                if shard.checkpointer.in_progress() {
+                    shard.step_checkpoint(steps);
+                }
+            }
+            Op::Restart => {
+                // Every acknowledged change was synced; an interrupted checkpoint is simply lost.
+                shard.sync();
+                drop(shard);
+                shard = open_shard(&paths);
+                assert_matches(shard.store(id), &model);
+            }
+        }
+    }
+    shard.sync();
+    drop(shard);
+    let mut shard = open_shard(&paths);
+    assert_matches(shard.store(id), &model);
+    assert!(!shard.pools.contains_key(&doomed) || shard.store(doomed).get(b"x") == Some(&b"y"[..]));
+    std::fs::remove_dir_all(&dir).expect("clean up");
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 12, ..ProptestConfig::default() })]
+
+    /// Random changes, fuzzy checkpoints and restarts: after every restart the pool equals the
+    /// model, whatever state a checkpoint was in.
+    #[test]
+    fn recovery_restores_exactly_what_was_committed(ops in proptest::collection::vec(op(), 1..400)) {
+        static CASE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        run(ops, &format!("model-{}", CASE.fetch_add(1, std::sync::atomic::Ordering::Relaxed)));
+    }
+}
+
+/// Checkpoints let the log recycle its segments, and a restart after many checkpoints (chains
+/// compacted into whole copies) still holds every pair.
+#[test]
+fn checkpoints_bound_the_log_and_compact_their_chains() {
+    let dir = temp_dir("compaction");
+    let paths = ShardPaths::new(&dir);
+    let mut shard = open_shard(&paths);
+    let id = shard.create_pool("pool", PoolSpec { size_bytes: 1 << 20, expected_objects: 64 });
+    let mut model = BTreeMap::new();
+    for round in 0..30u32 {
+        for k in 0..200u16 {
+            let v = value(k, 200, round);
+            shard.store(id).put(&key(k), &v, PutMode::Upsert, 1).expect("room");
+            model.insert(k, v);
+        }
+        shard.sync();
+        shard.begin_checkpoint();
+        assert!(shard.step_checkpoint(100_000), "a checkpoint completes");
+        let chain = &shard.checkpointer.manifest().pools[0].chain;
+        assert!(chain.len() <= super::checkpoint::CHAIN_MAX + 1, "chains are compacted");
+    }
+    assert!(shard.log.retained_bytes() < 3 * SEGMENT_BYTES, "the log is recycled after checkpoints");
+    drop(shard);
+    let mut shard = open_shard(&paths);
+    assert_matches(shard.store(id), &model);
+    std::fs::remove_dir_all(&dir).expect("clean up");
+}
+
+/// A damaged checkpoint page file stops recovery with an error naming the file and offset.
+#[test]
+fn a_damaged_checkpoint_is_refused_with_its_place() {
+    let dir = temp_dir("damaged");
+    let paths = ShardPaths::new(&dir);
+    let mut shard = open_shard(&paths);
+    let id = shard.create_pool("pool", PoolSpec { size_bytes: 1 << 16, expected_objects: 8 });
+    shard.store(id).put(b"k", b"v", PutMode::Upsert, 1).expect("put");
+    shard.sync();
+    shard.begin_checkpoint();
+    assert!(shard.step_checkpoint(1000));
+    let name = checkpoint::pages_name(id, shard.checkpointer.manifest().pools[0].chain[0]);
+    drop(shard);
+    let path = paths.checkpoint.join(&name);
+    let mut bytes = std::fs::read(&path).expect("read");
+    bytes[64 + 16 + 100] ^= 1;
+    std::fs::write(&path, bytes).expect("write");
+    match recover_shard(&paths, WalConfig { segment_bytes: SEGMENT_BYTES }) {
+        Err(RecoveryError::Checkpoint(CheckpointError::Corrupt { file, offset, .. })) => {
+            assert!(file.ends_with(&name), "{file}");
+            assert_eq!(offset, 64);
+        }
+        other => panic!("damage must be refused, got {other:?}"),
+    }
+    std::fs::remove_dir_all(&dir).expect("clean up");
+}
