@@ -440,6 +440,12 @@ impl Checkpointer {
             });
         };
         let Some(pool) = active.pools.get_mut(active.current) else {
+            // The log is recycled up to `replay_from` once this checkpoint is in place, so every
+            // record before it must be durable first (a page-less record, such as a pool's
+            // deletion, was never waited for while copying).
+            if durable_lsn + 1 < active.replay_from {
+                return Ok(Step::WaitDurable(active.replay_from - 1));
+            }
             return Ok(Step::Finish(self.finish_job()));
         };
         let mut bytes = Vec::new();

@@ -52,7 +52,11 @@ impl SharedLog {
         let mut state = self.lock();
         match state.writer.append(payload) {
             Ok(lsn) => {
-                state.oldest_pending.get_or_insert_with(Instant::now);
+                if state.oldest_pending.is_none() {
+                    // The sync thread may be asleep with nothing to do: start its interval.
+                    state.oldest_pending = Some(Instant::now());
+                    self.shared.wake.notify_one();
+                }
                 Ok(lsn)
             }
             Err(error) => {

@@ -398,15 +398,14 @@ impl<S: LogStorage> WalWriter<S> {
     }
 
     /// Recycles every segment whose records all precede `lsn` (a completed checkpoint covers
-    /// them): each is renamed to a new, later sequence number and becomes a prepared segment, so
-    /// the log reuses its files instead of allocating new ones. Returns how many were recycled.
-    /// Does nothing while records are buffered or a batch is out.
+    /// them) and are durable: each is renamed to a new, later sequence number and becomes a
+    /// prepared segment, so the log reuses its files instead of allocating new ones. Returns how
+    /// many were recycled. Buffered records and a batch in flight are all newer than the durable
+    /// LSN, so they never lie in a recycled segment.
     pub fn release_before(&mut self, lsn: Lsn) -> Result<usize, WalError> {
         self.check_usable()?;
         let Some(tail) = self.tail else { return Ok(0) };
-        if !self.runs.is_empty() || self.in_flight {
-            return Ok(0);
-        }
+        let lsn = lsn.min(self.durable_lsn + 1);
         let releasable =
             self.segments[..tail].iter().take_while(|segment| segment.last_lsn.is_none_or(|last| last < lsn)).count();
         for _ in 0..releasable {
