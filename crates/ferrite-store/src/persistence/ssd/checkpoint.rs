@@ -335,6 +335,11 @@ pub struct PageWrite {
 }
 
 impl PageWrite {
+    /// How many pages this write holds.
+    pub fn pages(&self) -> u64 {
+        self.bytes.len() as u64 / ENTRY_BYTES
+    }
+
     /// Writes the pages (no sync: the finish syncs every page file once).
     pub fn run(self) -> Result<(), CheckpointError> {
         self.file.write_all_at(&self.bytes, self.offset).map_err(io_error(format!("writing {}", self.name)))

@@ -82,6 +82,16 @@ impl SharedLog {
         self.lock().writer.ensure_room(bytes)
     }
 
+    /// The LSN of the last appended record, or why the log refuses everything: what a shard
+    /// checks after each write before it may acknowledge it.
+    pub fn appended(&self) -> Result<Lsn, WalError> {
+        let state = self.lock();
+        match state.writer.poisoned() {
+            Some(reason) => Err(WalError::Poisoned(reason.to_string())),
+            None => Ok(state.writer.next_lsn() - 1),
+        }
+    }
+
     /// The LSN of the last appended record.
     pub fn last_lsn(&self) -> Lsn {
         self.lock().writer.next_lsn() - 1

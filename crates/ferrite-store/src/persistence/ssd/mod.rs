@@ -26,5 +26,7 @@ pub use log::{SharedLog, SyncThread};
 pub use logged::LoggedMemory;
 pub use pages::PageTracker;
 pub use record::PoolDescriptor;
-pub use recovery::{recover_shard, RecoveredPool, RecoveredShard, RecoveryError, RecoveryReport, ShardPaths};
+pub use recovery::{
+    load_shard, recover_shard, LoadedShard, RecoveredPool, RecoveredShard, RecoveryError, RecoveryReport, ShardPaths,
+};
 pub use region::SharedRegion;

@@ -134,18 +134,21 @@ fn new_region(descriptor: &PoolDescriptor) -> Result<SharedRegion, RecoveryError
     )))
 }
 
-/// Recovers the shard whose files are at `paths`, creating empty directories on first start.
-/// Removes only what no complete checkpoint references (leftovers of an interrupted one).
-pub fn recover_shard(paths: &ShardPaths, wal_config: WalConfig) -> Result<RecoveredShard, RecoveryError> {
+/// What reading a shard's files produced, before anything is opened for writing.
+#[derive(Debug)]
+pub struct LoadedShard {
+    pub pools: Vec<RecoveredPool>,
+    pub next_pool_id: u64,
+    pub manifest: Manifest,
+    pub wal: wal::Recovered,
+    pub report: RecoveryReport,
+}
+
+/// Loads the last complete checkpoint of the shard at `paths` and replays its log, changing
+/// nothing on disk: what recovery does before it opens the log for writing, and all that
+/// `ferrite check` does.
+pub fn load_shard(paths: &ShardPaths) -> Result<LoadedShard, RecoveryError> {
     let started = Instant::now();
-    for dir in [&paths.wal, &paths.checkpoint] {
-        if !dir.exists() {
-            std::fs::create_dir_all(dir).map_err(io_error(format!("creating {}", dir.display())))?;
-            if let Some(parent) = dir.parent() {
-                super::checkpoint::sync_dir(parent).map_err(io_error(format!("syncing {}", parent.display())))?;
-            }
-        }
-    }
     let manifest = Manifest::read(&paths.checkpoint)?.unwrap_or_default();
     let mut report = RecoveryReport {
         checkpoint_seq: manifest.seq,
@@ -170,17 +173,42 @@ pub fn recover_shard(paths: &ShardPaths, wal_config: WalConfig) -> Result<Recove
     if let Some(error) = replay.error {
         return Err(error);
     }
-    report.stray_files_removed = remove_unreferenced(&paths.checkpoint, &manifest)?;
     report.records_replayed = recovered.replayed;
     report.bytes_replayed = replay.bytes;
     report.torn_tail = recovered.torn_tail.clone();
-    let writer = WalWriter::open(storage, wal_config, &recovered)?;
     report.elapsed = started.elapsed();
-    Ok(RecoveredShard {
+    Ok(LoadedShard {
         pools: replay.pools.into_values().collect(),
         next_pool_id: replay.next_pool_id,
+        manifest,
+        wal: recovered,
+        report,
+    })
+}
+
+/// Recovers the shard whose files are at `paths`, creating empty directories on first start.
+/// Removes only what no complete checkpoint references (leftovers of an interrupted one).
+pub fn recover_shard(paths: &ShardPaths, wal_config: WalConfig) -> Result<RecoveredShard, RecoveryError> {
+    let started = Instant::now();
+    for dir in [&paths.wal, &paths.checkpoint] {
+        if !dir.exists() {
+            std::fs::create_dir_all(dir).map_err(io_error(format!("creating {}", dir.display())))?;
+            if let Some(parent) = dir.parent() {
+                super::checkpoint::sync_dir(parent).map_err(io_error(format!("syncing {}", parent.display())))?;
+            }
+        }
+    }
+    let loaded = load_shard(paths)?;
+    let mut report = loaded.report;
+    report.stray_files_removed = remove_unreferenced(&paths.checkpoint, &loaded.manifest)?;
+    let storage = FsStorage::open_dir(&paths.wal).map_err(io_error(format!("opening {}", paths.wal.display())))?;
+    let writer = WalWriter::open(storage, wal_config, &loaded.wal)?;
+    report.elapsed = started.elapsed();
+    Ok(RecoveredShard {
+        pools: loaded.pools,
+        next_pool_id: loaded.next_pool_id,
         writer,
-        checkpointer: Checkpointer::new(paths.checkpoint.clone(), manifest),
+        checkpointer: Checkpointer::new(paths.checkpoint.clone(), loaded.manifest),
         report,
     })
 }

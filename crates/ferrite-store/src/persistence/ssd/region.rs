@@ -10,6 +10,8 @@ use std::sync::Arc;
 
 use memmap2::MmapMut;
 
+use crate::persistence::{Offset, PoolMemory};
+
 /// One pool's memory: a memfd of a fixed size, mapped read-write. Pages cost physical memory only
 /// once written: a fresh region reads as zeros.
 #[derive(Debug)]
@@ -46,6 +48,21 @@ impl SharedRegion {
     pub fn read_at(file: &File, offset: u64, out: &mut [u8]) -> io::Result<()> {
         file.read_exact_at(out, offset)
     }
+}
+
+/// A region on its own is unlogged memory: what `ferrite check` opens a recovered pool over, and
+/// nothing it does writes.
+impl PoolMemory for SharedRegion {
+    fn bytes(&self) -> &[u8] {
+        &self.map
+    }
+
+    fn modify(&mut self, offset: Offset, len: usize) -> &mut [u8] {
+        let start = usize::try_from(offset).expect("pool memory offsets fit the address space");
+        &mut self.map[start..start + len]
+    }
+
+    fn commit(&mut self) {}
 }
 
 /// Maps the whole of `file` read-write and shared.
