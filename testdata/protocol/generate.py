@@ -72,8 +72,8 @@ RESPONSE_TO_REQUEST = {
 
 # Flag bits per request; a request absent here defines no flags.
 REQUEST_FLAGS = {
-    "create_pool": {"create_only": 0x0001, "indexed": 0x0002},
-    "put": {"create_only": 0x0001, "update_only": 0x0002},
+    "create_pool": {"create_only": 0x0001, "indexed": 0x0002, "async": 0x0004},
+    "put": {"create_only": 0x0001, "update_only": 0x0002, "sync": 0x0004, "async": 0x0008},
 }
 
 FIND_KINDS = {"exact": 1, "prefix": 2, "regex": 3, "glob": 4}
@@ -108,6 +108,8 @@ ERROR_CODES = {
     "invalid_argument": 18,
     "internal": 19,
     "shutting_down": 20,
+    "no_space": 21,
+    "storage_failed": 22,
 }
 
 
@@ -342,6 +344,13 @@ def request_vectors():
             0x0102030405060708,
             {"type": "put", "pool": 0xA1B2C3D4E5F60718, "flags": ["update_only"], "key": "00", "value": "ff00ff"},
         ),
+        req("put_sync", 28, {"type": "put", "pool": 1, "flags": ["sync"], "key": "6b6579", "value": "76616c7565"}),
+        req("put_async_create_only", 29, {"type": "put", "pool": 1, "flags": ["create_only", "async"], "key": "6b6579", "value": "76"}),
+        req(
+            "create_pool_async",
+            30,
+            {"type": "create_pool", "name": "cache", "flags": ["async"], "size_bytes": 1 << 20, "expected_objects": 10},
+        ),
         req("put_empty_value", 11, {"type": "put", "pool": 2, "flags": [], "key": "656d707479", "value": ""}),
         req("get", 12, {"type": "get", "pool": 1, "key": "6b6579"}),
         req("get_max_request_id", U64_MAX, {"type": "get", "pool": U64_MAX, "key": "ff" * 16}),
@@ -428,6 +437,8 @@ def response_vectors():
         ),
         resp("error_non_ascii_message", 10, {"type": "error", "code": "pool_full", "message": "pool « users » est plein ✗"}),
         resp("error_empty_message", 0, {"type": "error", "code": "too_many_connections", "message": ""}),
+        resp("error_no_space", 28, {"type": "error", "code": "no_space", "message": "no space left for the write-ahead log"}),
+        resp("error_storage_failed", 29, {"type": "error", "code": "storage_failed", "message": "log failed"}),
         resp("found_done", 24, {"type": "found", "keys": ["757365723a31", "757365723a32"], "next": None}),
         resp("found_more", 25, {"type": "found", "keys": ["6131"], "next": "6139"}),
         resp("found_nothing_yet", 26, {"type": "found", "keys": [], "next": "00"}),
@@ -498,7 +509,14 @@ def error_vectors():
             "request",
             28,
             "invalid_argument",
-            frame(put, 0x0004, 28, u64(1) + u32(3) + u32(5) + key + b"value"),
+            frame(put, 0x0010, 28, u64(1) + u32(3) + u32(5) + key + b"value"),
+        ),
+        _invalid(
+            "put_sync_and_async",
+            "request",
+            36,
+            "invalid_argument",
+            frame(put, 0x000C, 36, u64(1) + u32(3) + u32(5) + key + b"value"),
         ),
         _invalid(
             "create_pool_empty_name",

@@ -38,11 +38,17 @@ pub enum ErrorCode {
     InvalidArgument = 18,
     Internal = 19,
     ShuttingDown = 20,
+    /// The server's disk has no room for the write-ahead log. Nothing was written; writes succeed
+    /// again once space is freed.
+    NoSpace = 21,
+    /// The shard's write-ahead log failed (an I/O error): the shard refuses writes until the
+    /// server is restarted. Acknowledged writes are safe.
+    StorageFailed = 22,
 }
 
 impl ErrorCode {
     /// Every code, in numeric order.
-    pub const ALL: [ErrorCode; 20] = [
+    pub const ALL: [ErrorCode; 22] = [
         ErrorCode::MalformedFrame,
         ErrorCode::UnknownOpcode,
         ErrorCode::FrameTooLarge,
@@ -63,6 +69,8 @@ impl ErrorCode {
         ErrorCode::InvalidArgument,
         ErrorCode::Internal,
         ErrorCode::ShuttingDown,
+        ErrorCode::NoSpace,
+        ErrorCode::StorageFailed,
     ];
 
     pub fn as_u16(self) -> u16 {
@@ -96,6 +104,8 @@ impl ErrorCode {
             ErrorCode::InvalidArgument => "invalid_argument",
             ErrorCode::Internal => "internal",
             ErrorCode::ShuttingDown => "shutting_down",
+            ErrorCode::NoSpace => "no_space",
+            ErrorCode::StorageFailed => "storage_failed",
         }
     }
 
@@ -122,6 +132,8 @@ impl ErrorCode {
             ErrorCode::InvalidArgument => "invalid argument",
             ErrorCode::Internal => "internal server error",
             ErrorCode::ShuttingDown => "the server is shutting down",
+            ErrorCode::NoSpace => "no space left for the write-ahead log; nothing was written",
+            ErrorCode::StorageFailed => "the shard's write-ahead log failed; writes are refused until restart",
         }
     }
 }

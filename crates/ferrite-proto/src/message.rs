@@ -1,5 +1,7 @@
 //! Requests and responses, and their body layouts. `docs/protocol.md` is the prose twin of this file.
 
+use std::fmt;
+
 use bytes::{BufMut, BytesMut};
 
 use crate::error::{ErrorCode, ProtocolError};
@@ -71,6 +73,43 @@ impl Opcode {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct PoolHandle(pub u64);
 
+/// When a write is acknowledged (see `docs/durability.md`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Durability {
+    /// After the shard's write-ahead log record holding the write is on stable storage.
+    Sync,
+    /// As soon as the write is applied in memory; it reaches stable storage within the server's
+    /// commit interval.
+    Async,
+}
+
+impl Durability {
+    pub fn name(self) -> &'static str {
+        match self {
+            Durability::Sync => "sync",
+            Durability::Async => "async",
+        }
+    }
+}
+
+impl std::str::FromStr for Durability {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Durability, String> {
+        match text {
+            "sync" => Ok(Durability::Sync),
+            "async" => Ok(Durability::Async),
+            other => Err(format!("unknown durability '{other}' (expected sync or async)")),
+        }
+    }
+}
+
+impl fmt::Display for Durability {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 /// Flags of `put`, carried in the header's flag field.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct PutFlags(u16);
@@ -81,7 +120,11 @@ impl PutFlags {
     pub const CREATE_ONLY: PutFlags = PutFlags(0x0001);
     /// Fail with `key_not_found` if the key is absent.
     pub const UPDATE_ONLY: PutFlags = PutFlags(0x0002);
-    const KNOWN: u16 = 0x0003;
+    /// Acknowledge only once durable, whatever the pool's default.
+    pub const SYNC: PutFlags = PutFlags(0x0004);
+    /// Acknowledge once applied, whatever the pool's default.
+    pub const ASYNC: PutFlags = PutFlags(0x0008);
+    const KNOWN: u16 = 0x000F;
 
     pub fn bits(self) -> u16 {
         self.0
@@ -91,14 +134,38 @@ impl PutFlags {
         if bits & !PutFlags::KNOWN != 0 {
             return Err(ProtocolError::UnknownFlags { message: "put", flags: bits });
         }
-        if bits == PutFlags::KNOWN {
+        let both = |a: PutFlags, b: PutFlags| bits & (a.0 | b.0) == a.0 | b.0;
+        if both(PutFlags::CREATE_ONLY, PutFlags::UPDATE_ONLY) {
             return Err(ProtocolError::UnknownFlags { message: "put (create-only with update-only)", flags: bits });
+        }
+        if both(PutFlags::SYNC, PutFlags::ASYNC) {
+            return Err(ProtocolError::UnknownFlags { message: "put (sync with async)", flags: bits });
         }
         Ok(PutFlags(bits))
     }
 
     pub fn contains(self, other: PutFlags) -> bool {
         self.0 & other.0 == other.0 && other.0 != 0
+    }
+
+    /// The durability the put asks for; `None` means the pool's default.
+    pub fn durability(self) -> Option<Durability> {
+        if self.contains(PutFlags::SYNC) {
+            Some(Durability::Sync)
+        } else if self.contains(PutFlags::ASYNC) {
+            Some(Durability::Async)
+        } else {
+            None
+        }
+    }
+
+    /// These flags asking for `durability` instead of whatever they asked before.
+    pub fn with_durability(self, durability: Durability) -> PutFlags {
+        let bits = self.0 & !(PutFlags::SYNC.0 | PutFlags::ASYNC.0);
+        match durability {
+            Durability::Sync => PutFlags(bits | PutFlags::SYNC.0),
+            Durability::Async => PutFlags(bits | PutFlags::ASYNC.0),
+        }
     }
 }
 
@@ -112,7 +179,9 @@ impl CreatePoolFlags {
     pub const CREATE_ONLY: CreatePoolFlags = CreatePoolFlags(0x0001);
     /// Keep a secondary index: an ordered index over the pool's keys that `find` searches.
     pub const INDEXED: CreatePoolFlags = CreatePoolFlags(0x0002);
-    const KNOWN: u16 = 0x0003;
+    /// Writes that do not choose a durability are `async` (without this flag: `sync`).
+    pub const ASYNC: CreatePoolFlags = CreatePoolFlags(0x0004);
+    const KNOWN: u16 = 0x0007;
 
     pub fn bits(self) -> u16 {
         self.0
@@ -127,6 +196,15 @@ impl CreatePoolFlags {
 
     pub fn contains(self, other: CreatePoolFlags) -> bool {
         self.0 & other.0 == other.0 && other.0 != 0
+    }
+
+    /// The pool's default durability.
+    pub fn durability(self) -> Durability {
+        if self.contains(CreatePoolFlags::ASYNC) {
+            Durability::Async
+        } else {
+            Durability::Sync
+        }
     }
 
     pub fn union(self, other: CreatePoolFlags) -> CreatePoolFlags {

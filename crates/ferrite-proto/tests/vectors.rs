@@ -194,6 +194,7 @@ fn request<'f>(f: &'f Fields<'_>) -> Result<Request<'f>, String> {
             let bits = f.flags(&[
                 ("create_only", CreatePoolFlags::CREATE_ONLY.bits()),
                 ("indexed", CreatePoolFlags::INDEXED.bits()),
+                ("async", CreatePoolFlags::ASYNC.bits()),
             ])?;
             Request::CreatePool {
                 name: f.str("name")?,
@@ -210,6 +211,8 @@ fn request<'f>(f: &'f Fields<'_>) -> Result<Request<'f>, String> {
             let bits = f.flags(&[
                 ("create_only", PutFlags::CREATE_ONLY.bits()),
                 ("update_only", PutFlags::UPDATE_ONLY.bits()),
+                ("sync", PutFlags::SYNC.bits()),
+                ("async", PutFlags::ASYNC.bits()),
             ])?;
             Request::Put {
                 pool: f.pool()?,
