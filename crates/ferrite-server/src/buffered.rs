@@ -2,6 +2,10 @@
 //! answer every complete request in the buffer, write every response with one write. A pipelining
 //! client therefore costs one read and one write per batch, not per request.
 //!
+//! On a durable shard, the responses of a batch leave only once the log is durable up to the LSN
+//! the batch needs (`durability.rs`): one wait per batch, so a pipelining client's writes share
+//! one group commit.
+//!
 //! Every wait races the shard's shutdown signal, so neither a silent client nor one that stops
 //! reading its responses can hold a stopping shard hostage.
 
@@ -9,6 +13,9 @@ use bytes::BytesMut;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
+
+use crate::durability::DurableGate;
+use ferrite_store::persistence::wal::Lsn;
 
 /// Responses are flushed once this much is buffered, so a client that pipelines many large reads
 /// cannot make the server buffer unbounded output.
@@ -36,6 +43,8 @@ pub(crate) enum Ended {
     ShuttingDown,
     /// The protocol asked to close (`Next::Close`) and its last responses were written.
     Closed,
+    /// The shard's log failed while responses waited for durability; they were not sent.
+    LogFailed,
 }
 
 /// A connection's input and output buffers.
@@ -67,12 +76,14 @@ impl Buffers {
 }
 
 /// Runs the loop until the peer hangs up, `answer` says to close, or the shard stops. `answer`
-/// consumes complete requests from `buffers.read` and appends their responses to `buffers.write`.
+/// consumes complete requests from `buffers.read`, appends their responses to `buffers.write`,
+/// and says which LSN must be durable before they are sent (0: none); `gate` waits for it.
 pub(crate) async fn drive(
     stream: &mut TcpStream,
     shutdown: &mut watch::Receiver<bool>,
     buffers: &mut Buffers,
-    mut answer: impl FnMut(&mut Buffers) -> Next,
+    mut gate: Option<DurableGate>,
+    mut answer: impl FnMut(&mut Buffers) -> (Next, Lsn),
 ) -> std::io::Result<Ended> {
     let mut next = Next::Read;
     loop {
@@ -89,7 +100,17 @@ pub(crate) async fn drive(
                 return Ok(Ended::PeerClosed);
             }
         }
-        next = answer(buffers);
+        let wait_lsn;
+        (next, wait_lsn) = answer(buffers);
+        if let (Some(gate), true) = (gate.as_mut(), wait_lsn > 0) {
+            tokio::select! {
+                biased;
+                _ = shutdown.wait_for(|stop| *stop) => return Ok(Ended::ShuttingDown),
+                waited = gate.wait_for(wait_lsn) => if waited.is_err() {
+                    return Ok(Ended::LogFailed);
+                },
+            }
+        }
         if !buffers.write.is_empty() {
             tokio::select! {
                 biased;

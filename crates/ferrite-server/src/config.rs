@@ -38,6 +38,35 @@ pub struct Config {
     /// The optional RESP (Redis protocol) listener of every shard.
     #[serde(default)]
     pub resp: RespConfig,
+    /// How the `ssd` backing commits and checkpoints.
+    #[serde(default)]
+    pub durability: DurabilityConfig,
+}
+
+/// The `[durability]` table: group commit and checkpoint settings of shards with the `ssd`
+/// backing. Every key is optional.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DurabilityConfig {
+    /// An `async` write reaches stable storage at most this long after it is acknowledged.
+    pub commit_interval_ms: u64,
+    /// Size of each preallocated write-ahead log segment file.
+    pub wal_segment_bytes: u64,
+    /// A checkpoint starts once this much log has accumulated since the last one...
+    pub checkpoint_wal_bytes: u64,
+    /// ...or this long after the last one, if anything changed.
+    pub checkpoint_interval_secs: u64,
+}
+
+impl Default for DurabilityConfig {
+    fn default() -> Self {
+        DurabilityConfig {
+            commit_interval_ms: 10,
+            wal_segment_bytes: 64 << 20,
+            checkpoint_wal_bytes: 256 << 20,
+            checkpoint_interval_secs: 300,
+        }
+    }
 }
 
 /// The `[resp]` table: each shard also serves RESP, on its own port, against a default pool of
@@ -122,10 +151,10 @@ pub struct ShardConfig {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum StoreName {
-    #[default]
+    /// DRAM only, for caches and tests; needs `backing = "memory"`.
     Mapstore,
-    /// The persistent hopscotch hash engine; with `backing = "memory"` its region is process
-    /// memory, so it persists nothing yet.
+    /// The persistent hopscotch hash engine (MCAS section 3.2): durable with `backing = "ssd"`.
+    #[default]
     Hstore,
 }
 
@@ -138,19 +167,31 @@ impl StoreName {
     }
 }
 
-/// Where pool memory lives. Only `memory` exists so far: pools live in DRAM and are lost when the
-/// server stops.
+/// Where pool memory lives and how it becomes durable (see `docs/durability.md`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Backing {
+    /// Shared memory, made durable by the shard's write-ahead log and checkpoints in the data
+    /// directory: survives kill -9 and power loss.
     #[default]
+    Ssd,
+    /// Process memory only: pools are lost when the server stops.
     Memory,
 }
 
 impl Backing {
     pub fn name(self) -> &'static str {
         match self {
+            Backing::Ssd => "ssd",
             Backing::Memory => "memory",
+        }
+    }
+
+    /// What a pool on this backing survives, for the startup announcement.
+    pub fn promise(self) -> &'static str {
+        match self {
+            Backing::Ssd => "acknowledged sync writes survive kill -9 and power loss",
+            Backing::Memory => "pools live in memory and are lost on stop",
         }
     }
 }
@@ -240,6 +281,27 @@ impl Config {
         if limits.connections_per_shard_max == 0 {
             return invalid("limits.connections_per_shard_max must be at least 1".into());
         }
+        if let Some((index, _)) =
+            self.shards.iter().enumerate().find(|(_, s)| s.store == StoreName::Mapstore && s.backing != Backing::Memory)
+        {
+            return invalid(format!(
+                "shard {index}: store \"mapstore\" keeps pools in DRAM only and needs backing = \"memory\" (use \
+                 store = \"hstore\" for durable pools)"
+            ));
+        }
+        let durability = &self.durability;
+        if durability.commit_interval_ms == 0 || durability.commit_interval_ms > 10_000 {
+            return invalid("durability.commit_interval_ms must be between 1 and 10000".into());
+        }
+        if durability.wal_segment_bytes < (1 << 20) || durability.wal_segment_bytes > (1 << 32) {
+            return invalid("durability.wal_segment_bytes must be between 1 MiB and 4 GiB".into());
+        }
+        if durability.checkpoint_wal_bytes < durability.wal_segment_bytes {
+            return invalid("durability.checkpoint_wal_bytes must be at least durability.wal_segment_bytes".into());
+        }
+        if durability.checkpoint_interval_secs == 0 {
+            return invalid("durability.checkpoint_interval_secs must be at least 1".into());
+        }
         let mut ports: Vec<u16> = self.shards.iter().map(|s| s.port).filter(|p| *p != 0).collect();
         ports.sort_unstable();
         if let Some(pair) = ports.windows(2).find(|pair| pair[0] == pair[1]) {
@@ -301,7 +363,9 @@ mod tests {
         assert_eq!(config.data_dir, PathBuf::from("./ferrite-data"));
         assert_eq!(config.shards.len(), 1);
         assert_eq!(config.shards[0].port, 11911);
-        assert_eq!(config.shards[0].store, StoreName::Mapstore);
+        assert_eq!(config.shards[0].store, StoreName::Hstore);
+        assert_eq!(config.shards[0].backing, Backing::Ssd);
+        assert_eq!(config.durability, DurabilityConfig::default());
         assert_eq!(config.limits.protocol_limits(), Limits::MAX);
     }
 
@@ -316,18 +380,33 @@ mod tests {
     }
 
     #[test]
-    fn hstore_is_selected_by_name() {
-        let text = DEFAULT_CONFIG_TOML.replace("store = \"mapstore\"", "store = \"hstore\"");
-        let config = Config::from_toml(&text, "test.toml").expect("hstore is a known store");
-        assert_eq!(config.shards[0].store, StoreName::Hstore);
-        assert_eq!(config.shards[0].backing, Backing::Memory);
-        assert_eq!(config.shards[0].store.kind(), StoreKind::HStore);
-        assert_eq!(config.shards[0].store.kind().name(), "hstore");
+    fn mapstore_is_selected_by_name_and_needs_the_memory_backing() {
+        let text = DEFAULT_CONFIG_TOML.replace("store = \"hstore\"", "store = \"mapstore\"");
+        let error = Config::from_toml(&text, "test.toml").expect_err("mapstore cannot be durable").to_string();
+        assert!(error.contains("backing = \"memory\""), "{error}");
+        let text = text.replace("backing = \"ssd\"", "backing = \"memory\"");
+        let config = Config::from_toml(&text, "test.toml").expect("mapstore in memory");
+        assert_eq!(config.shards[0].store, StoreName::Mapstore);
+        assert_eq!(config.shards[0].store.kind(), StoreKind::MapStore);
+        assert_eq!(config.shards[0].store.kind().name(), "mapstore");
+    }
+
+    #[test]
+    fn the_durability_table_is_read_and_checked() {
+        let with = |table: &str| Config::from_toml(&format!("{DEFAULT_CONFIG_TOML}\n[durability]\n{table}\n"), "t");
+        let config = with("commit_interval_ms = 2").expect("valid");
+        assert_eq!(config.durability.commit_interval_ms, 2);
+        assert_eq!(config.durability.wal_segment_bytes, 64 << 20, "missing keys take defaults");
+        assert!(with("commit_interval_ms = 0").is_err());
+        assert!(with("wal_segment_bytes = 1000").is_err());
+        assert!(with("checkpoint_wal_bytes = 1048576").is_err(), "below the segment size");
+        let error = with("comit_interval_ms = 5").expect_err("misspelt").to_string();
+        assert!(error.contains("comit_interval_ms"), "{error}");
     }
 
     #[test]
     fn unknown_store_is_an_error() {
-        let text = DEFAULT_CONFIG_TOML.replace("\"mapstore\"", "\"nosuchstore\"");
+        let text = DEFAULT_CONFIG_TOML.replace("\"hstore\"", "\"nosuchstore\"");
         let error = Config::from_toml(&text, "test.toml").expect_err("bad store").to_string();
         assert!(error.contains("nosuchstore"), "{error}");
     }

@@ -36,8 +36,10 @@ pub(crate) async fn serve(mut stream: TcpStream, shard: Rc<RefCell<ShardState>>,
     let frame_body_max = shard.borrow().limits.frame_body_bytes_max();
     let mut framing = Framing { session: Session::default(), discard: 0, frame_body_max };
     let mut buffers = Buffers::new(READ_CHUNK_BYTES);
-    let ended = buffered::drive(&mut stream, &mut shutdown, &mut buffers, |buffers| {
-        framing.answer_buffered(&mut shard.borrow_mut(), buffers)
+    let gate = shard.borrow().durable_gate();
+    let ended = buffered::drive(&mut stream, &mut shutdown, &mut buffers, gate, |buffers| {
+        let next = framing.answer_buffered(&mut shard.borrow_mut(), buffers);
+        (next, std::mem::take(&mut framing.session.wait_lsn))
     })
     .await;
     match ended {

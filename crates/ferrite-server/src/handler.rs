@@ -7,12 +7,15 @@ use std::sync::Arc;
 
 use bytes::BytesMut;
 use ferrite_proto::{
-    shard_for_pool, Attribute, CreatePoolFlags, ErrorCode, FindKind, Header, HelloReply, Limits, PoolHandle,
-    ProtocolError, PutFlags, Request, Response, FIND_REPLY_KEY_BYTES_MAX, FIND_SCAN_KEYS_MAX, PROTOCOL_VERSION,
+    shard_for_pool, Attribute, CreatePoolFlags, Durability, ErrorCode, FindKind, Header, HelloReply, Limits,
+    PoolHandle, ProtocolError, PutFlags, Request, Response, FIND_REPLY_KEY_BYTES_MAX, FIND_SCAN_KEYS_MAX,
+    PROTOCOL_VERSION,
 };
+use ferrite_store::persistence::wal::WalError;
 use ferrite_store::{FindBudget, FindQuery, PoolSpec, PutMode, PutOutcome, StoreError};
 
-use crate::pools::{CreateRefused, Pool, Pools};
+use crate::durability::{DurableGate, ShardDurability};
+use crate::pools::{CreateRefused, NewPool, Pool, Pools};
 use crate::session::Session;
 use crate::stats::ShardStats;
 
@@ -83,6 +86,30 @@ fn open_pool_mut<'p>(pools: &'p mut Pools, session: &Session, handle: PoolHandle
     }
 }
 
+/// Log room reserved before a write beyond its key and value: the table entries, hop words and
+/// allocator pages a transaction's record carries besides the data itself.
+const WRITE_RECORD_SLACK_BYTES: u64 = 64 * 1024;
+
+/// What a client is told when the shard's log refuses or fails.
+fn log_failure(shard: u16, error: &WalError) -> Failure {
+    match error {
+        WalError::NoSpace(detail) => Failure::new(
+            ErrorCode::NoSpace,
+            format!(
+                "shard {shard}: no space left on the device for the write-ahead log ({detail}); nothing was \
+                 written, and writes succeed again once space is freed"
+            ),
+        ),
+        other => Failure::new(
+            ErrorCode::StorageFailed,
+            format!(
+                "shard {shard}: the write-ahead log failed ({other}); the shard refuses writes until the server is \
+                 restarted; acknowledged writes are safe"
+            ),
+        ),
+    }
+}
+
 fn key_not_found(pool: &Pool) -> Failure {
     Failure::new(ErrorCode::KeyNotFound, format!("pool '{}': key not found", pool.name))
 }
@@ -100,9 +127,45 @@ pub(crate) struct ShardState {
     pub pool_bytes_max: u64,
     pub pools: Pools,
     pub stats: ShardStats,
+    /// The log, sync thread and checkpoints of a shard on the `ssd` backing.
+    pub durability: Option<ShardDurability>,
 }
 
 impl ShardState {
+    /// What a connection of this shard waits on before sending responses that need durability.
+    pub fn durable_gate(&self) -> Option<DurableGate> {
+        self.durability.as_ref().map(|durability| durability.gate.clone())
+    }
+
+    /// Refuses a write before it changes anything if the log has failed or has no room for its
+    /// record (a full disk): a write must never change pool memory that the log cannot record.
+    fn admit_write(&self, payload_bytes: u64) -> Result<(), Failure> {
+        let Some(durability) = &self.durability else { return Ok(()) };
+        durability
+            .log
+            .ensure_room(payload_bytes + WRITE_RECORD_SLACK_BYTES)
+            .map_err(|error| log_failure(self.index, &error))
+    }
+
+    /// Accounts for a write just applied: a `sync` one makes the batch's responses (and later
+    /// reads) wait for its record to be durable. Fails if the log could not take the record.
+    fn logged(&mut self, sync: bool, session: &mut Session) -> Result<(), Failure> {
+        let Some(durability) = &mut self.durability else { return Ok(()) };
+        let lsn = durability.log.appended().map_err(|error| log_failure(self.index, &error))?;
+        if sync {
+            durability.visible_lsn = lsn;
+            session.wait_lsn = session.wait_lsn.max(lsn);
+        }
+        Ok(())
+    }
+
+    /// A read's response waits until every `sync` write applied before it is durable.
+    fn reading(&self, session: &mut Session) {
+        if let Some(durability) = &self.durability {
+            session.wait_lsn = session.wait_lsn.max(durability.visible_lsn);
+        }
+    }
+
     /// Answers one request frame, appending the response frame to `out`.
     pub fn handle(
         &mut self,
@@ -195,39 +258,57 @@ impl ShardState {
                 }
                 Ok(Response::PoolClosed)
             }
-            Request::DeletePool { name } => self.delete_pool(name),
-            Request::ListPools => Ok(Response::Pools(self.pools.infos())),
+            Request::DeletePool { name } => self.delete_pool(name, session),
+            Request::ListPools => {
+                self.reading(session);
+                Ok(Response::Pools(self.pools.infos()))
+            }
             Request::Put { pool, flags, key, value } => {
+                self.admit_write((key.len() + value.len()) as u64)?;
                 let pool = open_pool_mut(&mut self.pools, session, pool)?;
                 let outcome =
                     pool.store.put(key, value, put_mode(flags), now_ns).map_err(|e| store_failure(e, pool))?;
                 if let (PutOutcome::Inserted, Some(index)) = (outcome, &mut pool.index) {
                     index.insert(key);
                 }
+                let sync = match flags.durability() {
+                    Some(durability) => durability == Durability::Sync,
+                    None => !pool.async_default,
+                };
                 self.stats.puts += 1;
+                self.logged(sync, session)?;
                 Ok(Response::Stored)
             }
             Request::Get { pool, key } => {
+                self.reading(session);
                 let pool = open_pool(&self.pools, session, pool)?;
                 let value = pool.store.get(key).ok_or_else(|| key_not_found(pool))?;
                 self.stats.gets += 1;
                 Ok(Response::Value(value))
             }
             Request::Erase { pool, key } => {
+                self.admit_write(key.len() as u64)?;
                 let pool = open_pool_mut(&mut self.pools, session, pool)?;
                 pool.store.erase(key).map_err(|e| store_failure(e, pool))?;
                 if let Some(index) = &mut pool.index {
                     index.remove(key);
                 }
+                let sync = !pool.async_default;
                 self.stats.erases += 1;
+                self.logged(sync, session)?;
                 Ok(Response::Erased)
             }
-            Request::Count { pool } => Ok(Response::Count(open_pool(&self.pools, session, pool)?.store.count())),
+            Request::Count { pool } => {
+                self.reading(session);
+                Ok(Response::Count(open_pool(&self.pools, session, pool)?.store.count()))
+            }
             Request::GetAttribute { pool, attribute, key } => {
+                self.reading(session);
                 let pool = open_pool(&self.pools, session, pool)?;
                 Ok(Response::Attribute(attribute_value(pool, attribute, key)?))
             }
             Request::Find { pool, kind, pattern, after, limit } => {
+                self.reading(session);
                 let pool = open_pool(&self.pools, session, pool)?;
                 let found = find(pool, kind, pattern, after, limit)?;
                 self.stats.finds += 1;
@@ -302,8 +383,15 @@ impl ShardState {
                 ),
             ));
         }
-        let indexed = flags.contains(CreatePoolFlags::INDEXED);
-        let (handle, created) = match self.pools.create(name, spec, indexed) {
+        let new = NewPool {
+            spec,
+            indexed: flags.contains(CreatePoolFlags::INDEXED),
+            async_default: flags.durability() == Durability::Async,
+        };
+        if self.pools.find(name).is_none() {
+            self.admit_write(WRITE_RECORD_SLACK_BYTES)?;
+        }
+        let (handle, created) = match self.pools.create(name, new) {
             Ok(handle) => (handle, true),
             Err(CreateRefused::Exists) if flags.contains(CreatePoolFlags::CREATE_ONLY) => {
                 return Err(Failure::new(ErrorCode::PoolExists, format!("pool '{name}' already exists")));
@@ -318,12 +406,24 @@ impl ShardState {
             Err(CreateRefused::Engine(error)) => {
                 return Err(Failure::new(ErrorCode::InvalidArgument, format!("pool '{name}': {error}")));
             }
+            Err(CreateRefused::Memory(error)) => {
+                return Err(Failure::new(
+                    ErrorCode::PoolFull,
+                    format!("pool '{name}': cannot allocate its memory ({} bytes requested): {error}", spec.size_bytes),
+                ));
+            }
+            Err(CreateRefused::Log(error)) => return Err(log_failure(self.index, &error)),
         };
+        if created {
+            self.logged(true, session)?;
+        } else {
+            self.reading(session);
+        }
         self.record_open(handle, session);
         Ok(Response::PoolCreated { pool: handle, created })
     }
 
-    fn delete_pool(&mut self, name: &str) -> Result<Response<'static>, Failure> {
+    fn delete_pool(&mut self, name: &str, session: &mut Session) -> Result<Response<'static>, Failure> {
         self.check_owner(name)?;
         let handle = self.pools.find(name).ok_or_else(|| self.pool_not_found(name))?;
         let open_count = self.pools.get(handle).map_or(0, |pool| pool.open_count);
@@ -333,7 +433,9 @@ impl ShardState {
                 format!("pool '{name}' is open ({open_count} open handle(s)); close it everywhere before deleting"),
             ));
         }
-        self.pools.remove(handle);
+        self.admit_write(0)?;
+        self.pools.remove(handle).map_err(|error| log_failure(self.index, &error))?;
+        self.logged(true, session)?;
         Ok(Response::PoolDeleted)
     }
 }

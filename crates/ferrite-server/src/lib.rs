@@ -5,8 +5,11 @@
 //! `docs/configuration.md`.
 
 mod buffered;
+mod checkpointing;
 pub mod config;
 mod connection;
+mod data_dir;
+mod durability;
 mod handler;
 mod pools;
 mod resp;

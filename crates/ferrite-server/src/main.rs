@@ -54,11 +54,26 @@ fn main() -> ExitCode {
         }
     };
     tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+    raise_open_file_limit();
     match run(args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(message) => {
             eprintln!("error: {message}");
             ExitCode::FAILURE
+        }
+    }
+}
+
+/// Raises the soft limit on open files to the hard limit: every durable pool holds its memory
+/// file open, next to every client connection, and the common default soft limit (1024) is far
+/// below what a shard's pool and connection limits allow.
+fn raise_open_file_limit() {
+    use rustix::process::{getrlimit, setrlimit, Resource};
+    let limit = getrlimit(Resource::Nofile);
+    if limit.current < limit.maximum {
+        let raised = rustix::process::Rlimit { current: limit.maximum, maximum: limit.maximum };
+        if let Err(error) = setrlimit(Resource::Nofile, raised) {
+            tracing::warn!(%error, soft = ?limit.current, "cannot raise the open-file limit");
         }
     }
 }
@@ -89,11 +104,12 @@ fn announcement(server: &BoundServer) -> String {
     let config = server.config();
     let shard = &config.shards[0];
     let mut lines = vec![format!(
-        "ferrite-server {} with {} shard(s), store {}, backing {} (pools live in memory and are lost on stop), data dir {}",
+        "ferrite-server {} with {} shard(s), store {}, backing {} ({}), data dir {}",
         env!("CARGO_PKG_VERSION"),
         config.shards.len(),
         shard.store.kind().name(),
         shard.backing.name(),
+        shard.backing.promise(),
         config.data_dir.display(),
     )];
     for (index, address) in server.addresses().iter().enumerate() {

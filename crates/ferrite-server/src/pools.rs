@@ -1,9 +1,30 @@
 //! The pools of one shard.
+//!
+//! On the `ssd` backing a pool's creation and deletion are records in the shard's write-ahead log
+//! and its memory is logged (`ferrite_store::persistence::ssd`); on the `memory` backing pools
+//! are plain stores that vanish with the process.
+
+use std::fs::File;
+use std::sync::{Arc, Mutex};
 
 use foldhash::HashMap;
 
 use ferrite_proto::{PoolHandle, PoolInfo};
+use ferrite_store::hstore::{self, HStore};
+use ferrite_store::persistence::ssd::record::{encode_pool_created, encode_pool_deleted};
+use ferrite_store::persistence::ssd::{
+    CheckpointPool, LoggedMemory, PageTracker, PoolDescriptor, RecoveredPool, SharedLog, SharedRegion,
+};
+use ferrite_store::persistence::wal::WalError;
 use ferrite_store::{CreateStoreError, PoolSpec, SecondaryIndex, Store, StoreKind};
+
+/// What a durable pool keeps so the checkpointer can copy its memory.
+#[derive(Debug)]
+pub(crate) struct Persisted {
+    pub descriptor: PoolDescriptor,
+    pub pages: Arc<Mutex<PageTracker>>,
+    pub region: Arc<File>,
+}
 
 pub(crate) struct Pool {
     pub name: String,
@@ -12,6 +33,10 @@ pub(crate) struct Pool {
     pub index: Option<SecondaryIndex>,
     /// Opens held across all sessions; a pool with opens cannot be deleted.
     pub open_count: u32,
+    /// Writes that do not choose a durability are acknowledged before they are durable.
+    pub async_default: bool,
+    /// `None` on the `memory` backing.
+    pub persisted: Option<Persisted>,
 }
 
 impl std::fmt::Debug for Pool {
@@ -21,31 +46,67 @@ impl std::fmt::Debug for Pool {
 }
 
 /// Why a pool could not be created.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug)]
 pub(crate) enum CreateRefused {
     Exists,
-    TooMany { max: usize },
+    TooMany {
+        max: usize,
+    },
     Engine(CreateStoreError),
+    /// The pool memory could not be allocated.
+    Memory(std::io::Error),
+    /// The log refused the pool's creation record.
+    Log(WalError),
+}
+
+/// How a pool is created: its shape and options.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct NewPool {
+    pub spec: PoolSpec,
+    pub indexed: bool,
+    pub async_default: bool,
 }
 
 #[derive(Debug)]
 pub(crate) struct Pools {
     by_handle: HashMap<PoolHandle, Pool>,
     by_name: HashMap<String, PoolHandle>,
-    /// Handles are never reused, so a handle to a deleted pool cannot reach a new pool of the
-    /// same name.
+    /// Handles are pool ids: never reused within a data directory, so a handle to a deleted pool
+    /// cannot reach a new pool of the same name, and a log record never reaches a later pool.
     next_handle: u64,
     max: usize,
     kind: StoreKind,
+    /// The shard's log, on the `ssd` backing.
+    log: Option<SharedLog>,
+    scratch: Vec<u8>,
 }
 
 impl Pools {
-    pub fn new(kind: StoreKind, max: usize) -> Self {
-        Pools { by_handle: HashMap::default(), by_name: HashMap::default(), next_handle: 1, max, kind }
+    /// The pools of a shard on the `memory` backing.
+    pub fn in_memory(kind: StoreKind, max: usize) -> Self {
+        Pools {
+            by_handle: HashMap::default(),
+            by_name: HashMap::default(),
+            next_handle: 1,
+            max,
+            kind,
+            log: None,
+            scratch: Vec::new(),
+        }
+    }
+
+    /// The pools of a shard on the `ssd` backing, logged to `log`; ids continue from
+    /// `next_handle`.
+    pub fn logged(log: SharedLog, max: usize, next_handle: u64) -> Self {
+        Pools { log: Some(log), next_handle: next_handle.max(1), ..Pools::in_memory(StoreKind::HStore, max) }
     }
 
     pub fn len(&self) -> usize {
         self.by_handle.len()
+    }
+
+    pub fn next_handle(&self) -> u64 {
+        self.next_handle
     }
 
     pub fn find(&self, name: &str) -> Option<PoolHandle> {
@@ -60,7 +121,7 @@ impl Pools {
         self.by_handle.get_mut(&handle)
     }
 
-    pub fn create(&mut self, name: &str, spec: PoolSpec, indexed: bool) -> Result<PoolHandle, CreateRefused> {
+    pub fn create(&mut self, name: &str, new: NewPool) -> Result<PoolHandle, CreateRefused> {
         if self.by_name.contains_key(name) {
             return Err(CreateRefused::Exists);
         }
@@ -68,19 +129,105 @@ impl Pools {
             return Err(CreateRefused::TooMany { max: self.max });
         }
         let handle = PoolHandle(self.next_handle);
+        let (store, persisted) = match self.log.clone() {
+            Some(log) => {
+                let (store, persisted) = self.create_logged(handle.0, name, new, log)?;
+                (store, Some(persisted))
+            }
+            None => (self.kind.try_create(new.spec).map_err(CreateRefused::Engine)?, None),
+        };
         self.next_handle += 1;
-        let index = indexed.then(SecondaryIndex::default);
-        let store = self.kind.try_create(spec).map_err(CreateRefused::Engine)?;
-        let pool = Pool { name: name.to_string(), store, index, open_count: 0 };
+        let index = new.indexed.then(SecondaryIndex::default);
+        let pool =
+            Pool { name: name.to_string(), store, index, open_count: 0, async_default: new.async_default, persisted };
         self.by_handle.insert(handle, pool);
         self.by_name.insert(name.to_string(), handle);
         Ok(handle)
     }
 
-    pub fn remove(&mut self, handle: PoolHandle) -> Option<Pool> {
-        let pool = self.by_handle.remove(&handle)?;
+    /// Creates a durable hstore pool: memory first (the step that can fail for want of
+    /// resources), then the creation record, then the store's formatting transaction.
+    fn create_logged(
+        &mut self,
+        id: u64,
+        name: &str,
+        new: NewPool,
+        log: SharedLog,
+    ) -> Result<(Box<dyn Store>, Persisted), CreateRefused> {
+        let region_bytes = HStore::<LoggedMemory>::region_bytes_for(new.spec)
+            .map_err(|error| CreateRefused::Engine(error.into()))?
+            .next_multiple_of(ferrite_store::persistence::ssd::pages::PAGE_BYTES);
+        let region =
+            SharedRegion::zeroed(&format!("ferrite-pool-{id}"), region_bytes).map_err(CreateRefused::Memory)?;
+        let descriptor = PoolDescriptor {
+            id,
+            name: name.to_string(),
+            spec: new.spec,
+            region_bytes,
+            indexed: new.indexed,
+            async_default: new.async_default,
+        };
+        self.scratch.clear();
+        encode_pool_created(&descriptor, &mut self.scratch);
+        log.append(&self.scratch).map_err(CreateRefused::Log)?;
+        let pages = Arc::new(Mutex::new(PageTracker::new(region_bytes)));
+        let region_file = Arc::clone(region.file());
+        let memory = LoggedMemory::new(id, region, log, Arc::clone(&pages));
+        let store = HStore::create(memory, new.spec)
+            .map_err(|error: hstore::CreateError| CreateRefused::Engine(error.into()))?;
+        Ok((Box::new(store), Persisted { descriptor, pages, region: region_file }))
+    }
+
+    /// Adds a pool that recovery rebuilt: opens its store over the recovered memory (which
+    /// validates the table and rebuilds the allocator) and rebuilds its secondary index.
+    pub fn insert_recovered(&mut self, pool: RecoveredPool) -> Result<(), hstore::OpenError> {
+        let log = self.log.clone().expect("recovered pools belong to a logged shard");
+        let RecoveredPool { descriptor, region, pages } = pool;
+        let region_file = Arc::clone(region.file());
+        let memory = LoggedMemory::new(descriptor.id, region, log, Arc::clone(&pages));
+        let store: Box<dyn Store> = Box::new(HStore::open(memory)?);
+        let index = descriptor.indexed.then(|| SecondaryIndex::rebuild_from(store.as_ref()));
+        let handle = PoolHandle(descriptor.id);
+        self.next_handle = self.next_handle.max(descriptor.id + 1);
+        let pool = Pool {
+            name: descriptor.name.clone(),
+            store,
+            index,
+            open_count: 0,
+            async_default: descriptor.async_default,
+            persisted: Some(Persisted { descriptor, pages, region: region_file }),
+        };
+        self.by_name.insert(pool.name.clone(), handle);
+        self.by_handle.insert(handle, pool);
+        Ok(())
+    }
+
+    /// Deletes a pool; on the `ssd` backing its deletion is logged first, and a log that refuses
+    /// the record leaves the pool in place.
+    pub fn remove(&mut self, handle: PoolHandle) -> Result<Option<Pool>, WalError> {
+        if let (Some(log), Some(pool)) = (&self.log, self.by_handle.get(&handle)) {
+            if pool.persisted.is_some() {
+                self.scratch.clear();
+                encode_pool_deleted(handle.0, &mut self.scratch);
+                log.append(&self.scratch)?;
+            }
+        }
+        let Some(pool) = self.by_handle.remove(&handle) else { return Ok(None) };
         self.by_name.remove(&pool.name);
-        Some(pool)
+        Ok(Some(pool))
+    }
+
+    /// What a checkpoint needs of every durable pool.
+    pub fn checkpoint_pools(&self) -> Vec<CheckpointPool> {
+        self.by_handle
+            .values()
+            .filter_map(|pool| pool.persisted.as_ref())
+            .map(|persisted| CheckpointPool {
+                descriptor: persisted.descriptor.clone(),
+                pages: Arc::clone(&persisted.pages),
+                region: Arc::clone(&persisted.region),
+            })
+            .collect()
     }
 
     /// Every pool, sorted by name so listings are stable.

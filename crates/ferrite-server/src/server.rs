@@ -5,10 +5,14 @@ use std::future::Future;
 use std::net::{SocketAddr, TcpListener};
 use std::sync::Arc;
 
+use ferrite_store::persistence::ssd::{recover_shard, RecoveryError, ShardPaths, SharedLog};
+use ferrite_store::persistence::wal::WalConfig;
 use tokio::sync::{mpsc, watch};
 use tracing::{error, info, warn};
 
-use crate::config::Config;
+use crate::config::{Backing, Config};
+use crate::data_dir::{DataDir, DataDirError};
+use crate::durability::ShardDurability;
 use crate::handler::ShardState;
 use crate::pools::Pools;
 use crate::resp;
@@ -18,8 +22,16 @@ use crate::stats::ShardStats;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ServerError {
-    #[error("cannot create data directory {path}: {source}")]
-    DataDir { path: String, source: std::io::Error },
+    #[error(transparent)]
+    DataDir(#[from] DataDirError),
+    #[error("cannot create the directory of shard {shard}: {source}")]
+    ShardDir { shard: usize, source: std::io::Error },
+    #[error("cannot recover shard {shard}: {source}")]
+    Recovery { shard: usize, source: RecoveryError },
+    #[error("cannot recover shard {shard}: pool '{pool}' is damaged: {reason}")]
+    PoolDamaged { shard: usize, pool: String, reason: String },
+    #[error("cannot start the write-ahead log sync thread of shard {shard}: {source}")]
+    SyncThread { shard: usize, source: std::io::Error },
     #[error("shard {shard} cannot listen on {address}: {source}")]
     Bind { shard: usize, address: SocketAddr, source: std::io::Error },
     #[error("shard {shard} cannot listen for RESP on {address}: {source}")]
@@ -42,6 +54,10 @@ pub struct BoundServer {
     /// One per shard when RESP is enabled, none otherwise.
     resp_listeners: Vec<TcpListener>,
     resp_addresses: Vec<SocketAddr>,
+    /// Each shard's pools and durability, recovered from the data directory.
+    shards: Vec<(Pools, Option<ShardDurability>)>,
+    /// Held (locked) while the server runs.
+    _data_dir: DataDir,
 }
 
 /// Reports a shard thread's end to the supervisor, even when the thread panics.
@@ -60,10 +76,10 @@ impl Drop for ExitReport {
 }
 
 impl BoundServer {
-    /// Creates the data directory and binds every shard's listener.
+    /// Locks the data directory, recovers every shard from it, and binds every shard's listener.
     pub fn bind(config: Config) -> Result<BoundServer, ServerError> {
-        std::fs::create_dir_all(&config.data_dir)
-            .map_err(|source| ServerError::DataDir { path: config.data_dir.display().to_string(), source })?;
+        let data_dir = DataDir::open(&config.data_dir, config.shards.len())?;
+        let shards = recover_shards(&config, &data_dir)?;
         let mut listeners = Vec::with_capacity(config.shards.len());
         let mut addresses = Vec::with_capacity(config.shards.len());
         for (index, shard) in config.shards.iter().enumerate() {
@@ -88,7 +104,7 @@ impl BoundServer {
                 resp_listeners.push(listener);
             }
         }
-        Ok(BoundServer { config, listeners, addresses, resp_listeners, resp_addresses })
+        Ok(BoundServer { config, listeners, addresses, resp_listeners, resp_addresses, shards, _data_dir: data_dir })
     }
 
     /// The address each shard listens on, by shard index.
@@ -114,15 +130,17 @@ impl BoundServer {
         let limits = self.config.limits;
         let mut threads = Vec::with_capacity(self.listeners.len());
         let mut resp_listeners = self.resp_listeners.into_iter().zip(self.resp_addresses);
-        for (index, (listener, shard_config)) in self.listeners.into_iter().zip(&self.config.shards).enumerate() {
+        let shards = self.listeners.into_iter().zip(&self.config.shards).zip(self.shards);
+        for (index, ((listener, shard_config), (pools, durability))) in shards.enumerate() {
             let state = ShardState {
                 index: u16::try_from(index).expect("shard count is bounded by SHARDS_MAX"),
                 shard_addresses: Arc::clone(&shard_addresses),
                 limits: limits.protocol_limits(),
                 connections_max: u64::from(limits.connections_per_shard_max),
                 pool_bytes_max: limits.pool_bytes_max,
-                pools: Pools::new(shard_config.store.kind(), limits.pools_per_shard_max as usize),
+                pools,
                 stats: ShardStats::new(),
+                durability,
             };
             let resp = resp_listeners.next().map(|(listener, address)| resp::Listener {
                 listener,
@@ -180,6 +198,69 @@ impl BoundServer {
             }
         }
     }
+}
+
+/// Recovers every shard, in parallel (each has its own files): pools and durability for the
+/// `ssd` backing, empty pools for `memory`.
+fn recover_shards(config: &Config, data_dir: &DataDir) -> Result<Vec<(Pools, Option<ShardDurability>)>, ServerError> {
+    std::thread::scope(|scope| {
+        let handles: Vec<_> =
+            (0..config.shards.len()).map(|index| scope.spawn(move || recover_one(config, data_dir, index))).collect();
+        handles
+            .into_iter()
+            .enumerate()
+            .map(|(shard, handle)| {
+                handle
+                    .join()
+                    .unwrap_or_else(|_| Err(ServerError::ShardFailed { shard, reason: "its recovery panicked".into() }))
+            })
+            .collect()
+    })
+}
+
+fn recover_one(
+    config: &Config,
+    data_dir: &DataDir,
+    index: usize,
+) -> Result<(Pools, Option<ShardDurability>), ServerError> {
+    let shard = &config.shards[index];
+    let pools_max = config.limits.pools_per_shard_max as usize;
+    if shard.backing == Backing::Memory {
+        return Ok((Pools::in_memory(shard.store.kind(), pools_max), None));
+    }
+    let dir = data_dir.create_shard_dir(index).map_err(|source| ServerError::ShardDir { shard: index, source })?;
+    let wal_config = WalConfig { segment_bytes: config.durability.wal_segment_bytes };
+    let recovered = recover_shard(&ShardPaths::new(&dir), wal_config)
+        .map_err(|source| ServerError::Recovery { shard: index, source })?;
+    let report = recovered.report;
+    let log = SharedLog::new(recovered.writer);
+    let mut pools = Pools::logged(log.clone(), pools_max, recovered.next_pool_id);
+    let count = recovered.pools.len();
+    for pool in recovered.pools {
+        let name = pool.descriptor.name.clone();
+        pools.insert_recovered(pool).map_err(|error| ServerError::PoolDamaged {
+            shard: index,
+            pool: name,
+            reason: error.to_string(),
+        })?;
+    }
+    info!(
+        shard = index,
+        pools = count,
+        checkpoint = report.checkpoint_seq,
+        checkpoint_pages = report.checkpoint_pages,
+        replayed_from_lsn = report.replay_from,
+        records_replayed = report.records_replayed,
+        bytes_replayed = report.bytes_replayed,
+        torn_tail = ?report.torn_tail,
+        stray_files_removed = report.stray_files_removed,
+        elapsed_ms = report.elapsed.as_millis() as u64,
+        "shard recovered from {}",
+        dir.display()
+    );
+    let durability = ShardDurability::start(index, log, recovered.checkpointer, config.durability)
+        .map_err(|source| ServerError::SyncThread { shard: index, source })?;
+    Ok((pools, Some(durability)))
 }
 
 fn pin_to_core(shard: usize, core: usize) {

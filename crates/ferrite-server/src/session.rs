@@ -3,10 +3,14 @@
 use foldhash::HashMap;
 
 use ferrite_proto::PoolHandle;
+use ferrite_store::persistence::wal::Lsn;
 
 #[derive(Debug, Default)]
 pub(crate) struct Session {
     pub handshaken: bool,
+    /// The log position that must be durable before the responses buffered so far are sent
+    /// (0: none). Raised by `sync` writes and by reads; taken by the connection once per batch.
+    pub wait_lsn: Lsn,
     /// Pools this session opened, with how many times: each open needs its own close.
     open: HashMap<PoolHandle, u32>,
 }

@@ -13,6 +13,7 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tracing::{info, warn};
 
+use crate::checkpointing;
 use crate::connection;
 use crate::handler::ShardState;
 use crate::resp;
@@ -78,6 +79,7 @@ async fn serve(
     let index = state.index;
     let shard = Rc::new(RefCell::new(state));
     let mut connections = JoinSet::new();
+    let checkpoints = tokio::task::spawn_local(checkpointing::run(Rc::clone(&shard), shutdown.clone()));
     loop {
         tokio::select! {
             _ = shutdown.changed() => break,
@@ -125,6 +127,12 @@ async fn serve(
             "connections still open at the shutdown deadline; closing them"
         );
         connections.shutdown().await;
+    }
+    // The checkpoint task stops at the same signal; one interrupted mid-way is simply redone.
+    let _ = checkpoints.await;
+    if let Some(durability) = shard.borrow_mut().durability.as_mut() {
+        // Async writes acknowledged before the stop become durable now.
+        durability.stop();
     }
     Ok(())
 }

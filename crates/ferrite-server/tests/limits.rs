@@ -338,9 +338,12 @@ fn a_tiny_pool_does_not_reserve_a_huge_index() {
 /// server reserves anything for it, with either engine; a pool at the limit is created.
 #[test]
 fn pools_over_the_size_limit_are_refused() {
-    for store in ["mapstore", "hstore"] {
-        let server =
-            TestServer::builder().config("pool_bytes_max", 1 << 20).config("store", format!("\"{store}\"")).start();
+    for (store, backing) in [("mapstore", "memory"), ("hstore", "memory"), ("hstore", "ssd")] {
+        let server = TestServer::builder()
+            .config("pool_bytes_max", 1 << 20)
+            .config("store", format!("\"{store}\""))
+            .config("backing", format!("\"{backing}\""))
+            .start();
         let session = connect(&server);
         let too_big = PoolOptions { size_bytes: (1 << 20) + 1, ..PoolOptions::default() };
         let error = session.create_pool("huge", too_big).expect_err("over the limit");

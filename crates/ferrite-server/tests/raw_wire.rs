@@ -198,7 +198,8 @@ fn malformed_bodies_after_hello_are_refused_and_the_connection_survives() {
         ("empty pool name", frame(CREATE_POOL, 0, 0, &empty_name), ErrorCode::InvalidArgument),
         ("pool size zero", frame(CREATE_POOL, 0, 0, &zero_size), ErrorCode::InvalidArgument),
         ("unknown attribute", frame(GET_ATTRIBUTE, 0, 0, &unknown_attribute), ErrorCode::InvalidArgument),
-        ("unknown put flag", put(0x0004), ErrorCode::InvalidArgument),
+        ("unknown put flag", put(0x0010), ErrorCode::InvalidArgument),
+        ("sync and async", put(0x000C), ErrorCode::InvalidArgument),
         ("create-only and update-only", put(0x0003), ErrorCode::InvalidArgument),
         ("flags on get", frame(GET, 1, 0, &pool_key_body(handle, b"k")), ErrorCode::InvalidArgument),
     ];

@@ -83,6 +83,12 @@ impl Store for MapStore {
         self.entries.len() as u64
     }
 
+    fn for_each_key(&self, visit: &mut dyn FnMut(&[u8])) {
+        for key in self.entries.keys() {
+            visit(key);
+        }
+    }
+
     fn attributes(&self, key: &[u8]) -> Option<ValueAttributes> {
         self.entries.get(key).map(|entry| ValueAttributes {
             length: entry.value.len() as u64,

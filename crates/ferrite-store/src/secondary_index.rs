@@ -89,6 +89,14 @@ pub struct SecondaryIndex {
 }
 
 impl SecondaryIndex {
+    /// The index of every key in `store`: what a restart rebuilds, since the index itself is not
+    /// persisted (the store is the truth).
+    pub fn rebuild_from(store: &dyn crate::Store) -> SecondaryIndex {
+        let mut index = SecondaryIndex::default();
+        store.for_each_key(&mut |key| index.insert(key));
+        index
+    }
+
     pub fn insert(&mut self, key: &[u8]) {
         self.keys.insert(key.into());
     }

@@ -86,6 +86,11 @@ pub trait Store: Send {
     fn capacity_bytes(&self) -> u64;
 
     fn used_bytes(&self) -> u64;
+
+    /// Calls `visit` with every key, in no particular order: how a pool's secondary index is
+    /// rebuilt after a restart. Takes a `dyn` visitor so the server can call it through
+    /// `Box<dyn Store>`.
+    fn for_each_key(&self, visit: &mut dyn FnMut(&[u8]));
 }
 
 /// The engines a shard can put behind its pools.
@@ -144,6 +149,14 @@ mod tests {
             store.put(b"k", b"v", PutMode::Upsert, 1).expect("room");
             assert_eq!(store.get(b"k"), Some(&b"v"[..]), "{}", kind.name());
             assert_eq!(store.used_bytes(), 2 + ENTRY_OVERHEAD_BYTES);
+            let long_key = vec![b'x'; 300];
+            store.put(&long_key, b"out of line", PutMode::Upsert, 1).expect("room");
+            store.put(b"gone", b"v", PutMode::Upsert, 1).expect("room");
+            store.erase(b"gone").expect("present");
+            let mut keys = Vec::new();
+            store.for_each_key(&mut |key| keys.push(key.to_vec()));
+            keys.sort();
+            assert_eq!(keys, vec![b"k".to_vec(), long_key], "{}", kind.name());
         }
         assert_eq!(StoreKind::HStore.name(), "hstore");
         let huge = PoolSpec { size_bytes: u64::MAX, expected_objects: 0 };

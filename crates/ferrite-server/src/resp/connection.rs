@@ -69,8 +69,10 @@ pub(crate) async fn serve(
     };
     let mut connection = Connection { parser: Parser::new(settings.limits), client: Client::new(session, pool, id) };
     let mut buffers = Buffers::new(READ_CHUNK_BYTES);
-    let ended = buffered::drive(&mut stream, &mut shutdown, &mut buffers, |buffers| {
-        connection.answer_buffered(&mut shard.borrow_mut(), &settings, buffers)
+    let gate = shard.borrow().durable_gate();
+    let ended = buffered::drive(&mut stream, &mut shutdown, &mut buffers, gate, |buffers| {
+        let next = connection.answer_buffered(&mut shard.borrow_mut(), &settings, buffers);
+        (next, std::mem::take(&mut connection.client.session.wait_lsn))
     })
     .await;
     match ended {

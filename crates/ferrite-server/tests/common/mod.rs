@@ -71,6 +71,10 @@ pub struct ServerBuilder {
     config: Vec<(String, String)>,
     /// Whether to pass `--resp-listen <listen_ip>:0`.
     resp: bool,
+    /// TOML appended to the configuration (tables the default file only shows commented out).
+    extra_config: String,
+    /// A data directory to use instead of a fresh one (to restart a server on its own files).
+    data_dir: Option<PathBuf>,
 }
 
 impl ServerBuilder {
@@ -109,11 +113,25 @@ impl ServerBuilder {
         self
     }
 
+    /// Appends `toml` to the configuration file, e.g. a `[durability]` table.
+    pub fn append_config(mut self, toml: &str) -> Self {
+        self.extra_config.push_str(toml);
+        self.extra_config.push('\n');
+        self
+    }
+
+    /// Uses `dir` as the data directory, so a test can restart a server on the files an earlier
+    /// one left.
+    pub fn data_dir(mut self, dir: &Path) -> Self {
+        self.data_dir = Some(dir.to_path_buf());
+        self
+    }
+
     /// Starts the server and waits until it has announced every shard and `ready.`.
     pub fn start(self) -> TestServer {
         let dir = fresh_dir("server");
         let mut args = self.args.clone();
-        if !self.config.is_empty() {
+        if !self.config.is_empty() || !self.extra_config.is_empty() {
             let path = dir.join("ferrite.toml");
             std::fs::write(&path, self.config_text())
                 .unwrap_or_else(|e| panic!("cannot write config {}: {e}", path.display()));
@@ -125,7 +143,8 @@ impl ServerBuilder {
         if self.resp {
             args.extend(["--resp-listen".to_owned(), format!("{}:0", self.listen_ip)]);
         }
-        args.extend(["--data-dir".to_owned(), dir.join("data").display().to_string()]);
+        let data_dir = self.data_dir.clone().unwrap_or_else(|| dir.join("data"));
+        args.extend(["--data-dir".to_owned(), data_dir.display().to_string()]);
         TestServer::spawn(&self.binary, &args, dir)
     }
 
@@ -145,7 +164,7 @@ impl ServerBuilder {
                 *line = format!("{key} = {value}");
             }
         }
-        lines.join("\n") + "\n"
+        lines.join("\n") + "\n" + &self.extra_config
     }
 }
 
@@ -189,6 +208,8 @@ impl TestServer {
             args: Vec::new(),
             config: Vec::new(),
             resp: false,
+            extra_config: String::new(),
+            data_dir: None,
         }
     }
 
@@ -345,6 +366,15 @@ impl TestServer {
     pub fn sigterm(&self) {
         if self.child.is_some() {
             signal(self.pid, "-TERM");
+        }
+    }
+
+    /// Kills the server with SIGKILL (to its own process id), as a crash would, and waits for it.
+    pub fn kill9(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            // The process may have died already; the wait below reaps it either way.
+            let _ = child.kill();
+            let _ = child.wait();
         }
     }
 

@@ -564,6 +564,19 @@ impl<M: PoolMemory> Store for HStore<M> {
         self.objects
     }
 
+    fn for_each_key(&self, visit: &mut dyn FnMut(&[u8])) {
+        let bytes = self.memory.bytes();
+        for bucket in 0..self.table.buckets() {
+            if self.table.word(bytes, bucket) & USED_BIT == 0 {
+                continue;
+            }
+            let occupant = self.table.occupant(bytes, bucket);
+            if let Some((key, _)) = self.table.pair(bytes, bucket, &occupant) {
+                visit(key);
+            }
+        }
+    }
+
     fn attributes(&self, key: &[u8]) -> Option<ValueAttributes> {
         let bytes = self.memory.bytes();
         let bucket = self.table.find(bytes, self.header.hash(key), key)?;

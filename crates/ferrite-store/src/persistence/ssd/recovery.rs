@@ -128,10 +128,9 @@ impl Replay {
 }
 
 fn new_region(descriptor: &PoolDescriptor) -> Result<SharedRegion, RecoveryError> {
-    SharedRegion::zeroed(&descriptor.name, descriptor.region_bytes).map_err(io_error(format!(
-        "allocating {} bytes of pool memory for pool '{}'",
-        descriptor.region_bytes, descriptor.name
-    )))
+    SharedRegion::zeroed(&format!("ferrite-pool-{}", descriptor.id), descriptor.region_bytes).map_err(io_error(
+        format!("allocating {} bytes of pool memory for pool '{}'", descriptor.region_bytes, descriptor.name),
+    ))
 }
 
 /// What reading a shard's files produced, before anything is opened for writing.

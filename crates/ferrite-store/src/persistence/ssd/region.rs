@@ -21,7 +21,8 @@ pub struct SharedRegion {
 }
 
 impl SharedRegion {
-    /// A zeroed region of `len` bytes; `name` shows in `/proc/<pid>/maps` to tell pools apart.
+    /// A zeroed region of `len` bytes; `name` (at most 249 bytes, Linux's limit) shows in
+    /// `/proc/<pid>/maps` to tell pools apart.
     pub fn zeroed(name: &str, len: u64) -> io::Result<SharedRegion> {
         let fd = rustix::fs::memfd_create(name, rustix::fs::MemfdFlags::CLOEXEC)?;
         let file = File::from(fd);

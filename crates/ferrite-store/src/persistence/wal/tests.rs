@@ -241,6 +241,34 @@ fn recycled_segments_never_resurrect_old_records() {
     assert!(replay(&before, 1).is_err(), "the records before the checkpoint are gone, and recovery says so");
 }
 
+/// Segments may be recycled while records are buffered and a batch is out (a checkpoint finishes
+/// while the shard keeps writing): only durable segments go, and the buffered records still land
+/// where they belong.
+#[test]
+fn recycling_while_records_are_buffered_keeps_them_in_place() {
+    let storage = SimStorage::default();
+    let mut writer = open_writer(&storage, 1);
+    for lsn in 1..=30 {
+        writer.append(&payload(lsn, 100)).expect("append");
+    }
+    writer.commit().expect("commit");
+    for lsn in 31..=40 {
+        writer.append(&payload(lsn, 100)).expect("append");
+    }
+    let batch = writer.take_batch().expect("usable").expect("records are buffered");
+    for lsn in 41..=50 {
+        writer.append(&payload(lsn, 100)).expect("append");
+    }
+    assert!(writer.release_before(45).expect("release") >= 2, "durable segments before LSN 31 are recycled");
+    writer.finish_batch(batch.write()).expect("the batch lands");
+    for lsn in 51..=60 {
+        writer.append(&payload(lsn, 100)).expect("append");
+    }
+    writer.commit().expect("commit");
+    let lsns: Vec<Lsn> = replay(&storage, 31).expect("replay").into_iter().map(|(lsn, _)| lsn).collect();
+    assert_eq!(lsns, (31..=60).collect::<Vec<_>>());
+}
+
 #[test]
 fn the_real_file_system_backend_round_trips() {
     let dir = std::env::temp_dir().join(format!("ferrite-wal-{}-{}", std::process::id(), line!()));

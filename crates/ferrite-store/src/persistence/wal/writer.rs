@@ -419,6 +419,10 @@ impl<S: LogStorage> WalWriter<S> {
             self.next_seq += 1;
             self.segments.push(segment);
             self.tail = self.tail.map(|tail| tail - 1);
+            // Buffered runs name segments by index, and every index just moved down by one.
+            for run in &mut self.runs {
+                run.segment -= 1;
+            }
         }
         Ok(releasable)
     }
