@@ -61,6 +61,13 @@ pub enum Command {
 
     /// Measure throughput and latency with many requests in flight (see `ferrite bench --help`).
     Bench(crate::bench::BenchArgs),
+
+    /// Verify a stopped server's data directory offline: checkpoints, write-ahead log and every
+    /// pool's hash table. Exits with status 1 if anything is damaged.
+    Check {
+        /// The server's data directory (its `data_dir` setting).
+        data_dir: std::path::PathBuf,
+    },
 }
 
 /// How `find` matches keys; at most one may be given.

@@ -50,6 +50,7 @@ pub fn run(cli: &Cli) -> Result<Report> {
         Command::Find { pool, pattern, limit } => find(&session, pool, pattern, *limit),
         Command::Stats => statistics(&session),
         Command::Bench(_) => unreachable!("main runs `bench` itself, on its own runtime"),
+        Command::Check { .. } => unreachable!("main runs `check` itself: it needs no server"),
     }
 }
 

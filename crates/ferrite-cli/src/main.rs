@@ -5,6 +5,7 @@
 
 mod args;
 mod bench;
+mod check;
 mod commands;
 mod output;
 
@@ -18,6 +19,16 @@ fn main() -> ExitCode {
     let cli = args::Cli::parse();
     if let args::Command::Bench(options) = &cli.command {
         return bench::main(&cli.addr, cli.json, options);
+    }
+    if let args::Command::Check { data_dir } = &cli.command {
+        return match check::run(data_dir, cli.json) {
+            Ok(true) => ExitCode::SUCCESS,
+            Ok(false) => ExitCode::FAILURE,
+            Err(error) => {
+                eprintln!("error: {error}");
+                ExitCode::from(2)
+            }
+        };
     }
     let report = match commands::run(&cli) {
         Ok(report) => report,

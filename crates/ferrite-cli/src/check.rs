@@ -1,0 +1,195 @@
+//! `ferrite check DATA_DIR`: verifies a stopped server's data directory offline. For every shard
+//! it reads the last complete checkpoint (every page file's checksums), replays the write-ahead
+//! log exactly as recovery would (without writing anything), then opens every pool's hash table
+//! and checks its invariants. It reports what it found and every damage, and exits non-zero if
+//! there is any.
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+
+use ferrite_store::hstore::HStore;
+use ferrite_store::persistence::ssd::{load_shard, ShardPaths};
+use serde_json::{json, Value};
+
+/// What one pool looked like.
+struct PoolFinding {
+    name: String,
+    id: u64,
+    outcome: Result<ferrite_store::hstore::CheckReport, Vec<String>>,
+}
+
+/// What one shard looked like.
+struct ShardFinding {
+    dir: PathBuf,
+    outcome: Result<ShardSummary, String>,
+}
+
+struct ShardSummary {
+    checkpoint_seq: u64,
+    checkpoint_pages: u64,
+    replay_from: u64,
+    records_replayed: u64,
+    torn_tail: Option<(String, u64)>,
+    pools: Vec<PoolFinding>,
+}
+
+/// Runs the check; `Ok(true)` if nothing is damaged.
+pub fn run(data_dir: &Path, json: bool) -> Result<bool, String> {
+    if !data_dir.is_dir() {
+        return Err(format!("{} is not a directory", data_dir.display()));
+    }
+    let _lock = lock(data_dir)?;
+    let mut shard_dirs: Vec<PathBuf> = std::fs::read_dir(data_dir)
+        .map_err(|e| format!("cannot list {}: {e}", data_dir.display()))?
+        .filter_map(Result::ok)
+        .filter(|entry| entry.file_name().to_str().is_some_and(|name| name.starts_with("shard-")))
+        .map(|entry| entry.path())
+        .collect();
+    shard_dirs.sort_by_key(|dir| shard_number(dir));
+    if shard_dirs.is_empty() {
+        return Err(format!(
+            "{} holds no shard directories (shard-N): is it a Ferrite data directory?",
+            data_dir.display()
+        ));
+    }
+    let findings: Vec<ShardFinding> = shard_dirs.into_iter().map(check_shard).collect();
+    let healthy = findings.iter().all(|shard| match &shard.outcome {
+        Ok(summary) => summary.pools.iter().all(|pool| pool.outcome.is_ok()),
+        Err(_) => false,
+    });
+    if json {
+        println!("{}", to_json(data_dir, &findings, healthy));
+    } else {
+        print_text(&findings, healthy);
+    }
+    Ok(healthy)
+}
+
+fn shard_number(dir: &Path) -> u64 {
+    dir.file_name()
+        .and_then(|name| name.to_str())
+        .and_then(|name| name.strip_prefix("shard-")?.parse().ok())
+        .unwrap_or(u64::MAX)
+}
+
+/// Takes the data directory's lock, so a running server's files are never read half-written.
+fn lock(data_dir: &Path) -> Result<Option<File>, String> {
+    let path = data_dir.join("LOCK");
+    let Ok(file) = File::options().read(true).write(true).open(&path) else { return Ok(None) };
+    match rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
+        Ok(()) => Ok(Some(file)),
+        Err(_) => {
+            let holder = std::fs::read_to_string(&path).unwrap_or_default();
+            Err(format!(
+                "{} is in use by a running ferrite-server{}; stop it before checking",
+                data_dir.display(),
+                holder.trim().parse::<u32>().map(|pid| format!(" (pid {pid})")).unwrap_or_default()
+            ))
+        }
+    }
+}
+
+fn check_shard(dir: PathBuf) -> ShardFinding {
+    let loaded = match load_shard(&ShardPaths::new(&dir)) {
+        Ok(loaded) => loaded,
+        Err(error) => return ShardFinding { dir, outcome: Err(error.to_string()) },
+    };
+    let pools = loaded
+        .pools
+        .into_iter()
+        .map(|pool| {
+            let (name, id) = (pool.descriptor.name.clone(), pool.descriptor.id);
+            let outcome = match HStore::open(pool.region) {
+                Ok(store) => store.check(),
+                Err(error) => Err(vec![error.to_string()]),
+            };
+            PoolFinding { name, id, outcome }
+        })
+        .collect();
+    let report = loaded.report;
+    ShardFinding {
+        dir,
+        outcome: Ok(ShardSummary {
+            checkpoint_seq: report.checkpoint_seq,
+            checkpoint_pages: report.checkpoint_pages,
+            replay_from: report.replay_from,
+            records_replayed: report.records_replayed,
+            torn_tail: report.torn_tail,
+            pools,
+        }),
+    }
+}
+
+fn print_text(findings: &[ShardFinding], healthy: bool) {
+    let (mut pools, mut objects) = (0u64, 0u64);
+    for shard in findings {
+        match &shard.outcome {
+            Err(damage) => println!("{}: DAMAGED: {damage}", shard.dir.display()),
+            Ok(summary) => {
+                let tail = match &summary.torn_tail {
+                    Some((file, offset)) => format!("; torn tail in {file} at offset {offset} (cut on restart)"),
+                    None => String::new(),
+                };
+                println!(
+                    "{}: checkpoint {} ({} pages), {} log records from LSN {}{tail}",
+                    shard.dir.display(),
+                    summary.checkpoint_seq,
+                    summary.checkpoint_pages,
+                    summary.records_replayed,
+                    summary.replay_from
+                );
+                for pool in &summary.pools {
+                    pools += 1;
+                    match &pool.outcome {
+                        Ok(report) => {
+                            objects += report.objects;
+                            println!(
+                                "  pool '{}' (id {}): {} objects, {} of {} bytes used, {} buckets: ok",
+                                pool.name,
+                                pool.id,
+                                report.objects,
+                                report.used_bytes,
+                                report.capacity_bytes,
+                                report.buckets
+                            );
+                        }
+                        Err(problems) => {
+                            println!("  pool '{}' (id {}): DAMAGED", pool.name, pool.id);
+                            for problem in problems {
+                                println!("    {problem}");
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    let verdict = if healthy { "ok" } else { "DAMAGE FOUND" };
+    println!("{verdict}: {} shard(s), {pools} pool(s), {objects} object(s)", findings.len());
+}
+
+fn to_json(data_dir: &Path, findings: &[ShardFinding], healthy: bool) -> Value {
+    let shards: Vec<Value> = findings
+        .iter()
+        .map(|shard| match &shard.outcome {
+            Err(damage) => json!({ "dir": shard.dir.display().to_string(), "damage": damage }),
+            Ok(summary) => json!({
+                "dir": shard.dir.display().to_string(),
+                "checkpoint": summary.checkpoint_seq,
+                "checkpoint_pages": summary.checkpoint_pages,
+                "replay_from_lsn": summary.replay_from,
+                "records_replayed": summary.records_replayed,
+                "torn_tail": summary.torn_tail.as_ref().map(|(file, offset)| json!({ "file": file, "offset": offset })),
+                "pools": summary.pools.iter().map(|pool| match &pool.outcome {
+                    Ok(report) => json!({
+                        "name": pool.name, "id": pool.id, "objects": report.objects,
+                        "used_bytes": report.used_bytes, "size_bytes": report.capacity_bytes,
+                        "buckets": report.buckets, "ok": true,
+                    }),
+                    Err(problems) => json!({ "name": pool.name, "id": pool.id, "ok": false, "damage": problems }),
+                }).collect::<Vec<_>>(),
+            }),
+        })
+        .collect();
+    json!({ "data_dir": data_dir.display().to_string(), "ok": healthy, "shards": shards })
+}
