@@ -97,6 +97,10 @@ pub struct PutMode {
     /// Fail if the key does not exist instead of inserting it.
     #[arg(long)]
     pub update_only: bool,
+    /// sync: return once the write is on stable storage; async: once it is applied (durable
+    /// within the server's commit interval). Default: the pool's own durability.
+    #[arg(long, value_name = "sync|async")]
+    pub durability: Option<ferrite_client::Durability>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -117,6 +121,10 @@ pub enum PoolCommand {
         /// Keep a secondary index over the keys, so `ferrite find` works on the pool.
         #[arg(long)]
         indexed: bool,
+        /// Durability of writes that do not choose one: sync (acknowledged once on stable
+        /// storage) or async (acknowledged once applied; durable within the commit interval).
+        #[arg(long, value_name = "sync|async", default_value = "sync")]
+        durability: ferrite_client::Durability,
     },
 
     /// Open a pool, print what it holds, and close it.
@@ -218,6 +226,21 @@ mod tests {
         assert!(
             matches!(cli.command, Command::Put { ref value, mode: PutMode { update_only: true, .. }, .. } if value == "-")
         );
+    }
+
+    #[test]
+    fn durability_is_sync_or_async() {
+        let cli = Cli::try_parse_from(["ferrite", "put", "p", "k", "v", "--durability", "async"]).expect("valid");
+        assert!(matches!(
+            cli.command,
+            Command::Put { mode: PutMode { durability: Some(ferrite_client::Durability::Async), .. }, .. }
+        ));
+        assert!(Cli::try_parse_from(["ferrite", "put", "p", "k", "v", "--durability", "eventually"]).is_err());
+        let cli = Cli::try_parse_from(["ferrite", "pool", "create", "p"]).expect("valid");
+        assert!(matches!(
+            cli.command,
+            Command::Pool(PoolCommand::Create { durability: ferrite_client::Durability::Sync, .. })
+        ));
     }
 
     #[test]

@@ -56,12 +56,13 @@ pub fn run(cli: &Cli) -> Result<Report> {
 
 fn run_pool_command(session: &blocking::Session, command: &PoolCommand) -> Result<Report> {
     match command {
-        PoolCommand::Create { name, size, expected_objects, create_only, indexed } => {
+        PoolCommand::Create { name, size, expected_objects, create_only, indexed, durability } => {
             let options = PoolOptions {
                 size_bytes: *size,
                 expected_objects: *expected_objects,
                 create_only: *create_only,
                 indexed: *indexed,
+                durability: *durability,
             };
             let pool = session.create_pool(name, options).map_err(|error| {
                 if error.is_pool_exists() {
@@ -177,11 +178,14 @@ fn put(session: &blocking::Session, pool_name: &str, key: &str, value: &str, mod
     } else {
         value.as_bytes().to_vec()
     };
-    let flags = match mode {
+    let mut flags = match mode {
         PutMode { create_only: true, .. } => PutFlags::CREATE_ONLY,
         PutMode { update_only: true, .. } => PutFlags::UPDATE_ONLY,
         PutMode { .. } => PutFlags::NONE,
     };
+    if let Some(durability) = mode.durability {
+        flags = flags.with_durability(durability);
+    }
     let pool = open_pool(session, pool_name)?;
     pool.put_with(key, &value, flags).map_err(|error| match error.code() {
         Some(ErrorCode::KeyExists) => {

@@ -150,7 +150,8 @@ pub(crate) async fn serve_memory_shard_stalling(
         let mut owned_value = Vec::new();
         let response = match request {
             Request::CreatePool { name, size_bytes, flags, .. } => {
-                log.push(format!("create_pool {name}"));
+                let durability = if flags.contains(CreatePoolFlags::ASYNC) { " async" } else { "" };
+                log.push(format!("create_pool {name}{durability}"));
                 let exists = pools.contains_key(name);
                 if exists && flags.contains(CreatePoolFlags::CREATE_ONLY) {
                     error(ErrorCode::PoolExists, "pool exists")
@@ -229,6 +230,9 @@ pub(crate) async fn serve_memory_shard_stalling(
                 };
                 match request {
                     Request::Put { flags, key, value, .. } => {
+                        if let Some(durability) = flags.durability() {
+                            log.push(format!("put {durability}"));
+                        }
                         let present = stored.pairs.contains_key(key);
                         if present && flags.contains(PutFlags::CREATE_ONLY) {
                             error(ErrorCode::KeyExists, "key exists")

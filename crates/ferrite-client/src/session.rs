@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use ferrite_proto::{shard_for_pool, CreatePoolFlags, Limits, Request};
+use ferrite_proto::{shard_for_pool, CreatePoolFlags, Durability, Limits, Request};
 use tokio::sync::Mutex;
 
 use crate::address::resolve_shard_address;
@@ -44,6 +44,10 @@ pub struct PoolOptions {
     /// Keep a secondary index (an ordered index over the keys) so [`Pool::find`] works. Costs a
     /// copy of every key in server memory.
     pub indexed: bool,
+    /// The durability of writes that do not choose one ([`Pool::put_with`] with
+    /// [`PutFlags::with_durability`](crate::PutFlags::with_durability) does): `Sync` acknowledges
+    /// a write once it is on stable storage, `Async` once it is applied. Fixed at creation.
+    pub durability: Durability,
 }
 
 impl PoolOptions {
@@ -58,6 +62,7 @@ impl Default for PoolOptions {
             expected_objects: PoolOptions::DEFAULT_EXPECTED_OBJECTS,
             create_only: false,
             indexed: false,
+            durability: Durability::Sync,
         }
     }
 }
@@ -183,6 +188,9 @@ impl Session {
         }
         if options.indexed {
             flags = flags.union(CreatePoolFlags::INDEXED);
+        }
+        if options.durability == Durability::Async {
+            flags = flags.union(CreatePoolFlags::ASYNC);
         }
         let request = Request::CreatePool {
             name,

@@ -399,3 +399,24 @@ fn blocking_api_reads_like_mcas() {
 fn fake_server_crc32_is_the_ieee_one() {
     assert_eq!(crc32(b"123456789"), 0xCBF4_3926);
 }
+
+/// Durability travels as flags: a pool's default on `create_pool`, a put's own on `put`.
+#[tokio::test]
+async fn durability_choices_reach_the_wire() {
+    let shard = FakeShard::bind().await;
+    let addresses = vec![shard.address()];
+    let server = {
+        let addresses = addresses.clone();
+        tokio::spawn(async move { serve_memory_shard(shard.accept().await, 0, &addresses).await })
+    };
+    let session = Session::connect(&addresses[0]).await.expect("connect");
+    let options = PoolOptions { durability: crate::Durability::Async, ..PoolOptions::default() };
+    let pool = session.create_pool("lazy", options).await.expect("create");
+    pool.put("plain", "v").await.expect("put");
+    let sync = PutFlags::NONE.with_durability(crate::Durability::Sync);
+    pool.put_with("forced", "v", sync).await.expect("put");
+    drop((session, pool));
+    let log = server.await.expect("fake server");
+    assert!(log.contains(&"create_pool lazy async".to_string()), "{log:?}");
+    assert_eq!(log.iter().filter(|line| line.starts_with("put ")).collect::<Vec<_>>(), ["put sync"], "{log:?}");
+}

@@ -323,7 +323,8 @@ fn a_tiny_pool_does_not_reserve_a_huge_index() {
         return;
     };
     for i in 0..40 {
-        let options = PoolOptions { size_bytes: 64, expected_objects: u64::MAX, create_only: true, indexed: false };
+        let options =
+            PoolOptions { size_bytes: 64, expected_objects: u64::MAX, create_only: true, ..PoolOptions::default() };
         session.create_pool(&format!("tiny-{i}"), options).expect("create").close().expect("close");
     }
     let after = resident_kib().expect("the server is still running");

@@ -118,6 +118,11 @@ pub struct BenchArgs {
     #[arg(long)]
     pub keep_pool: bool,
 
+    /// Durability of every put (native only): sync waits for stable storage, async does not.
+    /// Also the default of the pools the benchmark creates. Default: the pool's own.
+    #[arg(long, value_name = "sync|async")]
+    pub durability: Option<ferrite_client::Durability>,
+
     /// Seed of the random key and operation streams; the same seed replays the same operations.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
@@ -216,6 +221,7 @@ pub struct Plan {
     pub pools: u32,
     pub pool: String,
     pub keep_pool: bool,
+    pub durability: Option<ferrite_client::Durability>,
     pub seed: u64,
     pub addr: String,
 }
@@ -248,6 +254,12 @@ impl Plan {
             return Err(format!(
                 "--workload {} scans keys in order from a start key; {why}. Run it with --target native",
                 args.workload.name()
+            ));
+        }
+        if args.durability.is_some() && args.target != TargetKind::Native {
+            return Err(format!(
+                "--durability applies to --target native; configure the {} server's own persistence instead",
+                args.target.name()
             ));
         }
         if args.pools > 1 && args.target != TargetKind::Native {
@@ -290,6 +302,7 @@ impl Plan {
             pools: args.pools,
             pool: args.pool.clone(),
             keep_pool: args.keep_pool,
+            durability: args.durability,
             seed: args.seed,
             addr: addr.to_owned(),
         };

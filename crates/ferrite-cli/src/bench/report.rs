@@ -442,6 +442,7 @@ mod tests {
             pools: 1,
             pool: "bench".into(),
             keep_pool: false,
+            durability: None,
             seed: 9,
         };
         Plan::new("127.0.0.1:7000", &args).expect("valid plan")

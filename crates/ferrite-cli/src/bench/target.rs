@@ -13,7 +13,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use ferrite_client::{ClientOptions, Error, FindKind, Pool, PoolOptions, Session};
+use ferrite_client::{ClientOptions, Durability, Error, FindKind, Pool, PoolOptions, PutFlags, Session};
 use redis::aio::MultiplexedConnection;
 use redis::AsyncConnectionConfig;
 
@@ -82,6 +82,8 @@ pub struct Native {
     /// Shard of each pool.
     shards: Vec<u16>,
     shard_count: u16,
+    /// Flags of every put: the durability the plan asks for, if any.
+    put_flags: PutFlags,
 }
 
 impl Connections {
@@ -122,7 +124,9 @@ impl Connections {
     /// A worker's handle on client `index`'s connection.
     pub fn client(&self, index: usize) -> Client {
         match self {
-            Connections::Native(native) => Client::Native(Arc::clone(&native.pools[index % native.pools.len()])),
+            Connections::Native(native) => {
+                Client::Native(Arc::clone(&native.pools[index % native.pools.len()]), native.put_flags)
+            }
             Connections::Resp(connections) => Client::Resp(connections[index % connections.len()].clone()),
             Connections::Memcache(connections) => Client::Memcache(connections[index % connections.len()].clone()),
         }
@@ -188,9 +192,12 @@ impl Native {
             expected_objects: plan.pairs_max().div_ceil(u64::from(plan.pools)),
             // Scans (YCSB E) need the ordered index; other workloads do not pay for it.
             indexed: plan.mix.sends(super::Op::Scan),
+            durability: plan.durability.unwrap_or(Durability::Sync),
             ..PoolOptions::default()
         };
-        let mut native = Native { sessions, pools: Vec::new(), names, created: Vec::new(), shards, shard_count };
+        let put_flags = plan.durability.map_or(PutFlags::NONE, |durability| PutFlags::NONE.with_durability(durability));
+        let mut native =
+            Native { sessions, pools: Vec::new(), names, created: Vec::new(), shards, shard_count, put_flags };
         let mut first = Vec::with_capacity(native.names.len());
         for name in &native.names {
             match native.sessions[0].create_pool(name, pool_options).await {
@@ -278,8 +285,9 @@ pub fn pool_names(base: &str, count: u32, shards: u16, shard_for: impl Fn(&str) 
 /// One worker's way to the store.
 #[derive(Debug, Clone)]
 pub enum Client {
-    /// The worker's session's handles on every pool: key number k goes to pool k mod N.
-    Native(Arc<[Pool]>),
+    /// The worker's session's handles on every pool (key number k goes to pool k mod N), and the
+    /// flags of its puts.
+    Native(Arc<[Pool]>, PutFlags),
     Resp(MultiplexedConnection),
     Memcache(memcache::Connection),
 }
@@ -292,7 +300,9 @@ impl Client {
     /// Stores `value` under `key` (key number `number`).
     pub async fn put(&mut self, number: u64, key: &[u8], value: &[u8]) -> Result<(), Failure> {
         match self {
-            Client::Native(pools) => Client::pool(pools, number).put(key, value).await.map_err(|e| Failure::native(&e)),
+            Client::Native(pools, flags) => {
+                Client::pool(pools, number).put_with(key, value, *flags).await.map_err(|e| Failure::native(&e))
+            }
             Client::Resp(connection) => {
                 redis::cmd("SET").arg(key).arg(value).query_async::<()>(connection).await.map_err(|e| Failure::resp(&e))
             }
@@ -308,7 +318,7 @@ impl Client {
         match self {
             // The client returns an owned copy of the value; dropping it is the only cost here
             // we cannot avoid without changing the client.
-            Client::Native(pools) => {
+            Client::Native(pools, _) => {
                 Client::pool(pools, number).get(key).await.map(drop).map_err(|e| Failure::native(&e))
             }
             Client::Resp(connection) => {
@@ -329,7 +339,7 @@ impl Client {
     /// Removes `key`; a missing key is a failure.
     pub async fn erase(&mut self, number: u64, key: &[u8]) -> Result<(), Failure> {
         match self {
-            Client::Native(pools) => Client::pool(pools, number).erase(key).await.map_err(|e| Failure::native(&e)),
+            Client::Native(pools, _) => Client::pool(pools, number).erase(key).await.map_err(|e| Failure::native(&e)),
             Client::Resp(connection) => match redis::cmd("DEL").arg(key).query_async::<i64>(connection).await {
                 Ok(1) => Ok(()),
                 Ok(_) => Err(Failure::new("key not found (DEL answered 0)")),
@@ -347,7 +357,7 @@ impl Client {
     /// scanning workloads on the other targets.
     pub async fn scan(&mut self, number: u64, key: &[u8], count: u32) -> Result<(), Failure> {
         match self {
-            Client::Native(pools) => Client::pool(pools, number)
+            Client::Native(pools, _) => Client::pool(pools, number)
                 .find(FindKind::Prefix, b"", Some(key), count)
                 .await
                 .map(drop)

@@ -1,0 +1,98 @@
+//! A full disk end to end: the server's data directory is on a small tmpfs (mounted in a private
+//! mount namespace, so no privileges beyond an unprivileged user namespace are needed). Writes
+//! fill it until the log has no room; then every write is refused with `no_space` and changes
+//! nothing, reads keep working, and once space is freed (a ballast file removed) writes succeed
+//! again, with every acknowledged value still readable.
+//!
+//! Where user namespaces are not available the test says so and passes without running.
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+
+use common::{fresh_dir, TestServer};
+use ferrite_client::blocking::Session;
+use ferrite_client::{ErrorCode, PoolOptions};
+
+const TMPFS_BYTES: u64 = 8 << 20;
+const BALLAST_BYTES: u64 = 3 << 20;
+
+fn user_namespaces_work() -> bool {
+    Command::new("unshare").args(["-rm", "true"]).status().is_ok_and(|status| status.success())
+}
+
+#[test]
+fn a_full_disk_refuses_writes_cleanly_and_recovers_when_space_returns() {
+    if !user_namespaces_work() {
+        eprintln!("skipping: `unshare -rm` (user and mount namespaces) is not available here");
+        return;
+    }
+    let dir = fresh_dir("disk-full");
+    let mount = dir.join("mnt");
+    std::fs::create_dir_all(&mount).expect("mount point");
+    let config = dir.join("small-log.toml");
+    let default = Command::new(env!("CARGO_BIN_EXE_ferrite-server"))
+        .arg("--print-default-config")
+        .output()
+        .expect("print the default config");
+    let text = String::from_utf8(default.stdout).expect("UTF-8")
+        + "[durability]\nwal_segment_bytes = 1048576\ncheckpoint_interval_secs = 3600\n";
+    std::fs::write(&config, text).expect("write the config");
+    // Mounts a small tmpfs, fills part of it with ballast, and becomes the server.
+    let script = dir.join("on-small-disk.sh");
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\nset -e\nmount -t tmpfs -o size={TMPFS_BYTES} tmpfs '{mnt}'\nhead -c {BALLAST_BYTES} /dev/zero > \
+             '{mnt}/ballast'\nexec '{server}' \"$@\"\n",
+            mnt = mount.display(),
+            server = env!("CARGO_BIN_EXE_ferrite-server"),
+        ),
+    )
+    .expect("write the script");
+    let unshare = which("unshare");
+    let server = TestServer::builder_for(&unshare)
+        .args(&["-rm", "sh", &script.display().to_string(), "--config", &config.display().to_string()])
+        .data_dir(&mount.join("data"))
+        .start();
+    let session = Session::connect(&server.addr_string()).expect("connect");
+    let options = PoolOptions { size_bytes: 64 << 20, expected_objects: 64, ..PoolOptions::default() };
+    let pool = session.create_pool("filler", options).expect("create");
+    let value = |i: usize| vec![(i % 251) as u8; 200 * 1024];
+    let mut stored = 0;
+    let refusal = loop {
+        match pool.put(format!("key-{stored}"), value(stored)) {
+            Ok(()) => stored += 1,
+            Err(error) => break error,
+        }
+        assert!(stored < 100, "an 8 MiB disk cannot take 20 MiB of values");
+    };
+    assert_eq!(refusal.code(), Some(ErrorCode::NoSpace), "{refusal}");
+    assert!(refusal.to_string().contains("nothing was written"), "{refusal}");
+    assert!(stored >= 3, "some writes fit before the disk filled ({stored})");
+    // Refused again, and nothing changed: the refused key is absent, the others intact.
+    let again = pool.put(format!("key-{stored}"), value(stored)).expect_err("still full");
+    assert_eq!(again.code(), Some(ErrorCode::NoSpace));
+    assert!(pool.get(format!("key-{stored}")).expect_err("never written").is_key_not_found());
+    assert_eq!(pool.count().expect("count"), stored as u64);
+
+    // Free space inside the server's mount namespace, through its /proc root.
+    let ballast = Path::new("/proc")
+        .join(server.pid().to_string())
+        .join("root")
+        .join(mount.strip_prefix("/").expect("absolute"))
+        .join("ballast");
+    std::fs::remove_file(&ballast).unwrap_or_else(|e| panic!("remove {}: {e}", ballast.display()));
+    pool.put(format!("key-{stored}"), value(stored)).expect("space is back: the write succeeds");
+    for i in 0..=stored {
+        assert_eq!(pool.get(format!("key-{i}")).expect("every acknowledged value"), value(i), "key-{i}");
+    }
+    drop(pool);
+    server.stop_gracefully();
+}
+
+fn which(program: &str) -> String {
+    let output = Command::new("sh").args(["-c", &format!("command -v {program}")]).output().expect("sh");
+    String::from_utf8(output.stdout).expect("UTF-8").trim().to_owned()
+}
