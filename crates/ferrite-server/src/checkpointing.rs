@@ -95,6 +95,7 @@ async fn checkpoint(shard: &Rc<RefCell<ShardState>>, shutdown: &mut watch::Recei
                         let seq = manifest.seq;
                         let completed = durability.checkpointer.complete(Ok(manifest));
                         durability.last_checkpoint = Instant::now();
+                        durability.checkpoints += 1;
                         break completed.map(|_| (seq, recycled));
                     }
                     Err(error) => {

@@ -14,6 +14,7 @@ use ferrite_store::persistence::wal::Lsn;
 use tokio::sync::watch;
 
 use crate::config::DurabilityConfig;
+use crate::stats::DurabilityReport;
 
 /// What the sync thread publishes after each batch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -68,6 +69,8 @@ pub(crate) struct ShardDurability {
     /// The LSN of the last `sync` write: reads wait until it is durable.
     pub visible_lsn: Lsn,
     pub last_checkpoint: Instant,
+    /// Checkpoints completed since the server started.
+    pub checkpoints: u64,
     /// Stopped (after a last commit) when the shard stops.
     sync_thread: Option<SyncThread>,
 }
@@ -102,6 +105,7 @@ impl ShardDurability {
             config,
             visible_lsn: durable_lsn,
             last_checkpoint: Instant::now(),
+            checkpoints: 0,
             sync_thread: Some(sync_thread),
         })
     }
@@ -110,6 +114,17 @@ impl ShardDurability {
     pub fn stop(&mut self) {
         if let Some(thread) = self.sync_thread.take() {
             thread.stop();
+        }
+    }
+
+    /// The shard's durability counters, for `get_statistics`.
+    pub fn report(&self) -> DurabilityReport {
+        let counters = self.log.counters();
+        DurabilityReport {
+            wal_bytes: counters.bytes_written,
+            wal_commits: counters.commits,
+            durable_lsn: self.gate.durable_lsn(),
+            checkpoints: self.checkpoints,
         }
     }
 

@@ -314,7 +314,10 @@ impl ShardState {
                 self.stats.finds += 1;
                 Ok(found)
             }
-            Request::GetStatistics => Ok(Response::Statistics(self.stats.report(self.index, self.pools.len()))),
+            Request::GetStatistics => {
+                let durability = self.durability.as_ref().map(ShardDurability::report);
+                Ok(Response::Statistics(self.stats.report(self.index, self.pools.len(), durability)))
+            }
         }
     }
 

@@ -4,6 +4,15 @@ use std::time::Instant;
 
 use ferrite_proto::Statistic;
 
+/// What a durable shard adds to its statistics.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct DurabilityReport {
+    pub wal_bytes: u64,
+    pub wal_commits: u64,
+    pub durable_lsn: u64,
+    pub checkpoints: u64,
+}
+
 #[derive(Debug)]
 pub(crate) struct ShardStats {
     pub started: Instant,
@@ -36,8 +45,21 @@ impl ShardStats {
     }
 
     /// The counters as the named pairs of a `get_statistics` response (names in `docs/protocol.md`).
-    pub fn report(&self, shard_index: u16, pools: usize) -> Vec<Statistic<'static>> {
+    pub fn report(
+        &self,
+        shard_index: u16,
+        pools: usize,
+        durability: Option<DurabilityReport>,
+    ) -> Vec<Statistic<'static>> {
         let uptime_ms = u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        let durable = durability.map(|d| {
+            [
+                ("wal_bytes", d.wal_bytes),
+                ("wal_commits", d.wal_commits),
+                ("durable_lsn", d.durable_lsn),
+                ("checkpoints", d.checkpoints),
+            ]
+        });
         [
             ("shard", u64::from(shard_index)),
             ("requests", self.requests),
@@ -53,6 +75,7 @@ impl ShardStats {
             ("uptime_ms", uptime_ms),
         ]
         .into_iter()
+        .chain(durable.into_iter().flatten())
         .map(|(name, value)| Statistic { name, value })
         .collect()
     }

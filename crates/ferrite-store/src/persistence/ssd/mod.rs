@@ -22,7 +22,7 @@ pub mod region;
 mod tests;
 
 pub use checkpoint::{CheckpointError, CheckpointPool, Checkpointer, Manifest, Step};
-pub use log::{SharedLog, SyncThread};
+pub use log::{LogCounters, SharedLog, SyncThread};
 pub use logged::LoggedMemory;
 pub use pages::PageTracker;
 pub use record::PoolDescriptor;
