@@ -6,7 +6,7 @@ PYTHON := $(VENV)/bin/python
 # Extra arguments for `make run`, e.g. `make run ARGS="--shards 2"`.
 ARGS ?=
 
-.PHONY: run build test test-rust test-python test-bench bench lint deps clean
+.PHONY: run build test test-rust test-python test-bench test-fuzz bench lint deps clean
 
 ## run: build the release binaries and start a server on the embedded default configuration
 run: build
@@ -17,7 +17,7 @@ build:
 	$(CARGO) build --release -p ferrite-server -p ferrite-cli
 
 ## test: install what the tests need, check formatting and lints, run every test suite
-test: deps lint test-rust test-python test-bench
+test: deps lint test-rust test-python test-bench test-fuzz
 
 ## deps: Python venv with the pinned test packages, and redis-cli (Debian's redis-tools)
 deps: $(VENV)/.installed
@@ -26,9 +26,10 @@ $(VENV)/.installed: requirements-test.txt scripts/install-test-deps.sh
 	scripts/install-test-deps.sh $(VENV)
 	touch $@
 
-## lint: formatting and clippy, warnings are errors
+## lint: formatting and clippy, warnings are errors (the fuzz targets too)
 lint:
 	$(CARGO) fmt --all -- --check
+	$(CARGO) fmt --manifest-path fuzz/Cargo.toml -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
 ## test-rust: every Rust crate's unit and integration tests (integration tests start real servers)
@@ -46,6 +47,13 @@ test-python: deps
 test-bench: deps
 	$(CARGO) build -p ferrite-server -p ferrite-cli
 	bench/compare --quick --debug --no-build
+
+## test-fuzz: build the cargo-fuzz targets (WAL replay, checkpoint loading) and feed each a few
+## thousand random inputs; real fuzzing needs nightly: `cargo +nightly fuzz run wal_replay`
+test-fuzz:
+	$(CARGO) build --manifest-path fuzz/Cargo.toml
+	fuzz/target/debug/wal_replay -runs=3000 -max_len=4096
+	fuzz/target/debug/checkpoint_load -runs=3000 -max_len=16384
 
 ## bench: the full comparison with Redis and memcached (about 12 minutes; run it on a quiet
 ## machine): writes bench/results/<date>.md, .json and plots. See docs/benchmarks.md.

@@ -170,7 +170,9 @@ impl Pools {
         self.scratch.clear();
         encode_pool_created(&descriptor, &mut self.scratch);
         log.append(&self.scratch).map_err(CreateRefused::Log)?;
-        let pages = Arc::new(Mutex::new(PageTracker::new(region_bytes)));
+        let pages = PageTracker::try_new(region_bytes)
+            .map_err(|error| CreateRefused::Memory(std::io::Error::other(error.to_string())))?;
+        let pages = Arc::new(Mutex::new(pages));
         let region_file = Arc::clone(region.file());
         let memory = LoggedMemory::new(id, region, log, Arc::clone(&pages));
         let store = HStore::create(memory, new.spec)

@@ -16,9 +16,17 @@ pub struct PageTracker {
 }
 
 impl PageTracker {
-    pub fn new(region_bytes: u64) -> PageTracker {
-        let pages = region_bytes.div_ceil(PAGE_BYTES) as usize;
-        PageTracker { page_lsn: vec![0; pages], dirty_bits: vec![0; pages.div_ceil(64)], dirty: Vec::new() }
+    /// A tracker for a region of `region_bytes`, or an error if its bookkeeping cannot be
+    /// allocated (a region size read from disk is checked this way, never trusted to fit).
+    pub fn try_new(region_bytes: u64) -> Result<PageTracker, std::collections::TryReserveError> {
+        let pages = usize::try_from(region_bytes.div_ceil(PAGE_BYTES)).unwrap_or(usize::MAX);
+        let mut page_lsn = Vec::new();
+        page_lsn.try_reserve_exact(pages)?;
+        page_lsn.resize(pages, 0);
+        let mut dirty_bits = Vec::new();
+        dirty_bits.try_reserve_exact(pages.div_ceil(64))?;
+        dirty_bits.resize(pages.div_ceil(64), 0);
+        Ok(PageTracker { page_lsn, dirty_bits, dirty: Vec::new() })
     }
 
     /// Pages in the region.
@@ -80,7 +88,7 @@ mod tests {
 
     #[test]
     fn ranges_mark_every_page_they_touch_once() {
-        let mut pages = PageTracker::new(10 * PAGE_BYTES);
+        let mut pages = PageTracker::try_new(10 * PAGE_BYTES).expect("small");
         pages.record(PAGE_BYTES - 1, 2, 5);
         pages.record(PAGE_BYTES, 10, 6);
         pages.record(9 * PAGE_BYTES, 1, 7);

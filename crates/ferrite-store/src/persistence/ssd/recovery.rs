@@ -95,8 +95,7 @@ impl Replay {
                     return Err(bad(format!("creates pool {} which already exists", descriptor.id)));
                 }
                 self.next_pool_id = self.next_pool_id.max(descriptor.id + 1);
-                let region = new_region(&descriptor)?;
-                let pages = Arc::new(Mutex::new(PageTracker::new(descriptor.region_bytes)));
+                let (region, pages) = new_region(&descriptor)?;
                 self.pools.insert(descriptor.id, RecoveredPool { descriptor, region, pages });
             }
             LogRecord::PoolDeleted { id } => {
@@ -127,10 +126,30 @@ impl Replay {
     }
 }
 
-fn new_region(descriptor: &PoolDescriptor) -> Result<SharedRegion, RecoveryError> {
-    SharedRegion::zeroed(&format!("ferrite-pool-{}", descriptor.id), descriptor.region_bytes).map_err(io_error(
-        format!("allocating {} bytes of pool memory for pool '{}'", descriptor.region_bytes, descriptor.name),
-    ))
+/// The memory of a pool a checkpoint or a log record describes, with its page tracker. The
+/// region size comes from disk, so it is checked against the pool's shape (the one size the
+/// server gives such a pool) and allocated fallibly.
+fn new_region(descriptor: &PoolDescriptor) -> Result<(SharedRegion, Arc<Mutex<PageTracker>>), RecoveryError> {
+    let context = || format!("pool '{}' (id {})", descriptor.name, descriptor.id);
+    let expected = crate::hstore::HStore::<SharedRegion>::region_bytes_for(descriptor.spec)
+        .ok()
+        .map(|bytes| bytes.next_multiple_of(super::pages::PAGE_BYTES));
+    if expected != Some(descriptor.region_bytes) {
+        return Err(RecoveryError::Io {
+            context: context(),
+            source: std::io::Error::other(format!(
+                "its descriptor claims a region of {} bytes, which a pool of {} bytes for {} objects never has",
+                descriptor.region_bytes, descriptor.spec.size_bytes, descriptor.spec.expected_objects
+            )),
+        });
+    }
+    let region = SharedRegion::zeroed(&format!("ferrite-pool-{}", descriptor.id), descriptor.region_bytes)
+        .map_err(io_error(format!("allocating {} bytes of pool memory for {}", descriptor.region_bytes, context())))?;
+    let pages = PageTracker::try_new(descriptor.region_bytes).map_err(|error| RecoveryError::Io {
+        context: format!("allocating the page tracker of {}", context()),
+        source: std::io::Error::other(error.to_string()),
+    })?;
+    Ok((region, Arc::new(Mutex::new(pages))))
 }
 
 /// What reading a shard's files produced, before anything is opened for writing.
@@ -156,9 +175,8 @@ pub fn load_shard(paths: &ShardPaths) -> Result<LoadedShard, RecoveryError> {
     };
     let mut replay = Replay { next_pool_id: manifest.next_pool_id.max(1), ..Replay::default() };
     for pool in &manifest.pools {
-        let mut region = new_region(&pool.descriptor)?;
+        let (mut region, pages) = new_region(&pool.descriptor)?;
         report.checkpoint_pages += load_pool(&paths.checkpoint, pool, region.bytes_mut())?;
-        let pages = Arc::new(Mutex::new(PageTracker::new(pool.descriptor.region_bytes)));
         replay.pools.insert(pool.descriptor.id, RecoveredPool { descriptor: pool.descriptor.clone(), region, pages });
     }
     let storage = FsStorage::open_dir(&paths.wal).map_err(io_error(format!("opening {}", paths.wal.display())))?;

@@ -49,14 +49,14 @@ impl Shard {
     fn create_pool(&mut self, name: &str, spec: PoolSpec) -> u64 {
         let id = self.next_pool_id;
         self.next_pool_id += 1;
-        let region_bytes = HStore::<LoggedMemory>::region_bytes_for(spec).expect("size");
+        let region_bytes = HStore::<LoggedMemory>::region_bytes_for(spec).expect("size").next_multiple_of(4096);
         let descriptor =
             PoolDescriptor { id, name: name.into(), spec, region_bytes, indexed: false, async_default: false };
         let mut payload = Vec::new();
         encode_pool_created(&descriptor, &mut payload);
         self.log.append(&payload).expect("append");
         let region = SharedRegion::zeroed(name, region_bytes).expect("memfd");
-        let pages = std::sync::Arc::new(std::sync::Mutex::new(PageTracker::new(region_bytes)));
+        let pages = std::sync::Arc::new(std::sync::Mutex::new(PageTracker::try_new(region_bytes).expect("small")));
         let memory = LoggedMemory::new(id, region, self.log.clone(), pages.clone());
         let store = HStore::create(memory, spec).expect("create");
         self.pools.insert(id, (descriptor, store, pages));
