@@ -14,6 +14,11 @@ Scenarios:
   ycsb       YCSB A-F, uniform and zipfian, all through `ferrite bench` (native and --target resp)
   values     put/get from 16 B to 64 KiB: Ferrite native, Redis, memcached, limit
   shards     throughput against shard count (MCAS figure 12), with the limit at each count
+  durability sync puts (8-byte keys, 16-byte values, one shard) at 1, 8, 64 and 256 outstanding:
+             Ferrite sync and async against Redis with appendfsync always and without persistence,
+             all through `ferrite bench` (--target resp for Redis)
+  restart    load 1 and 10 million keys, then: DRAM bytes per key, log bytes per put, and the time
+             a restart after kill -9 takes until the server is ready
 The limit rows come from `ferrite-echo`, which answers without storing anything: what the protocol
 and the loopback transport allow at the same concurrency, with the same tool.
 """
@@ -79,6 +84,9 @@ FULL = {
         "value_size": 16,
     },
 }
+FULL["durability"] = {"seconds": 3, "outstanding": [1, 8, 64, 256], "clients_max": 8, "keys": 100_000,
+                      "key_size": 8, "value_size": 16}
+FULL["restart"] = {"keys": [1_000_000, 10_000_000], "key_size": 8, "value_size": 16}
 QUICK = {
     "small-ops": dict(FULL["small-ops"], seconds=0.5, outstanding=[1, 16], keys=10_000),
     "ycsb": dict(
@@ -93,6 +101,8 @@ QUICK = {
     ),
     "values": dict(FULL["values"], seconds=0.5, sizes=[16, 4096], data_bytes=8 << 20, keys_max=10_000),
     "shards": dict(FULL["shards"], seconds=0.5, ops=["put"], keys=10_000),
+    "durability": dict(FULL["durability"], seconds=0.5, outstanding=[1, 64], keys=10_000),
+    "restart": dict(FULL["restart"], keys=[20_000]),
 }
 SCENARIOS = list(FULL)
 
@@ -217,10 +227,10 @@ class Run:
 
     # --- servers -----------------------------------------------------------------------------
 
-    def start_ferrite(self, shards=1, pinned=True, resp=True):
-        """ferrite-server with `shards` shards on free ports; returns (process, native
-        addresses, RESP addresses)."""
-        data = os.path.join(self.work, f"ferrite-data-{len(self.commands)}")
+    def start_ferrite(self, shards=1, pinned=True, resp=True, data=None):
+        """ferrite-server with `shards` shards on free ports (on the data directory `data`, a
+        fresh one if None); returns (process, native addresses, RESP addresses)."""
+        data = data or os.path.join(self.work, f"ferrite-data-{len(self.commands)}")
         argv = [*(self.server_wrap if pinned else []), self.bin["ferrite-server"], "--listen", "127.0.0.1:0",
                 "--shards", str(shards), "--data-dir", data, "--log-level", "warn"]
         if resp and self.resp_available is not False:
@@ -264,11 +274,15 @@ class Run:
     # --- load generators ---------------------------------------------------------------------
 
     def ferrite_bench(self, addr, workload, seconds, keys, key_size, value_size, clients=1, outstanding=1,
-                      target="native", distribution=None, pool=None, keep_pool=False, pools=1, pinned=True):
+                      target="native", distribution=None, pool=None, keep_pool=False, pools=1, pinned=True,
+                      durability=None, ops=None):
         argv = [*(self.ferrite_client_wrap if pinned else []), self.bin["ferrite"], "--addr", addr, "--json", "bench",
                 "--workload", workload, "--target", target, "--key-size", str(key_size),
                 "--value-size", str(value_size), "--keys", str(keys), "--clients", str(clients),
-                "--outstanding", str(outstanding), "--duration", str(seconds)]
+                "--outstanding", str(outstanding)]
+        argv += ["--ops", str(ops)] if ops else ["--duration", str(seconds)]
+        if durability:
+            argv += ["--durability", durability]
         if distribution:
             argv += ["--distribution", distribution]
         if pool:
@@ -580,6 +594,85 @@ def shards(run):
             run.stop(proc)
 
 
+def durability(run, servers):
+    """Durable puts at increasing concurrency: Ferrite sync (acknowledged after fdatasync) and
+    async, Redis with appendfsync always and without persistence, all driven by `ferrite bench`
+    (the same client, the same keys, the same concurrency)."""
+    s = run.settings["durability"]
+    targets = [("ferrite-sync", servers["ferrite"], "native", "sync"),
+               ("ferrite-async", servers["ferrite"], "native", "async")]
+    for name in ("redis-always", "redis"):
+        if name in servers["redis"]:
+            targets.append((name, f"127.0.0.1:{servers['redis'][name]}", "resp", None))
+    for outstanding in s["outstanding"]:
+        clients = min(outstanding, s["clients_max"])
+        for system, addr, target, level in targets:
+            def measure(system=system, addr=addr, target=target, level=level):
+                result = run.ferrite_bench(addr, "put", s["seconds"], s["keys"], s["key_size"], s["value_size"],
+                                           clients=clients, outstanding=outstanding // clients, target=target,
+                                           durability=level, pool="durability")
+                run.add("durability", system, "ferrite bench", ferrite_point(result), op="put",
+                        outstanding=outstanding, clients=clients)
+            run.attempt(f"durability: {system}, {outstanding} outstanding", measure)
+
+
+def process_rss_bytes(pid):
+    with open(f"/proc/{pid}/status", encoding="utf-8") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise Failure(f"no VmRSS for process {pid}")
+
+
+def ferrite_stats(run, addr):
+    done = run.run([run.bin["ferrite"], "--addr", addr, "--json", "stats"], "ferrite stats", timeout=60, record=False)
+    counters = {}
+    for shard in json.loads(done.stdout)["shards"]:
+        for name, value in shard["counters"].items():
+            counters[name] = counters.get(name, 0) + value
+    return counters
+
+
+def restart(run):
+    """Loads N keys into a fresh server, measures its memory and its log traffic, kills it with
+    SIGKILL and times the restart (recovery: checkpoint, log replay, table walk) until `ready.`."""
+    s = run.settings["restart"]
+    for keys in s["keys"]:
+        def measure(keys=keys):
+            data = os.path.join(run.work, f"restart-{keys}")
+            proc, native, _ = run.start_ferrite(pinned=False, resp=False, data=data)
+            addr = native[0]
+            before = process_rss_bytes(proc.pid)
+            # A get run stores every key first (its preload); async puts, made durable below.
+            result = run.ferrite_bench(addr, "get", 1, keys, s["key_size"], s["value_size"], clients=4,
+                                       outstanding=32, pool="restart", keep_pool=True, durability="async", ops=1,
+                                       pinned=False)
+            preload = result.get("preload") or {}
+            time.sleep(1.0)  # async writes reach stable storage within the 10 ms commit interval
+            counters = ferrite_stats(run, addr)
+            rss = process_rss_bytes(proc.pid)
+            proc.kill()
+            proc.wait()
+            run.processes = [(n, p) for n, p in run.processes if p is not proc]
+            started = time.monotonic()
+            proc, native, _ = run.start_ferrite(pinned=False, resp=False, data=data)
+            restart_s = time.monotonic() - started
+            done = run.run([run.bin["ferrite"], "--addr", native[0], "count", "restart"], "counting after restart",
+                           timeout=60)
+            recovered = int(done.stdout.strip())
+            run.stop(proc)
+            shutil.rmtree(data, ignore_errors=True)
+            if recovered != keys:
+                raise Failure(f"{recovered} keys after the restart, {keys} before")
+            point = {"ops": keys, "errors": preload.get("errors", 0), "ops_per_s": preload.get("ops_per_s") or 0,
+                     "restart_s": round(restart_s, 3), "dram_bytes_per_key": round((rss - before) / keys, 1),
+                     "rss_bytes": rss, "wal_bytes_per_put": round(counters.get("wal_bytes", 0) / max(1, counters.get("puts", 1)), 1),
+                     "wal_commits": counters.get("wal_commits"), "checkpoints": counters.get("checkpoints"),
+                     "command": result.get("command")}
+            run.add("restart", "ferrite-sync", "ferrite bench", point, keys=keys)
+        run.attempt(f"restart: {keys:,} keys", measure)
+
+
 # --- the run ----------------------------------------------------------------------------------
 
 def build(run):
@@ -659,7 +752,7 @@ def main():
             log("skipping: " + why)
 
         servers = {"redis": {}}
-        needs_servers = any(name in only for name in ("small-ops", "ycsb", "values"))
+        needs_servers = any(name in only for name in ("small-ops", "ycsb", "values", "durability"))
         if needs_servers:
             proc, native, resp = run.start_ferrite()
             servers["ferrite"] = native[0]
@@ -679,14 +772,16 @@ def main():
             _, mc_port = run.start_memcached()
             servers["memcached"] = f"127.0.0.1:{mc_port}"
 
-        for name, scenario in [("small-ops", small_ops), ("ycsb", ycsb), ("values", values), ("shards", shards)]:
+        scenarios = [("small-ops", small_ops), ("ycsb", ycsb), ("values", values), ("shards", shards),
+                     ("durability", durability), ("restart", restart)]
+        for name, scenario in scenarios:
             if name not in only:
                 continue
             for repetition in range(run.repeat):
                 run.repetition = repetition
                 run.note_load(f"{name} #{repetition + 1}")
                 log(f"--- {name}, repetition {repetition + 1} of {run.repeat} ---")
-                if name == "shards":
+                if name in ("shards", "restart"):
                     scenario(run)
                 else:
                     scenario(run, servers)

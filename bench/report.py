@@ -14,6 +14,8 @@ import subprocess
 # How each system is named in tables and plots, in table order.
 SYSTEMS = {
     "ferrite": "Ferrite",
+    "ferrite-sync": "Ferrite sync",
+    "ferrite-async": "Ferrite async",
     "ferrite-resp": "Ferrite RESP",
     "redis": "Redis",
     "redis-everysec": "Redis AOF everysec",
@@ -33,14 +35,28 @@ LIMIT_OF = {
 
 NOTES = [
     "Placement: {placement}.",
-    "Ferrite ran its default configuration: `mapstore` pools in memory, nothing persisted (the "
-    "durable engine has not landed yet), one shard except in the shard-scaling scenario. Redis ran "
-    "three ways: no persistence (`--save '' --appendonly no`), AOF with `appendfsync everysec`, and "
-    "AOF with `appendfsync always` (an fsync before replying; automatic AOF rewrites off so that no "
-    "point pays for a rewrite the others do not). The Ferrite/Redis ratios compare with Redis "
-    "without persistence, the like-for-like setting until Ferrite's durable engine lands. memcached "
-    "ran with one worker thread (`-t 1`), as a Ferrite shard and Redis each serve from one event "
-    "loop.",
+    "Ferrite ran its default configuration: `hstore` pools on the `ssd` backing, every write `sync` "
+    "(acknowledged only after its write-ahead log record is on stable storage, group-committed), "
+    "one shard except in the shard-scaling scenario. Redis ran three ways: no persistence (`--save '' "
+    "--appendonly no`), AOF with `appendfsync everysec`, and AOF with `appendfsync always` (an fsync "
+    "before replying; automatic AOF rewrites off so that no point pays for a rewrite the others do "
+    "not). The \"÷ Redis\" ratios compare with Redis without persistence, which promises nothing "
+    "about a crash: a durable Ferrite put is measured against a volatile Redis SET there; the "
+    "durability scenario compares like with like. memcached ran with one worker thread (`-t 1`), as a "
+    "Ferrite shard and Redis each serve from one event loop.",
+    "Durability: `ferrite bench --workload put` with {durability_key_size}-byte keys and "
+    "{durability_value_size}-byte values over {durability_keys} keys, one shard, {durability_seconds} s "
+    "per point; N outstanding is min(N, {durability_clients_max}) connections with N / connections "
+    "requests in flight each, the same for every system. Redis is driven by the same tool "
+    "(`--target resp`). Ferrite sync acknowledges a put after `fdatasync`; Ferrite async when applied "
+    "(durable within 10 ms); Redis AOF always fsyncs before replying; Redis without persistence "
+    "loses everything on a crash.",
+    "Restart: a fresh server loads N keys ({restart_key_size}-byte keys, {restart_value_size}-byte values, "
+    "async puts, then a pause longer than the commit interval), is killed with SIGKILL and started "
+    "again on its data directory; restart time is from the new process's start to its `ready.` line "
+    "(checkpoint loaded, log replayed, tables walked), and the key count is checked after. DRAM per "
+    "key is the server's resident memory after the load less before it, over N. Log bytes per put "
+    "is the shard's `wal_bytes` over its `puts` (records, headers and padding).",
     "The limit rows come from `ferrite-echo`, which decodes every request like a server and answers "
     "it without storing anything, over the same loopback TCP, at the same concurrency, driven by the "
     "same tool: what protocol plus transport allow. \"÷ limit\" is a row's throughput as a fraction "
@@ -344,6 +360,53 @@ def section_shards(doc):
     return lines
 
 
+def section_durability(doc):
+    rows, s = doc["rows"], doc["settings"]["durability"]
+    systems = ["ferrite-sync", "ferrite-async", "redis-always", "redis"]
+    lines = ["## Durable puts", "",
+             f"put of {s['value_size']}-byte values under {s['key_size']}-byte keys, one shard, {s['seconds']} s per "
+             "point, every system driven by `ferrite bench`. Ops/s and latency (us); the ratios compare Ferrite sync "
+             "with each Redis.", ""]
+    body = []
+    for outstanding in s["outstanding"]:
+        found = {system: find(rows, "durability", system, op="put", outstanding=outstanding) for system in systems}
+        r = {system: rate_of(row) for system, row in found.items()}
+        sync = found["ferrite-sync"] or {}
+        always = found["redis-always"] or {}
+        body.append([outstanding, *(fmt_rate(r[system]) for system in systems),
+                     fmt_us(sync.get("p50_us")), fmt_us(sync.get("p99_us")),
+                     fmt_us(always.get("p50_us")), fmt_us(always.get("p99_us")),
+                     fmt_ratio(ratio(r["ferrite-sync"], r["redis-always"])),
+                     fmt_ratio(ratio(r["ferrite-sync"], r["redis"])),
+                     fmt_ratio(ratio(sync.get("p50_us"), always.get("p50_us")))])
+    lines += table(["outstanding", "Ferrite sync", "Ferrite async", "Redis AOF always", "Redis (no persistence)",
+                    "sync p50", "sync p99", "always p50", "always p99", "sync ÷ always", "sync ÷ Redis",
+                    "p50 sync ÷ always"], body)
+    lines += ["", "Every point with its latencies:", ""]
+    lines += table(["op", "outstanding", *DETAIL_HEADER], detail_rows(rows, "durability", ["op", "outstanding"]),
+                   ["---", "---:", "---", "---", *["---:"] * (len(DETAIL_HEADER) - 2)])
+    lines.append("")
+    return lines
+
+
+def section_restart(doc):
+    rows, s = doc["rows"], doc["settings"]["restart"]
+    lines = ["## Restart, memory and log traffic", "",
+             f"{s['key_size']}-byte keys, {s['value_size']}-byte values, one shard, one pool sized for the keys.", ""]
+    body = []
+    for keys in s["keys"]:
+        row = find(rows, "restart", "ferrite-sync", keys=keys)
+        if not row:
+            body.append([f"{keys:,}", "-", "-", "-", "-", "-"])
+            continue
+        body.append([f"{keys:,}", f"{row['restart_s']:.2f}", f"{row['dram_bytes_per_key']:,.0f}",
+                     f"{row['wal_bytes_per_put']:,.0f}", fmt_rate(row["ops_per_s"]), row.get("checkpoints", "-")])
+    lines += table(["keys", "restart after kill -9 (s)", "DRAM bytes per key", "log bytes per put",
+                    "load ops/s (async)", "checkpoints during load"], body)
+    lines.append("")
+    return lines
+
+
 def size_label(size):
     for unit, scale in (("MiB", 1 << 20), ("KiB", 1 << 10)):
         if size >= scale and size % scale == 0:
@@ -369,7 +432,8 @@ def markdown(doc, plots):
         lines += ["## At a glance", ""]
         for title_, path in plots:
             lines += [f"![{title_}]({os.path.basename(path)})", ""]
-    sections = {"small-ops": section_small_ops, "ycsb": section_ycsb, "values": section_values, "shards": section_shards}
+    sections = {"small-ops": section_small_ops, "ycsb": section_ycsb, "values": section_values, "shards": section_shards,
+                "durability": section_durability, "restart": section_restart}
     for name in doc["scenarios"]:
         lines += sections[name](doc)
     if doc["skipped"] or doc["failures"]:
@@ -385,7 +449,8 @@ def markdown(doc, plots):
         "repeat": doc["repeat"],
         "small_key_size": settings.get("small-ops", settings.get("values", {})).get("key_size", 16),
     }
-    for prefix, name in (("ycsb", "ycsb"), ("values", "values"), ("shards", "shards")):
+    for prefix, name in (("ycsb", "ycsb"), ("values", "values"), ("shards", "shards"), ("durability", "durability"),
+                         ("restart", "restart")):
         for key, value in settings.get(name, {}).items():
             values[f"{prefix}_{key}"] = value
     if "values_data_bytes" in values:
