@@ -175,7 +175,7 @@ impl Pools {
         let pages = Arc::new(Mutex::new(pages));
         let region_file = Arc::clone(region.file());
         let memory = LoggedMemory::new(id, region, log, Arc::clone(&pages));
-        let store = HStore::create(memory, new.spec)
+        let store = HStore::create_on_zeroed(memory, new.spec)
             .map_err(|error: hstore::CreateError| CreateRefused::Engine(error.into()))?;
         Ok((Box::new(store), Persisted { descriptor, pages, region: region_file }))
     }

@@ -129,7 +129,7 @@ impl StoreKind {
                 let region_bytes = HStore::<VolatileMemory>::region_bytes_for(spec)?;
                 let region_bytes = usize::try_from(region_bytes)
                     .map_err(|_| hstore::CreateError::TooLarge { size_bytes: spec.size_bytes })?;
-                Ok(Box::new(HStore::create(VolatileMemory::zeroed(region_bytes), spec)?))
+                Ok(Box::new(HStore::create_on_zeroed(VolatileMemory::zeroed(region_bytes), spec)?))
             }
         }
     }

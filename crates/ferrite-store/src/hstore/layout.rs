@@ -101,9 +101,11 @@ pub(crate) const HOP_MASK: u64 = USED_BIT - 1;
 /// Smallest segment 0: 64 buckets (4 KiB), more than the neighbourhood so a neighbourhood never
 /// wraps onto itself.
 pub(crate) const BUCKETS_LOG2_MIN: u32 = 6;
-/// Largest segment 0 a sizing hint can ask for: 2^16 buckets (4 MiB), so a pool that claims to
-/// expect billions of objects cannot make creation write much before anything is stored.
-pub(crate) const BASE_BUCKETS_LOG2_MAX: u32 = 16;
+/// Largest segment 0 a sizing hint can ask for: 2^24 buckets (1 GiB of entries, 14.7 million
+/// pairs at the load limit), so a pool that claims to expect billions of objects cannot make
+/// creation claim more. A pool sized by its hint never grows while it fills to the hint: a growth
+/// rewrites the whole table in one transaction (one log record the size of the table).
+pub(crate) const BASE_BUCKETS_LOG2_MAX: u32 = 24;
 /// Largest table: 2^46 buckets (4 PiB of entries); keeps bucket arithmetic far from overflow.
 pub(crate) const BUCKETS_LOG2_MAX: u32 = 46;
 

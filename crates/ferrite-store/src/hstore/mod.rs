@@ -115,6 +115,13 @@ pub enum OpenError {
     Corrupt { offset: u64, detail: String },
 }
 
+/// Whether the memory given to `create` is known to be all zeros.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Zeroed {
+    Unknown,
+    Known,
+}
+
 /// The `hstore` engine over one region of pool memory.
 pub struct HStore<M: PoolMemory> {
     memory: M,
@@ -169,11 +176,23 @@ impl<M: PoolMemory> HStore<M> {
     /// ignored; its length must be at least [`HStore::region_bytes_for`]`(spec)`, and any extra
     /// bytes become heap.
     pub fn create(memory: M, spec: PoolSpec) -> Result<Self, CreateError> {
-        Self::create_with_hash_key(memory, spec, hash::random_hash_key())
+        Self::create_with_hash_key(memory, spec, hash::random_hash_key(), Zeroed::Unknown)
+    }
+
+    /// [`HStore::create`] over memory every byte of which is known to be zero (a fresh memfd):
+    /// the empty table is not written, so creating a pool sized for millions of pairs writes (and
+    /// logs) only the header page and touches no memory for the table until pairs arrive.
+    pub fn create_on_zeroed(memory: M, spec: PoolSpec) -> Result<Self, CreateError> {
+        Self::create_with_hash_key(memory, spec, hash::random_hash_key(), Zeroed::Known)
     }
 
     /// `create` with a chosen hash key, so tests are reproducible.
-    pub(crate) fn create_with_hash_key(mut memory: M, spec: PoolSpec, hash_key: [u64; 2]) -> Result<Self, CreateError> {
+    pub(crate) fn create_with_hash_key(
+        mut memory: M,
+        spec: PoolSpec,
+        hash_key: [u64; 2],
+        zeroed: Zeroed,
+    ) -> Result<Self, CreateError> {
         let geometry = Geometry::of(spec).ok_or(CreateError::TooLarge { size_bytes: spec.size_bytes })?;
         let actual = memory.len() as u64;
         if actual < geometry.region_bytes {
@@ -202,7 +221,9 @@ impl<M: PoolMemory> HStore<M> {
             segments: vec![segment],
         };
         memory.modify(0, index(HEADER_BYTES)).copy_from_slice(&header.encode());
-        memory.modify(segment, index(segment_bytes)).fill(0);
+        if zeroed == Zeroed::Unknown {
+            memory.modify(segment, index(segment_bytes)).fill(0);
+        }
         memory.commit();
         let table = Table::new(header.base_buckets_log2, header.segments.clone());
         Ok(HStore { memory, header, table, heap, objects: 0, used_bytes: 0 })

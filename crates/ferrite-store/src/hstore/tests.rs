@@ -18,7 +18,8 @@ fn spec(size_bytes: u64) -> PoolSpec {
 
 fn checked_store(size_bytes: u64) -> HStore<CheckedMemory> {
     let region = HStore::<CheckedMemory>::region_bytes_for(spec(size_bytes)).expect("small pool");
-    HStore::create_with_hash_key(CheckedMemory::zeroed(index(region)), spec(size_bytes), HASH_KEY).expect("fits")
+    HStore::create_with_hash_key(CheckedMemory::zeroed(index(region)), spec(size_bytes), HASH_KEY, Zeroed::Unknown)
+        .expect("fits")
 }
 
 /// A `CheckedMemory` holding `bytes` as committed state: what a recovery would hand to `open`.
@@ -434,7 +435,8 @@ fn assert_matches_model(s: &HStore<CheckedMemory>, model: &Model) -> Result<(), 
 fn run_model(size_bytes: u64, hash_key: [u64; 2], ops: Vec<Op>) -> Result<u32, TestCaseError> {
     let region = HStore::<CheckedMemory>::region_bytes_for(spec(size_bytes)).expect("small pool");
     let mut s =
-        HStore::create_with_hash_key(CheckedMemory::zeroed(index(region)), spec(size_bytes), hash_key).expect("fits");
+        HStore::create_with_hash_key(CheckedMemory::zeroed(index(region)), spec(size_bytes), hash_key, Zeroed::Known)
+            .expect("fits");
     let mut model = Model::new();
     let mut refused_by_heap = 0;
     for (step, op) in ops.into_iter().enumerate() {
@@ -535,7 +537,7 @@ proptest! {
     ) {
         let size_bytes = 1 << 16;
         let region = HStore::<VolatileMemory>::region_bytes_for(spec(size_bytes)).expect("small pool");
-        let mut s = HStore::create_with_hash_key(VolatileMemory::zeroed(index(region)), spec(size_bytes), hash_key)
+        let mut s = HStore::create_with_hash_key(VolatileMemory::zeroed(index(region)), spec(size_bytes), hash_key, Zeroed::Known)
             .expect("fits");
         let mut used = 0;
         for (i, (key_len, value_len)) in pairs.into_iter().enumerate() {

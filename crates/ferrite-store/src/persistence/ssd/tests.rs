@@ -58,7 +58,7 @@ impl Shard {
         let region = SharedRegion::zeroed(name, region_bytes).expect("memfd");
         let pages = std::sync::Arc::new(std::sync::Mutex::new(PageTracker::try_new(region_bytes).expect("small")));
         let memory = LoggedMemory::new(id, region, self.log.clone(), pages.clone());
-        let store = HStore::create(memory, spec).expect("create");
+        let store = HStore::create_on_zeroed(memory, spec).expect("create");
         self.pools.insert(id, (descriptor, store, pages));
         id
     }
