@@ -8,7 +8,8 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 
 use ferrite_store::hstore::HStore;
-use ferrite_store::persistence::ssd::{load_shard, ShardPaths};
+use ferrite_store::persistence::pmem::PmemMemory;
+use ferrite_store::persistence::ssd::{load_shard, Manifest, ShardPaths};
 use serde_json::{json, Value};
 
 /// What one pool looked like.
@@ -89,7 +90,44 @@ fn lock(data_dir: &Path) -> Result<Option<File>, String> {
     }
 }
 
+/// A shard on the `pmem` backing: its catalog, then every pool as a restart would open it
+/// (an interrupted transaction rolled back in a private copy; the files are not touched).
+fn check_pmem_shard(dir: PathBuf) -> ShardFinding {
+    let pmem = dir.join("pmem");
+    let catalog = match Manifest::read(&pmem) {
+        Ok(catalog) => catalog.unwrap_or_default(),
+        Err(error) => return ShardFinding { dir, outcome: Err(error.to_string()) },
+    };
+    let pools = catalog
+        .pools
+        .iter()
+        .map(|pool| {
+            let descriptor = &pool.descriptor;
+            let outcome = match PmemMemory::open_private(&pmem, descriptor.id, descriptor.region_bytes) {
+                Ok(memory) => match HStore::open(memory) {
+                    Ok(store) => store.check(),
+                    Err(error) => Err(vec![error.to_string()]),
+                },
+                Err(error) => Err(vec![error.to_string()]),
+            };
+            PoolFinding { name: descriptor.name.clone(), id: descriptor.id, outcome }
+        })
+        .collect();
+    let summary = ShardSummary {
+        checkpoint_seq: catalog.seq,
+        checkpoint_pages: 0,
+        replay_from: 0,
+        records_replayed: 0,
+        torn_tail: None,
+        pools,
+    };
+    ShardFinding { dir, outcome: Ok(summary) }
+}
+
 fn check_shard(dir: PathBuf) -> ShardFinding {
+    if dir.join("pmem").is_dir() {
+        return check_pmem_shard(dir);
+    }
     let loaded = match load_shard(&ShardPaths::new(&dir)) {
         Ok(loaded) => loaded,
         Err(error) => return ShardFinding { dir, outcome: Err(error.to_string()) },

@@ -509,3 +509,20 @@ fn check_verifies_a_data_directory_and_reports_damage() {
     assert!(text.contains("DAMAGED") && text.contains("wal-"), "{text}");
     let _ = std::fs::remove_dir_all(data_dir.parent().expect("fresh dir"));
 }
+
+/// `ferrite check` reads a `pmem` data directory too: its catalog and every pool's table.
+#[test]
+fn check_verifies_a_pmem_data_directory() {
+    let data_dir = common::fresh_dir("check-pmem").join("data");
+    let server = TestServer::builder_for(server_binary()).config("backing", "\"pmem\"").data_dir(&data_dir).start();
+    assert!(ferrite(&server, &["pool", "create", "direct"]).status.success());
+    for i in 0..7 {
+        assert!(ferrite(&server, &["put", "direct", &format!("k{i}"), "v"]).status.success());
+    }
+    server.stop_gracefully();
+    let checked = ferrite_offline(&["check", &data_dir.display().to_string()]);
+    let text = String::from_utf8_lossy(&checked.stdout);
+    assert!(checked.status.success(), "{checked:?}");
+    assert!(text.contains("pool 'direct'") && text.contains("7 objects"), "{text}");
+    let _ = std::fs::remove_dir_all(data_dir.parent().expect("fresh dir"));
+}

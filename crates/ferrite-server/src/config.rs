@@ -175,6 +175,10 @@ pub enum Backing {
     /// directory: survives kill -9 and power loss.
     #[default]
     Ssd,
+    /// A `MAP_SHARED` file per pool in the data directory, changed in place under an undo log
+    /// and cache-line flushes: every write is durable when acknowledged. Survives kill -9; survives
+    /// power loss only when the data directory is on persistent memory (a DAX file system).
+    Pmem,
     /// Process memory only: pools are lost when the server stops.
     Memory,
 }
@@ -183,6 +187,7 @@ impl Backing {
     pub fn name(self) -> &'static str {
         match self {
             Backing::Ssd => "ssd",
+            Backing::Pmem => "pmem",
             Backing::Memory => "memory",
         }
     }
@@ -191,6 +196,7 @@ impl Backing {
     pub fn promise(self) -> &'static str {
         match self {
             Backing::Ssd => "acknowledged sync writes survive kill -9 and power loss",
+            Backing::Pmem => "acknowledged writes survive kill -9, and power loss on persistent memory (DAX)",
             Backing::Memory => "pools live in memory and are lost on stop",
         }
     }
@@ -389,6 +395,18 @@ mod tests {
         assert_eq!(config.shards[0].store, StoreName::Mapstore);
         assert_eq!(config.shards[0].store.kind(), StoreKind::MapStore);
         assert_eq!(config.shards[0].store.kind().name(), "mapstore");
+    }
+
+    #[test]
+    fn every_backing_is_selected_by_name() {
+        for (name, backing) in [("ssd", Backing::Ssd), ("pmem", Backing::Pmem), ("memory", Backing::Memory)] {
+            let text = DEFAULT_CONFIG_TOML.replace("backing = \"ssd\"", &format!("backing = \"{name}\""));
+            let config = Config::from_toml(&text, "t").expect("a known backing");
+            assert_eq!(config.shards[0].backing, backing);
+            assert_eq!(backing.name(), name);
+        }
+        let text = DEFAULT_CONFIG_TOML.replace("backing = \"ssd\"", "backing = \"tape\"");
+        assert!(Config::from_toml(&text, "t").expect_err("unknown").to_string().contains("tape"));
     }
 
     #[test]

@@ -416,6 +416,9 @@ impl ShardState {
                 ));
             }
             Err(CreateRefused::Log(error)) => return Err(log_failure(self.index, &error)),
+            Err(CreateRefused::Pmem(reason)) => {
+                return Err(Failure::new(ErrorCode::StorageFailed, format!("pool '{name}': {reason}")));
+            }
         };
         if created {
             self.logged(true, session)?;

@@ -10,7 +10,11 @@ use std::sync::{Arc, Mutex};
 use foldhash::HashMap;
 
 use ferrite_proto::{PoolHandle, PoolInfo};
+use std::path::PathBuf;
+
 use ferrite_store::hstore::{self, HStore};
+use ferrite_store::persistence::pmem::{self, PmemMemory};
+use ferrite_store::persistence::ssd::checkpoint::{Manifest, ManifestPool};
 use ferrite_store::persistence::ssd::record::{encode_pool_created, encode_pool_deleted};
 use ferrite_store::persistence::ssd::{
     CheckpointPool, LoggedMemory, PageTracker, PoolDescriptor, RecoveredPool, SharedLog, SharedRegion,
@@ -57,6 +61,16 @@ pub(crate) enum CreateRefused {
     Memory(std::io::Error),
     /// The log refused the pool's creation record.
     Log(WalError),
+    /// The `pmem` backing could not create the pool's files or record it in its catalog.
+    Pmem(String),
+}
+
+/// The pools of a shard on the `pmem` backing: their files' directory and the catalog naming
+/// them (a manifest without page files, rewritten atomically on every create and delete).
+#[derive(Debug)]
+pub(crate) struct PmemPools {
+    pub dir: PathBuf,
+    pub catalog: Manifest,
 }
 
 /// How a pool is created: its shape and options.
@@ -78,6 +92,8 @@ pub(crate) struct Pools {
     kind: StoreKind,
     /// The shard's log, on the `ssd` backing.
     log: Option<SharedLog>,
+    /// The catalog, on the `pmem` backing.
+    pmem: Option<PmemPools>,
     scratch: Vec<u8>,
 }
 
@@ -91,8 +107,15 @@ impl Pools {
             max,
             kind,
             log: None,
+            pmem: None,
             scratch: Vec::new(),
         }
+    }
+
+    /// The pools of a shard on the `pmem` backing, whose catalog and files are in `dir`.
+    pub fn on_pmem(pmem: PmemPools, max: usize) -> Self {
+        let next_handle = pmem.catalog.next_pool_id;
+        Pools { next_handle: next_handle.max(1), pmem: Some(pmem), ..Pools::in_memory(StoreKind::HStore, max) }
     }
 
     /// The pools of a shard on the `ssd` backing, logged to `log`; ids continue from
@@ -129,12 +152,13 @@ impl Pools {
             return Err(CreateRefused::TooMany { max: self.max });
         }
         let handle = PoolHandle(self.next_handle);
-        let (store, persisted) = match self.log.clone() {
-            Some(log) => {
+        let (store, persisted) = match (self.log.clone(), self.pmem.is_some()) {
+            (Some(log), _) => {
                 let (store, persisted) = self.create_logged(handle.0, name, new, log)?;
                 (store, Some(persisted))
             }
-            None => (self.kind.try_create(new.spec).map_err(CreateRefused::Engine)?, None),
+            (None, true) => (self.create_pmem(handle.0, name, new)?, None),
+            (None, false) => (self.kind.try_create(new.spec).map_err(CreateRefused::Engine)?, None),
         };
         self.next_handle += 1;
         let index = new.indexed.then(SecondaryIndex::default);
@@ -180,6 +204,59 @@ impl Pools {
         Ok((Box::new(store), Persisted { descriptor, pages, region: region_file }))
     }
 
+    /// Creates a pool on the `pmem` backing: its files first, then its catalog entry (a crash in
+    /// between leaves files no catalog names, which nothing reads), then the store's format.
+    fn create_pmem(&mut self, id: u64, name: &str, new: NewPool) -> Result<Box<dyn Store>, CreateRefused> {
+        let pmem = self.pmem.as_mut().expect("called on the pmem backing");
+        let region_bytes = HStore::<PmemMemory>::region_bytes_for(new.spec)
+            .map_err(|error| CreateRefused::Engine(error.into()))?
+            .next_multiple_of(ferrite_store::persistence::ssd::pages::PAGE_BYTES);
+        let memory = PmemMemory::create(&pmem.dir, id, region_bytes).map_err(|e| CreateRefused::Pmem(e.to_string()))?;
+        let descriptor = PoolDescriptor {
+            id,
+            name: name.to_string(),
+            spec: new.spec,
+            region_bytes,
+            indexed: new.indexed,
+            async_default: new.async_default,
+        };
+        let mut catalog = pmem.catalog.clone();
+        catalog.seq += 1;
+        catalog.next_pool_id = id + 1;
+        catalog.pools.push(ManifestPool { descriptor, chain: Vec::new() });
+        if let Err(error) = catalog.write(&pmem.dir) {
+            let (region, undo) = pmem::pool_files(&pmem.dir, id);
+            let _ = (std::fs::remove_file(region), std::fs::remove_file(undo));
+            return Err(CreateRefused::Pmem(error.to_string()));
+        }
+        pmem.catalog = catalog;
+        let store = HStore::create_on_zeroed(memory, new.spec)
+            .map_err(|error: hstore::CreateError| CreateRefused::Engine(error.into()))?;
+        Ok(Box::new(store))
+    }
+
+    /// Adds a pool of the `pmem` catalog: opens its files (rolling back a transaction a crash
+    /// interrupted), validates its table and rebuilds its secondary index.
+    pub fn insert_pmem(&mut self, descriptor: PoolDescriptor) -> Result<(), String> {
+        let pmem = self.pmem.as_ref().expect("called on the pmem backing");
+        let memory = PmemMemory::open(&pmem.dir, descriptor.id, descriptor.region_bytes).map_err(|e| e.to_string())?;
+        let store: Box<dyn Store> = Box::new(HStore::open(memory).map_err(|e| e.to_string())?);
+        let index = descriptor.indexed.then(|| SecondaryIndex::rebuild_from(store.as_ref()));
+        let handle = PoolHandle(descriptor.id);
+        self.next_handle = self.next_handle.max(descriptor.id + 1);
+        let pool = Pool {
+            name: descriptor.name.clone(),
+            store,
+            index,
+            open_count: 0,
+            async_default: descriptor.async_default,
+            persisted: None,
+        };
+        self.by_name.insert(pool.name.clone(), handle);
+        self.by_handle.insert(handle, pool);
+        Ok(())
+    }
+
     /// Adds a pool that recovery rebuilt: opens its store over the recovered memory (which
     /// validates the table and rebuilds the allocator) and rebuilds its secondary index.
     pub fn insert_recovered(&mut self, pool: RecoveredPool) -> Result<(), hstore::OpenError> {
@@ -213,6 +290,19 @@ impl Pools {
                 encode_pool_deleted(handle.0, &mut self.scratch);
                 log.append(&self.scratch)?;
             }
+        }
+        if let Some(pmem) = &mut self.pmem {
+            // The catalog forgets the pool first; its files are then only garbage.
+            let mut catalog = pmem.catalog.clone();
+            catalog.seq += 1;
+            catalog.pools.retain(|pool| pool.descriptor.id != handle.0);
+            catalog.write(&pmem.dir).map_err(|error| WalError::Io {
+                context: format!("recording the deletion of pool {} in the pmem catalog", handle.0),
+                source: std::io::Error::other(error.to_string()),
+            })?;
+            pmem.catalog = catalog;
+            let (region, undo) = pmem::pool_files(&pmem.dir, handle.0);
+            let _ = (std::fs::remove_file(region), std::fs::remove_file(undo));
         }
         let Some(pool) = self.by_handle.remove(&handle) else { return Ok(None) };
         self.by_name.remove(&pool.name);

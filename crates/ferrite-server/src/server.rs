@@ -5,7 +5,7 @@ use std::future::Future;
 use std::net::{SocketAddr, TcpListener};
 use std::sync::Arc;
 
-use ferrite_store::persistence::ssd::{recover_shard, RecoveryError, ShardPaths, SharedLog};
+use ferrite_store::persistence::ssd::{recover_shard, Manifest, RecoveryError, ShardPaths, SharedLog};
 use ferrite_store::persistence::wal::WalConfig;
 use tokio::sync::{mpsc, watch};
 use tracing::{error, info, warn};
@@ -14,7 +14,7 @@ use crate::config::{Backing, Config};
 use crate::data_dir::{DataDir, DataDirError};
 use crate::durability::ShardDurability;
 use crate::handler::ShardState;
-use crate::pools::Pools;
+use crate::pools::{PmemPools, Pools};
 use crate::resp;
 use crate::shard;
 use crate::stats::ShardStats;
@@ -229,6 +229,9 @@ fn recover_one(
         return Ok((Pools::in_memory(shard.store.kind(), pools_max), None));
     }
     let dir = data_dir.create_shard_dir(index).map_err(|source| ServerError::ShardDir { shard: index, source })?;
+    if shard.backing == Backing::Pmem {
+        return recover_pmem(&dir.join("pmem"), index, pools_max).map(|pools| (pools, None));
+    }
     let wal_config = WalConfig { segment_bytes: config.durability.wal_segment_bytes };
     let recovered = recover_shard(&ShardPaths::new(&dir), wal_config)
         .map_err(|source| ServerError::Recovery { shard: index, source })?;
@@ -261,6 +264,40 @@ fn recover_one(
     let durability = ShardDurability::start(index, log, recovered.checkpointer, config.durability)
         .map_err(|source| ServerError::SyncThread { shard: index, source })?;
     Ok((pools, Some(durability)))
+}
+
+/// Opens the pools of a shard on the `pmem` backing from its catalog; each rolls back the
+/// transaction a crash interrupted, if any.
+fn recover_pmem(dir: &std::path::Path, index: usize, pools_max: usize) -> Result<Pools, ServerError> {
+    let started = std::time::Instant::now();
+    let io = |source| ServerError::ShardDir { shard: index, source };
+    if !dir.exists() {
+        std::fs::create_dir_all(dir).map_err(io)?;
+        if let Some(parent) = dir.parent() {
+            std::fs::File::open(parent).and_then(|p| p.sync_all()).map_err(io)?;
+        }
+    }
+    let catalog = Manifest::read(dir)
+        .map_err(|error| ServerError::Recovery { shard: index, source: RecoveryError::Checkpoint(error) })?
+        .unwrap_or_default();
+    let descriptors: Vec<_> = catalog.pools.iter().map(|pool| pool.descriptor.clone()).collect();
+    let mut pools = Pools::on_pmem(PmemPools { dir: dir.to_path_buf(), catalog }, pools_max);
+    for descriptor in descriptors {
+        let name = descriptor.name.clone();
+        pools.insert_pmem(descriptor).map_err(|reason| ServerError::PoolDamaged {
+            shard: index,
+            pool: name,
+            reason,
+        })?;
+    }
+    info!(
+        shard = index,
+        pools = pools.len(),
+        elapsed_ms = started.elapsed().as_millis() as u64,
+        "shard opened its pmem pools from {}",
+        dir.display()
+    );
+    Ok(pools)
 }
 
 fn pin_to_core(shard: usize, core: usize) {

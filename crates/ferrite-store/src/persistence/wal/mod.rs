@@ -14,7 +14,7 @@
 
 mod format;
 mod reader;
-mod storage;
+pub(crate) mod storage;
 mod writer;
 
 #[cfg(test)]

@@ -60,7 +60,7 @@ fn sync_dir(dir: &Path) -> io::Result<()> {
 
 /// Reserves `len` bytes for `file`. `fallocate(2)` where the file system has it; otherwise (some
 /// FUSE and network file systems) by writing zeros, which reserves the space just as well.
-fn preallocate(file: &File, len: u64) -> io::Result<()> {
+pub(crate) fn preallocate(file: &File, len: u64) -> io::Result<()> {
     match rustix::fs::fallocate(file, rustix::fs::FallocateFlags::empty(), 0, len) {
         Ok(()) => return Ok(()),
         Err(errno) if errno == rustix::io::Errno::OPNOTSUPP || errno == rustix::io::Errno::NOSYS => {}
