@@ -240,7 +240,14 @@ impl Pools {
     pub fn insert_pmem(&mut self, descriptor: PoolDescriptor) -> Result<(), String> {
         let pmem = self.pmem.as_ref().expect("called on the pmem backing");
         let memory = PmemMemory::open(&pmem.dir, descriptor.id, descriptor.region_bytes).map_err(|e| e.to_string())?;
-        let store: Box<dyn Store> = Box::new(HStore::open(memory).map_err(|e| e.to_string())?);
+        let store = Box::new(HStore::open(memory).map_err(|e| e.to_string())?);
+        self.insert_opened(&descriptor, store, None);
+        Ok(())
+    }
+
+    /// Adds a pool whose store was opened over memory that survived a restart, rebuilding its
+    /// secondary index from its keys.
+    fn insert_opened(&mut self, descriptor: &PoolDescriptor, store: Box<dyn Store>, persisted: Option<Persisted>) {
         let index = descriptor.indexed.then(|| SecondaryIndex::rebuild_from(store.as_ref()));
         let handle = PoolHandle(descriptor.id);
         self.next_handle = self.next_handle.max(descriptor.id + 1);
@@ -250,11 +257,10 @@ impl Pools {
             index,
             open_count: 0,
             async_default: descriptor.async_default,
-            persisted: None,
+            persisted,
         };
         self.by_name.insert(pool.name.clone(), handle);
         self.by_handle.insert(handle, pool);
-        Ok(())
     }
 
     /// Adds a pool that recovery rebuilt: opens its store over the recovered memory (which
@@ -264,20 +270,9 @@ impl Pools {
         let RecoveredPool { descriptor, region, pages } = pool;
         let region_file = Arc::clone(region.file());
         let memory = LoggedMemory::new(descriptor.id, region, log, Arc::clone(&pages));
-        let store: Box<dyn Store> = Box::new(HStore::open(memory)?);
-        let index = descriptor.indexed.then(|| SecondaryIndex::rebuild_from(store.as_ref()));
-        let handle = PoolHandle(descriptor.id);
-        self.next_handle = self.next_handle.max(descriptor.id + 1);
-        let pool = Pool {
-            name: descriptor.name.clone(),
-            store,
-            index,
-            open_count: 0,
-            async_default: descriptor.async_default,
-            persisted: Some(Persisted { descriptor, pages, region: region_file }),
-        };
-        self.by_name.insert(pool.name.clone(), handle);
-        self.by_handle.insert(handle, pool);
+        let store = Box::new(HStore::open(memory)?);
+        let persisted = Persisted { descriptor: descriptor.clone(), pages, region: region_file };
+        self.insert_opened(&descriptor, store, Some(persisted));
         Ok(())
     }
 

@@ -119,6 +119,19 @@ fn fence() {
     std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
 }
 
+/// Refuses a region file whose size is not the one its pool's catalog entry records.
+fn check_region_len(file: &File, path: &Path, region_bytes: u64) -> Result<(), PmemError> {
+    let len = file.metadata().map_err(io_error(format!("reading {}", path.display())))?.len();
+    if len != region_bytes {
+        return Err(PmemError::Corrupt {
+            file: path.display().to_string(),
+            offset: 0,
+            reason: format!("the region file has {len} bytes; the pool's catalog entry says {region_bytes}"),
+        });
+    }
+    Ok(())
+}
+
 fn u64_at(bytes: &[u8], at: usize) -> u64 {
     u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8 bytes"))
 }
@@ -171,14 +184,7 @@ impl PmemMemory {
                 .map_err(io_error(format!("opening {}", path.display())))
         };
         let region_file = open(&region_path)?;
-        let len = region_file.metadata().map_err(io_error(format!("reading {}", region_path.display())))?.len();
-        if len != region_bytes {
-            return Err(PmemError::Corrupt {
-                file: region_path.display().to_string(),
-                offset: 0,
-                reason: format!("the region file has {len} bytes; the pool's catalog entry says {region_bytes}"),
-            });
-        }
+        check_region_len(&region_file, &region_path, region_bytes)?;
         let mut memory = PmemMemory::map_files(&region_file, open(&undo_path)?, &undo_path)?;
         memory.roll_back()?;
         Ok(memory)
@@ -190,14 +196,7 @@ impl PmemMemory {
         let (region_path, undo_path) = pool_files(dir, id);
         let open = |path: &Path| File::open(path).map_err(io_error(format!("opening {}", path.display())));
         let (region_file, undo_file) = (open(&region_path)?, open(&undo_path)?);
-        let len = region_file.metadata().map_err(io_error(format!("reading {}", region_path.display())))?.len();
-        if len != region_bytes {
-            return Err(PmemError::Corrupt {
-                file: region_path.display().to_string(),
-                offset: 0,
-                reason: format!("the region file has {len} bytes; the pool's catalog entry says {region_bytes}"),
-            });
-        }
+        check_region_len(&region_file, &region_path, region_bytes)?;
         let region = map_private(&region_file).map_err(io_error(format!("mapping {}", region_path.display())))?;
         let undo = map_private(&undo_file).map_err(io_error(format!("mapping {}", undo_path.display())))?;
         let undo_name = undo_path.display().to_string();
