@@ -62,7 +62,7 @@ impl Default for DurabilityConfig {
     fn default() -> Self {
         DurabilityConfig {
             commit_interval_ms: 10,
-            wal_segment_bytes: 64 << 20,
+            wal_segment_bytes: 16 << 20,
             checkpoint_wal_bytes: 256 << 20,
             checkpoint_interval_secs: 300,
         }
@@ -414,7 +414,7 @@ mod tests {
         let with = |table: &str| Config::from_toml(&format!("{DEFAULT_CONFIG_TOML}\n[durability]\n{table}\n"), "t");
         let config = with("commit_interval_ms = 2").expect("valid");
         assert_eq!(config.durability.commit_interval_ms, 2);
-        assert_eq!(config.durability.wal_segment_bytes, 64 << 20, "missing keys take defaults");
+        assert_eq!(config.durability.wal_segment_bytes, 16 << 20, "missing keys take defaults");
         assert!(with("commit_interval_ms = 0").is_err());
         assert!(with("wal_segment_bytes = 1000").is_err());
         assert!(with("checkpoint_wal_bytes = 1048576").is_err(), "below the segment size");

@@ -237,6 +237,11 @@ fn recover_one(
         .map_err(|source| ServerError::Recovery { shard: index, source })?;
     let report = recovered.report;
     let log = SharedLog::new(recovered.writer);
+    // A spare segment written with zeros before serving: commits into written space are faster.
+    // Without one (a full disk) the shard still runs and creates segments as it needs them.
+    if let Err(error) = log.prepare_spare_now() {
+        warn!(shard = index, %error, "cannot prepare a spare log segment; the shard will create them as needed");
+    }
     let mut pools = Pools::logged(log.clone(), pools_max, recovered.next_pool_id);
     let count = recovered.pools.len();
     for pool in recovered.pools {

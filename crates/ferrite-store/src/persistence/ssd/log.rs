@@ -9,7 +9,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::persistence::wal::{FsStorage, Lsn, WalError, WalWriter};
+use crate::persistence::wal::{spare_name, FsStorage, LogStorage, Lsn, WalError, WalWriter};
 
 /// How long the sync thread spins for the next urgent request before it sleeps. Waking a
 /// sleeping thread costs tens of microseconds on a virtual machine (an idle vCPU must be woken),
@@ -31,6 +31,8 @@ fn spin_before_sleep() -> Duration {
 struct LogState {
     writer: WalWriter<FsStorage>,
     counters: LogCounters,
+    /// Spare segments started, which also names each one's temporary file uniquely.
+    spares_made: u64,
     /// When the oldest record no batch has taken was appended.
     oldest_pending: Option<Instant>,
     stopping: bool,
@@ -67,7 +69,13 @@ pub type DurableCallback = Box<dyn Fn(Result<Lsn, String>) + Send>;
 
 impl SharedLog {
     pub fn new(writer: WalWriter<FsStorage>) -> SharedLog {
-        let state = LogState { writer, counters: LogCounters::default(), oldest_pending: None, stopping: false };
+        let state = LogState {
+            writer,
+            counters: LogCounters::default(),
+            spares_made: 0,
+            oldest_pending: None,
+            stopping: false,
+        };
         let shared = Shared {
             state: Mutex::new(state),
             wake: Condvar::new(),
@@ -117,9 +125,61 @@ impl SharedLog {
         }
     }
 
-    /// See [`WalWriter::ensure_room`].
+    /// See [`WalWriter::ensure_room`]. Also starts making a spare segment in the background when
+    /// the log is running low, so that the shard's thread rarely has to create one itself.
     pub fn ensure_room(&self, bytes: u64) -> Result<(), WalError> {
-        self.lock().writer.ensure_room(bytes)
+        let mut state = self.lock();
+        if let Some(size) = state.writer.spare_wanted() {
+            state.spares_made += 1;
+            let token = state.spares_made;
+            let storage = state.writer.storage().clone();
+            if !self.make_spare(storage, token, size) {
+                state.writer.spare_failed();
+            }
+        }
+        state.writer.ensure_room(bytes)
+    }
+
+    /// Makes one zero-filled spare segment now, on this thread, if the log has none: what a server
+    /// does before it starts serving a fresh log, so that even its first writes commit into
+    /// written space.
+    pub fn prepare_spare_now(&self) -> Result<(), WalError> {
+        let (storage, token, size) = {
+            let mut state = self.lock();
+            let Some(size) = state.writer.spare_wanted() else { return Ok(()) };
+            state.spares_made += 1;
+            (state.writer.storage().clone(), state.spares_made, size)
+        };
+        let name = spare_name(token);
+        match storage.create_written(&name, size) {
+            Ok(file) => self.lock().writer.adopt_spare(&name, file, size),
+            Err(source) => {
+                self.lock().writer.spare_failed();
+                Err(WalError::Io { context: format!("creating {name}"), source })
+            }
+        }
+    }
+
+    /// Makes a zero-filled spare segment on a thread of its own (writing a segment takes tens of
+    /// milliseconds) and hands it to the writer. A failure (a full disk) only means no spare: the
+    /// shard then creates a segment itself when it needs one, or refuses the write. Returns false
+    /// if the thread could not be started.
+    fn make_spare(&self, storage: FsStorage, token: u64, size: u64) -> bool {
+        let log = self.clone();
+        let spawned = std::thread::Builder::new().name("wal-spare".into()).spawn(move || {
+            let name = spare_name(token);
+            let made = storage.create_written(&name, size);
+            let mut state = log.lock();
+            match made {
+                Ok(file) => {
+                    if state.writer.adopt_spare(&name, file, size).is_err() {
+                        let _ = storage.remove(&name);
+                    }
+                }
+                Err(_) => state.writer.spare_failed(),
+            }
+        });
+        spawned.is_ok()
     }
 
     /// The LSN of the last appended record, or why the log refuses everything: what a shard
@@ -284,6 +344,28 @@ mod tests {
         let recovered = recover(&storage, 1, |_, _| {}).expect("recover");
         let writer = WalWriter::open(storage, WalConfig { segment_bytes: 1 << 20 }, &recovered).expect("open");
         (dir, SharedLog::new(writer))
+    }
+
+    /// Asking for room starts a zero-filled spare segment in the background; it joins the log
+    /// under a segment name, and no temporary file is left.
+    #[test]
+    fn spare_segments_are_made_in_the_background() {
+        let (dir, log) = temp_log("spare");
+        log.ensure_room(1000).expect("room");
+        let segments = || {
+            std::fs::read_dir(&dir)
+                .expect("list")
+                .filter_map(Result::ok)
+                .map(|entry| entry.file_name().to_string_lossy().into_owned())
+                .collect::<Vec<_>>()
+        };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while segments().iter().filter(|name| name.ends_with(".log")).count() < 2 {
+            assert!(Instant::now() < deadline, "no spare appeared: {:?}", segments());
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert!(!segments().iter().any(|name| name.ends_with(".tmp")), "{:?}", segments());
+        std::fs::remove_dir_all(&dir).expect("clean up");
     }
 
     #[test]

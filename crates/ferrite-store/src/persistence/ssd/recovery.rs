@@ -152,6 +152,21 @@ fn new_region(descriptor: &PoolDescriptor) -> Result<(SharedRegion, Arc<Mutex<Pa
     Ok((region, Arc::new(Mutex::new(pages))))
 }
 
+/// Removes spare log segments a crash left half-made (their temporary names are never a
+/// segment's, so recovery would ignore them; they only take space).
+fn remove_stale_spares(wal: &Path) -> Result<(), RecoveryError> {
+    let entries = std::fs::read_dir(wal).map_err(io_error(format!("listing {}", wal.display())))?;
+    for entry in entries {
+        let entry = entry.map_err(io_error(format!("listing {}", wal.display())))?;
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        if name.starts_with("wal-spare-") && name.ends_with(".tmp") {
+            std::fs::remove_file(entry.path()).map_err(io_error(format!("removing {}", entry.path().display())))?;
+        }
+    }
+    Ok(())
+}
+
 /// What reading a shard's files produced, before anything is opened for writing.
 #[derive(Debug)]
 pub struct LoadedShard {
@@ -215,6 +230,7 @@ pub fn recover_shard(paths: &ShardPaths, wal_config: WalConfig) -> Result<Recove
             }
         }
     }
+    remove_stale_spares(&paths.wal)?;
     let loaded = load_shard(paths)?;
     let mut report = loaded.report;
     report.stray_files_removed = remove_unreferenced(&paths.checkpoint, &loaded.manifest)?;

@@ -25,7 +25,7 @@ mod tests;
 pub use format::{Lsn, SEGMENT_HEADER_BYTES};
 pub use reader::{recover, Recovered, SegmentState};
 pub use storage::{FsSegment, FsStorage, LogStorage, SegmentFile};
-pub use writer::{BatchOutcome, CommitBatch, WalConfig, WalWriter};
+pub use writer::{spare_name, BatchOutcome, CommitBatch, WalConfig, WalWriter};
 
 /// Why the log refused or failed an operation.
 #[derive(Debug, thiserror::Error)]

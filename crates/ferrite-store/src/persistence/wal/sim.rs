@@ -191,6 +191,17 @@ impl LogStorage for SimStorage {
         Ok(SimSegment { disk: Arc::clone(&self.disk), id })
     }
 
+    fn create_written(&self, name: &str, len: u64) -> io::Result<SimSegment> {
+        self.create(name, len)
+    }
+
+    fn remove(&self, name: &str) -> io::Result<()> {
+        let mut disk = lock(&self.disk);
+        let id = disk.names.remove(name).ok_or_else(not_found)?;
+        disk.files.remove(&id);
+        Ok(())
+    }
+
     fn rename(&self, from: &str, to: &str) -> io::Result<()> {
         let mut disk = lock(&self.disk);
         let id = disk.names.remove(from).ok_or_else(not_found)?;

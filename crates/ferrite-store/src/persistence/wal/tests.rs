@@ -269,6 +269,29 @@ fn recycling_while_records_are_buffered_keeps_them_in_place() {
     assert_eq!(lsns, (31..=60).collect::<Vec<_>>());
 }
 
+/// Spare segments made elsewhere are adopted in sequence order and filled like any other; only
+/// one is asked for at a time, and a failed one is asked for again.
+#[test]
+fn spare_segments_are_adopted_in_order() {
+    use super::storage::LogStorage;
+    let storage = SimStorage::default();
+    let mut writer = open_writer(&storage, 1);
+    assert!(writer.spare_wanted().is_some(), "an empty log wants a spare");
+    assert_eq!(writer.spare_wanted(), None, "one spare at a time");
+    writer.spare_failed();
+    let size = writer.spare_wanted().expect("a failed spare is asked for again");
+    let name = super::spare_name(1);
+    let file = storage.create_written(&name, size).expect("make the spare");
+    writer.adopt_spare(&name, file, size).expect("adopt");
+    assert!(!storage.list().expect("list").contains(&name), "the temporary name is gone");
+    assert_eq!(writer.spare_wanted(), None, "a full spare segment is room enough");
+    for lsn in 1..=30 {
+        writer.append(&payload(lsn, 100)).expect("append");
+    }
+    writer.commit().expect("commit");
+    assert_eq!(replay(&storage, 1).expect("replay").len(), 30);
+}
+
 #[test]
 fn the_real_file_system_backend_round_trips() {
     let dir = std::env::temp_dir().join(format!("ferrite-wal-{}-{}", std::process::id(), line!()));

@@ -22,7 +22,7 @@ pub struct WalConfig {
 }
 
 impl WalConfig {
-    pub const DEFAULT_SEGMENT_BYTES: u64 = 64 << 20;
+    pub const DEFAULT_SEGMENT_BYTES: u64 = 16 << 20;
 }
 
 impl Default for WalConfig {
@@ -132,7 +132,14 @@ pub struct WalWriter<S: LogStorage> {
     in_flight: bool,
     /// A spare buffer, returned by the last finished batch, so steady-state commits allocate nothing.
     spare: Vec<u8>,
+    /// A spare segment is being made off the writer's thread (see [`WalWriter::spare_wanted`]).
+    making_spare: bool,
     poisoned: Option<String>,
+}
+
+/// The name a spare segment is made under before [`WalWriter::adopt_spare`] gives it its place.
+pub fn spare_name(token: u64) -> String {
+    format!("wal-spare-{token:016x}.tmp")
 }
 
 fn is_no_space(error: &std::io::Error) -> bool {
@@ -176,6 +183,7 @@ impl<S: LogStorage> WalWriter<S> {
             runs: Vec::new(),
             in_flight: false,
             spare: Vec::new(),
+            making_spare: false,
             poisoned: None,
         })
     }
@@ -235,6 +243,41 @@ impl<S: LogStorage> WalWriter<S> {
             self.prepare_segment(self.segment_bytes)?;
         }
         Ok(())
+    }
+
+    /// Whether the log wants a spare segment made: less than half a segment's worth of room is
+    /// prepared and none is being made. Returns its size and marks one as being made; the caller
+    /// makes it (with [`LogStorage::create_written`] under [`spare_name`]) off the shard's thread,
+    /// then calls [`WalWriter::adopt_spare`] or [`WalWriter::spare_failed`].
+    pub fn spare_wanted(&mut self) -> Option<u64> {
+        if self.making_spare || self.poisoned.is_some() || self.prepared_bytes() >= self.segment_bytes / 2 {
+            return None;
+        }
+        self.making_spare = true;
+        Some(self.segment_bytes)
+    }
+
+    /// The storage, for making a spare segment elsewhere.
+    pub fn storage(&self) -> &S {
+        &self.storage
+    }
+
+    /// Takes a spare segment made under `temp` into the log: renamed (durably) to the next
+    /// sequence number, it becomes the last prepared segment.
+    pub fn adopt_spare(&mut self, temp: &str, file: S::File, bytes: u64) -> Result<(), WalError> {
+        self.making_spare = false;
+        let name = segment_name(self.next_seq);
+        self.storage
+            .rename(temp, &name)
+            .map_err(|source| WalError::Io { context: format!("renaming {temp} to {name}"), source })?;
+        self.segments.push(Segment { seq: self.next_seq, file: Arc::new(file), bytes, last_lsn: None });
+        self.next_seq += 1;
+        Ok(())
+    }
+
+    /// Records that making a spare failed; the next [`WalWriter::spare_wanted`] asks again.
+    pub fn spare_failed(&mut self) {
+        self.making_spare = false;
     }
 
     /// Buffers one record and returns its LSN. It is durable once a later commit covering it
