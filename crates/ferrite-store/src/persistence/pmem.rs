@@ -20,10 +20,18 @@
 //! header   0  8 magic "FRPMUNDO"        entry  0  8 region offset
 //!          8  2 version (1)                    8  8 length n
 //!         10  6 reserved                      16  4 CRC-32C of bytes 0..16 and the old bytes
-//!         16  8 bytes of counted entries      20  4 reserved
-//!         24  4 CRC-32C of bytes 16..24       24  n old bytes, zero padding to 8 bytes
-//!         28 36 reserved
+//!         16 24 slot A                        20  4 reserved
+//!         40 24 slot B                        24  n old bytes, zero padding to 8 bytes
+//! slot     0  8 bytes of counted entries
+//!          8  8 sequence number
+//!         16  4 CRC-32C of bytes 0..16 of the slot
+//!         20  4 reserved
 //! ```
+//!
+//! The count lives in two slots written alternately; the valid slot with the higher sequence
+//! number is current. A crash can stop the process between any two stores, so an update that
+//! tears leaves the other slot, and with it the count before the update: fewer entries (whose
+//! ranges were not yet changed) or, for a commit's clearing, the whole unfinished transaction.
 
 use std::fs::{File, OpenOptions};
 use std::io;
@@ -37,6 +45,9 @@ const UNDO_MAGIC: [u8; 8] = *b"FRPMUNDO";
 const UNDO_VERSION: u16 = 1;
 const UNDO_HEADER_BYTES: usize = 64;
 const ENTRY_HEADER_BYTES: usize = 24;
+/// Where the header's two count slots are, and how long each is.
+const SLOT_OFFSETS: [usize; 2] = [16, 40];
+const SLOT_BYTES: usize = 24;
 /// The undo log's initial size; it grows (doubling) for transactions that need more.
 const UNDO_INITIAL_BYTES: u64 = 1 << 20;
 const CACHE_LINE_BYTES: usize = 64;
@@ -69,6 +80,8 @@ pub struct PmemMemory {
     undo_name: String,
     /// Bytes of entries in the undo log for the transaction under way.
     undo_used: usize,
+    /// Sequence number of the header's current count slot.
+    undo_seq: u64,
     /// Ranges of the region changed in the transaction under way, flushed by `commit`.
     changed: Vec<(usize, usize)>,
 }
@@ -200,7 +213,8 @@ impl PmemMemory {
         let region = map_private(&region_file).map_err(io_error(format!("mapping {}", region_path.display())))?;
         let undo = map_private(&undo_file).map_err(io_error(format!("mapping {}", undo_path.display())))?;
         let undo_name = undo_path.display().to_string();
-        let mut memory = PmemMemory { region, undo_file, undo, undo_name, undo_used: 0, changed: Vec::new() };
+        let mut memory =
+            PmemMemory { region, undo_file, undo, undo_name, undo_used: 0, undo_seq: 0, changed: Vec::new() };
         memory.roll_back()?;
         Ok(memory)
     }
@@ -209,18 +223,33 @@ impl PmemMemory {
         let undo_name = undo_path.display().to_string();
         let region = map(region_file).map_err(io_error("mapping the pool region".into()))?;
         let undo = map(&undo_file).map_err(io_error(format!("mapping {undo_name}")))?;
-        Ok(PmemMemory { region, undo_file, undo, undo_name, undo_used: 0, changed: Vec::new() })
+        Ok(PmemMemory { region, undo_file, undo, undo_name, undo_used: 0, undo_seq: 0, changed: Vec::new() })
     }
 
+    /// Records `counted` in the slot the current one is not (see the module documentation).
     fn write_undo_header(&mut self, counted: u64) {
+        self.undo_seq += 1;
+        let at = SLOT_OFFSETS[(self.undo_seq % 2) as usize];
         let header = &mut self.undo[..UNDO_HEADER_BYTES];
         header[0..8].copy_from_slice(&UNDO_MAGIC);
         header[8..10].copy_from_slice(&UNDO_VERSION.to_le_bytes());
-        header[16..24].copy_from_slice(&counted.to_le_bytes());
-        let crc = crc32c::crc32c(&header[16..24]);
-        header[24..28].copy_from_slice(&crc.to_le_bytes());
-        flush(&self.undo[..UNDO_HEADER_BYTES]);
+        let slot = &mut header[at..at + SLOT_BYTES];
+        slot[0..8].copy_from_slice(&counted.to_le_bytes());
+        slot[8..16].copy_from_slice(&self.undo_seq.to_le_bytes());
+        let crc = crc32c::crc32c(&slot[0..16]);
+        slot[16..20].copy_from_slice(&crc.to_le_bytes());
+        flush(&self.undo[at..at + SLOT_BYTES]);
         fence();
+    }
+
+    /// The current slot's count and sequence number, or `None` if neither slot is valid.
+    fn current_slot(&self) -> Option<(u64, u64)> {
+        SLOT_OFFSETS
+            .iter()
+            .map(|at| &self.undo[*at..*at + SLOT_BYTES])
+            .filter(|slot| u32_at(slot, 16) == crc32c::crc32c(&slot[0..16]))
+            .map(|slot| (u64_at(slot, 0), u64_at(slot, 8)))
+            .max_by_key(|(_, seq)| *seq)
     }
 
     /// Undoes the transaction a crash interrupted, if the undo log counts one.
@@ -234,10 +263,11 @@ impl PmemMemory {
         if header[0..8] != UNDO_MAGIC || u16::from_le_bytes([header[8], header[9]]) != UNDO_VERSION {
             return Err(corrupt(0, "bad magic or unsupported version".into()));
         }
-        if u32_at(header, 24) != crc32c::crc32c(&header[16..24]) {
-            return Err(corrupt(24, "header checksum mismatch".into()));
-        }
-        let counted = usize::try_from(u64_at(header, 16)).unwrap_or(usize::MAX);
+        let Some((counted, seq)) = self.current_slot() else {
+            return Err(corrupt(16, "neither count slot of the header is valid".into()));
+        };
+        self.undo_seq = seq;
+        let counted = usize::try_from(counted).unwrap_or(usize::MAX);
         if counted > self.undo.len() - UNDO_HEADER_BYTES {
             return Err(corrupt(16, format!("counts {counted} bytes of entries, more than the file holds")));
         }
@@ -385,9 +415,18 @@ mod tests {
         assert_eq!(store.get(b"k7"), None);
         store.check().expect("invariants hold");
         drop(store);
+        // A torn update of one count slot leaves the other: the pool still opens.
         let (_, undo) = pool_files(&dir, 2);
         let mut bytes = std::fs::read(&undo).expect("read");
         bytes[20] ^= 1;
+        std::fs::write(&undo, &bytes).expect("write");
+        let store = HStore::open(PmemMemory::open(&dir, 2, region).expect("the other slot")).expect("valid");
+        assert_eq!(store.count(), 499);
+        drop(store);
+        // Both slots damaged: refused, naming the file.
+        let mut bytes = std::fs::read(&undo).expect("read");
+        bytes[20] ^= 1;
+        bytes[44] ^= 1;
         std::fs::write(&undo, bytes).expect("write");
         match PmemMemory::open(&dir, 2, region) {
             Err(PmemError::Corrupt { file, .. }) => assert!(file.ends_with(".undo"), "{file}"),
