@@ -28,8 +28,8 @@ fn spin_before_sleep() -> Duration {
 }
 
 #[derive(Debug)]
-struct LogState {
-    writer: WalWriter<FsStorage>,
+struct LogState<S: LogStorage> {
+    writer: WalWriter<S>,
     counters: LogCounters,
     /// Spare segments started, which also names each one's temporary file uniquely.
     spares_made: u64,
@@ -39,8 +39,8 @@ struct LogState {
 }
 
 #[derive(Debug)]
-struct Shared {
-    state: Mutex<LogState>,
+struct Shared<S: LogStorage> {
+    state: Mutex<LogState<S>>,
     wake: Condvar,
     /// A write that waits for durability was appended: sync as soon as possible. Outside the
     /// mutex so that asking costs no lock while the sync thread spins.
@@ -49,10 +49,17 @@ struct Shared {
     sleeping: AtomicBool,
 }
 
-/// The log of one shard. Cheap to clone; every clone is the same log.
-#[derive(Debug, Clone)]
-pub struct SharedLog {
-    shared: Arc<Shared>,
+/// The log of one shard. Cheap to clone; every clone is the same log. Generic over the storage
+/// so that tests can put it on the simulated disk; the server uses the file system.
+#[derive(Debug)]
+pub struct SharedLog<S: LogStorage = FsStorage> {
+    shared: Arc<Shared<S>>,
+}
+
+impl<S: LogStorage> Clone for SharedLog<S> {
+    fn clone(&self) -> Self {
+        SharedLog { shared: Arc::clone(&self.shared) }
+    }
 }
 
 /// What a log has done since the server started.
@@ -67,8 +74,8 @@ pub struct LogCounters {
 /// Called by the sync thread after each batch: the new durable LSN, or why the log failed.
 pub type DurableCallback = Box<dyn Fn(Result<Lsn, String>) + Send>;
 
-impl SharedLog {
-    pub fn new(writer: WalWriter<FsStorage>) -> SharedLog {
+impl<S: LogStorage + Clone + 'static> SharedLog<S> {
+    pub fn new(writer: WalWriter<S>) -> SharedLog<S> {
         let state = LogState {
             writer,
             counters: LogCounters::default(),
@@ -85,7 +92,7 @@ impl SharedLog {
         SharedLog { shared: Arc::new(shared) }
     }
 
-    fn lock(&self) -> MutexGuard<'_, LogState> {
+    fn lock(&self) -> MutexGuard<'_, LogState<S>> {
         // A panic while holding the lock leaves the writer in an unknown state; the guard's data is
         // still the best record of what was appended, and every later failure is reported.
         self.shared.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -164,7 +171,7 @@ impl SharedLog {
     /// milliseconds) and hands it to the writer. A failure (a full disk) only means no spare: the
     /// shard then creates a segment itself when it needs one, or refuses the write. Returns false
     /// if the thread could not be started.
-    fn make_spare(&self, storage: FsStorage, token: u64, size: u64) -> bool {
+    fn make_spare(&self, storage: S, token: u64, size: u64) -> bool {
         let log = self.clone();
         let spawned = std::thread::Builder::new().name("wal-spare".into()).spawn(move || {
             let name = spare_name(token);
@@ -180,6 +187,13 @@ impl SharedLog {
             }
         });
         spawned.is_ok()
+    }
+
+    /// Commits what is buffered on this thread, as the sync thread would (for tests that drive
+    /// the log by hand).
+    #[cfg(test)]
+    pub(crate) fn commit_now(&self) -> Result<Lsn, WalError> {
+        self.lock().writer.commit()
     }
 
     /// The LSN of the last appended record, or why the log refuses everything: what a shard
@@ -228,7 +242,7 @@ impl SharedLog {
         name: String,
         interval: Duration,
         on_durable: DurableCallback,
-    ) -> std::io::Result<SyncThread> {
+    ) -> std::io::Result<SyncThread<S>> {
         let log = self.clone();
         let handle = std::thread::Builder::new().name(name).spawn(move || log.sync_loop(interval, on_durable))?;
         Ok(SyncThread { log: self.clone(), handle: Some(handle) })
@@ -300,12 +314,12 @@ impl SharedLog {
 
 /// The running sync thread of a log.
 #[derive(Debug)]
-pub struct SyncThread {
-    log: SharedLog,
+pub struct SyncThread<S: LogStorage + Clone + 'static = FsStorage> {
+    log: SharedLog<S>,
     handle: Option<JoinHandle<()>>,
 }
 
-impl SyncThread {
+impl<S: LogStorage + Clone + 'static> SyncThread<S> {
     /// Commits what is buffered, then stops the thread and waits for it.
     pub fn stop(mut self) {
         self.stop_and_join();
@@ -324,7 +338,7 @@ impl SyncThread {
     }
 }
 
-impl Drop for SyncThread {
+impl<S: LogStorage + Clone + 'static> Drop for SyncThread<S> {
     fn drop(&mut self) {
         self.stop_and_join();
     }

@@ -7,6 +7,7 @@ use super::log::SharedLog;
 use super::pages::PageTracker;
 use super::record::encode_transaction;
 use super::region::SharedRegion;
+use crate::persistence::wal::{FsStorage, LogStorage};
 use crate::persistence::{Offset, PoolMemory};
 
 /// One pool's memory, logged. `modify` notes the range; `commit` encodes the new bytes of every
@@ -16,17 +17,17 @@ use crate::persistence::{Offset, PoolMemory};
 /// `commit` cannot fail by signature; if the log refuses the record, the log is poisoned, and the
 /// shard, which checks the log after each operation, acknowledges nothing from then on.
 #[derive(Debug)]
-pub struct LoggedMemory {
+pub struct LoggedMemory<S: LogStorage = FsStorage> {
     pool: u64,
     region: SharedRegion,
-    log: SharedLog,
+    log: SharedLog<S>,
     pages: Arc<Mutex<PageTracker>>,
     ranges: Vec<(u64, u64)>,
     scratch: Vec<u8>,
 }
 
-impl LoggedMemory {
-    pub fn new(pool: u64, region: SharedRegion, log: SharedLog, pages: Arc<Mutex<PageTracker>>) -> LoggedMemory {
+impl<S: LogStorage + Clone + 'static> LoggedMemory<S> {
+    pub fn new(pool: u64, region: SharedRegion, log: SharedLog<S>, pages: Arc<Mutex<PageTracker>>) -> LoggedMemory<S> {
         LoggedMemory { pool, region, log, pages, ranges: Vec::new(), scratch: Vec::new() }
     }
 
@@ -35,7 +36,7 @@ impl LoggedMemory {
     }
 }
 
-impl PoolMemory for LoggedMemory {
+impl<S: LogStorage + Clone + 'static> PoolMemory for LoggedMemory<S> {
     fn bytes(&self) -> &[u8] {
         self.region.bytes()
     }

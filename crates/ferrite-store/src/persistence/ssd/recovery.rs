@@ -11,7 +11,7 @@ use super::checkpoint::{load_pool, remove_unreferenced, CheckpointError, Checkpo
 use super::pages::PageTracker;
 use super::record::{decode, LogRecord, PoolDescriptor};
 use super::region::SharedRegion;
-use crate::persistence::wal::{self, FsStorage, Lsn, WalConfig, WalError, WalWriter};
+use crate::persistence::wal::{self, FsStorage, LogStorage, Lsn, WalConfig, WalError, WalWriter};
 
 /// Where a shard keeps its log and its checkpoints.
 #[derive(Debug, Clone)]
@@ -181,8 +181,15 @@ pub struct LoadedShard {
 /// nothing on disk: what recovery does before it opens the log for writing, and all that
 /// `ferrite check` does.
 pub fn load_shard(paths: &ShardPaths) -> Result<LoadedShard, RecoveryError> {
+    let storage = FsStorage::open_dir(&paths.wal).map_err(io_error(format!("opening {}", paths.wal.display())))?;
+    load_shard_with(&paths.checkpoint, &storage)
+}
+
+/// [`load_shard`] with the checkpoint in `checkpoint_dir` and the log in `storage` (the
+/// simulated disk, in tests).
+pub fn load_shard_with<S: LogStorage>(checkpoint_dir: &Path, storage: &S) -> Result<LoadedShard, RecoveryError> {
     let started = Instant::now();
-    let manifest = Manifest::read(&paths.checkpoint)?.unwrap_or_default();
+    let manifest = Manifest::read(checkpoint_dir)?.unwrap_or_default();
     let mut report = RecoveryReport {
         checkpoint_seq: manifest.seq,
         replay_from: manifest.replay_from.max(1),
@@ -191,11 +198,10 @@ pub fn load_shard(paths: &ShardPaths) -> Result<LoadedShard, RecoveryError> {
     let mut replay = Replay { next_pool_id: manifest.next_pool_id.max(1), ..Replay::default() };
     for pool in &manifest.pools {
         let (mut region, pages) = new_region(&pool.descriptor)?;
-        report.checkpoint_pages += load_pool(&paths.checkpoint, pool, region.bytes_mut())?;
+        report.checkpoint_pages += load_pool(checkpoint_dir, pool, region.bytes_mut())?;
         replay.pools.insert(pool.descriptor.id, RecoveredPool { descriptor: pool.descriptor.clone(), region, pages });
     }
-    let storage = FsStorage::open_dir(&paths.wal).map_err(io_error(format!("opening {}", paths.wal.display())))?;
-    let recovered = wal::recover(&storage, report.replay_from, |lsn, payload| {
+    let recovered = wal::recover(storage, report.replay_from, |lsn, payload| {
         if replay.error.is_none() {
             if let Err(error) = replay.apply(lsn, payload) {
                 replay.error = Some(error);

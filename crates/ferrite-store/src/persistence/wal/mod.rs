@@ -18,7 +18,7 @@ pub(crate) mod storage;
 mod writer;
 
 #[cfg(test)]
-mod sim;
+pub(crate) mod sim;
 #[cfg(test)]
 mod tests;
 

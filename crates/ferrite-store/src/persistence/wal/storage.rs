@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 ///
 /// Methods take `&self` so a segment can be written and synced by a log's sync thread while the
 /// shard that owns the log keeps appending (positional writes to disjoint ranges need no lock).
-pub trait SegmentFile: Send + Sync {
+pub trait SegmentFile: Send + Sync + std::fmt::Debug {
     /// Fills `buf` from `offset`; fails with `UnexpectedEof` past the end.
     fn read_exact_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()>;
     fn write_all_at(&self, offset: u64, data: &[u8]) -> io::Result<()>;
@@ -20,7 +20,7 @@ pub trait SegmentFile: Send + Sync {
 }
 
 /// The directory that holds a log's segment files.
-pub trait LogStorage: Send {
+pub trait LogStorage: Send + std::fmt::Debug {
     type File: SegmentFile;
 
     /// Names of the files in the directory.
