@@ -142,3 +142,45 @@ fn a_damaged_log_is_refused_with_its_place() {
     assert!(stderr.contains("damaged") && stderr.contains("wal-") && stderr.contains("offset"), "{stderr}");
     let _ = std::fs::remove_dir_all(data_dir.parent().expect("fresh dir"));
 }
+
+/// Checkpoints run in the background once enough log has accumulated, and the log's segments are
+/// recycled after them: writing many times the checkpoint threshold leaves only a few segment
+/// files, and everything written is still there after SIGKILL.
+#[test]
+fn checkpoints_bound_the_log() {
+    let data_dir = fresh_dir("bounded").join("data");
+    let config =
+        "[durability]\nwal_segment_bytes = 1048576\ncheckpoint_wal_bytes = 1048576\ncheckpoint_interval_secs = 1";
+    let mut server = TestServer::builder().data_dir(&data_dir).append_config(config).start();
+    let session = connect(&server);
+    let options = PoolOptions { size_bytes: 64 << 20, expected_objects: 1000, ..PoolOptions::default() };
+    let pool = session.create_pool("churn", options).expect("create");
+    // About 12 MiB of log: 6,000 puts of 2 KiB over 500 keys.
+    for i in 0..6000u32 {
+        pool.put(format!("k{}", i % 500), vec![(i % 251) as u8; 2048]).expect("put");
+    }
+    let checkpoints = common::wait_until("a checkpoint", Duration::from_secs(20), || {
+        let stats = session.statistics().expect("statistics");
+        stats[0].get("checkpoints").filter(|count| *count >= 1)
+    });
+    assert!(checkpoints >= 1);
+    // Let a checkpoint that started after the last put finish too, then count the segments.
+    std::thread::sleep(Duration::from_millis(1500));
+    let segments = std::fs::read_dir(data_dir.join("shard-0").join("wal"))
+        .expect("the log directory")
+        .filter_map(Result::ok)
+        .filter(|entry| entry.file_name().to_string_lossy().ends_with(".log"))
+        .count();
+    assert!(segments <= 8, "12 MiB of log through 1 MiB segments left {segments} segment files");
+    drop(pool);
+    server.kill9();
+    let server = TestServer::builder().data_dir(&data_dir).append_config(config).start();
+    let pool = connect(&server).open_pool("churn").expect("open");
+    for k in 0..500u32 {
+        let last = (5500..6000).find(|i| i % 500 == k).expect("every key was written last in the final round");
+        assert_eq!(pool.get(format!("k{k}")).expect("get"), vec![(last % 251) as u8; 2048], "k{k}");
+    }
+    drop(pool);
+    server.stop_gracefully();
+    let _ = std::fs::remove_dir_all(data_dir.parent().expect("fresh dir"));
+}
