@@ -18,6 +18,8 @@ from report import SYSTEMS, find, size_label  # noqa: E402
 # limits grey and dotted.
 STYLE = {
     "ferrite": {"color": "#d9480f", "linestyle": "-", "marker": "o", "linewidth": 2.4},
+    "ferrite-sync": {"color": "#d9480f", "linestyle": "-", "marker": "o", "linewidth": 2.4},
+    "ferrite-async": {"color": "#f59f00", "linestyle": "--", "marker": "s", "linewidth": 1.8},
     "ferrite-resp": {"color": "#f59f00", "linestyle": "-", "marker": "s", "linewidth": 1.8},
     "redis": {"color": "#1971c2", "linestyle": "-", "marker": "^", "linewidth": 1.8},
     "redis-everysec": {"color": "#74c0fc", "linestyle": "--", "marker": "v", "linewidth": 1.5},
@@ -84,6 +86,33 @@ def throughput_vs_outstanding(doc, path):
         ax.grid(True, which="major", alpha=0.3)
     axes[0].set_ylabel("operations per second (log)")
     fig.suptitle("Small operations: throughput against concurrency", fontweight="bold")
+    fig.tight_layout(rect=(0, 0.1, 1, 0.97))
+    finish(fig, path, collect_legend(axes))
+
+
+def durable_puts(doc, path):
+    """Durable puts: throughput and p50 latency against requests in flight."""
+    rows, s = doc["rows"], doc["settings"]["durability"]
+    systems = [name for name in ("ferrite-sync", "ferrite-async", "redis-always", "redis")
+               if any(r["scenario"] == "durability" and r["system"] == name for r in rows)]
+    fig, axes = plt.subplots(1, 2, figsize=(11, 5))
+    for ax, field, title in ((axes[0], "ops_per_s", "throughput"), (axes[1], "p50_us", "p50 latency")):
+        for system in systems:
+            points = [(o, find(rows, "durability", system, op="put", outstanding=o)) for o in s["outstanding"]]
+            points = [(o, row[field]) for o, row in points if row and row.get(field)]
+            if points:
+                ax.plot(*zip(*points), label=SYSTEMS[system], **STYLE[system])
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xticks(s["outstanding"])
+        log_axis(ax.xaxis, lambda v, _p: f"{v:.0f}")
+        log_axis(ax.yaxis, si, steps=True)
+        ax.set_title(f"{title}: {s['value_size']} B values, {s['key_size']} B keys")
+        ax.set_xlabel("requests in flight")
+        ax.grid(True, which="major", alpha=0.3)
+    axes[0].set_ylabel("puts per second (log)")
+    axes[1].set_ylabel("microseconds (log)")
+    fig.suptitle("Durable puts: Ferrite sync and async, Redis AOF always and without persistence", fontweight="bold")
     fig.tight_layout(rect=(0, 0.1, 1, 0.97))
     finish(fig, path, collect_legend(axes))
 
@@ -269,4 +298,8 @@ def draw(doc, base):
         path = f"{base}-throughput-vs-shards.png"
         throughput_vs_shards(doc, path)
         drawn.append(("Throughput against shards", path))
+    if has("durability"):
+        path = f"{base}-durable-puts.png"
+        durable_puts(doc, path)
+        drawn.append(("Durable puts", path))
     return drawn
