@@ -1,6 +1,6 @@
 """The plots of a bench/compare run, drawn with matplotlib into PNG files beside the report:
 throughput against outstanding requests, latency CDFs, YCSB throughput, throughput against value
-size, throughput against shards. Each is meant to be read instead of a table.
+size, throughput against shards, durable puts. Each is meant to be read instead of a table.
 """
 
 import math
