@@ -181,7 +181,8 @@ mod tests {
     }
 
     proptest! {
-        /// The store agrees with a BTreeMap model after every step, including its byte accounting.
+        /// The store agrees with a BTreeMap model after every step, including its byte accounting and
+        /// the keys `for_each_key` visits (each exactly once).
         #[test]
         fn behaves_like_a_map(ops in proptest::collection::vec(op(), 1..300)) {
             let mut s = store(u64::MAX);
@@ -211,6 +212,10 @@ mod tests {
                 prop_assert_eq!(s.count(), model.len() as u64);
                 let used: u64 = model.iter().map(|(k, v)| charge(k.len(), v.len())).sum();
                 prop_assert_eq!(s.used_bytes(), used);
+                let mut visited = Vec::new();
+                s.for_each_key(&mut |key| visited.push(key.to_vec()));
+                visited.sort();
+                prop_assert_eq!(visited, model.keys().cloned().collect::<Vec<_>>(), "each key visited once");
             }
             for (key, value) in &model {
                 prop_assert_eq!(s.get(key), Some(value.as_slice()));

@@ -87,7 +87,7 @@ pub trait Store: Send {
 
     fn used_bytes(&self) -> u64;
 
-    /// Calls `visit` with every key, in no particular order: how a pool's secondary index is
+    /// Calls `visit` once for each key, in no particular order: how a pool's secondary index is
     /// rebuilt after a restart. Takes a `dyn` visitor so the server can call it through
     /// `Box<dyn Store>`.
     fn for_each_key(&self, visit: &mut dyn FnMut(&[u8]));

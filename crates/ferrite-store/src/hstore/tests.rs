@@ -1,7 +1,7 @@
 //! Tests of the hstore engine as a whole, over `CheckedMemory` so that every write outside a
 //! declared range fails the test.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use proptest::prelude::*;
 
@@ -176,6 +176,53 @@ fn table_grows_by_segments_and_survives_restart() {
         assert_eq!(s.get(&key(i)), expected.as_ref().map(|v| &v[..]));
     }
     assert_checks(&restart(s));
+}
+
+/// Every key `for_each_key` visits, sorted but not deduplicated, so a key visited twice shows.
+fn visited_keys(s: &dyn Store) -> Vec<Vec<u8>> {
+    let mut keys = Vec::new();
+    s.for_each_key(&mut |key| keys.push(key.to_vec()));
+    keys.sort();
+    keys
+}
+
+/// `for_each_key` visits every live key exactly once, whether the key is inline or out of line,
+/// through four table growths, after erasures that leave free entries between used ones, and after
+/// a restart.
+#[test]
+fn for_each_key_visits_every_key_once_through_growth_and_erasure() {
+    let mut s = checked_store(64 << 10);
+    assert_eq!(s.table.buckets(), 64);
+    // 4 to 43 bytes: with an 8-byte value, keys over 20 bytes are out of line.
+    let key = |i: u32| {
+        let mut key = i.to_le_bytes().to_vec();
+        key.resize(4 + i as usize % 40, b'k');
+        key
+    };
+    let mut model = BTreeSet::new();
+    for i in 0..600 {
+        s.put(&key(i), &u64::from(i).to_le_bytes(), PutMode::CreateOnly, 0).expect("room");
+        model.insert(key(i));
+    }
+    assert_eq!(s.table.buckets(), 1024, "the table grew");
+    let out_of_line = model
+        .iter()
+        .filter(|k| {
+            let bytes = s.memory().bytes();
+            let bucket = s.table.find(bytes, s.header.hash(k), k).expect("present");
+            s.table.occupant(bytes, bucket).key_at().is_some()
+        })
+        .count();
+    assert!(out_of_line > 200, "{out_of_line} keys out of line");
+    assert_eq!(visited_keys(&s), model.iter().cloned().collect::<Vec<_>>());
+    for i in (0..600).step_by(3) {
+        s.erase(&key(i)).expect("present");
+        model.remove(&key(i));
+    }
+    assert_eq!(visited_keys(&s), model.iter().cloned().collect::<Vec<_>>());
+    let s = restart(s);
+    assert_eq!(visited_keys(&s), model.iter().cloned().collect::<Vec<_>>());
+    assert_eq!(s.count(), model.len() as u64);
 }
 
 /// The largest table the accounting allows: the pool filled with pairs of a 2-byte key and an
@@ -423,6 +470,7 @@ fn model_used(model: &Model) -> u64 {
 fn assert_matches_model(s: &HStore<CheckedMemory>, model: &Model) -> Result<(), TestCaseError> {
     prop_assert_eq!(s.count(), model.len() as u64);
     prop_assert_eq!(s.used_bytes(), model_used(model));
+    prop_assert_eq!(visited_keys(s), model.keys().cloned().collect::<Vec<_>>(), "for_each_key visits each key once");
     for (key, (value, time)) in model {
         prop_assert_eq!(s.get(key), Some(value.as_slice()));
         prop_assert_eq!(s.attributes(key).map(|a| (a.length, a.write_time_ns)), Some((value.len() as u64, *time)));
