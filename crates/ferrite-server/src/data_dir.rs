@@ -6,6 +6,23 @@
 //! process dies, even by SIGKILL, so a crash never leaves a stale lock). Pools are placed on
 //! shards by a hash of their name, so a directory written by N shards cannot be served by M: the
 //! identity file `FERRITE` records N and a different count is refused.
+//!
+//! # The identity file
+//!
+//! `FERRITE` is four `key = value` lines of ASCII text, so a person can read it:
+//!
+//! ```text
+//! format = ferrite-data-dir
+//! version = 1
+//! shards = 4
+//! crc32c = 1a2b3c4d
+//! ```
+//!
+//! The last line is the CRC-32C (Castagnoli) of the three lines before it, newlines included, as
+//! eight lowercase hex digits. It is written once, when the directory is created (to `FERRITE.tmp`,
+//! fsynced, renamed, directory fsynced), and only read afterwards. Shard directories are created
+//! after it and each creation fsyncs the directory again, so a directory that holds `shard-N` but
+//! no `FERRITE` did not get that way by a crash: it is refused rather than stamped afresh.
 
 use std::fs::File;
 use std::io::Write;
@@ -16,6 +33,7 @@ const IDENTITY_NAME: &str = "FERRITE";
 const IDENTITY_TEMP_NAME: &str = "FERRITE.tmp";
 const IDENTITY_MAGIC: &str = "ferrite-data-dir";
 const IDENTITY_VERSION: u32 = 1;
+const SHARD_PREFIX: &str = "shard-";
 
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -66,10 +84,18 @@ impl DataDir {
             .truncate(false)
             .open(&lock_path)
             .map_err(io("cannot open its LOCK file"))?;
-        if rustix::fs::flock(&lock, rustix::fs::FlockOperation::NonBlockingLockExclusive).is_err() {
-            let holder = std::fs::read_to_string(&lock_path).unwrap_or_default();
-            let holder = holder.trim().parse::<u32>().map(|pid| format!(" (pid {pid})")).unwrap_or_default();
-            return Err(DataDirError::Locked { path: shown, holder });
+        match rustix::fs::flock(&lock, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
+            Ok(()) => {}
+            Err(rustix::io::Errno::WOULDBLOCK) => {
+                // The pid is a courtesy for the operator; the lock itself is the truth, so an
+                // unreadable or half-written LOCK file only loses the pid from the message.
+                let holder = std::fs::read_to_string(&lock_path).unwrap_or_default();
+                let holder = holder.trim().parse::<u32>().map(|pid| format!(" (pid {pid})")).unwrap_or_default();
+                return Err(DataDirError::Locked { path: shown, holder });
+            }
+            // Anything else (ENOLCK on some network file systems) is not another server: say what
+            // it is rather than blame a holder that does not exist.
+            Err(errno) => return Err(io("cannot lock its LOCK file")(errno.into())),
         }
         lock.set_len(0).map_err(io("cannot write its LOCK file"))?;
         writeln!(lock, "{}", std::process::id()).map_err(io("cannot write its LOCK file"))?;
@@ -96,6 +122,12 @@ impl DataDir {
         let text = match std::fs::read_to_string(&file) {
             Ok(text) => text,
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+                if let Some(shard) = self.any_shard_dir().map_err(io("cannot list it"))? {
+                    return Err(self.identity_error(format!(
+                        "it is missing, but the directory already holds {shard}, so the shard count it was created \
+                         with is unknown"
+                    )));
+                }
                 return self.write_identity(shard_count);
             }
             Err(error) => return Err(io("cannot read its identity file")(error)),
@@ -124,9 +156,25 @@ impl DataDir {
         sync_dir(&self.path).map_err(io("cannot sync it"))
     }
 
+    /// The name of some `shard-N` entry in the directory, if there is one.
+    fn any_shard_dir(&self) -> std::io::Result<Option<String>> {
+        for entry in std::fs::read_dir(&self.path)? {
+            let name = entry?.file_name();
+            if name.to_str().is_some_and(|name| name.starts_with(SHARD_PREFIX)) {
+                return Ok(Some(name.to_string_lossy().into_owned()));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Where shard `index` keeps its files; [`DataDir::create_shard_dir`] makes sure it exists.
+    pub fn shard_dir(&self, index: usize) -> PathBuf {
+        self.path.join(format!("{SHARD_PREFIX}{index}"))
+    }
+
     /// The directory of shard `index`, created (durably) if missing.
     pub fn create_shard_dir(&self, index: usize) -> std::io::Result<PathBuf> {
-        let dir = self.path.join(format!("shard-{index}"));
+        let dir = self.shard_dir(index);
         if !dir.exists() {
             std::fs::create_dir(&dir)?;
             sync_dir(&self.path)?;
@@ -198,6 +246,59 @@ mod tests {
         let error = DataDir::open(&path, 2).expect_err("other count").to_string();
         assert!(error.contains("created for 3 shard(s)") && error.contains("has 2"), "{error}");
         drop(DataDir::open(&path, 3).expect("same count"));
+        std::fs::remove_dir_all(&path).expect("clean up");
+    }
+
+    /// The identity is written once: reopening leaves the file byte for byte as it was.
+    #[test]
+    fn the_identity_survives_reopening() {
+        let path = temp("reopen");
+        drop(DataDir::open(&path, 5).expect("create"));
+        let written = std::fs::read(path.join(IDENTITY_NAME)).expect("identity written");
+        assert_eq!(written, identity_text(5).as_bytes());
+        assert!(!path.join(IDENTITY_TEMP_NAME).exists(), "the temporary file was renamed");
+        for _ in 0..2 {
+            let data_dir = DataDir::open(&path, 5).expect("same count");
+            assert_eq!(data_dir.shard_dir(4), path.join("shard-4"));
+            drop(data_dir);
+            assert_eq!(std::fs::read(path.join(IDENTITY_NAME)).expect("still there"), written);
+        }
+        std::fs::remove_dir_all(&path).expect("clean up");
+    }
+
+    /// A foreign file or a newer format is refused even when its checksum is right.
+    #[test]
+    fn a_wrong_magic_or_version_is_refused_naming_the_file() {
+        let with_crc = |body: &str| format!("{body}crc32c = {:08x}\n", crc32c::crc32c(body.as_bytes()));
+        let cases = [
+            (with_crc("format = something-else\nversion = 1\nshards = 1\n"), "not a Ferrite data directory"),
+            (with_crc("format = ferrite-data-dir\nversion = 2\nshards = 1\n"), "format version 2"),
+            (with_crc("format = ferrite-data-dir\nversion = 1\n"), "no 'shards' line"),
+            ("format = ferrite-data-dir\nversion = 1\n".to_string(), "the last line is not its checksum"),
+            (String::new(), "too short"),
+        ];
+        for (i, (text, reason)) in cases.iter().enumerate() {
+            let path = temp(&format!("magic-{i}"));
+            std::fs::create_dir_all(&path).expect("create");
+            std::fs::write(path.join(IDENTITY_NAME), text).expect("write");
+            let error = DataDir::open(&path, 1).expect_err("refused").to_string();
+            assert!(error.contains(&path.join(IDENTITY_NAME).display().to_string()), "{error}");
+            assert!(error.contains(reason), "{error}");
+            std::fs::remove_dir_all(&path).expect("clean up");
+        }
+    }
+
+    /// Shard directories without an identity mean the identity was lost (a crash cannot do that):
+    /// stamping the configured count then could put every pool on the wrong shard.
+    #[test]
+    fn a_lost_identity_beside_shard_directories_is_refused() {
+        let path = temp("lost");
+        let data_dir = DataDir::open(&path, 2).expect("create");
+        data_dir.create_shard_dir(0).expect("shard dir");
+        drop(data_dir);
+        std::fs::remove_file(path.join(IDENTITY_NAME)).expect("remove");
+        let error = DataDir::open(&path, 2).expect_err("refused").to_string();
+        assert!(error.contains("FERRITE") && error.contains("missing") && error.contains("shard-0"), "{error}");
         std::fs::remove_dir_all(&path).expect("clean up");
     }
 
