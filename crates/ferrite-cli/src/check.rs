@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use ferrite_store::hstore::HStore;
 use ferrite_store::persistence::pmem::PmemMemory;
 use ferrite_store::persistence::ssd::{load_shard, Manifest, ShardPaths};
+use ferrite_store::persistence::wal::TornCommit;
 use serde_json::{json, Value};
 
 /// What one pool looked like.
@@ -31,6 +32,7 @@ struct ShardSummary {
     replay_from: u64,
     records_replayed: u64,
     torn_tail: Option<(String, u64)>,
+    torn_commit: Option<TornCommit>,
     pools: Vec<PoolFinding>,
 }
 
@@ -119,6 +121,7 @@ fn check_pmem_shard(dir: PathBuf) -> ShardFinding {
         replay_from: 0,
         records_replayed: 0,
         torn_tail: None,
+        torn_commit: None,
         pools,
     };
     ShardFinding { dir, outcome: Ok(summary) }
@@ -153,6 +156,7 @@ fn check_shard(dir: PathBuf) -> ShardFinding {
             replay_from: report.replay_from,
             records_replayed: report.records_replayed,
             torn_tail: report.torn_tail,
+            torn_commit: report.torn_commit,
             pools,
         }),
     }
@@ -164,9 +168,16 @@ fn print_text(findings: &[ShardFinding], healthy: bool) {
         match &shard.outcome {
             Err(damage) => println!("{}: DAMAGED: {damage}", shard.dir.display()),
             Ok(summary) => {
-                let tail = match &summary.torn_tail {
-                    Some((file, offset)) => format!("; torn tail in {file} at offset {offset} (cut on restart)"),
-                    None => String::new(),
+                let tail = match (&summary.torn_commit, &summary.torn_tail) {
+                    (Some(torn), _) => format!(
+                        "; interrupted last commit in {} at offset {}: LSN {} lost, {} later record(s) of it up to \
+                         LSN {} cut on restart (never acknowledged)",
+                        torn.file, torn.offset, torn.missing_lsn, torn.dropped_records, torn.last_dropped_lsn
+                    ),
+                    (None, Some((file, offset))) => {
+                        format!("; torn tail in {file} at offset {offset} (cut on restart)")
+                    }
+                    (None, None) => String::new(),
                 };
                 println!(
                     "{}: checkpoint {} ({} pages), {} log records from LSN {}{tail}",
@@ -218,6 +229,10 @@ fn to_json(data_dir: &Path, findings: &[ShardFinding], healthy: bool) -> Value {
                 "replay_from_lsn": summary.replay_from,
                 "records_replayed": summary.records_replayed,
                 "torn_tail": summary.torn_tail.as_ref().map(|(file, offset)| json!({ "file": file, "offset": offset })),
+                "torn_commit": summary.torn_commit.as_ref().map(|torn| json!({
+                    "file": torn.file, "offset": torn.offset, "missing_lsn": torn.missing_lsn,
+                    "dropped_records": torn.dropped_records, "last_dropped_lsn": torn.last_dropped_lsn,
+                })),
                 "pools": summary.pools.iter().map(|pool| match &pool.outcome {
                     Ok(report) => json!({
                         "name": pool.name, "id": pool.id, "objects": report.objects,

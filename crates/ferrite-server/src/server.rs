@@ -261,6 +261,7 @@ fn recover_one(
         records_replayed = report.records_replayed,
         bytes_replayed = report.bytes_replayed,
         torn_tail = ?report.torn_tail,
+        torn_commit = ?report.torn_commit,
         stray_files_removed = report.stray_files_removed,
         elapsed_ms = report.elapsed.as_millis() as u64,
         "shard recovered from {}",

@@ -11,7 +11,7 @@ use super::checkpoint::{load_pool, remove_unreferenced, CheckpointError, Checkpo
 use super::pages::PageTracker;
 use super::record::{decode, LogRecord, PoolDescriptor};
 use super::region::SharedRegion;
-use crate::persistence::wal::{self, FsStorage, LogStorage, Lsn, WalConfig, WalError, WalWriter};
+use crate::persistence::wal::{self, FsStorage, LogStorage, Lsn, TornCommit, WalConfig, WalError, WalWriter};
 
 /// Where a shard keeps its log and its checkpoints.
 #[derive(Debug, Clone)]
@@ -58,6 +58,8 @@ pub struct RecoveryReport {
     pub records_replayed: u64,
     pub bytes_replayed: u64,
     pub torn_tail: Option<(String, u64)>,
+    /// The interrupted last commit that was cut, if the device kept some of its records.
+    pub torn_commit: Option<TornCommit>,
     pub stray_files_removed: usize,
     pub elapsed: Duration,
 }
@@ -214,6 +216,7 @@ pub fn load_shard_with<S: LogStorage>(checkpoint_dir: &Path, storage: &S) -> Res
     report.records_replayed = recovered.replayed;
     report.bytes_replayed = replay.bytes;
     report.torn_tail = recovered.torn_tail.clone();
+    report.torn_commit = recovered.torn_commit.clone();
     report.elapsed = started.elapsed();
     Ok(LoadedShard {
         pools: replay.pools.into_values().collect(),

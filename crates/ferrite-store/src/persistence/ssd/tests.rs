@@ -298,17 +298,18 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
 
     /// A power cut, simulated on the log's disk: groups of changes are committed (acknowledged)
-    /// one after another, the last group's commit fails, and the disk keeps any prefix of the
-    /// unsynced writes, the last one torn at any byte. Recovery (log replay into the pool, then
+    /// one after another, the last group's commit fails, and the disk keeps any subset of the
+    /// unsynced sector writes, one of them torn at any byte. Recovery (log replay into the pool, then
     /// the table opened and checked) must succeed and hold every acknowledged change, plus at
     /// most a prefix of the unacknowledged group, whole changes only.
     #[test]
     fn a_power_cut_keeps_every_acknowledged_change(
         groups in proptest::collection::vec(proptest::collection::vec(change(), 1..15), 1..8),
-        cut in any::<proptest::sample::Index>(),
+        keep_bits in proptest::collection::vec(any::<bool>(), 1..64),
         tear in any::<proptest::sample::Index>(),
+        tear_at in any::<proptest::sample::Index>(),
     ) {
-        use crate::persistence::wal::sim::SimStorage;
+        use crate::persistence::wal::sim::{Cut, SimStorage};
         use crate::persistence::wal::{recover, WalWriter};
         let sim = SimStorage::default();
         let recovered = recover(&sim, 1, |_, _| {}).expect("an empty log");
@@ -358,10 +359,13 @@ proptest! {
         }
         sim.fail_syncs_after(0);
         let _ = log.commit_now();
-        let writes = sim.unsynced_writes();
-        let kept = cut.index(writes + 1);
-        let torn_at = (kept > 0).then(|| tear.index(sim.last_unsynced_len_after(kept) + 1));
-        let after = sim.crash(kept, torn_at);
+        let sectors = sim.unsynced_sectors();
+        let keep: Vec<bool> = (0..sectors).map(|i| keep_bits[i % keep_bits.len()]).collect();
+        let tear = (sectors > 0).then(|| {
+            let torn = tear.index(sectors);
+            (torn, tear_at.index(sim.unsynced_sector_len(torn) + 1))
+        });
+        let after = sim.crash(&Cut { keep, tear });
         let checkpoint = temp_dir(&format!("cut-{}", std::process::id()));
         let loaded = super::recovery::load_shard_with(&checkpoint, &after).expect("recovery succeeds");
         std::fs::remove_dir_all(&checkpoint).expect("clean up");

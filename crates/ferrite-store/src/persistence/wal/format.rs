@@ -6,13 +6,14 @@
 //! ```text
 //! offset size field
 //!      0    8 magic "FRWALSEG"
-//!      8    2 format version (1)
+//!      8    2 format version (2)
 //!     10    2 reserved, zero
-//!     12    4 CRC-32C of bytes 0..12 and 16..40
+//!     12    4 CRC-32C of bytes 0..12 and 16..48
 //!     16    8 segment sequence number (also in the file name)
 //!     24    8 LSN of the first record in this segment
 //!     32    8 segment size in bytes
-//!     40   24 reserved, zero
+//!     40    8 salt: random, drawn anew every time the header is written
+//!     48   16 reserved, zero
 //! ```
 //!
 //! Record, 8-byte aligned, anywhere after the header:
@@ -22,20 +23,33 @@
 //!      0    4 magic "FRWR"
 //!      4    4 payload length
 //!      8    8 LSN (log sequence number: 1, 2, 3, ... with no gaps)
-//!     16    4 CRC-32C of bytes 4..16 and of the payload
-//!     20    4 reserved, zero
-//!     24    n payload
+//!     16    8 salt of the segment the record was written into
+//!     24    4 position in its commit: LSN minus the LSN of the commit's first record
+//!     28    4 CRC-32C of bytes 4..28 and of the payload
+//!     32    n payload
 //!           padding to a multiple of 8 bytes
 //! ```
+//!
+//! Why the salt: segments are recycled without being erased, and stored values are copied into
+//! records byte for byte, so a segment can hold stale bytes that form an intact record, written
+//! there by an earlier use of the file or crafted inside a value. A record counts only if it
+//! carries the salt of the header in force, which no earlier use of the file and no client knows
+//! (RocksDB's recyclable log format binds records to their log number the same way).
+//!
+//! Why the commit position: the records of one commit are written only after the previous
+//! commit's `fdatasync` returned, and the device may persist them in any order. After a power
+//! cut, an intact record of the *same* commit beyond a broken one is a torn last commit (nothing
+//! of it was acknowledged); an intact record of a *later* commit beyond a broken one proves the
+//! broken one had been synced: damage.
 
 /// A log sequence number: the position of a record in the log, counting from 1.
 pub type Lsn = u64;
 
 pub const SEGMENT_MAGIC: [u8; 8] = *b"FRWALSEG";
 pub const RECORD_MAGIC: [u8; 4] = *b"FRWR";
-pub const FORMAT_VERSION: u16 = 1;
+pub const FORMAT_VERSION: u16 = 2;
 pub const SEGMENT_HEADER_BYTES: u64 = 64;
-pub const RECORD_HEADER_BYTES: u64 = 24;
+pub const RECORD_HEADER_BYTES: u64 = 32;
 pub const RECORD_ALIGN_BYTES: u64 = 8;
 
 const _: () = assert!(SEGMENT_HEADER_BYTES.is_multiple_of(RECORD_ALIGN_BYTES));
@@ -46,6 +60,21 @@ pub struct SegmentHeader {
     pub seq: u64,
     pub first_lsn: Lsn,
     pub segment_bytes: u64,
+    /// Every record written under this header carries it.
+    pub salt: u64,
+}
+
+/// A salt for a segment header about to be written: random, and never zero (the value of an
+/// erased file).
+pub fn new_salt() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    // `RandomState` is seeded from the operating system's randomness once per process; the
+    // counter makes every salt of a process different.
+    static DRAWN: AtomicU64 = AtomicU64::new(0);
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u64(DRAWN.fetch_add(1, Ordering::Relaxed));
+    hasher.finish().max(1)
 }
 
 fn u64_at(bytes: &[u8], offset: usize) -> u64 {
@@ -68,7 +97,8 @@ impl SegmentHeader {
         out[16..24].copy_from_slice(&self.seq.to_le_bytes());
         out[24..32].copy_from_slice(&self.first_lsn.to_le_bytes());
         out[32..40].copy_from_slice(&self.segment_bytes.to_le_bytes());
-        let crc = crc32c::crc32c_append(crc32c::crc32c(&out[0..12]), &out[16..40]);
+        out[40..48].copy_from_slice(&self.salt.to_le_bytes());
+        let crc = crc32c::crc32c_append(crc32c::crc32c(&out[0..12]), &out[16..48]);
         out[12..16].copy_from_slice(&crc.to_le_bytes());
         debug_assert_eq!(SegmentHeader::decode(&out), Some(*self), "a header must read back as written");
         out
@@ -81,11 +111,16 @@ impl SegmentHeader {
         if bytes[0..8] != SEGMENT_MAGIC || bytes[8..10] != FORMAT_VERSION.to_le_bytes() {
             return None;
         }
-        let crc = crc32c::crc32c_append(crc32c::crc32c(&bytes[0..12]), &bytes[16..40]);
+        let crc = crc32c::crc32c_append(crc32c::crc32c(&bytes[0..12]), &bytes[16..48]);
         if u32_at(bytes, 12) != crc {
             return None;
         }
-        Some(SegmentHeader { seq: u64_at(bytes, 16), first_lsn: u64_at(bytes, 24), segment_bytes: u64_at(bytes, 32) })
+        Some(SegmentHeader {
+            seq: u64_at(bytes, 16),
+            first_lsn: u64_at(bytes, 24),
+            segment_bytes: u64_at(bytes, 32),
+            salt: u64_at(bytes, 40),
+        })
     }
 }
 
@@ -94,16 +129,27 @@ pub fn record_bytes(payload_len: usize) -> u64 {
     (RECORD_HEADER_BYTES + payload_len as u64).next_multiple_of(RECORD_ALIGN_BYTES)
 }
 
+/// Where a record belongs: the segment use it was written under and its commit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecordPlace {
+    /// The salt of the segment header in force.
+    pub salt: u64,
+    /// The LSN of the first record of the record's commit.
+    pub commit_first_lsn: Lsn,
+}
+
 /// Appends one record to `out`.
-pub fn encode_record(lsn: Lsn, payload: &[u8], out: &mut Vec<u8>) {
+pub fn encode_record(lsn: Lsn, place: RecordPlace, payload: &[u8], out: &mut Vec<u8>) {
     let start = out.len();
     let len = u32::try_from(payload.len()).expect("the writer refuses payloads larger than a segment");
+    let in_commit = u32::try_from(lsn - place.commit_first_lsn).expect("a commit holds fewer than 2^32 records");
     out.extend_from_slice(&RECORD_MAGIC);
     out.extend_from_slice(&len.to_le_bytes());
     out.extend_from_slice(&lsn.to_le_bytes());
-    let crc = crc32c::crc32c_append(crc32c::crc32c(&out[start + 4..start + 16]), payload);
+    out.extend_from_slice(&place.salt.to_le_bytes());
+    out.extend_from_slice(&in_commit.to_le_bytes());
+    let crc = crc32c::crc32c_append(crc32c::crc32c(&out[start + 4..start + 28]), payload);
     out.extend_from_slice(&crc.to_le_bytes());
-    out.extend_from_slice(&[0u8; 4]);
     out.extend_from_slice(payload);
     out.resize(start + record_bytes(payload.len()) as usize, 0);
 }
@@ -112,25 +158,29 @@ pub fn encode_record(lsn: Lsn, payload: &[u8], out: &mut Vec<u8>) {
 #[derive(Debug, PartialEq, Eq)]
 pub struct Record<'a> {
     pub lsn: Lsn,
+    /// The LSN of the first record of this record's commit.
+    pub commit_first_lsn: Lsn,
     pub payload: &'a [u8],
     /// Bytes the record occupies, padding included.
     pub size: u64,
 }
 
-/// The record starting at `bytes[0]`, or `None` if the bytes there are not a whole, intact record.
-pub fn decode_record(bytes: &[u8]) -> Option<Record<'_>> {
+/// The record starting at `bytes[0]`, or `None` if the bytes there are not a whole, intact record
+/// written under `salt`.
+pub fn decode_record(bytes: &[u8], salt: u64) -> Option<Record<'_>> {
     let header = bytes.get(..RECORD_HEADER_BYTES as usize)?;
-    if header[0..4] != RECORD_MAGIC {
+    if header[0..4] != RECORD_MAGIC || u64_at(header, 16) != salt {
         return None;
     }
     let payload_len = u32_at(header, 4) as usize;
     let lsn = u64_at(header, 8);
+    let in_commit = u64::from(u32_at(header, 24));
     let payload = bytes.get(RECORD_HEADER_BYTES as usize..RECORD_HEADER_BYTES as usize + payload_len)?;
-    let crc = crc32c::crc32c_append(crc32c::crc32c(&header[4..16]), payload);
-    if u32_at(header, 16) != crc {
+    let crc = crc32c::crc32c_append(crc32c::crc32c(&header[4..28]), payload);
+    if u32_at(header, 28) != crc || in_commit >= lsn {
         return None;
     }
-    Some(Record { lsn, payload, size: record_bytes(payload_len) })
+    Some(Record { lsn, commit_first_lsn: lsn - in_commit, payload, size: record_bytes(payload_len) })
 }
 
 /// The file name of segment `seq`; names sort in sequence order.
@@ -151,32 +201,45 @@ pub fn parse_segment_name(name: &str) -> Option<u64> {
 mod tests {
     use super::*;
 
+    const PLACE: RecordPlace = RecordPlace { salt: 0x5eed, commit_first_lsn: 5 };
+
     #[test]
     fn records_round_trip_and_reject_any_damage() {
         let mut out = Vec::new();
-        encode_record(7, b"hello", &mut out);
+        encode_record(7, PLACE, b"hello", &mut out);
         assert_eq!(out.len() as u64, record_bytes(5));
         assert_eq!(out.len() % 8, 0);
-        assert_eq!(decode_record(&out), Some(Record { lsn: 7, payload: b"hello", size: 32 }));
+        let record = Record { lsn: 7, commit_first_lsn: 5, payload: b"hello", size: 40 };
+        assert_eq!(decode_record(&out, PLACE.salt), Some(record));
         for byte in 0..RECORD_HEADER_BYTES as usize + 5 {
-            if (20..24).contains(&byte) {
-                continue; // reserved bytes are not checked
-            }
             let mut damaged = out.clone();
             damaged[byte] ^= 0x40;
-            assert_eq!(decode_record(&damaged), None, "a flipped byte {byte} must be caught");
+            assert_eq!(decode_record(&damaged, PLACE.salt), None, "a flipped byte {byte} must be caught");
         }
-        assert_eq!(decode_record(&out[..out.len() - 8]), None, "a cut record is not a record");
+        assert_eq!(decode_record(&out[..out.len() - 8], PLACE.salt), None, "a cut record is not a record");
+    }
+
+    /// An intact record written under another salt (a stale one in a recycled segment, or an
+    /// image inside a stored value) is not a record of this segment.
+    #[test]
+    fn a_record_counts_only_under_its_own_salt() {
+        let mut out = Vec::new();
+        encode_record(7, PLACE, b"hello", &mut out);
+        assert_eq!(decode_record(&out, PLACE.salt + 1), None);
+        assert_ne!(new_salt(), new_salt());
+        assert_ne!(new_salt(), 0);
     }
 
     #[test]
     fn headers_round_trip_and_reject_damage() {
-        let header = SegmentHeader { seq: 3, first_lsn: 99, segment_bytes: 1 << 20 };
+        let header = SegmentHeader { seq: 3, first_lsn: 99, segment_bytes: 1 << 20, salt: 0xabcd };
         let bytes = header.encode();
         assert_eq!(SegmentHeader::decode(&bytes), Some(header));
-        let mut damaged = bytes;
-        damaged[30] ^= 1;
-        assert_eq!(SegmentHeader::decode(&damaged), None);
+        for byte in [12, 30, 44] {
+            let mut damaged = bytes;
+            damaged[byte] ^= 1;
+            assert_eq!(SegmentHeader::decode(&damaged), None, "a flipped byte {byte} must be caught");
+        }
         assert_eq!(SegmentHeader::decode(&[0u8; 64]), None);
     }
 

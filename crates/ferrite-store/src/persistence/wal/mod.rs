@@ -23,7 +23,7 @@ pub(crate) mod sim;
 mod tests;
 
 pub use format::{Lsn, SEGMENT_HEADER_BYTES};
-pub use reader::{recover, Recovered, SegmentState};
+pub use reader::{recover, Recovered, SegmentState, TornCommit};
 pub use storage::{FsSegment, FsStorage, LogStorage, SegmentFile};
 pub use writer::{spare_name, BatchOutcome, CommitBatch, WalConfig, WalWriter};
 

@@ -1,18 +1,20 @@
 //! Reading the log back after a restart.
 //!
 //! Recovery is a decision table, applied segment by segment in sequence order (each case named in
-//! the code):
+//! the code). A record *counts* when it is intact and carries the salt of its segment's header.
 //!
 //! | situation | decision |
 //! |---|---|
-//! | a segment file without a valid header of its own sequence | **unstarted**: prepared or recycled, never written; reusable. Only valid after every started segment. |
-//! | the record at the read position is intact and has the next LSN | **apply** it (if at or after the checkpoint's LSN) |
-//! | anything else, and a later started segment exists | **segment end**: the next segment's header must name the next LSN, or the log has a **gap** (corrupt) |
-//! | anything else in the last started segment, and an intact record with a later LSN follows | **damage** inside the log (corrupt) |
-//! | anything else in the last started segment, and nothing intact follows | **torn tail**: the log ends here; the writer overwrites it |
+//! | a segment file without a valid header of its own sequence | **unstarted**: prepared or recycled, never written since; reusable. Only valid after every started segment. |
+//! | the record at the read position counts and has the next LSN | **apply** it (if at or after the checkpoint's LSN) |
+//! | anything else, and a later started segment exists | **segment end**: the next segment's header must name the next LSN, or the log has a **gap** (damage) |
+//! | anything else in the last started segment, and no record counts beyond it | **end**: the log ends here (a torn record, if one began here, is cut) |
+//! | anything else in the last started segment, and every record that counts beyond it belongs to the commit of the missing LSN | **torn commit**: the last commit was interrupted and the device kept some of its records and not others; the log ends here and the rest of that commit is cut |
+//! | anything else in the last started segment, and a record of a later commit counts beyond it | **damage**: a later commit is written only after this one's `fdatasync` returned, so the record here was durable |
 //!
-//! A torn tail can only hold records whose commit never completed (the writer syncs a segment
-//! before it writes to the next), so cutting it loses nothing that was acknowledged.
+//! Nothing cut was acknowledged: a commit is acknowledged only after all its records are synced.
+//! One case cannot be told apart from the torn commit: damage (a flipped bit) inside the very
+//! last commit, after it was synced, looks exactly like that commit torn; recovery then cuts it.
 
 use super::format::{
     decode_record, parse_segment_name, segment_name, Lsn, SegmentHeader, RECORD_ALIGN_BYTES, RECORD_MAGIC,
@@ -26,10 +28,26 @@ use super::WalError;
 pub struct SegmentState {
     pub seq: u64,
     pub first_lsn: Lsn,
+    /// The salt of its header.
+    pub salt: u64,
     /// LSN of the last intact record, if any.
     pub last_lsn: Option<Lsn>,
     /// Offset just after the last intact record: where writing resumes.
     pub end: u64,
+}
+
+/// The interrupted last commit recovery cut off.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TornCommit {
+    /// Where the log now ends (file and offset).
+    pub file: String,
+    pub offset: u64,
+    /// The first LSN that did not survive.
+    pub missing_lsn: Lsn,
+    /// Intact records of the same commit found beyond the cut and dropped with it, and the
+    /// highest of their LSNs.
+    pub dropped_records: u64,
+    pub last_dropped_lsn: Lsn,
 }
 
 /// What recovery found.
@@ -43,8 +61,10 @@ pub struct Recovered {
     pub next_lsn: Lsn,
     /// Records handed to `apply`.
     pub replayed: u64,
-    /// Where a torn tail was cut off (file and offset), if the last segment ended in one.
+    /// Where a torn record was cut off (file and offset), if the last segment ended in one.
     pub torn_tail: Option<(String, u64)>,
+    /// The interrupted last commit, if the device kept some of its records beyond a lost one.
+    pub torn_commit: Option<TornCommit>,
 }
 
 fn io_error(context: String) -> impl FnOnce(std::io::Error) -> WalError {
@@ -69,7 +89,14 @@ pub fn recover<S: LogStorage>(
 ) -> Result<Recovered, WalError> {
     let from_lsn = from_lsn.max(1);
     let (started, unstarted) = classify_segments(storage)?;
-    let mut recovered = Recovered { segments: Vec::new(), unstarted, next_lsn: from_lsn, replayed: 0, torn_tail: None };
+    let mut recovered = Recovered {
+        segments: Vec::new(),
+        unstarted,
+        next_lsn: from_lsn,
+        replayed: 0,
+        torn_tail: None,
+        torn_commit: None,
+    };
     let mut expected: Option<Lsn> = None;
     for (index, (seq, header)) in started.iter().enumerate() {
         let name = segment_name(*seq);
@@ -84,8 +111,10 @@ pub fn recover<S: LogStorage>(
         let mut next = header.first_lsn;
         let mut position = SEGMENT_HEADER_BYTES;
         let mut last_lsn = None;
-        // Apply: every intact record with the next LSN.
-        while let Some(record) = decode_record(&bytes[position as usize..]).filter(|record| record.lsn == next) {
+        // Apply: every record that counts and has the next LSN.
+        while let Some(record) =
+            decode_record(&bytes[position as usize..], header.salt).filter(|record| record.lsn == next)
+        {
             if record.lsn >= from_lsn {
                 apply(record.lsn, record.payload);
                 recovered.replayed += 1;
@@ -95,10 +124,9 @@ pub fn recover<S: LogStorage>(
             next += 1;
         }
         expected = Some(next);
-        // Segment end: the next segment must start where this one's records end; otherwise the
-        // record at this position was damaged. In the last segment, what follows decides between
-        // damage and a torn tail.
         if let Some((next_seq, next_header)) = started.get(index + 1) {
+            // Segment end: the next segment must start where this one's records end; otherwise
+            // the record here was damaged.
             if next_header.first_lsn != next {
                 return Err(corrupt(
                     position,
@@ -111,19 +139,40 @@ pub fn recover<S: LogStorage>(
                 ));
             }
         } else {
-            if let Some(offset) = later_intact_record(&bytes, position, next) {
-                return Err(corrupt(
-                    position,
-                    format!(
-                        "the record here is damaged but an intact record with a later LSN follows at offset {offset}"
-                    ),
-                ));
+            match end_of_last_segment(&bytes, position, next, header.salt) {
+                LastSegmentEnd::End => {}
+                LastSegmentEnd::TornCommit { dropped_records, last_dropped_lsn } => {
+                    recovered.torn_commit = Some(TornCommit {
+                        file: name.clone(),
+                        offset: position,
+                        missing_lsn: next,
+                        dropped_records,
+                        last_dropped_lsn,
+                    });
+                }
+                LastSegmentEnd::Damage { offset, lsn, commit_first_lsn } => {
+                    return Err(corrupt(
+                        position,
+                        format!(
+                            "the record here (LSN {next}) is damaged, but record {lsn} of a later commit (from LSN \
+                             {commit_first_lsn}) follows at offset {offset}, and a commit is written only after the \
+                             previous one was durable"
+                        ),
+                    ));
+                }
             }
-            if bytes.get(position as usize..position as usize + 4) == Some(&RECORD_MAGIC[..]) {
+            let begins_record = bytes.get(position as usize..position as usize + 4) == Some(&RECORD_MAGIC[..]);
+            if begins_record || recovered.torn_commit.is_some() {
                 recovered.torn_tail = Some((name.clone(), position));
             }
         }
-        recovered.segments.push(SegmentState { seq: *seq, first_lsn: header.first_lsn, last_lsn, end: position });
+        recovered.segments.push(SegmentState {
+            seq: *seq,
+            first_lsn: header.first_lsn,
+            salt: header.salt,
+            last_lsn,
+            end: position,
+        });
     }
     if let (Some(next), Some(last)) = (expected, recovered.segments.last()) {
         if next < from_lsn {
@@ -140,6 +189,47 @@ pub fn recover<S: LogStorage>(
         recovered.next_lsn = next;
     }
     Ok(recovered)
+}
+
+/// How the last started segment ends, from what counts beyond the first record that breaks the
+/// chain (at `position`, where LSN `missing` was expected).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum LastSegmentEnd {
+    /// Nothing counts beyond: the log ends here.
+    End,
+    /// Only records of the commit that `missing` belongs to count beyond.
+    TornCommit { dropped_records: u64, last_dropped_lsn: Lsn },
+    /// A record that cannot belong to that commit counts beyond (at `offset`).
+    Damage { offset: u64, lsn: Lsn, commit_first_lsn: Lsn },
+}
+
+fn end_of_last_segment(bytes: &[u8], position: u64, missing: Lsn, salt: u64) -> LastSegmentEnd {
+    let step = RECORD_ALIGN_BYTES as usize;
+    let mut end = LastSegmentEnd::End;
+    let mut offset = position as usize;
+    while offset < bytes.len() {
+        let Some(record) = decode_record(&bytes[offset..], salt) else {
+            offset += step;
+            continue;
+        };
+        let same_commit = record.commit_first_lsn <= missing && missing < record.lsn;
+        if !same_commit {
+            return LastSegmentEnd::Damage {
+                offset: offset as u64,
+                lsn: record.lsn,
+                commit_first_lsn: record.commit_first_lsn,
+            };
+        }
+        end = match end {
+            LastSegmentEnd::TornCommit { dropped_records, last_dropped_lsn } => LastSegmentEnd::TornCommit {
+                dropped_records: dropped_records + 1,
+                last_dropped_lsn: last_dropped_lsn.max(record.lsn),
+            },
+            _ => LastSegmentEnd::TornCommit { dropped_records: 1, last_dropped_lsn: record.lsn },
+        };
+        offset += record.size as usize;
+    }
+    end
 }
 
 /// Started segments with their headers, and the sequence numbers of unstarted ones.
@@ -178,13 +268,4 @@ fn classify_segments<S: LogStorage>(storage: &S) -> Result<Classified, WalError>
         }
     }
     Ok((started, unstarted))
-}
-
-/// The offset of an intact record with an LSN of at least `next` after `position`, if any.
-fn later_intact_record(bytes: &[u8], position: u64, next: Lsn) -> Option<u64> {
-    let step = RECORD_ALIGN_BYTES as usize;
-    (position as usize + step..bytes.len())
-        .step_by(step)
-        .find(|offset| decode_record(&bytes[*offset..]).is_some_and(|record| record.lsn >= next))
-        .map(|offset| offset as u64)
 }

@@ -1,8 +1,12 @@
 //! A simulated disk for crash tests: it keeps each file's durable image (what survives a power
-//! cut) apart from its live image, records the writes made since the last sync, and can fail
-//! writes, syncs or file creation on demand. `crash` builds the disk as a power cut would leave
-//! it: the durable images, plus any prefix of the unsynced writes in the order they were made,
-//! the last of which may be torn at any byte.
+//! cut) apart from its live image, records every sector written since its file was last synced,
+//! and can fail writes, syncs or file creation on demand.
+//!
+//! A power cut ([`SimStorage::crash`]) keeps the durable images plus any subset of the unsynced
+//! sector writes, not only a prefix: a device may persist the pages of one write or of one commit
+//! in any order. Each kept sector may also be torn (only its first bytes reach the medium). A
+//! sector written twice since the last sync has two versions; each version is kept or dropped on
+//! its own, and of those kept the latest wins.
 
 use std::collections::BTreeMap;
 use std::io;
@@ -10,10 +14,22 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::storage::{LogStorage, SegmentFile};
 
+/// The unit a device persists or loses on its own.
+pub(crate) const SECTOR_BYTES: usize = 512;
+
 #[derive(Debug, Clone, Default)]
 struct SimFile {
     durable: Vec<u8>,
     live: Vec<u8>,
+}
+
+/// One sector's content after a write that touched it, not yet covered by a sync.
+#[derive(Debug, Clone)]
+struct UnsyncedSector {
+    file: u64,
+    /// Byte offset of the sector in its file.
+    offset: usize,
+    bytes: Vec<u8>,
 }
 
 /// Files are kept by a stable id and names map to ids, so an open handle survives a rename as it
@@ -23,14 +39,32 @@ struct Disk {
     files: BTreeMap<u64, SimFile>,
     names: BTreeMap<String, u64>,
     next_id: u64,
-    /// Writes since the file they touched was last synced, in order: (file id, offset, bytes).
-    unsynced: Vec<(u64, u64, Vec<u8>)>,
+    /// Sector versions written since their file was last synced, in the order written.
+    unsynced: Vec<UnsyncedSector>,
     /// Fail every write once this many more have succeeded.
     writes_left: Option<u64>,
     /// Fail every sync once this many more have succeeded.
     syncs_left: Option<u64>,
     /// Refuse to create files, as a full device does.
     full: bool,
+}
+
+/// What a power cut keeps of the unsynced sector writes (indexes into their list, in the order
+/// they were written).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Cut {
+    /// Per unsynced sector write: whether it reached the medium. Missing entries count as lost.
+    pub keep: Vec<bool>,
+    /// A kept sector write that was torn: only its first `.1` bytes reached the medium.
+    pub tear: Option<(usize, usize)>,
+}
+
+impl Cut {
+    /// The first `kept` sector writes reach the medium, the last of them torn at `torn_at` bytes
+    /// if given: the cuts a device that persists in order could leave.
+    pub(crate) fn prefix(kept: usize, torn_at: Option<usize>) -> Cut {
+        Cut { keep: vec![true; kept], tear: torn_at.filter(|_| kept > 0).map(|at| (kept - 1, at)) }
+    }
 }
 
 #[derive(Debug, Clone, Default)]
@@ -76,37 +110,38 @@ impl SimStorage {
         lock(&self.disk).full = full;
     }
 
-    /// How many writes are not yet covered by a sync.
-    pub(crate) fn unsynced_writes(&self) -> usize {
+    /// How many sector writes are not yet covered by a sync.
+    pub(crate) fn unsynced_sectors(&self) -> usize {
         lock(&self.disk).unsynced.len()
     }
 
-    /// Bytes of the `kept`-th unsynced write (counting from 1): the one a cut keeping `kept`
-    /// writes may tear.
-    pub(crate) fn last_unsynced_len_after(&self, kept: usize) -> usize {
-        lock(&self.disk).unsynced.get(kept.wrapping_sub(1)).map_or(0, |(_, _, bytes)| bytes.len())
+    /// Bytes of the `index`-th unsynced sector write (the last sector of a file may be short).
+    pub(crate) fn unsynced_sector_len(&self, index: usize) -> usize {
+        lock(&self.disk).unsynced.get(index).map_or(0, |sector| sector.bytes.len())
     }
 
-    /// The disk after a power cut in which the first `kept` unsynced writes reached the device,
-    /// the last of them only its first `torn_at` bytes if given.
-    pub(crate) fn crash(&self, kept: usize, torn_at: Option<usize>) -> SimStorage {
+    /// The disk after a power cut that kept what `cut` says of the unsynced sector writes.
+    pub(crate) fn crash(&self, cut: &Cut) -> SimStorage {
         let disk = lock(&self.disk);
         let mut files: BTreeMap<u64, SimFile> = disk
             .files
             .iter()
             .map(|(id, file)| (*id, SimFile { durable: file.durable.clone(), live: file.durable.clone() }))
             .collect();
-        let kept_writes = &disk.unsynced[..kept.min(disk.unsynced.len())];
-        for (index, (id, offset, bytes)) in kept_writes.iter().enumerate() {
-            let bytes = match torn_at {
-                Some(cut) if index + 1 == kept_writes.len() => &bytes[..cut.min(bytes.len())],
-                _ => &bytes[..],
-            };
-            if let Some(file) = files.get_mut(id) {
-                let start = *offset as usize;
-                file.durable[start..start + bytes.len()].copy_from_slice(bytes);
-                file.live.clone_from(&file.durable);
+        for (index, sector) in disk.unsynced.iter().enumerate() {
+            if !cut.keep.get(index).copied().unwrap_or(false) {
+                continue;
             }
+            let bytes = match cut.tear {
+                Some((torn, at)) if torn == index => &sector.bytes[..at.min(sector.bytes.len())],
+                _ => &sector.bytes[..],
+            };
+            if let Some(file) = files.get_mut(&sector.file) {
+                file.durable[sector.offset..sector.offset + bytes.len()].copy_from_slice(bytes);
+            }
+        }
+        for file in files.values_mut() {
+            file.live.clone_from(&file.durable);
         }
         let after = Disk { files, names: disk.names.clone(), next_id: disk.next_id, ..Disk::default() };
         SimStorage { disk: Arc::new(Mutex::new(after)) }
@@ -119,6 +154,12 @@ impl SimStorage {
         let file = disk.files.get_mut(&id).expect("every name maps to a file");
         file.durable[offset as usize] ^= 0x10;
         file.live[offset as usize] ^= 0x10;
+    }
+
+    /// A copy of a file's live bytes.
+    pub(crate) fn read_file(&self, name: &str) -> Vec<u8> {
+        let disk = lock(&self.disk);
+        disk.files[&disk.names[name]].live.clone()
     }
 }
 
@@ -144,7 +185,16 @@ impl SegmentFile for SimSegment {
             file.durable.resize(end, 0);
         }
         file.live[start..end].copy_from_slice(data);
-        disk.unsynced.push((self.id, offset, data.to_vec()));
+        let first = start / SECTOR_BYTES * SECTOR_BYTES;
+        let sectors: Vec<UnsyncedSector> = (first..end)
+            .step_by(SECTOR_BYTES)
+            .map(|at| UnsyncedSector {
+                file: self.id,
+                offset: at,
+                bytes: file.live[at..(at + SECTOR_BYTES).min(file.live.len())].to_vec(),
+            })
+            .collect();
+        disk.unsynced.extend(sectors);
         Ok(())
     }
 
@@ -154,7 +204,7 @@ impl SegmentFile for SimSegment {
         let file = disk.files.get_mut(&self.id).ok_or_else(not_found)?;
         file.durable.clone_from(&file.live);
         let id = self.id;
-        disk.unsynced.retain(|(file, _, _)| *file != id);
+        disk.unsynced.retain(|sector| sector.file != id);
         Ok(())
     }
 

@@ -8,7 +8,9 @@
 
 use std::sync::Arc;
 
-use super::format::{encode_record, record_bytes, segment_name, Lsn, SegmentHeader, SEGMENT_HEADER_BYTES};
+use super::format::{
+    encode_record, new_salt, record_bytes, segment_name, Lsn, RecordPlace, SegmentHeader, SEGMENT_HEADER_BYTES,
+};
 use super::reader::Recovered;
 use super::storage::{LogStorage, SegmentFile};
 use super::WalError;
@@ -39,6 +41,8 @@ struct Segment<F> {
     bytes: u64,
     /// LSN of the last record placed in the segment; `None` while it holds none.
     last_lsn: Option<Lsn>,
+    /// The salt of the header written when the segment was started (0 while unstarted).
+    salt: u64,
 }
 
 /// Bytes of `pending` destined for one place in one segment.
@@ -123,6 +127,9 @@ pub struct WalWriter<S: LogStorage> {
     /// Where the next record goes in the tail segment.
     tail_position: u64,
     next_lsn: Lsn,
+    /// The LSN of the first record not yet taken by a batch: the first of the commit that the
+    /// next appended record belongs to.
+    commit_first_lsn: Lsn,
     durable_lsn: Lsn,
     next_seq: u64,
     /// Encoded records (and segment headers) not yet taken by a batch.
@@ -160,13 +167,20 @@ impl<S: LogStorage> WalWriter<S> {
         let mut segments = Vec::new();
         for state in &recovered.segments {
             let (file, bytes) = open(state.seq)?;
-            segments.push(Segment { seq: state.seq, file, bytes, last_lsn: state.last_lsn });
+            segments.push(Segment { seq: state.seq, file, bytes, last_lsn: state.last_lsn, salt: state.salt });
         }
         let tail = segments.len().checked_sub(1);
-        let tail_position = recovered.segments.last().map_or(0, |state| state.end);
+        // After a torn commit, intact records of it may lie beyond where the log now ends, under
+        // the tail's salt and with LSNs the log is about to give again: the next record starts
+        // a new segment (with a new salt) so that none of them can ever be taken for a new one.
+        let tail_position = match (recovered.segments.last(), tail) {
+            (Some(state), Some(index)) if recovered.torn_commit.is_none() => state.end.min(segments[index].bytes),
+            (Some(_), Some(index)) => segments[index].bytes,
+            _ => 0,
+        };
         for seq in &recovered.unstarted {
             let (file, bytes) = open(*seq)?;
-            segments.push(Segment { seq: *seq, file, bytes, last_lsn: None });
+            segments.push(Segment { seq: *seq, file, bytes, last_lsn: None, salt: 0 });
         }
         let next_seq = segments.iter().map(|s| s.seq + 1).max().unwrap_or(1);
         let durable_lsn = recovered.next_lsn - 1;
@@ -177,6 +191,7 @@ impl<S: LogStorage> WalWriter<S> {
             tail,
             tail_position,
             next_lsn: recovered.next_lsn,
+            commit_first_lsn: recovered.next_lsn,
             durable_lsn,
             next_seq,
             pending: Vec::new(),
@@ -270,7 +285,7 @@ impl<S: LogStorage> WalWriter<S> {
         self.storage
             .rename(temp, &name)
             .map_err(|source| WalError::Io { context: format!("renaming {temp} to {name}"), source })?;
-        self.segments.push(Segment { seq: self.next_seq, file: Arc::new(file), bytes, last_lsn: None });
+        self.segments.push(Segment { seq: self.next_seq, file: Arc::new(file), bytes, last_lsn: None, salt: 0 });
         self.next_seq += 1;
         Ok(())
     }
@@ -316,10 +331,12 @@ impl<S: LogStorage> WalWriter<S> {
                 }
             };
             self.tail = Some(next);
+            self.segments[next].salt = new_salt();
             let header = SegmentHeader {
                 seq: self.segments[next].seq,
                 first_lsn: lsn,
                 segment_bytes: self.segments[next].bytes,
+                salt: self.segments[next].salt,
             };
             self.start_run(next, 0);
             self.pending.extend_from_slice(&header.encode());
@@ -333,7 +350,8 @@ impl<S: LogStorage> WalWriter<S> {
         if !continues {
             self.start_run(tail, self.tail_position);
         }
-        encode_record(lsn, payload, &mut self.pending);
+        let place = RecordPlace { salt: self.segments[tail].salt, commit_first_lsn: self.commit_first_lsn };
+        encode_record(lsn, place, payload, &mut self.pending);
         self.finish_run();
         self.tail_position += size;
         self.segments[tail].last_lsn = Some(lsn);
@@ -385,7 +403,7 @@ impl<S: LogStorage> WalWriter<S> {
             }
         })?;
         self.next_seq += 1;
-        self.segments.push(Segment { seq, file: Arc::new(file), bytes, last_lsn: None });
+        self.segments.push(Segment { seq, file: Arc::new(file), bytes, last_lsn: None, salt: 0 });
         Ok(())
     }
 
@@ -409,6 +427,7 @@ impl<S: LogStorage> WalWriter<S> {
             .collect();
         let bytes = std::mem::replace(&mut self.pending, std::mem::take(&mut self.spare));
         self.in_flight = true;
+        self.commit_first_lsn = self.next_lsn;
         Ok(Some(CommitBatch { bytes, runs, last_lsn: self.next_lsn - 1 }))
     }
 
@@ -459,6 +478,7 @@ impl<S: LogStorage> WalWriter<S> {
             let mut segment = self.segments.remove(0);
             segment.seq = self.next_seq;
             segment.last_lsn = None;
+            segment.salt = 0;
             self.next_seq += 1;
             self.segments.push(segment);
             self.tail = self.tail.map(|tail| tail - 1);
