@@ -415,7 +415,6 @@ impl ShardState {
                     format!("pool '{name}': cannot allocate its memory ({} bytes requested): {error}", spec.size_bytes),
                 ));
             }
-            Err(CreateRefused::Log(error)) => return Err(log_failure(self.index, &error)),
             Err(CreateRefused::Pmem(reason)) => {
                 return Err(Failure::new(ErrorCode::StorageFailed, format!("pool '{name}': {reason}")));
             }

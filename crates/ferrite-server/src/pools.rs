@@ -15,7 +15,7 @@ use std::path::PathBuf;
 use ferrite_store::hstore::{self, HStore};
 use ferrite_store::persistence::pmem::{self, PmemMemory};
 use ferrite_store::persistence::ssd::checkpoint::{Manifest, ManifestPool};
-use ferrite_store::persistence::ssd::record::{encode_pool_created, encode_pool_deleted};
+use ferrite_store::persistence::ssd::record::encode_pool_deleted;
 use ferrite_store::persistence::ssd::{
     CheckpointPool, LoggedMemory, PageTracker, PoolDescriptor, RecoveredPool, SharedLog, SharedRegion,
 };
@@ -59,8 +59,6 @@ pub(crate) enum CreateRefused {
     Engine(CreateStoreError),
     /// The pool memory could not be allocated.
     Memory(std::io::Error),
-    /// The log refused the pool's creation record.
-    Log(WalError),
     /// The `pmem` backing could not create the pool's files or record it in its catalog.
     Pmem(String),
 }
@@ -112,9 +110,9 @@ impl Pools {
         }
     }
 
-    /// The pools of a shard on the `pmem` backing, whose catalog and files are in `dir`.
-    pub fn on_pmem(pmem: PmemPools, max: usize) -> Self {
-        let next_handle = pmem.catalog.next_pool_id;
+    /// The pools of a shard on the `pmem` backing, whose catalog and files are in `dir`; ids
+    /// continue from `next_handle`.
+    pub fn on_pmem(pmem: PmemPools, max: usize, next_handle: u64) -> Self {
         Pools { next_handle: next_handle.max(1), pmem: Some(pmem), ..Pools::in_memory(StoreKind::HStore, max) }
     }
 
@@ -151,7 +149,10 @@ impl Pools {
         if self.by_handle.len() >= self.max {
             return Err(CreateRefused::TooMany { max: self.max });
         }
+        // Consumed whatever happens next: an id that reached the log (or a pmem file name) must
+        // never be given to another pool.
         let handle = PoolHandle(self.next_handle);
+        self.next_handle += 1;
         let (store, persisted) = match (self.log.clone(), self.pmem.is_some()) {
             (Some(log), _) => {
                 let (store, persisted) = self.create_logged(handle.0, name, new, log)?;
@@ -160,7 +161,6 @@ impl Pools {
             (None, true) => (self.create_pmem(handle.0, name, new)?, None),
             (None, false) => (self.kind.try_create(new.spec).map_err(CreateRefused::Engine)?, None),
         };
-        self.next_handle += 1;
         let index = new.indexed.then(SecondaryIndex::default);
         let pool =
             Pool { name: name.to_string(), store, index, open_count: 0, async_default: new.async_default, persisted };
@@ -169,8 +169,9 @@ impl Pools {
         Ok(handle)
     }
 
-    /// Creates a durable hstore pool: memory first (the step that can fail for want of
-    /// resources), then the creation record, then the store's formatting transaction.
+    /// Creates a durable hstore pool: memory and page tracking first (the steps that can fail
+    /// for want of resources, before anything is logged), then the store's formatting, whose
+    /// commit logs the pool's creation and its format as one record.
     fn create_logged(
         &mut self,
         id: u64,
@@ -191,27 +192,36 @@ impl Pools {
             indexed: new.indexed,
             async_default: new.async_default,
         };
-        self.scratch.clear();
-        encode_pool_created(&descriptor, &mut self.scratch);
-        log.append(&self.scratch).map_err(CreateRefused::Log)?;
         let pages = PageTracker::try_new(region_bytes)
             .map_err(|error| CreateRefused::Memory(std::io::Error::other(error.to_string())))?;
         let pages = Arc::new(Mutex::new(pages));
         let region_file = Arc::clone(region.file());
-        let memory = LoggedMemory::new(id, region, log, Arc::clone(&pages));
+        let memory = LoggedMemory::for_new_pool(descriptor.clone(), region, log, Arc::clone(&pages));
         let store = HStore::create_on_zeroed(memory, new.spec)
             .map_err(|error: hstore::CreateError| CreateRefused::Engine(error.into()))?;
         Ok((Box::new(store), Persisted { descriptor, pages, region: region_file }))
     }
 
-    /// Creates a pool on the `pmem` backing: its files first, then its catalog entry (a crash in
-    /// between leaves files no catalog names, which nothing reads), then the store's format.
+    /// Creates a pool on the `pmem` backing: its files, formatted and flushed, first; then its
+    /// catalog entry. A crash in between leaves files no catalog names, which the next start
+    /// removes; a crash never leaves a catalog entry whose files are not a formatted pool.
     fn create_pmem(&mut self, id: u64, name: &str, new: NewPool) -> Result<Box<dyn Store>, CreateRefused> {
         let pmem = self.pmem.as_mut().expect("called on the pmem backing");
         let region_bytes = HStore::<PmemMemory>::region_bytes_for(new.spec)
             .map_err(|error| CreateRefused::Engine(error.into()))?
             .next_multiple_of(ferrite_store::persistence::ssd::pages::PAGE_BYTES);
         let memory = PmemMemory::create(&pmem.dir, id, region_bytes).map_err(|e| CreateRefused::Pmem(e.to_string()))?;
+        let remove_files = |dir: &std::path::Path| {
+            let (region, undo) = pmem::pool_files(dir, id);
+            let _ = (std::fs::remove_file(region), std::fs::remove_file(undo));
+        };
+        let store = match HStore::create_on_zeroed(memory, new.spec) {
+            Ok(store) => store,
+            Err(error) => {
+                remove_files(&pmem.dir);
+                return Err(CreateRefused::Engine(error.into()));
+            }
+        };
         let descriptor = PoolDescriptor {
             id,
             name: name.to_string(),
@@ -225,13 +235,11 @@ impl Pools {
         catalog.next_pool_id = id + 1;
         catalog.pools.push(ManifestPool { descriptor, chain: Vec::new() });
         if let Err(error) = catalog.write(&pmem.dir) {
-            let (region, undo) = pmem::pool_files(&pmem.dir, id);
-            let _ = (std::fs::remove_file(region), std::fs::remove_file(undo));
+            drop(store);
+            remove_files(&pmem.dir);
             return Err(CreateRefused::Pmem(error.to_string()));
         }
         pmem.catalog = catalog;
-        let store = HStore::create_on_zeroed(memory, new.spec)
-            .map_err(|error: hstore::CreateError| CreateRefused::Engine(error.into()))?;
         Ok(Box::new(store))
     }
 

@@ -287,7 +287,9 @@ fn recover_pmem(dir: &std::path::Path, index: usize, pools_max: usize) -> Result
         .map_err(|error| ServerError::Recovery { shard: index, source: RecoveryError::Checkpoint(error) })?
         .unwrap_or_default();
     let descriptors: Vec<_> = catalog.pools.iter().map(|pool| pool.descriptor.clone()).collect();
-    let mut pools = Pools::on_pmem(PmemPools { dir: dir.to_path_buf(), catalog }, pools_max);
+    let highest_unlisted = remove_unlisted_pmem_files(dir, &catalog).map_err(io)?;
+    let next_pool_id = catalog.next_pool_id.max(highest_unlisted.map_or(0, |id| id + 1));
+    let mut pools = Pools::on_pmem(PmemPools { dir: dir.to_path_buf(), catalog }, pools_max, next_pool_id);
     for descriptor in descriptors {
         let name = descriptor.name.clone();
         pools.insert_pmem(descriptor).map_err(|reason| ServerError::PoolDamaged {
@@ -304,6 +306,40 @@ fn recover_pmem(dir: &std::path::Path, index: usize, pools_max: usize) -> Result
         dir.display()
     );
     Ok(pools)
+}
+
+/// Removes pool files the `pmem` catalog does not list: a pool whose creation a crash interrupted
+/// before its catalog entry was written (never visible to anyone). Returns the highest id among
+/// them, so that no id that reached the disk is given out again.
+fn remove_unlisted_pmem_files(dir: &std::path::Path, catalog: &Manifest) -> std::io::Result<Option<u64>> {
+    let listed: std::collections::HashSet<u64> = catalog.pools.iter().map(|pool| pool.descriptor.id).collect();
+    let mut highest = None;
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        let name = entry.file_name();
+        let Some(id) = name.to_str().and_then(pmem_pool_file_id) else {
+            continue;
+        };
+        if !listed.contains(&id) {
+            warn!(file = %entry.path().display(), "removing a pmem pool file no catalog entry names (a creation a crash interrupted)");
+            std::fs::remove_file(entry.path())?;
+            highest = highest.max(Some(id));
+        }
+    }
+    if highest.is_some() {
+        std::fs::File::open(dir)?.sync_all()?;
+    }
+    Ok(highest)
+}
+
+/// The pool id in the name of a pmem pool's region or undo file (`pmem::pool_files`), if it is one.
+fn pmem_pool_file_id(name: &str) -> Option<u64> {
+    let stem = name.strip_prefix("pool-")?;
+    let hex = stem.strip_suffix(".pmem").or_else(|| stem.strip_suffix(".undo"))?;
+    if hex.len() != 16 {
+        return None;
+    }
+    u64::from_str_radix(hex, 16).ok()
 }
 
 fn pin_to_core(shard: usize, core: usize) {

@@ -5,14 +5,15 @@ use std::sync::{Arc, Mutex};
 
 use super::log::SharedLog;
 use super::pages::PageTracker;
-use super::record::encode_transaction;
+use super::record::{encode_pool_created, encode_transaction, PoolDescriptor};
 use super::region::SharedRegion;
 use crate::persistence::wal::{FsStorage, LogStorage};
 use crate::persistence::{Offset, PoolMemory};
 
 /// One pool's memory, logged. `modify` notes the range; `commit` encodes the new bytes of every
 /// noted range (merged) as one transaction record and appends it to the shard's log, then marks
-/// the pages with the record's LSN for the checkpointer.
+/// the pages with the record's LSN for the checkpointer. The first commit of a new pool's memory
+/// is its creation record instead, so the pool and its formatting are one record.
 ///
 /// `commit` cannot fail by signature; if the log refuses the record, the log is poisoned, and the
 /// shard, which checks the log after each operation, acknowledges nothing from then on.
@@ -24,11 +25,25 @@ pub struct LoggedMemory<S: LogStorage = FsStorage> {
     pages: Arc<Mutex<PageTracker>>,
     ranges: Vec<(u64, u64)>,
     scratch: Vec<u8>,
+    /// A new pool's descriptor, until its first commit logs it.
+    creating: Option<PoolDescriptor>,
 }
 
 impl<S: LogStorage + Clone + 'static> LoggedMemory<S> {
+    /// Memory of an existing pool (recovered after a restart).
     pub fn new(pool: u64, region: SharedRegion, log: SharedLog<S>, pages: Arc<Mutex<PageTracker>>) -> LoggedMemory<S> {
-        LoggedMemory { pool, region, log, pages, ranges: Vec::new(), scratch: Vec::new() }
+        LoggedMemory { pool, region, log, pages, ranges: Vec::new(), scratch: Vec::new(), creating: None }
+    }
+
+    /// Memory of a pool being created: its first commit (the engine formatting it) is logged
+    /// as the pool's creation record, together with `descriptor`.
+    pub fn for_new_pool(
+        descriptor: PoolDescriptor,
+        region: SharedRegion,
+        log: SharedLog<S>,
+        pages: Arc<Mutex<PageTracker>>,
+    ) -> LoggedMemory<S> {
+        LoggedMemory { creating: Some(descriptor.clone()), ..LoggedMemory::new(descriptor.id, region, log, pages) }
     }
 
     pub fn region(&self) -> &SharedRegion {
@@ -48,11 +63,16 @@ impl<S: LogStorage + Clone + 'static> PoolMemory for LoggedMemory<S> {
     }
 
     fn commit(&mut self) {
-        if self.ranges.is_empty() {
+        if self.ranges.is_empty() && self.creating.is_none() {
             return;
         }
         self.scratch.clear();
-        encode_transaction(self.pool, &mut self.ranges, self.region.bytes(), &mut self.scratch);
+        match self.creating.take() {
+            Some(descriptor) => {
+                encode_pool_created(&descriptor, &mut self.ranges, self.region.bytes(), &mut self.scratch)
+            }
+            None => encode_transaction(self.pool, &mut self.ranges, self.region.bytes(), &mut self.scratch),
+        }
         if let Ok(lsn) = self.log.append(&self.scratch) {
             let mut pages = self.pages.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
             for &(offset, len) in &self.ranges {

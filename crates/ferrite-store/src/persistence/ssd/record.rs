@@ -3,13 +3,17 @@
 //! `docs/durability.md`.
 //!
 //! ```text
-//! pool created   u8 1, descriptor (below)
+//! pool created   u8 1, descriptor (below), ranges (below): the pool and its formatting, one record
 //! pool deleted   u8 2, u64 pool id
-//! transaction    u8 3, u64 pool id, u32 range count, ranges:
+//! transaction    u8 3, u64 pool id, ranges
+//! ranges         u32 range count, then per range:
 //!                  u64 offset, u32 length, u8 form (0 = bytes follow, 1 = zeros), [length bytes]
 //! descriptor     u64 pool id, u64 size bytes, u64 expected objects, u64 region bytes,
 //!                u8 flags (1 = indexed, 2 = async by default), u16 name length, name (UTF-8)
 //! ```
+//!
+//! A pool's creation and the formatting of its memory are one record, so no crash can keep the
+//! pool without its format (a pool of zeros would stop every restart).
 //!
 //! Ranges are physical redo: the bytes a transaction left in pool memory. Replaying a record is
 //! idempotent, which is what lets checkpoints be fuzzy (see `checkpoint.rs`).
@@ -41,17 +45,23 @@ pub struct PoolDescriptor {
     pub async_default: bool,
 }
 
+/// Ranges of new bytes of a pool's memory: offset, length, and the bytes (`None`: zeros).
+pub type Ranges<'a> = Vec<(u64, u32, Option<&'a [u8]>)>;
+
 /// A decoded log record.
 #[derive(Debug, PartialEq, Eq)]
 pub enum LogRecord<'a> {
-    PoolCreated(PoolDescriptor),
+    /// A new pool, with the ranges that format its memory.
+    PoolCreated {
+        descriptor: PoolDescriptor,
+        ranges: Ranges<'a>,
+    },
     PoolDeleted {
         id: u64,
     },
-    /// Ranges of new bytes; `None` bytes means zeros.
     Transaction {
         pool: u64,
-        ranges: Vec<(u64, u32, Option<&'a [u8]>)>,
+        ranges: Ranges<'a>,
     },
 }
 
@@ -77,9 +87,17 @@ pub fn encode_descriptor(descriptor: &PoolDescriptor, out: &mut Vec<u8>) {
     out.extend_from_slice(name);
 }
 
-pub fn encode_pool_created(descriptor: &PoolDescriptor, out: &mut Vec<u8>) {
+/// Encodes a pool's creation together with its formatting: `ranges` (offset, length) of
+/// `memory`, sorted and merged in place as for a transaction.
+pub fn encode_pool_created(
+    descriptor: &PoolDescriptor,
+    ranges: &mut Vec<(u64, u64)>,
+    memory: &[u8],
+    out: &mut Vec<u8>,
+) {
     out.push(KIND_POOL_CREATED);
     encode_descriptor(descriptor, out);
+    encode_ranges(ranges, memory, out);
 }
 
 pub fn encode_pool_deleted(id: u64, out: &mut Vec<u8>) {
@@ -90,9 +108,14 @@ pub fn encode_pool_deleted(id: u64, out: &mut Vec<u8>) {
 /// Encodes a transaction of `ranges` (offset, length) of `memory`, merged where they touch.
 /// `ranges` is sorted and merged in place.
 pub fn encode_transaction(pool: u64, ranges: &mut Vec<(u64, u64)>, memory: &[u8], out: &mut Vec<u8>) {
-    merge_ranges(ranges);
     out.push(KIND_TRANSACTION);
     out.extend_from_slice(&pool.to_le_bytes());
+    encode_ranges(ranges, memory, out);
+}
+
+/// Appends the range count and the ranges (offset, length) of `memory`, merged where they touch.
+fn encode_ranges(ranges: &mut Vec<(u64, u64)>, memory: &[u8], out: &mut Vec<u8>) {
+    merge_ranges(ranges);
     let count_at = out.len();
     out.extend_from_slice(&0u32.to_le_bytes());
     let mut count = 0u32;
@@ -209,27 +232,35 @@ pub fn decode_descriptor(bytes: &[u8]) -> Result<(PoolDescriptor, usize), Record
     Ok((descriptor, reader.at))
 }
 
+fn read_ranges<'a>(reader: &mut Reader<'a>) -> Result<Ranges<'a>, RecordError> {
+    let count = reader.u32()?;
+    // A count read from disk is bounded by what the payload can hold (13 bytes per range at least).
+    let mut ranges = Vec::with_capacity((count as usize).min(reader.bytes.len() / 13));
+    for _ in 0..count {
+        let offset = reader.u64()?;
+        let len = reader.u32()?;
+        let bytes = match reader.u8()? {
+            FORM_BYTES => Some(reader.take(len as usize)?),
+            FORM_ZEROS => None,
+            _ => return reader.fail("unknown range form"),
+        };
+        ranges.push((offset, len, bytes));
+    }
+    Ok(ranges)
+}
+
 /// Decodes one record payload.
 pub fn decode(payload: &[u8]) -> Result<LogRecord<'_>, RecordError> {
     let mut reader = Reader { bytes: payload, at: 0 };
     let record = match reader.u8()? {
-        KIND_POOL_CREATED => LogRecord::PoolCreated(read_descriptor(&mut reader)?),
+        KIND_POOL_CREATED => {
+            let descriptor = read_descriptor(&mut reader)?;
+            LogRecord::PoolCreated { descriptor, ranges: read_ranges(&mut reader)? }
+        }
         KIND_POOL_DELETED => LogRecord::PoolDeleted { id: reader.u64()? },
         KIND_TRANSACTION => {
             let pool = reader.u64()?;
-            let count = reader.u32()?;
-            let mut ranges = Vec::with_capacity((count as usize).min(payload.len() / 13));
-            for _ in 0..count {
-                let offset = reader.u64()?;
-                let len = reader.u32()?;
-                let bytes = match reader.u8()? {
-                    FORM_BYTES => Some(reader.take(len as usize)?),
-                    FORM_ZEROS => None,
-                    _ => return reader.fail("unknown range form"),
-                };
-                ranges.push((offset, len, bytes));
-            }
-            LogRecord::Transaction { pool, ranges }
+            LogRecord::Transaction { pool, ranges: read_ranges(&mut reader)? }
         }
         _ => return Err(RecordError { at: 0, reason: "unknown record kind" }),
     };
@@ -257,8 +288,11 @@ mod tests {
     #[test]
     fn catalog_records_round_trip() {
         let mut out = Vec::new();
-        encode_pool_created(&descriptor(), &mut out);
-        assert_eq!(decode(&out), Ok(LogRecord::PoolCreated(descriptor())));
+        let mut memory = vec![0u8; 8192];
+        memory[0..5].copy_from_slice(b"HSTOR");
+        encode_pool_created(&descriptor(), &mut vec![(0, 4096)], &memory, &mut out);
+        let ranges = vec![(0, 4096, Some(&memory[..4096]))];
+        assert_eq!(decode(&out), Ok(LogRecord::PoolCreated { descriptor: descriptor(), ranges }));
         out.clear();
         encode_pool_deleted(7, &mut out);
         assert_eq!(decode(&out), Ok(LogRecord::PoolDeleted { id: 7 }));
@@ -285,7 +319,7 @@ mod tests {
     #[test]
     fn every_truncation_and_bad_kind_is_an_error() {
         let mut out = Vec::new();
-        encode_pool_created(&descriptor(), &mut out);
+        encode_pool_created(&descriptor(), &mut vec![(8, 16)], &[1u8; 64], &mut out);
         for len in 0..out.len() {
             assert!(decode(&out[..len]).is_err(), "a payload cut at {len} is refused");
         }

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use super::checkpoint::{load_pool, remove_unreferenced, CheckpointError, Checkpointer, Manifest};
 use super::pages::PageTracker;
-use super::record::{decode, LogRecord, PoolDescriptor};
+use super::record::{decode, LogRecord, PoolDescriptor, Ranges};
 use super::region::SharedRegion;
 use crate::persistence::wal::{self, FsStorage, LogStorage, Lsn, TornCommit, WalConfig, WalError, WalWriter};
 
@@ -92,13 +92,15 @@ impl Replay {
         let bad = |reason: String| RecoveryError::BadRecord { lsn, reason };
         self.bytes += payload.len() as u64;
         match decode(payload).map_err(|error| bad(error.to_string()))? {
-            LogRecord::PoolCreated(descriptor) => {
+            LogRecord::PoolCreated { descriptor, ranges } => {
                 if self.pools.contains_key(&descriptor.id) {
                     return Err(bad(format!("creates pool {} which already exists", descriptor.id)));
                 }
                 self.next_pool_id = self.next_pool_id.max(descriptor.id + 1);
                 let (region, pages) = new_region(&descriptor)?;
-                self.pools.insert(descriptor.id, RecoveredPool { descriptor, region, pages });
+                let id = descriptor.id;
+                let pool = self.pools.entry(id).or_insert(RecoveredPool { descriptor, region, pages });
+                apply_ranges(pool, ranges, lsn)?;
             }
             LogRecord::PoolDeleted { id } => {
                 self.pools.remove(&id).ok_or_else(|| bad(format!("deletes pool {id}, which does not exist")))?;
@@ -108,24 +110,32 @@ impl Replay {
                     .pools
                     .get_mut(&pool)
                     .ok_or_else(|| bad(format!("changes pool {pool}, which does not exist")))?;
-                let mut pages = target.pages.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-                let memory = target.region.bytes_mut();
-                for (offset, len, bytes) in ranges {
-                    let end = offset.checked_add(u64::from(len)).filter(|end| *end <= memory.len() as u64);
-                    let end = end.ok_or_else(|| {
-                        bad(format!("range {offset}+{len} lies outside pool {pool}'s region of {} bytes", memory.len()))
-                    })?;
-                    let target = &mut memory[offset as usize..end as usize];
-                    match bytes {
-                        Some(bytes) => target.copy_from_slice(bytes),
-                        None => target.fill(0),
-                    }
-                    pages.record(offset, u64::from(len), lsn);
-                }
+                apply_ranges(target, ranges, lsn)?;
             }
         }
         Ok(())
     }
+}
+
+/// Writes the new bytes of record `lsn` into `pool`'s memory and marks their pages.
+fn apply_ranges(pool: &mut RecoveredPool, ranges: Ranges<'_>, lsn: Lsn) -> Result<(), RecoveryError> {
+    let id = pool.descriptor.id;
+    let mut pages = pool.pages.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let memory = pool.region.bytes_mut();
+    for (offset, len, bytes) in ranges {
+        let end = offset.checked_add(u64::from(len)).filter(|end| *end <= memory.len() as u64);
+        let end = end.ok_or_else(|| RecoveryError::BadRecord {
+            lsn,
+            reason: format!("range {offset}+{len} lies outside pool {id}'s region of {} bytes", memory.len()),
+        })?;
+        let target = &mut memory[offset as usize..end as usize];
+        match bytes {
+            Some(bytes) => target.copy_from_slice(bytes),
+            None => target.fill(0),
+        }
+        pages.record(offset, u64::from(len), lsn);
+    }
+    Ok(())
 }
 
 /// The memory of a pool a checkpoint or a log record describes, with its page tracker. The
