@@ -159,7 +159,10 @@ impl ShardState {
         Ok(())
     }
 
-    /// A read's response waits until every `sync` write applied before it is durable.
+    /// A read's response waits until every `sync` write applied before it is durable. So does
+    /// every answer whose content depends on pool state, failures included: "key exists", "not
+    /// found" and "pool exists" reveal state just as a value does, and a client must never act
+    /// on a state that a crash could take back.
     fn reading(&self, session: &mut Session) {
         if let Some(durability) = &self.durability {
             session.wait_lsn = session.wait_lsn.max(durability.visible_lsn);
@@ -241,6 +244,7 @@ impl ShardState {
                 self.create_pool(name, PoolSpec { size_bytes, expected_objects }, flags, session)
             }
             Request::OpenPool { name } => {
+                self.reading(session);
                 self.check_owner(name)?;
                 let handle = self.pools.find(name).ok_or_else(|| self.pool_not_found(name))?;
                 self.record_open(handle, session);
@@ -264,6 +268,10 @@ impl ShardState {
                 Ok(Response::Pools(self.pools.infos()))
             }
             Request::Put { pool, flags, key, value } => {
+                if put_mode(flags) != PutMode::Upsert {
+                    // Success or failure says whether the key was there.
+                    self.reading(session);
+                }
                 self.admit_write((key.len() + value.len()) as u64)?;
                 let pool = open_pool_mut(&mut self.pools, session, pool)?;
                 let outcome =
@@ -287,6 +295,7 @@ impl ShardState {
                 Ok(Response::Value(value))
             }
             Request::Erase { pool, key } => {
+                self.reading(session);
                 self.admit_write(key.len() as u64)?;
                 let pool = open_pool_mut(&mut self.pools, session, pool)?;
                 pool.store.erase(key).map_err(|e| store_failure(e, pool))?;
@@ -373,6 +382,7 @@ impl ShardState {
         flags: CreatePoolFlags,
         session: &mut Session,
     ) -> Result<Response<'static>, Failure> {
+        self.reading(session);
         self.check_owner(name)?;
         if spec.size_bytes == 0 {
             return Err(Failure::new(ErrorCode::InvalidArgument, "pool size must be greater than zero"));
@@ -421,14 +431,13 @@ impl ShardState {
         };
         if created {
             self.logged(true, session)?;
-        } else {
-            self.reading(session);
         }
         self.record_open(handle, session);
         Ok(Response::PoolCreated { pool: handle, created })
     }
 
     fn delete_pool(&mut self, name: &str, session: &mut Session) -> Result<Response<'static>, Failure> {
+        self.reading(session);
         self.check_owner(name)?;
         let handle = self.pools.find(name).ok_or_else(|| self.pool_not_found(name))?;
         let open_count = self.pools.get(handle).map_or(0, |pool| pool.open_count);
@@ -489,3 +498,6 @@ fn find<'p>(
     let page = index.find(&query, after, budget);
     Ok(Response::Found { keys: page.keys, next: page.next })
 }
+
+#[cfg(test)]
+mod tests;

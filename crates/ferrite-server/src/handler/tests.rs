@@ -1,0 +1,130 @@
+//! How a durable shard answers, tested on its state directly: which responses must wait for the
+//! log, and for what. The sync thread is never asked to commit here (nothing waits), so every
+//! `sync` write stays undurable and each answer's required LSN can be read off its session.
+
+use std::sync::Arc;
+
+use ferrite_proto::{CreatePoolFlags, Durability, Limits, PoolHandle, PutFlags, Request, Response};
+use ferrite_store::persistence::ssd::{recover_shard, ShardPaths, SharedLog};
+use ferrite_store::persistence::wal::{Lsn, WalConfig};
+
+use super::ShardState;
+use crate::config::DurabilityConfig;
+use crate::durability::ShardDurability;
+use crate::pools::Pools;
+use crate::session::Session;
+use crate::stats::ShardStats;
+
+/// A one-shard state on a fresh data directory, with its sync thread running but idle.
+fn durable_shard(tag: &str) -> (ShardState, std::path::PathBuf) {
+    let dir = std::env::temp_dir().join(format!("ferrite-handler-{}-{tag}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let config = DurabilityConfig { commit_interval_ms: 3_600_000, ..DurabilityConfig::default() };
+    let recovered =
+        recover_shard(&ShardPaths::new(&dir), WalConfig { segment_bytes: config.wal_segment_bytes }).expect("recover");
+    let log = SharedLog::new(recovered.writer);
+    let pools = Pools::logged(log.clone(), 16, recovered.next_pool_id);
+    let durability = ShardDurability::start(0, log, recovered.checkpointer, config).expect("sync thread");
+    let state = ShardState {
+        index: 0,
+        shard_addresses: Arc::from(vec!["127.0.0.1:1".to_string()]),
+        limits: Limits::MAX,
+        connections_max: 16,
+        pool_bytes_max: 1 << 30,
+        pools,
+        stats: ShardStats::new(),
+        durability: Some(durability),
+    };
+    (state, dir)
+}
+
+fn session(state: &mut ShardState) -> Session {
+    let mut session = Session::default();
+    let hello = Request::Hello { version: ferrite_proto::PROTOCOL_VERSION, client_name: "test", auth: b"" };
+    state.execute(hello, &mut session, 1).expect("hello");
+    session
+}
+
+/// Runs `request` and returns whether it succeeded and the LSN its answer must wait for.
+fn answer(state: &mut ShardState, session: &mut Session, request: Request<'_>) -> (bool, Lsn) {
+    let ok = state.execute(request, session, 1).is_ok();
+    (ok, std::mem::take(&mut session.wait_lsn))
+}
+
+fn open(state: &mut ShardState, session: &mut Session, name: &str) -> PoolHandle {
+    match state.execute(Request::OpenPool { name }, session, 1) {
+        Ok(Response::PoolOpened { pool }) => pool,
+        other => panic!("open {name}: {other:?}"),
+    }
+}
+
+/// Every answer whose content depends on pool state waits until the `sync` writes before it
+/// are durable, failures included: "key exists", "not found", "pool exists" reveal state just as
+/// a value does. Otherwise a client could act on a state that a power cut then takes back.
+#[test]
+fn answers_that_reveal_state_wait_for_the_writes_before_them() {
+    let (mut state, dir) = durable_shard("reveal");
+    let mut writer = session(&mut state);
+    let create =
+        |name| Request::CreatePool { name, size_bytes: 1 << 20, expected_objects: 16, flags: CreatePoolFlags::NONE };
+    let (created, _) = answer(&mut state, &mut writer, create("p"));
+    assert!(created);
+    let doomed = match state.execute(create("doomed"), &mut writer, 1) {
+        Ok(Response::PoolCreated { pool, .. }) => pool,
+        other => panic!("create doomed: {other:?}"),
+    };
+    let (closed, _) = answer(&mut state, &mut writer, Request::ClosePool { pool: doomed });
+    assert!(closed, "a creation opens the pool; it is closed so it can be deleted");
+    let pool = open(&mut state, &mut writer, "p");
+    let put = |flags, key| Request::Put { pool, flags, key, value: b"v" };
+    let (stored, written) = answer(&mut state, &mut writer, put(PutFlags::NONE, b"k"));
+    assert!(stored && written > 0, "a sync put waits for its own record");
+
+    let mut reader = session(&mut state);
+    let reader_pool = open(&mut state, &mut reader, "p");
+    assert_eq!(reader_pool, pool);
+    let _ = std::mem::take(&mut reader.wait_lsn);
+    let cases: Vec<(&str, Request<'_>, bool)> = vec![
+        ("create-only put of an existing key", put(PutFlags::CREATE_ONLY, b"k"), false),
+        ("update-only put of an absent key", put(PutFlags::UPDATE_ONLY, b"absent"), false),
+        (
+            "async create-only put of an absent key",
+            put(PutFlags::CREATE_ONLY.with_durability(Durability::Async), b"new"),
+            true,
+        ),
+        ("erase of an absent key", Request::Erase { pool, key: b"absent" }, false),
+        ("open of a pool", Request::OpenPool { name: "p" }, true),
+        ("open of an absent pool", Request::OpenPool { name: "absent" }, false),
+        ("delete of an absent pool", Request::DeletePool { name: "absent" }, false),
+        (
+            "create-only creation of an existing pool",
+            Request::CreatePool {
+                name: "p",
+                size_bytes: 1 << 20,
+                expected_objects: 16,
+                flags: CreatePoolFlags::CREATE_ONLY,
+            },
+            false,
+        ),
+        ("creation of an existing pool", create("p"), true),
+    ];
+    for (what, request, succeeds) in cases {
+        let (ok, wait) = answer(&mut state, &mut reader, request);
+        assert_eq!(ok, succeeds, "{what}");
+        assert!(wait >= written, "the answer to the {what} must wait for LSN {written}, waits for {wait}");
+    }
+
+    // An erase and a pool deletion that are not durable yet cannot be revealed either.
+    let (erased, erased_at) = answer(&mut state, &mut writer, Request::Erase { pool, key: b"k" });
+    assert!(erased);
+    let (ok, wait) = answer(&mut state, &mut reader, Request::Erase { pool, key: b"k" });
+    assert!(!ok && wait >= erased_at, "a second erase of the key must wait for the first: {wait} < {erased_at}");
+    let (deleted, deleted_at) = answer(&mut state, &mut writer, Request::DeletePool { name: "doomed" });
+    assert!(deleted);
+    let (ok, wait) = answer(&mut state, &mut reader, Request::OpenPool { name: "doomed" });
+    assert!(!ok && wait >= deleted_at, "'no such pool' must wait for the deletion: {wait} < {deleted_at}");
+    if let Some(durability) = state.durability.as_mut() {
+        durability.stop();
+    }
+    std::fs::remove_dir_all(&dir).expect("clean up");
+}
