@@ -211,6 +211,7 @@ impl Pools {
             .map_err(|error| CreateRefused::Engine(error.into()))?
             .next_multiple_of(ferrite_store::persistence::ssd::pages::PAGE_BYTES);
         let memory = PmemMemory::create(&pmem.dir, id, region_bytes).map_err(|e| CreateRefused::Pmem(e.to_string()))?;
+        tracing::info!(pool = name, id, mapping = %memory.mapping(), "pmem pool created");
         let remove_files = |dir: &std::path::Path| {
             let (region, undo) = pmem::pool_files(dir, id);
             let _ = (std::fs::remove_file(region), std::fs::remove_file(undo));
@@ -248,6 +249,7 @@ impl Pools {
     pub fn insert_pmem(&mut self, descriptor: PoolDescriptor) -> Result<(), String> {
         let pmem = self.pmem.as_ref().expect("called on the pmem backing");
         let memory = PmemMemory::open(&pmem.dir, descriptor.id, descriptor.region_bytes).map_err(|e| e.to_string())?;
+        tracing::info!(pool = %descriptor.name, id = descriptor.id, mapping = %memory.mapping(), "pmem pool opened");
         let store = Box::new(HStore::open(memory).map_err(|e| e.to_string())?);
         self.insert_opened(&descriptor, store, None);
         Ok(())

@@ -78,11 +78,17 @@ pub(crate) fn preallocate(file: &File, len: u64) -> io::Result<()> {
 
 /// Writes `len` zero bytes to `file` from its start.
 fn write_zeros(file: &File, len: u64) -> io::Result<()> {
+    write_zeros_between(file, 0, len)
+}
+
+/// Writes zeros over bytes `start..end` of `file` (extending it to `end` if shorter), a chunk at a
+/// time so that filling a large file needs little memory.
+pub(crate) fn write_zeros_between(file: &File, start: u64, end: u64) -> io::Result<()> {
     const CHUNK_BYTES: u64 = 1 << 20;
-    let zeros = vec![0u8; CHUNK_BYTES as usize];
-    let mut offset = 0;
-    while offset < len {
-        let chunk = (len - offset).min(CHUNK_BYTES) as usize;
+    let zeros = vec![0u8; CHUNK_BYTES.min(end.saturating_sub(start)) as usize];
+    let mut offset = start;
+    while offset < end {
+        let chunk = (end - offset).min(CHUNK_BYTES) as usize;
         file.write_all_at(&zeros[..chunk], offset)?;
         offset += chunk as u64;
     }
