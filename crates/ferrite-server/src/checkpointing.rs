@@ -48,6 +48,10 @@ async fn checkpoint(shard: &Rc<RefCell<ShardState>>, shutdown: &mut watch::Recei
     };
     let mut pages_written = 0u64;
     let outcome: Result<(u64, usize), CheckpointError> = loop {
+        if let Some(reason) = log.failure() {
+            // Pool memory may hold changes the log never took: nothing more may be copied.
+            break Err(CheckpointError::LogFailed(reason));
+        }
         let step = {
             let mut state = shard.borrow_mut();
             let durability = state.durability.as_mut().expect("checked by the caller");
@@ -79,7 +83,7 @@ async fn checkpoint(shard: &Rc<RefCell<ShardState>>, shutdown: &mut watch::Recei
             Ok(Step::Finish(job)) => {
                 let log = log.clone();
                 let finished = tokio::task::spawn_blocking(move || {
-                    let manifest = job.run()?;
+                    let manifest = job.run(|| log.failure())?;
                     let recycled = log.release_before(manifest.replay_from).map_err(|error| CheckpointError::Io {
                         context: "recycling log segments".into(),
                         source: std::io::Error::other(error.to_string()),

@@ -7,7 +7,8 @@ use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
 use ferrite_proto::{Limits, KEY_BYTES_MAX, POOLS_PER_SHARD_MAX, POOL_NAME_BYTES_MAX, VALUE_INLINE_BYTES_MAX};
-use ferrite_store::StoreKind;
+use ferrite_store::persistence::wal::{record_bytes, SEGMENT_HEADER_BYTES};
+use ferrite_store::{PoolSpec, StoreKind};
 use serde::Deserialize;
 
 /// The configuration used when no file is given.
@@ -308,12 +309,41 @@ impl Config {
         if durability.checkpoint_interval_secs == 0 {
             return invalid("durability.checkpoint_interval_secs must be at least 1".into());
         }
+        self.validate_log_room()?;
         let mut ports: Vec<u16> = self.shards.iter().map(|s| s.port).filter(|p| *p != 0).collect();
         ports.sort_unstable();
         if let Some(pair) = ports.windows(2).find(|pair| pair[0] == pair[1]) {
             return invalid(format!("two shards are configured on port {}", pair[0]));
         }
         self.validate_resp()
+    }
+
+    /// Refuses a log whose segments cannot hold the largest record a shard can write: a put of
+    /// the largest key and value with its table's growth, or the creation of the largest pool.
+    fn validate_log_room(&self) -> Result<(), ConfigError> {
+        let limits = &self.limits;
+        let segment_bytes = self.durability.wal_segment_bytes;
+        for (index, shard) in self.shards.iter().enumerate().filter(|(_, shard)| shard.backing == Backing::Ssd) {
+            let kind = shard.store.kind();
+            let key_max = u64::from(limits.key_bytes_max);
+            let value_max = u64::from(limits.value_bytes_max);
+            let write = kind.largest_put_footprint(key_max, value_max);
+            let spec = PoolSpec { size_bytes: limits.pool_bytes_max, expected_objects: u64::MAX };
+            let creation = kind.creation_footprint(spec).map_err(|error| {
+                ConfigError::Invalid(format!("limits.pool_bytes_max = {}: {error}", limits.pool_bytes_max))
+            })?;
+            let payload = ferrite_store::persistence::ssd::record::largest_payload(write, creation);
+            let needed = usize::try_from(payload).map_or(u64::MAX, record_bytes).saturating_add(SEGMENT_HEADER_BYTES);
+            if segment_bytes < needed {
+                return Err(ConfigError::Invalid(format!(
+                    "durability.wal_segment_bytes = {segment_bytes} cannot hold the largest write-ahead log record \
+                     shard {index} can write ({needed} bytes with its segment header: a put of a {key_max}-byte key \
+                     and a {value_max}-byte value with the growth of its table); set it to at least {needed}, or \
+                     lower limits.key_bytes_max or limits.value_bytes_max"
+                )));
+            }
+        }
+        Ok(())
     }
 
     fn validate_resp(&self) -> Result<(), ConfigError> {
@@ -463,6 +493,21 @@ mod tests {
         let text = format!("{DEFAULT_CONFIG_TOML}\n[[shards]]\nport = 11911\n");
         let error = Config::from_toml(&text, "t").expect_err("duplicate port").to_string();
         assert!(error.contains("11911"), "{error}");
+    }
+
+    /// Log segments must hold the largest record a shard can write (a put of the largest key and
+    /// value with a table growth): a configuration whose segments cannot is refused at startup,
+    /// naming the setting and the size it needs; smaller limits let small segments through.
+    #[test]
+    fn segments_too_small_for_the_largest_record_are_refused() {
+        let small = format!("{DEFAULT_CONFIG_TOML}\n[durability]\nwal_segment_bytes = 2097152\n");
+        let error = Config::from_toml(&small, "t").expect_err("2 MiB segments, 2 MiB values").to_string();
+        assert!(error.contains("durability.wal_segment_bytes = 2097152"), "{error}");
+        assert!(error.contains("at least"), "{error}");
+        let limited = small.replace("value_bytes_max = 2097152", "value_bytes_max = 262144");
+        Config::from_toml(&limited, "t").expect("256 KiB values fit 2 MiB segments");
+        let memory = small.replace("backing = \"ssd\"", "backing = \"memory\"");
+        Config::from_toml(&memory, "t").expect("a memory shard writes no log");
     }
 
     #[test]

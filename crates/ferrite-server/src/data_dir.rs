@@ -13,7 +13,7 @@
 //!
 //! ```text
 //! format = ferrite-data-dir
-//! version = 1
+//! version = 2
 //! shards = 4
 //! crc32c = 1a2b3c4d
 //! ```
@@ -32,7 +32,9 @@ const LOCK_NAME: &str = "LOCK";
 const IDENTITY_NAME: &str = "FERRITE";
 const IDENTITY_TEMP_NAME: &str = "FERRITE.tmp";
 const IDENTITY_MAGIC: &str = "ferrite-data-dir";
-const IDENTITY_VERSION: u32 = 1;
+/// Version 2: write-ahead log format 2 (salted records) and hstore format 2 (subtables). A
+/// directory of version 1 is refused, never misread.
+const IDENTITY_VERSION: u32 = 2;
 const SHARD_PREFIX: &str = "shard-";
 
 #[derive(Debug, thiserror::Error)]
@@ -271,10 +273,11 @@ mod tests {
     fn a_wrong_magic_or_version_is_refused_naming_the_file() {
         let with_crc = |body: &str| format!("{body}crc32c = {:08x}\n", crc32c::crc32c(body.as_bytes()));
         let cases = [
-            (with_crc("format = something-else\nversion = 1\nshards = 1\n"), "not a Ferrite data directory"),
-            (with_crc("format = ferrite-data-dir\nversion = 2\nshards = 1\n"), "format version 2"),
-            (with_crc("format = ferrite-data-dir\nversion = 1\n"), "no 'shards' line"),
-            ("format = ferrite-data-dir\nversion = 1\n".to_string(), "the last line is not its checksum"),
+            (with_crc("format = something-else\nversion = 2\nshards = 1\n"), "not a Ferrite data directory"),
+            (with_crc("format = ferrite-data-dir\nversion = 3\nshards = 1\n"), "format version 3"),
+            (with_crc("format = ferrite-data-dir\nversion = 1\nshards = 1\n"), "format version 1"),
+            (with_crc("format = ferrite-data-dir\nversion = 2\n"), "no 'shards' line"),
+            ("format = ferrite-data-dir\nversion = 2\n".to_string(), "the last line is not its checksum"),
             (String::new(), "too short"),
         ];
         for (i, (text, reason)) in cases.iter().enumerate() {

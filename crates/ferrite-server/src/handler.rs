@@ -12,7 +12,8 @@ use ferrite_proto::{
     PROTOCOL_VERSION,
 };
 use ferrite_store::persistence::wal::WalError;
-use ferrite_store::{FindBudget, FindQuery, PoolSpec, PutMode, PutOutcome, StoreError};
+use ferrite_store::{FindBudget, FindQuery, PoolSpec, PutMode, PutOutcome, StoreError, WriteFootprint};
+use tokio::sync::watch;
 
 use crate::durability::{DurableGate, ShardDurability};
 use crate::pools::{CreateRefused, NewPool, Pool, Pools};
@@ -56,6 +57,8 @@ fn store_failure(error: StoreError, pool: &Pool) -> Failure {
         StoreError::KeyExists => ErrorCode::KeyExists,
         StoreError::KeyNotFound => ErrorCode::KeyNotFound,
         StoreError::PoolFull { .. } => ErrorCode::PoolFull,
+        StoreError::KeyTooLarge { .. } => ErrorCode::KeyTooLarge,
+        StoreError::ValueTooLarge { .. } => ErrorCode::ValueTooLarge,
         _ => ErrorCode::Internal,
     };
     Failure::new(code, format!("pool '{}': {error}", pool.name))
@@ -85,10 +88,6 @@ fn open_pool_mut<'p>(pools: &'p mut Pools, session: &Session, handle: PoolHandle
         _ => Err(Failure::new(ErrorCode::PoolNotOpen, format!("pool handle {} is not open in this session", handle.0))),
     }
 }
-
-/// Log room reserved before a write beyond its key and value: the table entries, hop words and
-/// allocator pages a transaction's record carries besides the data itself.
-const WRITE_RECORD_SLACK_BYTES: u64 = 64 * 1024;
 
 /// What a client is told when the shard's log refuses or fails.
 fn log_failure(shard: u16, error: &WalError) -> Failure {
@@ -129,6 +128,10 @@ pub(crate) struct ShardState {
     pub stats: ShardStats,
     /// The log, sync thread and checkpoints of a shard on the `ssd` backing.
     pub durability: Option<ShardDurability>,
+    /// Set to stop the shard: by the server's shutdown, or by [`ShardState::halt`].
+    pub stop: watch::Sender<bool>,
+    /// Why the shard stopped itself, if it did.
+    pub halted: Option<String>,
 }
 
 impl ShardState {
@@ -137,26 +140,46 @@ impl ShardState {
         self.durability.as_ref().map(|durability| durability.gate.clone())
     }
 
-    /// Refuses a write before it changes anything if the log has failed or has no room for its
-    /// record (a full disk): a write must never change pool memory that the log cannot record.
-    fn admit_write(&self, payload_bytes: u64) -> Result<(), Failure> {
+    /// Refuses a write before it changes anything if the log has failed or has no room for the
+    /// record of a write that changes `footprint` of pool memory, growth included (a full disk):
+    /// a write must never change pool memory that the log cannot record.
+    fn admit_write(&self, footprint: WriteFootprint) -> Result<(), Failure> {
         let Some(durability) = &self.durability else { return Ok(()) };
-        durability
-            .log
-            .ensure_room(payload_bytes + WRITE_RECORD_SLACK_BYTES)
-            .map_err(|error| log_failure(self.index, &error))
+        durability.log.reserve_transaction(footprint).map_err(|error| log_failure(self.index, &error))
     }
 
     /// Accounts for a write just applied: a `sync` one makes the batch's responses (and later
-    /// reads) wait for its record to be durable. Fails if the log could not take the record.
+    /// reads) wait for its record to be durable. If the log could not take the record (it failed
+    /// under the write, after the room was reserved), pool memory holds a change nothing
+    /// recorded: the shard stops before any answer can reveal it.
     fn logged(&mut self, sync: bool, session: &mut Session) -> Result<(), Failure> {
         let Some(durability) = &mut self.durability else { return Ok(()) };
-        let lsn = durability.log.appended().map_err(|error| log_failure(self.index, &error))?;
+        let lsn = match durability.log.appended() {
+            Ok(lsn) => lsn,
+            Err(error) => {
+                return Err(self.halt(format!("a write changed pool memory but could not be logged: {error}")))
+            }
+        };
         if sync {
             durability.visible_lsn = lsn;
             session.wait_lsn = session.wait_lsn.max(lsn);
         }
         Ok(())
+    }
+
+    /// Stops the shard at once: pool memory holds a change its log does not, so nothing may be
+    /// answered, exposed or checkpointed from now on. Every connection of the shard is closed
+    /// without the responses it holds (as on shutdown, but the shard's thread then ends with an
+    /// error, which stops the server); the restart recovers what the log holds. Returns what the
+    /// request that found out would be told, were anything still sent.
+    pub fn halt(&mut self, reason: String) -> Failure {
+        tracing::error!(shard = self.index, %reason, "stopping the shard: it cannot go on without losing or exposing data");
+        self.halted.get_or_insert(reason.clone());
+        if let Some(durability) = &self.durability {
+            durability.log.fail(&reason);
+        }
+        self.stop.send_replace(true);
+        Failure::closing(ErrorCode::StorageFailed, format!("shard {}: {reason}; the shard stopped", self.index))
     }
 
     /// A read's response waits until every `sync` write applied before it is durable. So does
@@ -231,6 +254,10 @@ impl ShardState {
         session: &mut Session,
         now_ns: u64,
     ) -> Result<Response<'s>, Failure> {
+        if let Some(reason) = &self.halted {
+            // Other connections may still run in the loop turn that stopped the shard.
+            return Err(Failure::closing(ErrorCode::StorageFailed, format!("shard {} stopped: {reason}", self.index)));
+        }
         if !session.handshaken && !matches!(request, Request::Hello { .. }) {
             return Err(Failure::closing(
                 ErrorCode::HandshakeRequired,
@@ -272,7 +299,9 @@ impl ShardState {
                     // Success or failure says whether the key was there.
                     self.reading(session);
                 }
-                self.admit_write((key.len() + value.len()) as u64)?;
+                let footprint =
+                    open_pool(&self.pools, session, pool)?.store.put_footprint(key.len() as u64, value.len() as u64);
+                self.admit_write(footprint)?;
                 let pool = open_pool_mut(&mut self.pools, session, pool)?;
                 let outcome =
                     pool.store.put(key, value, put_mode(flags), now_ns).map_err(|e| store_failure(e, pool))?;
@@ -296,7 +325,7 @@ impl ShardState {
             }
             Request::Erase { pool, key } => {
                 self.reading(session);
-                self.admit_write(key.len() as u64)?;
+                self.admit_write(open_pool(&self.pools, session, pool)?.store.erase_footprint())?;
                 let pool = open_pool_mut(&mut self.pools, session, pool)?;
                 pool.store.erase(key).map_err(|e| store_failure(e, pool))?;
                 if let Some(index) = &mut pool.index {
@@ -401,9 +430,6 @@ impl ShardState {
             indexed: flags.contains(CreatePoolFlags::INDEXED),
             async_default: flags.durability() == Durability::Async,
         };
-        if self.pools.find(name).is_none() {
-            self.admit_write(WRITE_RECORD_SLACK_BYTES)?;
-        }
         let (handle, created) = match self.pools.create(name, new) {
             Ok(handle) => (handle, true),
             Err(CreateRefused::Exists) if flags.contains(CreatePoolFlags::CREATE_ONLY) => {
@@ -425,6 +451,7 @@ impl ShardState {
                     format!("pool '{name}': cannot allocate its memory ({} bytes requested): {error}", spec.size_bytes),
                 ));
             }
+            Err(CreateRefused::Log(error)) => return Err(log_failure(self.index, &error)),
             Err(CreateRefused::Pmem(reason)) => {
                 return Err(Failure::new(ErrorCode::StorageFailed, format!("pool '{name}': {reason}")));
             }
@@ -447,7 +474,6 @@ impl ShardState {
                 format!("pool '{name}' is open ({open_count} open handle(s)); close it everywhere before deleting"),
             ));
         }
-        self.admit_write(0)?;
         self.pools.remove(handle).map_err(|error| log_failure(self.index, &error))?;
         self.logged(true, session)?;
         Ok(Response::PoolDeleted)

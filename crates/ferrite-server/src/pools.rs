@@ -59,6 +59,8 @@ pub(crate) enum CreateRefused {
     Engine(CreateStoreError),
     /// The pool memory could not be allocated.
     Memory(std::io::Error),
+    /// The log has no room for the pool's creation record (a full disk), or has failed.
+    Log(WalError),
     /// The `pmem` backing could not create the pool's files or record it in its catalog.
     Pmem(String),
 }
@@ -182,6 +184,9 @@ impl Pools {
         let region_bytes = HStore::<LoggedMemory>::region_bytes_for(new.spec)
             .map_err(|error| CreateRefused::Engine(error.into()))?
             .next_multiple_of(ferrite_store::persistence::ssd::pages::PAGE_BYTES);
+        let formatting = HStore::<LoggedMemory>::creation_footprint(new.spec)
+            .map_err(|error| CreateRefused::Engine(error.into()))?;
+        log.reserve_pool_creation(formatting).map_err(CreateRefused::Log)?;
         let region =
             SharedRegion::zeroed(&format!("ferrite-pool-{id}"), region_bytes).map_err(CreateRefused::Memory)?;
         let descriptor = PoolDescriptor {
@@ -286,11 +291,12 @@ impl Pools {
         Ok(())
     }
 
-    /// Deletes a pool; on the `ssd` backing its deletion is logged first, and a log that refuses
-    /// the record leaves the pool in place.
+    /// Deletes a pool; on the `ssd` backing its deletion is logged first, and a log that has no
+    /// room for the record (or has failed) leaves the pool in place.
     pub fn remove(&mut self, handle: PoolHandle) -> Result<Option<Pool>, WalError> {
         if let (Some(log), Some(pool)) = (&self.log, self.by_handle.get(&handle)) {
             if pool.persisted.is_some() {
+                log.reserve_pool_deletion()?;
                 self.scratch.clear();
                 encode_pool_deleted(handle.0, &mut self.scratch);
                 log.append(&self.scratch)?;

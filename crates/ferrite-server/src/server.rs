@@ -141,6 +141,8 @@ impl BoundServer {
                 pools,
                 stats: ShardStats::new(),
                 durability,
+                stop: watch::channel(false).0,
+                halted: None,
             };
             let resp = resp_listeners.next().map(|(listener, address)| resp::Listener {
                 listener,

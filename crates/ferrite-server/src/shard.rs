@@ -77,12 +77,24 @@ async fn serve(
         None => None,
     };
     let index = state.index;
+    // The shard's own stop signal: the server's shutdown, or the shard halting itself. Every
+    // connection and the checkpoint task watch it.
+    let stop = state.stop.subscribe();
+    let mut stopping = stop.clone();
     let shard = Rc::new(RefCell::new(state));
+    let forward_shutdown = {
+        let shard = Rc::clone(&shard);
+        tokio::task::spawn_local(async move {
+            // A dropped sender means the server is gone: stop as well.
+            let _ = shutdown.wait_for(|stop| *stop).await;
+            shard.borrow().stop.send_replace(true);
+        })
+    };
     let mut connections = JoinSet::new();
-    let checkpoints = tokio::task::spawn_local(checkpointing::run(Rc::clone(&shard), shutdown.clone()));
+    let checkpoints = tokio::task::spawn_local(checkpointing::run(Rc::clone(&shard), stop.clone()));
     loop {
         tokio::select! {
-            _ = shutdown.changed() => break,
+            _ = stopping.wait_for(|stop| *stop) => break,
             Some(_) = connections.join_next(), if !connections.is_empty() => {}
             accepted = listener.accept() => match accepted {
                 Ok((stream, _peer)) => {
@@ -91,7 +103,7 @@ async fn serve(
                         connections.spawn_local(refuse(stream, refusal(max)));
                         continue;
                     }
-                    connections.spawn_local(connection::serve(stream, Rc::clone(&shard), shutdown.clone()));
+                    connections.spawn_local(connection::serve(stream, Rc::clone(&shard), stop.clone()));
                 }
                 Err(error) => {
                     warn!(shard = index, %error, "accept failed");
@@ -105,7 +117,7 @@ async fn serve(
                         continue;
                     }
                     let id = shard.borrow().stats.clients_total;
-                    connections.spawn_local(resp::serve(stream, Rc::clone(&shard), settings, id, shutdown.clone()));
+                    connections.spawn_local(resp::serve(stream, Rc::clone(&shard), settings, id, stop.clone()));
                 }
                 Err(error) => {
                     warn!(shard = index, %error, "RESP accept failed");
@@ -116,6 +128,7 @@ async fn serve(
     }
     drop(listener);
     drop(resp);
+    forward_shutdown.abort();
     info!(shard = index, connections = connections.len(), "shard stopping");
     // Connections see the same signal and finish their current batch; the deadline only guards
     // against a bug keeping one alive.
@@ -131,10 +144,14 @@ async fn serve(
     // The checkpoint task stops at the same signal; one interrupted mid-way is simply redone.
     let _ = checkpoints.await;
     if let Some(durability) = shard.borrow_mut().durability.as_mut() {
-        // Async writes acknowledged before the stop become durable now.
+        // Async writes acknowledged before the stop become durable now (a failed log takes none).
         durability.stop();
     }
-    Ok(())
+    let halted = shard.borrow().halted.clone();
+    match halted {
+        Some(reason) => Err(std::io::Error::other(format!("shard {index} stopped itself: {reason}"))),
+        None => Ok(()),
+    }
 }
 
 /// The native protocol's answer to a client over the connection limit.

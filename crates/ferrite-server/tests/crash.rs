@@ -4,7 +4,7 @@
 //! no acknowledged erase may be undone. The one request a writer had in flight when the server
 //! died may or may not have happened; nothing else is uncertain.
 //!
-//! Checkpoints are made frequent (every second, or every MiB of log) so crashes land before,
+//! Checkpoints are made frequent (every second, or every 2 MiB of log) so crashes land before,
 //! during and after them. `FERRITE_CRASH_ROUNDS` sets the number of kills (default 50);
 //! `FERRITE_CRASH_SEED` replays a failing run.
 
@@ -143,12 +143,15 @@ fn summary(expected: &Expected) -> String {
     }
 }
 
+/// Small log segments and a low checkpoint threshold, so crashes land around recycling and
+/// checkpoints; values up to 256 KiB, so that 2 MiB segments hold the largest record.
 fn start(data_dir: &std::path::Path, backing: &str) -> TestServer {
     TestServer::builder()
         .data_dir(data_dir)
         .config("backing", format!("\"{backing}\""))
+        .config("value_bytes_max", 262_144)
         .append_config(
-            "[durability]\nwal_segment_bytes = 1048576\ncheckpoint_wal_bytes = 1048576\ncheckpoint_interval_secs = 1",
+            "[durability]\nwal_segment_bytes = 2097152\ncheckpoint_wal_bytes = 2097152\ncheckpoint_interval_secs = 1",
         )
         .start()
 }

@@ -36,8 +36,11 @@ fn a_full_disk_refuses_writes_cleanly_and_recovers_when_space_returns() {
         .arg("--print-default-config")
         .output()
         .expect("print the default config");
-    let text = String::from_utf8(default.stdout).expect("UTF-8")
-        + "[durability]\nwal_segment_bytes = 1048576\ncheckpoint_interval_secs = 3600\n";
+    // 2 MiB segments (the smallest that hold the largest record once values are at most 256 KiB).
+    let text = String::from_utf8(default.stdout)
+        .expect("UTF-8")
+        .replace("value_bytes_max = 2097152", "value_bytes_max = 262144")
+        + "[durability]\nwal_segment_bytes = 2097152\ncheckpoint_interval_secs = 3600\n";
     std::fs::write(&config, text).expect("write the config");
     // Mounts a small tmpfs, fills part of it with ballast, and becomes the server.
     let script = dir.join("on-small-disk.sh");

@@ -149,14 +149,18 @@ fn a_damaged_log_is_refused_with_its_place() {
 #[test]
 fn checkpoints_bound_the_log() {
     let data_dir = fresh_dir("bounded").join("data");
+    // 2 MiB segments hold the largest record once values are at most 256 KiB.
     let config =
-        "[durability]\nwal_segment_bytes = 1048576\ncheckpoint_wal_bytes = 1048576\ncheckpoint_interval_secs = 1";
-    let mut server = TestServer::builder().data_dir(&data_dir).append_config(config).start();
+        "[durability]\nwal_segment_bytes = 2097152\ncheckpoint_wal_bytes = 2097152\ncheckpoint_interval_secs = 1";
+    let start = |data_dir: &std::path::Path| {
+        TestServer::builder().data_dir(data_dir).config("value_bytes_max", 262_144).append_config(config).start()
+    };
+    let mut server = start(&data_dir);
     let session = connect(&server);
     let options = PoolOptions { size_bytes: 64 << 20, expected_objects: 1000, ..PoolOptions::default() };
     let pool = session.create_pool("churn", options).expect("create");
-    // About 12 MiB of log: 6,000 puts of 2 KiB over 500 keys.
-    for i in 0..6000u32 {
+    // About 24 MiB of log: 12,000 puts of 2 KiB over 500 keys.
+    for i in 0..12_000u32 {
         pool.put(format!("k{}", i % 500), vec![(i % 251) as u8; 2048]).expect("put");
     }
     let checkpoints = common::wait_until("a checkpoint", Duration::from_secs(20), || {
@@ -171,13 +175,13 @@ fn checkpoints_bound_the_log() {
         .filter_map(Result::ok)
         .filter(|entry| entry.file_name().to_string_lossy().ends_with(".log"))
         .count();
-    assert!(segments <= 8, "12 MiB of log through 1 MiB segments left {segments} segment files");
+    assert!(segments <= 8, "24 MiB of log through 2 MiB segments left {segments} segment files");
     drop(pool);
     server.kill9();
-    let server = TestServer::builder().data_dir(&data_dir).append_config(config).start();
+    let server = start(&data_dir);
     let pool = connect(&server).open_pool("churn").expect("open");
     for k in 0..500u32 {
-        let last = (5500..6000).find(|i| i % 500 == k).expect("every key was written last in the final round");
+        let last = (11_500..12_000).find(|i| i % 500 == k).expect("every key was written last in the final round");
         assert_eq!(pool.get(format!("k{k}")).expect("get"), vec![(last % 251) as u8; 2048], "k{k}");
     }
     drop(pool);

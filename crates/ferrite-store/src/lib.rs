@@ -15,6 +15,6 @@ pub use hstore::HStore;
 pub use mapstore::MapStore;
 pub use secondary_index::{FindBudget, FindPage, FindQuery, InvalidPattern, SecondaryIndex};
 pub use store::{
-    CreateStoreError, PoolSpec, PutMode, PutOutcome, Store, StoreError, StoreKind, ValueAttributes,
+    CreateStoreError, PoolSpec, PutMode, PutOutcome, Store, StoreError, StoreKind, ValueAttributes, WriteFootprint,
     ENTRY_OVERHEAD_BYTES,
 };

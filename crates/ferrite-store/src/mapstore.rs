@@ -3,7 +3,9 @@
 use foldhash::HashMap;
 use foldhash::HashMapExt;
 
-use crate::store::{PoolSpec, PutMode, PutOutcome, Store, StoreError, ValueAttributes, ENTRY_OVERHEAD_BYTES};
+use crate::store::{
+    PoolSpec, PutMode, PutOutcome, Store, StoreError, ValueAttributes, WriteFootprint, ENTRY_OVERHEAD_BYTES,
+};
 
 /// Up-front index capacity is capped so a pool that claims to expect billions of objects cannot
 /// make the server allocate much before storing anything; the index grows on demand past this.
@@ -103,6 +105,15 @@ impl Store for MapStore {
 
     fn used_bytes(&self) -> u64 {
         self.used_bytes
+    }
+
+    /// A mapstore lives in DRAM only and is never logged; its "footprint" is just the pair.
+    fn put_footprint(&self, key_len: u64, value_len: u64) -> WriteFootprint {
+        WriteFootprint { bytes: key_len + value_len, ranges: 1 }
+    }
+
+    fn erase_footprint(&self) -> WriteFootprint {
+        WriteFootprint { bytes: 0, ranges: 0 }
     }
 }
 

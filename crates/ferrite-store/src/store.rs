@@ -43,6 +43,20 @@ pub enum StoreError {
     /// `free` is at least `needed`.
     #[error("pool is full: {needed} bytes needed, {free} of {capacity} free")]
     PoolFull { needed: u64, free: u64, capacity: u64 },
+    #[error("a key of {bytes} bytes is longer than the engine's limit of {max}")]
+    KeyTooLarge { bytes: u64, max: u64 },
+    #[error("a value of {bytes} bytes is longer than the engine's limit of {max}")]
+    ValueTooLarge { bytes: u64, max: u64 },
+}
+
+/// The most pool memory one write may change, as its log record will carry it: the bytes, and how
+/// many separate ranges they may come in. A durable shard reserves room in its log for this much
+/// before the write, so that pool memory never changes unless its whole record (a table growth
+/// included) is sure to be logged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WriteFootprint {
+    pub bytes: u64,
+    pub ranges: u64,
 }
 
 /// What a pool knows about one stored value.
@@ -91,6 +105,13 @@ pub trait Store: Send {
     /// rebuilt after a restart. Takes a `dyn` visitor so the server can call it through
     /// `Box<dyn Store>`.
     fn for_each_key(&self, visit: &mut dyn FnMut(&[u8]));
+
+    /// The most a put of a key and value of these lengths may change, growth of the index
+    /// included (see [`WriteFootprint`]).
+    fn put_footprint(&self, key_len: u64, value_len: u64) -> WriteFootprint;
+
+    /// The most an erase may change.
+    fn erase_footprint(&self) -> WriteFootprint;
 }
 
 /// The engines a shard can put behind its pools.
@@ -117,6 +138,23 @@ impl StoreKind {
         match self {
             StoreKind::MapStore => "mapstore",
             StoreKind::HStore => "hstore",
+        }
+    }
+
+    /// The most one put of a key and value of these lengths may change in a store of this kind,
+    /// growth included: with the largest key and value a server admits, its largest write.
+    pub fn largest_put_footprint(self, key_len: u64, value_len: u64) -> WriteFootprint {
+        match self {
+            StoreKind::MapStore => WriteFootprint { bytes: key_len + value_len, ranges: 1 },
+            StoreKind::HStore => HStore::<VolatileMemory>::put_footprint_for(key_len, value_len),
+        }
+    }
+
+    /// The most formatting a pool of shape `spec` changes in a store of this kind.
+    pub fn creation_footprint(self, spec: PoolSpec) -> Result<WriteFootprint, CreateStoreError> {
+        match self {
+            StoreKind::MapStore => Ok(WriteFootprint { bytes: 0, ranges: 0 }),
+            StoreKind::HStore => Ok(HStore::<VolatileMemory>::creation_footprint(spec)?),
         }
     }
 
@@ -149,6 +187,8 @@ mod tests {
             store.put(b"k", b"v", PutMode::Upsert, 1).expect("room");
             assert_eq!(store.get(b"k"), Some(&b"v"[..]), "{}", kind.name());
             assert_eq!(store.used_bytes(), 2 + ENTRY_OVERHEAD_BYTES);
+            let footprint = store.put_footprint(10, 20);
+            assert!(footprint.bytes >= 30 && footprint.ranges >= 1, "{}", kind.name());
             let long_key = vec![b'x'; 300];
             store.put(&long_key, b"out of line", PutMode::Upsert, 1).expect("room");
             store.put(b"gone", b"v", PutMode::Upsert, 1).expect("room");

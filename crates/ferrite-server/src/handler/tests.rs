@@ -34,6 +34,8 @@ fn durable_shard(tag: &str) -> (ShardState, std::path::PathBuf) {
         pools,
         stats: ShardStats::new(),
         durability: Some(durability),
+        stop: tokio::sync::watch::channel(false).0,
+        halted: None,
     };
     (state, dir)
 }
@@ -126,5 +128,37 @@ fn answers_that_reveal_state_wait_for_the_writes_before_them() {
     if let Some(durability) = state.durability.as_mut() {
         durability.stop();
     }
+    std::fs::remove_dir_all(&dir).expect("clean up");
+}
+
+/// A shard that halts (pool memory ran ahead of its log) answers nothing more, to anyone: every
+/// request after it is refused and closes its connection, the shard's stop signal is raised, and
+/// its log takes nothing more.
+#[test]
+fn a_halted_shard_answers_nothing() {
+    let (mut state, dir) = durable_shard("halt");
+    let mut session = session(&mut state);
+    let create =
+        Request::CreatePool { name: "p", size_bytes: 1 << 20, expected_objects: 16, flags: CreatePoolFlags::NONE };
+    assert!(answer(&mut state, &mut session, create).0);
+    let pool = open(&mut state, &mut session, "p");
+    let stop = state.stop.subscribe();
+    let failure = state.halt("a test".into());
+    assert!(failure.close, "the request that found out closes its connection");
+    assert!(*stop.borrow(), "the shard's stop signal is raised");
+    for request in [
+        Request::Get { pool, key: b"k" },
+        Request::Put { pool, flags: PutFlags::NONE, key: b"k", value: b"v" },
+        Request::ListPools,
+        Request::GetStatistics,
+    ] {
+        match state.execute(request, &mut session, 1) {
+            Err(failure) => assert!(failure.close && failure.message.contains("stopped"), "{}", failure.message),
+            Ok(response) => panic!("a halted shard answered: {response:?}"),
+        }
+    }
+    let durability = state.durability.as_mut().expect("durable");
+    assert!(durability.log.failure().is_some(), "the log takes nothing more");
+    durability.stop();
     std::fs::remove_dir_all(&dir).expect("clean up");
 }

@@ -6,10 +6,10 @@ use std::fmt;
 
 use super::allocator::Heap;
 use super::layout::{
-    index, slice, Header, Occupant, CAPACITY_BYTES_OFFSET, ENTRY_BYTES, HEADER_BYTES, HOP_MASK, NEIGHBOURHOOD,
-    OCCUPANT_OFFSET, PAYLOAD_OFFSET, SEGMENTS_OFFSET, USED_BIT,
+    index, slice, subtable_of, tag_of, DirectoryEntry, Header, Occupant, CAPACITY_BYTES_OFFSET, DIRECTORY_ENTRY_BYTES,
+    DIRECTORY_OFFSET, ENTRY_BYTES, HEADER_BYTES, NEIGHBOURHOOD, OCCUPANT_OFFSET, PAYLOAD_OFFSET,
 };
-use super::table::Table;
+use super::table::Subtable;
 use crate::store::ENTRY_OVERHEAD_BYTES;
 
 /// A walk stops collecting after this many problems: past that, the region is plainly damaged and
@@ -29,15 +29,19 @@ impl fmt::Display for Problem {
     }
 }
 
-/// What a walk of the table finds.
+/// What a walk of the directory and the tables finds.
 #[derive(Debug)]
 pub(crate) struct Walk {
     pub objects: u64,
     pub used_bytes: u64,
     pub out_of_line_objects: u64,
-    /// The allocator state the table implies: every segment, slab slot and extent it references
-    /// claimed, everything else free.
+    /// The allocator state the tables imply: the directory, every subtable, slab slot and extent
+    /// they reference claimed, everything else free.
     pub heap: Heap,
+    /// Every subtable's place, as the directory records it.
+    pub subtables: Vec<Subtable>,
+    /// Pairs found in each subtable.
+    pub pairs: Vec<u32>,
 }
 
 /// Summary of a region that passed [`HStore::check`](super::HStore::check).
@@ -48,8 +52,9 @@ pub struct CheckReport {
     pub used_bytes: u64,
     pub capacity_bytes: u64,
     pub region_bytes: u64,
+    /// Buckets of every subtable together.
     pub buckets: u64,
-    pub segments: usize,
+    pub subtables: usize,
     /// Keys and values stored outside their table entry.
     pub out_of_line_objects: u64,
     pub slabs: usize,
@@ -72,73 +77,70 @@ impl Problems<'_> {
     }
 }
 
-/// Walks the table of a region whose header decoded as `header`, checking every entry and
-/// claiming every allocation it references in a fresh heap. Problems are appended to `problems`;
-/// the returned counts and heap are meaningful only if none were found.
+/// Walks the directory and every table of a region whose header decoded as `header`, checking
+/// every entry and claiming every allocation it references in a fresh heap. Problems are appended
+/// to `problems`; the returned counts and heap are meaningful only if none were found.
 ///
-/// Checks: segments inside the heap and disjoint; every used entry's key hashes to its stored
-/// hash, sits within the neighbourhood of its home and is listed in the home's hop bitmap; every
-/// hop bit names a used entry with that home; empty entries are all zero; out-of-line keys and
-/// values lie inside the heap, at a slot of their size class or on their own extent, and overlap
-/// nothing; every key is found by a lookup (so no key is stored twice); used bytes fit the capacity.
-pub(crate) fn walk(bytes: &[u8], header: &Header, table: &Table, problems: &mut Vec<Problem>) -> Walk {
+/// Checks: the directory and every subtable inside the heap and disjoint, every directory entry
+/// intact and in its place; every used entry's key hashes to its subtable and its stored hash,
+/// sits within the neighbourhood of its home and is listed in the home's hop bitmap; every hop bit
+/// names a used entry with that home; empty entries are all zero; out-of-line keys and values lie
+/// inside the heap, at a slot of their size class or on their own extent, and overlap nothing;
+/// every key is found by a lookup (so no key is stored twice); used bytes fit the capacity.
+pub(crate) fn walk(bytes: &[u8], header: &Header, problems: &mut Vec<Problem>) -> Walk {
     let mut problems = Problems(problems);
     let mut heap = Heap::new(HEADER_BYTES, header.heap_end(), header.slab_bytes, header.small_object_bytes_max());
-    let mut walk = Walk { objects: 0, used_bytes: 0, out_of_line_objects: 0, heap: heap.clone() };
-    for (k, segment) in table.segments().iter().enumerate() {
-        let segment_bytes = table.segment_bytes(k);
-        if !heap.claim_segment(*segment, segment_bytes) {
-            problems.push(
-                (SEGMENTS_OFFSET + 8 * k) as u64,
-                format!(
-                    "segment {k} ({segment_bytes} bytes at {segment:#x}) overlaps another segment or lies outside \
-                     the heap"
-                ),
-            );
+    let count = index(header.subtables);
+    let mut walk = Walk {
+        objects: 0,
+        used_bytes: 0,
+        out_of_line_objects: 0,
+        heap: heap.clone(),
+        subtables: Vec::with_capacity(count),
+        pairs: vec![0; count],
+    };
+    if !heap.claim_segment(header.directory, header.directory_bytes()) {
+        problems.push(
+            DIRECTORY_OFFSET as u64,
+            format!(
+                "the directory ({} bytes at {:#x}) lies outside the heap",
+                header.directory_bytes(),
+                header.directory
+            ),
+        );
+        return walk;
+    }
+    for k in 0..header.subtables {
+        let at = header.directory_entry_offset(k);
+        let entry = slice(bytes, at, DIRECTORY_ENTRY_BYTES).map(|raw| DirectoryEntry::decode(raw, k));
+        match entry {
+            Some(Ok(entry)) => {
+                if entry.buckets > 0 && !heap.claim_segment(entry.offset, entry.buckets * ENTRY_BYTES) {
+                    problems.push(
+                        at,
+                        format!(
+                            "subtable {k} ({} buckets at {:#x}) overlaps another allocation or lies outside the heap",
+                            entry.buckets, entry.offset
+                        ),
+                    );
+                }
+                walk.subtables.push(Subtable { offset: entry.offset, buckets: entry.buckets });
+            }
+            Some(Err(reason)) => problems.push(at, format!("the directory entry of subtable {k} is damaged: {reason}")),
+            None => problems.push(at, format!("the directory entry of subtable {k} lies outside the region")),
         }
     }
     if !problems.0.is_empty() {
-        // Entries cannot be read safely from segments that are not where they should be.
+        // Entries cannot be read safely from subtables that are not where they should be.
         return walk;
     }
-    let mask = table.mask();
-    for bucket in 0..table.buckets() {
-        if problems.full() {
-            return walk;
-        }
-        let entry = table.entry_offset(bucket);
-        let at = index(entry);
-        let word = table.word(bytes, bucket);
-        let mut hop = word & HOP_MASK;
-        while hop != 0 {
-            let distance = u64::from(hop.trailing_zeros());
-            hop &= hop - 1;
-            let target = (bucket + distance) & mask;
-            if distance >= NEIGHBOURHOOD {
-                problems.push(entry, format!("hop bit {distance} of bucket {bucket} is outside the neighbourhood"));
-            } else if table.word(bytes, target) & USED_BIT == 0 {
-                problems.push(
-                    entry,
-                    format!("hop bit {distance} of bucket {bucket} names bucket {target}, which is empty"),
-                );
-            } else {
-                let home = table.home(table.occupant(bytes, target).hash);
-                if home != bucket {
-                    problems.push(
-                        entry,
-                        format!("hop bit {distance} of bucket {bucket} names bucket {target}, whose home is {home}"),
-                    );
-                }
+    for (k, subtable) in walk.subtables.clone().into_iter().enumerate() {
+        for bucket in 0..subtable.buckets {
+            if problems.full() {
+                return walk;
             }
+            check_bucket(bytes, header, k, subtable, bucket, &mut heap, &mut problems, &mut walk);
         }
-        if word & USED_BIT == 0 {
-            if bytes[at + OCCUPANT_OFFSET..at + ENTRY_BYTES as usize].iter().any(|b| *b != 0) {
-                problems.push(entry, format!("bucket {bucket} is empty but its entry is not zeroed"));
-            }
-            continue;
-        }
-        let occupant = table.occupant(bytes, bucket);
-        check_occupant(bytes, header, table, bucket, &occupant, &mut heap, &mut problems, &mut walk);
     }
     if walk.used_bytes > header.capacity_bytes {
         problems.push(
@@ -150,18 +152,66 @@ pub(crate) fn walk(bytes: &[u8], header: &Header, table: &Table, problems: &mut 
     walk
 }
 
+/// Checks one bucket: its hop bitmap, and its entry (empty, or a pair in its place).
+#[allow(clippy::too_many_arguments)]
+fn check_bucket(
+    bytes: &[u8],
+    header: &Header,
+    k: usize,
+    subtable: Subtable,
+    bucket: u64,
+    heap: &mut Heap,
+    problems: &mut Problems<'_>,
+    walk: &mut Walk,
+) {
+    let entry = subtable.entry_offset(bucket);
+    let mut hop = subtable.hop(bytes, bucket);
+    while hop != 0 {
+        let distance = u64::from(hop.trailing_zeros());
+        hop &= hop - 1;
+        let target = subtable.forward(bucket, distance);
+        if !subtable.is_used(bytes, target) {
+            problems.push(
+                entry,
+                format!("hop bit {distance} of bucket {bucket} of subtable {k} names bucket {target}, which is empty"),
+            );
+        } else {
+            let home = subtable.home(subtable.occupant(bytes, target).tag);
+            if home != bucket {
+                problems.push(
+                    entry,
+                    format!(
+                        "hop bit {distance} of bucket {bucket} of subtable {k} names bucket {target}, whose home is \
+                         {home}"
+                    ),
+                );
+            }
+        }
+    }
+    if !subtable.is_used(bytes, bucket) {
+        let at = index(entry);
+        if bytes[at + OCCUPANT_OFFSET..at + ENTRY_BYTES as usize].iter().any(|b| *b != 0) {
+            problems.push(entry, format!("bucket {bucket} of subtable {k} is empty but its entry is not zeroed"));
+        }
+        return;
+    }
+    let occupant = subtable.occupant(bytes, bucket);
+    check_occupant(bytes, header, k, subtable, bucket, &occupant, heap, problems, walk);
+}
+
 #[allow(clippy::too_many_arguments)]
 fn check_occupant(
     bytes: &[u8],
     header: &Header,
-    table: &Table,
+    k: usize,
+    subtable: Subtable,
     bucket: u64,
     occupant: &Occupant,
     heap: &mut Heap,
     problems: &mut Problems<'_>,
     walk: &mut Walk,
 ) {
-    let entry = table.entry_offset(bucket);
+    let entry = subtable.entry_offset(bucket);
     let payload = entry + PAYLOAD_OFFSET as u64;
     let (key_at, key_len) = occupant.key_range(entry);
     let (value_at, value_len) = occupant.value_range(entry);
@@ -172,42 +222,61 @@ fn check_occupant(
         if slice(bytes, at, len).is_none() {
             problems.push(
                 payload,
-                format!("the {what} of bucket {bucket} ({len} bytes at {at:#x}) lies outside the region"),
+                format!(
+                    "the {what} of bucket {bucket} of subtable {k} ({len} bytes at {at:#x}) lies outside the region"
+                ),
             );
             return;
         }
         if !inline {
             walk.out_of_line_objects += 1;
             if let Err(reason) = heap.claim(at, len) {
-                problems.push(payload, format!("the {what} of bucket {bucket} ({len} bytes at {at:#x}) {reason}"));
+                problems.push(
+                    payload,
+                    format!("the {what} of bucket {bucket} of subtable {k} ({len} bytes at {at:#x}) {reason}"),
+                );
             }
         }
     }
-    let Some((key, _)) = table.pair(bytes, bucket, occupant) else {
+    let Some((key, _)) = subtable.pair(bytes, bucket, occupant) else {
         return;
     };
     let hash = header.hash(key);
-    if hash != occupant.hash {
-        problems
-            .push(entry, format!("bucket {bucket} stores hash {:#x} but its key hashes to {hash:#x}", occupant.hash));
+    let (owner, tag) = (subtable_of(hash, header.subtables), tag_of(hash));
+    if owner != k as u64 || tag != occupant.tag {
+        problems.push(
+            entry,
+            format!(
+                "bucket {bucket} of subtable {k} holds a key of subtable {owner} with hash part {tag:#x}; it stores \
+                 {:#x}",
+                occupant.tag
+            ),
+        );
         return;
     }
-    let home = table.home(hash);
-    let distance = table.distance(home, bucket);
+    let home = subtable.home(tag);
+    let distance = subtable.distance(home, bucket);
     if distance >= NEIGHBOURHOOD {
+        problems.push(
+            entry,
+            format!(
+                "bucket {bucket} of subtable {k} is {distance} buckets from its home {home}, past the neighbourhood"
+            ),
+        );
+    } else if subtable.hop(bytes, home) & (1 << distance) == 0 {
         problems
-            .push(entry, format!("bucket {bucket} is {distance} buckets from its home {home}, past the neighbourhood"));
-    } else if table.word(bytes, home) & (1 << distance) == 0 {
-        problems.push(entry, format!("bucket {bucket} is not listed in the hop bitmap of its home {home}"));
+            .push(entry, format!("bucket {bucket} of subtable {k} is not listed in the hop bitmap of its home {home}"));
     } else {
-        match table.find(bytes, hash, key) {
+        match subtable.find(bytes, tag, key) {
             Some(found) if found == bucket => {}
-            Some(found) => {
-                problems.push(entry, format!("the key of bucket {bucket} is stored again in bucket {found}"))
+            Some(found) => problems
+                .push(entry, format!("the key of bucket {bucket} of subtable {k} is stored again in bucket {found}")),
+            None => {
+                problems.push(entry, format!("the key of bucket {bucket} of subtable {k} is not found by a lookup"))
             }
-            None => problems.push(entry, format!("the key of bucket {bucket} is not found by a lookup")),
         }
     }
     walk.objects += 1;
+    walk.pairs[k] += 1;
     walk.used_bytes += key_len + value_len + ENTRY_OVERHEAD_BYTES;
 }

@@ -4,26 +4,36 @@
 //! # Format
 //!
 //! The region starts with a 4 KiB header (magic, format version, CRC-32 of the rest of the page,
-//! the pool's capacity, its SipHash key, slab size, and the table's segment directory); the rest
-//! is the heap. The byte-level layout is in [`layout`](self::layout)'s documentation and offset
-//! constants. Everything persistent is an offset from the region's start, never a pointer.
+//! the pool's capacity, its SipHash key, slab size, and where the directory is); the rest is the
+//! heap. The byte-level layout is in [`layout`](self::layout)'s documentation and offset
+//! constants, the reasoning in `docs/hstore.md`. Everything persistent is an offset from the
+//! region's start, never a pointer.
 //!
-//! The primary index is a hopscotch hash table of 64-byte entries (one cache line each): a hop
-//! word (63-bit neighbourhood bitmap plus an in-use bit), the key's hash, the write time, the key
-//! and value lengths and a 28-byte payload that holds the key and value themselves when they fit,
-//! or the offsets of out-of-line copies in the heap. The table grows by segments, each doubling it
-//! (TBB-style addressing: the high bit of a bucket index picks the segment); a growth moves each
-//! pair by zero or exactly one old table length and never needs a displacement (see
-//! [`table`](self::table)).
+//! The primary index is a fixed number of hopscotch hash tables, *subtables*, chosen when the
+//! pool is created from its capacity; a key's hash picks its subtable (high 32 bits) and its home
+//! bucket there (low 32 bits). Entries are 64 bytes (one cache line): a hop bitmap, the key's
+//! hash, an in-use flag and the key length, the value length, the write time and a 40-byte
+//! payload that holds the key and value themselves when they fit (a 16-byte key with a 16-byte
+//! value does), or the offsets of out-of-line copies in the heap. A directory in the heap records
+//! each subtable's place and size.
+//!
+//! # Growth in bounded steps
+//!
+//! A subtable grows on its own: when it would pass 7/8 full, it is rewritten at 5/4 of its size,
+//! with the new pair, in the same transaction as the put that needed the room. A subtable has at
+//! most [`layout::BUCKETS_MAX`] buckets (1 MiB), so no growth's log record or transient buffer
+//! is larger, and no request's turn is long; the index's load stays between 0.7 and 0.875 (a
+//! table that doubles falls to 0.44), and only one subtable's old copy exists at a time, so the
+//! memory in use during a growth stays close to the memory after it. (MCAS doubles one table by
+//! segments; that growth is one transaction the size of the whole table.)
 //!
 //! # Allocation and the reconstituting allocator
 //!
-//! Table segments and values over the small-object limit get extents from a region allocator
-//! (best fit, from the high end of the heap); keys and values up to the limit get slots in slabs,
-//! one size class per slab, slabs packed from the low end. All allocator state is volatile: `open`
-//! rebuilds it from the table, as MCAS does, because every allocation is referenced by exactly one
-//! entry or by the segment directory. Nothing is persisted per allocation, so there is nothing to
-//! keep consistent with the table and no allocator state to recover.
+//! Subtables, the directory and values over the small-object limit get extents from a region
+//! allocator (best fit, from the high end of the heap); keys and values up to the limit get slots
+//! in slabs, one size class per slab, slabs packed from the low end. All allocator state is
+//! volatile: `open` rebuilds it from the directory and the tables, as MCAS does, because every
+//! allocation is referenced by exactly one entry or directory entry.
 //!
 //! # Transactions
 //!
@@ -38,25 +48,18 @@
 //! Accounting is the [`Store`] contract: `used_bytes` is key bytes plus value bytes plus
 //! [`ENTRY_OVERHEAD_BYTES`] per pair, and a put that would take it past the pool's size is refused
 //! with [`StoreError::PoolFull`]. The region must also physically hold what the accounting admits,
-//! so it is larger than the pool: [`HStore::region_bytes_for`] gives room for the largest table the
-//! accounting allows (`size_bytes / 64` pairs at 7/8 load, rounded up to the doubling schedule:
-//! between 1.14 and 2.29 times the pool's size), plus 1.5 times the pool's size for keys and values
-//! (size-class rounding costs at most a quarter plus 16 bytes per object, which the 64 bytes
-//! charged per pair cover), plus one slab per size class. Untouched parts of a region cost no
-//! physical memory on the `memory` and `ssd` backings (both are lazily zeroed).
-//!
-//! With that rule, a pool that is only filled never runs out of room before its accounting does.
-//! Erasures and overwrites can fragment the heap; if a put that the accounting admits finds no
-//! space, it is refused with `PoolFull` as well, before anything is modified, and the error's
-//! `free` (the accounted free bytes) is then at least its `needed`. Like any non-moving allocator
-//! this cannot be ruled out; the half-pool of slack makes it rare.
+//! so it is larger than the pool: [`HStore::region_bytes_for`] gives room for every pair the
+//! accounting allows at the lowest load after a growth, with margin for the allocator's gaps,
+//! plus 1.5 times the pool's size for keys and values, plus one slab per size class. Untouched
+//! parts of a region cost no physical memory on the `memory` and `ssd` backings (both are lazily
+//! zeroed). Erasures and overwrites can fragment the heap; if a put that the accounting admits
+//! finds no space, it is refused with `PoolFull` as well, before anything is modified.
 //!
 //! # Limits and known gaps
 //!
-//! - Keys are at most `u32::MAX` bytes (longer ones are refused as `PoolFull`).
-//! - A growth rewrites the whole table in one transaction, which for a large table is a long
-//!   operation and a large write-ahead-log record; splitting it into bounded steps is future work.
-//! - The table never shrinks (as in MCAS).
+//! - Keys are at most 2^31 - 1 bytes and values at most 2^32 - 1 ([`StoreError::KeyTooLarge`],
+//!   [`StoreError::ValueTooLarge`]).
+//! - Subtables never shrink (as in MCAS).
 
 mod allocator;
 mod check;
@@ -71,13 +74,16 @@ use std::fmt;
 use allocator::{AllocTxn, Heap};
 pub use check::CheckReport;
 use layout::{
-    index, read_u64, small_object_bytes_max, Geometry, Header, Occupant, Placement, BUCKETS_LOG2_MAX, ENTRY_BYTES,
-    GRAIN_BYTES, HEADER_BYTES, OCCUPANT_BYTES, OCCUPANT_OFFSET, REGION_BYTES_OFFSET, SEGMENTS_MAX, USED_BIT,
+    grown_buckets, index, read_u32, small_object_bytes_max, subtable_of, tag_of, within_load, DirectoryEntry, Geometry,
+    Header, Occupant, Placement, BUCKETS_MAX, DIRECTORY_ENTRY_BYTES, ENTRY_BYTES, GRAIN_BYTES, HEADER_BYTES,
+    HOP_OFFSET, KEY_BYTES_MAX, OCCUPANT_BYTES, OCCUPANT_OFFSET, REGION_BYTES_OFFSET, VALUE_BYTES_MAX,
 };
-use table::{plan_insert, Image, Move, Overlay, Source, Table};
+use table::{plan_insert, Image, Move, Overlay, Source, Subtable, MOVES_MAX};
 
 use crate::persistence::PoolMemory;
-use crate::store::{PoolSpec, PutMode, PutOutcome, Store, StoreError, ValueAttributes, ENTRY_OVERHEAD_BYTES};
+use crate::store::{
+    PoolSpec, PutMode, PutOutcome, Store, StoreError, ValueAttributes, WriteFootprint, ENTRY_OVERHEAD_BYTES,
+};
 
 /// Why [`HStore::create`] refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -125,10 +131,13 @@ pub(crate) enum Zeroed {
 /// The `hstore` engine over one region of pool memory.
 pub struct HStore<M: PoolMemory> {
     memory: M,
-    /// Mirror of the persistent header; rewritten (through `modify`) only when the table grows.
+    /// Mirror of the persistent header; written only when the pool is created.
     header: Header,
-    table: Table,
-    /// Volatile allocator state, rebuilt from the table by `open`.
+    /// Mirror of the directory: every subtable's place (no buckets while it has held no pair).
+    subtables: Vec<Subtable>,
+    /// Pairs in each subtable (volatile, rebuilt by `open`).
+    pairs: Vec<u32>,
+    /// Volatile allocator state, rebuilt from the tables by `open`.
     heap: Heap,
     objects: u64,
     used_bytes: u64,
@@ -141,7 +150,7 @@ impl<M: PoolMemory> fmt::Debug for HStore<M> {
             .field("used_bytes", &self.used_bytes)
             .field("capacity_bytes", &self.header.capacity_bytes)
             .field("region_bytes", &self.header.region_bytes)
-            .field("buckets", &self.table.buckets())
+            .field("subtables", &self.subtables.len())
             .finish_non_exhaustive()
     }
 }
@@ -150,12 +159,13 @@ fn charge(key_len: u64, value_len: u64) -> u64 {
     key_len + value_len + ENTRY_OVERHEAD_BYTES
 }
 
-/// How the table takes a new pair.
+/// How the index takes a new pair.
 enum TablePlan {
-    /// Into the existing table, after these displacements.
+    /// Into its subtable as it is, after these displacements.
     InPlace { moves: Vec<Move>, bucket: u64 },
-    /// By writing out a grown table (with the new pair already placed in its image).
-    Grow { image: Image, table: Table },
+    /// By writing its subtable anew at `grown` (a growth, or a subtable's first buckets), with
+    /// the new pair already placed in the image.
+    Rewrite { grown: Subtable, image: Image },
 }
 
 /// Everything an insert decided before writing.
@@ -165,11 +175,42 @@ struct InsertPlan {
     table: TablePlan,
 }
 
+/// Where a scan stands: the subtable and the lowest hash part (low 32 bits) not yet visited in
+/// it. See [`HStore::scan`].
+fn scan_position(cursor: u64) -> (u64, u32) {
+    (cursor >> 32, cursor as u32)
+}
+
 impl<M: PoolMemory> HStore<M> {
     /// Bytes of pool memory a pool of shape `spec` needs: see "Capacity" in the module
     /// documentation. Callers allocate a region of (at least) this size and pass it to `create`.
     pub fn region_bytes_for(spec: PoolSpec) -> Result<u64, CreateError> {
         Geometry::of(spec).map(|g| g.region_bytes).ok_or(CreateError::TooLarge { size_bytes: spec.size_bytes })
+    }
+
+    /// The most one put of a key and value of these lengths can change: its out-of-line key and
+    /// value, and the larger of an insert in place (every displacement rewriting two occupants
+    /// and a hop bitmap) and a subtable's rewrite at its largest size with its directory entry.
+    /// The rewrite's bytes may be logged as several ranges (runs of zero pages apart), one per
+    /// page at most and two partial ones.
+    pub fn put_footprint_for(key_len: u64, value_len: u64) -> WriteFootprint {
+        let occupant = OCCUPANT_BYTES as u64;
+        let in_place_bytes = MOVES_MAX * (2 * occupant + 4) + occupant + 4;
+        let rewrite_bytes = BUCKETS_MAX * ENTRY_BYTES + DIRECTORY_ENTRY_BYTES;
+        let in_place_ranges = MOVES_MAX * 3 + 2;
+        let rewrite_ranges = BUCKETS_MAX * ENTRY_BYTES / 4096 + 3;
+        WriteFootprint {
+            bytes: key_len + value_len + in_place_bytes.max(rewrite_bytes),
+            ranges: 2 + in_place_ranges.max(rewrite_ranges),
+        }
+    }
+
+    /// The most formatting a pool of shape `spec` changes: its header, and its directory when the
+    /// memory is not known to be zero (see [`WriteFootprint`]).
+    pub fn creation_footprint(spec: PoolSpec) -> Result<WriteFootprint, CreateError> {
+        let geometry = Geometry::of(spec).ok_or(CreateError::TooLarge { size_bytes: spec.size_bytes })?;
+        let directory_bytes = layout::directory_bytes(geometry.subtables);
+        Ok(WriteFootprint { bytes: HEADER_BYTES + directory_bytes, ranges: 1 + directory_bytes / 4096 + 2 })
     }
 
     /// Formats `memory` as an empty store for a pool of shape `spec`. Whatever the region held is
@@ -180,8 +221,7 @@ impl<M: PoolMemory> HStore<M> {
     }
 
     /// [`HStore::create`] over memory every byte of which is known to be zero (a fresh memfd):
-    /// the empty table is not written, so creating a pool sized for millions of pairs writes (and
-    /// logs) only the header page and touches no memory for the table until pairs arrive.
+    /// only the header is written, however large the directory.
     pub fn create_on_zeroed(memory: M, spec: PoolSpec) -> Result<Self, CreateError> {
         Self::create_with_hash_key(memory, spec, hash::random_hash_key(), Zeroed::Known)
     }
@@ -208,30 +248,40 @@ impl<M: PoolMemory> HStore<M> {
             geometry.slab_bytes,
             small_object_bytes_max(geometry.slab_bytes),
         );
-        let segment_bytes = (1u64 << geometry.base_buckets_log2) * ENTRY_BYTES;
-        let segment =
-            heap.alloc_segment(segment_bytes).expect("a region of region_bytes_for(spec) has room for segment 0");
+        let directory_bytes = layout::directory_bytes(geometry.subtables);
+        let directory =
+            heap.alloc_segment(directory_bytes).expect("a region of region_bytes_for(spec) has room for the directory");
         let header = Header {
             region_bytes: actual,
             capacity_bytes: spec.size_bytes,
             expected_objects: spec.expected_objects,
             hash_key,
             slab_bytes: geometry.slab_bytes,
-            base_buckets_log2: geometry.base_buckets_log2,
-            segments: vec![segment],
+            subtables: geometry.subtables,
+            directory,
+            initial_buckets: geometry.initial_buckets,
         };
         memory.modify(0, index(HEADER_BYTES)).copy_from_slice(&header.encode());
         if zeroed == Zeroed::Unknown {
-            memory.modify(segment, index(segment_bytes)).fill(0);
+            // An all-zero directory is every subtable without buckets.
+            memory.modify(directory, index(directory_bytes)).fill(0);
         }
         memory.commit();
-        let table = Table::new(header.base_buckets_log2, header.segments.clone());
-        Ok(HStore { memory, header, table, heap, objects: 0, used_bytes: 0 })
+        let count = index(geometry.subtables);
+        Ok(HStore {
+            memory,
+            header,
+            subtables: vec![Subtable { offset: 0, buckets: 0 }; count],
+            pairs: vec![0; count],
+            heap,
+            objects: 0,
+            used_bytes: 0,
+        })
     }
 
     /// Re-attaches to a region formatted by `create`: validates the header (magic, version,
-    /// checksum, fields), walks the table to check every entry, and rebuilds the volatile
-    /// allocator and the counts from what the table references. Writes nothing.
+    /// checksum, fields), walks the directory and every table to check every entry, and rebuilds
+    /// the volatile allocator and the counts from what they reference. Writes nothing.
     pub fn open(memory: M) -> Result<Self, OpenError> {
         let bytes = memory.bytes();
         let header = Header::decode(bytes)?;
@@ -242,19 +292,27 @@ impl<M: PoolMemory> HStore<M> {
                 reason: format!("the header records {} bytes but the region has {}", header.region_bytes, bytes.len()),
             });
         }
-        let table = Table::new(header.base_buckets_log2, header.segments.clone());
         let mut problems = Vec::new();
-        let walk = check::walk(bytes, &header, &table, &mut problems);
+        let walk = check::walk(bytes, &header, &mut problems);
         if let Some(problem) = problems.into_iter().next() {
             return Err(OpenError::Corrupt { offset: problem.offset, detail: problem.detail });
         }
-        Ok(HStore { memory, header, table, heap: walk.heap, objects: walk.objects, used_bytes: walk.used_bytes })
+        Ok(HStore {
+            memory,
+            header,
+            subtables: walk.subtables,
+            pairs: walk.pairs,
+            heap: walk.heap,
+            objects: walk.objects,
+            used_bytes: walk.used_bytes,
+        })
     }
 
-    /// Checks the whole region (what `ferrite check` runs): the header, hop bitmaps against entry
-    /// positions, that every key is found by a lookup, that allocations lie inside the heap and
-    /// overlap nothing, and that the counts, used bytes and volatile allocator state equal what a
-    /// fresh walk of the table implies. Returns every problem found (up to a hundred).
+    /// Checks the whole region (what `ferrite check` runs): the header, the directory, hop
+    /// bitmaps against entry positions, that every key is found by a lookup, that allocations
+    /// lie inside the heap and overlap nothing, and that the counts, used bytes and volatile
+    /// allocator state equal what a fresh walk implies. Returns every problem found (up to a
+    /// hundred).
     pub fn check(&self) -> Result<CheckReport, Vec<String>> {
         let bytes = self.memory.bytes();
         match Header::decode(bytes) {
@@ -265,21 +323,24 @@ impl<M: PoolMemory> HStore<M> {
             Ok(_) => {}
         }
         let mut problems = Vec::new();
-        let walk = check::walk(bytes, &self.header, &self.table, &mut problems);
+        let walk = check::walk(bytes, &self.header, &mut problems);
         let mut problems: Vec<String> = problems.iter().map(ToString::to_string).collect();
         if problems.is_empty() {
             if walk.objects != self.objects {
-                problems.push(format!("the table holds {} pairs but the store counts {}", walk.objects, self.objects));
+                problems.push(format!("the tables hold {} pairs but the store counts {}", walk.objects, self.objects));
             }
             if walk.used_bytes != self.used_bytes {
                 problems.push(format!(
-                    "the table's pairs take {} bytes but the store counts {}",
+                    "the tables' pairs take {} bytes but the store counts {}",
                     walk.used_bytes, self.used_bytes
                 ));
             }
+            if walk.subtables != self.subtables || walk.pairs != self.pairs {
+                problems.push("the directory or the per-subtable counts differ from the store's".into());
+            }
             if walk.heap != self.heap {
                 problems.push(format!(
-                    "the allocator state differs from the one the table implies ({} free bytes in {} extents and {} \
+                    "the allocator state differs from the one the tables imply ({} free bytes in {} extents and {} \
                      slabs, against {} in {} and {})",
                     self.heap.free_bytes(),
                     self.heap.free_extents(),
@@ -298,8 +359,8 @@ impl<M: PoolMemory> HStore<M> {
             used_bytes: self.used_bytes,
             capacity_bytes: self.header.capacity_bytes,
             region_bytes: self.header.region_bytes,
-            buckets: self.table.buckets(),
-            segments: self.table.segments().len(),
+            buckets: self.subtables.iter().map(|subtable| subtable.buckets).sum(),
+            subtables: self.subtables.len(),
             out_of_line_objects: walk.out_of_line_objects,
             slabs: self.heap.slabs(),
             heap_free_bytes: self.heap.free_bytes(),
@@ -314,6 +375,56 @@ impl<M: PoolMemory> HStore<M> {
     /// Gives the region back, e.g. to checkpoint it or to `open` it again.
     pub fn into_memory(self) -> M {
         self.memory
+    }
+
+    /// Visits the keys of up to `homes_max` home buckets from `cursor` (0 to start) and returns
+    /// the cursor to continue from, 0 when every subtable has been walked.
+    ///
+    /// A cursor is a position in hash order: a subtable, and in it the lowest hash part not yet
+    /// visited. Buckets are in hash order inside a subtable, and a growth keeps that order (it
+    /// only rescales it), so every key present for the whole scan is visited at least once,
+    /// however the table grows between calls (the guarantee of Redis's `SCAN`); a key may be
+    /// visited twice, by a call before and one after a growth.
+    pub fn scan(&self, cursor: u64, homes_max: u64, visit: &mut dyn FnMut(&[u8])) -> u64 {
+        let (mut index, mut from) = scan_position(cursor);
+        let bytes = self.memory.bytes();
+        let mut homes_left = homes_max.max(1);
+        while let Some(subtable) = self.subtables.get(layout::index(index)) {
+            if subtable.buckets > 0 {
+                let mut home = subtable.home(from);
+                while home < subtable.buckets {
+                    if homes_left == 0 {
+                        // The lowest hash part whose home is `home`: every key below it was visited.
+                        let next = (home << 32).div_ceil(subtable.buckets);
+                        return (index << 32) | next;
+                    }
+                    let mut hop = subtable.hop(bytes, home);
+                    while hop != 0 {
+                        let bucket = subtable.forward(home, u64::from(hop.trailing_zeros()));
+                        hop &= hop - 1;
+                        let occupant = subtable.occupant(bytes, bucket);
+                        if let Some((key, _)) = subtable.pair(bytes, bucket, &occupant) {
+                            visit(key);
+                        }
+                    }
+                    homes_left -= 1;
+                    home += 1;
+                }
+            }
+            index += 1;
+            from = 0;
+        }
+        0
+    }
+
+    /// The subtable, the hash part its entries keep, and the bucket holding `key`, if present.
+    fn locate(&self, key: &[u8]) -> (usize, u32, Option<u64>) {
+        let hash = self.header.hash(key);
+        let index = layout::index(subtable_of(hash, self.header.subtables));
+        let tag = tag_of(hash);
+        let subtable = self.subtables[index];
+        let found = (subtable.buckets > 0).then(|| subtable.find(self.memory.bytes(), tag, key)).flatten();
+        (index, tag, found)
     }
 
     fn pool_full(&self, needed: u64) -> StoreError {
@@ -334,67 +445,96 @@ impl<M: PoolMemory> HStore<M> {
         Ok(used_after)
     }
 
-    /// Read-modify-write of one hop word.
-    fn update_word(&mut self, bucket: u64, change: impl FnOnce(u64) -> u64) {
-        let at = self.table.entry_offset(bucket) + layout::HOP_WORD_OFFSET as u64;
-        let word = read_u64(self.memory.bytes(), index(at));
-        self.memory.modify(at, 8).copy_from_slice(&change(word).to_le_bytes());
+    /// Read-modify-write of one hop bitmap.
+    fn update_hop(&mut self, subtable: Subtable, bucket: u64, change: impl FnOnce(u32) -> u32) {
+        let at = subtable.entry_offset(bucket) + HOP_OFFSET as u64;
+        let hop = read_u32(self.memory.bytes(), index(at));
+        self.memory.modify(at, 4).copy_from_slice(&change(hop).to_le_bytes());
     }
 
-    fn write_occupant(&mut self, bucket: u64, occupant: &[u8; OCCUPANT_BYTES]) {
-        let at = self.table.entry_offset(bucket) + OCCUPANT_OFFSET as u64;
+    fn write_occupant(&mut self, subtable: Subtable, bucket: u64, occupant: &[u8; OCCUPANT_BYTES]) {
+        let at = subtable.entry_offset(bucket) + OCCUPANT_OFFSET as u64;
         self.memory.modify(at, OCCUPANT_BYTES).copy_from_slice(occupant);
     }
 
     /// One hopscotch displacement: the pair in `mv.from` moves to the free `mv.to`, and its home's
     /// bitmap follows.
-    fn apply_move(&mut self, mv: Move) {
-        let from = index(self.table.entry_offset(mv.from)) + OCCUPANT_OFFSET;
+    fn apply_move(&mut self, subtable: Subtable, mv: Move) {
         let occupant: [u8; OCCUPANT_BYTES] =
-            self.memory.bytes()[from..from + OCCUPANT_BYTES].try_into().expect("56 bytes");
-        self.write_occupant(mv.to, &occupant);
-        self.update_word(mv.to, |word| word | USED_BIT);
-        self.write_occupant(mv.from, &[0; OCCUPANT_BYTES]);
-        self.update_word(mv.from, |word| word & !USED_BIT);
-        let (old, new) = (self.table.distance(mv.home, mv.from), self.table.distance(mv.home, mv.to));
-        self.update_word(mv.home, |word| (word & !(1 << old)) | (1 << new));
-    }
-
-    fn write_header(&mut self) {
-        self.memory.modify(0, index(HEADER_BYTES)).copy_from_slice(&self.header.encode());
+            subtable.occupant_bytes(self.memory.bytes(), mv.from).try_into().expect("60 bytes");
+        self.write_occupant(subtable, mv.to, &occupant);
+        self.write_occupant(subtable, mv.from, &[0; OCCUPANT_BYTES]);
+        self.update_hop(subtable, mv.home, |hop| table::moved_hop(hop, mv, subtable.buckets));
     }
 
     /// Decides where a new pair goes and allocates what it needs, writing nothing. `None` (with
     /// `txn` holding what was allocated, for the caller to undo) if the region has no room.
-    fn plan_insert(&mut self, txn: &mut AllocTxn, hash: u64, key_len: u64, value_len: u64) -> Option<InsertPlan> {
+    fn plan_insert(
+        &mut self,
+        txn: &mut AllocTxn,
+        index: usize,
+        tag: u32,
+        key_len: u64,
+        value_len: u64,
+    ) -> Option<InsertPlan> {
         let placement = Placement::of(key_len, value_len);
         let key_at = if placement.key_inline { None } else { Some(txn.alloc(&mut self.heap, key_len)?) };
         let value_at = if placement.value_inline { None } else { Some(txn.alloc(&mut self.heap, value_len)?) };
-        let buckets = self.table.buckets();
-        let within_load = (self.objects + 1) * layout::LOAD_DENOMINATOR <= buckets * layout::LOAD_NUMERATOR;
-        let home = self.table.home(hash);
-        let bytes = self.memory.bytes();
-        let in_place = || plan_insert(&mut Overlay::new(bytes, &self.table), home);
-        if within_load {
-            if let Some((moves, bucket)) = in_place() {
-                return Some(InsertPlan { key_at, value_at, table: TablePlan::InPlace { moves, bucket } });
-            }
-        }
-        let mut growth = AllocTxn::default();
-        if let Some((image, table)) = plan_growth(bytes, &self.table, &mut self.heap, &mut growth, hash) {
-            txn.absorb(growth);
-            return Some(InsertPlan { key_at, value_at, table: TablePlan::Grow { image, table } });
-        }
-        // No room to grow: a table past its load limit can still take the pair if an entry is
-        // free nearby, which beats refusing a put the accounting admits.
-        growth.rollback(&mut self.heap);
-        let (moves, bucket) = if within_load { None } else { in_place() }?;
-        Some(InsertPlan { key_at, value_at, table: TablePlan::InPlace { moves, bucket } })
+        let table = self.plan_table(txn, index, tag)?;
+        Some(InsertPlan { key_at, value_at, table })
     }
 
-    fn insert(&mut self, hash: u64, key: &[u8], value: &[u8], write_time_ns: u64) -> Result<(), StoreError> {
+    /// Where subtable `index` takes a pair whose hash keeps `tag`: in place while it is within
+    /// its load limit and has a free entry near enough, else in a grown copy (its first buckets,
+    /// for a subtable that has none). At the largest size, or with no room left to grow, a
+    /// subtable past its load limit still takes the pair in place if it can.
+    fn plan_table(&mut self, txn: &mut AllocTxn, index: usize, tag: u32) -> Option<TablePlan> {
+        let subtable = self.subtables[index];
+        let pairs = u64::from(self.pairs[index]);
+        let bytes = self.memory.bytes();
+        let in_place = || plan_insert(&mut Overlay::new(bytes, subtable), subtable.home(tag));
+        let within = subtable.buckets > 0 && within_load(pairs, subtable.buckets);
+        if within {
+            if let Some((moves, bucket)) = in_place() {
+                return Some(TablePlan::InPlace { moves, bucket });
+            }
+        }
+        let mut size =
+            if subtable.buckets == 0 { Some(self.header.initial_buckets) } else { grown_buckets(subtable.buckets) };
+        while let Some(buckets) = size {
+            let mut growth = AllocTxn::default();
+            let Some(offset) = growth.alloc_segment(&mut self.heap, buckets * ENTRY_BYTES) else { break };
+            let image = if subtable.buckets == 0 {
+                Some(Image::empty(buckets))
+            } else {
+                Image::rehash(bytes, subtable, buckets)
+            };
+            let grown = Subtable { offset, buckets };
+            if let Some(mut image) = image {
+                let home = grown.home(tag);
+                if let Some((_, to)) = plan_insert(&mut image, home) {
+                    image.place(home, to, Source::New);
+                    txn.absorb(growth);
+                    return Some(TablePlan::Rewrite { grown, image });
+                }
+            }
+            growth.rollback(&mut self.heap);
+            size = grown_buckets(buckets);
+        }
+        let (moves, bucket) = if subtable.buckets > 0 && !within { in_place() } else { None }?;
+        Some(TablePlan::InPlace { moves, bucket })
+    }
+
+    fn insert(
+        &mut self,
+        index: usize,
+        tag: u32,
+        key: &[u8],
+        value: &[u8],
+        write_time_ns: u64,
+    ) -> Result<(), StoreError> {
         let mut txn = AllocTxn::default();
-        let Some(plan) = self.plan_insert(&mut txn, hash, key.len() as u64, value.len() as u64) else {
+        let Some(plan) = self.plan_insert(&mut txn, index, tag, key.len() as u64, value.len() as u64) else {
             txn.rollback(&mut self.heap);
             return Err(self.pool_full(charge(key.len() as u64, value.len() as u64)));
         };
@@ -405,51 +545,60 @@ impl<M: PoolMemory> HStore<M> {
         if let Some(at) = plan.value_at {
             self.memory.modify(at, value.len()).copy_from_slice(value);
         }
-        let occupant = Occupant::new(hash, write_time_ns, key, value, plan.key_at, plan.value_at);
+        let occupant = Occupant::new(tag, write_time_ns, key, value, plan.key_at, plan.value_at).encode();
+        let subtable = self.subtables[index];
         match plan.table {
             TablePlan::InPlace { moves, bucket } => {
                 for mv in moves {
-                    self.apply_move(mv);
+                    self.apply_move(subtable, mv);
                 }
-                self.write_occupant(bucket, &occupant.encode());
-                let home = self.table.home(hash);
-                let distance = self.table.distance(home, bucket);
-                self.update_word(bucket, |word| word | USED_BIT);
-                self.update_word(home, |word| word | (1 << distance));
+                self.write_occupant(subtable, bucket, &occupant);
+                let home = subtable.home(tag);
+                let distance = subtable.distance(home, bucket);
+                self.update_hop(subtable, home, |hop| hop | (1 << distance));
             }
-            TablePlan::Grow { image, table } => self.write_growth(&image, table, &occupant),
+            TablePlan::Rewrite { grown, image } => self.rewrite(index, grown, &image, &occupant),
         }
         self.memory.commit();
+        self.pairs[index] += 1;
         Ok(())
     }
 
-    /// Writes out a grown table: every segment, old and new, rewritten whole from the image (one
-    /// declared range per segment), then the header with the new segment directory.
-    fn write_growth(&mut self, image: &Image, grown: Table, new_pair: &Occupant) {
-        let old = table::snapshot_occupants(self.memory.bytes(), &self.table);
-        let new_pair = new_pair.encode();
-        let base_log2 = self.header.base_buckets_log2;
-        for (k, segment) in grown.segments().iter().enumerate() {
-            let first = Table::segment_first_bucket(base_log2, k);
-            let buckets = Table::segment_buckets(base_log2, k);
-            let entries = self.memory.modify(*segment, index(buckets * ENTRY_BYTES));
-            for (i, entry) in entries.chunks_exact_mut(ENTRY_BYTES as usize).enumerate() {
-                let bucket = first + i as u64;
-                entry[..OCCUPANT_OFFSET].copy_from_slice(&image.hop_word(bucket).to_le_bytes());
-                entry[OCCUPANT_OFFSET..].copy_from_slice(match image.source(bucket) {
-                    None => &[0; OCCUPANT_BYTES],
-                    Some(Source::Old(from)) => &old[index(from)],
-                    Some(Source::New) => &new_pair,
-                });
+    /// Writes subtable `index` anew at `grown` from `image` (its old pairs and the new one), points
+    /// its directory entry there and gives the old buckets back to the allocator.
+    fn rewrite(&mut self, index: usize, grown: Subtable, image: &Image, new_pair: &[u8; OCCUPANT_BYTES]) {
+        let old = self.subtables[index];
+        // A bounded copy (a subtable is at most 1 MiB): the old buckets are read while the new
+        // ones are written, both in pool memory.
+        let old_bytes = if old.buckets > 0 {
+            self.memory.bytes()[layout::index(old.offset)..layout::index(old.offset + old.bytes())].to_vec()
+        } else {
+            Vec::new()
+        };
+        let local = Subtable { offset: 0, buckets: old.buckets };
+        let entries = self.memory.modify(grown.offset, layout::index(grown.bytes()));
+        for (bucket, entry) in entries.chunks_exact_mut(ENTRY_BYTES as usize).enumerate() {
+            let bucket = bucket as u64;
+            entry[HOP_OFFSET..HOP_OFFSET + 4].copy_from_slice(&image.hop_word(bucket).to_le_bytes());
+            let occupant = &mut entry[OCCUPANT_OFFSET..];
+            match image.source(bucket) {
+                None => occupant.fill(0),
+                Some(Source::Old(from)) => occupant.copy_from_slice(local.occupant_bytes(&old_bytes, from)),
+                Some(Source::New) => occupant.copy_from_slice(new_pair),
             }
         }
-        self.header.segments = grown.segments().to_vec();
-        self.table = grown;
-        self.write_header();
+        let entry = DirectoryEntry { offset: grown.offset, buckets: grown.buckets }.encode(index as u64);
+        let at = self.header.directory_entry_offset(index as u64);
+        self.memory.modify(at, DIRECTORY_ENTRY_BYTES as usize).copy_from_slice(&entry);
+        if old.buckets > 0 {
+            self.heap.free_segment(old.offset, old.bytes());
+        }
+        self.subtables[index] = grown;
     }
 
     fn overwrite(
         &mut self,
+        index: usize,
         bucket: u64,
         old: Occupant,
         key: &[u8],
@@ -466,10 +615,11 @@ impl<M: PoolMemory> HStore<M> {
             key_at = None;
         }
         // A value of the same size class (or extent size) is overwritten in place.
+        let old_value_len = u64::from(old.value_len);
         let mut value_at = old.value_at();
         if let Some(at) = value_at {
-            if placement.value_inline || self.heap.backing(old.value_len) != self.heap.backing(value.len() as u64) {
-                txn.free(&mut self.heap, at, old.value_len);
+            if placement.value_inline || self.heap.backing(old_value_len) != self.heap.backing(value.len() as u64) {
+                txn.free(&mut self.heap, at, old_value_len);
                 value_at = None;
             }
         }
@@ -489,43 +639,27 @@ impl<M: PoolMemory> HStore<M> {
             if let Some(at) = value_at {
                 self.memory.modify(at, value.len()).copy_from_slice(value);
             }
-            let occupant = Occupant::new(old.hash, write_time_ns, key, value, key_at, value_at);
-            self.write_occupant(bucket, &occupant.encode());
+            let occupant = Occupant::new(old.tag, write_time_ns, key, value, key_at, value_at);
+            self.write_occupant(self.subtables[index], bucket, &occupant.encode());
             self.memory.commit();
             return Ok(());
         }
         txn.rollback(&mut self.heap);
         let (old_charge, new_charge) =
-            (charge(u64::from(old.key_len), old.value_len), charge(key.len() as u64, value.len() as u64));
+            (charge(u64::from(old.key_len), old_value_len), charge(key.len() as u64, value.len() as u64));
         Err(self.pool_full(new_charge.saturating_sub(old_charge)))
-    }
-}
-
-/// Plans a growth that makes room for a pair with hash `hash`: adds segments (allocated in `txn`)
-/// and splits an image of the table until the pair fits. `None` if the region has no room for the
-/// next segment or the format no room for more segments.
-fn plan_growth(bytes: &[u8], table: &Table, heap: &mut Heap, txn: &mut AllocTxn, hash: u64) -> Option<(Image, Table)> {
-    let mut image = Image::read(bytes, table);
-    let mut grown = table.clone();
-    loop {
-        if grown.segments().len() >= SEGMENTS_MAX || grown.buckets() >= 1 << BUCKETS_LOG2_MAX {
-            return None;
-        }
-        let segment = txn.alloc_segment(heap, grown.buckets() * ENTRY_BYTES)?;
-        grown = grown.grown(segment);
-        image.split();
-        let home = grown.home(hash);
-        if let Some((_, bucket)) = plan_insert(&mut image, home) {
-            image.place(home, bucket, hash);
-            return Some((image, grown));
-        }
     }
 }
 
 impl<M: PoolMemory> Store for HStore<M> {
     fn put(&mut self, key: &[u8], value: &[u8], mode: PutMode, write_time_ns: u64) -> Result<PutOutcome, StoreError> {
-        let hash = self.header.hash(key);
-        let found = self.table.find(self.memory.bytes(), hash, key);
+        if key.len() as u64 > KEY_BYTES_MAX {
+            return Err(StoreError::KeyTooLarge { bytes: key.len() as u64, max: KEY_BYTES_MAX });
+        }
+        if value.len() as u64 > VALUE_BYTES_MAX {
+            return Err(StoreError::ValueTooLarge { bytes: value.len() as u64, max: VALUE_BYTES_MAX });
+        }
+        let (index, tag, found) = self.locate(key);
         match (found, mode) {
             (Some(_), PutMode::CreateOnly) => return Err(StoreError::KeyExists),
             (None, PutMode::UpdateOnly) => return Err(StoreError::KeyNotFound),
@@ -534,18 +668,15 @@ impl<M: PoolMemory> Store for HStore<M> {
         let new_charge = charge(key.len() as u64, value.len() as u64);
         match found {
             Some(bucket) => {
-                let old = self.table.occupant(self.memory.bytes(), bucket);
-                let used_after = self.reserve(charge(u64::from(old.key_len), old.value_len), new_charge)?;
-                self.overwrite(bucket, old, key, value, write_time_ns)?;
+                let old = self.subtables[index].occupant(self.memory.bytes(), bucket);
+                let used_after = self.reserve(charge(u64::from(old.key_len), u64::from(old.value_len)), new_charge)?;
+                self.overwrite(index, bucket, old, key, value, write_time_ns)?;
                 self.used_bytes = used_after;
                 Ok(PutOutcome::Replaced)
             }
             None => {
                 let used_after = self.reserve(0, new_charge)?;
-                if u32::try_from(key.len()).is_err() {
-                    return Err(self.pool_full(new_charge));
-                }
-                self.insert(hash, key, value, write_time_ns)?;
+                self.insert(index, tag, key, value, write_time_ns)?;
                 self.used_bytes = used_after;
                 self.objects += 1;
                 Ok(PutOutcome::Inserted)
@@ -554,30 +685,32 @@ impl<M: PoolMemory> Store for HStore<M> {
     }
 
     fn get(&self, key: &[u8]) -> Option<&[u8]> {
+        let (index, _, bucket) = self.locate(key);
+        let subtable = self.subtables[index];
         let bytes = self.memory.bytes();
-        let bucket = self.table.find(bytes, self.header.hash(key), key)?;
-        let occupant = self.table.occupant(bytes, bucket);
-        self.table.pair(bytes, bucket, &occupant).map(|(_, value)| value)
+        let occupant = subtable.occupant(bytes, bucket?);
+        subtable.pair(bytes, bucket?, &occupant).map(|(_, value)| value)
     }
 
     fn erase(&mut self, key: &[u8]) -> Result<(), StoreError> {
-        let hash = self.header.hash(key);
-        let bucket = self.table.find(self.memory.bytes(), hash, key).ok_or(StoreError::KeyNotFound)?;
-        let occupant = self.table.occupant(self.memory.bytes(), bucket);
+        let (index, tag, found) = self.locate(key);
+        let bucket = found.ok_or(StoreError::KeyNotFound)?;
+        let subtable = self.subtables[index];
+        let occupant = subtable.occupant(self.memory.bytes(), bucket);
         if let Some(at) = occupant.key_at() {
             self.heap.free(at, u64::from(occupant.key_len));
         }
         if let Some(at) = occupant.value_at() {
-            self.heap.free(at, occupant.value_len);
+            self.heap.free(at, u64::from(occupant.value_len));
         }
-        let home = self.table.home(hash);
-        let distance = self.table.distance(home, bucket);
-        self.write_occupant(bucket, &[0; OCCUPANT_BYTES]);
-        self.update_word(bucket, |word| word & !USED_BIT);
-        self.update_word(home, |word| word & !(1 << distance));
+        let home = subtable.home(tag);
+        let distance = subtable.distance(home, bucket);
+        self.write_occupant(subtable, bucket, &[0; OCCUPANT_BYTES]);
+        self.update_hop(subtable, home, |hop| hop & !(1 << distance));
         self.memory.commit();
+        self.pairs[index] -= 1;
         self.objects -= 1;
-        self.used_bytes -= charge(u64::from(occupant.key_len), occupant.value_len);
+        self.used_bytes -= charge(u64::from(occupant.key_len), u64::from(occupant.value_len));
         Ok(())
     }
 
@@ -587,24 +720,26 @@ impl<M: PoolMemory> Store for HStore<M> {
 
     fn for_each_key(&self, visit: &mut dyn FnMut(&[u8])) {
         let bytes = self.memory.bytes();
-        for bucket in 0..self.table.buckets() {
-            if self.table.word(bytes, bucket) & USED_BIT == 0 {
-                continue;
-            }
-            let occupant = self.table.occupant(bytes, bucket);
-            if let Some((key, _)) = self.table.pair(bytes, bucket, &occupant) {
-                visit(key);
+        for subtable in &self.subtables {
+            for bucket in 0..subtable.buckets {
+                if subtable.is_used(bytes, bucket) {
+                    let occupant = subtable.occupant(bytes, bucket);
+                    if let Some((key, _)) = subtable.pair(bytes, bucket, &occupant) {
+                        visit(key);
+                    }
+                }
             }
         }
     }
 
     fn attributes(&self, key: &[u8]) -> Option<ValueAttributes> {
+        let (index, _, bucket) = self.locate(key);
+        let subtable = self.subtables[index];
         let bytes = self.memory.bytes();
-        let bucket = self.table.find(bytes, self.header.hash(key), key)?;
-        let occupant = self.table.occupant(bytes, bucket);
-        let (_, value) = self.table.pair(bytes, bucket, &occupant)?;
+        let occupant = subtable.occupant(bytes, bucket?);
+        let (_, value) = subtable.pair(bytes, bucket?, &occupant)?;
         Some(ValueAttributes {
-            length: occupant.value_len,
+            length: u64::from(occupant.value_len),
             crc32: crc32fast::hash(value),
             write_time_ns: occupant.write_time_ns,
         })
@@ -616,5 +751,13 @@ impl<M: PoolMemory> Store for HStore<M> {
 
     fn used_bytes(&self) -> u64 {
         self.used_bytes
+    }
+
+    fn put_footprint(&self, key_len: u64, value_len: u64) -> WriteFootprint {
+        Self::put_footprint_for(key_len, value_len)
+    }
+
+    fn erase_footprint(&self) -> WriteFootprint {
+        WriteFootprint { bytes: OCCUPANT_BYTES as u64 + 4, ranges: 2 }
     }
 }

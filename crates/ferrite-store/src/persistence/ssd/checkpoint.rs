@@ -66,6 +66,9 @@ pub enum CheckpointError {
     Io { context: String, source: io::Error },
     #[error("checkpoint file {file} is damaged at offset {offset}: {reason}")]
     Corrupt { file: String, offset: u64, reason: String },
+    /// The write-ahead log failed while the checkpoint ran: it is abandoned, never completed.
+    #[error("the write-ahead log failed ({0}); the checkpoint is abandoned")]
+    LogFailed(String),
 }
 
 fn io_error(context: String) -> impl FnOnce(io::Error) -> CheckpointError {
@@ -359,12 +362,19 @@ impl FinishJob {
     /// Does the I/O; returns the manifest now in place. Page files the new manifest no longer
     /// references are removed afterwards (a failure to remove one is harmless: recovery removes
     /// unreferenced files).
-    pub fn run(self) -> Result<Manifest, CheckpointError> {
+    ///
+    /// `log_failure` is asked, once the page files are synced and just before the manifest is
+    /// written, whether the log has failed: then pool memory may hold changes the log never
+    /// recorded, the copied pages cannot be trusted, and no manifest is written.
+    pub fn run(self, log_failure: impl Fn() -> Option<String>) -> Result<Manifest, CheckpointError> {
         for (file, name, header) in &self.headers {
             file.write_all_at(header, 0).map_err(io_error(format!("writing {name}")))?;
             file.sync_data().map_err(io_error(format!("syncing {name}")))?;
         }
         sync_dir(&self.dir).map_err(io_error(format!("syncing {}", self.dir.display())))?;
+        if let Some(reason) = log_failure() {
+            return Err(CheckpointError::LogFailed(reason));
+        }
         self.manifest.write(&self.dir)?;
         for name in &self.obsolete {
             let _ = std::fs::remove_file(self.dir.join(name));

@@ -9,7 +9,9 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use super::record::{pool_created_payload_max, transaction_payload_max, POOL_DELETED_PAYLOAD_BYTES};
 use crate::persistence::wal::{spare_name, FsStorage, LogStorage, Lsn, WalError, WalWriter};
+use crate::store::WriteFootprint;
 
 /// How long the sync thread spins for the next urgent request before it sleeps. Waking a
 /// sleeping thread costs tens of microseconds on a virtual machine (an idle vCPU must be woken),
@@ -132,9 +134,26 @@ impl<S: LogStorage + Clone + 'static> SharedLog<S> {
         }
     }
 
+    /// Makes sure the log can take the record of a transaction that changes at most `footprint`
+    /// of pool memory: what a shard calls before a write changes anything.
+    pub fn reserve_transaction(&self, footprint: WriteFootprint) -> Result<(), WalError> {
+        self.ensure_room(transaction_payload_max(footprint))
+    }
+
+    /// Makes sure the log can take the creation record of a pool whose formatting changes at most
+    /// `footprint` of its memory.
+    pub fn reserve_pool_creation(&self, footprint: WriteFootprint) -> Result<(), WalError> {
+        self.ensure_room(pool_created_payload_max(footprint))
+    }
+
+    /// Makes sure the log can take a pool's deletion record.
+    pub fn reserve_pool_deletion(&self) -> Result<(), WalError> {
+        self.ensure_room(POOL_DELETED_PAYLOAD_BYTES)
+    }
+
     /// See [`WalWriter::ensure_room`]. Also starts making a spare segment in the background when
     /// the log is running low, so that the shard's thread rarely has to create one itself.
-    pub fn ensure_room(&self, bytes: u64) -> Result<(), WalError> {
+    pub fn ensure_room(&self, payload_len: u64) -> Result<(), WalError> {
         let mut state = self.lock();
         if let Some(size) = state.writer.spare_wanted() {
             state.spares_made += 1;
@@ -144,7 +163,7 @@ impl<S: LogStorage + Clone + 'static> SharedLog<S> {
                 state.writer.spare_failed();
             }
         }
-        state.writer.ensure_room(bytes)
+        state.writer.ensure_room(payload_len)
     }
 
     /// Makes one zero-filled spare segment now, on this thread, if the log has none: what a server
@@ -187,6 +206,14 @@ impl<S: LogStorage + Clone + 'static> SharedLog<S> {
             }
         });
         spawned.is_ok()
+    }
+
+    /// Refuses everything from now on, as after a failed write: what a shard does when it stops
+    /// because pool memory ran ahead of the log, so that nothing more is committed after it.
+    pub fn fail(&self, reason: &str) {
+        self.lock().writer.fail(reason.to_string());
+        self.shared.urgent.store(true, Ordering::SeqCst);
+        self.shared.wake.notify_one();
     }
 
     /// Commits what is buffered on this thread, as the sync thread would (for tests that drive

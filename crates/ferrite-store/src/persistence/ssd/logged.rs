@@ -7,7 +7,11 @@ use super::log::SharedLog;
 use super::pages::PageTracker;
 use super::record::{encode_pool_created, encode_transaction, PoolDescriptor};
 use super::region::SharedRegion;
-use crate::persistence::wal::{FsStorage, LogStorage};
+use crate::persistence::wal::{FsStorage, LogStorage, Lsn};
+
+/// The LSN pages are marked with when their change could not be logged: never durable, so the
+/// page-LSN rule keeps every checkpoint from copying them.
+pub const UNLOGGED: Lsn = Lsn::MAX;
 use crate::persistence::{Offset, PoolMemory};
 
 /// One pool's memory, logged. `modify` notes the range; `commit` encodes the new bytes of every
@@ -15,8 +19,11 @@ use crate::persistence::{Offset, PoolMemory};
 /// the pages with the record's LSN for the checkpointer. The first commit of a new pool's memory
 /// is its creation record instead, so the pool and its formatting are one record.
 ///
-/// `commit` cannot fail by signature; if the log refuses the record, the log is poisoned, and the
-/// shard, which checks the log after each operation, acknowledges nothing from then on.
+/// `commit` cannot fail by signature. A shard reserves log room for the whole record before it
+/// lets a write change memory, so the log refusing a record means something failed under it (an
+/// I/O error poisoned it meanwhile). Then the log stays poisoned, the pages the change touched are
+/// marked as changed at an LSN that never becomes durable, so no checkpoint ever copies them, and
+/// the shard, which checks the log after each write, stops before anything reveals the change.
 #[derive(Debug)]
 pub struct LoggedMemory<S: LogStorage = FsStorage> {
     pool: u64,
@@ -73,11 +80,10 @@ impl<S: LogStorage + Clone + 'static> PoolMemory for LoggedMemory<S> {
             }
             None => encode_transaction(self.pool, &mut self.ranges, self.region.bytes(), &mut self.scratch),
         }
-        if let Ok(lsn) = self.log.append(&self.scratch) {
-            let mut pages = self.pages.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            for &(offset, len) in &self.ranges {
-                pages.record(offset, len, lsn);
-            }
+        let lsn = self.log.append(&self.scratch).unwrap_or(UNLOGGED);
+        let mut pages = self.pages.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        for &(offset, len) in &self.ranges {
+            pages.record(offset, len, lsn);
         }
         self.ranges.clear();
         if self.scratch.capacity() > 1 << 20 {

@@ -23,7 +23,7 @@ mod tests;
 
 pub use checkpoint::{CheckpointError, CheckpointPool, Checkpointer, Manifest, Step};
 pub use log::{LogCounters, SharedLog, SyncThread};
-pub use logged::LoggedMemory;
+pub use logged::{LoggedMemory, UNLOGGED};
 pub use pages::PageTracker;
 pub use record::PoolDescriptor;
 pub use recovery::{

@@ -18,7 +18,7 @@
 //! Ranges are physical redo: the bytes a transaction left in pool memory. Replaying a record is
 //! idempotent, which is what lets checkpoints be fuzzy (see `checkpoint.rs`).
 
-use crate::store::PoolSpec;
+use crate::store::{PoolSpec, WriteFootprint};
 
 const KIND_POOL_CREATED: u8 = 1;
 const KIND_POOL_DELETED: u8 = 2;
@@ -28,9 +28,44 @@ const FORM_ZEROS: u8 = 1;
 const FLAG_INDEXED: u8 = 1;
 const FLAG_ASYNC: u8 = 2;
 
-/// Ranges at least this long are checked for being all zeros and then logged without their
-/// bytes: formatting a pool zeroes its whole first table segment, which can be a gigabyte.
+/// Whole pages (aligned runs of this many bytes) of zeros inside a logged range are logged without
+/// their bytes: a subtable's first buckets, a fresh directory or a rewritten table are mostly
+/// zero pages.
 pub const ZERO_CHECK_BYTES_MIN: usize = 4096;
+
+/// Bytes of a range's header in a record: offset, length, form.
+const RANGE_HEADER_BYTES: u64 = 13;
+
+/// Bytes of a descriptor at most (names are at most 255 bytes).
+const DESCRIPTOR_BYTES_MAX: u64 = 4 * 8 + 1 + 2 + 255;
+
+/// The largest payload a transaction of `footprint` (see [`WriteFootprint`]) can be encoded as.
+pub fn transaction_payload_max(footprint: WriteFootprint) -> u64 {
+    1 + 8 + ranges_bytes_max(footprint)
+}
+
+/// The largest payload a pool's creation record can be, given its formatting's `footprint`.
+pub fn pool_created_payload_max(footprint: WriteFootprint) -> u64 {
+    1 + DESCRIPTOR_BYTES_MAX + ranges_bytes_max(footprint)
+}
+
+/// The payload of a pool's deletion record.
+pub const POOL_DELETED_PAYLOAD_BYTES: u64 = 1 + 8;
+
+/// The largest record payload a shard can write, given its largest write and the formatting of
+/// its largest pool: what its log segments must be able to hold.
+pub fn largest_payload(largest_write: WriteFootprint, largest_creation: WriteFootprint) -> u64 {
+    transaction_payload_max(largest_write)
+        .max(pool_created_payload_max(largest_creation))
+        .max(POOL_DELETED_PAYLOAD_BYTES)
+}
+
+/// Ranges of `footprint` as encoded: the count, and per range its header and bytes. Splitting out
+/// zero pages turns one declared range into at most one piece per page and two partial ones, each
+/// with a header; the footprint's range count must already allow for that (see `WriteFootprint`).
+fn ranges_bytes_max(footprint: WriteFootprint) -> u64 {
+    4 + footprint.ranges * RANGE_HEADER_BYTES + footprint.bytes
+}
 
 /// What a shard knows of a pool beyond its memory: enough to recreate it after a restart.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -113,32 +148,47 @@ pub fn encode_transaction(pool: u64, ranges: &mut Vec<(u64, u64)>, memory: &[u8]
     encode_ranges(ranges, memory, out);
 }
 
-/// Appends the range count and the ranges (offset, length) of `memory`, merged where they touch.
+/// Appends the range count and the ranges (offset, length) of `memory`, merged where they touch,
+/// with whole zero pages inside them logged as zero runs.
 fn encode_ranges(ranges: &mut Vec<(u64, u64)>, memory: &[u8], out: &mut Vec<u8>) {
     merge_ranges(ranges);
     let count_at = out.len();
     out.extend_from_slice(&0u32.to_le_bytes());
     let mut count = 0u32;
     for &(offset, len) in ranges.iter() {
-        // A range longer than u32::MAX is split; ranges that long are whole table segments.
-        let mut start = offset;
-        let end = offset + len;
-        while start < end {
-            let piece = (end - start).min(u64::from(u32::MAX) & !4095);
-            let bytes = &memory[start as usize..(start + piece) as usize];
+        for (start, piece_len, zeros) in pieces(memory, offset, offset + len) {
             out.extend_from_slice(&start.to_le_bytes());
-            out.extend_from_slice(&(piece as u32).to_le_bytes());
-            if bytes.len() >= ZERO_CHECK_BYTES_MIN && is_all_zero(bytes) {
+            out.extend_from_slice(&(piece_len as u32).to_le_bytes());
+            if zeros {
                 out.push(FORM_ZEROS);
             } else {
                 out.push(FORM_BYTES);
-                out.extend_from_slice(bytes);
+                out.extend_from_slice(&memory[start as usize..(start + piece_len) as usize]);
             }
             count += 1;
-            start += piece;
         }
     }
     out[count_at..count_at + 4].copy_from_slice(&count.to_le_bytes());
+}
+
+/// Splits `start..end` of `memory` into pieces to log: runs of whole zero pages (`true`) and runs
+/// of anything else (`false`), none longer than a range's length field holds.
+fn pieces(memory: &[u8], start: u64, end: u64) -> Vec<(u64, u64, bool)> {
+    const PAGE: u64 = ZERO_CHECK_BYTES_MIN as u64;
+    const PIECE_MAX: u64 = u32::MAX as u64 & !(PAGE - 1);
+    let mut pieces: Vec<(u64, u64, bool)> = Vec::new();
+    let mut at = start;
+    while at < end {
+        let page_end = ((at / PAGE) + 1) * PAGE;
+        let next = page_end.min(end);
+        let zeros = at.is_multiple_of(PAGE) && next == page_end && is_all_zero(&memory[at as usize..next as usize]);
+        match pieces.last_mut() {
+            Some((_, len, kind)) if *kind == zeros && *len + (next - at) <= PIECE_MAX => *len += next - at,
+            _ => pieces.push((at, next - at, zeros)),
+        }
+        at = next;
+    }
+    pieces
 }
 
 /// Sorts ranges and merges overlapping or adjacent ones.
@@ -314,6 +364,34 @@ mod tests {
         assert_eq!(ranges[1], (40, 2, Some(&[0u8, 0][..])));
         assert_eq!(ranges[2], (8192, 8192, None), "a long zero range carries no bytes");
         assert!(out.len() < 100);
+    }
+
+    /// Whole zero pages inside a range are logged as zero runs, the rest as bytes, and the pieces
+    /// cover the range exactly.
+    #[test]
+    fn zero_pages_inside_a_range_are_logged_without_their_bytes() {
+        let mut memory = vec![0u8; 8 * 4096];
+        memory[100] = 1;
+        memory[3 * 4096 + 5] = 2;
+        memory[7 * 4096 + 4095] = 3;
+        let mut out = Vec::new();
+        encode_transaction(1, &mut vec![(50, 8 * 4096 - 50)], &memory, &mut out);
+        let LogRecord::Transaction { ranges, .. } = decode(&out).expect("decodes") else { panic!("a transaction") };
+        // (offset, length, whether the bytes are logged)
+        let shape: Vec<(u64, u32, bool)> = ranges.iter().map(|(at, len, bytes)| (*at, *len, bytes.is_some())).collect();
+        assert_eq!(
+            shape,
+            vec![
+                (50, 4096 - 50, true),
+                (4096, 2 * 4096, false),
+                (3 * 4096, 4096, true),
+                (4 * 4096, 3 * 4096, false),
+                (7 * 4096, 4096, true)
+            ]
+        );
+        assert!(out.len() < 3 * 4096 + 100, "three pages of bytes, no more: {}", out.len());
+        let footprint = WriteFootprint { bytes: 8 * 4096, ranges: 8 + 2 };
+        assert!(out.len() as u64 <= transaction_payload_max(footprint));
     }
 
     #[test]

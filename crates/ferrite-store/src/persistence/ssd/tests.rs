@@ -11,7 +11,8 @@ use super::checkpoint::Step;
 use super::record::encode_pool_deleted;
 use super::*;
 use crate::hstore::HStore;
-use crate::persistence::wal::WalConfig;
+use crate::persistence::wal::sim::SimStorage;
+use crate::persistence::wal::{Lsn, WalConfig};
 use crate::store::{PoolSpec, PutMode, Store};
 
 const SEGMENT_BYTES: u64 = 256 * 1024;
@@ -101,7 +102,7 @@ impl Shard {
                 Step::WaitDurable(_) => self.sync(),
                 Step::Continue => {}
                 Step::Finish(job) => {
-                    let replay_from = self.checkpointer.complete(job.run()).expect("finish");
+                    let replay_from = self.checkpointer.complete(job.run(|| self.log.failure())).expect("finish");
                     self.log.release_before(replay_from).expect("release");
                     return true;
                 }
@@ -307,15 +308,8 @@ proptest! {
         tear_at in any::<proptest::sample::Index>(),
     ) {
         use crate::persistence::wal::sim::{Cut, SimStorage};
-        use crate::persistence::wal::{recover, WalWriter};
-        let sim = SimStorage::default();
-        let recovered = recover(&sim, 1, |_, _| {}).expect("an empty log");
-        let writer = WalWriter::open(sim.clone(), WalConfig { segment_bytes: 16 * 1024 }, &recovered).expect("open");
-        let log = SharedLog::new(writer);
-        let spec = PoolSpec { size_bytes: 1 << 20, expected_objects: 64 };
-        let region_bytes = HStore::<SharedRegion>::region_bytes_for(spec).expect("size").next_multiple_of(4096);
-        let descriptor =
-            PoolDescriptor { id: 1, name: "cut".into(), spec, region_bytes, indexed: false, async_default: false };
+        let (sim, log) = sim_log(16 * 1024);
+        let descriptor = descriptor_of(1, "cut", PoolSpec { size_bytes: 1 << 20, expected_objects: 64 });
         let mut store = new_logged_pool(&log, &descriptor);
         log.commit_now().expect("commit");
         let mut state = BTreeMap::new();
@@ -381,14 +375,28 @@ fn new_logged_pool<S: crate::persistence::wal::LogStorage + Clone + 'static>(
     HStore::create_on_zeroed(memory, descriptor.spec).expect("create")
 }
 
+/// An empty log on the simulated disk, with segments of `segment_bytes`.
+fn sim_log(segment_bytes: u64) -> (SimStorage, SharedLog<SimStorage>) {
+    use crate::persistence::wal::{recover, WalWriter};
+    let sim = SimStorage::default();
+    let recovered = recover(&sim, 1, |_, _| {}).expect("an empty log");
+    let writer = WalWriter::open(sim.clone(), WalConfig { segment_bytes }, &recovered).expect("open");
+    (sim, SharedLog::new(writer))
+}
+
+/// The descriptor of pool `id`, named `name`, of shape `spec`.
+fn descriptor_of(id: u64, name: &str, spec: PoolSpec) -> PoolDescriptor {
+    let region_bytes = HStore::<SharedRegion>::region_bytes_for(spec).expect("size").next_multiple_of(4096);
+    PoolDescriptor { id, name: name.into(), spec, region_bytes, indexed: false, async_default: false }
+}
+
 /// A pool's creation is atomic: a power cut during the commit that creates it, keeping any one
 /// of that commit's sectors or all but one, leaves either no pool or a pool that opens (never a
 /// pool whose memory was not formatted, which would stop every restart). A committed record of
 /// each length before it moves the creation across every sector boundary.
 #[test]
 fn a_power_cut_during_pool_creation_leaves_no_pool_or_a_whole_one() {
-    use crate::persistence::wal::sim::{Cut, SimStorage};
-    use crate::persistence::wal::{recover, WalWriter};
+    use crate::persistence::wal::sim::Cut;
     let spec = PoolSpec { size_bytes: 1 << 20, expected_objects: 64 };
     let region_bytes = HStore::<SharedRegion>::region_bytes_for(spec).expect("size").next_multiple_of(4096);
     let descriptor =
@@ -396,10 +404,7 @@ fn a_power_cut_during_pool_creation_leaves_no_pool_or_a_whole_one() {
     let other = PoolDescriptor { id: 1, name: "other".into(), ..descriptor.clone() };
     let checkpoint = temp_dir("create-cut");
     for filler in (0..512).step_by(8) {
-        let sim = SimStorage::default();
-        let recovered = recover(&sim, 1, |_, _| {}).expect("an empty log");
-        let writer = WalWriter::open(sim.clone(), WalConfig { segment_bytes: 16 * 1024 }, &recovered).expect("open");
-        let log = SharedLog::new(writer);
+        let (sim, log) = sim_log(16 * 1024);
         drop(new_logged_pool(&log, &other));
         // Bytes written in the middle of the other pool's empty heap, which nothing references.
         let mut payload = Vec::new();
@@ -427,4 +432,75 @@ fn a_power_cut_during_pool_creation_leaves_no_pool_or_a_whole_one() {
         }
     }
     std::fs::remove_dir_all(&checkpoint).expect("clean up");
+}
+
+/// A full disk while a pool fills (its subtables growing): every write the shard admits (having
+/// reserved log room for it) is logged, and every write it refuses changed nothing. Pool memory
+/// never runs ahead of a log that cannot take its record, which would leave readers seeing a
+/// write the restart then loses, and the log poisoned.
+#[test]
+fn a_full_disk_refuses_writes_before_they_change_memory() {
+    use crate::persistence::wal::WalError;
+    let (sim, log) = sim_log(2 << 20);
+    // Three subtables: by 11 000 pairs each has grown past 4000 buckets, so a growth's record is
+    // hundreds of KiB.
+    let descriptor = descriptor_of(1, "filling", PoolSpec { size_bytes: 1 << 20, expected_objects: 1 });
+    let mut store = new_logged_pool(&log, &descriptor);
+    log.commit_now().expect("commit");
+    let (mut admitted, mut refused) = (0u32, 0u32);
+    for i in 0..11_000u32 {
+        if i == 3000 {
+            sim.set_full(true);
+        }
+        let key = format!("key-{i}").into_bytes();
+        let before = store.count();
+        match log.reserve_transaction(store.put_footprint(key.len() as u64, 16)) {
+            Ok(()) => {
+                store.put(&key, &[3; 16], PutMode::CreateOnly, 0).expect("room in the pool");
+                assert!(log.appended().is_ok(), "write {i} was admitted, changed memory, and could not be logged");
+                admitted += 1;
+            }
+            Err(WalError::NoSpace(_)) => {
+                assert_eq!(store.count(), before);
+                assert_eq!(store.get(&key), None, "a refused write changes nothing");
+                refused += 1;
+            }
+            Err(other) => panic!("write {i}: {other}"),
+        }
+        if i % 1000 == 999 {
+            log.commit_now().expect("commit");
+        }
+    }
+    assert!(admitted > 3000 && refused > 0, "{admitted} admitted, {refused} refused");
+}
+
+/// A change that reached pool memory but not the log (the log failed under it) is never
+/// checkpointed: its pages count as changed at an LSN that never becomes durable, so the
+/// checkpoint waits on them forever (and the shard, which stops on such a failure, abandons it).
+#[test]
+fn a_change_the_log_could_not_take_is_never_checkpointed() {
+    let dir = temp_dir("unlogged");
+    let paths = ShardPaths::new(&dir);
+    let mut shard = open_shard(&paths);
+    let id = shard.create_pool("pool", PoolSpec { size_bytes: 1 << 16, expected_objects: 8 });
+    shard.store(id).put(b"logged", b"v", PutMode::Upsert, 1).expect("put");
+    shard.sync();
+    // The log is poisoned (as by a failed write), then a change reaches memory anyway.
+    shard.log.fail("an injected write failure");
+    shard.store(id).put(b"unlogged", b"w", PutMode::Upsert, 1).expect("memory changes");
+    assert!(shard.log.appended().is_err(), "the log refused the record");
+    shard.begin_checkpoint();
+    // Whatever the durable LSN, pages of logged changes are copied, and the checkpoint stops at
+    // the first page holding the unlogged change.
+    loop {
+        match shard.checkpointer.step(Lsn::MAX - 1, 1).expect("step") {
+            Step::Write(_) | Step::Continue => {}
+            Step::WaitDurable(lsn) => {
+                assert_eq!(lsn, UNLOGGED);
+                break;
+            }
+            Step::Finish(_) => panic!("the checkpoint finished with a page holding an unlogged change"),
+        }
+    }
+    std::fs::remove_dir_all(&dir).expect("clean up");
 }

@@ -17,8 +17,8 @@
 //! last commit, after it was synced, looks exactly like that commit torn; recovery then cuts it.
 
 use super::format::{
-    decode_record, parse_segment_name, segment_name, Lsn, SegmentHeader, RECORD_ALIGN_BYTES, RECORD_MAGIC,
-    SEGMENT_HEADER_BYTES,
+    decode_record, parse_segment_name, segment_name, Lsn, SegmentHeader, FORMAT_VERSION, RECORD_ALIGN_BYTES,
+    RECORD_MAGIC, SEGMENT_HEADER_BYTES, SEGMENT_MAGIC,
 };
 use super::storage::{LogStorage, SegmentFile};
 use super::WalError;
@@ -235,6 +235,13 @@ fn end_of_last_segment(bytes: &[u8], position: u64, missing: Lsn, salt: u64) -> 
 /// Started segments with their headers, and the sequence numbers of unstarted ones.
 type Classified = (Vec<(u64, SegmentHeader)>, Vec<u64>);
 
+/// Whether `raw` is a whole segment header of log format 1 (its own checksum rule: CRC-32C of
+/// bytes 0..12 and 16..40). A header torn by a crash is not one, whatever its version bytes say.
+fn is_format_1_header(raw: &[u8]) -> bool {
+    let crc = crc32c::crc32c_append(crc32c::crc32c(&raw[0..12]), &raw[16..40]);
+    raw[0..8] == SEGMENT_MAGIC && raw[8..10] == 1u16.to_le_bytes() && raw[12..16] == crc.to_le_bytes()
+}
+
 /// Splits the segment files into started ones (a valid header naming their own sequence), with
 /// their headers, and unstarted ones, both in sequence order. Segments start in sequence order, so
 /// an unstarted segment before a started one means the log was damaged.
@@ -251,8 +258,18 @@ fn classify_segments<S: LogStorage>(storage: &S) -> Result<Classified, WalError>
     for seq in seqs {
         let name = segment_name(seq);
         let file = storage.open(&name).map_err(io_error(format!("opening {name}")))?;
-        let mut header = [0u8; SEGMENT_HEADER_BYTES as usize];
-        let header = file.read_exact_at(0, &mut header).ok().and_then(|()| SegmentHeader::decode(&header));
+        let mut raw = [0u8; SEGMENT_HEADER_BYTES as usize];
+        let readable = file.read_exact_at(0, &mut raw).is_ok();
+        if readable && is_format_1_header(&raw) {
+            // Written by a build with the first log format: never to be taken for an unwritten
+            // file, which would make recovery skip its records.
+            return Err(WalError::Corrupt {
+                file: name,
+                offset: 8,
+                reason: format!("log format version 1; this build reads version {FORMAT_VERSION}"),
+            });
+        }
+        let header = readable.then(|| SegmentHeader::decode(&raw)).flatten();
         match header.filter(|header| header.seq == seq) {
             Some(header) => {
                 if let Some(before) = unstarted.first() {

@@ -263,21 +263,29 @@ fn a_record_larger_than_a_segment_gets_its_own_segment() {
     assert_eq!(replay(&storage, 1).expect("replay").len(), 4);
 }
 
-/// Room is reserved ahead: `ensure_room` prepares segments, and a full disk refuses the
-/// reservation while appends into the room already prepared keep working.
+/// Room is reserved ahead: `ensure_room` makes sure one record of the given size can be
+/// appended without creating a file, even one larger than a segment (which gets a segment of its
+/// own); a full disk refuses only the reservation, and appends into the room already prepared
+/// keep working.
 #[test]
 fn room_is_prepared_ahead_and_a_full_disk_refuses_only_the_reservation() {
     let storage = SimStorage::default();
     let mut writer = open_writer(&storage, 1);
-    writer.ensure_room(3000).expect("room for three segments' worth");
-    assert!(writer.prepared_bytes() >= 3000);
+    writer.ensure_room(3000).expect("room for a record three segments long");
     storage.set_full(true);
-    assert!(matches!(writer.ensure_room(10_000), Err(WalError::NoSpace(_))));
-    for lsn in 1..=20 {
+    writer.ensure_room(3000).expect("already prepared: nothing to create");
+    assert_eq!(writer.append(&payload(1, 3000)).expect("the reserved record needs no new file"), 1);
+    // That record's segment (4 KiB) has about 1000 bytes left: enough for small records only.
+    writer.ensure_room(100).expect("a small record fits in the rest of the segment");
+    assert!(matches!(writer.ensure_room(2000), Err(WalError::NoSpace(_))), "and none can be made");
+    storage.set_full(false);
+    writer.ensure_room(2000).expect("space is back");
+    storage.set_full(true);
+    for lsn in 2..=5 {
         writer.append(&payload(lsn, 100)).expect("appends within the prepared room need no new file");
     }
     writer.commit().expect("commit");
-    assert_eq!(replay(&storage, 1).expect("replay").len(), 20);
+    assert_eq!(replay(&storage, 1).expect("replay").len(), 5);
 }
 
 /// Segments released after a checkpoint are reused under new names; their old records never
@@ -475,4 +483,27 @@ fn a_stale_record_image_with_the_next_lsn_is_not_replayed() {
 #[test]
 fn a_stale_record_image_with_a_later_lsn_does_not_stop_recovery() {
     assert_eq!(recover_past_stale_record_images(true).expect("a clean, synced log is recovered"), vec![4, 5, 6, 7]);
+}
+
+/// A segment of the first log format (an older build's) is refused with its version named, never
+/// taken for an unwritten file (which would make recovery skip it and lose its records).
+#[test]
+fn a_segment_of_the_first_format_is_refused() {
+    use super::storage::LogStorage;
+    let storage = SimStorage::default();
+    // A format-1 header: magic, version 1, CRC-32C of bytes 0..12 and 16..40, sequence 1.
+    let mut header = [0u8; 64];
+    header[0..8].copy_from_slice(b"FRWALSEG");
+    header[8..10].copy_from_slice(&1u16.to_le_bytes());
+    header[16..24].copy_from_slice(&1u64.to_le_bytes());
+    header[24..32].copy_from_slice(&1u64.to_le_bytes());
+    header[32..40].copy_from_slice(&1024u64.to_le_bytes());
+    let crc = crc32c::crc32c_append(crc32c::crc32c(&header[0..12]), &header[16..40]);
+    header[12..16].copy_from_slice(&crc.to_le_bytes());
+    let file = storage.create(&segment_name(1), 1024).expect("create");
+    super::storage::SegmentFile::write_all_at(&file, 0, &header).expect("write");
+    match replay(&storage, 1) {
+        Err(WalError::Corrupt { offset: 8, reason, .. }) => assert!(reason.contains("version 1"), "{reason}"),
+        other => panic!("a format-1 segment must be refused, got {other:?}"),
+    }
 }

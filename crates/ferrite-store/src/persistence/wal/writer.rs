@@ -144,6 +144,15 @@ pub struct WalWriter<S: LogStorage> {
     poisoned: Option<String>,
 }
 
+/// Bytes a record with a payload of `payload_len` takes, or the error for a payload longer than a
+/// record's length field holds.
+fn checked_record_bytes(payload_len: u64, segment_bytes: u64) -> Result<u64, WalError> {
+    match usize::try_from(payload_len) {
+        Ok(len) if u32::try_from(len).is_ok() => Ok(record_bytes(len)),
+        _ => Err(WalError::RecordTooLarge { bytes: payload_len, segment_bytes }),
+    }
+}
+
 /// The name a spare segment is made under before [`WalWriter::adopt_spare`] gives it its place.
 pub fn spare_name(token: u64) -> String {
     format!("wal-spare-{token:016x}.tmp")
@@ -249,15 +258,31 @@ impl<S: LogStorage> WalWriter<S> {
         in_tail + self.segments[first_unused..].iter().map(|s| s.bytes - SEGMENT_HEADER_BYTES).sum::<u64>()
     }
 
-    /// Prepares segment files until records of `bytes` in total can be appended without creating
-    /// one. A shard calls this before it changes pool memory, so that a full disk refuses the
-    /// operation cleanly ([`WalError::NoSpace`]) instead of failing after the change was made.
-    pub fn ensure_room(&mut self, bytes: u64) -> Result<(), WalError> {
+    /// Makes sure a record with a payload of up to `payload_len` bytes can be appended without
+    /// creating a segment file: it fits in the rest of the tail segment, or a prepared segment is
+    /// large enough to hold it (a record never spans segments). Prepares one if not. A shard calls
+    /// this before it changes pool memory with the write's whole footprint, so that a full disk
+    /// refuses the write cleanly ([`WalError::NoSpace`]) instead of failing after the change.
+    pub fn ensure_room(&mut self, payload_len: u64) -> Result<(), WalError> {
         self.check_usable()?;
-        while self.prepared_bytes() < bytes {
-            self.prepare_segment(self.segment_bytes)?;
+        let size = checked_record_bytes(payload_len, self.segment_bytes)?;
+        let in_tail = self.tail.is_some_and(|tail| self.tail_position + size <= self.segments[tail].bytes);
+        let first_unused = self.tail.map_or(0, |tail| tail + 1);
+        let needed = SEGMENT_HEADER_BYTES + size;
+        if in_tail || self.segments[first_unused..].iter().any(|segment| segment.bytes >= needed) {
+            return Ok(());
         }
-        Ok(())
+        self.prepare_segment(self.segment_bytes_for(needed))
+    }
+
+    /// The size of a segment made for a record that needs `needed` bytes with the header: the
+    /// configured size, or larger for a record that needs it.
+    fn segment_bytes_for(&self, needed: u64) -> u64 {
+        if needed <= self.segment_bytes {
+            self.segment_bytes
+        } else {
+            needed.next_multiple_of(4096)
+        }
     }
 
     /// Whether the log wants a spare segment made: less than half a segment's worth of room is
@@ -300,10 +325,7 @@ impl<S: LogStorage> WalWriter<S> {
     /// no room for one (which [`WalWriter::ensure_room`] beforehand rules out).
     pub fn append(&mut self, payload: &[u8]) -> Result<Lsn, WalError> {
         self.check_usable()?;
-        let size = record_bytes(payload.len());
-        if u32::try_from(payload.len()).is_err() {
-            return Err(WalError::RecordTooLarge { bytes: size, segment_bytes: self.segment_bytes });
-        }
+        let size = checked_record_bytes(payload.len() as u64, self.segment_bytes)?;
         let lsn = self.next_lsn;
         let fits = self.tail.is_some_and(|tail| self.tail_position + size <= self.segments[tail].bytes);
         if !fits {
@@ -320,9 +342,7 @@ impl<S: LogStorage> WalWriter<S> {
                     next
                 }
                 None => {
-                    let bytes =
-                        if needed <= self.segment_bytes { self.segment_bytes } else { needed.next_multiple_of(4096) };
-                    self.prepare_segment(bytes)?;
+                    self.prepare_segment(self.segment_bytes_for(needed))?;
                     let last = self.segments.len() - 1;
                     let segment = self.segments.remove(last);
                     self.segments.insert(next, segment);
