@@ -22,7 +22,7 @@ pub(crate) mod sim;
 #[cfg(test)]
 mod tests;
 
-pub use format::{record_bytes, Lsn, SEGMENT_HEADER_BYTES};
+pub use format::{encode_record, record_bytes, Lsn, RecordPlace, SEGMENT_HEADER_BYTES};
 pub use reader::{recover, Recovered, SegmentState, TornCommit};
 pub use storage::{FsSegment, FsStorage, LogStorage, SegmentFile};
 pub use writer::{spare_name, BatchOutcome, CommitBatch, WalConfig, WalWriter};
