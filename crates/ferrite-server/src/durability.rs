@@ -7,27 +7,47 @@
 //! - If the log fails (an I/O error), connections waiting for durability are closed without their
 //!   responses, and the shard refuses writes until it is restarted.
 
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Instant;
 
 use ferrite_store::persistence::ssd::{Checkpointer, SharedLog, SyncThread};
 use ferrite_store::persistence::wal::Lsn;
-use tokio::sync::watch;
+use tokio::sync::{watch, Notify};
 
 use crate::config::DurabilityConfig;
 use crate::stats::DurabilityReport;
 
-/// What the sync thread publishes after each batch.
+/// The durable end of the log as connections see it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct DurableState {
     pub lsn: Lsn,
     pub failed: bool,
 }
 
+/// What the sync thread publishes to its shard, lock-free: the durable end of the log, and a
+/// wake-up for the shard's durability task.
+#[derive(Debug)]
+struct DurableSignal {
+    /// The last durable LSN the sync thread published.
+    durable: AtomicU64,
+    failed: AtomicBool,
+    /// Wakes the shard's durability task.
+    published: Notify,
+}
+
+impl DurableSignal {
+    fn state(&self) -> DurableState {
+        DurableState { lsn: self.durable.load(Ordering::Acquire), failed: self.failed.load(Ordering::Acquire) }
+    }
+}
+
 /// What a connection needs to wait for durability.
 #[derive(Debug, Clone)]
 pub(crate) struct DurableGate {
-    log: SharedLog,
     durable: watch::Receiver<DurableState>,
+    /// Wakes the shard's durability task to ask for a commit (see [`DurabilityTask`]).
+    wanted: Arc<Notify>,
 }
 
 /// Why a wait for durability ended without it.
@@ -38,7 +58,8 @@ pub(crate) enum NotDurable {
 }
 
 impl DurableGate {
-    /// Waits until the log is durable up to `lsn` (asking the sync thread to commit now).
+    /// Waits until the log is durable up to `lsn`, asking for a commit at the end of the shard's
+    /// current loop turn.
     pub async fn wait_for(&mut self, lsn: Lsn) -> Result<(), NotDurable> {
         let state = *self.durable.borrow();
         if state.failed {
@@ -47,7 +68,7 @@ impl DurableGate {
         if state.lsn >= lsn {
             return Ok(());
         }
-        self.log.request_sync();
+        self.wanted.notify_one();
         match self.durable.wait_for(|state| state.lsn >= lsn || state.failed).await {
             Ok(state) if !state.failed => Ok(()),
             _ => Err(NotDurable::LogFailed),
@@ -59,6 +80,56 @@ impl DurableGate {
     }
 }
 
+/// The shard-local half of group commit, run as one task on the shard's thread for as long as the
+/// shard runs ([`DurabilityTask::run`]).
+///
+/// - **Asking for commits once per turn.** A connection that needs durability wakes this task
+///   rather than the sync thread. The task is queued behind the connections that are ready in the
+///   same turn of the shard's loop, so it runs once they have all read, answered and appended
+///   their records: the commit it asks for covers every write of the turn, as Redis's
+///   `appendfsync always` syncs once per event-loop iteration after reading every ready socket.
+///   Asking at the first write instead started a commit with that one record and left the rest of
+///   the turn to wait for the next: about 12 puts per `fdatasync` with 64 clients. While a commit
+///   is on its way to the device the next turns' records gather behind it.
+/// - **Relaying durability.** The sync thread wakes this one task when a batch is durable, and the
+///   task wakes the waiting connections on the shard's own thread: one wake-up across threads per
+///   commit instead of one per waiting connection.
+#[derive(Debug)]
+pub(crate) struct DurabilityTask {
+    log: SharedLog,
+    wanted: Arc<Notify>,
+    signal: Arc<DurableSignal>,
+    /// What the shard's connections wait on.
+    to_connections: watch::Sender<DurableState>,
+}
+
+impl DurabilityTask {
+    pub(crate) async fn run(self) {
+        let DurabilityTask { log, wanted, signal, to_connections } = self;
+        let requests = async {
+            loop {
+                wanted.notified().await;
+                log.request_sync();
+            }
+        };
+        let relay = async {
+            loop {
+                signal.published.notified().await;
+                let state = signal.state();
+                to_connections.send_if_modified(|current| {
+                    let changed = *current != state;
+                    *current = state;
+                    changed
+                });
+            }
+        };
+        tokio::select! {
+            () = requests => {}
+            () = relay => {}
+        }
+    }
+}
+
 /// The durability machinery of one shard.
 #[derive(Debug)]
 pub(crate) struct ShardDurability {
@@ -66,6 +137,8 @@ pub(crate) struct ShardDurability {
     pub gate: DurableGate,
     pub checkpointer: Checkpointer,
     pub config: DurabilityConfig,
+    /// The shard-local task of group commit, until the shard takes it to run.
+    task: Option<DurabilityTask>,
     /// The LSN of the last `sync` write: reads wait until it is durable.
     pub visible_lsn: Lsn,
     pub last_checkpoint: Instant,
@@ -84,22 +157,35 @@ impl ShardDurability {
         config: DurabilityConfig,
     ) -> std::io::Result<ShardDurability> {
         let durable_lsn = log.durable_lsn();
-        let (sender, durable) = watch::channel(DurableState { lsn: durable_lsn, failed: false });
+        let signal = Arc::new(DurableSignal {
+            durable: AtomicU64::new(durable_lsn),
+            failed: AtomicBool::new(false),
+            published: Notify::new(),
+        });
+        let published = Arc::clone(&signal);
         let on_durable = Box::new(move |outcome: Result<Lsn, String>| {
-            let state = match &outcome {
-                Ok(lsn) => DurableState { lsn: *lsn, failed: false },
+            match &outcome {
+                Ok(lsn) => published.durable.store(*lsn, Ordering::Release),
                 Err(reason) => {
                     tracing::error!(shard = index, %reason, "write-ahead log failed; the shard refuses writes until restarted");
-                    DurableState { lsn: sender.borrow().lsn, failed: true }
+                    published.failed.store(true, Ordering::Release);
                 }
-            };
-            // Nobody listening means the shard is gone; the log itself still holds the state.
-            let _ = sender.send(state);
+            }
+            published.published.notify_one();
         });
         let interval = std::time::Duration::from_millis(config.commit_interval_ms);
         let sync_thread = log.spawn_sync_thread(format!("wal-sync-{index}"), interval, on_durable)?;
+        let wanted = Arc::new(Notify::new());
+        let (to_connections, durable) = watch::channel(signal.state());
+        let task = DurabilityTask {
+            log: log.clone(),
+            wanted: Arc::clone(&wanted),
+            signal: Arc::clone(&signal),
+            to_connections,
+        };
         Ok(ShardDurability {
-            gate: DurableGate { log: log.clone(), durable },
+            gate: DurableGate { durable, wanted },
+            task: Some(task),
             log,
             checkpointer,
             config,
@@ -108,6 +194,11 @@ impl ShardDurability {
             checkpoints: 0,
             sync_thread: Some(sync_thread),
         })
+    }
+
+    /// The shard-local task of group commit, for the shard to spawn on its thread (once).
+    pub fn take_task(&mut self) -> Option<DurabilityTask> {
+        self.task.take()
     }
 
     /// Commits what is buffered and stops the sync thread.

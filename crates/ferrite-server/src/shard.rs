@@ -92,6 +92,8 @@ async fn serve(
     };
     let mut connections = JoinSet::new();
     let checkpoints = tokio::task::spawn_local(checkpointing::run(Rc::clone(&shard), stop.clone()));
+    let durability_task = shard.borrow_mut().durability.as_mut().and_then(|durability| durability.take_task());
+    let durability_task = durability_task.map(|task| tokio::task::spawn_local(task.run()));
     loop {
         tokio::select! {
             _ = stopping.wait_for(|stop| *stop) => break,
@@ -143,6 +145,9 @@ async fn serve(
     }
     // The checkpoint task stops at the same signal; one interrupted mid-way is simply redone.
     let _ = checkpoints.await;
+    if let Some(task) = durability_task {
+        task.abort();
+    }
     if let Some(durability) = shard.borrow_mut().durability.as_mut() {
         // Async writes acknowledged before the stop become durable now (a failed log takes none).
         durability.stop();

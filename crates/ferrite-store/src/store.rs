@@ -50,7 +50,7 @@ pub enum StoreError {
 }
 
 /// The most pool memory one write may change, as its log record will carry it: the bytes, and how
-/// many separate ranges they may come in. A durable shard reserves room in its log for this much
+/// many separate ranges it declares them in. A durable shard reserves room in its log for this much
 /// before the write, so that pool memory never changes unless its whole record (a table growth
 /// included) is sure to be logged.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

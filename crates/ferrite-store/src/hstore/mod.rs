@@ -191,14 +191,12 @@ impl<M: PoolMemory> HStore<M> {
     /// The most one put of a key and value of these lengths can change: its out-of-line key and
     /// value, and the larger of an insert in place (every displacement rewriting two occupants
     /// and a hop bitmap) and a subtable's rewrite at its largest size with its directory entry.
-    /// The rewrite's bytes may be logged as several ranges (runs of zero pages apart), one per
-    /// page at most and two partial ones.
     pub fn put_footprint_for(key_len: u64, value_len: u64) -> WriteFootprint {
         let occupant = OCCUPANT_BYTES as u64;
         let in_place_bytes = MOVES_MAX * (2 * occupant + 4) + occupant + 4;
         let rewrite_bytes = BUCKETS_MAX * ENTRY_BYTES + DIRECTORY_ENTRY_BYTES;
         let in_place_ranges = MOVES_MAX * 3 + 2;
-        let rewrite_ranges = BUCKETS_MAX * ENTRY_BYTES / 4096 + 3;
+        let rewrite_ranges = 2;
         WriteFootprint {
             bytes: key_len + value_len + in_place_bytes.max(rewrite_bytes),
             ranges: 2 + in_place_ranges.max(rewrite_ranges),
@@ -210,7 +208,7 @@ impl<M: PoolMemory> HStore<M> {
     pub fn creation_footprint(spec: PoolSpec) -> Result<WriteFootprint, CreateError> {
         let geometry = Geometry::of(spec).ok_or(CreateError::TooLarge { size_bytes: spec.size_bytes })?;
         let directory_bytes = layout::directory_bytes(geometry.subtables);
-        Ok(WriteFootprint { bytes: HEADER_BYTES + directory_bytes, ranges: 1 + directory_bytes / 4096 + 2 })
+        Ok(WriteFootprint { bytes: HEADER_BYTES + directory_bytes, ranges: 2 })
     }
 
     /// Formats `memory` as an empty store for a pool of shape `spec`. Whatever the region held is

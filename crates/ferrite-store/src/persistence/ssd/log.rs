@@ -5,29 +5,13 @@
 //! one, and the shard's thread never waits for the disk.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use super::record::{pool_created_payload_max, transaction_payload_max, POOL_DELETED_PAYLOAD_BYTES};
 use crate::persistence::wal::{spare_name, FsStorage, LogStorage, Lsn, WalError, WalWriter};
 use crate::store::WriteFootprint;
-
-/// How long the sync thread spins for the next urgent request before it sleeps. Waking a
-/// sleeping thread costs tens of microseconds on a virtual machine (an idle vCPU must be woken),
-/// a sizeable share of a 100 µs `fdatasync`; at low concurrency the next request usually arrives
-/// within a network round trip, so a short spin takes the wake-up off the write's latency. Under
-/// load batches follow each other and the spin never runs. A process confined to one CPU never
-/// spins: there the spin would only take the CPU from the shard that must send the request.
-const SPIN_BEFORE_SLEEP: Duration = Duration::from_micros(100);
-
-/// How long the sync thread spins before it sleeps, on this machine.
-fn spin_before_sleep() -> Duration {
-    match std::thread::available_parallelism() {
-        Ok(cpus) if cpus.get() > 1 => SPIN_BEFORE_SLEEP,
-        _ => Duration::ZERO,
-    }
-}
 
 #[derive(Debug)]
 struct LogState<S: LogStorage> {
@@ -43,12 +27,14 @@ struct LogState<S: LogStorage> {
 #[derive(Debug)]
 struct Shared<S: LogStorage> {
     state: Mutex<LogState<S>>,
-    wake: Condvar,
     /// A write that waits for durability was appended: sync as soon as possible. Outside the
-    /// mutex so that asking costs no lock while the sync thread spins.
+    /// mutex so that asking costs no lock.
     urgent: AtomicBool,
-    /// The sync thread is (about to be) asleep on `wake` and must be notified.
-    sleeping: AtomicBool,
+    /// The sync thread, once started. It sleeps with `park` and is woken with `unpark`: no lock
+    /// is taken to wake it (a condition variable made the woken thread wait at once for the
+    /// mutex its waker still held), and `unpark` of a thread that is not parked is one atomic
+    /// operation, remembered until it next parks, so no wake-up is ever lost.
+    thread: OnceLock<std::thread::Thread>,
 }
 
 /// The log of one shard. Cheap to clone; every clone is the same log. Generic over the storage
@@ -85,12 +71,7 @@ impl<S: LogStorage + Clone + 'static> SharedLog<S> {
             oldest_pending: None,
             stopping: false,
         };
-        let shared = Shared {
-            state: Mutex::new(state),
-            wake: Condvar::new(),
-            urgent: AtomicBool::new(false),
-            sleeping: AtomicBool::new(false),
-        };
+        let shared = Shared { state: Mutex::new(state), urgent: AtomicBool::new(false), thread: OnceLock::new() };
         SharedLog { shared: Arc::new(shared) }
     }
 
@@ -108,9 +89,7 @@ impl<S: LogStorage + Clone + 'static> SharedLog<S> {
                 if state.oldest_pending.is_none() {
                     // The sync thread may be asleep with nothing to do: start its interval.
                     state.oldest_pending = Some(Instant::now());
-                    if self.shared.sleeping.load(Ordering::SeqCst) {
-                        self.shared.wake.notify_one();
-                    }
+                    self.wake_sync_thread();
                 }
                 Ok(lsn)
             }
@@ -125,12 +104,13 @@ impl<S: LogStorage + Clone + 'static> SharedLog<S> {
 
     /// Asks the sync thread to commit what is buffered now rather than at the interval.
     pub fn request_sync(&self) {
-        // The sync thread announces `sleeping` before it re-checks `urgent` and waits, so either
-        // it sees this request or this sees it sleeping (both sequentially consistent).
         self.shared.urgent.store(true, Ordering::SeqCst);
-        if self.shared.sleeping.load(Ordering::SeqCst) {
-            let _state = self.lock();
-            self.shared.wake.notify_one();
+        self.wake_sync_thread();
+    }
+
+    fn wake_sync_thread(&self) {
+        if let Some(thread) = self.shared.thread.get() {
+            thread.unpark();
         }
     }
 
@@ -212,8 +192,7 @@ impl<S: LogStorage + Clone + 'static> SharedLog<S> {
     /// because pool memory ran ahead of the log, so that nothing more is committed after it.
     pub fn fail(&self, reason: &str) {
         self.lock().writer.fail(reason.to_string());
-        self.shared.urgent.store(true, Ordering::SeqCst);
-        self.shared.wake.notify_one();
+        self.request_sync();
     }
 
     /// Commits what is buffered on this thread, as the sync thread would (for tests that drive
@@ -272,46 +251,34 @@ impl<S: LogStorage + Clone + 'static> SharedLog<S> {
     ) -> std::io::Result<SyncThread<S>> {
         let log = self.clone();
         let handle = std::thread::Builder::new().name(name).spawn(move || log.sync_loop(interval, on_durable))?;
+        // Set once: a log has one sync thread.
+        let _ = self.shared.thread.set(handle.thread().clone());
         Ok(SyncThread { log: self.clone(), handle: Some(handle) })
     }
 
     fn sync_loop(&self, interval: Duration, on_durable: DurableCallback) {
-        let spin = spin_before_sleep();
         loop {
-            let spin_until = Instant::now() + spin;
-            while !self.shared.urgent.load(Ordering::SeqCst) && Instant::now() < spin_until {
-                std::hint::spin_loop();
-            }
             let mut state = self.lock();
-            let batch = loop {
-                let urgent = self.shared.urgent.load(Ordering::SeqCst);
-                let due = state.oldest_pending.map(|since| since + interval);
-                let ready = state.writer.has_pending() && (urgent || state.stopping || due <= Some(Instant::now()));
-                if ready {
-                    // Cleared before the batch is taken, under the lock appends take too: a request
-                    // for records this batch misses sets it again.
-                    self.shared.urgent.store(false, Ordering::SeqCst);
-                    break state.writer.take_batch();
-                }
+            let urgent = self.shared.urgent.load(Ordering::SeqCst);
+            let due = state.oldest_pending.map(|since| since + interval);
+            let ready = state.writer.has_pending() && (urgent || state.stopping || due <= Some(Instant::now()));
+            if !ready {
                 if state.stopping {
                     return;
                 }
-                self.shared.sleeping.store(true, Ordering::SeqCst);
-                if self.shared.urgent.load(Ordering::SeqCst) && state.writer.has_pending() {
-                    self.shared.sleeping.store(false, Ordering::SeqCst);
-                    continue;
+                drop(state);
+                // Until asked (a request, an append that starts the interval, a stop) or due.
+                match due {
+                    Some(due) => std::thread::park_timeout(due.saturating_duration_since(Instant::now())),
+                    None => std::thread::park(),
                 }
-                state = match due {
-                    Some(due) => {
-                        let wait = due.saturating_duration_since(Instant::now());
-                        self.shared.wake.wait_timeout(state, wait).unwrap_or_else(std::sync::PoisonError::into_inner).0
-                    }
-                    None => self.shared.wake.wait(state).unwrap_or_else(std::sync::PoisonError::into_inner),
-                };
-                self.shared.sleeping.store(false, Ordering::SeqCst);
-            };
+                continue;
+            }
+            // Cleared before the batch is taken, under the lock appends take too: a request for
+            // records this batch misses sets it again.
+            self.shared.urgent.store(false, Ordering::SeqCst);
             state.oldest_pending = None;
-            let batch = match batch {
+            let batch = match state.writer.take_batch() {
                 Ok(Some(batch)) => batch,
                 Ok(None) => continue,
                 Err(error) => {
@@ -353,11 +320,8 @@ impl<S: LogStorage + Clone + 'static> SyncThread<S> {
     }
 
     fn stop_and_join(&mut self) {
-        {
-            let mut state = self.log.lock();
-            state.stopping = true;
-            self.log.shared.wake.notify_one();
-        }
+        self.log.lock().stopping = true;
+        self.log.wake_sync_thread();
         if let Some(handle) = self.handle.take() {
             // A panicked sync thread has already reported nothing more can become durable.
             let _ = handle.join();

@@ -28,10 +28,12 @@ const FORM_ZEROS: u8 = 1;
 const FLAG_INDEXED: u8 = 1;
 const FLAG_ASYNC: u8 = 2;
 
-/// Whole pages (aligned runs of this many bytes) of zeros inside a logged range are logged without
-/// their bytes: a subtable's first buckets, a fresh directory or a rewritten table are mostly
-/// zero pages.
-pub const ZERO_CHECK_BYTES_MIN: usize = 4096;
+/// Zeros inside a logged range are found in aligned chunks of this many bytes (one table entry)...
+const ZERO_CHUNK_BYTES: u64 = 64;
+/// ...and a run of zero chunks at least this long is logged without its bytes: a subtable's first
+/// buckets (one pair among 64 empty entries), a fresh directory or a rewritten table are mostly
+/// zeros. Shorter runs stay in the bytes around them, where a range header would cost more.
+pub const ZERO_RUN_BYTES_MIN: u64 = 256;
 
 /// Bytes of a range's header in a record: offset, length, form.
 const RANGE_HEADER_BYTES: u64 = 13;
@@ -61,10 +63,11 @@ pub fn largest_payload(largest_write: WriteFootprint, largest_creation: WriteFoo
 }
 
 /// Ranges of `footprint` as encoded: the count, and per range its header and bytes. Splitting out
-/// zero pages turns one declared range into at most one piece per page and two partial ones, each
-/// with a header; the footprint's range count must already allow for that (see `WriteFootprint`).
+/// zero runs (each at least `ZERO_RUN_BYTES_MIN` long, with bytes between them) turns the
+/// footprint's ranges into at most `ranges + 2 * bytes / ZERO_RUN_BYTES_MIN` pieces.
 fn ranges_bytes_max(footprint: WriteFootprint) -> u64 {
-    4 + footprint.ranges * RANGE_HEADER_BYTES + footprint.bytes
+    let pieces = footprint.ranges + 2 * footprint.bytes / ZERO_RUN_BYTES_MIN;
+    4 + pieces * RANGE_HEADER_BYTES + footprint.bytes
 }
 
 /// What a shard knows of a pool beyond its memory: enough to recreate it after a restart.
@@ -171,24 +174,35 @@ fn encode_ranges(ranges: &mut Vec<(u64, u64)>, memory: &[u8], out: &mut Vec<u8>)
     out[count_at..count_at + 4].copy_from_slice(&count.to_le_bytes());
 }
 
-/// Splits `start..end` of `memory` into pieces to log: runs of whole zero pages (`true`) and runs
-/// of anything else (`false`), none longer than a range's length field holds.
+/// Splits `start..end` of `memory` into pieces to log: runs of zeros at least
+/// `ZERO_RUN_BYTES_MIN` long (`true`) and runs of anything else (`false`), none longer than a
+/// range's length field holds.
 fn pieces(memory: &[u8], start: u64, end: u64) -> Vec<(u64, u64, bool)> {
-    const PAGE: u64 = ZERO_CHECK_BYTES_MIN as u64;
-    const PIECE_MAX: u64 = u32::MAX as u64 & !(PAGE - 1);
-    let mut pieces: Vec<(u64, u64, bool)> = Vec::new();
+    let mut runs = Vec::new();
     let mut at = start;
     while at < end {
-        let page_end = ((at / PAGE) + 1) * PAGE;
-        let next = page_end.min(end);
-        let zeros = at.is_multiple_of(PAGE) && next == page_end && is_all_zero(&memory[at as usize..next as usize]);
-        match pieces.last_mut() {
-            Some((_, len, kind)) if *kind == zeros && *len + (next - at) <= PIECE_MAX => *len += next - at,
-            _ => pieces.push((at, next - at, zeros)),
-        }
+        let next = ((at / ZERO_CHUNK_BYTES + 1) * ZERO_CHUNK_BYTES).min(end);
+        let whole = at.is_multiple_of(ZERO_CHUNK_BYTES) && next - at == ZERO_CHUNK_BYTES;
+        push_piece(&mut runs, at, next - at, whole && is_all_zero(&memory[at as usize..next as usize]));
         at = next;
     }
+    let mut pieces = Vec::with_capacity(runs.len());
+    for (at, len, zeros) in runs {
+        push_piece(&mut pieces, at, len, zeros && len >= ZERO_RUN_BYTES_MIN);
+    }
     pieces
+}
+
+/// Appends a piece, joining it to the last one if they are of one kind and the sum still fits a
+/// range's length field.
+fn push_piece(pieces: &mut Vec<(u64, u64, bool)>, at: u64, len: u64, zeros: bool) {
+    const PIECE_MAX: u64 = u32::MAX as u64 & !(ZERO_CHUNK_BYTES - 1);
+    match pieces.last_mut() {
+        Some((start, last_len, kind)) if *kind == zeros && *start + *last_len == at && *last_len + len <= PIECE_MAX => {
+            *last_len += len;
+        }
+        _ => pieces.push((at, len, zeros)),
+    }
 }
 
 /// Sorts ranges and merges overlapping or adjacent ones.
@@ -341,7 +355,8 @@ mod tests {
         let mut memory = vec![0u8; 8192];
         memory[0..5].copy_from_slice(b"HSTOR");
         encode_pool_created(&descriptor(), &mut vec![(0, 4096)], &memory, &mut out);
-        let ranges = vec![(0, 4096, Some(&memory[..4096]))];
+        // The header's bytes, then its zeros as a zero run.
+        let ranges = vec![(0, 64, Some(&memory[..64])), (64, 4032, None)];
         assert_eq!(decode(&out), Ok(LogRecord::PoolCreated { descriptor: descriptor(), ranges }));
         out.clear();
         encode_pool_deleted(7, &mut out);
@@ -366,13 +381,14 @@ mod tests {
         assert!(out.len() < 100);
     }
 
-    /// Whole zero pages inside a range are logged as zero runs, the rest as bytes, and the pieces
-    /// cover the range exactly.
+    /// Zero runs of at least 256 bytes inside a range are logged without their bytes; the pieces
+    /// cover the range exactly, and replaying them rebuilds the memory.
     #[test]
-    fn zero_pages_inside_a_range_are_logged_without_their_bytes() {
+    fn zero_runs_inside_a_range_are_logged_without_their_bytes() {
         let mut memory = vec![0u8; 8 * 4096];
         memory[100] = 1;
         memory[3 * 4096 + 5] = 2;
+        memory[3 * 4096 + 200] = 2; // a zero run of 128 bytes in between stays with the bytes
         memory[7 * 4096 + 4095] = 3;
         let mut out = Vec::new();
         encode_transaction(1, &mut vec![(50, 8 * 4096 - 50)], &memory, &mut out);
@@ -382,15 +398,24 @@ mod tests {
         assert_eq!(
             shape,
             vec![
-                (50, 4096 - 50, true),
-                (4096, 2 * 4096, false),
-                (3 * 4096, 4096, true),
-                (4 * 4096, 3 * 4096, false),
-                (7 * 4096, 4096, true)
+                (50, 128 - 50, true),
+                (128, 3 * 4096 - 128, false),
+                (3 * 4096, 256, true),
+                (3 * 4096 + 256, (8 * 4096 - 64) - (3 * 4096 + 256), false),
+                (8 * 4096 - 64, 64, true)
             ]
         );
-        assert!(out.len() < 3 * 4096 + 100, "three pages of bytes, no more: {}", out.len());
-        let footprint = WriteFootprint { bytes: 8 * 4096, ranges: 8 + 2 };
+        let mut rebuilt = vec![0xffu8; 8 * 4096];
+        for (at, len, bytes) in ranges {
+            let target = &mut rebuilt[at as usize..at as usize + len as usize];
+            match bytes {
+                Some(bytes) => target.copy_from_slice(bytes),
+                None => target.fill(0),
+            }
+        }
+        assert_eq!(rebuilt[50..], memory[50..]);
+        assert!(out.len() < 500, "a few hundred bytes of data, no more: {}", out.len());
+        let footprint = WriteFootprint { bytes: 8 * 4096, ranges: 1 };
         assert!(out.len() as u64 <= transaction_payload_max(footprint));
     }
 
