@@ -4,7 +4,7 @@
 //! one gathers, so under load each sync covers every operation that arrived during the previous
 //! one, and the shard's thread never waits for the disk.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -35,6 +35,43 @@ struct Shared<S: LogStorage> {
     /// mutex its waker still held), and `unpark` of a thread that is not parked is one atomic
     /// operation, remembered until it next parks, so no wake-up is ever lost.
     thread: OnceLock<std::thread::Thread>,
+    /// Published from the writer every time the lock is released ([`Locked`]), so that the
+    /// shard's per-write questions (is there room for this record, what did the last append
+    /// get, has the log failed) take no lock. The shard is the only appender, so what it reads
+    /// after its own append is exact; room only grows behind its back (a spare segment adopted,
+    /// segments recycled).
+    room: AtomicU64,
+    last_appended: AtomicU64,
+    poisoned: AtomicBool,
+}
+
+/// The log's state, locked; publishes the writer's room, last LSN and failure when released.
+struct Locked<'a, S: LogStorage> {
+    state: MutexGuard<'a, LogState<S>>,
+    shared: &'a Shared<S>,
+}
+
+impl<S: LogStorage> std::ops::Deref for Locked<'_, S> {
+    type Target = LogState<S>;
+
+    fn deref(&self) -> &LogState<S> {
+        &self.state
+    }
+}
+
+impl<S: LogStorage> std::ops::DerefMut for Locked<'_, S> {
+    fn deref_mut(&mut self) -> &mut LogState<S> {
+        &mut self.state
+    }
+}
+
+impl<S: LogStorage> Drop for Locked<'_, S> {
+    fn drop(&mut self) {
+        let writer = &self.state.writer;
+        self.shared.room.store(writer.record_room(), Ordering::Release);
+        self.shared.last_appended.store(writer.next_lsn() - 1, Ordering::Release);
+        self.shared.poisoned.store(writer.poisoned().is_some(), Ordering::Release);
+    }
 }
 
 /// The log of one shard. Cheap to clone; every clone is the same log. Generic over the storage
@@ -71,14 +108,22 @@ impl<S: LogStorage + Clone + 'static> SharedLog<S> {
             oldest_pending: None,
             stopping: false,
         };
-        let shared = Shared { state: Mutex::new(state), urgent: AtomicBool::new(false), thread: OnceLock::new() };
+        let shared = Shared {
+            room: AtomicU64::new(state.writer.record_room()),
+            last_appended: AtomicU64::new(state.writer.next_lsn() - 1),
+            poisoned: AtomicBool::new(state.writer.poisoned().is_some()),
+            state: Mutex::new(state),
+            urgent: AtomicBool::new(false),
+            thread: OnceLock::new(),
+        };
         SharedLog { shared: Arc::new(shared) }
     }
 
-    fn lock(&self) -> MutexGuard<'_, LogState<S>> {
+    fn lock(&self) -> Locked<'_, S> {
         // A panic while holding the lock leaves the writer in an unknown state; the guard's data is
         // still the best record of what was appended, and every later failure is reported.
-        self.shared.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+        let state = self.shared.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        Locked { state, shared: &self.shared }
     }
 
     /// Buffers a record; returns its LSN. A failure poisons the log.
@@ -91,6 +136,7 @@ impl<S: LogStorage + Clone + 'static> SharedLog<S> {
                     state.oldest_pending = Some(Instant::now());
                     self.wake_sync_thread();
                 }
+                self.start_spare_if_wanted(&mut state);
                 Ok(lsn)
             }
             Err(error) => {
@@ -131,10 +177,20 @@ impl<S: LogStorage + Clone + 'static> SharedLog<S> {
         self.ensure_room(POOL_DELETED_PAYLOAD_BYTES)
     }
 
-    /// See [`WalWriter::ensure_room`]. Also starts making a spare segment in the background when
-    /// the log is running low, so that the shard's thread rarely has to create one itself.
+    /// See [`WalWriter::ensure_room`]. Takes no lock while the log has the room (the common
+    /// case: segments are prepared ahead).
     pub fn ensure_room(&self, payload_len: u64) -> Result<(), WalError> {
+        if !self.shared.poisoned.load(Ordering::Acquire) && payload_len <= self.shared.room.load(Ordering::Acquire) {
+            return Ok(());
+        }
         let mut state = self.lock();
+        self.start_spare_if_wanted(&mut state);
+        state.writer.ensure_room(payload_len)
+    }
+
+    /// Starts making a spare segment in the background when the log is running low, so that the
+    /// shard's thread rarely has to create one itself.
+    fn start_spare_if_wanted(&self, state: &mut Locked<'_, S>) {
         if let Some(size) = state.writer.spare_wanted() {
             state.spares_made += 1;
             let token = state.spares_made;
@@ -143,7 +199,6 @@ impl<S: LogStorage + Clone + 'static> SharedLog<S> {
                 state.writer.spare_failed();
             }
         }
-        state.writer.ensure_room(payload_len)
     }
 
     /// Makes one zero-filled spare segment now, on this thread, if the log has none: what a server
@@ -205,16 +260,18 @@ impl<S: LogStorage + Clone + 'static> SharedLog<S> {
     /// The LSN of the last appended record, or why the log refuses everything: what a shard
     /// checks after each write before it may acknowledge it.
     pub fn appended(&self) -> Result<Lsn, WalError> {
-        let state = self.lock();
-        match state.writer.poisoned() {
+        if !self.shared.poisoned.load(Ordering::Acquire) {
+            return Ok(self.shared.last_appended.load(Ordering::Acquire));
+        }
+        match self.lock().writer.poisoned() {
             Some(reason) => Err(WalError::Poisoned(reason.to_string())),
-            None => Ok(state.writer.next_lsn() - 1),
+            None => Ok(self.shared.last_appended.load(Ordering::Acquire)),
         }
     }
 
     /// The LSN of the last appended record.
     pub fn last_lsn(&self) -> Lsn {
-        self.lock().writer.next_lsn() - 1
+        self.shared.last_appended.load(Ordering::Acquire)
     }
 
     pub fn durable_lsn(&self) -> Lsn {

@@ -152,14 +152,14 @@ pub fn encode_transaction(pool: u64, ranges: &mut Vec<(u64, u64)>, memory: &[u8]
 }
 
 /// Appends the range count and the ranges (offset, length) of `memory`, merged where they touch,
-/// with whole zero pages inside them logged as zero runs.
+/// with runs of zeros inside them logged as zero runs.
 fn encode_ranges(ranges: &mut Vec<(u64, u64)>, memory: &[u8], out: &mut Vec<u8>) {
     merge_ranges(ranges);
     let count_at = out.len();
     out.extend_from_slice(&0u32.to_le_bytes());
     let mut count = 0u32;
     for &(offset, len) in ranges.iter() {
-        for (start, piece_len, zeros) in pieces(memory, offset, offset + len) {
+        for_each_piece(memory, offset, offset + len, |start, piece_len, zeros| {
             out.extend_from_slice(&start.to_le_bytes());
             out.extend_from_slice(&(piece_len as u32).to_le_bytes());
             if zeros {
@@ -169,40 +169,56 @@ fn encode_ranges(ranges: &mut Vec<(u64, u64)>, memory: &[u8], out: &mut Vec<u8>)
                 out.extend_from_slice(&memory[start as usize..(start + piece_len) as usize]);
             }
             count += 1;
-        }
+        });
     }
     out[count_at..count_at + 4].copy_from_slice(&count.to_le_bytes());
 }
 
-/// Splits `start..end` of `memory` into pieces to log: runs of zeros at least
-/// `ZERO_RUN_BYTES_MIN` long (`true`) and runs of anything else (`false`), none longer than a
-/// range's length field holds.
-fn pieces(memory: &[u8], start: u64, end: u64) -> Vec<(u64, u64, bool)> {
-    let mut runs = Vec::new();
+/// Calls `emit(start, len, zeros)` for the pieces `start..end` of `memory` is logged as, in order:
+/// runs of zeros at least `ZERO_RUN_BYTES_MIN` long (aligned to `ZERO_CHUNK_BYTES`), and runs of
+/// anything else, none longer than a range's length field holds. Allocates nothing: it runs for
+/// every write.
+fn for_each_piece(memory: &[u8], start: u64, end: u64, mut emit: impl FnMut(u64, u64, bool)) {
+    const PIECE_MAX: u64 = u32::MAX as u64 & !(ZERO_CHUNK_BYTES - 1);
+    let mut emit_bounded = |mut at: u64, end: u64, zeros: bool| {
+        while at < end {
+            let len = (end - at).min(PIECE_MAX);
+            emit(at, len, zeros);
+            at += len;
+        }
+    };
     let mut at = start;
     while at < end {
-        let next = ((at / ZERO_CHUNK_BYTES + 1) * ZERO_CHUNK_BYTES).min(end);
-        let whole = at.is_multiple_of(ZERO_CHUNK_BYTES) && next - at == ZERO_CHUNK_BYTES;
-        push_piece(&mut runs, at, next - at, whole && is_all_zero(&memory[at as usize..next as usize]));
-        at = next;
+        match next_zero_run(memory, at, end) {
+            Some((zeros_start, zeros_end)) => {
+                emit_bounded(at, zeros_start, false);
+                emit_bounded(zeros_start, zeros_end, true);
+                at = zeros_end;
+            }
+            None => {
+                emit_bounded(at, end, false);
+                at = end;
+            }
+        }
     }
-    let mut pieces = Vec::with_capacity(runs.len());
-    for (at, len, zeros) in runs {
-        push_piece(&mut pieces, at, len, zeros && len >= ZERO_RUN_BYTES_MIN);
-    }
-    pieces
 }
 
-/// Appends a piece, joining it to the last one if they are of one kind and the sum still fits a
-/// range's length field.
-fn push_piece(pieces: &mut Vec<(u64, u64, bool)>, at: u64, len: u64, zeros: bool) {
-    const PIECE_MAX: u64 = u32::MAX as u64 & !(ZERO_CHUNK_BYTES - 1);
-    match pieces.last_mut() {
-        Some((start, last_len, kind)) if *kind == zeros && *start + *last_len == at && *last_len + len <= PIECE_MAX => {
-            *last_len += len;
+/// The first run of whole zero chunks in `from..end` at least `ZERO_RUN_BYTES_MIN` long.
+fn next_zero_run(memory: &[u8], from: u64, end: u64) -> Option<(u64, u64)> {
+    let mut chunk = from.next_multiple_of(ZERO_CHUNK_BYTES);
+    let mut run_start = None;
+    while chunk + ZERO_CHUNK_BYTES <= end {
+        if is_all_zero(&memory[chunk as usize..(chunk + ZERO_CHUNK_BYTES) as usize]) {
+            run_start.get_or_insert(chunk);
+        } else {
+            if let Some(run) = run_start.filter(|run| chunk - run >= ZERO_RUN_BYTES_MIN) {
+                return Some((run, chunk));
+            }
+            run_start = None;
         }
-        _ => pieces.push((at, len, zeros)),
+        chunk += ZERO_CHUNK_BYTES;
     }
+    run_start.filter(|run| chunk - run >= ZERO_RUN_BYTES_MIN).map(|run| (run, chunk))
 }
 
 /// Sorts ranges and merges overlapping or adjacent ones.

@@ -274,18 +274,23 @@ fn room_is_prepared_ahead_and_a_full_disk_refuses_only_the_reservation() {
     writer.ensure_room(3000).expect("room for a record three segments long");
     storage.set_full(true);
     writer.ensure_room(3000).expect("already prepared: nothing to create");
+    assert!(writer.record_room() >= 3000, "the room says so");
     assert_eq!(writer.append(&payload(1, 3000)).expect("the reserved record needs no new file"), 1);
     // That record's segment (4 KiB) has about 1000 bytes left: enough for small records only.
     writer.ensure_room(100).expect("a small record fits in the rest of the segment");
     assert!(matches!(writer.ensure_room(2000), Err(WalError::NoSpace(_))), "and none can be made");
+    let room = writer.record_room();
+    assert!((100..2000).contains(&room), "{room}");
+    writer.append(&payload(2, room as usize)).expect("a record of exactly the room fits");
+    assert!(writer.record_room() < room);
     storage.set_full(false);
     writer.ensure_room(2000).expect("space is back");
     storage.set_full(true);
-    for lsn in 2..=5 {
+    for lsn in 3..=6 {
         writer.append(&payload(lsn, 100)).expect("appends within the prepared room need no new file");
     }
     writer.commit().expect("commit");
-    assert_eq!(replay(&storage, 1).expect("replay").len(), 5);
+    assert_eq!(replay(&storage, 1).expect("replay").len(), 6);
 }
 
 /// Segments released after a checkpoint are reused under new names; their old records never

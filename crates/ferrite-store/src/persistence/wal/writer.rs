@@ -9,7 +9,8 @@
 use std::sync::Arc;
 
 use super::format::{
-    encode_record, new_salt, record_bytes, segment_name, Lsn, RecordPlace, SegmentHeader, SEGMENT_HEADER_BYTES,
+    encode_record, new_salt, record_bytes, segment_name, Lsn, RecordPlace, SegmentHeader, RECORD_ALIGN_BYTES,
+    RECORD_HEADER_BYTES, SEGMENT_HEADER_BYTES,
 };
 use super::reader::Recovered;
 use super::storage::{LogStorage, SegmentFile};
@@ -256,6 +257,19 @@ impl<S: LogStorage> WalWriter<S> {
         let first_unused = self.tail.map_or(0, |tail| tail + 1);
         let in_tail = self.tail.map_or(0, |tail| self.segments[tail].bytes - self.tail_position);
         in_tail + self.segments[first_unused..].iter().map(|s| s.bytes - SEGMENT_HEADER_BYTES).sum::<u64>()
+    }
+
+    /// The largest payload a record appended now can have without creating a segment file (in
+    /// the rest of the tail segment or in a prepared one), or 0 if the log refuses everything.
+    pub fn record_room(&self) -> u64 {
+        if self.poisoned.is_some() {
+            return 0;
+        }
+        let in_tail = self.tail.map_or(0, |tail| self.segments[tail].bytes - self.tail_position);
+        let first_unused = self.tail.map_or(0, |tail| tail + 1);
+        let in_prepared = self.segments[first_unused..].iter().map(|s| s.bytes - SEGMENT_HEADER_BYTES).max();
+        // A record is its header, its payload and padding to 8 bytes.
+        in_tail.max(in_prepared.unwrap_or(0)).saturating_sub(RECORD_HEADER_BYTES) & !(RECORD_ALIGN_BYTES - 1)
     }
 
     /// Makes sure a record with a payload of up to `payload_len` bytes can be appended without
