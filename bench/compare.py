@@ -16,7 +16,9 @@ Scenarios:
   shards     throughput against shard count (MCAS figure 12), with the limit at each count
   durability sync puts (8-byte keys, 16-byte values, one shard) at 1, 8, 64 and 256 outstanding:
              Ferrite sync and async against Redis with appendfsync always and without persistence,
-             all through `ferrite bench` (--target resp for Redis)
+             all through `ferrite bench` (--target resp for Redis); then SET only from
+             redis-benchmark at 1, 8, 64 and 256 connections, pipeline 1 and 16: Ferrite RESP
+             (sync) against the same two Redis, with Ferrite's puts per fdatasync
   restart    load 1 and 10 million keys, then: DRAM bytes per key, log bytes per put, and the time
              a restart after kill -9 takes until the server is ready
 The limit rows come from `ferrite-echo`, which answers without storing anything: what the protocol
@@ -85,7 +87,7 @@ FULL = {
     },
 }
 FULL["durability"] = {"seconds": 3, "outstanding": [1, 8, 64, 256], "clients_max": 8, "keys": 100_000,
-                      "key_size": 8, "value_size": 16}
+                      "key_size": 8, "value_size": 16, "connections": [1, 8, 64, 256], "pipelines": [1, 16]}
 FULL["restart"] = {"keys": [1_000_000, 10_000_000], "key_size": 8, "value_size": 16}
 QUICK = {
     "small-ops": dict(FULL["small-ops"], seconds=0.5, outstanding=[1, 16], keys=10_000),
@@ -101,7 +103,8 @@ QUICK = {
     ),
     "values": dict(FULL["values"], seconds=0.5, sizes=[16, 4096], data_bytes=8 << 20, keys_max=10_000),
     "shards": dict(FULL["shards"], seconds=0.5, ops=["put"], keys=10_000),
-    "durability": dict(FULL["durability"], seconds=0.5, outstanding=[1, 64], keys=10_000),
+    "durability": dict(FULL["durability"], seconds=0.5, outstanding=[1, 64], keys=10_000, connections=[1, 64],
+                       pipelines=[1]),
     "restart": dict(FULL["restart"], keys=[20_000]),
 }
 SCENARIOS = list(FULL)
@@ -299,13 +302,20 @@ class Run:
         result["command"] = display(argv)
         return result
 
-    def redis_benchmark(self, port, pipeline, value_size, keys, seconds, clients=1):
-        """SET and GET through redis-benchmark; returns {"SET": point, "GET": point}."""
+    def redis_benchmark(self, port, pipeline, value_size, keys, seconds, clients=1, tests="set,get", counters=None):
+        """redis-benchmark's `tests` (SET and GET unless told otherwise); returns one point per
+        test, {"SET": point, "GET": point} by default. With `counters` (a function returning the
+        server's counters), each point also holds under "counters" how much each counter grew
+        during the measured run: read just before and just after it, so the calibration run is not
+        counted."""
         base = [*self.client_wrap, "redis-benchmark", "-h", "127.0.0.1", "-p", str(port), "-c", str(clients),
-                "-P", str(pipeline), "-t", "set,get", "-d", str(value_size), "-r", str(keys)]
-        key = (port, pipeline, value_size, keys, clients)
+                "-P", str(pipeline), "-t", tests, "-d", str(value_size), "-r", str(keys)]
+        key = (port, pipeline, value_size, keys, clients, tests)
         if self.quick:
-            requests = min(50_000, 2_000 * pipeline)
+            # More requests with more connections: 2,000 spread over 64 connections are done in a
+            # few milliseconds, near redis-benchmark's clock resolution, and every system would
+            # come out with the same figure.
+            requests = min(50_000, 2_000 * pipeline * clients)
         else:
             # redis-benchmark takes a request count, not a duration: measure the rate briefly (or
             # take the rate of the previous repetition), then ask for rate x seconds.
@@ -316,11 +326,18 @@ class Run:
                 self.rates[key] = sum(p["ops_per_s"] for p in probe.values()) / max(1, len(probe))
             requests = max(1_000, int(self.rates[key] * seconds))
         argv = [*base, "-n", str(requests)]
+        before = counters() if counters else None
         points = parse_redis_benchmark(self.run(argv, f"redis-benchmark against port {port}",
                                                 timeout=seconds * 10 + 300).stdout)
+        grown = None
+        if counters:
+            after = counters()
+            grown = {name: value - before.get(name, 0) for name, value in after.items()}
         self.rates[key] = sum(p["ops_per_s"] for p in points.values()) / max(1, len(points))
         for point in points.values():
             point["command"] = display(argv)
+            if grown is not None:
+                point["counters"] = grown
         return points
 
     # --- results -----------------------------------------------------------------------------
@@ -597,7 +614,10 @@ def shards(run):
 def durability(run, servers):
     """Durable puts at increasing concurrency: Ferrite sync (acknowledged after fdatasync) and
     async, Redis with appendfsync always and without persistence, all driven by `ferrite bench`
-    (the same client, the same keys, the same concurrency)."""
+    (the same client, the same keys, the same concurrency). Then the way Redis users run: SETs from
+    redis-benchmark over many connections, each with one request (or one pipelined batch) in
+    flight, against Ferrite RESP (sync), Redis AOF always and Redis without persistence, with
+    Ferrite's puts per fdatasync read from its own counters."""
     s = run.settings["durability"]
     targets = [("ferrite-sync", servers["ferrite"], "native", "sync"),
                ("ferrite-async", servers["ferrite"], "native", "async")]
@@ -614,6 +634,32 @@ def durability(run, servers):
                 run.add("durability", system, "ferrite bench", ferrite_point(result), op="put",
                         outstanding=outstanding, clients=clients)
             run.attempt(f"durability: {system}, {outstanding} outstanding", measure)
+
+    resp_targets = [(name, servers["redis"][name]) for name in ("redis-always", "redis") if name in servers["redis"]]
+    if servers.get("ferrite_resp_port"):
+        resp_targets.insert(0, ("ferrite-resp", servers["ferrite_resp_port"]))
+        stats_argv = [run.bin["ferrite"], "--addr", servers["ferrite"], "--json", "stats"]
+        run.commands.append(f"# {display(stats_argv)} just before and just after each Ferrite RESP point below: "
+                            "puts per fdatasync")
+    # The systems take turns at each point, so a burst of outside load hits all three alike. SET
+    # only: a GET commits nothing, so it says nothing about durable writes, and the counters read
+    # around a run then cover its SETs alone.
+    for clients in s["connections"]:
+        for pipeline in s["pipelines"]:
+            for system, port in resp_targets:
+                def measure(system=system, port=port, clients=clients, pipeline=pipeline):
+                    counters = (lambda: ferrite_stats(run, servers["ferrite"])) if system == "ferrite-resp" else None
+                    point = run.redis_benchmark(port, pipeline, s["value_size"], s["keys"], s["seconds"],
+                                                clients=clients, tests="set", counters=counters)["SET"]
+                    grown = point.pop("counters", None)
+                    if grown is not None:
+                        puts, commits = grown.get("puts", 0), grown.get("wal_commits", 0)
+                        point.update(puts=puts, wal_commits=commits,
+                                     puts_per_fdatasync=round(puts / max(1, commits), 1))
+                    run.add("durability", system, "redis-benchmark", point, op="put", clients=clients,
+                            pipeline=pipeline)
+                run.attempt(f"durability: {system} (redis-benchmark), {clients} connection(s), pipeline {pipeline}",
+                            measure)
 
 
 def process_rss_bytes(pid):

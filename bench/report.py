@@ -50,7 +50,15 @@ NOTES = [
     "requests in flight each, the same for every system. Redis is driven by the same tool "
     "(`--target resp`). Ferrite sync acknowledges a put after `fdatasync`; Ferrite async when applied "
     "(durable within 10 ms); Redis AOF always fsyncs before replying; Redis without persistence "
-    "loses everything on a crash.",
+    "loses everything on a crash. The many-connections points are driven by redis-benchmark the way "
+    "Redis users run: SET only (`-t set`; a GET commits nothing), {durability_value_size}-byte values, "
+    "redis-benchmark's 16-byte keys (`key:` and 12 digits) at random over {durability_keys} keys; N "
+    "connections (`-c N`) each keep one request in flight, or at pipeline P (`-P P`) a batch of P "
+    "commands, against Ferrite RESP (its default pool: sync), Redis AOF always and Redis without "
+    "persistence in turn at each point. Puts per fdatasync is Ferrite's own count: its `puts` over "
+    "its log's `wal_commits`, both read with `ferrite stats` just before and just after each Ferrite "
+    "RESP run (a commit writes one group of records with one `fdatasync` per log segment it "
+    "touches: one, or two when it crosses into a new segment).",
     "Restart: a fresh server loads N keys ({restart_key_size}-byte keys, {restart_value_size}-byte values, "
     "async puts, then a pause longer than the commit interval), is killed with SIGKILL and started "
     "again on its data directory; restart time is from the new process's start to its `ready.` line "
@@ -66,7 +74,8 @@ NOTES = [
     "bottleneck: a server that answers a little later lets more requests gather into each write and "
     "read, which costs the single-threaded load generator less per request.",
     "Same tool per comparison: redis-benchmark drives every RESP row of the small-ops and value-size "
-    "scenarios (Ferrite RESP, Redis, the RESP echo); `ferrite bench` drives the native rows, "
+    "scenarios (Ferrite RESP, Redis, the RESP echo) and the many-connections rows of the durability "
+    "scenario; `ferrite bench` drives the native rows, "
     "memcached, and every YCSB row (native, and `--target resp` through the `redis` crate for "
     "Ferrite RESP and Redis). Ferrite native against Redis in small-ops therefore crosses tools; "
     "Ferrite RESP against Redis does not.",
@@ -229,11 +238,12 @@ def limit_for(row):
     return LIMIT_OF.get((row["tool"], protocol))
 
 
-def detail_rows(rows, scenario, keys, redis_system="redis"):
-    """Every row of a scenario with its latencies, its ratio to Redis and to its limit."""
+def detail_rows(rows, scenario, keys, redis_system="redis", tool=None):
+    """Every row of a scenario (of one tool's, when `tool` is given) with its latencies, its ratio
+    to Redis and to its limit."""
     out = []
     for row in rows:
-        if row["scenario"] != scenario:
+        if row["scenario"] != scenario or tool and row["tool"] != tool:
             continue
         labels = {key: row.get(key) for key in keys}
         redis = find(rows, scenario, redis_system, **labels)
@@ -383,8 +393,48 @@ def section_durability(doc):
                     "sync p50", "sync p99", "always p50", "always p99", "sync ÷ always", "sync ÷ Redis",
                     "p50 sync ÷ always"], body)
     lines += ["", "Every point with its latencies:", ""]
-    lines += table(["op", "outstanding", *DETAIL_HEADER], detail_rows(rows, "durability", ["op", "outstanding"]),
+    lines += table(["op", "outstanding", *DETAIL_HEADER],
+                   detail_rows(rows, "durability", ["op", "outstanding"], tool="ferrite bench"),
                    ["---", "---:", "---", "---", *["---:"] * (len(DETAIL_HEADER) - 2)])
+    lines.append("")
+    return lines + durability_connections(doc)
+
+
+def durability_connections(doc):
+    """The redis-benchmark points of the durability scenario: many connections, SET only."""
+    rows, s = doc["rows"], doc["settings"]["durability"]
+    if "connections" in s and "pipelines" in s:
+        points = [(clients, pipeline) for clients in s["connections"] for pipeline in s["pipelines"]]
+    else:  # a run from before these points existed: whatever it has, most likely nothing
+        points = sorted({(row["clients"], row["pipeline"]) for row in rows
+                         if row["scenario"] == "durability" and row["tool"] == "redis-benchmark"})
+    lines = ["### Durable SET over many connections (redis-benchmark)", ""]
+    if not points:
+        return lines + ["Not measured: this run is older than these points.", ""]
+    systems = ["ferrite-resp", "redis-always", "redis"]
+    lines += [f"`redis-benchmark -t set` with {s['value_size']}-byte values over {s['keys']:,} keys, {s['seconds']} s "
+              "per point: N connections, each with one SET in flight at pipeline 1 or a batch of P SETs at pipeline "
+              "P, the three systems in turn at each point. Ops/s and p50 latency (us; per batch when pipelined); "
+              "puts per fdatasync from Ferrite's own counters.", ""]
+    body = []
+    for clients, pipeline in points:
+        found = {system: find(rows, "durability", system, tool="redis-benchmark", op="put", clients=clients,
+                              pipeline=pipeline) for system in systems}
+        r = {system: rate_of(row) for system, row in found.items()}
+        ferrite = found["ferrite-resp"] or {}
+        per_sync = ferrite.get("puts_per_fdatasync")
+        body.append([clients, pipeline, *(fmt_rate(r[system]) for system in systems),
+                     fmt_ratio(ratio(r["ferrite-resp"], r["redis-always"])),
+                     fmt_ratio(ratio(r["ferrite-resp"], r["redis"])),
+                     *(fmt_us((found[system] or {}).get("p50_us")) for system in systems),
+                     "-" if per_sync is None else f"{per_sync:,.1f}"])
+    lines += table(["connections", "pipeline", "Ferrite RESP (sync)", "Redis AOF always", "Redis (no persistence)",
+                    "Ferrite ÷ always", "Ferrite ÷ Redis", "Ferrite p50", "always p50", "Redis p50",
+                    "puts per fdatasync"], body)
+    lines += ["", "Every point with its latencies:", ""]
+    lines += table(["op", "connections", "pipeline", *DETAIL_HEADER],
+                   detail_rows(rows, "durability", ["op", "clients", "pipeline"], tool="redis-benchmark"),
+                   ["---", "---:", "---:", "---", "---", *["---:"] * (len(DETAIL_HEADER) - 2)])
     lines.append("")
     return lines
 
