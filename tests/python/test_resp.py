@@ -1,110 +1,13 @@
 """The RESP listener through the `redis` package (redis-py), unchanged.
 
-Each test starts its own `target/debug/ferrite-server` with RESP on a free port (port 0), reads the
-ports from the server's announcement, and stops it by its own process id with SIGTERM. Every test
-runs twice: with RESP2 and with RESP3 (redis-py's default since 8.0).
+Each test starts its own `target/debug/ferrite-server` (see `conftest.py`) with RESP on a free
+port (port 0), reads the ports from the server's announcement, and stops it by its own process id
+with SIGTERM. Every test runs twice: with RESP2 and with RESP3 (redis-py's default since 8.0).
 """
-
-import os
-import queue
-import signal
-import subprocess
-import tempfile
-import threading
-import time
-from pathlib import Path
 
 import pytest
 import redis
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
-SERVER_BINARY = REPO_ROOT / "target" / "debug" / "ferrite-server"
-STARTUP_TIMEOUT_S = 20
-SHUTDOWN_TIMEOUT_S = 10
-
-
-class Server:
-    """A running ferrite-server child process and its announced addresses."""
-
-    def __init__(self, shards: int = 1):
-        if not SERVER_BINARY.exists():
-            pytest.fail(f"{SERVER_BINARY} does not exist; run `cargo build -p ferrite-server` first")
-        self.dir = tempfile.TemporaryDirectory(prefix="ferrite-resp-test-")
-        self.stderr = open(Path(self.dir.name) / "stderr.log", "wb")
-        self.process = subprocess.Popen(
-            [
-                str(SERVER_BINARY),
-                "--listen", "127.0.0.1:0",
-                "--resp-listen", "127.0.0.1:0",
-                "--shards", str(shards),
-                "--data-dir", str(Path(self.dir.name) / "data"),
-            ],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=self.stderr,
-            text=True,
-        )
-        self.native = {}
-        self.resp = {}
-        self._await_ready()
-
-    def _await_ready(self):
-        lines = queue.Queue()
-
-        def read():
-            # Keeps reading after `ready.` so the server never blocks on a full pipe.
-            for line in self.process.stdout:
-                lines.put(line.rstrip("\n"))
-            lines.put(None)
-
-        threading.Thread(target=read, daemon=True).start()
-        deadline = time.monotonic() + STARTUP_TIMEOUT_S
-        seen = []
-        while True:
-            try:
-                line = lines.get(timeout=max(0.0, deadline - time.monotonic()))
-            except queue.Empty:
-                self.stop()
-                pytest.fail(f"ferrite-server did not announce `ready.` in {STARTUP_TIMEOUT_S} s: {seen}")
-            if line is None:
-                self.stop()
-                pytest.fail(f"ferrite-server exited before it was ready: {seen}\n{self.stderr_text()}")
-            seen.append(line)
-            if line.startswith("shard "):
-                index, rest = line[len("shard "):].split(": ", 1)
-                kind, address = rest.split(" ", 1)
-                host, port = address.rsplit(":", 1)
-                (self.resp if kind == "resp" else self.native)[int(index)] = (host, int(port))
-            elif line.startswith("ready."):
-                assert self.resp, f"no `shard N: resp` line in {seen}"
-                return
-
-    def client(self, protocol: int, shard: int = 0, **options) -> redis.Redis:
-        host, port = self.resp[shard]
-        return redis.Redis(host=host, port=port, protocol=protocol, socket_timeout=10, **options)
-
-    def stderr_text(self) -> str:
-        return (Path(self.dir.name) / "stderr.log").read_text(errors="replace")
-
-    def stop(self):
-        if self.process.poll() is None:
-            os.kill(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(timeout=SHUTDOWN_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        self.stderr.close()
-        self.dir.cleanup()
-
-
-@pytest.fixture
-def server():
-    server = Server()
-    yield server
-    status = server.process.poll()
-    server.stop()
-    assert status is None, "the server died during the test"
+from conftest import Server
 
 
 @pytest.fixture(params=[2, 3], ids=["resp2", "resp3"])

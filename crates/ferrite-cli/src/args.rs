@@ -46,7 +46,7 @@ pub enum Command {
     /// Show a value's length, CRC-32 and write time, or the pool's attributes if no key is given.
     Attr { pool: String, key: Option<String> },
 
-    /// List the keys of an indexed pool that match a pattern, in key order (all keys by default).
+    /// List the keys of a pool that match a pattern, in key order (all keys by default).
     Find {
         pool: String,
         #[command(flatten)]
@@ -118,7 +118,8 @@ pub enum PoolCommand {
         /// Fail if the pool already exists instead of opening it.
         #[arg(long)]
         create_only: bool,
-        /// Keep a secondary index over the keys, so `ferrite find` works on the pool.
+        /// Keep a secondary index over the keys, so searches run in key order (about 70 bytes per
+        /// key).
         #[arg(long)]
         indexed: bool,
         /// Durability of writes that do not choose one: sync (acknowledged once on stable

@@ -259,6 +259,9 @@ fn find(session: &blocking::Session, pool_name: &str, pattern: &FindPattern, lim
             None => break,
         }
     }
+    // A pool without an index is walked in hash order, and may repeat a key.
+    keys.sort_unstable();
+    keys.dedup();
     keys.truncate(limit);
     pool.close()?;
     let lines: Vec<String> = keys.iter().map(|key| String::from_utf8_lossy(key).into_owned()).collect();

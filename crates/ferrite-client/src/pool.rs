@@ -178,11 +178,13 @@ impl Pool {
         })
     }
 
-    /// One page of a search of the pool's secondary index (the pool must have been created with
-    /// [`crate::PoolOptions::indexed`]): up to `limit` (1 to 1,024) keys matching `pattern` as
-    /// `kind` says, in key order, strictly after `after`. Resume with [`FindPage::next`] until it
-    /// is `None`; a page may hold few keys, even none, before the search is done, because the
-    /// server bounds the work of each call.
+    /// One page of a search of the pool: up to `limit` (1 to 1,024) keys matching `pattern` as
+    /// `kind` says, from `after` (`None` to start, else the previous page's [`FindPage::next`]).
+    /// Resume with [`FindPage::next`] until it is `None`; a page may hold few keys, even none,
+    /// before the search is done, because the server bounds the work of each call. A pool created
+    /// with [`crate::PoolOptions::indexed`] is searched in key order and returns each key once;
+    /// any other pool is searched by walking its hash table, in hash order, where a key may come
+    /// back twice (after the table grew) and a page may pass `limit` by the keys of one bucket.
     pub async fn find(&self, kind: FindKind, pattern: &[u8], after: Option<&[u8]>, limit: u32) -> Result<FindPage> {
         let request = Request::Find { pool: self.inner.handle, kind, pattern, after, limit };
         match self.call(&request).await? {
@@ -193,7 +195,7 @@ impl Pool {
         }
     }
 
-    /// Every key matching `pattern`, in key order: [`Pool::find`] page after page.
+    /// Every key matching `pattern`, once each, in key order: [`Pool::find`] page after page.
     pub async fn find_all(&self, kind: FindKind, pattern: &[u8]) -> Result<Vec<Vec<u8>>> {
         let mut keys = Vec::new();
         let mut after: Option<Vec<u8>> = None;
@@ -202,9 +204,13 @@ impl Pool {
             keys.extend(page.keys);
             match page.next {
                 Some(next) => after = Some(next),
-                None => return Ok(keys),
+                None => break,
             }
         }
+        // A walk of a pool without an index comes in hash order and may repeat a key.
+        keys.sort_unstable();
+        keys.dedup();
+        Ok(keys)
     }
 
     /// Closes the pool on the server. Clones of this pool become unusable (the server answers

@@ -37,12 +37,13 @@ pub struct PoolOptions {
     /// Capacity: key bytes + value bytes + 64 bytes per pair. Fixed at creation; opening an
     /// existing pool keeps its original size.
     pub size_bytes: u64,
-    /// Sizing hint for the pool's index, so it need not grow while the pool fills.
+    /// Sizing hint for the pool's hash table, so it need not grow while the pool fills.
     pub expected_objects: u64,
     /// Fail with `pool_exists` instead of opening a pool that already exists.
     pub create_only: bool,
-    /// Keep a secondary index (an ordered index over the keys) so [`Pool::find`] works. Costs a
-    /// copy of every key in server memory.
+    /// Keep a secondary index (an ordered index over the keys) so [`Pool::find`] searches in key
+    /// order; without it, `find` walks the hash table. Costs a copy of every key in server memory
+    /// (about 70 bytes per key).
     pub indexed: bool,
     /// The durability of writes that do not choose one ([`Pool::put_with`] with
     /// [`PutFlags::with_durability`](crate::PutFlags::with_durability) does): `Sync` acknowledges

@@ -12,7 +12,7 @@ use ferrite_proto::{
     PROTOCOL_VERSION,
 };
 use ferrite_store::persistence::wal::WalError;
-use ferrite_store::{FindBudget, FindQuery, PoolSpec, PutMode, PutOutcome, StoreError, WriteFootprint};
+use ferrite_store::{find_by_scan, FindBudget, FindQuery, PoolSpec, PutMode, PutOutcome, StoreError, WriteFootprint};
 use tokio::sync::watch;
 
 use crate::durability::{DurableGate, ShardDurability};
@@ -132,6 +132,9 @@ pub(crate) struct ShardState {
     pub stop: watch::Sender<bool>,
     /// Why the shard stopped itself, if it did.
     pub halted: Option<String>,
+    /// The resume cursor of the last `find` over a pool without an index, which the response
+    /// borrows: see [`find`].
+    pub find_cursor: [u8; 8],
 }
 
 impl ShardState {
@@ -186,6 +189,17 @@ impl ShardState {
     /// every answer whose content depends on pool state, failures included: "key exists", "not
     /// found" and "pool exists" reveal state just as a value does, and a client must never act
     /// on a state that a crash could take back.
+    /// A stopped shard answers nothing but this; other connections may still run in the loop
+    /// turn that stopped it.
+    fn refuse_if_halted(&self) -> Result<(), Failure> {
+        match &self.halted {
+            Some(reason) => {
+                Err(Failure::closing(ErrorCode::StorageFailed, format!("shard {} stopped: {reason}", self.index)))
+            }
+            None => Ok(()),
+        }
+    }
+
     fn reading(&self, session: &mut Session) {
         if let Some(durability) = &self.durability {
             session.wait_lsn = session.wait_lsn.max(durability.visible_lsn);
@@ -248,16 +262,45 @@ impl ShardState {
         self.stats.clients -= 1;
     }
 
+    /// One step of a RESP `SCAN` over the pool's hash table, whether or not it has an index:
+    /// the keys `query` matches, walking home buckets from `cursor` until `limits` are reached,
+    /// and the cursor to continue from (0 once the walk is done). A step always walks at least one
+    /// bucket, so a walk always ends. Every key present for a whole walk is returned at least
+    /// once, whatever changes between the steps (see `Store::scan`).
+    pub(crate) fn scan_step<'s>(
+        &'s mut self,
+        session: &mut Session,
+        pool: PoolHandle,
+        query: &FindQuery<'_>,
+        cursor: u64,
+        limits: ScanLimits,
+    ) -> Result<(u64, Vec<&'s [u8]>), Failure> {
+        self.refuse_if_halted()?;
+        self.reading(session);
+        self.stats.finds += 1;
+        let store = open_pool(&self.pools, session, pool)?.store.as_ref();
+        let (mut cursor, mut keys, mut key_bytes) = (cursor, Vec::new(), 0);
+        for _ in 0..limits.homes.max(1) {
+            cursor = store.scan(cursor, 1, &mut |key| {
+                if query.matches(key) {
+                    key_bytes += key.len();
+                    keys.push(key);
+                }
+            });
+            if cursor == 0 || keys.len() >= limits.keys || key_bytes >= limits.key_bytes {
+                break;
+            }
+        }
+        Ok((cursor, keys))
+    }
+
     pub(crate) fn execute<'s>(
         &'s mut self,
         request: Request<'_>,
         session: &mut Session,
         now_ns: u64,
     ) -> Result<Response<'s>, Failure> {
-        if let Some(reason) = &self.halted {
-            // Other connections may still run in the loop turn that stopped the shard.
-            return Err(Failure::closing(ErrorCode::StorageFailed, format!("shard {} stopped: {reason}", self.index)));
-        }
+        self.refuse_if_halted()?;
         if !session.handshaken && !matches!(request, Request::Hello { .. }) {
             return Err(Failure::closing(
                 ErrorCode::HandshakeRequired,
@@ -348,7 +391,7 @@ impl ShardState {
             Request::Find { pool, kind, pattern, after, limit } => {
                 self.reading(session);
                 let pool = open_pool(&self.pools, session, pool)?;
-                let found = find(pool, kind, pattern, after, limit)?;
+                let found = find(pool, FindStep { kind, pattern, after, limit }, &mut self.find_cursor)?;
                 self.stats.finds += 1;
                 Ok(found)
             }
@@ -493,36 +536,75 @@ fn attribute_value(pool: &Pool, attribute: Attribute, key: &[u8]) -> Result<u64,
     })
 }
 
-/// Searches the pool's secondary index: one bounded step of a possibly longer search (see
-/// `FIND_SCAN_KEYS_MAX`), so no pattern can stall the shard.
-fn find<'p>(
-    pool: &'p Pool,
+/// Where one [`ShardState::scan_step`] stops: at whichever limit it reaches first.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ScanLimits {
+    /// Keys found (the step may pass it by the keys of one bucket).
+    pub keys: usize,
+    /// Home buckets walked.
+    pub homes: u64,
+    /// Bytes of the keys found (passed by at most one key's length and one bucket's keys).
+    pub key_bytes: usize,
+}
+
+/// One `find` request's search.
+struct FindStep<'r> {
     kind: FindKind,
-    pattern: &[u8],
-    after: Option<&[u8]>,
+    pattern: &'r [u8],
+    after: Option<&'r [u8]>,
     limit: u32,
-) -> Result<Response<'p>, Failure> {
-    let index = pool.index.as_ref().ok_or_else(|| {
-        Failure::new(
-            ErrorCode::InvalidArgument,
-            format!("pool '{}' has no secondary index; create it with the indexed flag to use find", pool.name),
-        )
-    })?;
-    let query = match kind {
-        FindKind::Exact => FindQuery::Exact(pattern),
-        FindKind::Prefix => FindQuery::Prefix(pattern),
-        FindKind::Glob => FindQuery::Glob(pattern),
+}
+
+/// One bounded step of a possibly longer search (see `FIND_SCAN_KEYS_MAX`), so no pattern can
+/// stall the shard. A pool with a secondary index is searched in key order, each page resuming
+/// after its last key; any other pool is walked in hash-table order (see [`find_by_scan`]), each
+/// page resuming from an opaque 8-byte cursor, written into `cursor_slot` for the response to
+/// borrow.
+fn find<'p>(pool: &'p Pool, step: FindStep<'_>, cursor_slot: &'p mut [u8; 8]) -> Result<Response<'p>, Failure> {
+    let query = match step.kind {
+        FindKind::Exact => FindQuery::Exact(step.pattern),
+        FindKind::Prefix => FindQuery::Prefix(step.pattern),
+        FindKind::Glob => FindQuery::Glob(step.pattern),
         FindKind::Regex => {
-            FindQuery::regex(pattern).map_err(|e| Failure::new(ErrorCode::InvalidArgument, e.to_string()))?
+            FindQuery::regex(step.pattern).map_err(|e| Failure::new(ErrorCode::InvalidArgument, e.to_string()))?
         }
     };
     let budget = FindBudget {
-        keys_max: limit as usize,
+        keys_max: step.limit as usize,
         key_bytes_max: FIND_REPLY_KEY_BYTES_MAX,
         scan_keys_max: FIND_SCAN_KEYS_MAX,
     };
-    let page = index.find(&query, after, budget);
-    Ok(Response::Found { keys: page.keys, next: page.next })
+    if let Some(index) = &pool.index {
+        let page = index.find(&query, step.after, budget);
+        return Ok(Response::Found { keys: page.keys, next: page.next });
+    }
+    let cursor = match step.after {
+        None => 0,
+        Some(after) => after.try_into().map(u64::from_le_bytes).map_err(|_| {
+            Failure::new(
+                ErrorCode::InvalidArgument,
+                format!(
+                    "pool '{}' has no secondary index: a find resumes from the 8-byte cursor of the previous \
+                     page, not from a key ({} bytes given)",
+                    pool.name,
+                    after.len()
+                ),
+            )
+        })?,
+    };
+    if let FindQuery::Exact(key) = query {
+        let keys = pool.store.stored_key(key).into_iter().collect();
+        return Ok(Response::Found { keys, next: None });
+    }
+    let page = find_by_scan(pool.store.as_ref(), &query, cursor, budget);
+    let next = match page.next {
+        Some(next) => {
+            *cursor_slot = next.to_le_bytes();
+            Some(&cursor_slot[..])
+        }
+        None => None,
+    };
+    Ok(Response::Found { keys: page.keys, next })
 }
 
 #[cfg(test)]

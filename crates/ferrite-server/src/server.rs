@@ -143,15 +143,11 @@ impl BoundServer {
                 durability,
                 stop: watch::channel(false).0,
                 halted: None,
+                find_cursor: [0; 8],
             };
             let resp = resp_listeners.next().map(|(listener, address)| resp::Listener {
                 listener,
-                settings: resp::Settings::new(
-                    self.config.resp.pool_name(index),
-                    self.config.resp.pool_size_bytes,
-                    address.port(),
-                    &limits.protocol_limits(),
-                ),
+                settings: resp::Settings::new(&self.config.resp, index, address.port(), &limits.protocol_limits()),
             });
             let core = shard_config.core;
             let stop = stop_rx.clone();

@@ -13,8 +13,8 @@ mod store;
 pub use glob::glob_match;
 pub use hstore::HStore;
 pub use mapstore::MapStore;
-pub use secondary_index::{FindBudget, FindPage, FindQuery, InvalidPattern, SecondaryIndex};
+pub use secondary_index::{find_by_scan, FindBudget, FindPage, FindQuery, InvalidPattern, ScanPage, SecondaryIndex};
 pub use store::{
     CreateStoreError, PoolSpec, PutMode, PutOutcome, Store, StoreError, StoreKind, ValueAttributes, WriteFootprint,
-    ENTRY_OVERHEAD_BYTES,
+    ENTRY_OVERHEAD_BYTES, SCAN_KEYS_PER_WORK_MAX,
 };

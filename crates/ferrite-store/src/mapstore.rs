@@ -1,4 +1,13 @@
 //! `mapstore`: a DRAM-only engine over a hash map, for caches and tests.
+//!
+//! Beside the map, every key is kept in hash order (an ordered set of hash and key, sharing the
+//! key's allocation with the map), which is what lets a scan resume from a cursor however the map
+//! grows between calls: a hash map's own order changes with every resize.
+
+use std::collections::BTreeSet;
+use std::hash::BuildHasher;
+use std::ops::Bound;
+use std::sync::Arc;
 
 use foldhash::HashMap;
 use foldhash::HashMapExt;
@@ -19,9 +28,19 @@ struct Entry {
 
 #[derive(Debug)]
 pub struct MapStore {
-    entries: HashMap<Box<[u8]>, Entry>,
+    entries: HashMap<Arc<[u8]>, Entry>,
+    /// Every key with its scan hash, in hash order.
+    order: BTreeSet<(u64, Arc<[u8]>)>,
     capacity_bytes: u64,
     used_bytes: u64,
+}
+
+/// The position of a key in a scan: a hash that is the same for the life of the process (a
+/// mapstore lives no longer), whatever the map's own seeds.
+/// Kept below 2^63, so a cursor derived from it is a positive signed 64-bit integer too (some
+/// Redis clients parse `SCAN` cursors as such).
+fn scan_hash(key: &[u8]) -> u64 {
+    foldhash::fast::FixedState::with_seed(0x5eed).hash_one(key) >> 1
 }
 
 fn charge(key_len: usize, value_len: usize) -> u64 {
@@ -33,7 +52,12 @@ impl MapStore {
         // Never more entries than the pool's size could hold, whatever the hint claims.
         let fits = spec.size_bytes / ENTRY_OVERHEAD_BYTES;
         let capacity = spec.expected_objects.min(fits).min(PREALLOCATED_ENTRIES_MAX) as usize;
-        MapStore { entries: HashMap::with_capacity(capacity), capacity_bytes: spec.size_bytes, used_bytes: 0 }
+        MapStore {
+            entries: HashMap::with_capacity(capacity),
+            order: BTreeSet::new(),
+            capacity_bytes: spec.size_bytes,
+            used_bytes: 0,
+        }
     }
 
     fn reserve(&self, old_charge: u64, new_charge: u64) -> Result<u64, StoreError> {
@@ -67,7 +91,9 @@ impl Store for MapStore {
             return Err(StoreError::KeyNotFound);
         }
         self.used_bytes = self.reserve(0, new_charge)?;
-        self.entries.insert(key.into(), Entry { value: value.to_vec(), write_time_ns });
+        let key: Arc<[u8]> = Arc::from(key);
+        self.order.insert((scan_hash(&key), Arc::clone(&key)));
+        self.entries.insert(key, Entry { value: value.to_vec(), write_time_ns });
         Ok(PutOutcome::Inserted)
     }
 
@@ -75,8 +101,13 @@ impl Store for MapStore {
         self.entries.get(key).map(|entry| entry.value.as_slice())
     }
 
+    fn stored_key(&self, key: &[u8]) -> Option<&[u8]> {
+        self.entries.get_key_value(key).map(|(stored, _)| &**stored)
+    }
+
     fn erase(&mut self, key: &[u8]) -> Result<(), StoreError> {
-        let entry = self.entries.remove(key).ok_or(StoreError::KeyNotFound)?;
+        let (stored, entry) = self.entries.remove_entry(key).ok_or(StoreError::KeyNotFound)?;
+        self.order.remove(&(scan_hash(key), stored));
         self.used_bytes -= charge(key.len(), entry.value.len());
         Ok(())
     }
@@ -89,6 +120,23 @@ impl Store for MapStore {
         for key in self.entries.keys() {
             visit(key);
         }
+    }
+
+    /// Visits up to `entries` keys in hash order from the hash `cursor`, then any more with the
+    /// same hash as the last (a cursor cannot fall between them), and returns the next hash.
+    fn scan<'s>(&'s self, cursor: u64, entries: u64, visit: &mut dyn FnMut(&'s [u8])) -> u64 {
+        let from = (cursor, Arc::<[u8]>::from(&[][..]));
+        let mut last = None;
+        let mut budget = entries.max(1);
+        for (hash, key) in self.order.range((Bound::Included(from), Bound::Unbounded)) {
+            if budget == 0 && last != Some(*hash) {
+                return *hash;
+            }
+            visit(key);
+            last = Some(*hash);
+            budget = budget.saturating_sub(1);
+        }
+        0
     }
 
     fn attributes(&self, key: &[u8]) -> Option<ValueAttributes> {
@@ -138,6 +186,7 @@ mod tests {
         assert_eq!(s.get(b"k"), Some(&b"three"[..]));
         assert_eq!(s.attributes(b"k").map(|a| a.write_time_ns), Some(2));
         assert_eq!(s.count(), 1);
+        assert_eq!(s.stored_key(b"k"), Some(&b"k"[..]));
         s.erase(b"k").expect("present");
         assert_eq!(s.get(b"k"), None);
         assert_eq!(s.erase(b"k"), Err(StoreError::KeyNotFound));
@@ -176,6 +225,13 @@ mod tests {
         assert_eq!(s.get(b"k"), Some(&b"123456789"[..]));
         s.put(b"k", b"1", PutMode::Upsert, 1).expect("shrinking always fits");
         assert_eq!(s.used_bytes(), ENTRY_OVERHEAD_BYTES + 2);
+    }
+
+    /// Every key present for a whole scan is visited at least once, while puts (which grow the
+    /// map) and erases happen between the calls.
+    #[test]
+    fn a_scan_returns_every_key_present_throughout() {
+        crate::store::scan_checks::keys_present_throughout_are_visited(&mut store(u64::MAX));
     }
 
     #[derive(Debug, Clone)]
@@ -227,6 +283,8 @@ mod tests {
                 s.for_each_key(&mut |key| visited.push(key.to_vec()));
                 visited.sort();
                 prop_assert_eq!(visited, model.keys().cloned().collect::<Vec<_>>(), "each key visited once");
+                let scanned = crate::store::scan_checks::walk(&s, 3);
+                prop_assert_eq!(scanned, model.keys().cloned().collect::<Vec<_>>(), "a scan visits each key once here");
             }
             for (key, value) in &model {
                 prop_assert_eq!(s.get(key), Some(value.as_slice()));

@@ -1,13 +1,19 @@
-//! The secondary index: an optional ordered index over a pool's keys (MCAS section 3.3), which
-//! `find` scans by exact key, prefix, regular expression or glob.
+//! `find`: keys by exact key, prefix, regular expression or glob, a bounded page at a time.
 //!
-//! It is volatile: it holds copies of the keys in DRAM and is rebuilt from the primary index when
-//! a pool is loaded. It lives beside the engine rather than inside it, so every engine gets it.
+//! On a pool with a secondary index (an optional ordered index over its keys, MCAS section 3.3)
+//! `find` returns keys in byte order and resumes after a key. The index is volatile: it holds
+//! copies of the keys in DRAM and is rebuilt from the primary index when a pool is loaded. It lives
+//! beside the engine rather than inside it, so every engine gets it.
+//!
+//! On a pool without one, [`find_by_scan`] walks the store itself ([`Store::scan`]) in hash order
+//! and resumes from a cursor: no memory per key, and the guarantee of Redis's `SCAN` instead of
+//! the index's order.
 
 use std::collections::BTreeSet;
 use std::ops::Bound;
 
 use crate::glob::glob_match;
+use crate::store::{Store, SCAN_KEYS_PER_WORK_MAX};
 
 /// Largest compiled regular expression `find` accepts, so a hostile pattern cannot make the shard
 /// build a huge automaton.
@@ -37,7 +43,8 @@ impl<'a> FindQuery<'a> {
             .map_err(|error| InvalidPattern(error.to_string()))
     }
 
-    fn matches(&self, key: &[u8]) -> bool {
+    /// Whether `key` matches the query.
+    pub fn matches(&self, key: &[u8]) -> bool {
         match self {
             FindQuery::Exact(wanted) => key == *wanted,
             FindQuery::Prefix(prefix) => key.starts_with(prefix),
@@ -81,6 +88,63 @@ pub struct FindPage<'i> {
     pub keys: Vec<&'i [u8]>,
     /// Resume after this key; `None` when nothing further can match.
     pub next: Option<&'i [u8]>,
+}
+
+/// One page of a [`find_by_scan`].
+#[derive(Debug, PartialEq, Eq)]
+pub struct ScanPage<'s> {
+    pub keys: Vec<&'s [u8]>,
+    /// The cursor to resume from; `None` when the whole store has been walked.
+    pub next: Option<u64>,
+}
+
+/// One page of `find` over a store without a secondary index: walks it from `cursor` (0 to
+/// start), in steps of [`Store::scan`], keeping the keys `query` matches, until the budget is
+/// spent (`scan_keys_max` counts units of the store's scan work) or the walk is done.
+///
+/// A step's keys are kept only if they all fit the page's `keys_max` and `key_bytes_max`;
+/// otherwise the step is retried as a single home bucket, and if even that does not fit the page
+/// ends before it (the next page walks it again). The page's first step is one bucket (at most
+/// [`SCAN_KEYS_PER_WORK_MAX`] keys) and is always kept, or a bucket holding more matches than the
+/// limit would never be passed. Every key present for a whole paged search is returned at least
+/// once; a key may be returned again on a later page (after a growth of the table).
+pub fn find_by_scan<'s>(store: &'s dyn Store, query: &FindQuery<'_>, cursor: u64, budget: FindBudget) -> ScanPage<'s> {
+    let per_step = SCAN_KEYS_PER_WORK_MAX as usize;
+    let mut keys: Vec<&'s [u8]> = Vec::new();
+    let mut key_bytes = 0;
+    let mut cursor = cursor;
+    let mut work = 0;
+    let mut step_keys: Vec<&'s [u8]> = Vec::new();
+    let mut step = 1;
+    while work < budget.scan_keys_max {
+        step_keys.clear();
+        let mut step_bytes = 0;
+        let next = store.scan(cursor, step as u64, &mut |key| {
+            if query.matches(key) {
+                step_bytes += key.len();
+                step_keys.push(key);
+            }
+        });
+        let fits = keys.len() + step_keys.len() <= budget.keys_max && key_bytes + step_bytes <= budget.key_bytes_max;
+        if !fits && !keys.is_empty() {
+            if step == 1 {
+                return ScanPage { keys, next: Some(cursor) };
+            }
+            step = 1;
+            continue;
+        }
+        keys.append(&mut step_keys);
+        key_bytes += step_bytes;
+        work += step;
+        cursor = next;
+        if cursor == 0 {
+            return ScanPage { keys, next: None };
+        }
+        // Several buckets at a time while far from the limits.
+        let room = budget.keys_max.saturating_sub(keys.len());
+        step = (room / per_step).clamp(1, 64).min(budget.scan_keys_max.saturating_sub(work).max(1));
+    }
+    ScanPage { keys, next: Some(cursor) }
 }
 
 #[derive(Debug, Default)]
@@ -288,6 +352,60 @@ mod tests {
             prop_assert_eq!(found, expected);
             let unique: BTreeSet<_> = index.keys.iter().collect();
             prop_assert_eq!(unique.len(), keys.len());
+        }
+    }
+
+    /// A store of each kind holding keys `k0000`..`k1999`, plus `other` keys that never match.
+    fn stores() -> Vec<Box<dyn crate::Store>> {
+        [crate::StoreKind::HStore, crate::StoreKind::MapStore]
+            .into_iter()
+            .map(|kind| {
+                let spec = crate::PoolSpec { size_bytes: 1 << 20, expected_objects: 1 };
+                let mut store = kind.try_create(spec).expect("store");
+                for i in 0..2000 {
+                    store.put(format!("k{i:04}").as_bytes(), b"v", crate::PutMode::Upsert, 0).expect("room");
+                    store.put(format!("other{i}").as_bytes(), b"v", crate::PutMode::Upsert, 0).expect("room");
+                }
+                store
+            })
+            .collect()
+    }
+
+    /// Paging through a store without an index finds every matching key, pages never pass the
+    /// limit (save a first bucket holding more matches, at most 32 keys), and a page that stops
+    /// early says where to resume.
+    #[test]
+    fn find_by_scan_pages_through_every_match() {
+        for store in stores() {
+            for (query, expected) in [(FindQuery::Prefix(b"k1"), 1000), (FindQuery::Glob(b"k?5??"), 200)] {
+                let budget = FindBudget { keys_max: 50, key_bytes_max: 1 << 20, scan_keys_max: 300 };
+                let (mut cursor, mut found, mut pages) = (0, BTreeSet::new(), 0);
+                loop {
+                    let page = find_by_scan(store.as_ref(), &query, cursor, budget);
+                    assert!(page.keys.len() <= 50, "{} keys", page.keys.len());
+                    assert!(page.keys.iter().all(|key| query.matches(key)));
+                    found.extend(page.keys.iter().map(|key| key.to_vec()));
+                    pages += 1;
+                    match page.next {
+                        Some(next) => cursor = next,
+                        None => break,
+                    }
+                }
+                assert_eq!(found.len(), expected, "{query:?}");
+                assert!(pages > 1);
+            }
+        }
+    }
+
+    /// A page stops after its work budget even when nothing matches, so a rare pattern cannot hold
+    /// the shard: it comes back empty with a place to resume.
+    #[test]
+    fn find_by_scan_stops_at_its_work_budget() {
+        for store in stores() {
+            let budget = FindBudget { keys_max: 1024, key_bytes_max: 1 << 20, scan_keys_max: 10 };
+            let page = find_by_scan(store.as_ref(), &FindQuery::Exact(b"nothing"), 0, budget);
+            assert!(page.keys.is_empty());
+            assert!(page.next.is_some(), "more remains to walk");
         }
     }
 }

@@ -9,6 +9,11 @@ use crate::persistence::VolatileMemory;
 /// so a pool's sizing does not depend on the engine behind it.
 pub const ENTRY_OVERHEAD_BYTES: u64 = 64;
 
+/// Most keys one unit of [`Store::scan`] work visits: a home bucket of `hstore` (its hopscotch
+/// neighbourhood), or one entry of `mapstore` (save keys sharing a 64-bit hash). What a paged
+/// `find` keeps room for before each step.
+pub const SCAN_KEYS_PER_WORK_MAX: u64 = 32;
+
 /// How a put treats an existing key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum PutMode {
@@ -90,6 +95,9 @@ pub trait Store: Send {
 
     fn get(&self, key: &[u8]) -> Option<&[u8]>;
 
+    /// The store's own copy of `key`, if present: what a `find` for one exact key returns.
+    fn stored_key(&self, key: &[u8]) -> Option<&[u8]>;
+
     fn erase(&mut self, key: &[u8]) -> Result<(), StoreError>;
 
     /// Number of key-value pairs.
@@ -105,6 +113,15 @@ pub trait Store: Send {
     /// rebuilt after a restart. Takes a `dyn` visitor so the server can call it through
     /// `Box<dyn Store>`.
     fn for_each_key(&self, visit: &mut dyn FnMut(&[u8]));
+
+    /// Visits the keys of a bounded part of the store, from `cursor` (0 to start), and returns
+    /// the cursor to continue from (0 once the whole store has been walked). `work` bounds one
+    /// call (home buckets for hstore, empty parts of the table passed over free; entries for
+    /// mapstore), so a walk of any store is done in
+    /// steps that never hold the shard long. Every key present for the whole of a walk (the calls
+    /// from cursor 0 until 0 comes back) is visited at least once, whatever puts, erases and
+    /// table growth happen between the calls; a key may be visited more than once.
+    fn scan<'s>(&'s self, cursor: u64, work: u64, visit: &mut dyn FnMut(&'s [u8])) -> u64;
 
     /// The most a put of a key and value of these lengths may change, growth of the index
     /// included (see [`WriteFootprint`]).
@@ -173,6 +190,56 @@ impl StoreKind {
     }
 }
 
+/// Checks of [`Store::scan`] that every engine must pass.
+#[cfg(test)]
+pub(crate) mod scan_checks {
+    use std::collections::BTreeSet;
+
+    use super::{PutMode, Store};
+
+    /// Every key of a whole walk in `work`-sized calls, sorted, repeats kept.
+    pub(crate) fn walk(store: &dyn Store, work: u64) -> Vec<Vec<u8>> {
+        let (mut cursor, mut keys) = (0, Vec::new());
+        loop {
+            cursor = store.scan(cursor, work, &mut |key| keys.push(key.to_vec()));
+            if cursor == 0 {
+                keys.sort();
+                return keys;
+            }
+        }
+    }
+
+    /// Walks a store of 2,000 keys while, between calls, 40 keys are added (growing the table)
+    /// and one not in the stable set is erased; asserts every key present throughout was
+    /// visited. Returns the number of calls.
+    pub(crate) fn keys_present_throughout_are_visited(store: &mut dyn Store) -> u32 {
+        let key = |i: u32| format!("scan-{i}").into_bytes();
+        for i in 0..2000 {
+            store.put(&key(i), b"v", PutMode::CreateOnly, 0).expect("room");
+        }
+        let stable: BTreeSet<Vec<u8>> = (0..2000).filter(|i| i % 5 != 0).map(key).collect();
+        let (mut cursor, mut seen, mut calls, mut next) = (0, BTreeSet::new(), 0, 2000u32);
+        loop {
+            cursor = store.scan(cursor, 37, &mut |k| {
+                seen.insert(k.to_vec());
+            });
+            calls += 1;
+            for _ in 0..40 {
+                store.put(&key(next), b"new", PutMode::CreateOnly, 0).expect("room");
+                next += 1;
+            }
+            let _ = store.erase(&key(5 * (calls % 400)));
+            if cursor == 0 {
+                break;
+            }
+        }
+        assert!(calls > 10, "the walk took {calls} calls");
+        let missed: Vec<_> = stable.difference(&seen).collect();
+        assert!(missed.is_empty(), "{} stable keys missed, e.g. {:?}", missed.len(), missed.first());
+        calls
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -196,7 +263,8 @@ mod tests {
             let mut keys = Vec::new();
             store.for_each_key(&mut |key| keys.push(key.to_vec()));
             keys.sort();
-            assert_eq!(keys, vec![b"k".to_vec(), long_key], "{}", kind.name());
+            assert_eq!(keys, vec![b"k".to_vec(), long_key.clone()], "{}", kind.name());
+            assert_eq!(scan_checks::walk(store.as_ref(), 1), vec![b"k".to_vec(), long_key], "{}", kind.name());
         }
         assert_eq!(StoreKind::HStore.name(), "hstore");
         let huge = PoolSpec { size_bytes: u64::MAX, expected_objects: 0 };

@@ -5,18 +5,17 @@
 //! every other client, native or RESP. Replies and errors follow `redis-server` wherever a client
 //! may depend on them (error texts included).
 
-use std::collections::VecDeque;
 use std::ops::Range;
 
 use bytes::BytesMut;
-use ferrite_proto::{
-    Attribute, ErrorCode, FindKind, PoolHandle, PutFlags, Request, Response, FIND_KEYS_MAX, PROTOCOL_VERSION,
-};
+use ferrite_proto::{Attribute, ErrorCode, PoolHandle, PutFlags, Request, Response, PROTOCOL_VERSION};
+
+use ferrite_store::FindQuery;
 
 use super::parser::{parse_i64, Args};
 use super::reply::{self, Protocol};
 use super::Settings;
-use crate::handler::{Failure, Flow, ShardState};
+use crate::handler::{Failure, Flow, ScanLimits, ShardState};
 use crate::session::Session;
 
 /// The Redis version the listener claims in `INFO` and `HELLO`. Clients read it to decide which
@@ -27,9 +26,19 @@ pub(crate) const REDIS_VERSION: &str = "7.0.0";
 /// it is bounded like the command that asked for it.
 const REPLY_BYTES_MAX: usize = super::parser::COMMAND_BYTES_MAX;
 
-/// Most `SCAN` cursors one connection keeps; starting another forgets the oldest. Each holds a
-/// key (up to the key limit), so this bounds a connection's memory.
-const SCAN_CURSORS_MAX: usize = 8;
+/// Largest `COUNT` a `SCAN` honours: a bound on the keys of one reply.
+const SCAN_COUNT_MAX: u64 = ferrite_proto::FIND_SCAN_KEYS_MAX as u64;
+
+/// Home buckets a `SCAN` may walk per key of its `COUNT` when the table is sparse (Redis's
+/// `maxiterations`, which allows 10 per key in its chained table). A home here is a 64-byte entry
+/// read in order, far cheaper than a chain, and a large pool spreads few keys over many subtables
+/// of at least 64 buckets: 64 per key lets a step pass one such subtable per key asked for, so
+/// walks take about as many calls as Redis's.
+const SCAN_HOMES_PER_COUNT: u64 = 64;
+
+/// Most home buckets one `SCAN` walks, whatever its `COUNT`: 8 MiB of entries read in order, a
+/// bound on one loop turn.
+const SCAN_HOMES_MAX: u64 = 128 * 1024;
 
 /// Most commands, and most argument bytes, one `MULTI` transaction may queue: it is held in memory
 /// until `EXEC`.
@@ -37,7 +46,7 @@ const TRANSACTION_COMMANDS_MAX: usize = 64 * 1024;
 const TRANSACTION_BYTES_MAX: usize = super::parser::COMMAND_BYTES_MAX;
 
 /// `SCAN`'s default `COUNT`, as in Redis.
-const SCAN_COUNT_DEFAULT: u32 = 10;
+const SCAN_COUNT_DEFAULT: u64 = 10;
 
 /// One RESP connection's state.
 #[derive(Debug)]
@@ -49,22 +58,13 @@ pub(crate) struct Client {
     pub id: u64,
     pub protocol: Protocol,
     name: Option<Vec<u8>>,
-    cursors: ScanCursors,
     /// Commands queued since `MULTI`.
     transaction: Option<Transaction>,
 }
 
 impl Client {
     pub fn new(session: Session, pool: PoolHandle, id: u64) -> Client {
-        Client {
-            session,
-            pool,
-            id,
-            protocol: Protocol::Resp2,
-            name: None,
-            cursors: ScanCursors::default(),
-            transaction: None,
-        }
+        Client { session, pool, id, protocol: Protocol::Resp2, name: None, transaction: None }
     }
 }
 
@@ -76,31 +76,6 @@ struct Transaction {
     commands: Vec<Vec<Range<usize>>>,
     /// A command was refused while queueing: `EXEC` runs nothing.
     failed: bool,
-}
-
-/// `SCAN` cursors: Redis clients hold an integer, the index resumes after a key, so each cursor
-/// handed out stands for the key to resume after. Cursor 0 is the start (and, returned, the end).
-#[derive(Debug, Default)]
-struct ScanCursors {
-    last_id: u64,
-    resume: VecDeque<(u64, Vec<u8>)>,
-}
-
-impl ScanCursors {
-    fn insert(&mut self, after: Vec<u8>) -> u64 {
-        if self.resume.len() == SCAN_CURSORS_MAX {
-            self.resume.pop_front();
-        }
-        self.last_id += 1;
-        self.resume.push_back((self.last_id, after));
-        self.last_id
-    }
-
-    /// The key cursor `id` resumes after; the cursor is used up.
-    fn take(&mut self, id: u64) -> Option<Vec<u8>> {
-        let position = self.resume.iter().position(|(cursor, _)| *cursor == id)?;
-        self.resume.remove(position).map(|(_, after)| after)
-    }
 }
 
 /// An error reply: its full text, kind first (`ERR ...`, `NOPROTO ...`).
@@ -545,16 +520,19 @@ fn dbsize(call: &mut Call<'_, '_>) -> Result<Flow, RespError> {
     Ok(Flow::Continue)
 }
 
-/// `SCAN cursor [MATCH pattern] [COUNT n] [TYPE type]` over the pool's secondary index: one bounded
-/// `find` step per call. A step may return fewer than `COUNT` keys, or none, with a cursor to go
-/// on: Redis clients loop until the cursor is 0.
+/// `SCAN cursor [MATCH pattern] [COUNT n] [TYPE type]`: one step of a walk of the pool's hash
+/// table, as in Redis: the step ends once it has `COUNT` keys or has walked `64 × COUNT` home
+/// buckets (Redis's own rule, scaled to this table), so `COUNT` is a hint, not a page size. The cursor is the walk's
+/// position: it needs no state on the server, stays valid across table growth, and may be used
+/// from any connection. Every key present for the whole walk is returned at least once; a key may
+/// come back twice.
 fn scan(call: &mut Call<'_, '_>) -> Result<Flow, RespError> {
     let cursor = std::str::from_utf8(call.args.get(1))
         .ok()
         .and_then(|text| text.parse::<u64>().ok())
         .ok_or_else(|| RespError::err("invalid cursor"))?;
     let mut pattern: Option<&[u8]> = None;
-    let mut limit = SCAN_COUNT_DEFAULT;
+    let mut count = SCAN_COUNT_DEFAULT;
     let mut only_other_type = false;
     let options = call.args.skip(2);
     let mut i = 0;
@@ -566,45 +544,39 @@ fn scan(call: &mut Call<'_, '_>) -> Result<Flow, RespError> {
         if is(option, "MATCH") {
             pattern = Some(value);
         } else if is(option, "COUNT") {
-            let count = integer_arg(value)?;
-            if count < 1 {
+            let requested = integer_arg(value)?;
+            if requested < 1 {
                 return Err(RespError::syntax());
             }
-            limit = u32::try_from(count).unwrap_or(u32::MAX).min(FIND_KEYS_MAX as u32);
+            count = u64::try_from(requested).unwrap_or(u64::MAX).min(SCAN_COUNT_MAX);
         } else if is(option, "TYPE") {
-            // Every value is a string; a scan for any other type finds nothing.
+            // Every value is a string; a scan for any other type finds nothing, but walks as far
+            // as one for strings would, as in Redis.
             only_other_type = !is(value, "string");
         } else {
             return Err(RespError::syntax());
         }
         i += 2;
     }
-    let after = match cursor {
-        0 => None,
-        id => Some(call.client.cursors.take(id).ok_or_else(|| {
-            RespError::err("invalid cursor: unknown to this connection (cursors are per connection, and a connection keeps its 8 newest)")
-        })?),
+    let query = match pattern {
+        None | Some(b"*") => FindQuery::Prefix(b""),
+        Some(glob) => FindQuery::Glob(glob),
     };
+    let limits = ScanLimits {
+        keys: count as usize,
+        homes: (count * SCAN_HOMES_PER_COUNT).min(SCAN_HOMES_MAX),
+        key_bytes: REPLY_BYTES_MAX,
+    };
+    let (next, keys) = call
+        .shard
+        .scan_step(&mut call.client.session, call.client.pool, &query, cursor, limits)
+        .map_err(RespError::from)?;
+    reply::array(call.out, 2);
+    reply::bulk(call.out, next.to_string().as_bytes());
     if only_other_type {
-        reply::array(call.out, 2);
-        reply::bulk(call.out, b"0");
         reply::array(call.out, 0);
         return Ok(Flow::Continue);
     }
-    let (kind, pattern) = match pattern {
-        // The whole index in order: a prefix search for nothing, cheaper than the glob `*`.
-        None | Some(b"*") => (FindKind::Prefix, &b""[..]),
-        Some(glob) => (FindKind::Glob, glob),
-    };
-    let request = Request::Find { pool: call.client.pool, kind, pattern, after: after.as_deref(), limit };
-    let (keys, next) = match run!(call, request) {
-        Ok(Response::Found { keys, next }) => (keys, next),
-        Ok(other) => return Err(RespError::unexpected(&other)),
-        Err(failure) => return Err(failure.into()),
-    };
-    reply::array(call.out, 2);
-    let next_cursor = next.map_or(0, |next| call.client.cursors.insert(next.to_vec()));
-    reply::bulk(call.out, next_cursor.to_string().as_bytes());
     reply::array(call.out, keys.len());
     for key in keys {
         reply::bulk(call.out, key);
@@ -962,17 +934,5 @@ mod tests {
         assert!(get.accepts(2) && !get.accepts(1) && !get.accepts(3));
         let del = lookup(b"del").expect("del");
         assert!(!del.accepts(1) && del.accepts(2) && del.accepts(100));
-    }
-
-    #[test]
-    fn scan_cursors_are_bounded_and_used_once() {
-        let mut cursors = ScanCursors::default();
-        let first = cursors.insert(b"a".to_vec());
-        assert_ne!(first, 0, "0 means start and end");
-        assert_eq!(cursors.take(first), Some(b"a".to_vec()));
-        assert_eq!(cursors.take(first), None);
-        let ids: Vec<u64> = (0..SCAN_CURSORS_MAX + 1).map(|i| cursors.insert(vec![i as u8])).collect();
-        assert_eq!(cursors.take(ids[0]), None, "the oldest was forgotten");
-        assert_eq!(cursors.take(ids[SCAN_CURSORS_MAX]), Some(vec![SCAN_CURSORS_MAX as u8]));
     }
 }

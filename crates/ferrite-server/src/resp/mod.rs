@@ -20,12 +20,13 @@ use ferrite_proto::{CreatePoolFlags, Limits, PoolHandle, Request, Response};
 
 pub(crate) use connection::serve;
 
+use crate::config::RespConfig;
 use crate::handler::ShardState;
 use crate::session::Session;
 use parser::ParseLimits;
 
-/// Sizing hint for the default pool's index: enough for a cache of tens of thousands of keys
-/// without growing; it grows on demand past this.
+/// Sizing hint for the default pool's table: it starts with room for a cache of tens of
+/// thousands of keys and grows on demand past this.
 const POOL_EXPECTED_OBJECTS: u64 = 64 * 1024;
 
 /// What one shard's RESP listener serves.
@@ -34,15 +35,24 @@ pub(crate) struct Settings {
     /// The default pool: `@{shard}/{name}`, pinned to this shard.
     pub pool: String,
     pub pool_size_bytes: u64,
+    /// Whether the default pool is created with a secondary index (`[resp] indexed`).
+    pub indexed: bool,
     /// The port the listener is bound to, reported by `INFO`.
     pub port: u16,
     limits: ParseLimits,
 }
 
 impl Settings {
-    pub fn new(pool: String, pool_size_bytes: u64, port: u16, limits: &Limits) -> Settings {
+    /// What shard `index`'s listener, bound to `port`, serves.
+    pub fn new(config: &RespConfig, index: usize, port: u16, limits: &Limits) -> Settings {
         let limits = ParseLimits::for_server(limits.key_bytes_max as usize, limits.value_bytes_max as usize);
-        Settings { pool, pool_size_bytes, port, limits }
+        Settings {
+            pool: config.pool_name(index),
+            pool_size_bytes: config.pool_size_bytes,
+            indexed: config.indexed,
+            port,
+            limits,
+        }
     }
 }
 
@@ -53,14 +63,14 @@ pub(crate) struct Listener {
     pub settings: Settings,
 }
 
-/// Creates the default pool, or opens it if it exists, in `session`. Indexed, so `SCAN` works.
-/// The error is a message for the log or the client.
+/// Creates the default pool, or opens it if it exists, in `session`. An existing pool keeps the
+/// index it was created with, whatever `[resp] indexed` says now. The error is a message for the log or the client.
 fn open_pool(shard: &mut ShardState, settings: &Settings, session: &mut Session) -> Result<PoolHandle, String> {
     let request = Request::CreatePool {
         name: &settings.pool,
         size_bytes: settings.pool_size_bytes,
         expected_objects: POOL_EXPECTED_OBJECTS,
-        flags: CreatePoolFlags::INDEXED,
+        flags: if settings.indexed { CreatePoolFlags::INDEXED } else { CreatePoolFlags::NONE },
     };
     let index = shard.index;
     match shard.execute(request, session, 0) {

@@ -375,46 +375,6 @@ impl<M: PoolMemory> HStore<M> {
         self.memory
     }
 
-    /// Visits the keys of up to `homes_max` home buckets from `cursor` (0 to start) and returns
-    /// the cursor to continue from, 0 when every subtable has been walked.
-    ///
-    /// A cursor is a position in hash order: a subtable, and in it the lowest hash part not yet
-    /// visited. Buckets are in hash order inside a subtable, and a growth keeps that order (it
-    /// only rescales it), so every key present for the whole scan is visited at least once,
-    /// however the table grows between calls (the guarantee of Redis's `SCAN`); a key may be
-    /// visited twice, by a call before and one after a growth.
-    pub fn scan(&self, cursor: u64, homes_max: u64, visit: &mut dyn FnMut(&[u8])) -> u64 {
-        let (mut index, mut from) = scan_position(cursor);
-        let bytes = self.memory.bytes();
-        let mut homes_left = homes_max.max(1);
-        while let Some(subtable) = self.subtables.get(layout::index(index)) {
-            if subtable.buckets > 0 {
-                let mut home = subtable.home(from);
-                while home < subtable.buckets {
-                    if homes_left == 0 {
-                        // The lowest hash part whose home is `home`: every key below it was visited.
-                        let next = (home << 32).div_ceil(subtable.buckets);
-                        return (index << 32) | next;
-                    }
-                    let mut hop = subtable.hop(bytes, home);
-                    while hop != 0 {
-                        let bucket = subtable.forward(home, u64::from(hop.trailing_zeros()));
-                        hop &= hop - 1;
-                        let occupant = subtable.occupant(bytes, bucket);
-                        if let Some((key, _)) = subtable.pair(bytes, bucket, &occupant) {
-                            visit(key);
-                        }
-                    }
-                    homes_left -= 1;
-                    home += 1;
-                }
-            }
-            index += 1;
-            from = 0;
-        }
-        0
-    }
-
     /// The subtable, the hash part its entries keep, and the bucket holding `key`, if present.
     fn locate(&self, key: &[u8]) -> (usize, u32, Option<u64>) {
         let hash = self.header.hash(key);
@@ -690,6 +650,14 @@ impl<M: PoolMemory> Store for HStore<M> {
         subtable.pair(bytes, bucket?, &occupant).map(|(_, value)| value)
     }
 
+    fn stored_key(&self, key: &[u8]) -> Option<&[u8]> {
+        let (index, _, bucket) = self.locate(key);
+        let subtable = self.subtables[index];
+        let bytes = self.memory.bytes();
+        let occupant = subtable.occupant(bytes, bucket?);
+        subtable.pair(bytes, bucket?, &occupant).map(|(key, _)| key)
+    }
+
     fn erase(&mut self, key: &[u8]) -> Result<(), StoreError> {
         let (index, tag, found) = self.locate(key);
         let bucket = found.ok_or(StoreError::KeyNotFound)?;
@@ -728,6 +696,46 @@ impl<M: PoolMemory> Store for HStore<M> {
                 }
             }
         }
+    }
+
+    /// Visits the keys of up to `homes` home buckets. A cursor is a position in hash order: a
+    /// subtable, and in it the lowest hash part not yet visited. Buckets are in hash order inside
+    /// a subtable, and a growth keeps that order (it only rescales it) and never moves a key to
+    /// another subtable, so every key present for the whole walk is visited at least once, however
+    /// the table grows between calls (the guarantee of Redis's `SCAN`); a key may be visited
+    /// twice, by a call before and one after a growth.
+    fn scan<'s>(&'s self, cursor: u64, homes: u64, visit: &mut dyn FnMut(&'s [u8])) -> u64 {
+        let (mut index, mut from) = scan_position(cursor);
+        let bytes = self.memory.bytes();
+        let mut homes_left = homes.max(1);
+        while let Some(subtable) = self.subtables.get(layout::index(index)) {
+            // A subtable holding nothing is passed over as no work: a large pool's many subtables
+            // would otherwise make the walk of a nearly empty store long.
+            if self.pairs[layout::index(index)] > 0 {
+                let mut home = subtable.home(from);
+                while home < subtable.buckets {
+                    if homes_left == 0 {
+                        // The lowest hash part whose home is `home`: every key below it was visited.
+                        let next = (home << 32).div_ceil(subtable.buckets);
+                        return (index << 32) | next;
+                    }
+                    let mut hop = subtable.hop(bytes, home);
+                    while hop != 0 {
+                        let bucket = subtable.forward(home, u64::from(hop.trailing_zeros()));
+                        hop &= hop - 1;
+                        let occupant = subtable.occupant(bytes, bucket);
+                        if let Some((key, _)) = subtable.pair(bytes, bucket, &occupant) {
+                            visit(key);
+                        }
+                    }
+                    homes_left -= 1;
+                    home += 1;
+                }
+            }
+            index += 1;
+            from = 0;
+        }
+        0
     }
 
     fn attributes(&self, key: &[u8]) -> Option<ValueAttributes> {
