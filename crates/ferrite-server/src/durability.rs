@@ -214,6 +214,9 @@ impl ShardDurability {
         DurabilityReport {
             wal_bytes: counters.bytes_written,
             wal_commits: counters.commits,
+            wal_record_bytes_max: counters.record_bytes_max,
+            wal_pending_bytes_max: counters.pending_bytes_max,
+            wal_buffer_bytes: self.log.buffer_bytes() as u64,
             durable_lsn: self.gate.durable_lsn(),
             checkpoints: self.checkpoints,
         }

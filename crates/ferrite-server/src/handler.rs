@@ -89,6 +89,10 @@ fn open_pool_mut<'p>(pools: &'p mut Pools, session: &Session, handle: PoolHandle
     }
 }
 
+/// Log bytes waiting for the disk past which `async` writes wait for their commit too (see
+/// [`ShardState::logged`]): the log's buffer stays near this, however fast clients write.
+const ASYNC_PENDING_BYTES_MAX: u64 = 1024 * 1024;
+
 /// What a client is told when the shard's log refuses or fails.
 fn log_failure(shard: u16, error: &WalError) -> Failure {
     match error {
@@ -152,7 +156,10 @@ impl ShardState {
     }
 
     /// Accounts for a write just applied: a `sync` one makes the batch's responses (and later
-    /// reads) wait for its record to be durable. If the log could not take the record (it failed
+    /// reads) wait for its record to be durable. An `async` one does too while more than
+    /// [`ASYNC_PENDING_BYTES_MAX`] of log waits for the disk: its connection then reads nothing
+    /// more until the commit lands, so clients writing faster than the disk slow to its pace
+    /// instead of growing the log's buffer without bound. If the log could not take the record (it failed
     /// under the write, after the room was reserved), pool memory holds a change nothing
     /// recorded: the shard stops before any answer can reveal it.
     fn logged(&mut self, sync: bool, session: &mut Session) -> Result<(), Failure> {
@@ -165,6 +172,8 @@ impl ShardState {
         };
         if sync {
             durability.visible_lsn = lsn;
+        }
+        if sync || durability.log.pending_bytes() > ASYNC_PENDING_BYTES_MAX {
             session.wait_lsn = session.wait_lsn.max(lsn);
         }
         Ok(())

@@ -9,6 +9,9 @@ use ferrite_proto::Statistic;
 pub(crate) struct DurabilityReport {
     pub wal_bytes: u64,
     pub wal_commits: u64,
+    pub wal_record_bytes_max: u64,
+    pub wal_pending_bytes_max: u64,
+    pub wal_buffer_bytes: u64,
     pub durable_lsn: u64,
     pub checkpoints: u64,
 }
@@ -56,6 +59,9 @@ impl ShardStats {
             [
                 ("wal_bytes", d.wal_bytes),
                 ("wal_commits", d.wal_commits),
+                ("wal_record_bytes_max", d.wal_record_bytes_max),
+                ("wal_pending_bytes_max", d.wal_pending_bytes_max),
+                ("wal_buffer_bytes", d.wal_buffer_bytes),
                 ("durable_lsn", d.durable_lsn),
                 ("checkpoints", d.checkpoints),
             ]

@@ -163,3 +163,35 @@ fn a_halted_shard_answers_nothing() {
     durability.stop();
     std::fs::remove_dir_all(&dir).expect("clean up");
 }
+
+/// `async` writes are acknowledged without waiting for the disk, until more than a bound of log
+/// waits for it: from then on each one waits for its commit, so a client writing faster than the
+/// disk cannot grow the log's buffer without bound.
+#[test]
+fn async_writes_wait_once_the_log_has_too_much_waiting() {
+    let (mut state, dir) = durable_shard("backpressure");
+    let mut session = session(&mut state);
+    let create =
+        Request::CreatePool { name: "p", size_bytes: 64 << 20, expected_objects: 16, flags: CreatePoolFlags::NONE };
+    assert!(answer(&mut state, &mut session, create).0);
+    let pool = open(&mut state, &mut session, "p");
+    let _ = std::mem::take(&mut session.wait_lsn);
+    let value = vec![7u8; 64 * 1024];
+    let flags = PutFlags::NONE.with_durability(Durability::Async);
+    let keys: Vec<String> = (0..32).map(|i| format!("k{i}")).collect();
+    let mut waits = Vec::new();
+    for key in &keys {
+        let (stored, wait) =
+            answer(&mut state, &mut session, Request::Put { pool, flags, key: key.as_bytes(), value: &value });
+        assert!(stored);
+        waits.push(wait);
+    }
+    // The sync thread is never asked here, so everything stays pending: 32 records of 64 KiB.
+    let first_waiting = waits.iter().position(|wait| *wait > 0).expect("some async write waits");
+    assert!(first_waiting >= 15, "async writes waited early, from write {first_waiting}");
+    assert!(waits[first_waiting..].iter().all(|wait| *wait > 0), "every later write waits too: {waits:?}");
+    let durability = state.durability.as_mut().expect("durable");
+    assert!(durability.log.pending_bytes() > super::ASYNC_PENDING_BYTES_MAX);
+    durability.stop();
+    std::fs::remove_dir_all(&dir).expect("clean up");
+}

@@ -43,6 +43,8 @@ struct Shared<S: LogStorage> {
     room: AtomicU64,
     last_appended: AtomicU64,
     poisoned: AtomicBool,
+    /// Bytes appended that no batch has taken yet.
+    pending: AtomicU64,
 }
 
 /// The log's state, locked; publishes the writer's room, last LSN and failure when released.
@@ -71,6 +73,7 @@ impl<S: LogStorage> Drop for Locked<'_, S> {
         self.shared.room.store(writer.record_room(), Ordering::Release);
         self.shared.last_appended.store(writer.next_lsn() - 1, Ordering::Release);
         self.shared.poisoned.store(writer.poisoned().is_some(), Ordering::Release);
+        self.shared.pending.store(writer.pending_bytes() as u64, Ordering::Release);
     }
 }
 
@@ -94,6 +97,10 @@ pub struct LogCounters {
     pub bytes_written: u64,
     /// Batches committed, each with one `fdatasync` per segment it touched.
     pub commits: u64,
+    /// The largest record payload appended: what bounds a single write's log traffic.
+    pub record_bytes_max: u64,
+    /// The most bytes ever waiting for a batch at once: what the buffers grew to.
+    pub pending_bytes_max: u64,
 }
 
 /// Called by the sync thread after each batch: the new durable LSN, or why the log failed.
@@ -112,6 +119,7 @@ impl<S: LogStorage + Clone + 'static> SharedLog<S> {
             room: AtomicU64::new(state.writer.record_room()),
             last_appended: AtomicU64::new(state.writer.next_lsn() - 1),
             poisoned: AtomicBool::new(state.writer.poisoned().is_some()),
+            pending: AtomicU64::new(state.writer.pending_bytes() as u64),
             state: Mutex::new(state),
             urgent: AtomicBool::new(false),
             thread: OnceLock::new(),
@@ -131,6 +139,10 @@ impl<S: LogStorage + Clone + 'static> SharedLog<S> {
         let mut state = self.lock();
         match state.writer.append(payload) {
             Ok(lsn) => {
+                let pending = state.writer.pending_bytes() as u64;
+                let counters = &mut state.counters;
+                counters.record_bytes_max = counters.record_bytes_max.max(payload.len() as u64);
+                counters.pending_bytes_max = counters.pending_bytes_max.max(pending);
                 if state.oldest_pending.is_none() {
                     // The sync thread may be asleep with nothing to do: start its interval.
                     state.oldest_pending = Some(Instant::now());
@@ -285,6 +297,16 @@ impl<S: LogStorage + Clone + 'static> SharedLog<S> {
 
     pub fn counters(&self) -> LogCounters {
         self.lock().counters
+    }
+
+    /// Bytes appended that no batch has taken yet. Takes no lock.
+    pub fn pending_bytes(&self) -> u64 {
+        self.shared.pending.load(Ordering::Acquire)
+    }
+
+    /// Memory the log's buffers hold now: see [`WalWriter::buffer_bytes`].
+    pub fn buffer_bytes(&self) -> usize {
+        self.lock().writer.buffer_bytes()
     }
 
     /// See [`WalWriter::release_before`].

@@ -7,6 +7,7 @@ use proptest::prelude::*;
 use super::format::{segment_name, SEGMENT_HEADER_BYTES};
 use super::sim::{Cut, SimStorage};
 use super::storage::FsStorage;
+use super::writer::RETAINED_BUFFER_BYTES_MAX;
 use super::{recover, Lsn, WalConfig, WalError, WalWriter};
 
 /// Small segments, so a few records already span several of them.
@@ -260,6 +261,31 @@ fn a_record_larger_than_a_segment_gets_its_own_segment() {
     let mut writer = open_writer(&storage, 1);
     assert_eq!(writer.append(&payload(4, 100)).expect("append after reopening"), 4);
     writer.commit().expect("commit");
+    assert_eq!(replay(&storage, 1).expect("replay").len(), 4);
+}
+
+/// A batch that held a large record leaves no large buffer behind: the writer's buffers return
+/// to at most the retained size, while a small batch's buffer is kept for reuse.
+#[test]
+fn buffers_return_to_their_retained_size_after_a_large_batch() {
+    let storage = SimStorage::default();
+    let mut writer = open_writer(&storage, 1);
+    writer.append(&payload(1, 100)).expect("append");
+    writer.commit().expect("commit");
+    writer.append(&payload(2, 100)).expect("append");
+    writer.commit().expect("commit");
+    let small = writer.buffer_bytes();
+    assert!(small > 0, "a small batch's buffer is kept for the next one");
+    writer.append(&payload(3, 3 * RETAINED_BUFFER_BYTES_MAX)).expect("append a large record");
+    assert!(writer.buffer_bytes() > 3 * RETAINED_BUFFER_BYTES_MAX, "the record is buffered whole");
+    writer.commit().expect("commit");
+    writer.append(&payload(4, 100)).expect("append");
+    writer.commit().expect("commit");
+    assert!(
+        writer.buffer_bytes() <= 2 * RETAINED_BUFFER_BYTES_MAX,
+        "{} bytes of buffers kept after a large batch",
+        writer.buffer_bytes()
+    );
     assert_eq!(replay(&storage, 1).expect("replay").len(), 4);
 }
 

@@ -145,6 +145,12 @@ pub struct WalWriter<S: LogStorage> {
     poisoned: Option<String>,
 }
 
+/// Largest buffer a finished batch hands back for reuse. A batch holding a large record (a
+/// subtable's rewrite) or a burst of writes leaves a buffer that large; keeping it for good would
+/// pin that memory for the life of the server, so a larger one is freed and the next burst
+/// allocates again.
+pub const RETAINED_BUFFER_BYTES_MAX: usize = 1024 * 1024;
+
 /// Bytes a record with a payload of `payload_len` takes, or the error for a payload longer than a
 /// record's length field holds.
 fn checked_record_bytes(payload_len: u64, segment_bytes: u64) -> Result<u64, WalError> {
@@ -242,6 +248,11 @@ impl<S: LogStorage> WalWriter<S> {
     /// Bytes buffered and not yet taken by a batch.
     pub fn pending_bytes(&self) -> usize {
         self.pending.len()
+    }
+
+    /// Memory the writer's buffers hold now (a batch being written holds its own).
+    pub fn buffer_bytes(&self) -> usize {
+        self.pending.capacity() + self.spare.capacity()
     }
 
     fn check_usable(&self) -> Result<(), WalError> {
@@ -471,6 +482,9 @@ impl<S: LogStorage> WalWriter<S> {
         self.in_flight = false;
         let mut bytes = outcome.bytes;
         bytes.clear();
+        if bytes.capacity() > RETAINED_BUFFER_BYTES_MAX {
+            bytes = Vec::new();
+        }
         self.spare = bytes;
         match outcome.result {
             Ok(()) => {
