@@ -150,6 +150,17 @@ pub struct ShardConfig {
     pub store: StoreName,
     #[serde(default)]
     pub backing: Backing,
+    /// Microseconds the shard keeps polling its sockets after answering a batch, while requests
+    /// keep arriving (see `low_load_poll.rs`); 0 never polls.
+    #[serde(default = "default_poll_us")]
+    pub poll_us: u64,
+}
+
+/// The polling window a shard gets unless its table sets one: see `docs/configuration.md`.
+pub const POLL_US_DEFAULT: u64 = 50;
+
+fn default_poll_us() -> u64 {
+    POLL_US_DEFAULT
 }
 
 /// Storage engine names as written in the config file.
@@ -531,9 +542,22 @@ mod tests {
         assert_eq!(config.resp.pool_name(1), "@1/redis");
         assert_eq!(config.resp.pool_size_bytes, 1 << 30);
         assert_eq!(config.resp.listen, None);
+        assert!(!config.resp.indexed, "the RESP pool is unindexed unless asked");
         let text = format!("{DEFAULT_CONFIG_TOML}\n[resp]\nenabeld = true\n");
         let error = Config::from_toml(&text, "t").expect_err("misspelt key").to_string();
         assert!(error.contains("enabeld"), "{error}");
+    }
+
+    /// The polling window is in the default file, and a shard table without it gets the default.
+    #[test]
+    fn the_polling_window_defaults_per_shard() {
+        let config = Config::from_toml(DEFAULT_CONFIG_TOML, "t").expect("valid");
+        assert_eq!(config.shards[0].poll_us, POLL_US_DEFAULT);
+        let line = format!("poll_us = {POLL_US_DEFAULT}");
+        let text = DEFAULT_CONFIG_TOML.replace(&line, "poll_us = 0");
+        assert_eq!(Config::from_toml(&text, "t").expect("valid").shards[0].poll_us, 0);
+        let text = DEFAULT_CONFIG_TOML.replace(&line, "");
+        assert_eq!(Config::from_toml(&text, "t").expect("valid").shards[0].poll_us, POLL_US_DEFAULT);
     }
 
     #[test]

@@ -38,7 +38,9 @@ pub(crate) async fn serve(mut stream: TcpStream, shard: Rc<RefCell<ShardState>>,
     let mut buffers = Buffers::new(READ_CHUNK_BYTES);
     let gate = shard.borrow().durable_gate();
     let ended = buffered::drive(&mut stream, &mut shutdown, &mut buffers, gate, |buffers| {
-        let next = framing.answer_buffered(&mut shard.borrow_mut(), buffers);
+        let mut shard = shard.borrow_mut();
+        let next = framing.answer_buffered(&mut shard, buffers);
+        shard.low_load_poll.answered();
         (next, std::mem::take(&mut framing.session.wait_lsn))
     })
     .await;

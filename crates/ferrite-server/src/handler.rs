@@ -16,6 +16,7 @@ use ferrite_store::{find_by_scan, FindBudget, FindQuery, PoolSpec, PutMode, PutO
 use tokio::sync::watch;
 
 use crate::durability::{DurableGate, ShardDurability};
+use crate::low_load_poll::LowLoadPoll;
 use crate::pools::{CreateRefused, NewPool, Pool, Pools};
 use crate::session::Session;
 use crate::stats::ShardStats;
@@ -136,6 +137,8 @@ pub(crate) struct ShardState {
     pub stop: watch::Sender<bool>,
     /// Why the shard stopped itself, if it did.
     pub halted: Option<String>,
+    /// The shard's polling after a batch (see `low_load_poll.rs`).
+    pub low_load_poll: LowLoadPoll,
     /// The resume cursor of the last `find` over a pool without an index, which the response
     /// borrows: see [`find`].
     pub find_cursor: [u8; 8],

@@ -11,6 +11,7 @@ mod connection;
 mod data_dir;
 mod durability;
 mod handler;
+mod low_load_poll;
 mod pools;
 mod resp;
 mod server;

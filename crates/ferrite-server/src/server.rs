@@ -4,6 +4,7 @@
 use std::future::Future;
 use std::net::{SocketAddr, TcpListener};
 use std::sync::Arc;
+use std::time::Duration;
 
 use ferrite_store::persistence::ssd::{recover_shard, Manifest, RecoveryError, ShardPaths, SharedLog};
 use ferrite_store::persistence::wal::WalConfig;
@@ -14,6 +15,7 @@ use crate::config::{Backing, Config};
 use crate::data_dir::{DataDir, DataDirError};
 use crate::durability::ShardDurability;
 use crate::handler::ShardState;
+use crate::low_load_poll::LowLoadPoll;
 use crate::pools::{PmemPools, Pools};
 use crate::resp;
 use crate::shard;
@@ -143,6 +145,7 @@ impl BoundServer {
                 durability,
                 stop: watch::channel(false).0,
                 halted: None,
+                low_load_poll: LowLoadPoll::new(Duration::from_micros(shard_config.poll_us)),
                 find_cursor: [0; 8],
             };
             let resp = resp_listeners.next().map(|(listener, address)| resp::Listener {

@@ -16,6 +16,7 @@ use tracing::{info, warn};
 use crate::checkpointing;
 use crate::connection;
 use crate::handler::ShardState;
+use crate::low_load_poll;
 use crate::resp;
 
 /// How long a refused connection gets to receive its `too_many_connections` error and hang up.
@@ -94,6 +95,7 @@ async fn serve(
     let checkpoints = tokio::task::spawn_local(checkpointing::run(Rc::clone(&shard), stop.clone()));
     let durability_task = shard.borrow_mut().durability.as_mut().and_then(|durability| durability.take_task());
     let durability_task = durability_task.map(|task| tokio::task::spawn_local(task.run()));
+    let polling = tokio::task::spawn_local(low_load_poll::run(Rc::clone(&shard), stop.clone()));
     loop {
         tokio::select! {
             _ = stopping.wait_for(|stop| *stop) => break,
@@ -148,6 +150,7 @@ async fn serve(
     if let Some(task) = durability_task {
         task.abort();
     }
+    let _ = polling.await;
     if let Some(durability) = shard.borrow_mut().durability.as_mut() {
         // Async writes acknowledged before the stop become durable now (a failed log takes none).
         durability.stop();

@@ -36,6 +36,7 @@ fn durable_shard(tag: &str) -> (ShardState, std::path::PathBuf) {
         durability: Some(durability),
         stop: tokio::sync::watch::channel(false).0,
         halted: None,
+        low_load_poll: crate::low_load_poll::LowLoadPoll::new(std::time::Duration::ZERO),
         find_cursor: [0; 8],
     };
     (state, dir)

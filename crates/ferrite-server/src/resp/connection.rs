@@ -71,7 +71,9 @@ pub(crate) async fn serve(
     let mut buffers = Buffers::new(READ_CHUNK_BYTES);
     let gate = shard.borrow().durable_gate();
     let ended = buffered::drive(&mut stream, &mut shutdown, &mut buffers, gate, |buffers| {
-        let next = connection.answer_buffered(&mut shard.borrow_mut(), &settings, buffers);
+        let mut shard = shard.borrow_mut();
+        let next = connection.answer_buffered(&mut shard, &settings, buffers);
+        shard.low_load_poll.answered();
         (next, std::mem::take(&mut connection.client.session.wait_lsn))
     })
     .await;
