@@ -78,6 +78,9 @@ REQUEST_FLAGS = {
 
 FIND_KINDS = {"exact": 1, "prefix": 2, "regex": 3, "glob": 4}
 
+# The memory figures of a `pools` entry, in wire order after `open_count`, each a u64.
+POOL_MEMORY_FIELDS = ("table_buckets", "table_bytes", "slab_bytes", "large_bytes", "other_bytes", "index_bytes")
+
 ATTRIBUTES = {
     "value_length": 1,
     "object_count": 2,
@@ -255,6 +258,7 @@ def response_body(msg):
             + u64(e["size_bytes"])
             + u64(e["used_bytes"])
             + u32(e["open_count"])
+            + b"".join(u64(e[field]) for field in POOL_MEMORY_FIELDS)
             for e in entries
         )
     if kind == "value":
@@ -405,8 +409,32 @@ def response_vectors():
             {
                 "type": "pools",
                 "pools": [
-                    {"name": "users", "objects": 3, "size_bytes": 1 << 30, "used_bytes": 250, "open_count": 2},
-                    {"name": "café", "objects": 0, "size_bytes": 4096, "used_bytes": 0, "open_count": 0},
+                    {
+                        "name": "users",
+                        "objects": 3,
+                        "size_bytes": 1 << 30,
+                        "used_bytes": 250,
+                        "open_count": 2,
+                        "table_buckets": 64,
+                        "table_bytes": 4096,
+                        "slab_bytes": 1 << 20,
+                        "large_bytes": 8192,
+                        "other_bytes": 4160,
+                        "index_bytes": 304,
+                    },
+                    {
+                        "name": "café",
+                        "objects": 0,
+                        "size_bytes": 4096,
+                        "used_bytes": 0,
+                        "open_count": 0,
+                        "table_buckets": 0,
+                        "table_bytes": 0,
+                        "slab_bytes": 0,
+                        "large_bytes": 0,
+                        "other_bytes": U64_MAX,
+                        "index_bytes": 0,
+                    },
                 ],
             },
         ),

@@ -4,7 +4,9 @@
 use std::fmt;
 use std::io::Read;
 
-use ferrite_client::{blocking, ClientOptions, Error, ErrorCode, FindKind, PoolOptions, PutFlags, FIND_KEYS_MAX};
+use ferrite_client::{
+    blocking, ClientOptions, Error, ErrorCode, FindKind, PoolInfo, PoolOptions, PutFlags, FIND_KEYS_MAX,
+};
 use serde_json::json;
 
 use crate::args::{Cli, Command, FindPattern, PoolCommand, PutMode};
@@ -137,6 +139,9 @@ fn run_pool_command(session: &blocking::Session, command: &PoolCommand) -> Resul
                 ("SIZE", true),
                 ("USED", true),
                 ("OPENS", true),
+                ("MEMORY", true),
+                ("BYTES/KEY", true),
+                ("LOAD", true),
             ]);
             for pool in &pools {
                 table.row(vec![
@@ -146,23 +151,13 @@ fn run_pool_command(session: &blocking::Session, command: &PoolCommand) -> Resul
                     format_bytes(pool.size_bytes),
                     format_bytes(pool.used_bytes),
                     pool.open_count.to_string(),
+                    format_bytes(pool.memory.total_bytes()),
+                    format_bytes_per_key(pool),
+                    format_load(pool),
                 ]);
             }
             let text = if pools.is_empty() { "no pools".to_owned() } else { table.render() };
-            let rows: Vec<_> = pools
-                .iter()
-                .map(|pool| {
-                    json!({
-                        "name": pool.name,
-                        "shard": pool.shard,
-                        "objects": pool.objects,
-                        "size_bytes": pool.size_bytes,
-                        "used_bytes": pool.used_bytes,
-                        "open_count": pool.open_count,
-                    })
-                })
-                .collect();
-            Ok(Report::text(text, json!({ "pools": rows })))
+            Ok(Report::text(text, json!({ "pools": pools_json(&pools) })))
         }
     }
 }
@@ -325,7 +320,92 @@ fn pool_attributes(session: &blocking::Session, pool_name: &str) -> Result<Repor
 
 fn statistics(session: &blocking::Session) -> Result<Report> {
     let shards = session.statistics()?;
-    Ok(Report::text(statistics_table(&shards), statistics_json(&shards)))
+    let mut pools = session.list_pools()?;
+    pools.sort_by(|a, b| a.name.cmp(&b.name));
+    let mut text = statistics_table(&shards);
+    if !pools.is_empty() {
+        text.push('\n');
+        text.push_str(&pool_memory_table(&pools));
+    }
+    let mut json = statistics_json(&shards);
+    json["pools"] = json!(pools_json(&pools));
+    Ok(Report::text(text, json))
+}
+
+/// One row per pool: its memory in use, per key, and by part (`docs/hstore.md` says what each
+/// part counts).
+fn pool_memory_table(pools: &[PoolInfo]) -> String {
+    let mut table = Table::new(&[
+        ("POOL", false),
+        ("SHARD", true),
+        ("OBJECTS", true),
+        ("MEMORY", true),
+        ("BYTES/KEY", true),
+        ("LOAD", true),
+        ("TABLE", true),
+        ("SLABS", true),
+        ("LARGE", true),
+        ("OTHER", true),
+        ("INDEX", true),
+    ]);
+    for pool in pools {
+        let memory = &pool.memory;
+        table.row(vec![
+            pool.name.clone(),
+            pool.shard.to_string(),
+            pool.objects.to_string(),
+            format_bytes(memory.total_bytes()),
+            format_bytes_per_key(pool),
+            format_load(pool),
+            format_bytes(memory.table_bytes),
+            format_bytes(memory.slab_bytes),
+            format_bytes(memory.large_bytes),
+            format_bytes(memory.other_bytes),
+            format_bytes(memory.index_bytes),
+        ]);
+    }
+    table.render()
+}
+
+/// Bytes per key with one decimal; `-` for an empty pool, which has none.
+fn format_bytes_per_key(pool: &PoolInfo) -> String {
+    pool.bytes_per_key().map_or_else(|| "-".to_owned(), |bytes| format!("{bytes:.1}"))
+}
+
+/// Pairs per bucket with three decimals (a pool's first pairs load its table by thousandths);
+/// `-` before the table has buckets.
+fn format_load(pool: &PoolInfo) -> String {
+    pool.table_load().map_or_else(|| "-".to_owned(), |load| format!("{load:.3}"))
+}
+
+/// The pools as `pool list --json` and `stats --json` show them: every figure of the listing,
+/// memory by part with its total, bytes per key and load (`null` where there are none).
+fn pools_json(pools: &[PoolInfo]) -> Vec<serde_json::Value> {
+    pools
+        .iter()
+        .map(|pool| {
+            let memory = &pool.memory;
+            json!({
+                "name": pool.name,
+                "shard": pool.shard,
+                "objects": pool.objects,
+                "size_bytes": pool.size_bytes,
+                "used_bytes": pool.used_bytes,
+                "open_count": pool.open_count,
+                "memory": {
+                    "total_bytes": memory.total_bytes(),
+                    "bytes_per_key": pool.bytes_per_key(),
+                    "table_load": pool.table_load(),
+                    "table_buckets": memory.table_buckets,
+                    "table_bytes": memory.table_bytes,
+                    "slab_bytes": memory.slab_bytes,
+                    "large_bytes": memory.large_bytes,
+                    "other_bytes": memory.other_bytes,
+                    "index_bytes": memory.index_bytes,
+                },
+            })
+        })
+        .collect()
 }
 
 /// One row per counter, one column per shard: counters are many and shards few, so this shape
@@ -409,7 +489,7 @@ fn shell_quote(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ferrite_client::ShardStatistics;
+    use ferrite_client::{PoolMemory, ShardStatistics};
 
     fn shard(index: u16, counters: &[(&str, u64)]) -> ShardStatistics {
         ShardStatistics {
@@ -437,6 +517,37 @@ mod tests {
     fn statistics_json_is_one_object_per_shard() {
         let json = statistics_json(&[shard(0, &[("puts", 3)])]);
         assert_eq!(json, json!({ "shards": [{ "shard": 0, "counters": { "puts": 3 } }] }));
+    }
+
+    fn pool(name: &str, objects: u64, memory: PoolMemory) -> PoolInfo {
+        PoolInfo { name: name.to_owned(), shard: 1, objects, size_bytes: 1 << 20, used_bytes: 0, open_count: 0, memory }
+    }
+
+    /// A pool's memory by part, its total over its pairs and its table's load; an empty pool has
+    /// neither of the ratios, shown as `-` and `null`.
+    #[test]
+    fn pool_memory_shows_each_part_per_key_and_load() {
+        let memory = PoolMemory {
+            table_buckets: 1000,
+            table_bytes: 64_000,
+            slab_bytes: 4096,
+            large_bytes: 0,
+            other_bytes: 4160,
+            index_bytes: 0,
+        };
+        let pools =
+            [pool("a", 800, memory), pool("empty", 0, PoolMemory { other_bytes: 4160, ..PoolMemory::default() })];
+        assert_eq!(
+            pool_memory_table(&pools),
+            "POOL   SHARD  OBJECTS    MEMORY  BYTES/KEY   LOAD     TABLE  SLABS  LARGE    OTHER  INDEX\n\
+             a          1      800  70.6 KiB       90.3  0.800  62.5 KiB  4 KiB    0 B  4.1 KiB    0 B\n\
+             empty      1        0   4.1 KiB          -      -       0 B    0 B    0 B  4.1 KiB    0 B\n"
+        );
+        let json = pools_json(&pools);
+        assert_eq!(json[0]["memory"]["total_bytes"], 72_256);
+        assert_eq!(json[0]["memory"]["bytes_per_key"], 90.32);
+        assert_eq!(json[0]["memory"]["table_load"], 0.8);
+        assert_eq!(json[1]["memory"]["bytes_per_key"], serde_json::Value::Null);
     }
 
     #[test]

@@ -143,9 +143,13 @@ fn pool_create_list_open_and_delete() {
     let lines: Vec<&str> = list.lines().collect();
     assert_eq!(lines.len(), 2, "a header and one pool: {list}");
     let columns: Vec<&str> = lines[0].split_whitespace().collect();
-    assert_eq!(columns, ["NAME", "SHARD", "OBJECTS", "SIZE", "USED", "OPENS"]);
+    assert_eq!(columns, ["NAME", "SHARD", "OBJECTS", "SIZE", "USED", "OPENS", "MEMORY", "BYTES/KEY", "LOAD"]);
     let row: Vec<&str> = lines[1].split_whitespace().collect();
-    assert_eq!(row, ["demo", "0", "1", "1", "MiB", "70", "B", "0"], "{list}");
+    assert_eq!(row[..8], ["demo", "0", "1", "1", "MiB", "70", "B", "0"], "{list}");
+    // The memory figures agree with the JSON listing's: one pair carries the whole table.
+    let memory = &json(&ferrite(&server, &["--json", "pool", "list"]))["pools"][0]["memory"];
+    let total = memory["total_bytes"].as_u64().expect("total bytes");
+    assert_eq!(row[10..], [format!("{total}.0"), format!("{:.3}", memory["table_load"].as_f64().expect("load"))]);
 
     let open = ok(&ferrite(&server, &["pool", "open", "demo"]));
     assert!(open.lines().any(|l| l.split_whitespace().eq(["objects", "1"])), "{open}");
@@ -268,9 +272,20 @@ fn stats_show_every_shards_counters() {
     assert_eq!(row("puts").iter().sum::<u64>(), 2, "{stats}");
     assert_eq!(row("pools").iter().sum::<u64>(), 1, "{stats}");
     assert_eq!(row("shard"), [0, 1]);
-    for name in ["requests", "gets", "erases", "failures", "clients", "clients_total", "uptime_ms"] {
+    for name in ["requests", "gets", "erases", "failures", "clients", "clients_total", "uptime_ms", "memory_bytes"] {
         assert_eq!(row(name).len(), 2, "{name}: {stats}");
     }
+    assert_eq!(row("objects").iter().sum::<u64>(), 1, "{stats}");
+
+    // Below the counters, each pool's memory by part.
+    let pools = stats.split("\n\n").nth(1).unwrap_or_else(|| panic!("no pool table: {stats}"));
+    let header: Vec<&str> = pools.lines().next().expect("a header").split_whitespace().collect();
+    let expected =
+        ["POOL", "SHARD", "OBJECTS", "MEMORY", "BYTES/KEY", "LOAD", "TABLE", "SLABS", "LARGE", "OTHER", "INDEX"];
+    assert_eq!(header, expected, "{stats}");
+    let pool = pools.lines().nth(1).expect("one pool").split_whitespace().collect::<Vec<_>>();
+    assert_eq!((pool[0], pool[2]), ("p", "1"), "{stats}");
+    assert_eq!(&pool[pool.len() - 2..], ["0", "B"], "an unindexed pool has no index bytes: {stats}");
 }
 
 /// With `--json` every command prints one JSON document with the documented fields; a binary
@@ -322,6 +337,12 @@ fn json_output_parses_with_the_expected_fields() {
     assert_eq!(pools[0]["shard"], shard);
     assert_eq!(pools[0]["objects"], 2);
     assert_eq!(pools[0]["open_count"], 0);
+    let memory = &pools[0]["memory"];
+    let part = |name: &str| memory[name].as_u64().unwrap_or_else(|| panic!("{name} is a number: {memory}"));
+    let parts = ["table_bytes", "slab_bytes", "large_bytes", "other_bytes", "index_bytes"];
+    assert_eq!(part("total_bytes"), parts.iter().map(|name| part(name)).sum::<u64>(), "{memory}");
+    assert_eq!(part("table_bytes"), part("table_buckets") * 64, "{memory}");
+    assert_eq!(memory["bytes_per_key"].as_f64(), Some(part("total_bytes") as f64 / 2.0), "{memory}");
 
     let stats = json(&ferrite(&server, &["--json", "stats"]));
     let shards = stats["shards"].as_array().expect("shards is an array");
@@ -332,6 +353,7 @@ fn json_output_parses_with_the_expected_fields() {
     }
     let puts: u64 = shards.iter().map(|s| s["counters"]["puts"].as_u64().expect("puts")).sum();
     assert_eq!(puts, 2);
+    assert_eq!(stats["pools"], list["pools"], "stats lists the pools as pool list does");
 
     assert_eq!(json(&ferrite(&server, &["--json", "erase", "j", "blob"]))["erased"], true);
     assert_eq!(json(&ferrite(&server, &["--json", "pool", "delete", "j"]))["deleted"], true);
@@ -368,7 +390,9 @@ fn deleting_a_pool_open_elsewhere_is_refused() {
     let stderr = fails(&ferrite(&server, &["pool", "delete", "held"]));
     assert!(stderr.contains("is open"), "{stderr}");
     let list = ok(&ferrite(&server, &["pool", "list"]));
-    assert!(list.lines().nth(1).is_some_and(|row| row.split_whitespace().last() == Some("1")), "one open: {list}");
+    // NAME, SHARD, OBJECTS, then SIZE and USED as a number and a unit each, then OPENS.
+    let opens = list.lines().nth(1).and_then(|row| row.split_whitespace().nth(7));
+    assert_eq!(opens, Some("1"), "one open: {list}");
     pool.close().expect("close");
     ok(&ferrite(&server, &["pool", "delete", "held"]));
 }

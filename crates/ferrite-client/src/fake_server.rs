@@ -120,7 +120,7 @@ pub(crate) async fn serve_memory_shard_stalling(
 ) -> Vec<String> {
     use std::collections::{BTreeMap, HashMap};
 
-    use ferrite_proto::{Attribute, CreatePoolFlags, ErrorCode, PoolHandle, PoolInfo, PutFlags, Statistic};
+    use ferrite_proto::{Attribute, CreatePoolFlags, ErrorCode, PoolHandle, PoolInfo, PoolMemory, PutFlags, Statistic};
 
     struct StoredPool {
         size_bytes: u64,
@@ -201,6 +201,13 @@ pub(crate) async fn serve_memory_shard_stalling(
                         size_bytes: pool.size_bytes,
                         used_bytes: pool.pairs.iter().map(|(k, v)| (k.len() + v.len() + 64) as u64).sum(),
                         open_count: opens.values().filter(|open| *open == name).count() as u32,
+                        // A table of 64 buckets, and each pair's bytes beside it.
+                        memory: PoolMemory {
+                            table_buckets: 64,
+                            table_bytes: 64 * 64,
+                            other_bytes: pool.pairs.iter().map(|(k, v)| (k.len() + v.len()) as u64).sum(),
+                            ..PoolMemory::default()
+                        },
                     })
                     .collect();
                 Response::Pools(rows)

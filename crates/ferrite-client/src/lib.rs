@@ -45,7 +45,7 @@ mod tests;
 
 pub use error::{Error, Result};
 pub use ferrite_proto::{
-    Attribute, Durability, ErrorCode, FindKind, Limits, PoolHandle, ProtocolError, PutFlags, FIND_KEYS_MAX,
+    Attribute, Durability, ErrorCode, FindKind, Limits, PoolHandle, PoolMemory, ProtocolError, PutFlags, FIND_KEYS_MAX,
 };
 pub use pool::{FindPage, Pool, PoolAttributes, ValueAttributes};
 pub use session::{ClientOptions, PoolInfo, PoolOptions, Session, ShardStatistics};

@@ -6,7 +6,7 @@
 //! on the caller's task rather than on the single reader task.
 
 use bytes::Bytes;
-use ferrite_proto::{Header, Limits, PoolHandle, Response, PROTOCOL_VERSION};
+use ferrite_proto::{Header, Limits, PoolHandle, PoolMemory, Response, PROTOCOL_VERSION};
 
 use crate::error::{Error, Result};
 
@@ -27,6 +27,7 @@ pub(crate) struct PoolRow {
     pub(crate) size_bytes: u64,
     pub(crate) used_bytes: u64,
     pub(crate) open_count: u32,
+    pub(crate) memory: PoolMemory,
 }
 
 /// A successful response, owning its data.
@@ -88,6 +89,7 @@ impl Reply {
                         size_bytes: p.size_bytes,
                         used_bytes: p.used_bytes,
                         open_count: p.open_count,
+                        memory: p.memory,
                     })
                     .collect(),
             ),

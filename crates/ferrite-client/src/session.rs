@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use ferrite_proto::{shard_for_pool, CreatePoolFlags, Durability, Limits, Request};
+use ferrite_proto::{shard_for_pool, CreatePoolFlags, Durability, Limits, PoolMemory, Request};
 use tokio::sync::Mutex;
 
 use crate::address::resolve_shard_address;
@@ -80,6 +80,21 @@ pub struct PoolInfo {
     pub used_bytes: u64,
     /// Opens held on the pool across all sessions; a pool with opens cannot be deleted.
     pub open_count: u32,
+    /// What the pool takes in memory, by part.
+    pub memory: PoolMemory,
+}
+
+impl PoolInfo {
+    /// The pool's memory in use over its pairs: what sizing a machine for more of the same
+    /// costs a pair. `None` for an empty pool.
+    pub fn bytes_per_key(&self) -> Option<f64> {
+        (self.objects > 0).then(|| self.memory.total_bytes() as f64 / self.objects as f64)
+    }
+
+    /// Pairs over buckets of the pool's hash table. `None` before the table has buckets.
+    pub fn table_load(&self) -> Option<f64> {
+        (self.memory.table_buckets > 0).then(|| self.objects as f64 / self.memory.table_buckets as f64)
+    }
 }
 
 /// The counters of one shard, as named pairs so a newer server can add counters without
@@ -237,6 +252,7 @@ impl Session {
                     size_bytes: row.size_bytes,
                     used_bytes: row.used_bytes,
                     open_count: row.open_count,
+                    memory: row.memory,
                 })),
                 other => return Err(other.unexpected("pools")),
             }

@@ -293,6 +293,9 @@ async fn pools_route_to_their_shard_and_listings_cover_every_shard() {
     assert_eq!(pools.len(), 2);
     assert_eq!((pools[0].name.as_str(), pools[0].shard, pools[0].objects), (name0.as_str(), 0, 1));
     assert_eq!((pools[0].size_bytes, pools[0].open_count), (4096, 1));
+    assert_eq!(pools[0].memory.other_bytes, 2, "the memory figures reach the listing");
+    assert_eq!((pools[0].bytes_per_key(), pools[0].table_load()), (Some(4098.0), Some(1.0 / 64.0)));
+    assert_eq!((pools[1].bytes_per_key(), pools[1].objects), (None, 0), "an empty pool has no bytes per key");
     assert_eq!((pools[1].name.as_str(), pools[1].shard), (name1.as_str(), 1));
 
     let stats = session.statistics().await.expect("statistics");

@@ -22,7 +22,7 @@ pub use limits::{
     KEY_BYTES_MAX, POOLS_PER_SHARD_MAX, POOL_NAME_BYTES_MAX, VALUE_INLINE_BYTES_MAX,
 };
 pub use message::{
-    Attribute, CreatePoolFlags, Durability, FindKind, HelloReply, Opcode, PoolHandle, PoolInfo, PutFlags, Request,
-    Response, Statistic, HELLO_MAGIC, PROTOCOL_VERSION,
+    Attribute, CreatePoolFlags, Durability, FindKind, HelloReply, Opcode, PoolHandle, PoolInfo, PoolMemory, PutFlags,
+    Request, Response, Statistic, HELLO_MAGIC, PROTOCOL_VERSION,
 };
 pub use routing::shard_for_pool;

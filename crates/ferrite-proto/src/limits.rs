@@ -27,8 +27,8 @@ pub const FIND_SCAN_KEYS_MAX: usize = 16 * 1024;
 pub const POOLS_PER_SHARD_MAX: usize = 4096;
 
 /// Bytes of one `list_pools` entry with the longest name: name (2 + 255) plus objects, size,
-/// used (3 x 8) and open count (4).
-const POOL_INFO_BYTES_MAX: usize = 2 + POOL_NAME_BYTES_MAX + 3 * 8 + 4;
+/// used (3 x 8), open count (4) and the six memory figures (6 x 8).
+const POOL_INFO_BYTES_MAX: usize = 2 + POOL_NAME_BYTES_MAX + 3 * 8 + 4 + 6 * 8;
 
 /// Room in a frame body for everything that is not key or value bytes (pool handle, lengths).
 pub const FRAME_OVERHEAD_BYTES: usize = 64;

@@ -650,6 +650,33 @@ pub struct PoolInfo<'a> {
     pub used_bytes: u64,
     /// How many opens across all sessions hold the pool.
     pub open_count: u32,
+    pub memory: PoolMemory,
+}
+
+/// What one pool takes in memory, by part, as a `list_pools` row carries it (`docs/protocol.md`
+/// and `docs/hstore.md` say what each part counts). Whole byte counts rather than ratios, so that
+/// bytes per key and the table's load are computed exactly from them and the row's objects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PoolMemory {
+    /// Slots of the pool's hash table.
+    pub table_buckets: u64,
+    pub table_bytes: u64,
+    /// hstore's slabs of out-of-line keys and values.
+    pub slab_bytes: u64,
+    /// hstore's extents of keys and values too large for a slab.
+    pub large_bytes: u64,
+    /// Everything else the engine holds: hstore's header and directory; mapstore's keys, values
+    /// and ordered key set.
+    pub other_bytes: u64,
+    /// The secondary index of a pool created `indexed`; 0 for any other.
+    pub index_bytes: u64,
+}
+
+impl PoolMemory {
+    /// Every part together: the pool's memory in use.
+    pub fn total_bytes(&self) -> u64 {
+        self.table_bytes + self.slab_bytes + self.large_bytes + self.other_bytes + self.index_bytes
+    }
 }
 
 /// One named counter of `get_statistics`. Named pairs rather than a fixed struct so servers can
@@ -743,6 +770,17 @@ impl<'a> Response<'a> {
                     out.put_u64_le(pool.size_bytes);
                     out.put_u64_le(pool.used_bytes);
                     out.put_u32_le(pool.open_count);
+                    let memory = &pool.memory;
+                    for part in [
+                        memory.table_buckets,
+                        memory.table_bytes,
+                        memory.slab_bytes,
+                        memory.large_bytes,
+                        memory.other_bytes,
+                        memory.index_bytes,
+                    ] {
+                        out.put_u64_le(part);
+                    }
                 }
             }
             Response::Value(value) => {
@@ -830,6 +868,14 @@ impl<'a> Response<'a> {
                         size_bytes: r.u64()?,
                         used_bytes: r.u64()?,
                         open_count: r.u32()?,
+                        memory: PoolMemory {
+                            table_buckets: r.u64()?,
+                            table_bytes: r.u64()?,
+                            slab_bytes: r.u64()?,
+                            large_bytes: r.u64()?,
+                            other_bytes: r.u64()?,
+                            index_bytes: r.u64()?,
+                        },
                     });
                 }
                 Response::Pools(pools)

@@ -9,7 +9,7 @@
 use bytes::BytesMut;
 use ferrite_proto::{
     Attribute, CreatePoolFlags, ErrorCode, FindKind, Header, HelloReply, Limits, Opcode, PoolHandle, PoolInfo,
-    PutFlags, Request, Response, Statistic, HEADER_BYTES,
+    PoolMemory, PutFlags, Request, Response, Statistic, HEADER_BYTES,
 };
 use proptest::collection::vec;
 use proptest::option;
@@ -75,7 +75,7 @@ enum OwnedResponse {
     PoolOpened { pool: u64 },
     PoolClosed,
     PoolDeleted,
-    Pools(Vec<(String, u64, u64, u64, u32)>),
+    Pools(Vec<(String, u64, u64, u64, u32, PoolMemory)>),
     Stored,
     Value(Vec<u8>),
     Erased,
@@ -104,12 +104,13 @@ impl OwnedResponse {
             OwnedResponse::Pools(pools) => Response::Pools(
                 pools
                     .iter()
-                    .map(|(name, objects, size_bytes, used_bytes, open_count)| PoolInfo {
+                    .map(|(name, objects, size_bytes, used_bytes, open_count, memory)| PoolInfo {
                         name,
                         objects: *objects,
                         size_bytes: *size_bytes,
                         used_bytes: *used_bytes,
                         open_count: *open_count,
+                        memory: *memory,
                     })
                     .collect(),
             ),
@@ -195,7 +196,11 @@ fn request(max_len: usize) -> impl Strategy<Value = OwnedRequest> {
 fn response() -> impl Strategy<Value = OwnedResponse> {
     let limits = (any::<u32>(), any::<u32>())
         .prop_map(|(key_bytes_max, value_bytes_max)| Limits { key_bytes_max, value_bytes_max });
-    let pool_info = (text(), any::<u64>(), any::<u64>(), any::<u64>(), any::<u32>());
+    let memory =
+        any::<[u64; 6]>().prop_map(|[table_buckets, table_bytes, slab_bytes, large_bytes, other_bytes, index_bytes]| {
+            PoolMemory { table_buckets, table_bytes, slab_bytes, large_bytes, other_bytes, index_bytes }
+        });
+    let pool_info = (text(), any::<u64>(), any::<u64>(), any::<u64>(), any::<u32>(), memory);
     prop_oneof![
         (any::<u16>(), any::<u16>(), limits, vec(text(), 0..8)).prop_map(
             |(version, shard_index, limits, shard_addresses)| OwnedResponse::Hello {

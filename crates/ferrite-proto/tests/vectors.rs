@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use bytes::BytesMut;
 use ferrite_proto::{
     shard_for_pool, Attribute, CreatePoolFlags, ErrorCode, FindKind, Header, HelloReply, Limits, PoolHandle, PoolInfo,
-    PutFlags, Request, Response, Statistic, HEADER_BYTES,
+    PoolMemory, PutFlags, Request, Response, Statistic, HEADER_BYTES,
 };
 use serde_json::{Map, Value};
 
@@ -274,6 +274,14 @@ fn response<'f>(f: &'f Fields<'_>) -> Result<Response<'f>, String> {
                         size_bytes: entry_u64(entry, "size_bytes")?,
                         used_bytes: entry_u64(entry, "used_bytes")?,
                         open_count: u32::try_from(entry_u64(entry, "open_count")?).map_err(|e| e.to_string())?,
+                        memory: PoolMemory {
+                            table_buckets: entry_u64(entry, "table_buckets")?,
+                            table_bytes: entry_u64(entry, "table_bytes")?,
+                            slab_bytes: entry_u64(entry, "slab_bytes")?,
+                            large_bytes: entry_u64(entry, "large_bytes")?,
+                            other_bytes: entry_u64(entry, "other_bytes")?,
+                            index_bytes: entry_u64(entry, "index_bytes")?,
+                        },
                     })
                 })
                 .collect::<Result<_, String>>()?,

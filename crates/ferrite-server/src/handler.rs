@@ -409,7 +409,7 @@ impl ShardState {
             }
             Request::GetStatistics => {
                 let durability = self.durability.as_ref().map(ShardDurability::report);
-                Ok(Response::Statistics(self.stats.report(self.index, self.pools.len(), durability)))
+                Ok(Response::Statistics(self.stats.report(self.index, self.pools.totals(), durability)))
             }
         }
     }

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 
 use foldhash::HashMap;
 
-use ferrite_proto::{PoolHandle, PoolInfo};
+use ferrite_proto::{PoolHandle, PoolInfo, PoolMemory};
 use std::path::PathBuf;
 
 use ferrite_store::hstore::{self, HStore};
@@ -21,6 +21,8 @@ use ferrite_store::persistence::ssd::{
 };
 use ferrite_store::persistence::wal::WalError;
 use ferrite_store::{CreateStoreError, PoolSpec, SecondaryIndex, Store, StoreKind};
+
+use crate::stats::PoolTotals;
 
 /// What a durable pool keeps so the checkpointer can copy its memory.
 #[derive(Debug)]
@@ -41,6 +43,21 @@ pub(crate) struct Pool {
     pub async_default: bool,
     /// `None` on the `memory` backing.
     pub persisted: Option<Persisted>,
+}
+
+impl Pool {
+    /// What the pool takes in memory: its store's parts and its secondary index's estimate.
+    pub fn memory(&self) -> PoolMemory {
+        let store = self.store.memory_usage();
+        PoolMemory {
+            table_buckets: store.table_buckets,
+            table_bytes: store.table_bytes,
+            slab_bytes: store.slab_bytes,
+            large_bytes: store.large_bytes,
+            other_bytes: store.other_bytes,
+            index_bytes: self.index.as_ref().map_or(0, SecondaryIndex::memory_bytes),
+        }
+    }
 }
 
 impl std::fmt::Debug for Pool {
@@ -344,9 +361,22 @@ impl Pools {
                 size_bytes: pool.store.capacity_bytes(),
                 used_bytes: pool.store.used_bytes(),
                 open_count: pool.open_count,
+                memory: pool.memory(),
             })
             .collect();
         infos.sort_unstable_by(|a, b| a.name.cmp(b.name));
         infos
+    }
+
+    /// What the shard's pools hold together, for its statistics.
+    pub fn totals(&self) -> PoolTotals {
+        self.by_handle.values().fold(
+            PoolTotals { pools: self.len() as u64, ..PoolTotals::default() },
+            |totals, pool| PoolTotals {
+                objects: totals.objects + pool.store.count(),
+                memory_bytes: totals.memory_bytes + pool.memory().total_bytes(),
+                ..totals
+            },
+        )
     }
 }

@@ -16,6 +16,15 @@ pub(crate) struct DurabilityReport {
     pub checkpoints: u64,
 }
 
+/// What a shard's pools hold together.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct PoolTotals {
+    pub pools: u64,
+    pub objects: u64,
+    /// Every pool's memory in use (`PoolMemory::total_bytes`).
+    pub memory_bytes: u64,
+}
+
 #[derive(Debug)]
 pub(crate) struct ShardStats {
     pub started: Instant,
@@ -51,7 +60,7 @@ impl ShardStats {
     pub fn report(
         &self,
         shard_index: u16,
-        pools: usize,
+        pools: PoolTotals,
         durability: Option<DurabilityReport>,
     ) -> Vec<Statistic<'static>> {
         let uptime_ms = u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX);
@@ -77,7 +86,9 @@ impl ShardStats {
             ("clients", self.clients),
             ("clients_total", self.clients_total),
             ("clients_refused", self.clients_refused),
-            ("pools", pools as u64),
+            ("pools", pools.pools),
+            ("objects", pools.objects),
+            ("memory_bytes", pools.memory_bytes),
             ("uptime_ms", uptime_ms),
         ]
         .into_iter()

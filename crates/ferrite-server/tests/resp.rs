@@ -421,7 +421,8 @@ fn scan_visits_every_key_once() {
     assert_eq!(c.call(&["SCAN", "0", "COUNT", "0"]), error("ERR syntax error"));
 }
 
-/// `INFO` is Redis's text, built from the shard's statistics, with the key count in `# Keyspace`.
+/// `INFO` is Redis's text, built from the shard's statistics, with the key count in `# Keyspace`
+/// and the pool's memory in `# Memory`.
 #[test]
 fn info_reports_the_shard() {
     let server = start();
@@ -435,6 +436,8 @@ fn info_reports_the_shard() {
         "ferrite_version:",
         "# Clients\r\n",
         "connected_clients:1\r\n",
+        "# Memory\r\n",
+        "ferrite_pool_memory:",
         "# Stats\r\n",
         "ferrite_puts:3\r\n",
         "# Keyspace\r\n",
@@ -442,6 +445,9 @@ fn info_reports_the_shard() {
     ] {
         assert!(text.contains(expected), "INFO lacks {expected:?}:\n{text}");
     }
+    let bytes_per_key = text.split("ferrite_pool_bytes_per_key:").nth(1).and_then(|rest| rest.split("\r\n").next());
+    let bytes_per_key: f64 = bytes_per_key.and_then(|n| n.parse().ok()).expect("INFO reports the pool's bytes per key");
+    assert!(bytes_per_key > 64.0, "three pairs take {bytes_per_key} bytes each, a 64-byte entry at least");
     let Reply::Bulk(keyspace) = c.call(&["info", "keyspace"]) else { panic!("INFO is a bulk string") };
     assert_eq!(String::from_utf8(keyspace).expect("text"), "# Keyspace\r\ndb0:keys=3,expires=0,avg_ttl=0\r\n");
 }

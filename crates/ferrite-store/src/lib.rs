@@ -6,6 +6,7 @@
 mod glob;
 pub mod hstore;
 mod mapstore;
+mod memory;
 pub mod persistence;
 mod secondary_index;
 mod store;
@@ -13,6 +14,7 @@ mod store;
 pub use glob::glob_match;
 pub use hstore::HStore;
 pub use mapstore::MapStore;
+pub use memory::MemoryUsage;
 pub use secondary_index::{find_by_scan, FindBudget, FindPage, FindQuery, InvalidPattern, ScanPage, SecondaryIndex};
 pub use store::{
     CreateStoreError, PoolSpec, PutMode, PutOutcome, Store, StoreError, StoreKind, ValueAttributes, WriteFootprint,

@@ -13,6 +13,7 @@ use std::collections::BTreeSet;
 use std::ops::Bound;
 
 use crate::glob::glob_match;
+use crate::memory::{btree_set_node_bytes, heap_allocation_bytes};
 use crate::store::{Store, SCAN_KEYS_PER_WORK_MAX};
 
 /// Largest compiled regular expression `find` accepts, so a hostile pattern cannot make the shard
@@ -147,9 +148,21 @@ pub fn find_by_scan<'s>(store: &'s dyn Store, query: &FindQuery<'_>, cursor: u64
     ScanPage { keys, next: Some(cursor) }
 }
 
+/// Bytes of the heap allocation holding one key of the index.
+fn key_heap_bytes(key: &[u8]) -> u64 {
+    if key.is_empty() {
+        0
+    } else {
+        heap_allocation_bytes(key.len() as u64)
+    }
+}
+
 #[derive(Debug, Default)]
 pub struct SecondaryIndex {
     keys: BTreeSet<Box<[u8]>>,
+    /// The keys' own heap allocations, as malloc rounds them: kept up to date by `insert` and
+    /// `remove` so that [`SecondaryIndex::memory_bytes`] walks nothing.
+    key_heap_bytes: u64,
 }
 
 impl SecondaryIndex {
@@ -162,11 +175,23 @@ impl SecondaryIndex {
     }
 
     pub fn insert(&mut self, key: &[u8]) {
-        self.keys.insert(key.into());
+        if self.keys.insert(key.into()) {
+            self.key_heap_bytes += key_heap_bytes(key);
+        }
     }
 
     pub fn remove(&mut self, key: &[u8]) {
-        self.keys.remove(key);
+        if self.keys.remove(key) {
+            self.key_heap_bytes -= key_heap_bytes(key);
+        }
+    }
+
+    /// Estimated bytes of DRAM the index takes: each key's own allocation (its length, rounded
+    /// as malloc rounds it; an empty key allocates nothing) and the set's B-tree nodes, whose
+    /// slots hold a 16-byte boxed-slice pointer per key, at the fill random inserts give (see
+    /// [`crate::memory`]).
+    pub fn memory_bytes(&self) -> u64 {
+        self.key_heap_bytes + btree_set_node_bytes(self.keys.len() as u64, size_of::<Box<[u8]>>() as u64)
     }
 
     pub fn len(&self) -> usize {
@@ -320,6 +345,7 @@ mod tests {
                 }
                 let rebuilt = SecondaryIndex::rebuild_from(store.as_ref());
                 prop_assert_eq!(&rebuilt.keys, &maintained.keys, "{}", kind.name());
+                prop_assert_eq!(rebuilt.memory_bytes(), maintained.memory_bytes(), "{}", kind.name());
                 prop_assert_eq!(rebuilt.len() as u64, store.count());
             }
         }

@@ -2,6 +2,7 @@
 
 use crate::hstore::{self, HStore};
 use crate::mapstore::MapStore;
+use crate::memory::MemoryUsage;
 use crate::persistence::VolatileMemory;
 
 /// Bytes charged against a pool's capacity for each key-value pair on top of its key and value:
@@ -108,6 +109,11 @@ pub trait Store: Send {
     fn capacity_bytes(&self) -> u64;
 
     fn used_bytes(&self) -> u64;
+
+    /// What the store takes in memory, by part: unlike `used_bytes` (the pairs as the pool's
+    /// capacity charges them), the table, slabs and allocations that hold them. Cheap enough for
+    /// every pool listing: no walk of the keys (hstore sums its subtables).
+    fn memory_usage(&self) -> MemoryUsage;
 
     /// Calls `visit` once for each key, in no particular order: how a pool's secondary index is
     /// rebuilt after a restart. Takes a `dyn` visitor so the server can call it through
@@ -254,6 +260,8 @@ mod tests {
             store.put(b"k", b"v", PutMode::Upsert, 1).expect("room");
             assert_eq!(store.get(b"k"), Some(&b"v"[..]), "{}", kind.name());
             assert_eq!(store.used_bytes(), 2 + ENTRY_OVERHEAD_BYTES);
+            let memory = store.memory_usage();
+            assert!(memory.table_buckets >= 1 && memory.table_bytes > 0 && memory.other_bytes > 0, "{memory:?}");
             let footprint = store.put_footprint(10, 20);
             assert!(footprint.bytes >= 30 && footprint.ranges >= 1, "{}", kind.name());
             let long_key = vec![b'x'; 300];

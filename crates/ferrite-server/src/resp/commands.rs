@@ -592,6 +592,17 @@ fn pool_attribute(call: &mut Call<'_, '_>, attribute: Attribute) -> Result<u64, 
     }
 }
 
+/// Bytes of memory the connection's pool takes, as `list_pools` reports them.
+fn pool_memory_bytes(call: &mut Call<'_, '_>) -> Result<u64, RespError> {
+    match run!(call, Request::ListPools) {
+        Ok(Response::Pools(pools)) => {
+            Ok(pools.iter().find(|pool| pool.name == call.settings.pool).map_or(0, |pool| pool.memory.total_bytes()))
+        }
+        Ok(other) => Err(RespError::unexpected(&other)),
+        Err(failure) => Err(failure.into()),
+    }
+}
+
 /// `INFO [section ...]`: Redis's text format (`# Section` headers, `field:value` lines), built from
 /// the shard's statistics as `get_statistics` reports them.
 fn info(call: &mut Call<'_, '_>) -> Result<Flow, RespError> {
@@ -604,6 +615,7 @@ fn info(call: &mut Call<'_, '_>) -> Result<Flow, RespError> {
     let used = pool_attribute(call, Attribute::PoolUsed)?;
     let size = pool_attribute(call, Attribute::PoolSize)?;
     let keys = count(call)?;
+    let memory = pool_memory_bytes(call)?;
 
     let sections = call.args.skip(1);
     let wanted = |section: &str| {
@@ -635,8 +647,10 @@ fn info(call: &mut Call<'_, '_>) -> Result<Flow, RespError> {
         ));
     }
     if wanted("memory") {
+        let bytes_per_key = if keys == 0 { 0.0 } else { memory as f64 / keys as f64 };
         text.push_str(&format!(
-            "# Memory\r\nused_memory:{used}\r\nmaxmemory:{size}\r\nmaxmemory_policy:noeviction\r\n\r\n"
+            "# Memory\r\nused_memory:{used}\r\nmaxmemory:{size}\r\nmaxmemory_policy:noeviction\r\n\
+             ferrite_pool_memory:{memory}\r\nferrite_pool_bytes_per_key:{bytes_per_key:.2}\r\n\r\n"
         ));
     }
     if wanted("stats") {

@@ -278,6 +278,10 @@ pub(crate) struct Heap {
     region: RegionAllocator,
     slabs: SlabAllocator,
     small_max: u64,
+    /// Bytes of the extents holding objects above the small limit (table segments not
+    /// included): counted here, as they are allocated, claimed and freed, so that the memory
+    /// figures need no walk; a heap rebuilt by `open` claims every one of them again.
+    large_bytes: u64,
 }
 
 impl Heap {
@@ -287,7 +291,7 @@ impl Heap {
         if end > start {
             region.insert(start, end - start);
         }
-        Heap { region, slabs: SlabAllocator::new(slab_bytes, class_count(small_max)), small_max }
+        Heap { region, slabs: SlabAllocator::new(slab_bytes, class_count(small_max)), small_max, large_bytes: 0 }
     }
 
     /// Objects up to the pool's small limit take a slab slot, larger ones an extent of their own.
@@ -302,14 +306,21 @@ impl Heap {
     pub(crate) fn alloc(&mut self, len: u64) -> Option<u64> {
         match self.backing(len) {
             Backing::Slot { class } => self.slabs.alloc(class, &mut self.region),
-            Backing::Extent { bytes } => self.region.alloc_high(bytes),
+            Backing::Extent { bytes } => {
+                let offset = self.region.alloc_high(bytes)?;
+                self.large_bytes += bytes;
+                Some(offset)
+            }
         }
     }
 
     pub(crate) fn free(&mut self, offset: u64, len: u64) {
         match self.backing(len) {
             Backing::Slot { class } => self.slabs.free(offset, class, &mut self.region),
-            Backing::Extent { bytes } => self.region.free(offset, bytes),
+            Backing::Extent { bytes } => {
+                self.region.free(offset, bytes);
+                self.large_bytes -= bytes;
+            }
         }
     }
 
@@ -321,6 +332,7 @@ impl Heap {
                 if !is_aligned(offset, GRAIN_BYTES) {
                     Err(format!("is not {GRAIN_BYTES}-byte aligned"))
                 } else if self.region.claim(offset, bytes) {
+                    self.large_bytes += bytes;
                     Ok(())
                 } else {
                     Err(format!("({bytes} bytes) overlaps another allocation or lies outside the heap"))
@@ -352,6 +364,17 @@ impl Heap {
 
     pub(crate) fn slabs(&self) -> usize {
         self.slabs.slabs.len()
+    }
+
+    /// Bytes of every slab, its free slots included: a slab is held whole until its last object
+    /// goes.
+    pub(crate) fn slab_bytes(&self) -> u64 {
+        self.slabs.slabs.len() as u64 * self.slabs.slab_bytes
+    }
+
+    /// Bytes of the extents of objects above the small limit.
+    pub(crate) fn large_bytes(&self) -> u64 {
+        self.large_bytes
     }
 
     /// Allocates every free extent, returning them, so tests can run out of heap on demand.
@@ -490,14 +513,30 @@ mod tests {
         let objects: Vec<u64> = (0..9).map(|_| heap.alloc(500).expect("room")).collect();
         // 512-byte class: 8 slots per 4 KiB slab, so the ninth object opens a second slab.
         assert_eq!(heap.slabs(), 2);
+        assert_eq!(heap.slab_bytes(), 2 * 4096, "a slab counts whole, free slots included");
         assert_eq!(objects[1] - objects[0], 512);
         assert_eq!(objects[8] % 4096, 0);
         for offset in &objects {
             heap.free(*offset, 500);
         }
         assert_eq!(heap.slabs(), 0);
+        assert_eq!(heap.slab_bytes(), 0);
         assert_eq!(heap.free_bytes(), 4096 * 9);
         assert_eq!(heap.backing(513), Backing::Extent { bytes: 576 });
+    }
+
+    /// Objects above the small limit count as large bytes at their grain-rounded size, whether
+    /// allocated or claimed by a rebuild; table segments do not count.
+    #[test]
+    fn large_objects_are_counted_apart_from_segments() {
+        let mut heap = Heap::new(4096, 4096 * 10, 4096, 512);
+        let large = heap.alloc(513).expect("room");
+        heap.alloc_segment(4096).expect("room");
+        assert_eq!((heap.large_bytes(), heap.slab_bytes()), (576, 0));
+        heap.free(large, 513);
+        assert_eq!(heap.large_bytes(), 0);
+        heap.claim(4096, 1000).expect("free extent");
+        assert_eq!(heap.large_bytes(), 1024);
     }
 
     #[test]

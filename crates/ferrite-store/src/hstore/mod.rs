@@ -80,6 +80,7 @@ use layout::{
 };
 use table::{plan_insert, Image, Move, Overlay, Source, Subtable, MOVES_MAX};
 
+use crate::memory::MemoryUsage;
 use crate::persistence::PoolMemory;
 use crate::store::{
     PoolSpec, PutMode, PutOutcome, Store, StoreError, ValueAttributes, WriteFootprint, ENTRY_OVERHEAD_BYTES,
@@ -757,6 +758,21 @@ impl<M: PoolMemory> Store for HStore<M> {
 
     fn used_bytes(&self) -> u64 {
         self.used_bytes
+    }
+
+    /// Exact: what the region's allocators have handed out. Free extents are not counted (free
+    /// slots are, inside the slabs that hold them whole); on the lazily zeroed backings a part of
+    /// the region never touched costs no memory, but one freed after use may stay resident until
+    /// it is reused.
+    fn memory_usage(&self) -> MemoryUsage {
+        let table_buckets = self.subtables.iter().map(|subtable| subtable.buckets).sum::<u64>();
+        MemoryUsage {
+            table_buckets,
+            table_bytes: table_buckets * ENTRY_BYTES,
+            slab_bytes: self.heap.slab_bytes(),
+            large_bytes: self.heap.large_bytes(),
+            other_bytes: HEADER_BYTES + self.header.directory_bytes(),
+        }
     }
 
     fn put_footprint(&self, key_len: u64, value_len: u64) -> WriteFootprint {

@@ -39,6 +39,7 @@ fn restart(store: HStore<CheckedMemory>) -> HStore<CheckedMemory> {
     assert_eq!(reopened.heap, store.heap, "reconstituted allocator equals the live one");
     assert_eq!((reopened.objects, reopened.used_bytes), (store.objects, store.used_bytes));
     assert_eq!((&reopened.subtables, &reopened.pairs), (&store.subtables, &store.pairs));
+    assert_eq!(reopened.memory_usage(), store.memory_usage(), "the memory figures are rebuilt identically");
     reopened
 }
 
@@ -156,6 +157,53 @@ fn sizes_cross_inline_slab_and_extent_boundaries() {
 /// Total buckets of every subtable.
 fn buckets(s: &HStore<CheckedMemory>) -> u64 {
     s.subtables.iter().map(|subtable| subtable.buckets).sum()
+}
+
+/// The memory figures are what the region holds: the table at 64 bytes a bucket of every
+/// subtable, whole slabs once values go out of line (and none once the last of them comes back
+/// inline), values above the small limit as large extents; a restart rebuilds every figure.
+#[test]
+fn memory_usage_counts_the_table_slabs_and_large_values() {
+    // A 1 MiB pool: 3 subtables (a 64-byte directory), 4 KiB slabs, objects up to 512 bytes in them.
+    let mut s = checked_store(1 << 20);
+    let (header_and_directory, slab) = (HEADER_BYTES + 64, 4096);
+    assert_eq!(s.memory_usage(), MemoryUsage { other_bytes: header_and_directory, ..MemoryUsage::default() });
+    let key = |i: u32| format!("memory-{i:04}").into_bytes();
+    for i in 0..2000 {
+        s.put(&key(i), &[7; 16], PutMode::CreateOnly, 0).expect("room");
+    }
+    let inline = s.memory_usage();
+    assert_eq!(inline.table_buckets, buckets(&s));
+    assert_eq!(inline.table_bytes, buckets(&s) * ENTRY_BYTES);
+    let load = 2000.0 / inline.table_buckets as f64;
+    assert!((0.6..=0.875).contains(&load), "load {load}");
+    assert_eq!((inline.slab_bytes, inline.large_bytes, inline.other_bytes), (0, 0, header_and_directory));
+
+    // 100 values of 100 bytes leave their entries for slots of the 112-byte class, 36 to a slab.
+    for i in 0..100 {
+        s.put(&key(i), &[8; 100], PutMode::UpdateOnly, 0).expect("room");
+    }
+    s.put(&key(100), &[9; 1000], PutMode::UpdateOnly, 0).expect("room");
+    let out_of_line = s.memory_usage();
+    assert_eq!(out_of_line.table_bytes, inline.table_bytes, "overwrites do not touch the table's size");
+    assert_eq!((out_of_line.slab_bytes, out_of_line.large_bytes), (3 * slab, 1024));
+    let mut s = restart(s);
+
+    // Emptying a slab gives it back; a slab with one slot in use is still held whole.
+    for i in 0..72 {
+        s.put(&key(i), &[7; 16], PutMode::UpdateOnly, 0).expect("room");
+    }
+    assert_eq!(s.memory_usage().slab_bytes, slab);
+    for i in 72..99 {
+        s.erase(&key(i)).expect("present");
+    }
+    assert_eq!(s.memory_usage().slab_bytes, slab, "one value of 100 bytes holds its slab");
+    s.erase(&key(99)).expect("present");
+    s.erase(&key(100)).expect("present");
+    let s = restart(s);
+    let emptied = s.memory_usage();
+    assert_eq!((emptied.slab_bytes, emptied.large_bytes), (0, 0));
+    assert_eq!(emptied.table_bytes, inline.table_bytes, "subtables never shrink");
 }
 
 /// Hundreds of small pairs grow a subtable by a quarter at a time (64, 80, 100, ... buckets);
