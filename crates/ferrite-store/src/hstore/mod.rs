@@ -371,6 +371,13 @@ impl<M: PoolMemory> HStore<M> {
         &self.memory
     }
 
+    /// Every subtable's bucket count (0 while it has none), in directory order: how crash tests
+    /// outside this module tell which put grew a subtable.
+    #[cfg(test)]
+    pub(crate) fn subtable_buckets(&self) -> Vec<u64> {
+        self.subtables.iter().map(|subtable| subtable.buckets).collect()
+    }
+
     /// Gives the region back, e.g. to checkpoint it or to `open` it again.
     pub fn into_memory(self) -> M {
         self.memory

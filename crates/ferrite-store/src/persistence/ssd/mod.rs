@@ -19,6 +19,8 @@ pub mod recovery;
 pub mod region;
 
 #[cfg(test)]
+mod growth_tests;
+#[cfg(test)]
 mod tests;
 
 pub use checkpoint::{CheckpointError, CheckpointPool, Checkpointer, Manifest, Step};
