@@ -319,8 +319,8 @@ def request_vectors():
         return _valid(name, "request", request_id, message)
 
     return [
-        req("hello", 0, {"type": "hello", "version": 1, "client_name": "ferrite-cli/0.1.0", "auth": ""}),
-        req("hello_with_auth", 1, {"type": "hello", "version": 1, "client_name": "", "auth": "00ff7f80"}),
+        req("hello", 0, {"type": "hello", "version": 2, "client_name": "ferrite-cli/0.1.0", "auth": ""}),
+        req("hello_with_auth", 1, {"type": "hello", "version": 2, "client_name": "", "auth": "00ff7f80"}),
         req(
             "create_pool",
             2,
@@ -389,7 +389,7 @@ def response_vectors():
             0,
             {
                 "type": "hello",
-                "version": 1,
+                "version": 2,
                 "shard_index": 1,
                 "shard_count": 2,
                 "key_bytes_max": KEY_BYTES_MAX,

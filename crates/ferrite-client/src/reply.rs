@@ -168,9 +168,10 @@ mod tests {
 
     #[test]
     fn hello_of_another_version_is_refused() {
-        let reply = HelloReply { version: 2, shard_index: 0, limits: Limits::MAX, shard_addresses: vec!["a:1"] };
-        let error = round_trip(&Response::Hello(reply)).expect_err("version 2 is not ours");
-        assert!(error.to_string().contains("protocol version 2"), "{error}");
+        let other = ferrite_proto::PROTOCOL_VERSION + 1;
+        let reply = HelloReply { version: other, shard_index: 0, limits: Limits::MAX, shard_addresses: vec!["a:1"] };
+        let error = round_trip(&Response::Hello(reply)).expect_err("another version is not ours");
+        assert!(error.to_string().contains(&format!("protocol version {other}")), "{error}");
     }
 
     #[test]

@@ -10,7 +10,7 @@ use crate::limits::{Limits, FIND_KEYS_MAX, KEY_BYTES_MAX, POOL_NAME_BYTES_MAX, V
 use crate::wire::{put_bytes16, put_len32, put_str16, write_frame, Reader};
 
 /// Version of the protocol this crate speaks, exchanged in the handshake.
-pub const PROTOCOL_VERSION: u16 = 1;
+pub const PROTOCOL_VERSION: u16 = 2;
 
 /// First four bytes of every hello body: `FRRT`. Lets a server tell a Ferrite client from a stray
 /// connection (a Redis client on the wrong port, a port scanner) and close it at once.
