@@ -21,6 +21,12 @@ Scenarios:
              (sync) against the same two Redis, with Ferrite's puts per fdatasync
   restart    load 1 and 10 million keys, then: DRAM bytes per key, log bytes per put, and the time
              a restart after kill -9 takes until the server is ready
+  memory     bytes per key at 1, 4 and 10 million keys, each system fresh per count: Ferrite's
+             RESP default pool and Redis (no persistence) loaded with the same pipelined MSETs of
+             16-byte keys and 16-byte values; a native pool sized for the keys (8-byte keys,
+             16-byte values, loaded by `ferrite bench`) against Redis with the same keys. Resident
+             memory before and after, the peak during the load, INFO memory for Redis, and
+             Ferrite's shard statistics and pool listing after the load
 The limit rows come from `ferrite-echo`, which answers without storing anything: what the protocol
 and the loopback transport allow at the same concurrency, with the same tool.
 """
@@ -89,6 +95,13 @@ FULL = {
 FULL["durability"] = {"seconds": 3, "outstanding": [1, 8, 64, 256], "clients_max": 8, "keys": 100_000,
                       "key_size": 8, "value_size": 16, "connections": [1, 8, 64, 256], "pipelines": [1, 16]}
 FULL["restart"] = {"keys": [1_000_000, 10_000_000], "key_size": 8, "value_size": 16}
+# Memory per key. Measured once (`repeat`): a byte count does not improve with another try, and
+# every point loads millions of keys into a fresh server. The RESP path loads `resp_key_size`-byte
+# keys (redis-benchmark's `key:` and 12 digits) by pipelined MSETs of `batch` pairs with
+# `in_flight` of them outstanding; the native path `native_key_size`-byte keys into a pool sized
+# for exactly the keys, and Redis the same keys through the same loader.
+FULL["memory"] = {"keys": [1_000_000, 4_000_000, 10_000_000], "resp_key_size": 16, "native_key_size": 8,
+                  "value_size": 16, "batch": 1000, "in_flight": 8, "settle_s": 1.0, "repeat": 1}
 QUICK = {
     "small-ops": dict(FULL["small-ops"], seconds=0.5, outstanding=[1, 16], keys=10_000),
     "ycsb": dict(
@@ -106,6 +119,7 @@ QUICK = {
     "durability": dict(FULL["durability"], seconds=0.5, outstanding=[1, 64], keys=10_000, connections=[1, 64],
                        pipelines=[1]),
     "restart": dict(FULL["restart"], keys=[20_000]),
+    "memory": dict(FULL["memory"], keys=[20_000]),
 }
 SCENARIOS = list(FULL)
 
@@ -719,6 +733,287 @@ def restart(run):
         run.attempt(f"restart: {keys:,} keys", measure)
 
 
+# --- memory per key -----------------------------------------------------------------------------
+
+# The /proc/<pid>/status lines the memory scenario keeps: resident memory now (VmRSS) and at its
+# highest (VmHWM), and the resident memory's three kinds (anonymous, file pages, shared memory:
+# an `ssd` pool lives in a memfd, so its pages count as RssShmem).
+STATUS_FIELDS = {"VmRSS": "rss", "VmHWM": "hwm", "RssAnon": "rss_anon", "RssFile": "rss_file",
+                 "RssShmem": "rss_shmem"}
+
+
+def process_memory(pid):
+    """A process's resident memory figures, in bytes (see STATUS_FIELDS)."""
+    found = {}
+    with open(f"/proc/{pid}/status", encoding="utf-8") as f:
+        for line in f:
+            name, _, rest = line.partition(":")
+            if name in STATUS_FIELDS:
+                found[STATUS_FIELDS[name]] = int(rest.split()[0]) * 1024
+    if "rss" not in found:
+        raise Failure(f"no VmRSS for process {pid}")
+    return found
+
+
+def reset_peak(pid):
+    """Resets the process's VmHWM to its current RSS (`echo 5 > /proc/PID/clear_refs`), so the
+    peak read after a load is the load's own and not the start-up's; whether that worked."""
+    try:
+        with open(f"/proc/{pid}/clear_refs", "w", encoding="utf-8") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def resp_request(port, *args, timeout=60):
+    """One command to a RESP server; its reply (a simple string, bulk string or integer, decoded
+    as text or int). An error reply raises Failure."""
+    command = b"*%d\r\n" % len(args) + b"".join(b"$%d\r\n%s\r\n" % (len(a), a)
+                                                for a in (x if isinstance(x, bytes) else str(x).encode() for x in args))
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
+        sock.sendall(command)
+        reader = sock.makefile("rb")
+        line = reader.readline()
+        if line[:1] == b"+":
+            return line[1:].strip().decode()
+        if line[:1] == b":":
+            return int(line[1:])
+        if line[:1] == b"$":
+            length = int(line[1:])
+            return None if length < 0 else reader.read(length + 2)[:-2].decode(errors="replace")
+        raise Failure(f"{args[0]} to port {port} answered {line[:200]!r}")
+
+
+def resp_info(port, section="memory"):
+    """`INFO section` as a dict, numbers as numbers."""
+    fields = {}
+    for line in (resp_request(port, "INFO", section) or "").splitlines():
+        name, sep, value = line.partition(":")
+        if not sep or line.startswith("#"):
+            continue
+        try:
+            fields[name] = int(value)
+        except ValueError:
+            try:
+                fields[name] = float(value)
+            except ValueError:
+                fields[name] = value.strip()
+    return fields
+
+
+def resp_mset_load(port, keys, key_format, value, batch=1000, in_flight=8, progress=None):
+    """Stores keys 0..keys (`key_format % number`, printf style, fixed width) with `value` over
+    RESP: MSETs of `batch` pairs, `in_flight` of them outstanding on one connection. Each MSET is
+    one C-level formatting of a template, so the loader keeps up with the server at millions of
+    keys. Returns the seconds the load took."""
+    key_bytes = key_format.encode()
+    width = len(key_format % 0)
+    if len(key_format % max(0, keys - 1)) != width:
+        raise Failure(f"key format {key_format!r} is not fixed-width up to {keys - 1}")
+    pair = (b"$%d\r\n" % width + key_bytes + b"\r\n$%d\r\n" % len(value)
+            + value.replace(b"%", b"%%") + b"\r\n")
+    templates = {}
+
+    def template(count):
+        if count not in templates:
+            templates[count] = b"*%d\r\n$4\r\nMSET\r\n" % (1 + 2 * count) + pair * count
+        return templates[count]
+
+    started = time.monotonic()
+    next_report = started + 10
+    with socket.create_connection(("127.0.0.1", port), timeout=300) as sock:
+        pending = 0
+        buffer = b""
+
+        def read_replies(until):
+            nonlocal pending, buffer
+            while pending > until:
+                while b"\r\n" not in buffer:
+                    data = sock.recv(65536)
+                    if not data:
+                        raise Failure(f"loading port {port}: the server closed the connection")
+                    buffer += data
+                line, buffer = buffer.split(b"\r\n", 1)
+                if line != b"+OK":
+                    raise Failure(f"loading port {port}: MSET answered {line[:200]!r}")
+                pending -= 1
+
+        for start in range(0, keys, batch):
+            end = min(keys, start + batch)
+            sock.sendall(template(end - start) % tuple(range(start, end)))
+            pending += 1
+            read_replies(in_flight - 1)
+            if progress and time.monotonic() > next_report:
+                progress(f"{end:,} of {keys:,} keys ({end / (time.monotonic() - started):,.0f} keys/s)")
+                next_report = time.monotonic() + 10
+        read_replies(0)
+    return time.monotonic() - started
+
+
+def ferrite_pool_entry(run, addr, name):
+    """The numeric fields of one pool in `ferrite pool list --json` (whatever this build reports:
+    objects, size and used bytes, and in newer builds per-pool memory figures), or None."""
+    done = run.run([run.bin["ferrite"], "--addr", addr, "--json", "pool", "list"], "ferrite pool list", timeout=60)
+    try:
+        pools = json.loads(done.stdout).get("pools", [])
+    except (json.JSONDecodeError, AttributeError):
+        return None
+    for pool in pools:
+        if pool.get("name") == name:
+            return flat_numbers(pool)
+    return None
+
+
+def flat_numbers(document, prefix=""):
+    """The numbers of a JSON object, nested objects flattened with dotted names."""
+    out = {}
+    for key, value in document.items():
+        if isinstance(value, bool):
+            continue
+        if isinstance(value, (int, float)):
+            out[prefix + key] = value
+        elif isinstance(value, dict):
+            out.update(flat_numbers(value, f"{prefix}{key}."))
+    return out
+
+
+def memory_point(keys, load_s, before, after, peak_reset):
+    """The figures every memory row has: RSS before and after, the peak, bytes per key."""
+    return {
+        "ops": keys, "errors": 0, "ops_per_s": round(keys / max(load_s, 1e-9), 1), "load_s": round(load_s, 2),
+        "rss_before": before["rss"], "rss_after": after["rss"], "hwm_after": after["hwm"],
+        "hwm_before_reset": before["hwm"], "peak_reset": peak_reset,
+        "memory_before": before, "memory_after": after,
+        "bytes_per_key": round((after["rss"] - before["rss"]) / keys, 1),
+        "peak_over_after": round(after["hwm"] / max(1, after["rss"]), 3),
+    }
+
+
+def memory(run):
+    """Bytes per key: for each key count, each system started fresh, loaded, measured and stopped,
+    so one count's memory (and allocator state) does not carry into the next."""
+    s = run.settings["memory"]
+    value = b"v" * s["value_size"]
+    resp_format = "key:%0{}d".format(s["resp_key_size"] - 4)
+    native_format = "%0{}d".format(s["native_key_size"])
+
+    def ferrite_resp(keys):
+        if run.resp_available is False:
+            raise Failure("this ferrite-server has no RESP listener")
+        data = os.path.join(run.work, f"memory-resp-{keys}")
+        proc, native, resp = run.start_ferrite(pinned=False, resp=True, data=data)
+        try:
+            if not resp:
+                raise Failure("ferrite-server announced no RESP listener")
+            addr, port = native[0], int(resp[0].rsplit(":", 1)[1])
+            # The default pool is created at start; one request makes sure it is open and formatted.
+            resp_request(port, "DBSIZE")
+            before = process_memory(proc.pid)
+            peak_reset = reset_peak(proc.pid)
+            run.commands.append(f"# python: MSET {resp_format % 0} .. {resp_format % (keys - 1)} "
+                                f"({len(value)} B values), {s['batch']} pairs per MSET, {s['in_flight']} in flight, "
+                                f"to port {port}; VmRSS/VmHWM from /proc/PID/status before and after")
+            load_s = resp_mset_load(port, keys, resp_format, value, s["batch"], s["in_flight"],
+                                    progress=lambda m: log(f"memory: ferrite-resp: {m}"))
+            time.sleep(s["settle_s"])
+            after = process_memory(proc.pid)
+            stored = resp_request(port, "DBSIZE")
+            if stored != keys:
+                raise Failure(f"DBSIZE is {stored} after loading {keys} keys")
+            point = memory_point(keys, load_s, before, after, peak_reset)
+            run.commands.append(f"# {display([run.bin['ferrite'], '--addr', addr, '--json', 'stats'])} after the load")
+            point["stats"] = ferrite_stats(run, addr)
+            point["pool"] = ferrite_pool_entry(run, addr, "@0/redis")
+            point["info_memory"] = resp_info(port)
+            run.add("memory", "ferrite-resp", "resp loader", point, keys=keys, path="resp",
+                    key_size=s["resp_key_size"])
+            log(f"memory: ferrite-resp, {keys:,} keys: {point['bytes_per_key']} bytes/key, "
+                f"peak/after {point['peak_over_after']}, {load_s:.1f} s")
+        finally:
+            run.stop(proc)
+            shutil.rmtree(data, ignore_errors=True)
+
+    def ferrite_native(keys):
+        data = os.path.join(run.work, f"memory-native-{keys}")
+        proc, native, _ = run.start_ferrite(pinned=False, resp=False, data=data)
+        try:
+            addr = native[0]
+            pair = s["native_key_size"] + s["value_size"] + 64
+            size = -(-keys * pair // (1 << 20)) * (1 << 20)  # key + value + 64 bytes a pair, up to a MiB
+            before = process_memory(proc.pid)
+            peak_reset = reset_peak(proc.pid)
+            run.run([run.bin["ferrite"], "--addr", addr, "pool", "create", "memory", "--size", str(size),
+                     "--expected-objects", str(keys), "--create-only"], "creating the sized pool", timeout=120)
+            created = process_memory(proc.pid)
+            # A get run stores every key first (its preload) into the existing pool, then one get.
+            result = run.ferrite_bench(addr, "get", 1, keys, s["native_key_size"], s["value_size"], clients=4,
+                                       outstanding=32, pool="memory", keep_pool=True, durability="async", ops=1,
+                                       pinned=False)
+            preload = result.get("preload") or {}
+            time.sleep(s["settle_s"])
+            after = process_memory(proc.pid)
+            done = run.run([run.bin["ferrite"], "--addr", addr, "count", "memory"], "counting the pool", timeout=120)
+            stored = int(done.stdout.strip())
+            if stored != keys:
+                raise Failure(f"the pool holds {stored} keys after loading {keys}"
+                              f" ({preload.get('errors', 0)} errors: {result.get('first_error')})")
+            load_s = preload.get("elapsed_s") or 0.0
+            point = memory_point(keys, load_s, before, after, peak_reset)
+            point.update(errors=preload.get("errors", 0), first_error=result.get("first_error"),
+                         pool_size_bytes=size, rss_after_create=created["rss"], command=result.get("command"))
+            run.commands.append(f"# {display([run.bin['ferrite'], '--addr', addr, '--json', 'stats'])} after the load")
+            point["stats"] = ferrite_stats(run, addr)
+            point["pool"] = ferrite_pool_entry(run, addr, "memory")
+            run.add("memory", "ferrite", "ferrite bench", point, keys=keys, path="native",
+                    key_size=s["native_key_size"])
+            log(f"memory: ferrite native, {keys:,} keys: {point['bytes_per_key']} bytes/key, "
+                f"peak/after {point['peak_over_after']}")
+        finally:
+            run.stop(proc)
+            shutil.rmtree(data, ignore_errors=True)
+
+    def redis(keys, path, key_format, key_size):
+        proc, port = run.start_redis("redis")
+        try:
+            info_before = resp_info(port)
+            before = process_memory(proc.pid)
+            peak_reset = reset_peak(proc.pid)
+            run.commands.append(f"# python: MSET {key_format % 0} .. {key_format % (keys - 1)} "
+                                f"({len(value)} B values), {s['batch']} pairs per MSET, {s['in_flight']} in flight, "
+                                f"to port {port}; INFO memory and /proc/PID/status before and after")
+            load_s = resp_mset_load(port, keys, key_format, value, s["batch"], s["in_flight"],
+                                    progress=lambda m: log(f"memory: redis: {m}"))
+            time.sleep(s["settle_s"])
+            after = process_memory(proc.pid)
+            info = resp_info(port)
+            stored = resp_request(port, "DBSIZE")
+            if stored != keys:
+                raise Failure(f"DBSIZE is {stored} after loading {keys} keys")
+            point = memory_point(keys, load_s, before, after, peak_reset)
+            used_before, used_after = info_before.get("used_memory", 0), info.get("used_memory", 0)
+            point.update(used_memory_before=used_before, used_memory_after=used_after,
+                         used_memory_peak=info.get("used_memory_peak"),
+                         used_memory_bytes_per_key=round((used_after - used_before) / keys, 1),
+                         info_memory_before=info_before, info_memory=info)
+            run.add("memory", "redis", "resp loader", point, keys=keys, path=path, key_size=key_size)
+            log(f"memory: redis ({path} keys), {keys:,} keys: {point['used_memory_bytes_per_key']} bytes/key "
+                f"(used_memory), {point['bytes_per_key']} (RSS)")
+        finally:
+            run.stop(proc)
+            shutil.rmtree(os.path.join(run.work, "redis"), ignore_errors=True)
+
+    for keys in s["keys"]:
+        run.attempt(f"memory: ferrite-resp, {keys:,} keys of {s['resp_key_size']} B",
+                    lambda keys=keys: ferrite_resp(keys))
+        run.attempt(f"memory: redis, {keys:,} keys of {s['resp_key_size']} B",
+                    lambda keys=keys: redis(keys, "resp", resp_format, s["resp_key_size"]))
+        run.attempt(f"memory: ferrite native pool, {keys:,} keys of {s['native_key_size']} B",
+                    lambda keys=keys: ferrite_native(keys))
+        run.attempt(f"memory: redis, {keys:,} keys of {s['native_key_size']} B",
+                    lambda keys=keys: redis(keys, "native", native_format, s["native_key_size"]))
+
+
 # --- the run ----------------------------------------------------------------------------------
 
 def build(run):
@@ -819,15 +1114,17 @@ def main():
             servers["memcached"] = f"127.0.0.1:{mc_port}"
 
         scenarios = [("small-ops", small_ops), ("ycsb", ycsb), ("values", values), ("shards", shards),
-                     ("durability", durability), ("restart", restart)]
+                     ("durability", durability), ("restart", restart), ("memory", memory)]
         for name, scenario in scenarios:
             if name not in only:
                 continue
-            for repetition in range(run.repeat):
+            # A scenario may fix its own repetitions (memory: once); --repeat overrides.
+            repeat = args.repeat or run.settings[name].get("repeat", run.repeat)
+            for repetition in range(repeat):
                 run.repetition = repetition
                 run.note_load(f"{name} #{repetition + 1}")
-                log(f"--- {name}, repetition {repetition + 1} of {run.repeat} ---")
-                if name in ("shards", "restart"):
+                log(f"--- {name}, repetition {repetition + 1} of {repeat} ---")
+                if name in ("shards", "restart", "memory"):
                     scenario(run)
                 else:
                     scenario(run, servers)

@@ -65,6 +65,23 @@ NOTES = [
     "(checkpoint loaded, log replayed, tables walked), and the key count is checked after. DRAM per "
     "key is the server's resident memory after the load less before it, over N. Log bytes per put "
     "is the shard's `wal_bytes` over its `puts` (records, headers and padding).",
+    "Memory per key: for each key count every system is started fresh, loaded, measured and stopped, "
+    "so one count's pairs, allocator state and peak do not carry into the next. Resident memory is "
+    "the server process's VmRSS from /proc/PID/status (anonymous memory, mapped file pages and "
+    "shared memory: a Ferrite `ssd` pool lives in a memfd, so its touched pages count), read before "
+    "the load and {memory_settle_s} s after it; bytes per key is the difference over the keys. The "
+    "peak is VmHWM read after the load, reset to the current RSS just before the load "
+    "(`echo 5 > /proc/PID/clear_refs`) so that it covers the load and not the start-up; the JSON "
+    "says whether the reset worked (`peak_reset`). The RESP rows load "
+    "{memory_resp_key_size}-byte keys (`key:` and 12 digits) with {memory_value_size}-byte values "
+    "through the same loader for both systems: MSETs of {memory_batch} pairs, {memory_in_flight} in "
+    "flight on one connection, into Ferrite's default RESP pool (1 GiB, `sync` writes) and Redis "
+    "without persistence. The native rows create a pool for exactly N pairs (`ferrite pool create "
+    "--size N x ({memory_native_key_size} + {memory_value_size} + 64) bytes rounded up to a MiB "
+    "--expected-objects N`, taken before the load's RSS so the pool's own setup counts) and load it "
+    "with `ferrite bench --workload get --ops 1` (its preload, async puts); Redis gets the same "
+    "{memory_native_key_size}-byte keys through the MSET loader. Redis's `used_memory` counts what "
+    "its allocator handed out; its RSS also counts the allocator's free pages and fragmentation.",
     "The limit rows come from `ferrite-echo`, which decodes every request like a server and answers "
     "it without storing anything, over the same loopback TCP, at the same concurrency, driven by the "
     "same tool: what protocol plus transport allow. \"÷ limit\" is a row's throughput as a fraction "
@@ -457,6 +474,80 @@ def section_restart(doc):
     return lines
 
 
+def section_memory(doc):
+    rows, s = doc["rows"], doc["settings"].get("memory")
+    lines = ["## Memory per key", ""]
+    if not s or not any(row["scenario"] == "memory" for row in rows):
+        return lines + ["Not measured: this run is older than this scenario, or every point of it failed.", ""]
+    lines += [f"{s['value_size']}-byte values; every system started fresh for each key count, loaded, measured and "
+              "stopped. Bytes per key: resident memory (VmRSS) after the load less before it, over the keys; "
+              "Redis also by its own `used_memory`. Peak ÷ after: the highest resident memory during the load "
+              "(VmHWM) over the resident memory after it.", ""]
+    paths = [("resp", f"RESP: Ferrite's default pool and Redis, {s['resp_key_size']}-byte keys, the same pipelined "
+                      f"MSETs ({s['batch']} pairs each, {s['in_flight']} in flight)", "ferrite-resp", s["resp_key_size"]),
+             ("native", f"Native: a Ferrite pool sized for exactly the keys ({s['native_key_size']}-byte keys, loaded by "
+                        "`ferrite bench`), and Redis with the same keys through the MSET loader", "ferrite",
+              s["native_key_size"])]
+    listings = []
+    for path, title, system, key_size in paths:
+        lines += [f"### {title}", ""]
+        body = []
+        for keys in s["keys"]:
+            ferrite = find(rows, "memory", system, keys=keys, path=path)
+            redis = find(rows, "memory", "redis", keys=keys, path=path)
+            f_bpk = ferrite and ferrite.get("bytes_per_key")
+            r_rss = redis and redis.get("bytes_per_key")
+            r_used = redis and redis.get("used_memory_bytes_per_key")
+            body.append([f"{keys:,}", fmt_bytes(f_bpk), fmt_ratio(ferrite and ferrite.get("peak_over_after")),
+                         fmt_mib(ferrite and ferrite.get("rss_after")), fmt_bytes(r_used), fmt_bytes(r_rss),
+                         fmt_ratio(redis and redis.get("peak_over_after")),
+                         fmt_ratio(ratio(f_bpk, r_rss)), fmt_ratio(ratio(f_bpk, r_used)),
+                         fmt_rate(ferrite and ferrite.get("ops_per_s")), fmt_rate(redis and redis.get("ops_per_s"))])
+            if ferrite:
+                listings.append((path, keys, ferrite))
+        lines += table(["keys", "Ferrite bytes/key", "Ferrite peak ÷ after", "Ferrite RSS after (MiB)",
+                        "Redis bytes/key (used_memory)", "Redis bytes/key (RSS)", "Redis peak ÷ after",
+                        "**Ferrite ÷ Redis (RSS)**", "Ferrite ÷ Redis (used_memory)", "Ferrite load keys/s",
+                        "Redis load keys/s"], body)
+        lines.append("")
+    if listings:
+        pool_fields = []
+        for _, _, row in listings:
+            for name in (row.get("pool") or {}):
+                if name not in pool_fields and name not in ("shard", "open_count"):
+                    pool_fields.append(name)
+        stat_fields = ["wal_record_bytes_max", "wal_pending_bytes_max", "wal_buffer_bytes", "checkpoints"]
+        stat_fields = [name for name in stat_fields if any(name in (row.get("stats") or {}) for _, _, row in listings)]
+        lines += ["### Ferrite's pool listing and shard statistics after the load", "",
+                  "`ferrite pool list --json` (every number this build reports for the pool) and `ferrite stats` "
+                  "(the shard's log figures), read after each load.", ""]
+        body = []
+        for path, keys, row in listings:
+            pool, stats = row.get("pool") or {}, row.get("stats") or {}
+            body.append([path, f"{keys:,}", *(fmt_number(pool.get(name)) for name in pool_fields),
+                         *(fmt_number(stats.get(name)) for name in stat_fields)])
+        lines += table(["path", "keys", *(f"pool {name}" for name in pool_fields), *stat_fields], body,
+                       ["---", *["---:"] * (1 + len(pool_fields) + len(stat_fields))])
+        lines.append("")
+    return lines
+
+
+def fmt_bytes(value):
+    return "-" if value is None else f"{value:,.1f}"
+
+
+def fmt_mib(value):
+    return "-" if value is None else f"{value / (1 << 20):,.1f}"
+
+
+def fmt_number(value):
+    if value is None:
+        return "-"
+    if isinstance(value, float) and not value.is_integer():
+        return f"{value:,.3f}"
+    return f"{value:,.0f}"
+
+
 def size_label(size):
     for unit, scale in (("MiB", 1 << 20), ("KiB", 1 << 10)):
         if size >= scale and size % scale == 0:
@@ -483,9 +574,10 @@ def markdown(doc, plots):
         for title_, path in plots:
             lines += [f"![{title_}]({os.path.basename(path)})", ""]
     sections = {"small-ops": section_small_ops, "ycsb": section_ycsb, "values": section_values, "shards": section_shards,
-                "durability": section_durability, "restart": section_restart}
+                "durability": section_durability, "restart": section_restart, "memory": section_memory}
     for name in doc["scenarios"]:
-        lines += sections[name](doc)
+        if name in sections:
+            lines += sections[name](doc)
     if doc["skipped"] or doc["failures"]:
         lines += ["## Skipped and failed", ""]
         lines += [f"- skipped: {why}" for why in doc["skipped"]]
@@ -500,7 +592,7 @@ def markdown(doc, plots):
         "small_key_size": settings.get("small-ops", settings.get("values", {})).get("key_size", 16),
     }
     for prefix, name in (("ycsb", "ycsb"), ("values", "values"), ("shards", "shards"), ("durability", "durability"),
-                         ("restart", "restart")):
+                         ("restart", "restart"), ("memory", "memory")):
         for key, value in settings.get(name, {}).items():
             values[f"{prefix}_{key}"] = value
     if "values_data_bytes" in values:
