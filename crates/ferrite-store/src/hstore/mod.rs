@@ -19,10 +19,10 @@
 //!
 //! # Growth in bounded steps
 //!
-//! A subtable grows on its own: when it would pass 7/8 full, it is rewritten at 5/4 of its size,
+//! A subtable grows on its own: when it would pass 9/10 full, it is rewritten at 5/4 of its size,
 //! with the new pair, in the same transaction as the put that needed the room. A subtable has at
 //! most [`layout::BUCKETS_MAX`] buckets (1 MiB), so no growth's log record or transient buffer
-//! is larger, and no request's turn is long; the index's load stays between 0.7 and 0.875 (a
+//! is larger, and no request's turn is long; the index's load stays between 0.72 and 0.9 (a
 //! table that doubles falls to 0.44), and only one subtable's old copy exists at a time, so the
 //! memory in use during a growth stays close to the memory after it. (MCAS doubles one table by
 //! segments; that growth is one transaction the size of the whole table.)

@@ -9,7 +9,7 @@
 //!
 //! A subtable grows on its own, by rewriting it at 5/4 of its size: a growth is one bounded
 //! transaction (a subtable has at most `BUCKETS_MAX` buckets), and the whole index's load stays
-//! between 0.7 and 0.875 instead of falling to 0.44 after a doubling. The new layout is planned
+//! between 0.72 and 0.9 instead of falling to 0.44 after a doubling. The new layout is planned
 //! in DRAM ([`Image`]) before anything is written.
 
 use std::collections::BTreeMap;
