@@ -21,8 +21,18 @@ use tokio::sync::{watch, Notify};
 
 use crate::handler::ShardState;
 
+/// Longest run of batches answered without polling after polls that found nothing.
+const BACKOFF_BATCHES_MAX: u32 = 64;
+
 /// A shard's polling window and whether it is polling now. Lives in the shard's state, touched
 /// only by the shard's thread.
+///
+/// A poll is worth its CPU only if a request comes while it runs. When polls keep running out
+/// with nothing found (every client waits for the disk, or for something else), polling backs
+/// off: after each fruitless poll the next 1, 2, 4, ... (at most [`BACKOFF_BATCHES_MAX`])
+/// batches are answered without polling, and the first poll that finds a request ends the
+/// backoff. On a small machine a fruitless poll takes CPU from the processes the shard waits
+/// for (the sync thread, the clients).
 #[derive(Debug)]
 pub(crate) struct LowLoadPoll {
     window: Duration,
@@ -30,13 +40,29 @@ pub(crate) struct LowLoadPoll {
     deadline: Cell<Instant>,
     /// The polling task is running (not parked on `wake`).
     polling: Cell<bool>,
+    /// The running poll has given the runtime at least one look at the sockets.
+    looked: Cell<bool>,
+    /// A batch was answered after the running poll looked: the poll found work.
+    found: Cell<bool>,
+    /// Batches to answer without polling, and the length of the next backoff.
+    skip: Cell<u32>,
+    backoff: Cell<u32>,
     wake: Arc<Notify>,
 }
 
 impl LowLoadPoll {
     /// Polling for `window` after each batch; a zero window never polls.
     pub fn new(window: Duration) -> LowLoadPoll {
-        LowLoadPoll { window, deadline: Cell::new(Instant::now()), polling: Cell::new(false), wake: Arc::default() }
+        LowLoadPoll {
+            window,
+            deadline: Cell::new(Instant::now()),
+            polling: Cell::new(false),
+            looked: Cell::new(false),
+            found: Cell::new(false),
+            skip: Cell::new(0),
+            backoff: Cell::new(0),
+            wake: Arc::default(),
+        }
     }
 
     /// A connection answered a batch: poll for another window from now.
@@ -44,17 +70,36 @@ impl LowLoadPoll {
         if self.window.is_zero() {
             return;
         }
+        if self.polling.get() {
+            self.found.set(self.found.get() || self.looked.get());
+        } else if self.skip.get() > 0 {
+            self.skip.set(self.skip.get() - 1);
+            return;
+        }
         self.deadline.set(Instant::now() + self.window);
         if !self.polling.replace(true) {
+            self.looked.set(false);
+            self.found.set(false);
             self.wake.notify_one();
         }
     }
 
-    /// Whether to keep polling; clears the flag when the window has passed.
+    /// Whether to keep polling. When the window has passed, ends the poll and sets the backoff
+    /// by whether it found work.
     fn keep_polling(&self) -> bool {
-        let keep = Instant::now() < self.deadline.get();
-        self.polling.set(keep);
-        keep
+        if Instant::now() < self.deadline.get() {
+            self.looked.set(true);
+            return true;
+        }
+        self.polling.set(false);
+        if self.found.get() {
+            self.backoff.set(0);
+        } else {
+            let backoff = (self.backoff.get() * 2).clamp(1, BACKOFF_BATCHES_MAX);
+            self.backoff.set(backoff);
+            self.skip.set(backoff);
+        }
+        false
     }
 }
 
@@ -71,5 +116,61 @@ pub(crate) async fn run(shard: Rc<RefCell<ShardState>>, mut stop: watch::Receive
         while shard.borrow().low_load_poll.keep_polling() {
             tokio::task::yield_now().await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const WINDOW: Duration = Duration::from_micros(50);
+
+    /// Lets the window pass and ends the poll, as the polling task would.
+    fn run_out(poll: &LowLoadPoll) {
+        std::thread::sleep(WINDOW * 2);
+        assert!(!poll.keep_polling(), "the window has passed");
+    }
+
+    /// Polls that find nothing make the next 1, 2, 4, ... batches go without polling; a poll that
+    /// finds a request ends the backoff.
+    #[test]
+    fn fruitless_polls_back_off_and_a_fruitful_one_resets() {
+        let poll = LowLoadPoll::new(WINDOW);
+        for backoff in [1, 2, 4] {
+            poll.answered();
+            assert!(poll.polling.get(), "a batch starts a poll");
+            assert!(poll.keep_polling());
+            run_out(&poll);
+            for _ in 0..backoff {
+                poll.answered();
+                assert!(!poll.polling.get(), "batches during a backoff of {backoff} do not poll");
+            }
+        }
+        poll.answered();
+        assert!(poll.keep_polling(), "the poll has looked at the sockets");
+        poll.answered();
+        run_out(&poll);
+        poll.answered();
+        assert!(poll.polling.get(), "after a poll that found a request, the next batch polls at once");
+    }
+
+    #[test]
+    fn backoff_is_bounded() {
+        let poll = LowLoadPoll::new(WINDOW);
+        for _ in 0..20 {
+            poll.answered();
+            while !poll.polling.get() {
+                poll.answered();
+            }
+            run_out(&poll);
+        }
+        assert_eq!(poll.skip.get(), BACKOFF_BATCHES_MAX);
+    }
+
+    #[test]
+    fn a_zero_window_never_polls() {
+        let poll = LowLoadPoll::new(Duration::ZERO);
+        poll.answered();
+        assert!(!poll.polling.get());
     }
 }
