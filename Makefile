@@ -55,7 +55,7 @@ test-fuzz:
 	fuzz/target/debug/wal_replay -runs=3000 -max_len=4096
 	fuzz/target/debug/checkpoint_load -runs=3000 -max_len=16384
 
-## bench: the full comparison with Redis and memcached (about 15 minutes; run it on a quiet
+## bench: the full comparison with Redis and memcached (about 21 minutes; run it on a quiet
 ## machine): writes bench/results/<date>.md, .json and plots. See docs/benchmarks.md.
 bench: deps
 	bench/compare

@@ -19,6 +19,11 @@ Scenarios:
              all through `ferrite bench` (--target resp for Redis); then SET only from
              redis-benchmark at 1, 8, 64 and 256 connections, pipeline 1 and 16: Ferrite RESP
              (sync) against the same two Redis, with Ferrite's puts per fdatasync
+  poll       polling after a batch: GET and SET from redis-benchmark (16-byte values, pipeline 1) at 1,
+             8, 64 and 256 connections against Ferrite RESP with polling on (the default) and off
+             (`poll_us = 0`), Redis without persistence and, for SET, Redis with appendfsync always,
+             in turn at each point; the Ferrite servers' CPU time during each run, and every
+             server's CPU time over 1 s of idleness after the points
   restart    load 1 and 10 million keys, then: DRAM bytes per key, log bytes per put, and the time
              a restart after kill -9 takes until the server is ready
   memory     bytes per key at 1, 4 and 10 million keys, each system fresh per count: Ferrite's
@@ -94,6 +99,12 @@ FULL = {
 }
 FULL["durability"] = {"seconds": 3, "outstanding": [1, 8, 64, 256], "clients_max": 8, "keys": 100_000,
                       "key_size": 8, "value_size": 16, "connections": [1, 8, 64, 256], "pipelines": [1, 16]}
+# Polling after a batch: redis-benchmark GET and SET at pipeline 1 over `connections`, Ferrite RESP
+# with `[[shards]] poll_us` at its default and at 0, Redis without persistence (and with appendfsync
+# always, for SET) in turn at each point. After a repetition's points, every server's CPU time over
+# `idle_s` seconds of idleness, `idle_settle_s` after the last request (past any polling window).
+FULL["poll"] = {"seconds": 3, "keys": 100_000, "value_size": 16, "connections": [1, 8, 64, 256],
+                "idle_settle_s": 0.3, "idle_s": 1.0}
 FULL["restart"] = {"keys": [1_000_000, 10_000_000], "key_size": 8, "value_size": 16}
 # Memory per key. Measured once (`repeat`): a byte count does not improve with another try, and
 # every point loads millions of keys into a fresh server. The RESP path loads `resp_key_size`-byte
@@ -118,6 +129,7 @@ QUICK = {
     "shards": dict(FULL["shards"], seconds=0.5, ops=["put"], keys=10_000),
     "durability": dict(FULL["durability"], seconds=0.5, outstanding=[1, 64], keys=10_000, connections=[1, 64],
                        pipelines=[1]),
+    "poll": dict(FULL["poll"], seconds=0.5, keys=10_000, connections=[1, 64]),
     "restart": dict(FULL["restart"], keys=[20_000]),
     "memory": dict(FULL["memory"], keys=[20_000]),
 }
@@ -244,15 +256,18 @@ class Run:
 
     # --- servers -----------------------------------------------------------------------------
 
-    def start_ferrite(self, shards=1, pinned=True, resp=True, data=None):
+    def start_ferrite(self, shards=1, pinned=True, resp=True, data=None, config=None, name=None):
         """ferrite-server with `shards` shards on free ports (on the data directory `data`, a
-        fresh one if None); returns (process, native addresses, RESP addresses)."""
+        fresh one if None; with the configuration file `config`, the embedded default if None; its
+        log named `name`); returns (process, native addresses, RESP addresses)."""
         data = data or os.path.join(self.work, f"ferrite-data-{len(self.commands)}")
-        argv = [*(self.server_wrap if pinned else []), self.bin["ferrite-server"], "--listen", "127.0.0.1:0",
-                "--shards", str(shards), "--data-dir", data, "--log-level", "warn"]
+        argv = [*(self.server_wrap if pinned else []), self.bin["ferrite-server"]]
+        if config:
+            argv += ["--config", config]
+        argv += ["--listen", "127.0.0.1:0", "--shards", str(shards), "--data-dir", data, "--log-level", "warn"]
         if resp and self.resp_available is not False:
             argv += ["--resp-listen", "127.0.0.1:0"]
-        proc, lines = self.start(f"ferrite-server-{shards}", argv, announced)
+        proc, lines = self.start(name or f"ferrite-server-{shards}", argv, announced)
         return proc, lines["native"], lines["resp"]
 
     def start_echo(self, shards=1, pinned=True, get_value_size=0):
@@ -674,6 +689,142 @@ def durability(run, servers):
                             pipeline=pipeline)
                 run.attempt(f"durability: {system} (redis-benchmark), {clients} connection(s), pipeline {pipeline}",
                             measure)
+
+
+# --- polling after a batch ----------------------------------------------------------------------
+
+CLOCK_TICKS_PER_S = os.sysconf("SC_CLK_TCK")
+
+# The systems of the poll scenario, in the order they take turns at each point; SET adds Redis
+# with appendfsync always, since Ferrite's RESP SET is durable (sync) by default.
+POLL_SYSTEMS = {"get": ["ferrite-poll-on", "ferrite-poll-off", "redis"],
+                "set": ["ferrite-poll-on", "ferrite-poll-off", "redis", "redis-always"]}
+
+
+def process_cpu_ticks(pid):
+    """CPU time (user + system, every thread) a process has used, from /proc/PID/stat, in clock
+    ticks (utime and stime, fields 14 and 15; the command name before them may hold spaces)."""
+    with open(f"/proc/{pid}/stat", encoding="utf-8") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])
+
+
+def ferrite_config(run, name, changes):
+    """A copy of ferrite-server's embedded default configuration (--print-default-config) with the
+    `key = value` lines of `changes` replaced (every occurrence: each [[shards]] table has its
+    own), written to the work directory; returns its path."""
+    text = run.run([run.bin["ferrite-server"], "--print-default-config"], "ferrite-server --print-default-config",
+                   timeout=60, record=False).stdout
+    for key, value in changes.items():
+        text, count = re.subn(rf"^{re.escape(key)} = \S+", f"{key} = {value}", text, flags=re.M)
+        if not count:
+            raise Failure(f"the default configuration has no `{key} = ...` line to change")
+    path = os.path.join(run.work, f"{name}.toml")
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text)
+    edits = "; ".join(f"s/^{key} = [^[:space:]]+/{key} = {value}/" for key, value in changes.items())
+    run.commands.append(f"{display([run.bin['ferrite-server'], '--print-default-config'])} | sed -E "
+                        f"{shlex.quote(edits)} > {path}")
+    return path
+
+
+def poll_servers(run, s):
+    """The poll scenario's own servers, started once and kept for every repetition (so the
+    redis-benchmark rates of the first repetition serve the next): system -> (process, RESP
+    port). A system that does not start is recorded as failed and left out."""
+    servers = {}
+    if run.resp_available is False:
+        run.skipped.append("poll: this ferrite-server has no RESP listener; the Ferrite rows are skipped")
+    else:
+        for system, changes in (("ferrite-poll-on", None), ("ferrite-poll-off", {"poll_us": 0})):
+            def start(system=system, changes=changes):
+                config = ferrite_config(run, system, changes) if changes else None
+                proc, _, resp = run.start_ferrite(config=config, name=system,
+                                                  data=os.path.join(run.work, f"{system}-data"))
+                if not resp:
+                    raise Failure("ferrite-server announced no RESP listener")
+                port = int(resp[0].rsplit(":", 1)[1])
+                if not resp_answers(port):
+                    raise Failure(f"the RESP listener at {resp[0]} did not answer SET/GET")
+                resp_request(port, "DEL", "compare:probe")  # so DBSIZE counts the preloaded keys alone
+                servers[system] = (proc, port)
+            run.attempt(f"poll: starting {system}", start)
+    for system in ("redis", "redis-always"):
+        def start(system=system):
+            servers[system] = run.start_redis(system)
+        run.attempt(f"poll: starting {system}", start)
+    return servers
+
+
+def poll(run, servers):
+    """Polling after a batch, at low load: redis-benchmark GET and SET at pipeline 1 over 1 to 256
+    connections, Ferrite RESP with polling on (the default configuration) and off (`poll_us = 0`)
+    against Redis without persistence (and, for SET, Redis AOF always), each system in turn at
+    each point so that outside interference lands on all of them alike. Every server's CPU time
+    (user + system, all threads) is read just before and just after each measured run (not around
+    the calibration run); after the points, every server's CPU time over `idle_s` of idleness."""
+    s = run.settings["poll"]
+    if "poll" not in servers:
+        servers["poll"] = poll_servers(run, s)
+    targets = servers["poll"]
+    keys, value_size = s["keys"], s["value_size"]
+    # Every store holds every key redis-benchmark may ask for, so every GET hits and every SET
+    # replaces a value.
+    for system, (_, port) in targets.items():
+        if ("poll", system) not in run.preloaded:
+            run.commands.append(f"# python: SET key:000000000000 .. key:{keys - 1:012d} ({value_size} B) over RESP "
+                                f"to port {port}")
+            def preload(port=port):
+                resp_preload(port, keys, value_size)
+                stored = resp_request(port, "DBSIZE")
+                if stored != keys:
+                    raise Failure(f"DBSIZE is {stored} after preloading {keys} keys")
+            run.attempt(f"poll: preloading {system}", preload)
+            run.preloaded.add(("poll", system))
+    if run.repetition == 0:
+        run.commands.append("# python: utime + stime of each server from /proc/PID/stat just before and just after "
+                            "each redis-benchmark run below, and over 1 s of idleness after the points")
+
+    def cpu_and_clock(pid):
+        return lambda: {"cpu_ticks": process_cpu_ticks(pid), "clock_ns": time.monotonic_ns()}
+
+    for clients in s["connections"]:
+        for test, op in (("get", "get"), ("set", "put")):
+            for system in POLL_SYSTEMS[test]:
+                if system not in targets:
+                    continue
+
+                def measure(system=system, clients=clients, test=test, op=op):
+                    proc, port = targets[system]
+                    point = run.redis_benchmark(port, 1, value_size, keys, s["seconds"], clients=clients, tests=test,
+                                                counters=cpu_and_clock(proc.pid))[test.upper()]
+                    grown = point.pop("counters")
+                    cpu_s = grown["cpu_ticks"] / CLOCK_TICKS_PER_S
+                    clock_s = grown["clock_ns"] / 1e9
+                    point.update(server_cpu_s=round(cpu_s, 3), measured_s=round(clock_s, 3),
+                                 server_cpu_share=round(cpu_s / max(clock_s, 1e-9), 3),
+                                 server_cpu_s_per_100k=round(cpu_s * 100_000 / max(1, point["ops"]), 4),
+                                 clock_ticks_per_s=CLOCK_TICKS_PER_S)
+                    run.add("poll", system, "redis-benchmark", point, op=op, clients=clients, pipeline=1)
+                run.attempt(f"poll: {system}, {test.upper()}, {clients} connection(s)", measure)
+
+    def idle():
+        # Past any polling window, then every server's CPU over the same idle_s.
+        time.sleep(s["idle_settle_s"])
+        before = {system: process_cpu_ticks(proc.pid) for system, (proc, _) in targets.items()}
+        started = time.monotonic()
+        time.sleep(s["idle_s"])
+        after = {system: process_cpu_ticks(proc.pid) for system, (proc, _) in targets.items()}
+        clock_s = time.monotonic() - started
+        for system in targets:
+            cpu_s = (after[system] - before[system]) / CLOCK_TICKS_PER_S
+            point = {"ops": 0, "errors": 0, "ops_per_s": 0.0, "idle_cpu_s": round(cpu_s, 3),
+                     "idle_s": round(clock_s, 3), "idle_settle_s": s["idle_settle_s"],
+                     "clock_ticks_per_s": CLOCK_TICKS_PER_S}
+            run.add("poll", system, "idle", point, op="idle", repetition=run.repetition + 1)
+            log(f"poll: {system} idle: {cpu_s:.2f} s of CPU in {clock_s:.2f} s")
+    if targets:
+        run.attempt(f"poll: idle CPU over {s['idle_s']} s", idle)
 
 
 def process_rss_bytes(pid):
@@ -1114,7 +1265,7 @@ def main():
             servers["memcached"] = f"127.0.0.1:{mc_port}"
 
         scenarios = [("small-ops", small_ops), ("ycsb", ycsb), ("values", values), ("shards", shards),
-                     ("durability", durability), ("restart", restart), ("memory", memory)]
+                     ("durability", durability), ("poll", poll), ("restart", restart), ("memory", memory)]
         for name, scenario in scenarios:
             if name not in only:
                 continue

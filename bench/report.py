@@ -17,6 +17,8 @@ SYSTEMS = {
     "ferrite-sync": "Ferrite sync",
     "ferrite-async": "Ferrite async",
     "ferrite-resp": "Ferrite RESP",
+    "ferrite-poll-on": "Ferrite RESP, poll on",
+    "ferrite-poll-off": "Ferrite RESP, poll off",
     "redis": "Redis",
     "redis-everysec": "Redis AOF everysec",
     "redis-always": "Redis AOF always",
@@ -59,6 +61,21 @@ NOTES = [
     "its log's `wal_commits`, both read with `ferrite stats` just before and just after each Ferrite "
     "RESP run (a commit writes one group of records with one `fdatasync` per log segment it "
     "touches: one, or two when it crosses into a new segment).",
+    "Polling after a batch: `redis-benchmark -t get` and `-t set` at pipeline 1 (`-P 1`), "
+    "{poll_value_size}-byte values, redis-benchmark's 16-byte keys at random over {poll_keys} keys "
+    "(`-r {poll_keys}`, every key stored first), {poll_seconds} s per point, at {poll_connections_list} "
+    "connections, against Ferrite RESP with polling on (the default configuration, `poll_us = 50`) "
+    "and off (`poll_us = 0`, a copy of `ferrite-server --print-default-config` with that line changed, "
+    "passed with `--config`), each its own server with one shard, and Redis without persistence (and, "
+    "for SET, Redis AOF always: Ferrite's RESP SET is durable, `sync`). The systems take turns at "
+    "each point, so a burst of outside load hits all of them alike instead of one system's whole "
+    "series. Server CPU is the whole server process's user + system time (every thread: the shard's "
+    "event loop and its log sync thread) from /proc/PID/stat, read just before and just after each "
+    "measured run (not the calibration run), in clock ticks of 10 ms, over the requests the run "
+    "completed. The load generator shares the machine's cores with the servers: {poll_placement}. "
+    "Idle CPU is every "
+    "server's CPU time over {poll_idle_s} s, starting {poll_idle_settle_s} s after the last request of "
+    "a repetition.",
     "Restart: a fresh server loads N keys ({restart_key_size}-byte keys, {restart_value_size}-byte values, "
     "async puts, then a pause longer than the commit interval), is killed with SIGKILL and started "
     "again on its data directory; restart time is from the new process's start to its `ready.` line "
@@ -456,6 +473,87 @@ def durability_connections(doc):
     return lines
 
 
+def section_poll(doc):
+    """Polling after a batch: Ferrite RESP with polling on and off against Redis, GET and SET at
+    pipeline 1, with the servers' CPU per request and when idle."""
+    rows, s = doc["rows"], doc["settings"].get("poll")
+    lines = ["## Polling after a batch (low-load latency)", ""]
+    if not s or not any(row["scenario"] == "poll" for row in rows):
+        return lines + ["Not measured: this run is older than this scenario, or every point of it failed.", ""]
+    lines += [f"`redis-benchmark -t get` / `-t set`, pipeline 1, {s['value_size']}-byte values over {s['keys']:,} keys "
+              f"(every GET hits), {s['seconds']} s per point; N connections each keep one request in flight. Ferrite "
+              "RESP with polling after a batch on (`poll_us = 50`, the default) and off (`poll_us = 0`), the systems "
+              "in turn at each point. Ops/s, p50 latency (us) and the server process's CPU seconds (user + system, "
+              "every thread) per 100,000 requests.", ""]
+    for op, test in (("get", "GET"), ("put", "SET")):
+        systems = ["ferrite-poll-on", "ferrite-poll-off", "redis"] + (["redis-always"] if op == "put" else [])
+        lines += [f"### {test}", ""]
+        body = []
+        for clients in s["connections"]:
+            found = {system: find(rows, "poll", system, tool="redis-benchmark", op=op, clients=clients)
+                     for system in systems}
+            r = {system: rate_of(row) for system, row in found.items()}
+            cells = [clients, *(fmt_rate(r[system]) for system in systems),
+                     fmt_ratio(ratio(r["ferrite-poll-on"], r["redis"])),
+                     fmt_ratio(ratio(r["ferrite-poll-off"], r["redis"]))]
+            if op == "put":
+                cells.append(fmt_ratio(ratio(r["ferrite-poll-on"], r["redis-always"])))
+            cells.append(fmt_ratio(ratio(r["ferrite-poll-on"], r["ferrite-poll-off"])))
+            cells += [fmt_us((found[system] or {}).get("p50_us")) for system in systems]
+            cells += [fmt_cpu((found[system] or {}).get("server_cpu_s_per_100k"))
+                      for system in ("ferrite-poll-on", "ferrite-poll-off")]
+            body.append(cells)
+        header = ["connections", "poll on ops/s", "poll off ops/s", "Redis ops/s"]
+        if op == "put":
+            header.append("Redis always ops/s")
+        header += ["**on ÷ Redis**", "off ÷ Redis"]
+        if op == "put":
+            header.append("**on ÷ always**")
+        header += ["on ÷ off", "on p50", "off p50", "Redis p50"]
+        if op == "put":
+            header.append("always p50")
+        header += ["on CPU s / 100k", "off CPU s / 100k"]
+        lines += table(header, body)
+        lines.append("")
+    idle = {}
+    for row in rows:
+        if row["scenario"] == "poll" and row["tool"] == "idle":
+            idle.setdefault(row["system"], []).append(row)
+    if idle:
+        parts = []
+        for system in ("ferrite-poll-on", "ferrite-poll-off", "redis", "redis-always"):
+            found = sorted(idle.get(system, []), key=lambda row: row.get("repetition", 0))
+            if found:
+                figures = ", ".join(f"{row['idle_cpu_s']:.2f}" for row in found)
+                parts.append(f"{SYSTEMS.get(system, system)} {figures} s")
+        first = next(iter(idle.values()))[0]
+        lines += [f"Idle: CPU time each server used over {s.get('idle_s', first.get('idle_s'))} s with no requests, "
+                  f"starting {s.get('idle_settle_s')} s after the last request (one figure per repetition; a clock "
+                  f"tick is {1 / first.get('clock_ticks_per_s', 100):.2f} s): " + "; ".join(parts) + ".", ""]
+    else:
+        lines += ["Idle: not measured.", ""]
+    lines += ["<details><summary>Every point with its latencies and server CPU</summary>", ""]
+    detail = []
+    for row in rows:
+        if row["scenario"] != "poll" or row["tool"] != "redis-benchmark":
+            continue
+        redis = find(rows, "poll", "redis", tool="redis-benchmark", op=row["op"], clients=row["clients"])
+        detail.append(["GET" if row["op"] == "get" else "SET", row["clients"], SYSTEMS.get(row["system"], row["system"]),
+                       fmt_rate(row["ops_per_s"]), fmt_us(row.get("p50_us")), fmt_us(row.get("p99_us")),
+                       fmt_us(row.get("max_us")), fmt_ratio(ratio(row["ops_per_s"], rate_of(redis))),
+                       fmt_cpu(row.get("server_cpu_s")), fmt_ratio(row.get("server_cpu_share")),
+                       fmt_cpu(row.get("server_cpu_s_per_100k")), spread(row), row.get("errors", 0)])
+    lines += table(["test", "connections", "system", "ops/s", "p50 us", "p99 us", "max us", "÷ Redis", "server CPU s",
+                    "server CPUs busy", "CPU s / 100k", "spread", "errors"], detail,
+                   ["---", "---:", "---", *["---:"] * 10])
+    lines += ["", "</details>", ""]
+    return lines
+
+
+def fmt_cpu(value):
+    return "-" if value is None else f"{value:,.3f}"
+
+
 def section_restart(doc):
     rows, s = doc["rows"], doc["settings"]["restart"]
     lines = ["## Restart, memory and log traffic", "",
@@ -574,7 +672,8 @@ def markdown(doc, plots):
         for title_, path in plots:
             lines += [f"![{title_}]({os.path.basename(path)})", ""]
     sections = {"small-ops": section_small_ops, "ycsb": section_ycsb, "values": section_values, "shards": section_shards,
-                "durability": section_durability, "restart": section_restart, "memory": section_memory}
+                "durability": section_durability, "poll": section_poll, "restart": section_restart,
+                "memory": section_memory}
     for name in doc["scenarios"]:
         if name in sections:
             lines += sections[name](doc)
@@ -592,9 +691,18 @@ def markdown(doc, plots):
         "small_key_size": settings.get("small-ops", settings.get("values", {})).get("key_size", 16),
     }
     for prefix, name in (("ycsb", "ycsb"), ("values", "values"), ("shards", "shards"), ("durability", "durability"),
-                         ("restart", "restart"), ("memory", "memory")):
+                         ("poll", "poll"), ("restart", "restart"), ("memory", "memory")):
         for key, value in settings.get(name, {}).items():
             values[f"{prefix}_{key}"] = value
+    if "poll_connections" in values:
+        counts = [str(count) for count in values["poll_connections"]]
+        values["poll_connections_list"] = " and ".join([", ".join(counts[:-1]), counts[-1]] if len(counts) > 1 else counts)
+        values["poll_placement"] = (
+            f"here the servers ran on CPU 0 and redis-benchmark on CPU 1 of {host['nproc']}, so a polling shard "
+            "could take CPU from its own process's sync thread but not from the load generator"
+            if doc["placement"] == "pinned" else
+            f"here nothing was pinned, so on {host['nproc']} CPUs a polling shard could take CPU that redis-benchmark "
+            "and the shard's own sync thread need")
     if "values_data_bytes" in values:
         values["values_data_mib"] = values["values_data_bytes"] >> 20
     lines += ["## How to read this", ""]
