@@ -279,6 +279,8 @@ class Run:
     def start_redis(self, name):
         port = free_port()
         data = os.path.join(self.work, name)
+        # Fresh every time: an AOF left by an earlier scenario would be loaded back.
+        shutil.rmtree(data, ignore_errors=True)
         os.makedirs(data, exist_ok=True)
         argv = [*self.server_wrap, "redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
                 "--daemonize", "no", "--dir", data, *REDIS_CONFIGS[name]]
