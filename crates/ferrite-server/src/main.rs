@@ -55,11 +55,30 @@ fn main() -> ExitCode {
     };
     tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
     raise_open_file_limit();
+    return_large_buffers_to_the_system();
     match run(args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(message) => {
             eprintln!("error: {message}");
             ExitCode::FAILURE
+        }
+    }
+}
+
+/// Makes glibc's allocator give large blocks (256 KiB and up) their own mappings, returned to the
+/// system when freed. The log's batches, a growth's subtable image and a burst's buffers are
+/// large and transient; by default glibc raises its mapping threshold after the first such block
+/// is freed and serves the next ones from its heaps, which keep the memory resident for good
+/// (about 6 bytes per key of a million-key pool, measured; 3 with this).
+#[allow(unsafe_code)]
+fn return_large_buffers_to_the_system() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        const THRESHOLD_BYTES: libc::c_int = 256 * 1024;
+        // SAFETY: mallopt only sets an allocator parameter; called before any other thread runs.
+        let set = unsafe { libc::mallopt(libc::M_MMAP_THRESHOLD, THRESHOLD_BYTES) };
+        if set != 1 {
+            tracing::warn!("could not set the allocator's mapping threshold; large buffers may stay resident");
         }
     }
 }
