@@ -558,6 +558,7 @@ impl<M: PoolMemory> HStore<M> {
         self.memory.modify(at, DIRECTORY_ENTRY_BYTES as usize).copy_from_slice(&entry);
         if old.buckets > 0 {
             self.heap.free_segment(old.offset, old.bytes());
+            self.memory.release(old.offset, old.bytes());
         }
         self.subtables[index] = grown;
     }
@@ -769,8 +770,8 @@ impl<M: PoolMemory> Store for HStore<M> {
 
     /// Exact: what the region's allocators have handed out. Free extents are not counted (free
     /// slots are, inside the slabs that hold them whole); on the lazily zeroed backings a part of
-    /// the region never touched costs no memory, but one freed after use may stay resident until
-    /// it is reused.
+    /// the region never touched costs no memory, and a subtable a growth left behind is released
+    /// (on `ssd`) when the growth commits, but a freed value may stay resident until reused.
     fn memory_usage(&self) -> MemoryUsage {
         let table_buckets = self.subtables.iter().map(|subtable| subtable.buckets).sum::<u64>();
         MemoryUsage {

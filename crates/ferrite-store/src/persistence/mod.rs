@@ -42,6 +42,15 @@ pub trait PoolMemory: Send {
     /// together, or (after a crash) not at all.
     fn commit(&mut self);
 
+    /// Says that the engine no longer needs the `len` bytes at `offset`: the current transaction
+    /// freed them, and nothing reads them before a later transaction writes them anew. A backing
+    /// may give the whole pages inside the range back to the operating system once the
+    /// transaction commits (they read as zeros afterwards), so memory a growth left behind does
+    /// not stay resident. The default keeps the bytes.
+    fn release(&mut self, offset: Offset, len: u64) {
+        let _ = (offset, len);
+    }
+
     fn len(&self) -> usize {
         self.bytes().len()
     }

@@ -469,3 +469,41 @@ proptest! {
         random_cuts_through_growths(hash_key, seed, cuts)?;
     }
 }
+
+/// The subtables a growth leaves behind go back to the system when the growth commits, so the
+/// pool's memory holds what its allocators hand out and little more; the pool recovered from
+/// its log is the same, so releasing free pages never loses a pair.
+#[test]
+fn growths_release_the_subtables_they_leave_behind() {
+    let mut pool = LoggedPool::create(HASH_KEY, RANDOM_CONFIG);
+    let mut freed_bytes = 0;
+    for i in 0..6000 {
+        let before = pool.store.subtable_buckets();
+        pool.store.put(&key(i), &value(i, 0, 8), PutMode::Upsert, 1).expect("room in the pool");
+        let after = pool.store.subtable_buckets();
+        freed_bytes += before
+            .iter()
+            .zip(&after)
+            .filter(|(old, new)| **old > 0 && old != new)
+            .map(|(old, _)| old * 64)
+            .sum::<u64>();
+        if i % 500 == 0 {
+            pool.log.commit_now().expect("commit");
+        }
+    }
+    pool.log.commit_now().expect("commit");
+    let usage = pool.store.memory_usage();
+    let resident = pool.store.memory().region().resident_bytes().expect("resident bytes");
+    // Each released subtable may keep its two partial end pages; the rest of the slack is the
+    // pages at the edges of live allocations.
+    let slack = 64 * 1024;
+    assert!(freed_bytes > 4 * slack, "the load grew subtables often enough to matter ({freed_bytes} bytes freed)");
+    assert!(
+        resident <= usage.total_bytes() + slack,
+        "resident {resident} bytes, the allocators hand out {} and growths freed {freed_bytes}",
+        usage.total_bytes()
+    );
+    let expected = contents(&pool.store);
+    assert_eq!(expected.len(), 6000);
+    assert_eq!(recovered_contents(&pool.disk, "after the growths"), expected);
+}

@@ -31,6 +31,8 @@ pub struct LoggedMemory<S: LogStorage = FsStorage> {
     log: SharedLog<S>,
     pages: Arc<Mutex<PageTracker>>,
     ranges: Vec<(u64, u64)>,
+    /// Ranges the current transaction freed, released once its record is in the log.
+    releases: Vec<(u64, u64)>,
     scratch: Vec<u8>,
     /// A new pool's descriptor, until its first commit logs it.
     creating: Option<PoolDescriptor>,
@@ -39,7 +41,16 @@ pub struct LoggedMemory<S: LogStorage = FsStorage> {
 impl<S: LogStorage + Clone + 'static> LoggedMemory<S> {
     /// Memory of an existing pool (recovered after a restart).
     pub fn new(pool: u64, region: SharedRegion, log: SharedLog<S>, pages: Arc<Mutex<PageTracker>>) -> LoggedMemory<S> {
-        LoggedMemory { pool, region, log, pages, ranges: Vec::new(), scratch: Vec::new(), creating: None }
+        LoggedMemory {
+            pool,
+            region,
+            log,
+            pages,
+            ranges: Vec::new(),
+            releases: Vec::new(),
+            scratch: Vec::new(),
+            creating: None,
+        }
     }
 
     /// Memory of a pool being created: its first commit (the engine formatting it) is logged
@@ -71,6 +82,7 @@ impl<S: LogStorage + Clone + 'static> PoolMemory for LoggedMemory<S> {
 
     fn commit(&mut self) {
         if self.ranges.is_empty() && self.creating.is_none() {
+            self.releases.clear();
             return;
         }
         self.scratch.clear();
@@ -85,9 +97,23 @@ impl<S: LogStorage + Clone + 'static> PoolMemory for LoggedMemory<S> {
         for &(offset, len) in &self.ranges {
             pages.record(offset, len, lsn);
         }
+        drop(pages);
         self.ranges.clear();
+        // Released pages read as zeros, which no log record says: harmless for bytes that are
+        // free once this record is durable, as replay and checkpoints never need free bytes. A
+        // record the log refused leaves them as they were, for the shard stops before any reader.
+        for (offset, len) in self.releases.drain(..) {
+            if lsn != UNLOGGED {
+                // A hint: pages that cannot be released stay resident and correct.
+                let _ = self.region.release(offset, len);
+            }
+        }
         if self.scratch.capacity() > 1 << 20 {
             self.scratch = Vec::new();
         }
+    }
+
+    fn release(&mut self, offset: Offset, len: u64) {
+        self.releases.push((offset, len));
     }
 }

@@ -45,6 +45,27 @@ impl SharedRegion {
         &self.file
     }
 
+    /// Gives the whole pages inside `len` bytes at `offset` back to the system: they stop costing
+    /// memory and read as zeros. The partial pages at either end are left as they are, since
+    /// other data may share them.
+    pub fn release(&mut self, offset: u64, len: u64) -> io::Result<()> {
+        let page = rustix::param::page_size() as u64;
+        let start = offset.next_multiple_of(page);
+        let end = offset.saturating_add(len) / page * page;
+        if end <= start {
+            return Ok(());
+        }
+        let mode = rustix::fs::FallocateFlags::PUNCH_HOLE | rustix::fs::FallocateFlags::KEEP_SIZE;
+        rustix::fs::fallocate(&*self.file, mode, start, end - start)?;
+        Ok(())
+    }
+
+    /// Bytes of memory the region's pages hold now (pages never written, or released, hold none).
+    pub fn resident_bytes(&self) -> io::Result<u64> {
+        use std::os::unix::fs::MetadataExt;
+        Ok(self.file.metadata()?.blocks() * 512)
+    }
+
     /// Copies `len` bytes at `offset` into `out` through the file, not the mapping.
     pub fn read_at(file: &File, offset: u64, out: &mut [u8]) -> io::Result<()> {
         file.read_exact_at(out, offset)
@@ -90,5 +111,24 @@ mod tests {
         let mut out = [0u8; 5];
         SharedRegion::read_at(region.file(), 4096, &mut out).expect("read through the file");
         assert_eq!(&out, b"hello");
+    }
+
+    #[test]
+    fn releasing_a_range_frees_its_whole_pages_and_keeps_the_partial_ones() {
+        let page = rustix::param::page_size();
+        let mut region = SharedRegion::zeroed("test-pool", 16 * page as u64).expect("memfd");
+        region.bytes_mut().fill(7);
+        let before = region.resident_bytes().expect("resident bytes");
+        assert_eq!(before, 16 * page as u64);
+        // From the middle of page 2 to the middle of page 9: pages 3 to 8 go, 2 and 9 stay whole.
+        let (start, end) = (2 * page + page / 2, 9 * page + page / 2);
+        region.release(start as u64, (end - start) as u64).expect("release");
+        assert_eq!(region.resident_bytes().expect("resident bytes"), before - 6 * page as u64);
+        let bytes = region.bytes();
+        assert!(bytes[..3 * page].iter().all(|b| *b == 7), "the partial page before keeps its bytes");
+        assert!(bytes[3 * page..9 * page].iter().all(|b| *b == 0), "released pages read as zeros");
+        assert!(bytes[9 * page..].iter().all(|b| *b == 7), "the partial page after keeps its bytes");
+        region.release(0, page as u64 - 1).expect("nothing whole to release");
+        assert_eq!(region.bytes()[0], 7);
     }
 }
