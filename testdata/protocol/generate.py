@@ -72,7 +72,7 @@ RESPONSE_TO_REQUEST = {
 
 # Flag bits per request; a request absent here defines no flags.
 REQUEST_FLAGS = {
-    "create_pool": {"create_only": 0x0001, "indexed": 0x0002, "async": 0x0004},
+    "create_pool": {"create_only": 0x0001, "indexed": 0x0002, "async": 0x0004, "plugins": 0x0008},
     "put": {"create_only": 0x0001, "update_only": 0x0002, "sync": 0x0004, "async": 0x0008},
 }
 
@@ -200,7 +200,8 @@ def request_body(msg):
     if kind == "hello":
         return MAGIC + u16(msg["version"]) + str16(msg["client_name"]) + bytes16(unhex(msg["auth"]))
     if kind == "create_pool":
-        return str16(msg["name"]) + u64(msg["size_bytes"]) + u64(msg["expected_objects"])
+        chain = str16(msg["plugins"]) if msg["plugins"] else b""
+        return str16(msg["name"]) + u64(msg["size_bytes"]) + u64(msg["expected_objects"]) + chain
     if kind in ("open_pool", "delete_pool"):
         return str16(msg["name"])
     if kind in ("close_pool", "count"):
@@ -259,6 +260,7 @@ def response_body(msg):
             + u64(e["used_bytes"])
             + u32(e["open_count"])
             + b"".join(u64(e[field]) for field in POOL_MEMORY_FIELDS)
+            + str16(e["plugins"])
             for e in entries
         )
     if kind == "value":
@@ -319,22 +321,34 @@ def request_vectors():
         return _valid(name, "request", request_id, message)
 
     return [
-        req("hello", 0, {"type": "hello", "version": 2, "client_name": "ferrite-cli/0.1.0", "auth": ""}),
-        req("hello_with_auth", 1, {"type": "hello", "version": 2, "client_name": "", "auth": "00ff7f80"}),
+        req("hello", 0, {"type": "hello", "version": 3, "client_name": "ferrite-cli/0.1.0", "auth": ""}),
+        req("hello_with_auth", 1, {"type": "hello", "version": 3, "client_name": "", "auth": "00ff7f80"}),
         req(
             "create_pool",
             2,
-            {"type": "create_pool", "name": "users", "flags": [], "size_bytes": 1 << 30, "expected_objects": 100_000},
+            {"type": "create_pool", "name": "users", "flags": [], "size_bytes": 1 << 30, "expected_objects": 100_000, "plugins": ""},
         ),
         req(
             "create_pool_create_only",
             3,
-            {"type": "create_pool", "name": "sessions", "flags": ["create_only"], "size_bytes": 4096, "expected_objects": 0},
+            {"type": "create_pool", "name": "sessions", "flags": ["create_only"], "size_bytes": 4096, "expected_objects": 0, "plugins": ""},
         ),
         req(
             "create_pool_name_255_bytes",
             4,
-            {"type": "create_pool", "name": "p" * 255, "flags": [], "size_bytes": U64_MAX, "expected_objects": U64_MAX},
+            {"type": "create_pool", "name": "p" * 255, "flags": [], "size_bytes": U64_MAX, "expected_objects": U64_MAX, "plugins": ""},
+        ),
+        req(
+            "create_pool_with_plugins",
+            4,
+            {
+                "type": "create_pool",
+                "name": "counters",
+                "flags": ["plugins"],
+                "size_bytes": 1 << 20,
+                "expected_objects": 1000,
+                "plugins": "counter,versioning",
+            },
         ),
         req("open_pool", 5, {"type": "open_pool", "name": "users"}),
         req("open_pool_non_ascii_name", 6, {"type": "open_pool", "name": "café/日本"}),
@@ -353,7 +367,7 @@ def request_vectors():
         req(
             "create_pool_async",
             30,
-            {"type": "create_pool", "name": "cache", "flags": ["async"], "size_bytes": 1 << 20, "expected_objects": 10},
+            {"type": "create_pool", "name": "cache", "flags": ["async"], "size_bytes": 1 << 20, "expected_objects": 10, "plugins": ""},
         ),
         req("put_empty_value", 11, {"type": "put", "pool": 2, "flags": [], "key": "656d707479", "value": ""}),
         req("get", 12, {"type": "get", "pool": 1, "key": "6b6579"}),
@@ -370,7 +384,7 @@ def request_vectors():
         req(
             "create_pool_indexed",
             23,
-            {"type": "create_pool", "name": "@1/redis", "flags": ["create_only", "indexed"], "size_bytes": 1 << 30, "expected_objects": 0},
+            {"type": "create_pool", "name": "@1/redis", "flags": ["create_only", "indexed"], "size_bytes": 1 << 30, "expected_objects": 0, "plugins": ""},
         ),
         req("find_prefix_from_start", 24, {"type": "find", "pool": 1, "kind": "prefix", "limit": 100, "pattern": "757365723a", "after": None}),
         req("find_regex_after", 25, {"type": "find", "pool": 2, "kind": "regex", "limit": 1024, "pattern": "5e615b302d395d2b24", "after": "6131"}),
@@ -389,7 +403,7 @@ def response_vectors():
             0,
             {
                 "type": "hello",
-                "version": 2,
+                "version": 3,
                 "shard_index": 1,
                 "shard_count": 2,
                 "key_bytes_max": KEY_BYTES_MAX,
@@ -421,6 +435,7 @@ def response_vectors():
                         "large_bytes": 8192,
                         "other_bytes": 4160,
                         "index_bytes": 304,
+                        "plugins": "counter,versioning",
                     },
                     {
                         "name": "café",
@@ -434,6 +449,7 @@ def response_vectors():
                         "large_bytes": 0,
                         "other_bytes": U64_MAX,
                         "index_bytes": 0,
+                        "plugins": "",
                     },
                 ],
             },

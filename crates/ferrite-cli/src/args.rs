@@ -126,6 +126,10 @@ pub enum PoolCommand {
         /// storage) or async (acknowledged once applied; durable within the commit interval).
         #[arg(long, value_name = "sync|async", default_value = "sync")]
         durability: ferrite_client::Durability,
+        /// The pool's chain of Active Data Object plugins, comma-separated, in the order they
+        /// run: names the server knows (shipped plugins, its [plugins] table, --plugin).
+        #[arg(long, value_name = "NAME,...", value_delimiter = ',')]
+        plugins: Vec<String>,
     },
 
     /// Open a pool, print what it holds, and close it.
@@ -242,6 +246,14 @@ mod tests {
             cli.command,
             Command::Pool(PoolCommand::Create { durability: ferrite_client::Durability::Sync, .. })
         ));
+    }
+
+    #[test]
+    fn pool_create_takes_a_plugin_chain_in_order() {
+        let cli =
+            Cli::try_parse_from(["ferrite", "pool", "create", "p", "--plugins", "counter,versioning"]).expect("valid");
+        let Command::Pool(PoolCommand::Create { plugins, .. }) = cli.command else { panic!("pool create") };
+        assert_eq!(plugins, ["counter", "versioning"]);
     }
 
     #[test]

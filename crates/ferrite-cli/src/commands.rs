@@ -58,13 +58,14 @@ pub fn run(cli: &Cli) -> Result<Report> {
 
 fn run_pool_command(session: &blocking::Session, command: &PoolCommand) -> Result<Report> {
     match command {
-        PoolCommand::Create { name, size, expected_objects, create_only, indexed, durability } => {
+        PoolCommand::Create { name, size, expected_objects, create_only, indexed, durability, plugins } => {
             let options = PoolOptions {
                 size_bytes: *size,
                 expected_objects: *expected_objects,
                 create_only: *create_only,
                 indexed: *indexed,
                 durability: *durability,
+                plugins: plugins.clone(),
             };
             let pool = session.create_pool(name, options).map_err(|error| {
                 if error.is_pool_exists() {
@@ -142,6 +143,7 @@ fn run_pool_command(session: &blocking::Session, command: &PoolCommand) -> Resul
                 ("MEMORY", true),
                 ("BYTES/KEY", true),
                 ("LOAD", true),
+                ("PLUGINS", false),
             ]);
             for pool in &pools {
                 table.row(vec![
@@ -154,6 +156,7 @@ fn run_pool_command(session: &blocking::Session, command: &PoolCommand) -> Resul
                     format_bytes(pool.memory.total_bytes()),
                     format_bytes_per_key(pool),
                     format_load(pool),
+                    if pool.plugins.is_empty() { "-".to_owned() } else { pool.plugins.join(",") },
                 ]);
             }
             let text = if pools.is_empty() { "no pools".to_owned() } else { table.render() };
@@ -392,6 +395,7 @@ fn pools_json(pools: &[PoolInfo]) -> Vec<serde_json::Value> {
                 "size_bytes": pool.size_bytes,
                 "used_bytes": pool.used_bytes,
                 "open_count": pool.open_count,
+                "plugins": pool.plugins,
                 "memory": {
                     "total_bytes": memory.total_bytes(),
                     "bytes_per_key": pool.bytes_per_key(),
@@ -520,7 +524,16 @@ mod tests {
     }
 
     fn pool(name: &str, objects: u64, memory: PoolMemory) -> PoolInfo {
-        PoolInfo { name: name.to_owned(), shard: 1, objects, size_bytes: 1 << 20, used_bytes: 0, open_count: 0, memory }
+        PoolInfo {
+            name: name.to_owned(),
+            shard: 1,
+            objects,
+            size_bytes: 1 << 20,
+            used_bytes: 0,
+            open_count: 0,
+            memory,
+            plugins: Vec::new(),
+        }
     }
 
     /// A pool's memory by part, its total over its pairs and its table's load; an empty pool has

@@ -143,13 +143,17 @@ fn pool_create_list_open_and_delete() {
     let lines: Vec<&str> = list.lines().collect();
     assert_eq!(lines.len(), 2, "a header and one pool: {list}");
     let columns: Vec<&str> = lines[0].split_whitespace().collect();
-    assert_eq!(columns, ["NAME", "SHARD", "OBJECTS", "SIZE", "USED", "OPENS", "MEMORY", "BYTES/KEY", "LOAD"]);
+    assert_eq!(
+        columns,
+        ["NAME", "SHARD", "OBJECTS", "SIZE", "USED", "OPENS", "MEMORY", "BYTES/KEY", "LOAD", "PLUGINS"]
+    );
     let row: Vec<&str> = lines[1].split_whitespace().collect();
     assert_eq!(row[..8], ["demo", "0", "1", "1", "MiB", "70", "B", "0"], "{list}");
+    assert_eq!(row.last(), Some(&"-"), "no plugin chain: {list}");
     // The memory figures agree with the JSON listing's: one pair carries the whole table.
     let memory = &json(&ferrite(&server, &["--json", "pool", "list"]))["pools"][0]["memory"];
     let total = memory["total_bytes"].as_u64().expect("total bytes");
-    assert_eq!(row[10..], [format!("{total}.0"), format!("{:.3}", memory["table_load"].as_f64().expect("load"))]);
+    assert_eq!(row[10..12], [format!("{total}.0"), format!("{:.3}", memory["table_load"].as_f64().expect("load"))]);
 
     let open = ok(&ferrite(&server, &["pool", "open", "demo"]));
     assert!(open.lines().any(|l| l.split_whitespace().eq(["objects", "1"])), "{open}");

@@ -208,6 +208,7 @@ pub(crate) async fn serve_memory_shard_stalling(
                             other_bytes: pool.pairs.iter().map(|(k, v)| (k.len() + v.len()) as u64).sum(),
                             ..PoolMemory::default()
                         },
+                        plugins: "",
                     })
                     .collect();
                 Response::Pools(rows)

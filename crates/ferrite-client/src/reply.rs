@@ -28,6 +28,7 @@ pub(crate) struct PoolRow {
     pub(crate) used_bytes: u64,
     pub(crate) open_count: u32,
     pub(crate) memory: PoolMemory,
+    pub(crate) plugins: Vec<String>,
 }
 
 /// A successful response, owning its data.
@@ -90,6 +91,7 @@ impl Reply {
                         used_bytes: p.used_bytes,
                         open_count: p.open_count,
                         memory: p.memory,
+                        plugins: ferrite_proto::plugin_names(p.plugins).map(str::to_owned).collect(),
                     })
                     .collect(),
             ),

@@ -32,7 +32,7 @@ impl Default for ClientOptions {
 }
 
 /// How to create a pool.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PoolOptions {
     /// Capacity: key bytes + value bytes + 64 bytes per pair. Fixed at creation; opening an
     /// existing pool keeps its original size.
@@ -49,6 +49,9 @@ pub struct PoolOptions {
     /// [`PutFlags::with_durability`](crate::PutFlags::with_durability) does): `Sync` acknowledges
     /// a write once it is on stable storage, `Async` once it is applied. Fixed at creation.
     pub durability: Durability,
+    /// The pool's chain of Active Data Object plugins, by the names the server knows them by,
+    /// in the order they run. Fixed at creation; opening an existing pool keeps its chain.
+    pub plugins: Vec<String>,
 }
 
 impl PoolOptions {
@@ -64,6 +67,7 @@ impl Default for PoolOptions {
             create_only: false,
             indexed: false,
             durability: Durability::Sync,
+            plugins: Vec::new(),
         }
     }
 }
@@ -82,6 +86,8 @@ pub struct PoolInfo {
     pub open_count: u32,
     /// What the pool takes in memory, by part.
     pub memory: PoolMemory,
+    /// The pool's chain of Active Data Object plugins, in the order they run.
+    pub plugins: Vec<String>,
 }
 
 impl PoolInfo {
@@ -208,11 +214,13 @@ impl Session {
         if options.durability == Durability::Async {
             flags = flags.union(CreatePoolFlags::ASYNC);
         }
+        let plugins = options.plugins.join(",");
         let request = Request::CreatePool {
             name,
             size_bytes: options.size_bytes,
             expected_objects: options.expected_objects,
             flags,
+            plugins: &plugins,
         };
         match connection.call(&request).await? {
             Reply::PoolCreated { pool, created } => Ok(Pool::new(connection, pool, name, shard, created)),
@@ -253,6 +261,7 @@ impl Session {
                     used_bytes: row.used_bytes,
                     open_count: row.open_count,
                     memory: row.memory,
+                    plugins: row.plugins,
                 })),
                 other => return Err(other.unexpected("pools")),
             }

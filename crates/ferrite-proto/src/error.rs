@@ -178,6 +178,8 @@ pub enum ProtocolError {
     UnknownErrorCode(u16),
     #[error("hello does not carry the Ferrite magic number")]
     BadMagic,
+    #[error("plugin chain {chain:?} is invalid: {reason}")]
+    InvalidPluginChain { chain: String, reason: &'static str },
 }
 
 impl ProtocolError {
@@ -193,7 +195,8 @@ impl ProtocolError {
             | ProtocolError::EmptyPoolName
             | ProtocolError::UnknownAttribute(_)
             | ProtocolError::UnknownFindKind(_)
-            | ProtocolError::InvalidFindLimit(_) => ErrorCode::InvalidArgument,
+            | ProtocolError::InvalidFindLimit(_)
+            | ProtocolError::InvalidPluginChain { .. } => ErrorCode::InvalidArgument,
             ProtocolError::Truncated { .. }
             | ProtocolError::TrailingBytes { .. }
             | ProtocolError::InvalidUtf8 { .. }

@@ -10,7 +10,7 @@ use crate::limits::{Limits, FIND_KEYS_MAX, KEY_BYTES_MAX, POOL_NAME_BYTES_MAX, V
 use crate::wire::{put_bytes16, put_len32, put_str16, write_frame, Reader};
 
 /// Version of the protocol this crate speaks, exchanged in the handshake.
-pub const PROTOCOL_VERSION: u16 = 2;
+pub const PROTOCOL_VERSION: u16 = 3;
 
 /// First four bytes of every hello body: `FRRT`. Lets a server tell a Ferrite client from a stray
 /// connection (a Redis client on the wrong port, a port scanner) and close it at once.
@@ -181,7 +181,10 @@ impl CreatePoolFlags {
     pub const INDEXED: CreatePoolFlags = CreatePoolFlags(0x0002);
     /// Writes that do not choose a durability are `async` (without this flag: `sync`).
     pub const ASYNC: CreatePoolFlags = CreatePoolFlags(0x0004);
-    const KNOWN: u16 = 0x0007;
+    /// The body ends with the pool's plugin chain. Set by [`Request::encode`] when the chain
+    /// is not empty; callers need not set it.
+    pub const PLUGINS: CreatePoolFlags = CreatePoolFlags(0x0008);
+    const KNOWN: u16 = 0x000F;
 
     pub fn bits(self) -> u16 {
         self.0
@@ -306,6 +309,9 @@ pub enum Request<'a> {
         size_bytes: u64,
         expected_objects: u64,
         flags: CreatePoolFlags,
+        /// The pool's chain of Active Data Object plugins: names separated by commas, in the
+        /// order they run (see [`plugin_names`]); empty for none.
+        plugins: &'a str,
     },
     OpenPool {
         name: &'a str,
@@ -349,6 +355,44 @@ pub enum Request<'a> {
         limit: u32,
     },
     GetStatistics,
+}
+
+/// Most plugins in a pool's chain.
+pub const PLUGINS_MAX: usize = 8;
+/// Longest plugin name, in bytes.
+pub const PLUGIN_NAME_BYTES_MAX: usize = 64;
+
+/// The names of a plugin chain as `create_pool` carries it (comma-separated).
+pub fn plugin_names(chain: &str) -> impl Iterator<Item = &str> {
+    chain.split(',').filter(|name| !name.is_empty())
+}
+
+/// Whether `name` can name a plugin: 1 to [`PLUGIN_NAME_BYTES_MAX`] bytes of ASCII letters,
+/// digits, `-` and `_` (so a chain prints as a comma-separated list and a name is safe in a file
+/// name).
+pub fn is_plugin_name(name: &str) -> bool {
+    (1..=PLUGIN_NAME_BYTES_MAX).contains(&name.len())
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+}
+
+/// A chain is at most [`PLUGINS_MAX`] plugin names ([`is_plugin_name`]) separated by single
+/// commas.
+fn check_plugin_chain(chain: &str) -> Result<(), ProtocolError> {
+    if chain.is_empty() {
+        return Ok(());
+    }
+    let invalid = |reason| Err(ProtocolError::InvalidPluginChain { chain: chain.to_string(), reason });
+    let mut count = 0;
+    for name in chain.split(',') {
+        count += 1;
+        if !is_plugin_name(name) {
+            return invalid("each name is 1 to 64 bytes of ASCII letters, digits, '-' and '_'");
+        }
+    }
+    if count > PLUGINS_MAX {
+        return invalid("a chain has at most 8 plugins");
+    }
+    Ok(())
 }
 
 fn check_pool_name(name: &str) -> Result<(), ProtocolError> {
@@ -448,9 +492,11 @@ impl<'a> Request<'a> {
     /// oversized request fails locally with the same error the server would give.
     pub fn check(&self, limits: &Limits) -> Result<(), ProtocolError> {
         match self {
-            Request::CreatePool { name, .. } | Request::OpenPool { name } | Request::DeletePool { name } => {
-                check_pool_name(name)
+            Request::CreatePool { name, plugins, .. } => {
+                check_pool_name(name)?;
+                check_plugin_chain(plugins)
             }
+            Request::OpenPool { name } | Request::DeletePool { name } => check_pool_name(name),
             Request::Put { key, value, .. } => {
                 check_key(key, limits)?;
                 check_value(value, limits)
@@ -497,7 +543,8 @@ impl<'a> Request<'a> {
                 let name = read_pool_name(&mut r)?;
                 let size_bytes = r.u64()?;
                 let expected_objects = r.u64()?;
-                Request::CreatePool { name, size_bytes, expected_objects, flags }
+                let plugins = if flags.contains(CreatePoolFlags::PLUGINS) { r.str16("plugin chain")? } else { "" };
+                Request::CreatePool { name, size_bytes, expected_objects, flags, plugins }
             }
             Opcode::OpenPool => {
                 no_flags(header, "open_pool")?;
@@ -572,7 +619,11 @@ impl<'a> Request<'a> {
     /// If a size exceeds the protocol ceilings; call [`Request::check`] first.
     pub fn encode(&self, request_id: u64, out: &mut BytesMut) {
         let flags = match self {
-            Request::CreatePool { flags, .. } => flags.bits(),
+            Request::CreatePool { flags, plugins, .. } => {
+                // The chain's flag says whether the body carries one, whatever the caller set.
+                let chain = if plugins.is_empty() { 0 } else { CreatePoolFlags::PLUGINS.0 };
+                flags.0 & !CreatePoolFlags::PLUGINS.0 | chain
+            }
             Request::Put { flags, .. } => flags.bits(),
             _ => 0,
         };
@@ -583,10 +634,13 @@ impl<'a> Request<'a> {
                 put_str16(out, client_name);
                 put_bytes16(out, auth);
             }
-            Request::CreatePool { name, size_bytes, expected_objects, .. } => {
+            Request::CreatePool { name, size_bytes, expected_objects, plugins, .. } => {
                 put_str16(out, name);
                 out.put_u64_le(*size_bytes);
                 out.put_u64_le(*expected_objects);
+                if !plugins.is_empty() {
+                    put_str16(out, plugins);
+                }
             }
             Request::OpenPool { name } | Request::DeletePool { name } => put_str16(out, name),
             Request::ClosePool { pool } | Request::Count { pool } => out.put_u64_le(pool.0),
@@ -651,6 +705,8 @@ pub struct PoolInfo<'a> {
     /// How many opens across all sessions hold the pool.
     pub open_count: u32,
     pub memory: PoolMemory,
+    /// The pool's plugin chain, comma-separated (see [`plugin_names`]); empty for none.
+    pub plugins: &'a str,
 }
 
 /// What one pool takes in memory, by part, as a `list_pools` row carries it (`docs/protocol.md`
@@ -781,6 +837,7 @@ impl<'a> Response<'a> {
                     ] {
                         out.put_u64_le(part);
                     }
+                    put_str16(out, pool.plugins);
                 }
             }
             Response::Value(value) => {
@@ -876,6 +933,7 @@ impl<'a> Response<'a> {
                             other_bytes: r.u64()?,
                             index_bytes: r.u64()?,
                         },
+                        plugins: r.str16("plugin chain")?,
                     });
                 }
                 Response::Pools(pools)

@@ -20,7 +20,7 @@ use proptest::sample::select;
 #[derive(Debug, Clone)]
 enum OwnedRequest {
     Hello { version: u16, client_name: String, auth: Vec<u8> },
-    CreatePool { name: String, size_bytes: u64, expected_objects: u64, flags: CreatePoolFlags },
+    CreatePool { name: String, size_bytes: u64, expected_objects: u64, flags: CreatePoolFlags, plugins: String },
     OpenPool { name: String },
     ClosePool { pool: u64 },
     DeletePool { name: String },
@@ -40,11 +40,12 @@ impl OwnedRequest {
             OwnedRequest::Hello { version, client_name, auth } => {
                 Request::Hello { version: *version, client_name, auth }
             }
-            OwnedRequest::CreatePool { name, size_bytes, expected_objects, flags } => Request::CreatePool {
+            OwnedRequest::CreatePool { name, size_bytes, expected_objects, flags, plugins } => Request::CreatePool {
                 name,
                 size_bytes: *size_bytes,
                 expected_objects: *expected_objects,
                 flags: *flags,
+                plugins,
             },
             OwnedRequest::OpenPool { name } => Request::OpenPool { name },
             OwnedRequest::ClosePool { pool } => Request::ClosePool { pool: PoolHandle(*pool) },
@@ -75,7 +76,7 @@ enum OwnedResponse {
     PoolOpened { pool: u64 },
     PoolClosed,
     PoolDeleted,
-    Pools(Vec<(String, u64, u64, u64, u32, PoolMemory)>),
+    Pools(Vec<(String, u64, u64, u64, u32, PoolMemory, String)>),
     Stored,
     Value(Vec<u8>),
     Erased,
@@ -104,13 +105,14 @@ impl OwnedResponse {
             OwnedResponse::Pools(pools) => Response::Pools(
                 pools
                     .iter()
-                    .map(|(name, objects, size_bytes, used_bytes, open_count, memory)| PoolInfo {
+                    .map(|(name, objects, size_bytes, used_bytes, open_count, memory, plugins)| PoolInfo {
                         name,
                         objects: *objects,
                         size_bytes: *size_bytes,
                         used_bytes: *used_bytes,
                         open_count: *open_count,
                         memory: *memory,
+                        plugins,
                     })
                     .collect(),
             ),
@@ -132,6 +134,11 @@ impl OwnedResponse {
 
 /// A valid pool name: 1 to 255 bytes of UTF-8 (at most 63 characters of at most 4 bytes each, or
 /// up to 255 ASCII characters).
+/// Plugin chains as `create_pool` and `list_pools` carry them: none, one, or several names.
+fn plugin_chain() -> impl Strategy<Value = String> {
+    vec("[a-z0-9_-]{1,64}", 0..=8).prop_map(|names| names.join(","))
+}
+
 fn pool_name() -> impl Strategy<Value = String> {
     prop_oneof!["\\PC{1,63}", "[a-zA-Z0-9_.-]{1,255}"]
 }
@@ -156,12 +163,11 @@ fn request(max_len: usize) -> impl Strategy<Value = OwnedRequest> {
     prop_oneof![
         (any::<u16>(), text(), byte_string(max_len))
             .prop_map(|(version, client_name, auth)| { OwnedRequest::Hello { version, client_name, auth } }),
-        (pool_name(), any::<u64>(), any::<u64>(), create_flags).prop_map(
-            |(name, size_bytes, expected_objects, flags)| OwnedRequest::CreatePool {
-                name,
-                size_bytes,
-                expected_objects,
-                flags
+        (pool_name(), any::<u64>(), any::<u64>(), create_flags, plugin_chain()).prop_map(
+            |(name, size_bytes, expected_objects, flags, plugins)| {
+                // The chain's flag travels with the chain: the encoder sets it exactly when there is one.
+                let flags = if plugins.is_empty() { flags } else { flags.union(CreatePoolFlags::PLUGINS) };
+                OwnedRequest::CreatePool { name, size_bytes, expected_objects, flags, plugins }
             }
         ),
         pool_name().prop_map(|name| OwnedRequest::OpenPool { name }),
@@ -200,7 +206,7 @@ fn response() -> impl Strategy<Value = OwnedResponse> {
         any::<[u64; 6]>().prop_map(|[table_buckets, table_bytes, slab_bytes, large_bytes, other_bytes, index_bytes]| {
             PoolMemory { table_buckets, table_bytes, slab_bytes, large_bytes, other_bytes, index_bytes }
         });
-    let pool_info = (text(), any::<u64>(), any::<u64>(), any::<u64>(), any::<u32>(), memory);
+    let pool_info = (text(), any::<u64>(), any::<u64>(), any::<u64>(), any::<u32>(), memory, plugin_chain());
     prop_oneof![
         (any::<u16>(), any::<u16>(), limits, vec(text(), 0..8)).prop_map(
             |(version, shard_index, limits, shard_addresses)| OwnedResponse::Hello {

@@ -195,12 +195,14 @@ fn request<'f>(f: &'f Fields<'_>) -> Result<Request<'f>, String> {
                 ("create_only", CreatePoolFlags::CREATE_ONLY.bits()),
                 ("indexed", CreatePoolFlags::INDEXED.bits()),
                 ("async", CreatePoolFlags::ASYNC.bits()),
+                ("plugins", CreatePoolFlags::PLUGINS.bits()),
             ])?;
             Request::CreatePool {
                 name: f.str("name")?,
                 size_bytes: f.u64("size_bytes")?,
                 expected_objects: f.u64("expected_objects")?,
                 flags: CreatePoolFlags::from_bits(bits).map_err(|e| e.to_string())?,
+                plugins: f.str("plugins")?,
             }
         }
         "open_pool" => Request::OpenPool { name: f.str("name")? },
@@ -282,6 +284,7 @@ fn response<'f>(f: &'f Fields<'_>) -> Result<Response<'f>, String> {
                             other_bytes: entry_u64(entry, "other_bytes")?,
                             index_bytes: entry_u64(entry, "index_bytes")?,
                         },
+                        plugins: entry_str(entry, "plugins")?,
                     })
                 })
                 .collect::<Result<_, String>>()?,

@@ -42,6 +42,10 @@ pub struct Config {
     /// How the `ssd` backing commits and checkpoints.
     #[serde(default)]
     pub durability: DurabilityConfig,
+    /// The `[plugins]` table: Active Data Object plugins by name (`counter = "/path/lib.so"`),
+    /// beside the shipped ones installed next to the server.
+    #[serde(default)]
+    pub plugins: std::collections::BTreeMap<String, PathBuf>,
 }
 
 /// The `[durability]` table: group commit and checkpoint settings of shards with the `ssd`
@@ -228,6 +232,8 @@ pub struct Overrides {
     pub data_dir: Option<PathBuf>,
     /// `HOST:PORT`: enables RESP; every shard's RESP listener is on HOST, shard i on PORT + i.
     pub resp_listen: Option<std::net::SocketAddr>,
+    /// `--plugin NAME=PATH`: plugins added to (or replacing) the `[plugins]` table.
+    pub plugins: Vec<(String, PathBuf)>,
 }
 
 impl Config {
@@ -275,12 +281,23 @@ impl Config {
             self.resp.listen = Some(listen.ip());
             self.resp.port = listen.port();
         }
+        self.plugins.extend(overrides.plugins.iter().cloned());
         self.validate()?;
         Ok(self)
     }
 
     fn validate(&self) -> Result<(), ConfigError> {
         let invalid = |message: String| Err(ConfigError::Invalid(message));
+        for (name, path) in &self.plugins {
+            if !ferrite_proto::is_plugin_name(name) {
+                return invalid(format!(
+                    "plugin name {name:?} (under [plugins]) must be 1 to 64 ASCII letters, digits, '-' or '_'"
+                ));
+            }
+            if !path.is_file() {
+                return invalid(format!("plugin '{name}': {} is not a file", path.display()));
+            }
+        }
         if self.shards.is_empty() {
             return invalid("at least one [[shards]] entry is required".into());
         }
@@ -480,12 +497,29 @@ mod tests {
             listen: Some("0.0.0.0:12000".parse().expect("literal address")),
             shards: Some(3),
             data_dir: Some(PathBuf::from("/tmp/x")),
-            resp_listen: None,
+            ..Overrides::default()
         };
         let config = Config::embedded_default().apply(&overrides).expect("valid overrides");
         assert_eq!(config.listen.to_string(), "0.0.0.0");
         assert_eq!(config.shards.iter().map(|s| s.port).collect::<Vec<_>>(), vec![12000, 12001, 12002]);
         assert_eq!(config.data_dir, PathBuf::from("/tmp/x"));
+    }
+
+    #[test]
+    fn plugins_come_from_the_table_and_the_command_line_and_must_be_files() {
+        let library = std::env::current_exe().expect("the test binary is a file");
+        let text = format!("{DEFAULT_CONFIG_TOML}\n[plugins]\ncounter = {:?}\n", library.display().to_string());
+        let config = Config::from_toml(&text, "test.toml").expect("a plugin table");
+        assert_eq!(config.plugins["counter"], library);
+        let overrides = Overrides { plugins: vec![("mine".into(), library.clone())], ..Overrides::default() };
+        let config = config.apply(&overrides).expect("a plugin on the command line");
+        assert_eq!(config.plugins.keys().collect::<Vec<_>>(), ["counter", "mine"]);
+        let missing = Overrides { plugins: vec![("gone".into(), "/no/such/lib.so".into())], ..Overrides::default() };
+        let error = Config::embedded_default().apply(&missing).expect_err("no such file").to_string();
+        assert!(error.contains("plugin 'gone'") && error.contains("/no/such/lib.so"), "{error}");
+        let badly_named = Overrides { plugins: vec![("a,b".into(), library)], ..Overrides::default() };
+        let error = Config::embedded_default().apply(&badly_named).expect_err("bad name").to_string();
+        assert!(error.contains("\"a,b\""), "{error}");
     }
 
     #[test]

@@ -17,6 +17,7 @@ use tokio::sync::watch;
 
 use crate::durability::{DurableGate, ShardDurability};
 use crate::low_load_poll::LowLoadPoll;
+use crate::plugins::PluginRegistry;
 use crate::pools::{CreateRefused, NewPool, Pool, Pools};
 use crate::session::Session;
 use crate::stats::ShardStats;
@@ -142,6 +143,8 @@ pub(crate) struct ShardState {
     /// The resume cursor of the last `find` over a pool without an index, which the response
     /// borrows: see [`find`].
     pub find_cursor: [u8; 8],
+    /// The plugins pools' chains may name.
+    pub plugins: Arc<PluginRegistry>,
 }
 
 impl ShardState {
@@ -322,8 +325,8 @@ impl ShardState {
         request.check(&self.limits)?;
         match request {
             Request::Hello { version, .. } => self.hello(version, session),
-            Request::CreatePool { name, size_bytes, expected_objects, flags } => {
-                self.create_pool(name, PoolSpec { size_bytes, expected_objects }, flags, session)
+            Request::CreatePool { name, size_bytes, expected_objects, flags, plugins } => {
+                self.create_pool(name, PoolSpec { size_bytes, expected_objects }, flags, plugins, session)
             }
             Request::OpenPool { name } => {
                 self.reading(session);
@@ -464,6 +467,7 @@ impl ShardState {
         name: &str,
         spec: PoolSpec,
         flags: CreatePoolFlags,
+        plugins: &str,
         session: &mut Session,
     ) -> Result<Response<'static>, Failure> {
         self.reading(session);
@@ -480,10 +484,15 @@ impl ShardState {
                 ),
             ));
         }
+        let plugins = self
+            .plugins
+            .resolve(plugins)
+            .map_err(|message| Failure::new(ErrorCode::InvalidArgument, format!("pool '{name}': {message}")))?;
         let new = NewPool {
             spec,
             indexed: flags.contains(CreatePoolFlags::INDEXED),
             async_default: flags.durability() == Durability::Async,
+            plugins,
         };
         let (handle, created) = match self.pools.create(name, new) {
             Ok(handle) => (handle, true),

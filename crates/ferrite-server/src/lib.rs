@@ -12,6 +12,7 @@ mod data_dir;
 mod durability;
 mod handler;
 mod low_load_poll;
+mod plugins;
 mod pools;
 mod resp;
 mod server;

@@ -31,6 +31,11 @@ struct Args {
     /// a free port.
     #[arg(long, value_name = "HOST:PORT")]
     resp_listen: Option<SocketAddr>,
+    /// Make the Active Data Object plugin in library PATH known as NAME, for pools' plugin
+    /// chains (repeatable; adds to or replaces the config's [plugins] table and the shipped
+    /// plugins installed beside the server).
+    #[arg(long = "plugin", value_name = "NAME=PATH", value_parser = parse_plugin)]
+    plugins: Vec<(String, PathBuf)>,
     /// Log level (error, warn, info, debug, trace) or a tracing filter such as
     /// `ferrite_server=debug`.
     #[arg(long, default_value = "info", value_name = "LEVEL")]
@@ -38,6 +43,14 @@ struct Args {
     /// Print the embedded default configuration and exit.
     #[arg(long)]
     print_default_config: bool,
+}
+
+/// `NAME=PATH` of `--plugin`.
+fn parse_plugin(text: &str) -> Result<(String, PathBuf), String> {
+    match text.split_once('=') {
+        Some((name, path)) if !name.is_empty() && !path.is_empty() => Ok((name.to_string(), PathBuf::from(path))),
+        _ => Err(format!("expected NAME=PATH, got {text:?}")),
+    }
 }
 
 fn main() -> ExitCode {
@@ -108,6 +121,7 @@ fn run(args: Args) -> Result<(), String> {
             shards: args.shards,
             data_dir: args.data_dir.clone(),
             resp_listen: args.resp_listen,
+            plugins: args.plugins.clone(),
         })
     })
     .map_err(|e| e.to_string())?;

@@ -41,6 +41,9 @@ pub(crate) struct Pool {
     pub open_count: u32,
     /// Writes that do not choose a durability are acknowledged before they are durable.
     pub async_default: bool,
+    /// The pool's chain of Active Data Object plugins, comma-separated as listings carry it
+    /// (durable in its descriptor).
+    pub plugin_chain: String,
     /// `None` on the `memory` backing.
     pub persisted: Option<Persisted>,
 }
@@ -91,11 +94,13 @@ pub(crate) struct PmemPools {
 }
 
 /// How a pool is created: its shape and options.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub(crate) struct NewPool {
     pub spec: PoolSpec,
     pub indexed: bool,
     pub async_default: bool,
+    /// Plugin names, already checked against the server's plugins.
+    pub plugins: Vec<String>,
 }
 
 #[derive(Debug)]
@@ -174,15 +179,22 @@ impl Pools {
         self.next_handle += 1;
         let (store, persisted) = match (self.log.clone(), self.pmem.is_some()) {
             (Some(log), _) => {
-                let (store, persisted) = self.create_logged(handle.0, name, new, log)?;
+                let (store, persisted) = self.create_logged(handle.0, name, &new, log)?;
                 (store, Some(persisted))
             }
-            (None, true) => (self.create_pmem(handle.0, name, new)?, None),
+            (None, true) => (self.create_pmem(handle.0, name, &new)?, None),
             (None, false) => (self.kind.try_create(new.spec).map_err(CreateRefused::Engine)?, None),
         };
         let index = new.indexed.then(SecondaryIndex::default);
-        let pool =
-            Pool { name: name.to_string(), store, index, open_count: 0, async_default: new.async_default, persisted };
+        let pool = Pool {
+            name: name.to_string(),
+            store,
+            index,
+            open_count: 0,
+            async_default: new.async_default,
+            plugin_chain: new.plugins.join(","),
+            persisted,
+        };
         self.by_handle.insert(handle, pool);
         self.by_name.insert(name.to_string(), handle);
         Ok(handle)
@@ -195,7 +207,7 @@ impl Pools {
         &mut self,
         id: u64,
         name: &str,
-        new: NewPool,
+        new: &NewPool,
         log: SharedLog,
     ) -> Result<(Box<dyn Store>, Persisted), CreateRefused> {
         let region_bytes = HStore::<LoggedMemory>::region_bytes_for(new.spec)
@@ -213,6 +225,7 @@ impl Pools {
             region_bytes,
             indexed: new.indexed,
             async_default: new.async_default,
+            plugins: new.plugins.clone(),
         };
         let pages = PageTracker::try_new(region_bytes)
             .map_err(|error| CreateRefused::Memory(std::io::Error::other(error.to_string())))?;
@@ -227,7 +240,7 @@ impl Pools {
     /// Creates a pool on the `pmem` backing: its files, formatted and flushed, first; then its
     /// catalog entry. A crash in between leaves files no catalog names, which the next start
     /// removes; a crash never leaves a catalog entry whose files are not a formatted pool.
-    fn create_pmem(&mut self, id: u64, name: &str, new: NewPool) -> Result<Box<dyn Store>, CreateRefused> {
+    fn create_pmem(&mut self, id: u64, name: &str, new: &NewPool) -> Result<Box<dyn Store>, CreateRefused> {
         let pmem = self.pmem.as_mut().expect("called on the pmem backing");
         let region_bytes = HStore::<PmemMemory>::region_bytes_for(new.spec)
             .map_err(|error| CreateRefused::Engine(error.into()))?
@@ -252,6 +265,7 @@ impl Pools {
             region_bytes,
             indexed: new.indexed,
             async_default: new.async_default,
+            plugins: new.plugins.clone(),
         };
         let mut catalog = pmem.catalog.clone();
         catalog.seq += 1;
@@ -289,6 +303,7 @@ impl Pools {
             index,
             open_count: 0,
             async_default: descriptor.async_default,
+            plugin_chain: descriptor.plugins.join(","),
             persisted,
         };
         self.by_name.insert(pool.name.clone(), handle);
@@ -362,6 +377,7 @@ impl Pools {
                 used_bytes: pool.store.used_bytes(),
                 open_count: pool.open_count,
                 memory: pool.memory(),
+                plugins: &pool.plugin_chain,
             })
             .collect();
         infos.sort_unstable_by(|a, b| a.name.cmp(b.name));

@@ -16,6 +16,7 @@ use crate::data_dir::{DataDir, DataDirError};
 use crate::durability::ShardDurability;
 use crate::handler::ShardState;
 use crate::low_load_poll::LowLoadPoll;
+use crate::plugins::PluginRegistry;
 use crate::pools::{PmemPools, Pools};
 use crate::resp;
 use crate::shard;
@@ -129,6 +130,7 @@ impl BoundServer {
         let (stop_tx, stop_rx) = watch::channel(false);
         let (exit_tx, mut exit_rx) = mpsc::unbounded_channel();
         let shard_addresses: Arc<[String]> = self.addresses.iter().map(SocketAddr::to_string).collect();
+        let plugins = Arc::new(PluginRegistry::new(PluginRegistry::shipped_dir().as_deref(), &self.config.plugins));
         let limits = self.config.limits;
         let mut threads = Vec::with_capacity(self.listeners.len());
         let mut resp_listeners = self.resp_listeners.into_iter().zip(self.resp_addresses);
@@ -147,6 +149,7 @@ impl BoundServer {
                 halted: None,
                 low_load_poll: LowLoadPoll::new(Duration::from_micros(shard_config.poll_us)),
                 find_cursor: [0; 8],
+                plugins: Arc::clone(&plugins),
             };
             let resp = resp_listeners.next().map(|(listener, address)| resp::Listener {
                 listener,

@@ -275,6 +275,7 @@ fn the_largest_pool_count_lists_in_one_frame() {
                 size_bytes: 1024,
                 expected_objects: 1,
                 flags: ferrite_proto::CreatePoolFlags::NONE,
+                plugins: "",
             };
             wire::encode(10 + i as u64, &request)
         })

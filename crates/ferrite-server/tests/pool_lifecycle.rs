@@ -166,8 +166,13 @@ fn pool_names_sent_to_the_wrong_shard_are_refused() {
     assert_eq!(announced.shard_addresses.len(), 2);
     assert_eq!(announced.shard_addresses[1], server.addr(1).to_string());
 
-    let create =
-        Request::CreatePool { name: &name, size_bytes: 1 << 20, expected_objects: 1, flags: CreatePoolFlags::NONE };
+    let create = Request::CreatePool {
+        name: &name,
+        size_bytes: 1 << 20,
+        expected_objects: 1,
+        flags: CreatePoolFlags::NONE,
+        plugins: "",
+    };
     let message = wrong.call(2, &create).expect_error(2, ErrorCode::WrongShard);
     assert!(message.contains("shard 1"), "the message names the owner: {message}");
     wrong.call(3, &Request::OpenPool { name: &name }).expect_error(3, ErrorCode::WrongShard);

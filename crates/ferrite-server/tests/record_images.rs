@@ -59,6 +59,7 @@ fn forged_images(salts: &[u64], next_lsn: u64) -> Vec<u8> {
         region_bytes: 1 << 22,
         indexed: false,
         async_default: false,
+        plugins: Vec::new(),
     };
     let memory = vec![0xa5u8; 1 << 13];
     let mut payloads = Vec::new();

@@ -200,7 +200,7 @@ impl Native {
             Native { sessions, pools: Vec::new(), names, created: Vec::new(), shards, shard_count, put_flags };
         let mut first = Vec::with_capacity(native.names.len());
         for name in &native.names {
-            match native.sessions[0].create_pool(name, pool_options).await {
+            match native.sessions[0].create_pool(name, pool_options.clone()).await {
                 Ok(pool) => {
                     if !pool.created() {
                         eprintln!(

@@ -432,7 +432,7 @@ mod tests {
         }
         assert_eq!(answers.len(), 3);
         assert_eq!(answers[0].0, 7);
-        assert!(answers[0].1.starts_with("Hello(HelloReply { version: 2, shard_index: 0"), "{answers:?}");
+        assert!(answers[0].1.starts_with("Hello(HelloReply { version: 3, shard_index: 0"), "{answers:?}");
         assert_eq!(answers[1], (8, "Stored".to_owned()));
         assert_eq!(answers[2], (9, "Value([118, 118])".to_owned()));
     }

@@ -11,6 +11,7 @@ use ferrite_store::persistence::wal::{Lsn, WalConfig};
 use super::ShardState;
 use crate::config::DurabilityConfig;
 use crate::durability::ShardDurability;
+use crate::plugins::PluginRegistry;
 use crate::pools::Pools;
 use crate::session::Session;
 use crate::stats::ShardStats;
@@ -38,6 +39,7 @@ fn durable_shard(tag: &str) -> (ShardState, std::path::PathBuf) {
         halted: None,
         low_load_poll: crate::low_load_poll::LowLoadPoll::new(std::time::Duration::ZERO),
         find_cursor: [0; 8],
+        plugins: Arc::new(PluginRegistry::default()),
     };
     (state, dir)
 }
@@ -69,8 +71,13 @@ fn open(state: &mut ShardState, session: &mut Session, name: &str) -> PoolHandle
 fn answers_that_reveal_state_wait_for_the_writes_before_them() {
     let (mut state, dir) = durable_shard("reveal");
     let mut writer = session(&mut state);
-    let create =
-        |name| Request::CreatePool { name, size_bytes: 1 << 20, expected_objects: 16, flags: CreatePoolFlags::NONE };
+    let create = |name| Request::CreatePool {
+        name,
+        size_bytes: 1 << 20,
+        expected_objects: 16,
+        flags: CreatePoolFlags::NONE,
+        plugins: "",
+    };
     let (created, _) = answer(&mut state, &mut writer, create("p"));
     assert!(created);
     let doomed = match state.execute(create("doomed"), &mut writer, 1) {
@@ -107,6 +114,7 @@ fn answers_that_reveal_state_wait_for_the_writes_before_them() {
                 size_bytes: 1 << 20,
                 expected_objects: 16,
                 flags: CreatePoolFlags::CREATE_ONLY,
+                plugins: "",
             },
             false,
         ),
@@ -140,8 +148,13 @@ fn answers_that_reveal_state_wait_for_the_writes_before_them() {
 fn a_halted_shard_answers_nothing() {
     let (mut state, dir) = durable_shard("halt");
     let mut session = session(&mut state);
-    let create =
-        Request::CreatePool { name: "p", size_bytes: 1 << 20, expected_objects: 16, flags: CreatePoolFlags::NONE };
+    let create = Request::CreatePool {
+        name: "p",
+        size_bytes: 1 << 20,
+        expected_objects: 16,
+        flags: CreatePoolFlags::NONE,
+        plugins: "",
+    };
     assert!(answer(&mut state, &mut session, create).0);
     let pool = open(&mut state, &mut session, "p");
     let stop = state.stop.subscribe();
@@ -172,8 +185,13 @@ fn a_halted_shard_answers_nothing() {
 fn async_writes_wait_once_the_log_has_too_much_waiting() {
     let (mut state, dir) = durable_shard("backpressure");
     let mut session = session(&mut state);
-    let create =
-        Request::CreatePool { name: "p", size_bytes: 64 << 20, expected_objects: 16, flags: CreatePoolFlags::NONE };
+    let create = Request::CreatePool {
+        name: "p",
+        size_bytes: 64 << 20,
+        expected_objects: 16,
+        flags: CreatePoolFlags::NONE,
+        plugins: "",
+    };
     assert!(answer(&mut state, &mut session, create).0);
     let pool = open(&mut state, &mut session, "p");
     let _ = std::mem::take(&mut session.wait_lsn);

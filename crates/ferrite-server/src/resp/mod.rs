@@ -71,6 +71,7 @@ fn open_pool(shard: &mut ShardState, settings: &Settings, session: &mut Session)
         size_bytes: settings.pool_size_bytes,
         expected_objects: POOL_EXPECTED_OBJECTS,
         flags: if settings.indexed { CreatePoolFlags::INDEXED } else { CreatePoolFlags::NONE },
+        plugins: "",
     };
     let index = shard.index;
     match shard.execute(request, session, 0) {

@@ -231,7 +231,8 @@ impl RawClient {
     /// Creates (or opens) `name` with `size_bytes` and returns the handle.
     #[track_caller]
     pub fn create_pool(&mut self, request_id: u64, name: &str, size_bytes: u64) -> PoolHandle {
-        let request = Request::CreatePool { name, size_bytes, expected_objects: 16, flags: CreatePoolFlags::NONE };
+        let request =
+            Request::CreatePool { name, size_bytes, expected_objects: 16, flags: CreatePoolFlags::NONE, plugins: "" };
         match self.call(request_id, &request).expect_ok(request_id) {
             Response::PoolCreated { pool, .. } => pool,
             other => panic!("expected pool_created, got {other:?}"),

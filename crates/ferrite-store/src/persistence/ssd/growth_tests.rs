@@ -68,6 +68,7 @@ impl LoggedPool {
             region_bytes,
             indexed: false,
             async_default: false,
+            plugins: Vec::new(),
         };
         let pages = Arc::new(Mutex::new(PageTracker::try_new(region_bytes).expect("small")));
         let region = SharedRegion::zeroed("growth", region_bytes).expect("memfd");

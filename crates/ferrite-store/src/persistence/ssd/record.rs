@@ -27,6 +27,20 @@ const FORM_BYTES: u8 = 0;
 const FORM_ZEROS: u8 = 1;
 const FLAG_INDEXED: u8 = 1;
 const FLAG_ASYNC: u8 = 2;
+/// The descriptor ends with the pool's plugin chain.
+const FLAG_PLUGINS: u8 = 4;
+
+/// Most plugins in a pool's chain.
+pub const PLUGINS_MAX: usize = 8;
+/// Longest plugin name, in bytes.
+pub const PLUGIN_NAME_BYTES_MAX: usize = 64;
+
+/// Whether `name` can name a plugin: 1 to 64 bytes of ASCII letters, digits, `-` and `_`, so a
+/// chain prints as a comma-separated list and a name is safe in a file name.
+pub fn is_plugin_name(name: &str) -> bool {
+    (1..=PLUGIN_NAME_BYTES_MAX).contains(&name.len())
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+}
 
 /// Zeros inside a logged range are found in aligned chunks of this many bytes (one table entry)...
 const ZERO_CHUNK_BYTES: u64 = 64;
@@ -39,7 +53,7 @@ pub const ZERO_RUN_BYTES_MIN: u64 = 256;
 const RANGE_HEADER_BYTES: u64 = 13;
 
 /// Bytes of a descriptor at most (names are at most 255 bytes).
-const DESCRIPTOR_BYTES_MAX: u64 = 4 * 8 + 1 + 2 + 255;
+const DESCRIPTOR_BYTES_MAX: u64 = 4 * 8 + 1 + 2 + 255 + 1 + PLUGINS_MAX as u64 * (1 + PLUGIN_NAME_BYTES_MAX as u64);
 
 /// The largest payload a transaction of `footprint` (see [`WriteFootprint`]) can be encoded as.
 pub fn transaction_payload_max(footprint: WriteFootprint) -> u64 {
@@ -81,6 +95,9 @@ pub struct PoolDescriptor {
     pub indexed: bool,
     /// Writes that do not choose a durability get `async`.
     pub async_default: bool,
+    /// The pool's chain of Active Data Object plugins, by name, in the order they run; each
+    /// name [`is_plugin_name`], at most [`PLUGINS_MAX`].
+    pub plugins: Vec<String>,
 }
 
 /// Ranges of new bytes of a pool's memory: offset, length, and the bytes (`None`: zeros).
@@ -116,13 +133,23 @@ pub fn encode_descriptor(descriptor: &PoolDescriptor, out: &mut Vec<u8>) {
     out.extend_from_slice(&descriptor.spec.size_bytes.to_le_bytes());
     out.extend_from_slice(&descriptor.spec.expected_objects.to_le_bytes());
     out.extend_from_slice(&descriptor.region_bytes.to_le_bytes());
-    let flags =
-        if descriptor.indexed { FLAG_INDEXED } else { 0 } | if descriptor.async_default { FLAG_ASYNC } else { 0 };
+    let flags = if descriptor.indexed { FLAG_INDEXED } else { 0 }
+        | if descriptor.async_default { FLAG_ASYNC } else { 0 }
+        | if descriptor.plugins.is_empty() { 0 } else { FLAG_PLUGINS };
     out.push(flags);
     let name = descriptor.name.as_bytes();
     let len = u16::try_from(name.len()).expect("pool names are at most 255 bytes");
     out.extend_from_slice(&len.to_le_bytes());
     out.extend_from_slice(name);
+    if !descriptor.plugins.is_empty() {
+        assert!(descriptor.plugins.len() <= PLUGINS_MAX, "a chain has at most {PLUGINS_MAX} plugins");
+        out.push(descriptor.plugins.len() as u8);
+        for plugin in &descriptor.plugins {
+            assert!(is_plugin_name(plugin), "plugin names are checked before a pool is created");
+            out.push(plugin.len() as u8);
+            out.extend_from_slice(plugin.as_bytes());
+        }
+    }
 }
 
 /// Encodes a pool's creation together with its formatting: `ranges` (offset, length) of
@@ -288,13 +315,27 @@ fn read_descriptor(reader: &mut Reader<'_>) -> Result<PoolDescriptor, RecordErro
     let spec = PoolSpec { size_bytes: reader.u64()?, expected_objects: reader.u64()? };
     let region_bytes = reader.u64()?;
     let flags = reader.u8()?;
-    if flags & !(FLAG_INDEXED | FLAG_ASYNC) != 0 {
+    if flags & !(FLAG_INDEXED | FLAG_ASYNC | FLAG_PLUGINS) != 0 {
         return reader.fail("unknown pool flags");
     }
     let len = usize::from(reader.u16()?);
     let Ok(name) = std::str::from_utf8(reader.take(len)?) else {
         return reader.fail("pool name is not UTF-8");
     };
+    let mut plugins = Vec::new();
+    if flags & FLAG_PLUGINS != 0 {
+        let count = usize::from(reader.u8()?);
+        if count == 0 || count > PLUGINS_MAX {
+            return reader.fail("plugin count out of range");
+        }
+        for _ in 0..count {
+            let len = usize::from(reader.u8()?);
+            match std::str::from_utf8(reader.take(len)?) {
+                Ok(plugin) if is_plugin_name(plugin) => plugins.push(plugin.to_string()),
+                _ => return reader.fail("invalid plugin name"),
+            }
+        }
+    }
     Ok(PoolDescriptor {
         id,
         name: name.to_string(),
@@ -302,6 +343,7 @@ fn read_descriptor(reader: &mut Reader<'_>) -> Result<PoolDescriptor, RecordErro
         region_bytes,
         indexed: flags & FLAG_INDEXED != 0,
         async_default: flags & FLAG_ASYNC != 0,
+        plugins,
     })
 }
 
@@ -362,7 +404,35 @@ mod tests {
             region_bytes: 4 << 20,
             indexed: true,
             async_default: false,
+            plugins: Vec::new(),
         }
+    }
+
+    /// A pool's plugin chain is part of its descriptor, in order; a descriptor without one
+    /// encodes exactly as before chains existed, and a damaged chain is refused, not guessed at.
+    #[test]
+    fn plugin_chains_round_trip_and_bad_ones_are_refused() {
+        let plain = descriptor();
+        let mut plain_bytes = Vec::new();
+        encode_descriptor(&plain, &mut plain_bytes);
+        assert_eq!(plain_bytes.len(), 4 * 8 + 1 + 2 + plain.name.len(), "no chain costs no bytes");
+        let chained = PoolDescriptor { plugins: vec!["counter".into(), "versioning".into()], ..descriptor() };
+        let mut bytes = Vec::new();
+        encode_descriptor(&chained, &mut bytes);
+        assert_eq!(decode_descriptor(&bytes), Ok((chained.clone(), bytes.len())));
+        let name_end = plain_bytes.len();
+        assert_eq!(&bytes[name_end..name_end + 2], &[2, 7], "two plugins, the first 7 bytes long");
+        let mut empty_count = bytes.clone();
+        empty_count[name_end] = 0;
+        assert!(decode_descriptor(&empty_count).is_err());
+        let mut bad_name = bytes.clone();
+        bad_name[name_end + 2] = b',';
+        assert!(decode_descriptor(&bad_name).is_err());
+        assert!(decode_descriptor(&bytes[..bytes.len() - 1]).is_err(), "a cut chain is refused");
+        assert!(is_plugin_name("tabulator_2-x"));
+        assert!(!is_plugin_name(""));
+        assert!(!is_plugin_name("a/b"));
+        assert!(!is_plugin_name(&"x".repeat(PLUGIN_NAME_BYTES_MAX + 1)));
     }
 
     #[test]

@@ -50,9 +50,8 @@ impl Shard {
     fn create_pool(&mut self, name: &str, spec: PoolSpec) -> u64 {
         let id = self.next_pool_id;
         self.next_pool_id += 1;
-        let region_bytes = HStore::<LoggedMemory>::region_bytes_for(spec).expect("size").next_multiple_of(4096);
-        let descriptor =
-            PoolDescriptor { id, name: name.into(), spec, region_bytes, indexed: false, async_default: false };
+        let descriptor = descriptor_of(id, name, spec);
+        let region_bytes = descriptor.region_bytes;
         let region = SharedRegion::zeroed(name, region_bytes).expect("memfd");
         let pages = std::sync::Arc::new(std::sync::Mutex::new(PageTracker::try_new(region_bytes).expect("small")));
         let memory = LoggedMemory::for_new_pool(descriptor.clone(), region, self.log.clone(), pages.clone());
@@ -387,7 +386,15 @@ fn sim_log(segment_bytes: u64) -> (SimStorage, SharedLog<SimStorage>) {
 /// The descriptor of pool `id`, named `name`, of shape `spec`.
 fn descriptor_of(id: u64, name: &str, spec: PoolSpec) -> PoolDescriptor {
     let region_bytes = HStore::<SharedRegion>::region_bytes_for(spec).expect("size").next_multiple_of(4096);
-    PoolDescriptor { id, name: name.into(), spec, region_bytes, indexed: false, async_default: false }
+    PoolDescriptor {
+        id,
+        name: name.into(),
+        spec,
+        region_bytes,
+        indexed: false,
+        async_default: false,
+        plugins: Vec::new(),
+    }
 }
 
 /// A pool's creation is atomic: a power cut during the commit that creates it, keeping any one
@@ -399,8 +406,15 @@ fn a_power_cut_during_pool_creation_leaves_no_pool_or_a_whole_one() {
     use crate::persistence::wal::sim::Cut;
     let spec = PoolSpec { size_bytes: 1 << 20, expected_objects: 64 };
     let region_bytes = HStore::<SharedRegion>::region_bytes_for(spec).expect("size").next_multiple_of(4096);
-    let descriptor =
-        PoolDescriptor { id: 2, name: "new".into(), spec, region_bytes, indexed: false, async_default: false };
+    let descriptor = PoolDescriptor {
+        id: 2,
+        name: "new".into(),
+        spec,
+        region_bytes,
+        indexed: false,
+        async_default: false,
+        plugins: Vec::new(),
+    };
     let other = PoolDescriptor { id: 1, name: "other".into(), ..descriptor.clone() };
     let checkpoint = temp_dir("create-cut");
     for filler in (0..512).step_by(8) {
