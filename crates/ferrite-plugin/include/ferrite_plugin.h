@@ -115,9 +115,10 @@ typedef struct ferrite_callbacks {
     uint32_t struct_size; /* sizeof(ferrite_callbacks) of the host's ABI version */
     uint32_t reserved;
 
-    /* Declares that `len` bytes at `addr` (inside the target value, or memory this call
-     * allocated) are about to change; the host keeps their old bytes. FERRITE_ERR_INVALID for a
-     * range outside them, FERRITE_ERR_INVALID too for a read-only call. */
+    /* Declares that `len` bytes at `addr` (inside the target value, the value of a key this call
+     * created or opened for writing, or memory this call allocated) are about to change; the
+     * host keeps their old bytes. FERRITE_ERR_INVALID for a range outside them,
+     * FERRITE_ERR_INVALID too for a read-only call. */
     int (*declare_write)(ferrite_host *host, const void *addr, size_t len);
     /* Appends one buffer to the call's response (copied; tagged with the plugin's layer). */
     int (*respond)(ferrite_host *host, const uint8_t *data, size_t len);

@@ -101,6 +101,8 @@ pub type PairFn = unsafe extern "C" fn(context: *mut c_void, pair: *const Pair) 
 pub struct Callbacks {
     pub struct_size: u32,
     pub reserved: u32,
+    /// Ranges inside the target value, the value of a key this call created or opened for
+    /// writing, or memory this call allocated.
     pub declare_write: unsafe extern "C" fn(host: *mut Host, addr: *const c_void, len: usize) -> c_int,
     pub respond: unsafe extern "C" fn(host: *mut Host, data: *const u8, len: usize) -> c_int,
     pub create_key: unsafe extern "C" fn(

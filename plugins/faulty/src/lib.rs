@@ -1,0 +1,125 @@
+//! `faulty`: a Ferrite test plugin that misbehaves as asked, so containment is tested the same
+//! way in CI and on a user's deployment. Payloads (ASCII):
+//!
+//! - `ok`: answers `ok`; proves the host is back after a crash.
+//! - `panic`: panics. The SDK stops the panic at the C boundary: the call fails with
+//!   `FERRITE_ERR_FAILED` and the panic message is logged; the host keeps running.
+//! - `abort`: calls `std::process::abort`, killing the host process.
+//! - `segv`: writes through a null pointer, killing the host process with SIGSEGV.
+//! - `loop`: spins forever, until the call's deadline.
+//! - `oom`: allocates and touches heap memory without bound, until the memory limit.
+//! - `write-then-fail`: declares and overwrites the value with `0xEE` bytes, then fails; the
+//!   value must come back unchanged.
+//! - `undeclared`: overwrites the value with `0x55` bytes without declaring it, then succeeds;
+//!   the host's checking mode must report the write.
+//!
+//! Any other payload is `FERRITE_ERR_INVALID` with a message listing these.
+
+mod misbehave;
+
+use ferrite_plugin::{Call, Context, Plugin, PluginError};
+
+pub use misbehave::{UNDECLARED_BYTE, WRITE_THEN_FAIL_BYTE};
+
+/// The plugin: no state.
+#[derive(Debug)]
+pub struct Faulty;
+
+impl Plugin for Faulty {
+    fn launch(_context: &Context<'_>, _config: &[u8]) -> Result<Faulty, PluginError> {
+        Ok(Faulty)
+    }
+
+    fn do_work(&mut self, call: &mut Call<'_>) -> Result<(), PluginError> {
+        match call.payload() {
+            b"ok" => call.respond(b"ok"),
+            b"panic" => misbehave::panic(),
+            b"abort" => misbehave::abort(),
+            b"segv" => {
+                misbehave::segv();
+                Err(PluginError::failed("faulty: the null write did not crash"))
+            }
+            b"loop" => misbehave::endless_loop(),
+            b"oom" => misbehave::unbounded_memory(),
+            b"write-then-fail" => misbehave::write_then_fail(call),
+            b"undeclared" => misbehave::undeclared(call),
+            other => {
+                let message = format!(
+                    "faulty: unknown payload `{}`; expected ok, panic, abort, segv, loop, oom, write-then-fail or undeclared",
+                    String::from_utf8_lossy(other)
+                );
+                call.respond(message.as_bytes())?;
+                Err(PluginError::invalid(message))
+            }
+        }
+    }
+}
+
+ferrite_plugin::export_plugin!(Faulty, "faulty");
+
+/// Only the payloads that leave the test process alive are driven here; the others are for the
+/// server's containment tests, where they kill a `ferrite-ado` host, not the test.
+#[cfg(test)]
+mod tests {
+    use ferrite_plugin::testing::{InvokeOptions, TestHost};
+    use ferrite_plugin::{ErrorCode, LogLevel};
+
+    use super::*;
+
+    fn host_with_value(value: &[u8]) -> TestHost {
+        let mut host = TestHost::new(plugin_table(), b"").expect("faulty launches");
+        host.put(b"k", value);
+        host
+    }
+
+    #[test]
+    fn ok_answers_ok() {
+        let mut host = host_with_value(b"v");
+        let responses = host.invoke(b"k", b"ok", InvokeOptions::default()).expect("ok succeeds");
+        assert_eq!(responses[0].data, b"ok");
+    }
+
+    /// A panic fails the call with FERRITE_ERR_FAILED and its message logged, and the plugin
+    /// keeps serving.
+    #[test]
+    fn panic_is_caught_at_the_boundary() {
+        let mut host = host_with_value(b"v");
+        let error = host.invoke(b"k", b"panic", InvokeOptions::default()).expect_err("panic fails");
+        assert_eq!(error.code(), Some(ErrorCode::Failed));
+        assert!(
+            host.log().iter().any(|line| line.level == LogLevel::Error && line.message.contains("panicking as asked")),
+            "{:?}",
+            host.log()
+        );
+        assert!(host.invoke(b"k", b"ok", InvokeOptions::default()).is_ok());
+    }
+
+    /// The declared overwrite is undone when the call fails; nothing was written undeclared.
+    #[test]
+    fn write_then_fail_changes_nothing() {
+        let mut host = host_with_value(b"original");
+        let error = host.invoke(b"k", b"write-then-fail", InvokeOptions::default()).expect_err("fails");
+        assert_eq!(error.code(), Some(ErrorCode::Failed));
+        assert_eq!(host.get(b"k").as_deref(), Some(&b"original"[..]));
+        assert!(host.undeclared_writes().is_empty());
+    }
+
+    /// The checking mode reports exactly the value's bytes, which stay overwritten: the host
+    /// cannot undo what it was not told about.
+    #[test]
+    fn undeclared_write_is_reported() {
+        let mut host = host_with_value(b"original");
+        host.invoke(b"k", b"undeclared", InvokeOptions::default()).expect("the buggy call itself succeeds");
+        let offset = host.value_offset(b"k").expect("the key exists");
+        assert_eq!(host.undeclared_writes(), std::slice::from_ref(&(offset..offset + 8)));
+        assert_eq!(host.get(b"k"), Some(vec![UNDECLARED_BYTE; 8]));
+    }
+
+    #[test]
+    fn unknown_payload_is_invalid() {
+        let mut host = host_with_value(b"v");
+        let error = host.invoke(b"k", b"explode", InvokeOptions::default()).expect_err("unknown");
+        assert_eq!(error.code(), Some(ErrorCode::Invalid));
+        assert!(String::from_utf8_lossy(&error.responses[0].data).contains("write-then-fail"));
+    }
+}
