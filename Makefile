@@ -12,9 +12,11 @@ ARGS ?=
 run: build
 	./target/release/ferrite-server $(ARGS)
 
-## build: build the release binaries (ferrite-server, ferrite, ferrite-echo)
+## build: build the release binaries (ferrite-server, ferrite, ferrite-echo) and the shipped
+## plugins, which the server finds beside itself (libferrite_plugin_NAME.so)
 build:
-	$(CARGO) build --release -p ferrite-server -p ferrite-cli
+	$(CARGO) build --release -p ferrite-server -p ferrite-cli \
+		-p ferrite-plugin-passthru -p ferrite-plugin-counter -p ferrite-plugin-faulty
 
 ## test: install what the tests need, check formatting and lints, run every test suite
 test: deps lint test-rust test-python test-bench test-fuzz
