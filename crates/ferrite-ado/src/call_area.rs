@@ -99,6 +99,11 @@ impl CallAreaWriter {
         Ok(CallAreaWriter { area, cursor: CALL_AREA_HEADER_BYTES, committed: 0 })
     }
 
+    /// The area's mapping, for reading back what this writer recorded.
+    pub fn mapping(&self) -> &Mapping {
+        &self.area
+    }
+
     /// Starts recording for `call`, forgetting the previous call's entries.
     pub fn begin(&mut self, call: CallId) -> Result<(), CallAreaError> {
         field(&self.area, COMMITTED_OFFSET)?.store(0, Ordering::Release);

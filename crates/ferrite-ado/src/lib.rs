@@ -7,8 +7,10 @@
 //! keeps the before-image of every range the call in progress declared, so that a crashed,
 //! killed or failed call leaves the pool as it was.
 
+pub mod args;
 pub mod call_area;
 pub mod codec;
+pub mod host;
 pub mod message;
 pub mod ring;
 pub mod shm;

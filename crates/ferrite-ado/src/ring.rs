@@ -53,7 +53,7 @@ const HEAD_OFFSET: usize = 128;
 const SLEEPING_OFFSET: usize = 136;
 
 const _: () = assert!(SLEEPING_OFFSET + 4 <= RING_HEADER_BYTES);
-const _: () = assert!(RING_HEADER_BYTES % 64 == 0);
+const _: () = assert!(RING_HEADER_BYTES.is_multiple_of(64));
 
 /// Why a ring operation failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -84,7 +84,9 @@ impl RingMemory {
         if !capacity.is_power_of_two() || capacity < RING_CAPACITY_MIN_BYTES {
             return Err(RingError::Corrupt("capacity is not a power of two of at least 4 KiB"));
         }
-        if offset % 64 != 0 || offset.checked_add(RING_HEADER_BYTES + capacity).is_none_or(|end| end > mapping.len()) {
+        if !offset.is_multiple_of(64)
+            || offset.checked_add(RING_HEADER_BYTES + capacity).is_none_or(|end| end > mapping.len())
+        {
             return Err(RingError::Corrupt("ring does not fit in its mapping"));
         }
         Ok(RingMemory { mapping, offset, capacity })
@@ -181,7 +183,7 @@ impl Producer {
     fn used(&self) -> Result<u64, RingError> {
         let head = self.memory.atomic_u64(HEAD_OFFSET).load(Ordering::Acquire);
         let used = self.tail.wrapping_sub(head);
-        if used > self.memory.capacity as u64 || used % 8 != 0 {
+        if used > self.memory.capacity as u64 || !used.is_multiple_of(8) {
             return Err(RingError::Corrupt("head is not behind tail"));
         }
         Ok(used)
@@ -234,7 +236,7 @@ impl Consumer {
     fn available(&self) -> Result<u64, RingError> {
         let tail = self.memory.atomic_u64(TAIL_OFFSET).load(Ordering::Acquire);
         let available = tail.wrapping_sub(self.head);
-        if available > self.memory.capacity as u64 || available % 8 != 0 {
+        if available > self.memory.capacity as u64 || !available.is_multiple_of(8) {
             return Err(RingError::Corrupt("tail is not ahead of head"));
         }
         Ok(available)

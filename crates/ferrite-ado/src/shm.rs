@@ -79,7 +79,7 @@ impl Mapping {
     /// fields that both processes update are only ever touched through atomics.
     #[allow(unsafe_code)]
     pub fn atomic_u64(&self, offset: usize) -> Option<&AtomicU64> {
-        if offset % 8 != 0 || !self.contains(offset as u64, 8) {
+        if !offset.is_multiple_of(8) || !self.contains(offset as u64, 8) {
             return None;
         }
         // SAFETY: in bounds and aligned (the mapping is page-aligned), and the mapping outlives
@@ -90,7 +90,7 @@ impl Mapping {
     /// The 4-byte atomic at `offset`, if it lies inside the mapping and is aligned.
     #[allow(unsafe_code)]
     pub fn atomic_u32(&self, offset: usize) -> Option<&AtomicU32> {
-        if offset % 4 != 0 || !self.contains(offset as u64, 4) {
+        if !offset.is_multiple_of(4) || !self.contains(offset as u64, 4) {
             return None;
         }
         // SAFETY: as in `atomic_u64`.
