@@ -11,7 +11,10 @@ pub mod args;
 pub mod call_area;
 pub mod codec;
 pub mod host;
+pub mod link;
 pub mod message;
 pub mod ring;
 pub mod shm;
 pub mod wake;
+
+pub use link::{AdoConfig, AdoLink, FailReason, LinkCounters, LinkError, LinkEvent, SubmitError};
