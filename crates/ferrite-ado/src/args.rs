@@ -157,14 +157,15 @@ impl HostArgs {
             let value = numbers[index].ok_or(ArgsError::Missing(NUMBER_FLAGS[index]))?;
             RawFd::try_from(value).map_err(|_| ArgsError::Missing(NUMBER_FLAGS[index]))
         };
-        let ring_capacity = numbers[5].ok_or(ArgsError::Missing("--ring-capacity"))?;
         Ok(HostArgs {
             pool_fd: fd(0)?,
             ring_fd: fd(1)?,
             to_host_fd: fd(2)?,
             to_shard_fd: fd(3)?,
             call_area_fd: fd(4)?,
-            ring_capacity: usize::try_from(ring_capacity).map_err(|_| ArgsError::Missing("--ring-capacity"))?,
+            ring_capacity: numbers[5]
+                .and_then(|capacity| usize::try_from(capacity).ok())
+                .ok_or(ArgsError::Missing("--ring-capacity"))?,
             memory_limit_bytes: numbers[6].ok_or(ArgsError::Missing("--memory-limit"))?,
             spin_us: u32::try_from(numbers[7].unwrap_or(0)).map_err(|_| ArgsError::Missing("--spin-us"))?,
             checking,

@@ -334,6 +334,14 @@ impl AdoLink {
         }
     }
 
+    /// The host's process id, while one runs or awaits reaping.
+    pub fn host_pid(&self) -> Option<u32> {
+        match &self.state {
+            HostState::Running { child, .. } | HostState::Killed { child, .. } => Some(child.id()),
+            HostState::Exited => None,
+        }
+    }
+
     pub fn counters(&self) -> LinkCounters {
         self.counters
     }
