@@ -209,3 +209,17 @@ fn shutdown_and_drop_leave_no_process() {
     drop(shard);
     assert!(!process_exists(pid));
 }
+
+/// With the opt-in spin the host still serves calls and pool events, and sleeps between them.
+#[test]
+fn spinning_host_serves_calls() {
+    let mut cfg = config(&["spinner"]);
+    cfg.spin_us = 200;
+    let mut shard = Shard::start(cfg);
+    shard.link.pool_event(abi::EVENT_ERASE, b"gone".to_vec()).expect("event");
+    for expected in 1..=3 {
+        assert_eq!(done(&shard.call(invoke("inc"))).status, abi::OK);
+        assert_eq!(shard.value(), expected);
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
