@@ -1,0 +1,84 @@
+//! The state of the call in progress: what it may write, what it declared, what it answered,
+//! and the bytes the host lent the plugin until `do_work` returns.
+
+use ferrite_plugin::abi::{Pair, WORK_READ_ONLY};
+
+use crate::message::{CallId, Invocation, Location, Response};
+
+/// One call's bookkeeping, dropped when the call ends.
+#[derive(Debug)]
+pub struct CallState {
+    pub id: CallId,
+    pub read_only: bool,
+    /// The layer whose `do_work` runs now (tags its responses).
+    pub layer: u32,
+    /// Memory the call may declare writes in: the target value unless read-only, the
+    /// detached value, memory it allocated, values of keys it created or opened for write.
+    writable: Vec<Location>,
+    /// Every range declared so far, in order.
+    pub declared: Vec<Location>,
+    pub responses: Vec<Response>,
+    /// Bytes of every response so far, to keep Done within one ring message.
+    pub response_bytes: usize,
+    /// Keys handed to the plugin (`ferrite_pair.key`, find_key's key): each inner vector's heap
+    /// buffer stays put when the outer one grows, so pointers into it live until the call ends.
+    lent_bytes: Vec<Vec<u8>>,
+    /// Arrays handed out by get_reference_vector, same rule.
+    lent_pairs: Vec<Vec<Pair>>,
+}
+
+impl CallState {
+    pub fn new(id: CallId, invocation: &Invocation) -> CallState {
+        let read_only = invocation.flags & WORK_READ_ONLY != 0;
+        let mut writable = Vec::new();
+        if !read_only && invocation.value.len > 0 {
+            writable.push(invocation.value);
+        }
+        if invocation.detached.len > 0 {
+            writable.push(invocation.detached);
+        }
+        CallState {
+            id,
+            read_only,
+            layer: 0,
+            writable,
+            declared: Vec::new(),
+            responses: Vec::new(),
+            response_bytes: 0,
+            lent_bytes: Vec::new(),
+            lent_pairs: Vec::new(),
+        }
+    }
+
+    /// Lets the call write `range` from now on.
+    pub fn allow(&mut self, range: Location) {
+        if range.len > 0 {
+            self.writable.push(range);
+        }
+    }
+
+    /// Withdraws a range (memory the call freed).
+    pub fn forbid(&mut self, range: Location) {
+        self.writable.retain(|allowed| *allowed != range);
+    }
+
+    pub fn may_write(&self, range: &Location) -> bool {
+        !self.read_only && self.writable.iter().any(|allowed| allowed.covers(range))
+    }
+
+    /// Keeps `bytes` alive until the call ends and returns where they are.
+    pub fn lend_bytes(&mut self, bytes: Vec<u8>) -> (*const u8, usize) {
+        let len = bytes.len();
+        self.lent_bytes.push(bytes);
+        let ptr = self.lent_bytes.last().map_or(std::ptr::null(), |kept| kept.as_ptr());
+        (ptr, len)
+    }
+
+    /// Keeps `pairs` alive until the call ends and returns where they are.
+    pub fn lend_pairs(&mut self, pairs: Vec<Pair>) -> (*const Pair, usize) {
+        let len = pairs.len();
+        self.lent_pairs.push(pairs);
+        let ptr = self.lent_pairs.last().map_or(std::ptr::null(), |kept| kept.as_ptr());
+        (ptr, len)
+    }
+}

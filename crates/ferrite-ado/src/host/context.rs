@@ -1,0 +1,177 @@
+//! What the callbacks act on: the pool mapping, the channel to the shard, the call area and
+//! the call in progress. Each method here is one callback of the table, in safe Rust over
+//! checked values; [`super::callbacks`] turns the C arguments into them.
+
+use std::ffi::c_int;
+use std::sync::Arc;
+
+use ferrite_plugin::abi::{self, Bytes, Pair, PoolInfo};
+
+use crate::call_area::{CallAreaError, CallAreaWriter};
+use crate::message::{CallbackReply, CallbackRequest, CallbackResult, Location, PairRecord, ToShard};
+use crate::shm::Mapping;
+
+use super::call::CallState;
+use super::channel::Channel;
+use super::HostError;
+
+/// The host's state that callbacks reach through the opaque `ferrite_host` pointer.
+#[derive(Debug)]
+pub struct HostContext {
+    pub pool: Arc<Mapping>,
+    pub channel: Channel,
+    pub call_area: CallAreaWriter,
+    pub call: Option<CallState>,
+    /// Set when a callback could not reach the shard: the host stops after the call.
+    pub fatal: Option<HostError>,
+}
+
+/// A callback's outcome: a status for the plugin.
+pub type Status = Result<(), c_int>;
+
+impl HostContext {
+    /// The pool range `addr..addr + len` names, if it lies inside pool memory.
+    pub fn range_of(&self, addr: *const u8, len: usize) -> Option<Location> {
+        let offset = (addr as usize).checked_sub(self.pool.as_ptr() as usize)? as u64;
+        let range = Location { offset, len: len as u64 };
+        self.pool.contains(range.offset, range.len).then_some(range)
+    }
+
+    /// Where `range` is in this process, if it lies inside pool memory.
+    pub fn address_of(&self, range: Location) -> Option<*mut u8> {
+        if !self.pool.contains(range.offset, range.len) {
+            return None;
+        }
+        Some(self.pool.as_ptr().wrapping_add(range.offset as usize))
+    }
+
+    fn call(&mut self) -> Result<&mut CallState, c_int> {
+        self.call.as_mut().ok_or(abi::ERR_UNSUPPORTED)
+    }
+
+    pub fn declare_write(&mut self, range: Location) -> Status {
+        let call = self.call.as_mut().ok_or(abi::ERR_INVALID)?;
+        if !call.may_write(&range) {
+            return Err(abi::ERR_INVALID);
+        }
+        if range.len == 0 {
+            return Ok(());
+        }
+        match self.call_area.record(&self.pool, range) {
+            Ok(()) => {
+                call.declared.push(range);
+                Ok(())
+            }
+            Err(CallAreaError::NoSpace { .. }) => Err(abi::ERR_NO_SPACE),
+            Err(_) => Err(abi::ERR_INVALID),
+        }
+    }
+
+    pub fn respond(&mut self, data: Vec<u8>) -> Status {
+        let limit = self.channel.max_message_bytes();
+        let call = self.call()?;
+        // Room for the Done header, each response's own header and the write list.
+        let needed = call.response_bytes + data.len() + 8 + 64 + 16 * call.declared.len();
+        if needed > limit / 2 {
+            return Err(abi::ERR_NO_SPACE);
+        }
+        call.response_bytes += data.len() + 8;
+        let layer = call.layer;
+        call.responses.push(crate::message::Response { layer, data });
+        Ok(())
+    }
+
+    /// Sends a callback to the shard and waits for its reply. A channel failure ends the host
+    /// once the call returns; the plugin sees FERRITE_ERR_FAILED.
+    pub fn round_trip(&mut self, request: CallbackRequest) -> Result<CallbackReply, c_int> {
+        let id = self.call()?.id;
+        let exchanged =
+            self.channel.send(&ToShard::Callback { call: id, request }).and_then(|()| self.channel.wait_reply(id));
+        match exchanged {
+            Ok(reply) if reply.status < 0 => Err(reply.status),
+            Ok(reply) => Ok(reply),
+            Err(e) => {
+                self.fatal.get_or_insert(e);
+                Err(abi::ERR_FAILED)
+            }
+        }
+    }
+
+    /// Turns a pair from the shard into the plugin's view, lending its key for the call.
+    /// `writable` lets the call write the value.
+    pub fn lend_pair(&mut self, record: PairRecord, writable: bool) -> Result<Pair, c_int> {
+        let value = self.address_of(record.value).ok_or(abi::ERR_INVALID)?;
+        let call = self.call()?;
+        if writable {
+            call.allow(record.value);
+        }
+        let (data, len) = call.lend_bytes(record.key);
+        Ok(Pair {
+            key: Bytes { data, len },
+            value,
+            value_len: record.value.len as usize,
+            value_offset: record.value.offset,
+            write_time_ns: record.write_time_ns,
+        })
+    }
+
+    /// A round trip whose answer is one pair (create, open, resize).
+    pub fn pair_call(&mut self, request: CallbackRequest, writable: bool) -> Result<Pair, c_int> {
+        match self.round_trip(request)?.result {
+            CallbackResult::Pair(record) => self.lend_pair(record, writable),
+            _ => Err(abi::ERR_INVALID),
+        }
+    }
+
+    /// A round trip whose answer is a list of pairs (iterate, reference vector).
+    pub fn pairs_call(&mut self, request: CallbackRequest) -> Result<Vec<Pair>, c_int> {
+        match self.round_trip(request)?.result {
+            CallbackResult::Pairs(records) => records.into_iter().map(|record| self.lend_pair(record, false)).collect(),
+            _ => Err(abi::ERR_INVALID),
+        }
+    }
+
+    pub fn allocate(&mut self, len: u64, align: u64) -> Result<(*mut u8, Location), c_int> {
+        if !align.is_power_of_two() || align > 4096 {
+            return Err(abi::ERR_INVALID);
+        }
+        match self.round_trip(CallbackRequest::AllocateMemory { len, align })?.result {
+            CallbackResult::Memory(memory) if memory.len >= len && memory.offset.is_multiple_of(align) => {
+                let address = self.address_of(memory).ok_or(abi::ERR_INVALID)?;
+                self.call()?.allow(memory);
+                Ok((address, memory))
+            }
+            _ => Err(abi::ERR_INVALID),
+        }
+    }
+
+    pub fn free(&mut self, memory: Location) -> Status {
+        self.round_trip(CallbackRequest::FreeMemory { memory })?;
+        self.call()?.forbid(memory);
+        Ok(())
+    }
+
+    pub fn find_key(&mut self, expression: Vec<u8>, position: u64) -> Result<(Bytes, u64), c_int> {
+        match self.round_trip(CallbackRequest::FindKey { expression, position })?.result {
+            CallbackResult::Found { key, position } => {
+                let (data, len) = self.call()?.lend_bytes(key);
+                Ok((Bytes { data, len }, position))
+            }
+            _ => Err(abi::ERR_INVALID),
+        }
+    }
+
+    pub fn pool_info(&mut self) -> Result<PoolInfo, c_int> {
+        match self.round_trip(CallbackRequest::PoolInfo)?.result {
+            CallbackResult::PoolInfo(info) => Ok(info),
+            _ => Err(abi::ERR_INVALID),
+        }
+    }
+
+    /// One-way: works outside a call too (during launch and pool events).
+    pub fn log(&mut self, level: c_int, text: String) {
+        if let Err(e) = self.channel.send(&ToShard::Log { level, text }) {
+            self.fatal.get_or_insert(e);
+        }
+    }
+}

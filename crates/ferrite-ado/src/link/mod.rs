@@ -1,0 +1,532 @@
+//! [`AdoLink`]: the shard's side of one pool's host process. Nothing here blocks: the shard
+//! submits invocations, registers [`AdoLink::wake_fd`] (and [`AdoLink::exit_fd`]) with its
+//! event loop, calls [`AdoLink::poll`] when either is readable or [`AdoLink::next_deadline`]
+//! passes, and answers callbacks with [`AdoLink::answer`].
+//!
+//! Failure handling, as a decision table (the host is known dead in every row):
+//!
+//! | how the host ended              | calls in flight get           | pool memory                  |
+//! |---------------------------------|-------------------------------|------------------------------|
+//! | exited or crashed by itself     | `Failed(Crashed(status))`     | unfinished call restored     |
+//! | killed: a call passed deadline  | that call `Failed(Timeout)`, the rest `Failed(Crashed)` | restored |
+//! | killed: it sent garbage         | `Failed(Protocol)`            | restored                     |
+//!
+//! "Restored" means the before-images in the call area are written back when the area names a
+//! call still in flight, before any Failed is reported; a Done drained from the ring first
+//! takes its call out of flight, so a finished call is never undone.
+
+mod spawn;
+
+use std::collections::VecDeque;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::path::PathBuf;
+use std::process::{Child, ExitStatus};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::args::{HostArgs, PluginSpec};
+use crate::call_area::{init_call_area, read_back, CallAreaError, CALL_AREA_MIN_BYTES};
+use crate::message::{CallId, CallbackReply, CallbackRequest, Done, Invocation, Location, ToHost, ToShard};
+use crate::ring::{init_ring, ring_bytes, Consumer, Producer, RingError, RING_CAPACITY_MIN_BYTES};
+use crate::shm::Mapping;
+use crate::wake::Wake;
+
+use spawn::{child_fds, spawn_host, SharedFds};
+
+/// How soon `next_deadline` asks to be polled again while a killed host has not been reaped.
+const KILLED_RECHECK: Duration = Duration::from_millis(1);
+
+/// How a pool's host is started and contained.
+#[derive(Debug, Clone)]
+pub struct AdoConfig {
+    /// The `ferrite-ado` executable.
+    pub host_binary: PathBuf,
+    /// The pool's plugin chain, layer 0 first.
+    pub chain: Vec<PluginSpec>,
+    /// The host's own memory budget beyond the shared mappings (applied as RLIMIT_AS).
+    pub memory_limit_bytes: u64,
+    /// How long one call may take, from submit to Done, before the host is killed.
+    pub call_deadline: Duration,
+    /// How long the host polls its ring before sleeping (0: never spin).
+    pub spin_us: u32,
+    /// The call area's size: bounds the before-images one call may declare.
+    pub call_area_bytes: usize,
+    /// Each ring's data area (a power of two): bounds the messages in flight.
+    pub ring_capacity_bytes: usize,
+    /// Report writes outside declared ranges (costs a copy of the pool per call).
+    pub checking: bool,
+}
+
+/// Why a call did not finish.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum FailReason {
+    /// The host died (exit status or signal) with the call unfinished.
+    Crashed(ExitStatus),
+    /// The call passed its deadline; the host was killed.
+    Timeout,
+    /// The host broke the ring protocol and was killed.
+    Protocol(String),
+}
+
+/// What [`AdoLink::poll`] reports.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LinkEvent {
+    Done(Done),
+    /// The call waits for the shard to carry this out and [`AdoLink::answer`].
+    Callback {
+        call: CallId,
+        request: CallbackRequest,
+    },
+    Log {
+        level: i32,
+        text: String,
+    },
+    Undeclared {
+        call: CallId,
+        ranges: Vec<Location>,
+    },
+    /// Reported after the call's before-images were restored.
+    Failed {
+        call: CallId,
+        reason: FailReason,
+    },
+    /// The host is gone (after a Shutdown, a crash or a kill): `restart` starts a new one.
+    HostExited {
+        status: ExitStatus,
+    },
+}
+
+/// Why the link could not start a host.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum LinkError {
+    #[error("i/o: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("cannot start the host {path}: {source}")]
+    Spawn { path: PathBuf, source: std::io::Error },
+    #[error("ring: {0}")]
+    Ring(#[from] RingError),
+    #[error("call area: {0}")]
+    CallArea(#[from] CallAreaError),
+    #[error("configuration: {0}")]
+    Config(&'static str),
+}
+
+/// Why a message was not sent.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SubmitError {
+    /// The ring to the host is full: retry after a poll.
+    #[error("the host's ring is full")]
+    Full,
+    #[error("message too large for the ring")]
+    TooLarge,
+    /// No host runs (it exited, or is being killed): restart first.
+    #[error("the host is not running")]
+    HostDown,
+}
+
+/// Figures for statistics.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LinkCounters {
+    pub invocations: u64,
+    /// Polls that found the host's wake-up signalled.
+    pub wakeups: u64,
+    /// Hosts that died without being asked to (timeouts not included).
+    pub crashes: u64,
+    /// Calls that passed their deadline.
+    pub timeouts: u64,
+}
+
+/// Why a killed host was killed.
+#[derive(Debug)]
+enum KillCause {
+    Timeout(Vec<CallId>),
+    Protocol(String),
+    /// The shard itself stopped the host (restart of a live host, drop).
+    Stopped,
+}
+
+#[derive(Debug)]
+enum HostState {
+    Running { child: Child, exit_fd: OwnedFd, shutdown_sent: bool },
+    Killed { child: Child, exit_fd: OwnedFd, cause: KillCause },
+    Exited,
+}
+
+/// The shard's link to one pool's host process.
+#[derive(Debug)]
+pub struct AdoLink {
+    config: AdoConfig,
+    pool_fd: OwnedFd,
+    pool: Mapping,
+    ring_fd: OwnedFd,
+    rings: Arc<Mapping>,
+    call_area_fd: OwnedFd,
+    call_area: Mapping,
+    to_host: Wake,
+    to_shard: Wake,
+    outbox: Producer,
+    inbox: Consumer,
+    state: HostState,
+    /// Calls submitted and not yet Done or Failed, with their deadlines, in submit order (so
+    /// deadlines are ascending).
+    in_flight: VecDeque<(CallId, Instant)>,
+    last_call: u64,
+    counters: LinkCounters,
+    /// Events produced outside `poll` (by `restart`), reported by the next `poll`.
+    pending: Vec<LinkEvent>,
+    raw: Vec<Vec<u8>>,
+}
+
+impl AdoLink {
+    /// Creates the shared memory and starts a host for the pool whose memory is `pool`.
+    pub fn start(config: AdoConfig, pool: BorrowedFd<'_>) -> Result<AdoLink, LinkError> {
+        let capacity = config.ring_capacity_bytes;
+        if !capacity.is_power_of_two() || capacity < RING_CAPACITY_MIN_BYTES {
+            return Err(LinkError::Config("ring capacity must be a power of two of at least 4 KiB"));
+        }
+        if config.call_area_bytes < CALL_AREA_MIN_BYTES {
+            return Err(LinkError::Config("call area must be at least 4 KiB"));
+        }
+        let pool_fd = rustix::io::fcntl_dupfd_cloexec(pool, 0).map_err(std::io::Error::from)?;
+        let ring_fd = Mapping::create_memfd("ferrite-ado-rings", 2 * ring_bytes(capacity))?;
+        let call_area_fd = Mapping::create_memfd("ferrite-ado-call-area", config.call_area_bytes)?;
+        let rings = Arc::new(Mapping::map(&ring_fd)?);
+        init_ring(&rings, 0, capacity)?;
+        init_ring(&rings, ring_bytes(capacity), capacity)?;
+        let call_area = Mapping::map(&call_area_fd)?;
+        init_call_area(&call_area)?;
+        let mut link = AdoLink {
+            pool: Mapping::map(&pool_fd)?,
+            outbox: Producer::open(rings.clone(), 0)?,
+            inbox: Consumer::open(rings.clone(), ring_bytes(capacity))?,
+            config,
+            pool_fd,
+            ring_fd,
+            rings,
+            call_area_fd,
+            call_area,
+            to_host: Wake::new()?,
+            to_shard: Wake::new()?,
+            state: HostState::Exited,
+            in_flight: VecDeque::new(),
+            last_call: 0,
+            counters: LinkCounters::default(),
+            pending: Vec::new(),
+            raw: Vec::new(),
+        };
+        link.spawn()?;
+        Ok(link)
+    }
+
+    fn spawn(&mut self) -> Result<(), LinkError> {
+        let mut args = HostArgs {
+            pool_fd: 0,
+            ring_fd: 0,
+            to_host_fd: 0,
+            to_shard_fd: 0,
+            call_area_fd: 0,
+            ring_capacity: self.config.ring_capacity_bytes,
+            memory_limit_bytes: self.config.memory_limit_bytes,
+            spin_us: self.config.spin_us,
+            checking: self.config.checking,
+            chain: self.config.chain.clone(),
+        };
+        child_fds(&mut args);
+        let fds = SharedFds {
+            pool: self.pool_fd.as_fd(),
+            rings: self.ring_fd.as_fd(),
+            to_host: self.to_host.as_fd(),
+            to_shard: self.to_shard.as_fd(),
+            call_area: self.call_area_fd.as_fd(),
+        };
+        let path = self.config.host_binary.clone();
+        let child = spawn_host(&path, &args, fds).map_err(|source| LinkError::Spawn { path, source })?;
+        let pid = rustix::process::Pid::from_child(&child);
+        let exit_fd = match rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::NONBLOCK) {
+            Ok(fd) => fd,
+            Err(e) => {
+                let mut child = child;
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(LinkError::Io(e.into()));
+            }
+        };
+        self.state = HostState::Running { child, exit_fd, shutdown_sent: false };
+        Ok(())
+    }
+
+    /// Sends one invocation. Err(Full) is backpressure: poll, then retry.
+    pub fn submit(&mut self, invocation: Invocation) -> Result<CallId, SubmitError> {
+        let call = CallId(self.last_call + 1);
+        self.send(&ToHost::Invoke { call, invocation })?;
+        self.last_call = call.0;
+        self.in_flight.push_back((call, Instant::now() + self.config.call_deadline));
+        self.counters.invocations += 1;
+        Ok(call)
+    }
+
+    /// Answers a [`LinkEvent::Callback`].
+    pub fn answer(&mut self, call: CallId, reply: CallbackReply) -> Result<(), SubmitError> {
+        self.send(&ToHost::CallbackReply { call, reply })
+    }
+
+    /// Tells the plugins of a pool event (`FERRITE_EVENT_*`).
+    pub fn pool_event(&mut self, event: u32, key: Vec<u8>) -> Result<(), SubmitError> {
+        self.send(&ToHost::PoolEvent { event, key })
+    }
+
+    /// Asks the host to close its plugins and exit; `poll` reports HostExited when it has.
+    pub fn begin_shutdown(&mut self) -> Result<(), SubmitError> {
+        self.send(&ToHost::Shutdown)?;
+        if let HostState::Running { shutdown_sent, .. } = &mut self.state {
+            *shutdown_sent = true;
+        }
+        Ok(())
+    }
+
+    fn send(&mut self, message: &ToHost) -> Result<(), SubmitError> {
+        if !matches!(self.state, HostState::Running { shutdown_sent: false, .. }) {
+            return Err(SubmitError::HostDown);
+        }
+        match self.outbox.push(&message.encode()) {
+            Ok(()) => {}
+            Err(RingError::Full) => return Err(SubmitError::Full),
+            Err(RingError::TooLarge { .. }) => return Err(SubmitError::TooLarge),
+            Err(RingError::Corrupt(what)) => {
+                self.kill(KillCause::Protocol(format!("shard-to-host ring: {what}")));
+                return Err(SubmitError::HostDown);
+            }
+        }
+        if self.outbox.consumer_needs_wake() {
+            // An eventfd write fails only if the descriptor is broken; the deadline then
+            // catches the call.
+            if let Err(e) = self.to_host.signal() {
+                tracing::warn!("cannot wake the ADO host: {e}");
+            }
+        }
+        Ok(())
+    }
+
+    /// The eventfd the host signals: readable when `poll` has messages to report.
+    pub fn wake_fd(&self) -> BorrowedFd<'_> {
+        self.to_shard.as_fd()
+    }
+
+    /// A pidfd readable once the host has exited (none while no host runs).
+    pub fn exit_fd(&self) -> Option<BorrowedFd<'_>> {
+        match &self.state {
+            HostState::Running { exit_fd, .. } | HostState::Killed { exit_fd, .. } => Some(exit_fd.as_fd()),
+            HostState::Exited => None,
+        }
+    }
+
+    /// When `poll` must run next even if nothing is signalled: the earliest call deadline, or
+    /// soon while a killed host awaits reaping.
+    pub fn next_deadline(&self) -> Option<Instant> {
+        match self.state {
+            HostState::Running { .. } => self.in_flight.front().map(|(_, deadline)| *deadline),
+            HostState::Killed { .. } => Some(Instant::now() + KILLED_RECHECK),
+            HostState::Exited => None,
+        }
+    }
+
+    /// The host's process id, while one runs or awaits reaping.
+    pub fn host_pid(&self) -> Option<u32> {
+        match &self.state {
+            HostState::Running { child, .. } | HostState::Killed { child, .. } => Some(child.id()),
+            HostState::Exited => None,
+        }
+    }
+
+    pub fn counters(&self) -> LinkCounters {
+        self.counters
+    }
+
+    /// Calls submitted and not yet reported Done or Failed.
+    pub fn in_flight(&self) -> usize {
+        self.in_flight.len()
+    }
+
+    /// Takes everything the host sent, enforces deadlines, and notices a dead host.
+    pub fn poll(&mut self, now: Instant) -> Vec<LinkEvent> {
+        let mut events = std::mem::take(&mut self.pending);
+        if self.to_shard.take().unwrap_or(false) {
+            self.counters.wakeups += 1;
+        }
+        let mut received = 0;
+        loop {
+            received += self.receive(&mut events);
+            // Announce sleep only after the last look: the host signals only if we sleep.
+            match self.inbox.prepare_sleep() {
+                Ok(true) => break,
+                Ok(false) => continue,
+                Err(e) => {
+                    self.kill(KillCause::Protocol(format!("host-to-shard ring: {e}")));
+                    break;
+                }
+            }
+        }
+        self.enforce_deadlines(now);
+        let killed = matches!(self.state, HostState::Killed { .. });
+        if received == 0 || killed {
+            self.reap(&mut events, false);
+        }
+        events
+    }
+
+    /// Drains and decodes the host's ring into `events`; returns how many messages.
+    fn receive(&mut self, events: &mut Vec<LinkEvent>) -> usize {
+        self.raw.clear();
+        if let Err(e) = self.inbox.drain(&mut self.raw) {
+            self.kill(KillCause::Protocol(format!("host-to-shard ring: {e}")));
+            return 0;
+        }
+        let count = self.raw.len();
+        let raw = std::mem::take(&mut self.raw);
+        for bytes in &raw {
+            match ToShard::decode(bytes) {
+                Ok(message) => events.push(self.accept(message)),
+                Err(e) => {
+                    self.kill(KillCause::Protocol(format!("undecodable message: {e}")));
+                    break;
+                }
+            }
+        }
+        self.raw = raw;
+        count
+    }
+
+    fn accept(&mut self, message: ToShard) -> LinkEvent {
+        match message {
+            ToShard::Done(done) => {
+                self.in_flight.retain(|(call, _)| *call != done.call);
+                LinkEvent::Done(done)
+            }
+            ToShard::Callback { call, request } => LinkEvent::Callback { call, request },
+            ToShard::Log { level, text } => LinkEvent::Log { level, text },
+            ToShard::Undeclared { call, ranges } => LinkEvent::Undeclared { call, ranges },
+        }
+    }
+
+    fn enforce_deadlines(&mut self, now: Instant) {
+        if !matches!(self.state, HostState::Running { .. }) {
+            return;
+        }
+        let expired: Vec<CallId> =
+            self.in_flight.iter().take_while(|(_, deadline)| *deadline <= now).map(|(call, _)| *call).collect();
+        if !expired.is_empty() {
+            self.kill(KillCause::Timeout(expired));
+        }
+    }
+
+    /// Sends SIGKILL; the host is reaped (and its call restored) by a later poll.
+    fn kill(&mut self, cause: KillCause) {
+        let state = std::mem::replace(&mut self.state, HostState::Exited);
+        self.state = match state {
+            HostState::Running { mut child, exit_fd, .. } => {
+                if let Err(e) = child.kill() {
+                    tracing::warn!("cannot kill the ADO host: {e}");
+                }
+                HostState::Killed { child, exit_fd, cause }
+            }
+            other => other,
+        };
+    }
+
+    /// If the host has exited (or `block`, after a kill, until it has): drains what it sent,
+    /// restores its unfinished call, and fails every call in flight.
+    fn reap(&mut self, events: &mut Vec<LinkEvent>, block: bool) {
+        let status = match &mut self.state {
+            HostState::Running { child, .. } | HostState::Killed { child, .. } => {
+                let waited = if block { child.wait().map(Some) } else { child.try_wait() };
+                match waited {
+                    Ok(Some(status)) => status,
+                    Ok(None) => return,
+                    Err(e) => {
+                        tracing::warn!("cannot wait for the ADO host: {e}");
+                        return;
+                    }
+                }
+            }
+            HostState::Exited => return,
+        };
+        let state = std::mem::replace(&mut self.state, HostState::Exited);
+        self.receive(events);
+        self.restore_unfinished();
+        let (timed_out, protocol, requested) = match state {
+            HostState::Killed { cause: KillCause::Timeout(calls), .. } => (calls, None, false),
+            HostState::Killed { cause: KillCause::Protocol(reason), .. } => (Vec::new(), Some(reason), false),
+            HostState::Killed { cause: KillCause::Stopped, .. } => (Vec::new(), None, true),
+            HostState::Running { shutdown_sent, .. } => (Vec::new(), None, shutdown_sent),
+            HostState::Exited => (Vec::new(), None, false),
+        };
+        if timed_out.is_empty() && protocol.is_none() && !requested {
+            self.counters.crashes += 1;
+            tracing::warn!("ADO host exited unexpectedly: {status}");
+        }
+        for (call, _) in self.in_flight.drain(..) {
+            let reason = if timed_out.contains(&call) {
+                self.counters.timeouts += 1;
+                FailReason::Timeout
+            } else if let Some(reason) = &protocol {
+                FailReason::Protocol(reason.clone())
+            } else {
+                FailReason::Crashed(status)
+            };
+            events.push(LinkEvent::Failed { call, reason });
+        }
+        events.push(LinkEvent::HostExited { status });
+    }
+
+    /// Puts back the before-images of the call the dead host was running, if that call has not
+    /// reported Done.
+    fn restore_unfinished(&mut self) {
+        match read_back(&self.call_area, self.pool.len() as u64) {
+            Ok(Some(images)) if self.in_flight.iter().any(|(call, _)| *call == images.call) => {
+                if let Err(e) = images.restore(&self.pool) {
+                    tracing::error!("cannot restore ADO call {}: {e}", images.call.0);
+                }
+            }
+            Ok(_) => {}
+            Err(e) => tracing::error!("ADO call area unreadable, writes of the unfinished call stay: {e}"),
+        }
+    }
+
+    /// Starts a fresh host after the old one exited (killing and reaping it first if it still
+    /// runs; its calls are then reported Failed by the next poll).
+    pub fn restart(&mut self) -> Result<(), LinkError> {
+        self.stop_host();
+        let capacity = self.config.ring_capacity_bytes;
+        init_ring(&self.rings, 0, capacity)?;
+        init_ring(&self.rings, ring_bytes(capacity), capacity)?;
+        init_call_area(&self.call_area)?;
+        self.outbox = Producer::open(self.rings.clone(), 0)?;
+        self.inbox = Consumer::open(self.rings.clone(), ring_bytes(capacity))?;
+        self.to_host.take()?;
+        self.to_shard.take()?;
+        self.pool = Mapping::map(&self.pool_fd)?;
+        self.spawn()
+    }
+
+    /// Kills and reaps a host that still runs, restoring its unfinished call.
+    fn stop_host(&mut self) {
+        if matches!(self.state, HostState::Running { .. }) {
+            self.kill(KillCause::Stopped);
+        }
+        let mut events = std::mem::take(&mut self.pending);
+        self.reap(&mut events, true);
+        self.pending = events;
+    }
+}
+
+impl Drop for AdoLink {
+    /// Kills and reaps the host so no process outlives the link, and leaves the pool as the
+    /// unfinished call found it. Use `begin_shutdown` first for a graceful close.
+    fn drop(&mut self) {
+        self.stop_host();
+    }
+}

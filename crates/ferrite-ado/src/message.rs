@@ -1,0 +1,502 @@
+//! The messages that cross the rings, defined once for both sides. Each is a tag byte followed
+//! by little-endian fields; byte strings carry a u32 length. Decoding rejects unknown tags,
+//! short or trailing bytes, and counts that could not fit in the message.
+
+use ferrite_plugin::abi::PoolInfo;
+
+use crate::codec::{DecodeError, Reader, Writer};
+
+/// Names one invocation from submit to its Done or Failed. Never 0: 0 means "no call".
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct CallId(pub u64);
+
+/// A range of pool memory: `len` bytes at `offset` from the pool mapping's start.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Location {
+    pub offset: u64,
+    pub len: u64,
+}
+
+impl Location {
+    pub fn end(&self) -> Option<u64> {
+        self.offset.checked_add(self.len)
+    }
+
+    /// True if `other` lies wholly inside this range.
+    pub fn covers(&self, other: &Location) -> bool {
+        match (self.end(), other.end()) {
+            (Some(end), Some(other_end)) => other.offset >= self.offset && other_end <= end,
+            _ => false,
+        }
+    }
+}
+
+/// One invocation of the pool's plugin chain.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Invocation {
+    /// `FERRITE_WORK_*`.
+    pub flags: u32,
+    pub pool_id: u64,
+    pub key: Vec<u8>,
+    pub payload: Vec<u8>,
+    /// The target value (empty for a pool invocation).
+    pub value: Location,
+    /// The detached value of `invoke_put_ado` (empty unless `FERRITE_WORK_DETACHED`).
+    pub detached: Location,
+}
+
+/// A pair as the shard describes it to the host.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PairRecord {
+    pub key: Vec<u8>,
+    pub value: Location,
+    pub write_time_ns: u64,
+}
+
+/// A callback the shard carries out for the call in progress (MCAS Table 4).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum CallbackRequest {
+    CreateKey {
+        key: Vec<u8>,
+        value_len: u64,
+    },
+    OpenKey {
+        key: Vec<u8>,
+        read_only: bool,
+    },
+    EraseKey {
+        key: Vec<u8>,
+    },
+    ResizeValue {
+        key: Vec<u8>,
+        new_len: u64,
+    },
+    AllocateMemory {
+        len: u64,
+        align: u64,
+    },
+    FreeMemory {
+        memory: Location,
+    },
+    /// Every pair written in `since_ns..=until_ns`, answered with `Pairs`.
+    Iterate {
+        since_ns: u64,
+        until_ns: u64,
+    },
+    ReferenceVector {
+        since_ns: u64,
+        until_ns: u64,
+        max: u64,
+    },
+    FindKey {
+        expression: Vec<u8>,
+        position: u64,
+    },
+    PoolInfo,
+    Unlock {
+        key: Vec<u8>,
+    },
+}
+
+/// What a callback produced, besides its status.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum CallbackResult {
+    #[default]
+    Nothing,
+    /// create_key, open_key, resize_value.
+    Pair(PairRecord),
+    /// allocate_memory.
+    Memory(Location),
+    /// iterate, get_reference_vector.
+    Pairs(Vec<PairRecord>),
+    /// find_key: the key found and the position to resume after it.
+    Found {
+        key: Vec<u8>,
+        position: u64,
+    },
+    PoolInfo(PoolInfo),
+}
+
+/// The shard's answer to a [`CallbackRequest`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CallbackReply {
+    /// `FERRITE_OK` or a negative `FERRITE_ERR_*`.
+    pub status: i32,
+    pub result: CallbackResult,
+}
+
+/// One response buffer, tagged with the layer (position in the chain) that produced it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Response {
+    pub layer: u32,
+    pub data: Vec<u8>,
+}
+
+/// A finished call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Done {
+    pub call: CallId,
+    /// `FERRITE_OK`, or the first failing layer's negative status (its writes are undone).
+    pub status: i32,
+    pub responses: Vec<Response>,
+    /// The declared write ranges whose new bytes the shard logs (empty when the call failed).
+    pub writes: Vec<Location>,
+}
+
+/// Shard to host.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ToHost {
+    Invoke { call: CallId, invocation: Invocation },
+    CallbackReply { call: CallId, reply: CallbackReply },
+    PoolEvent { event: u32, key: Vec<u8> },
+    Shutdown,
+}
+
+/// Host to shard.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ToShard {
+    Done(Done),
+    Callback {
+        call: CallId,
+        request: CallbackRequest,
+    },
+    Log {
+        level: i32,
+        text: String,
+    },
+    /// Checking mode: bytes of pool memory the call changed without declaring them.
+    Undeclared {
+        call: CallId,
+        ranges: Vec<Location>,
+    },
+}
+
+const LOCATION_BYTES: usize = 16;
+const PAIR_BYTES_MIN: usize = 4 + LOCATION_BYTES + 8;
+const RESPONSE_BYTES_MIN: usize = 8;
+
+fn put_location(w: &mut Writer, location: &Location) {
+    w.u64(location.offset).u64(location.len);
+}
+
+fn get_location(r: &mut Reader<'_>) -> Result<Location, DecodeError> {
+    Ok(Location { offset: r.u64()?, len: r.u64()? })
+}
+
+fn put_locations(w: &mut Writer, locations: &[Location]) {
+    w.u32(locations.len() as u32);
+    for location in locations {
+        put_location(w, location);
+    }
+}
+
+fn get_locations(r: &mut Reader<'_>) -> Result<Vec<Location>, DecodeError> {
+    let count = r.count(LOCATION_BYTES)?;
+    (0..count).map(|_| get_location(r)).collect()
+}
+
+fn put_pair(w: &mut Writer, pair: &PairRecord) {
+    w.bytes(&pair.key);
+    put_location(w, &pair.value);
+    w.u64(pair.write_time_ns);
+}
+
+fn get_pair(r: &mut Reader<'_>) -> Result<PairRecord, DecodeError> {
+    Ok(PairRecord { key: r.bytes()?, value: get_location(r)?, write_time_ns: r.u64()? })
+}
+
+fn get_call(r: &mut Reader<'_>) -> Result<CallId, DecodeError> {
+    match r.u64()? {
+        0 => Err(DecodeError::OutOfRange),
+        id => Ok(CallId(id)),
+    }
+}
+
+impl CallbackRequest {
+    fn encode(&self, w: &mut Writer) {
+        match self {
+            CallbackRequest::CreateKey { key, value_len } => w.u8(1).bytes(key).u64(*value_len),
+            CallbackRequest::OpenKey { key, read_only } => w.u8(2).bytes(key).u8(u8::from(*read_only)),
+            CallbackRequest::EraseKey { key } => w.u8(3).bytes(key),
+            CallbackRequest::ResizeValue { key, new_len } => w.u8(4).bytes(key).u64(*new_len),
+            CallbackRequest::AllocateMemory { len, align } => w.u8(5).u64(*len).u64(*align),
+            CallbackRequest::FreeMemory { memory } => w.u8(6).u64(memory.offset).u64(memory.len),
+            CallbackRequest::Iterate { since_ns, until_ns } => w.u8(7).u64(*since_ns).u64(*until_ns),
+            CallbackRequest::ReferenceVector { since_ns, until_ns, max } => {
+                w.u8(8).u64(*since_ns).u64(*until_ns).u64(*max)
+            }
+            CallbackRequest::FindKey { expression, position } => w.u8(9).bytes(expression).u64(*position),
+            CallbackRequest::PoolInfo => w.u8(10),
+            CallbackRequest::Unlock { key } => w.u8(11).bytes(key),
+        };
+    }
+
+    fn decode(r: &mut Reader<'_>) -> Result<CallbackRequest, DecodeError> {
+        Ok(match r.u8()? {
+            1 => CallbackRequest::CreateKey { key: r.bytes()?, value_len: r.u64()? },
+            2 => CallbackRequest::OpenKey { key: r.bytes()?, read_only: r.bool()? },
+            3 => CallbackRequest::EraseKey { key: r.bytes()? },
+            4 => CallbackRequest::ResizeValue { key: r.bytes()?, new_len: r.u64()? },
+            5 => CallbackRequest::AllocateMemory { len: r.u64()?, align: r.u64()? },
+            6 => CallbackRequest::FreeMemory { memory: get_location(r)? },
+            7 => CallbackRequest::Iterate { since_ns: r.u64()?, until_ns: r.u64()? },
+            8 => CallbackRequest::ReferenceVector { since_ns: r.u64()?, until_ns: r.u64()?, max: r.u64()? },
+            9 => CallbackRequest::FindKey { expression: r.bytes()?, position: r.u64()? },
+            10 => CallbackRequest::PoolInfo,
+            11 => CallbackRequest::Unlock { key: r.bytes()? },
+            tag => return Err(DecodeError::UnknownTag(tag)),
+        })
+    }
+}
+
+impl CallbackResult {
+    fn encode(&self, w: &mut Writer) {
+        match self {
+            CallbackResult::Nothing => {
+                w.u8(0);
+            }
+            CallbackResult::Pair(pair) => {
+                w.u8(1);
+                put_pair(w, pair);
+            }
+            CallbackResult::Memory(memory) => {
+                w.u8(2);
+                put_location(w, memory);
+            }
+            CallbackResult::Pairs(pairs) => {
+                w.u8(3).u32(pairs.len() as u32);
+                for pair in pairs {
+                    put_pair(w, pair);
+                }
+            }
+            CallbackResult::Found { key, position } => {
+                w.u8(4).bytes(key).u64(*position);
+            }
+            CallbackResult::PoolInfo(info) => {
+                w.u8(5)
+                    .u64(info.pool_id)
+                    .u64(info.size_bytes)
+                    .u64(info.used_bytes)
+                    .u64(info.objects)
+                    .u64(info.region_bytes);
+            }
+        }
+    }
+
+    fn decode(r: &mut Reader<'_>) -> Result<CallbackResult, DecodeError> {
+        Ok(match r.u8()? {
+            0 => CallbackResult::Nothing,
+            1 => CallbackResult::Pair(get_pair(r)?),
+            2 => CallbackResult::Memory(get_location(r)?),
+            3 => {
+                let count = r.count(PAIR_BYTES_MIN)?;
+                CallbackResult::Pairs((0..count).map(|_| get_pair(r)).collect::<Result<_, _>>()?)
+            }
+            4 => CallbackResult::Found { key: r.bytes()?, position: r.u64()? },
+            5 => CallbackResult::PoolInfo(PoolInfo {
+                pool_id: r.u64()?,
+                size_bytes: r.u64()?,
+                used_bytes: r.u64()?,
+                objects: r.u64()?,
+                region_bytes: r.u64()?,
+            }),
+            tag => return Err(DecodeError::UnknownTag(tag)),
+        })
+    }
+}
+
+impl ToHost {
+    pub fn encode(&self) -> Vec<u8> {
+        match self {
+            ToHost::Invoke { call, invocation } => {
+                let mut w = Writer::new(1);
+                w.u64(call.0).u32(invocation.flags).u64(invocation.pool_id);
+                w.bytes(&invocation.key).bytes(&invocation.payload);
+                put_location(&mut w, &invocation.value);
+                put_location(&mut w, &invocation.detached);
+                w.finish()
+            }
+            ToHost::CallbackReply { call, reply } => {
+                let mut w = Writer::new(2);
+                w.u64(call.0).i32(reply.status);
+                reply.result.encode(&mut w);
+                w.finish()
+            }
+            ToHost::PoolEvent { event, key } => Writer::new(3).u32(*event).bytes(key).finish(),
+            ToHost::Shutdown => Writer::new(4).finish(),
+        }
+    }
+
+    pub fn decode(message: &[u8]) -> Result<ToHost, DecodeError> {
+        let mut r = Reader::new(message);
+        let decoded = match r.u8()? {
+            1 => {
+                let call = get_call(&mut r)?;
+                let invocation = Invocation {
+                    flags: r.u32()?,
+                    pool_id: r.u64()?,
+                    key: r.bytes()?,
+                    payload: r.bytes()?,
+                    value: get_location(&mut r)?,
+                    detached: get_location(&mut r)?,
+                };
+                ToHost::Invoke { call, invocation }
+            }
+            2 => {
+                let call = get_call(&mut r)?;
+                let status = r.i32()?;
+                ToHost::CallbackReply { call, reply: CallbackReply { status, result: CallbackResult::decode(&mut r)? } }
+            }
+            3 => ToHost::PoolEvent { event: r.u32()?, key: r.bytes()? },
+            4 => ToHost::Shutdown,
+            tag => return Err(DecodeError::UnknownTag(tag)),
+        };
+        r.finish()?;
+        Ok(decoded)
+    }
+}
+
+impl ToShard {
+    pub fn encode(&self) -> Vec<u8> {
+        match self {
+            ToShard::Done(done) => {
+                let mut w = Writer::new(1);
+                w.u64(done.call.0).i32(done.status).u32(done.responses.len() as u32);
+                for response in &done.responses {
+                    w.u32(response.layer).bytes(&response.data);
+                }
+                put_locations(&mut w, &done.writes);
+                w.finish()
+            }
+            ToShard::Callback { call, request } => {
+                let mut w = Writer::new(2);
+                w.u64(call.0);
+                request.encode(&mut w);
+                w.finish()
+            }
+            ToShard::Log { level, text } => Writer::new(3).i32(*level).bytes(text.as_bytes()).finish(),
+            ToShard::Undeclared { call, ranges } => {
+                let mut w = Writer::new(4);
+                w.u64(call.0);
+                put_locations(&mut w, ranges);
+                w.finish()
+            }
+        }
+    }
+
+    pub fn decode(message: &[u8]) -> Result<ToShard, DecodeError> {
+        let mut r = Reader::new(message);
+        let decoded = match r.u8()? {
+            1 => {
+                let call = get_call(&mut r)?;
+                let status = r.i32()?;
+                let count = r.count(RESPONSE_BYTES_MIN)?;
+                let responses = (0..count)
+                    .map(|_| Ok(Response { layer: r.u32()?, data: r.bytes()? }))
+                    .collect::<Result<_, DecodeError>>()?;
+                ToShard::Done(Done { call, status, responses, writes: get_locations(&mut r)? })
+            }
+            2 => ToShard::Callback { call: get_call(&mut r)?, request: CallbackRequest::decode(&mut r)? },
+            3 => ToShard::Log { level: r.i32()?, text: String::from_utf8_lossy(&r.bytes()?).into_owned() },
+            4 => ToShard::Undeclared { call: get_call(&mut r)?, ranges: get_locations(&mut r)? },
+            tag => return Err(DecodeError::UnknownTag(tag)),
+        };
+        r.finish()?;
+        Ok(decoded)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn samples_to_host() -> Vec<ToHost> {
+        vec![
+            ToHost::Invoke {
+                call: CallId(7),
+                invocation: Invocation {
+                    flags: 3,
+                    pool_id: 9,
+                    key: b"key".to_vec(),
+                    payload: b"add 1".to_vec(),
+                    value: Location { offset: 64, len: 8 },
+                    detached: Location::default(),
+                },
+            },
+            ToHost::CallbackReply {
+                call: CallId(7),
+                reply: CallbackReply {
+                    status: -3,
+                    result: CallbackResult::Pairs(vec![PairRecord {
+                        key: b"k".to_vec(),
+                        value: Location { offset: 1, len: 2 },
+                        write_time_ns: 5,
+                    }]),
+                },
+            },
+            ToHost::CallbackReply {
+                call: CallId(1),
+                reply: CallbackReply {
+                    status: 0,
+                    result: CallbackResult::PoolInfo(PoolInfo { pool_id: 1, objects: 4, ..PoolInfo::default() }),
+                },
+            },
+            ToHost::PoolEvent { event: 3, key: b"gone".to_vec() },
+            ToHost::Shutdown,
+        ]
+    }
+
+    fn samples_to_shard() -> Vec<ToShard> {
+        vec![
+            ToShard::Done(Done {
+                call: CallId(2),
+                status: 0,
+                responses: vec![Response { layer: 0, data: b"a".to_vec() }, Response { layer: 1, data: vec![] }],
+                writes: vec![Location { offset: 8, len: 8 }],
+            }),
+            ToShard::Callback {
+                call: CallId(2),
+                request: CallbackRequest::FindKey { expression: b"prefix:a".to_vec(), position: 3 },
+            },
+            ToShard::Callback { call: CallId(2), request: CallbackRequest::PoolInfo },
+            ToShard::Log { level: 3, text: "hello".into() },
+            ToShard::Undeclared { call: CallId(2), ranges: vec![Location { offset: 0, len: 1 }] },
+        ]
+    }
+
+    /// Every message decodes to itself, and every strict prefix of it is rejected.
+    #[test]
+    fn round_trips_and_rejects_truncation() {
+        for message in samples_to_host() {
+            let bytes = message.encode();
+            assert_eq!(ToHost::decode(&bytes), Ok(message));
+            for cut in 0..bytes.len() {
+                assert!(ToHost::decode(&bytes[..cut]).is_err(), "prefix of {cut} bytes accepted");
+            }
+        }
+        for message in samples_to_shard() {
+            let bytes = message.encode();
+            assert_eq!(ToShard::decode(&bytes), Ok(message));
+            for cut in 0..bytes.len() {
+                assert!(ToShard::decode(&bytes[..cut]).is_err(), "prefix of {cut} bytes accepted");
+            }
+        }
+    }
+
+    /// Garbage is an error: unknown tags, trailing bytes, call id 0, absurd counts.
+    #[test]
+    fn rejects_garbage() {
+        assert_eq!(ToHost::decode(&[99]), Err(DecodeError::UnknownTag(99)));
+        let mut bytes = ToHost::Shutdown.encode();
+        bytes.push(0);
+        assert_eq!(ToHost::decode(&bytes), Err(DecodeError::Trailing(1)));
+        let zero_call = Writer::new(4).u64(0).u32(0).finish();
+        assert_eq!(ToShard::decode(&zero_call), Err(DecodeError::OutOfRange));
+        let huge_count = Writer::new(4).u64(1).u32(u32::MAX).finish();
+        assert_eq!(ToShard::decode(&huge_count), Err(DecodeError::Truncated));
+    }
+}
