@@ -214,7 +214,12 @@ fn connections_beyond_the_limit_are_refused_and_the_others_keep_working() {
     // The server frees the slot when it notices the hang-up; until then it may still refuse.
     let mut newcomer = wait_until("a freed connection slot", SETTLE_TIMEOUT, || {
         let mut client = RawClient::connect(server.addr(0));
-        client.send_bytes(&wire::frame(0x0001, 0, 1, &wire::hello_body(b"FRRT", 2, "newcomer")));
+        client.send_bytes(&wire::frame(
+            0x0001,
+            0,
+            1,
+            &wire::hello_body(b"FRRT", ferrite_proto::PROTOCOL_VERSION, "newcomer"),
+        ));
         let reply = client.read_frame();
         match reply.error_code() {
             None => Some(client),

@@ -50,14 +50,14 @@ fn a_hand_written_hello_gets_the_documented_reply() {
         0x00, 0x00,                 // flags
         0x2A, 0, 0, 0, 0, 0, 0, 0,  // request id 42
         b'F', b'R', b'R', b'T',     // magic
-        2, 0,                       // version 2
+        3, 0,                       // version 3
         3, 0, b'r', b'a', b'w',     // client name "raw"
         0, 0,                       // empty auth
     ];
     raw.send_bytes(hello);
     let reply = raw.read_frame();
     let address = server.addr(0).to_string();
-    let mut expected_body = vec![2, 0, 0, 0, 1, 0];
+    let mut expected_body = vec![3, 0, 0, 0, 1, 0];
     expected_body.extend_from_slice(&65_536u32.to_le_bytes());
     expected_body.extend_from_slice(&2_097_152u32.to_le_bytes());
     expected_body.extend_from_slice(&(address.len() as u16).to_le_bytes());
@@ -99,7 +99,7 @@ fn garbage_before_hello_is_answered_with_an_error_and_closed() {
 
     // Garbage in the hello's own fields is malformed_frame, and closes too.
     let mut bad_utf8 = RawClient::connect(server.addr(0));
-    let mut body = hello_body(b"FRRT", 2, "");
+    let mut body = hello_body(b"FRRT", ferrite_proto::PROTOCOL_VERSION, "");
     body.truncate(6);
     body.extend_from_slice(&[2, 0, 0xC3, 0x28, 0, 0]);
     bad_utf8.send_bytes(&frame(HELLO, 0, 5, &body));
@@ -131,10 +131,26 @@ fn a_request_before_hello_is_handshake_required_and_closed() {
 fn a_bad_hello_is_refused_and_closed() {
     let server = TestServer::start(&[]);
     for (request_id, hello, code) in [
-        (3, frame(HELLO, 0, 3, &hello_body(b"FRRT", 3, "future")), ErrorCode::UnsupportedVersion),
-        (4, frame(HELLO, 0, 4, &hello_body(b"FRRT", 1, "past")), ErrorCode::UnsupportedVersion),
-        (5, frame(HELLO, 0, 5, &hello_body(b"RESP", 2, "stranger")), ErrorCode::MalformedFrame),
-        (6, frame(HELLO, 0x0100, 6, &hello_body(b"FRRT", 2, "flagged")), ErrorCode::InvalidArgument),
+        (
+            3,
+            frame(HELLO, 0, 3, &hello_body(b"FRRT", ferrite_proto::PROTOCOL_VERSION + 1, "future")),
+            ErrorCode::UnsupportedVersion,
+        ),
+        (
+            4,
+            frame(HELLO, 0, 4, &hello_body(b"FRRT", ferrite_proto::PROTOCOL_VERSION - 1, "past")),
+            ErrorCode::UnsupportedVersion,
+        ),
+        (
+            5,
+            frame(HELLO, 0, 5, &hello_body(b"RESP", ferrite_proto::PROTOCOL_VERSION, "stranger")),
+            ErrorCode::MalformedFrame,
+        ),
+        (
+            6,
+            frame(HELLO, 0x0100, 6, &hello_body(b"FRRT", ferrite_proto::PROTOCOL_VERSION, "flagged")),
+            ErrorCode::InvalidArgument,
+        ),
     ] {
         let mut raw = RawClient::connect(server.addr(0));
         raw.send_bytes(&hello);
@@ -226,7 +242,7 @@ fn pipelined_frames_in_one_write_are_all_answered_by_id() {
     let server = TestServer::start(&[]);
     let mut raw = RawClient::connect(server.addr(0));
     // First write: the hello and a create_pool right behind it.
-    let mut batch = frame(HELLO, 0, 9_000, &hello_body(b"FRRT", 2, "pipeliner"));
+    let mut batch = frame(HELLO, 0, 9_000, &hello_body(b"FRRT", ferrite_proto::PROTOCOL_VERSION, "pipeliner"));
     let mut create = vec![4, 0];
     create.extend_from_slice(b"pipe");
     create.extend_from_slice(&(1u64 << 20).to_le_bytes());
@@ -284,7 +300,7 @@ fn hostile_clients_do_not_disturb_a_well_behaved_one() {
 
     let mut stalled_header: Option<RawClient> = None;
     let mut never_hello: Option<RawClient> = None;
-    let dribbled = frame(HELLO, 0, 31, &hello_body(b"FRRT", 2, "one byte at a time"));
+    let dribbled = frame(HELLO, 0, 31, &hello_body(b"FRRT", ferrite_proto::PROTOCOL_VERSION, "one byte at a time"));
     let mut dribbler: Option<(RawClient, usize)> = None;
 
     for i in 0..1000u32 {
