@@ -135,6 +135,24 @@ pub trait Store: Send {
 
     /// The most an erase may change.
     fn erase_footprint(&self) -> WriteFootprint;
+
+    /// Where `key`'s value lies in the store's memory region (offset, length), for code in
+    /// another process that maps the same region: an Active Data Object host, which changes
+    /// values in place. `None` if the key is absent, or if the store's memory is not a region
+    /// another process can map (then no plugin is ever given a value of it).
+    fn value_location(&self, key: &[u8]) -> Option<(u64, u64)> {
+        let _ = key;
+        None
+    }
+
+    /// Logs `ranges` (offset, length) of the store's memory, which code outside the engine (a
+    /// plugin, through a [`value_location`](Store::value_location)) has already changed, as one
+    /// transaction: durable and atomic exactly like a put. The caller checked that each range lies
+    /// in memory it handed out and reserved log room for them. Stores that hand out no locations
+    /// have nothing to log.
+    fn commit_external_writes(&mut self, ranges: &[(u64, u64)]) {
+        let _ = ranges;
+    }
 }
 
 /// The engines a shard can put behind its pools.

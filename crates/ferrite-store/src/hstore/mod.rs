@@ -790,4 +790,21 @@ impl<M: PoolMemory> Store for HStore<M> {
     fn erase_footprint(&self) -> WriteFootprint {
         WriteFootprint { bytes: OCCUPANT_BYTES as u64 + 4, ranges: 2 }
     }
+
+    fn value_location(&self, key: &[u8]) -> Option<(u64, u64)> {
+        let value = self.get(key)?;
+        // The value is a slice of the region (inline in its entry or out of line): its place is
+        // its distance from the region's start.
+        let offset = value.as_ptr() as u64 - self.memory.bytes().as_ptr() as u64;
+        Some((offset, value.len() as u64))
+    }
+
+    fn commit_external_writes(&mut self, ranges: &[(u64, u64)]) {
+        for &(offset, len) in ranges {
+            let len = usize::try_from(len).expect("a range of pool memory fits the address space");
+            // Declares the range to the backing; its bytes are already the new ones.
+            self.memory.modify(offset, len);
+        }
+        self.memory.commit();
+    }
 }

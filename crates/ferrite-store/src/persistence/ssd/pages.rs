@@ -13,6 +13,11 @@ pub struct PageTracker {
     page_lsn: Vec<Lsn>,
     dirty_bits: Vec<u64>,
     dirty: Vec<u64>,
+    /// Pages that code outside the shard (a plugin call in progress) may be changing, with how
+    /// many ranges pin each: they count as changed at an LSN that is never durable, so no
+    /// checkpoint copies bytes a call may still undo or has not logged yet (few at a time, hence
+    /// a map).
+    pinned: std::collections::HashMap<u64, u32>,
 }
 
 impl PageTracker {
@@ -26,7 +31,7 @@ impl PageTracker {
         let mut dirty_bits = Vec::new();
         dirty_bits.try_reserve_exact(pages.div_ceil(64))?;
         dirty_bits.resize(pages.div_ceil(64), 0);
-        Ok(PageTracker { page_lsn, dirty_bits, dirty: Vec::new() })
+        Ok(PageTracker { page_lsn, dirty_bits, dirty: Vec::new(), pinned: Default::default() })
     }
 
     /// Pages in the region.
@@ -39,8 +44,7 @@ impl PageTracker {
         if len == 0 {
             return;
         }
-        let (first, last) = (offset / PAGE_BYTES, (offset + len - 1) / PAGE_BYTES);
-        for page in first..=last {
+        for page in Self::page_span(offset, len) {
             self.page_lsn[page as usize] = lsn;
             let (word, bit) = ((page / 64) as usize, page % 64);
             if self.dirty_bits[word] & (1 << bit) == 0 {
@@ -53,6 +57,42 @@ impl PageTracker {
     /// The LSN of the last change to `page` (0 if none since the pool was loaded).
     pub fn page_lsn(&self, page: u64) -> Lsn {
         self.page_lsn[page as usize]
+    }
+
+    /// Whether another process may be changing `page` now (see [`pin`](Self::pin)).
+    pub fn is_pinned(&self, page: u64) -> bool {
+        self.pinned.contains_key(&page)
+    }
+
+    /// Pins the pages of `len` bytes at `offset`: another process may change them until
+    /// [`unpin`](Self::unpin), so checkpoints wait for them meanwhile.
+    pub fn pin(&mut self, offset: u64, len: u64) {
+        for page in Self::page_span(offset, len) {
+            *self.pinned.entry(page).or_default() += 1;
+        }
+    }
+
+    /// Ends a [`pin`](Self::pin) of the same range, recording the range as changed at `lsn`:
+    /// the record holding whatever the pinned code changed, or (if it changed nothing or was
+    /// undone) any LSN the log has reached, as the bytes are then as that record left them.
+    pub fn unpin(&mut self, offset: u64, len: u64, lsn: Lsn) {
+        for page in Self::page_span(offset, len) {
+            if let std::collections::hash_map::Entry::Occupied(mut pins) = self.pinned.entry(page) {
+                *pins.get_mut() -= 1;
+                if *pins.get() == 0 {
+                    pins.remove();
+                }
+            }
+        }
+        self.record(offset, len, lsn);
+    }
+
+    /// The pages `len` bytes at `offset` touch.
+    fn page_span(offset: u64, len: u64) -> std::ops::Range<u64> {
+        if len == 0 {
+            return 0..0;
+        }
+        offset / PAGE_BYTES..(offset + len - 1) / PAGE_BYTES + 1
     }
 
     /// Takes the pages changed since the last call, sorted; changes from now on count towards the
@@ -99,5 +139,25 @@ mod tests {
         pages.record(0, 1, 8);
         pages.restore_dirty(&[0, 3]);
         assert_eq!(pages.take_dirty(), vec![0, 3]);
+    }
+
+    /// A page stays pinned, whatever is recorded meanwhile, until its last pin ends; the unpin
+    /// records the range as changed at the LSN it is given.
+    #[test]
+    fn pinned_pages_stay_pinned_until_their_last_pin_ends() {
+        let mut pages = PageTracker::try_new(4 * PAGE_BYTES).expect("small");
+        pages.pin(PAGE_BYTES - 8, 16);
+        pages.pin(PAGE_BYTES, 8);
+        pages.record(PAGE_BYTES, 4, 3);
+        assert_eq!((pages.is_pinned(0), pages.is_pinned(1), pages.is_pinned(2)), (true, true, false));
+        pages.take_dirty();
+        pages.unpin(PAGE_BYTES - 8, 16, 9);
+        assert_eq!((pages.is_pinned(0), pages.page_lsn(0)), (false, 9));
+        assert!(pages.is_pinned(1), "page 1 has another pin");
+        pages.unpin(PAGE_BYTES, 8, 10);
+        assert_eq!((pages.is_pinned(1), pages.page_lsn(1)), (false, 10));
+        assert_eq!(pages.take_dirty(), vec![0, 1], "unpinned ranges count as changed");
+        pages.pin(0, 0);
+        assert!(!pages.is_pinned(0), "an empty range pins nothing");
     }
 }

@@ -99,7 +99,7 @@ impl Shard {
             match self.checkpointer.step(self.log.durable_lsn(), 3).expect("step") {
                 Step::Write(write) => write.run().expect("write pages"),
                 Step::WaitDurable(_) => self.sync(),
-                Step::Continue => {}
+                Step::Continue | Step::WaitPinned => {}
                 Step::Finish(job) => {
                     let replay_from = self.checkpointer.complete(job.run(|| self.log.failure())).expect("finish");
                     self.log.release_before(replay_from).expect("release");
@@ -235,6 +235,62 @@ fn checkpoints_bound_the_log_and_compact_their_chains() {
     drop(shard);
     let mut shard = open_shard(&paths);
     assert_matches(shard.store(id), &model);
+    std::fs::remove_dir_all(&dir).expect("clean up");
+}
+
+/// A value changed in place by another process (as a plugin does through the pool's memfd) is
+/// durable once the store commits the range, and only then; while a change is in progress its
+/// pages are pinned, so a checkpoint waits rather than copy bytes that may yet be undone.
+#[test]
+fn external_writes_are_logged_and_pinned_pages_hold_checkpoints_back() {
+    use std::os::unix::fs::FileExt;
+
+    let dir = temp_dir("external");
+    let paths = ShardPaths::new(&dir);
+    let mut shard = open_shard(&paths);
+    let id = shard.create_pool("pool", PoolSpec { size_bytes: 1 << 20, expected_objects: 64 });
+    shard.store(id).put(b"counter", &1u64.to_le_bytes(), PutMode::Upsert, 1).expect("room");
+    shard.store(id).put(b"other", &[7; 300], PutMode::Upsert, 1).expect("room");
+    shard.sync();
+    let (offset, len) = shard.store(id).value_location(b"counter").expect("a located value");
+    assert_eq!(len, 8);
+    assert_eq!(shard.store(id).value_location(b"missing"), None);
+    let write = |shard: &mut Shard, value: u64| {
+        let file = shard.store(id).memory().region().file().clone();
+        file.write_all_at(&value.to_le_bytes(), offset).expect("write through the memfd");
+    };
+
+    // Committed: the log alone brings it back.
+    write(&mut shard, 2);
+    assert_eq!(shard.store(id).get(b"counter"), Some(&2u64.to_le_bytes()[..]), "the mapping sees it");
+    shard.store(id).commit_external_writes(&[(offset, len)]);
+    shard.sync();
+    drop(shard);
+    let mut shard = open_shard(&paths);
+    assert_eq!(shard.store(id).get(b"counter"), Some(&2u64.to_le_bytes()[..]));
+
+    // Pinned while written, then undone: the checkpoint waits for the pin and holds the undo.
+    let pages = shard.pools[&id].2.clone();
+    pages.lock().expect("tracker").pin(offset, len);
+    write(&mut shard, 3);
+    shard.begin_checkpoint();
+    loop {
+        match shard.checkpointer.step(shard.log.durable_lsn(), 1_000).expect("step") {
+            Step::Write(write) => write.run().expect("write pages"),
+            Step::WaitDurable(_) => shard.sync(),
+            Step::Continue => {}
+            Step::WaitPinned => break,
+            Step::Finish(_) => panic!("the checkpoint finished past a pinned page"),
+        }
+    }
+    write(&mut shard, 2);
+    let lsn = shard.log.last_lsn();
+    pages.lock().expect("tracker").unpin(offset, len, lsn);
+    assert!(shard.step_checkpoint(100_000), "the checkpoint completes once the page is unpinned");
+    drop(shard);
+    let mut shard = open_shard(&paths);
+    assert_eq!(shard.store(id).get(b"counter"), Some(&2u64.to_le_bytes()[..]));
+    assert_eq!(shard.store(id).get(b"other"), Some(&[7; 300][..]));
     std::fs::remove_dir_all(&dir).expect("clean up");
 }
 
@@ -508,7 +564,7 @@ fn a_change_the_log_could_not_take_is_never_checkpointed() {
     // the first page holding the unlogged change.
     loop {
         match shard.checkpointer.step(Lsn::MAX - 1, 1).expect("step") {
-            Step::Write(_) | Step::Continue => {}
+            Step::Write(_) | Step::Continue | Step::WaitPinned => {}
             Step::WaitDurable(lsn) => {
                 assert_eq!(lsn, UNLOGGED);
                 break;
