@@ -51,6 +51,8 @@ REQUEST_OPCODES = {
     "get_attribute": 0x0024,
     "find": 0x0025,
     "get_statistics": 0x0030,
+    "invoke_ado": 0x0040,
+    "invoke_put_ado": 0x0041,
 }
 
 # Successful response name -> the request it answers.
@@ -68,12 +70,25 @@ RESPONSE_TO_REQUEST = {
     "attribute": "get_attribute",
     "found": "find",
     "statistics": "get_statistics",
+    # "invoked" answers both invocations; its vector names which one in "answers".
+}
+
+# Both invocations share one flag table; which flags each accepts is the decoder's to check.
+INVOKE_FLAGS = {
+    "create_on_demand": 0x0001,
+    "read_only": 0x0002,
+    "no_overwrite": 0x0004,
+    "zero_new_value": 0x0008,
+    "detached": 0x0010,
+    "fire_and_forget": 0x0020,
 }
 
 # Flag bits per request; a request absent here defines no flags.
 REQUEST_FLAGS = {
     "create_pool": {"create_only": 0x0001, "indexed": 0x0002, "async": 0x0004, "plugins": 0x0008},
     "put": {"create_only": 0x0001, "update_only": 0x0002, "sync": 0x0004, "async": 0x0008},
+    "invoke_ado": INVOKE_FLAGS,
+    "invoke_put_ado": INVOKE_FLAGS,
 }
 
 FIND_KINDS = {"exact": 1, "prefix": 2, "regex": 3, "glob": 4}
@@ -113,6 +128,8 @@ ERROR_CODES = {
     "shutting_down": 20,
     "no_space": 21,
     "storage_failed": 22,
+    "ado_failed": 23,
+    "ado_timeout": 24,
 }
 
 
@@ -221,6 +238,13 @@ def request_body(msg):
         pattern = unhex(msg["pattern"])
         body = u64(msg["pool"]) + u16(FIND_KINDS[msg["kind"]]) + u32(msg["limit"]) + u32(len(pattern)) + pattern
         return body + optional_key(msg["after"])
+    if kind == "invoke_ado":
+        key, payload = unhex(msg["key"]), unhex(msg["payload"])
+        return u64(msg["pool"]) + u64(msg["value_size"]) + u32(len(key)) + u32(len(payload)) + key + payload
+    if kind == "invoke_put_ado":
+        key, value, payload = unhex(msg["key"]), unhex(msg["value"]), unhex(msg["payload"])
+        lengths = u32(len(key)) + u32(len(value)) + u32(len(payload))
+        return u64(msg["pool"]) + lengths + key + value + payload
     raise ValueError(f"unknown request type {kind!r}")
 
 
@@ -276,6 +300,9 @@ def response_body(msg):
     if kind == "statistics":
         counters = msg["counters"]
         return u16(len(counters)) + b"".join(str16(c["name"]) + u64(c["value"]) for c in counters)
+    if kind == "invoked":
+        buffers = msg["buffers"]
+        return u32(len(buffers)) + b"".join(u16(b["layer"]) + u32(len(unhex(b["data"]))) + unhex(b["data"]) for b in buffers)
     if kind == "error":
         return u16(ERROR_CODES[msg["code"]]) + str16(msg["message"])
     raise ValueError(f"unknown response type {kind!r}")
@@ -285,6 +312,8 @@ def encode_response(request_id, msg):
     kind = msg["type"]
     if kind == "error":
         opcode = ERROR_OPCODE
+    elif kind == "invoked":
+        opcode = REQUEST_OPCODES[msg["answers"]] | RESPONSE_BIT
     else:
         opcode = REQUEST_OPCODES[RESPONSE_TO_REQUEST[kind]] | RESPONSE_BIT
     return frame(opcode, 0, request_id, response_body(msg))
@@ -390,6 +419,50 @@ def request_vectors():
         req("find_regex_after", 25, {"type": "find", "pool": 2, "kind": "regex", "limit": 1024, "pattern": "5e615b302d395d2b24", "after": "6131"}),
         req("find_glob_empty_after", 26, {"type": "find", "pool": 1, "kind": "glob", "limit": 1, "pattern": "2a", "after": ""}),
         req("find_exact", 27, {"type": "find", "pool": 1, "kind": "exact", "limit": 1, "pattern": "6b6579", "after": None}),
+        req(
+            "invoke_ado",
+            40,
+            {"type": "invoke_ado", "pool": 1, "flags": [], "key": "6b6579", "payload": "616464203130", "value_size": 0},
+        ),
+        req(
+            "invoke_ado_create_on_demand",
+            41,
+            {
+                "type": "invoke_ado",
+                "pool": 2,
+                "flags": ["create_on_demand", "zero_new_value"],
+                "key": "636f756e746572",
+                "payload": "676574",
+                "value_size": 8,
+            },
+        ),
+        req(
+            "invoke_ado_read_only_fire_and_forget",
+            42,
+            {"type": "invoke_ado", "pool": 1, "flags": ["read_only", "fire_and_forget"], "key": "6b", "payload": "", "value_size": 0},
+        ),
+        req(
+            "invoke_ado_pool_without_key",
+            43,
+            {"type": "invoke_ado", "pool": U64_MAX, "flags": [], "key": "", "payload": "6c697374", "value_size": 0},
+        ),
+        req(
+            "invoke_put_ado",
+            44,
+            {"type": "invoke_put_ado", "pool": 1, "flags": [], "key": "6b6579", "value": "7631", "payload": "7075742076657273696f6e"},
+        ),
+        req(
+            "invoke_put_ado_no_overwrite_detached",
+            45,
+            {
+                "type": "invoke_put_ado",
+                "pool": 3,
+                "flags": ["no_overwrite", "detached"],
+                "key": "6b",
+                "value": "00ff00ff",
+                "payload": "",
+            },
+        ),
     ]
 
 
@@ -487,6 +560,15 @@ def response_vectors():
         resp("found_more", 25, {"type": "found", "keys": ["6131"], "next": "6139"}),
         resp("found_nothing_yet", 26, {"type": "found", "keys": [], "next": "00"}),
         resp("found_empty_key", 27, {"type": "found", "keys": [""], "next": None}),
+        resp(
+            "invoked_two_layers",
+            40,
+            {"type": "invoked", "answers": "invoke_ado", "buffers": [{"layer": 0, "data": "3131"}, {"layer": 1, "data": ""}]},
+        ),
+        resp("invoked_fire_and_forget", 42, {"type": "invoked", "answers": "invoke_ado", "buffers": []}),
+        resp("put_invoked", 44, {"type": "invoked", "answers": "invoke_put_ado", "buffers": [{"layer": 7, "data": "00ff"}]}),
+        resp("error_ado_failed", 40, {"type": "error", "code": "ado_failed", "message": "plugin 'counter' panicked"}),
+        resp("error_ado_timeout", 41, {"type": "error", "code": "ado_timeout", "message": ""}),
     ]
 
 
@@ -497,12 +579,111 @@ def error_vectors():
     key = b"key"
     hello_body = b"FRRX" + u16(PROTOCOL_VERSION) + str16("ferrite-cli/0.1.0") + bytes16(b"")
     find = REQUEST_OPCODES["find"]
+    invoke = REQUEST_OPCODES["invoke_ado"]
+    invoke_put = REQUEST_OPCODES["invoke_put_ado"]
+
+    def invoke_body(key, payload, value_size=0):
+        return u64(1) + u64(value_size) + u32(len(key)) + u32(len(payload)) + key + payload
+
+    def invoke_put_body(key, value, payload):
+        return u64(1) + u32(len(key)) + u32(len(value)) + u32(len(payload)) + key + value + payload
+
+    flags = INVOKE_FLAGS
     return [
+        _invalid("invoke_ado_unknown_flag", "request", 40, "invalid_argument", frame(invoke, 0x0040, 40, invoke_body(key, b"p"))),
+        _invalid(
+            "invoke_ado_no_overwrite",
+            "request",
+            41,
+            "invalid_argument",
+            frame(invoke, flags["no_overwrite"], 41, invoke_body(key, b"p")),
+        ),
+        _invalid("invoke_ado_detached", "request", 42, "invalid_argument", frame(invoke, flags["detached"], 42, invoke_body(key, b"p"))),
+        _invalid(
+            "invoke_ado_create_on_demand_without_key",
+            "request",
+            43,
+            "invalid_argument",
+            frame(invoke, flags["create_on_demand"], 43, invoke_body(b"", b"p", 8)),
+        ),
+        _invalid(
+            "invoke_ado_value_size_without_create_on_demand",
+            "request",
+            44,
+            "invalid_argument",
+            frame(invoke, 0, 44, invoke_body(key, b"p", 8)),
+        ),
+        _invalid(
+            "invoke_ado_value_size_too_large",
+            "request",
+            45,
+            "value_too_large",
+            frame(invoke, flags["create_on_demand"], 45, invoke_body(key, b"p", VALUE_INLINE_BYTES_MAX + 1)),
+        ),
+        _invalid(
+            "invoke_ado_key_too_large",
+            "request",
+            46,
+            "key_too_large",
+            frame(invoke, 0, 46, u64(1) + u64(0) + u32(KEY_BYTES_MAX + 1) + u32(0)),
+        ),
+        _invalid(
+            "invoke_ado_truncated_payload",
+            "request",
+            47,
+            "malformed_frame",
+            frame(invoke, 0, 47, u64(1) + u64(0) + u32(len(key)) + u32(4) + key + b"ad"),
+        ),
+        _invalid(
+            "invoke_put_ado_create_on_demand",
+            "request",
+            48,
+            "invalid_argument",
+            frame(invoke_put, flags["create_on_demand"], 48, invoke_put_body(key, b"v", b"p")),
+        ),
+        _invalid(
+            "invoke_put_ado_read_only_detached",
+            "request",
+            49,
+            "invalid_argument",
+            frame(invoke_put, flags["read_only"] | flags["detached"], 49, invoke_put_body(key, b"v", b"p")),
+        ),
+        _invalid(
+            "invoke_put_ado_read_only_no_overwrite",
+            "request",
+            50,
+            "invalid_argument",
+            frame(invoke_put, flags["read_only"] | flags["no_overwrite"], 50, invoke_put_body(key, b"v", b"p")),
+        ),
+        _invalid("invoke_put_ado_empty_key", "request", 51, "invalid_argument", frame(invoke_put, 0, 51, invoke_put_body(b"", b"v", b"p"))),
+        _invalid(
+            "invoke_put_ado_value_and_payload_too_large",
+            "request",
+            52,
+            "value_too_large",
+            # Each fits the value limit alone; together they do not. Checked before any is sliced.
+            frame(invoke_put, 0, 52, u64(1) + u32(len(key)) + u32(VALUE_INLINE_BYTES_MAX) + u32(1) + key),
+        ),
+        _invalid(
+            "invoked_response_truncated_buffer",
+            "response",
+            53,
+            "malformed_frame",
+            frame(invoke | RESPONSE_BIT, 0, 53, u32(1) + u16(0) + u32(3) + b"ab"),
+        ),
+        _invalid(
+            "invoked_response_count_beyond_body",
+            "response",
+            54,
+            "malformed_frame",
+            # A count no body could hold: decoders must not reserve room for it.
+            frame(invoke_put | RESPONSE_BIT, 0, 54, u32(0xFFFFFFFF) + u16(0) + u32(0)),
+        ),
         _invalid("find_limit_zero", "request", 30, "invalid_argument", frame(find, 0, 30, u64(1) + u16(2) + u32(0) + u32(0) + u8(0))),
         _invalid("find_limit_too_large", "request", 31, "invalid_argument", frame(find, 0, 31, u64(1) + u16(2) + u32(1025) + u32(0) + u8(0))),
         _invalid("find_unknown_kind", "request", 32, "invalid_argument", frame(find, 0, 32, u64(1) + u16(9) + u32(1) + u32(0) + u8(0))),
         _invalid("find_truncated_after", "request", 33, "malformed_frame", frame(find, 0, 33, u64(1) + u16(2) + u32(1) + u32(0) + u8(1) + u32(4) + b"ab")),
-        _invalid("unknown_opcode", "request", 21, "unknown_opcode", frame(0x0040, 0, 21, b"")),
+        _invalid("unknown_opcode", "request", 21, "unknown_opcode", frame(0x0050, 0, 21, b"")),
         _invalid(
             "put_truncated_body",
             "request",

@@ -30,7 +30,7 @@ use std::sync::Arc;
 use ferrite_proto::{Attribute, FindKind, Limits, PoolHandle, PutFlags};
 
 use crate::error::{Error, Result};
-use crate::pool::{FindPage, PoolAttributes, ValueAttributes};
+use crate::pool::{FindPage, InvokeOptions, InvokePutOptions, InvokeResponse, PoolAttributes, ValueAttributes};
 use crate::session::{ClientOptions, PoolInfo, PoolOptions, ShardStatistics};
 
 /// The private runtime, shared by a session and every pool opened through it.
@@ -194,6 +194,24 @@ impl Pool {
 
     pub fn find_all(&self, kind: FindKind, pattern: &[u8]) -> Result<Vec<Vec<u8>>> {
         self.runtime.block_on(self.inner.find_all(kind, pattern))
+    }
+
+    pub fn invoke(&self, key: &[u8], payload: &[u8], options: InvokeOptions) -> Result<Vec<InvokeResponse>> {
+        self.runtime.block_on(self.inner.invoke(key, payload, options))
+    }
+
+    pub fn invoke_pool(&self, payload: &[u8], options: InvokeOptions) -> Result<Vec<InvokeResponse>> {
+        self.runtime.block_on(self.inner.invoke_pool(payload, options))
+    }
+
+    pub fn invoke_put(
+        &self,
+        key: &[u8],
+        value: &[u8],
+        payload: &[u8],
+        options: InvokePutOptions,
+    ) -> Result<Vec<InvokeResponse>> {
+        self.runtime.block_on(self.inner.invoke_put(key, value, payload, options))
     }
 
     pub fn close(self) -> Result<()> {

@@ -93,6 +93,18 @@ impl Error {
         self.code() == Some(ErrorCode::PoolExists)
     }
 
+    /// A plugin failed the invocation, crashed, or its host process died; the pool is as it was
+    /// before the call, and the message carries the plugin's reason.
+    pub fn is_ado_failed(&self) -> bool {
+        self.code() == Some(ErrorCode::AdoFailed)
+    }
+
+    /// An invocation passed its deadline; its host process was stopped and the pool is as it
+    /// was before the call.
+    pub fn is_ado_timeout(&self) -> bool {
+        self.code() == Some(ErrorCode::AdoTimeout)
+    }
+
     /// The connection to the shard failed or was closed.
     pub fn is_connection_closed(&self) -> bool {
         matches!(self, Error::ConnectionClosed(_))
@@ -120,6 +132,15 @@ mod tests {
         assert!(error.is_key_not_found());
         assert!(error.is_not_found());
         assert!(!error.is_pool_not_found());
+    }
+
+    #[test]
+    fn plugin_failures_are_told_apart() {
+        let failed = Error::Server { code: ErrorCode::AdoFailed, message: "plugin 'faulty' panicked".into() };
+        assert!(failed.is_ado_failed() && !failed.is_ado_timeout());
+        assert_eq!(failed.to_string(), "ado_failed: plugin 'faulty' panicked");
+        let timeout = Error::Server { code: ErrorCode::AdoTimeout, message: String::new() };
+        assert!(timeout.is_ado_timeout() && !timeout.is_ado_failed());
     }
 
     #[test]

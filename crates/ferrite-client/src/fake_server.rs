@@ -120,7 +120,9 @@ pub(crate) async fn serve_memory_shard_stalling(
 ) -> Vec<String> {
     use std::collections::{BTreeMap, HashMap};
 
-    use ferrite_proto::{Attribute, CreatePoolFlags, ErrorCode, PoolHandle, PoolInfo, PoolMemory, PutFlags, Statistic};
+    use ferrite_proto::{
+        Attribute, CreatePoolFlags, ErrorCode, InvokeFlags, PoolHandle, PoolInfo, PoolMemory, PutFlags, Statistic,
+    };
 
     struct StoredPool {
         size_bytes: u64,
@@ -146,6 +148,7 @@ pub(crate) async fn serve_memory_shard_stalling(
         }
         answered += 1;
         let request = frame.request();
+        let opcode = request.opcode();
         let mut out = BytesMut::new();
         let mut owned_value = Vec::new();
         let response = match request {
@@ -229,7 +232,9 @@ pub(crate) async fn serve_memory_shard_stalling(
             | Request::Get { pool, .. }
             | Request::Erase { pool, .. }
             | Request::Count { pool }
-            | Request::GetAttribute { pool, .. } => {
+            | Request::GetAttribute { pool, .. }
+            | Request::InvokeAdo { pool, .. }
+            | Request::InvokePutAdo { pool, .. } => {
                 let Some(stored) = opens.get(&pool.0).and_then(|name| pools.get_mut(name)) else {
                     let mut out = BytesMut::new();
                     error(ErrorCode::PoolNotOpen, "not open").encode(frame.id(), &mut out);
@@ -275,14 +280,54 @@ pub(crate) async fn serve_memory_shard_stalling(
                             (Attribute::WriteTime, Some(_)) => Response::Attribute(FAKE_WRITE_TIME_NS),
                         }
                     }
+                    // A stand-in for a plugin chain of one (see `invoked`). A failed call changes
+                    // nothing, as on the real server.
+                    Request::InvokeAdo { payload: FAIL_PAYLOAD, .. }
+                    | Request::InvokePutAdo { payload: FAIL_PAYLOAD, .. } => {
+                        error(ErrorCode::AdoFailed, "the fake plugin fails on request")
+                    }
+                    Request::InvokeAdo { flags, key, payload, value_size, .. } => {
+                        log.push(format!("invoke_ado {:#06x}", flags.bits()));
+                        if !key.is_empty() && !stored.pairs.contains_key(key) {
+                            if flags.contains(InvokeFlags::CREATE_ON_DEMAND) {
+                                stored.pairs.insert(key.to_vec(), vec![0; value_size as usize]);
+                            } else {
+                                let mut out = BytesMut::new();
+                                error(ErrorCode::KeyNotFound, "no such key").encode(frame.id(), &mut out);
+                                peer.send_raw(&out).await;
+                                continue;
+                            }
+                        }
+                        invoked(flags, payload)
+                    }
+                    Request::InvokePutAdo { flags, key, value, payload, .. } => {
+                        log.push(format!("invoke_put_ado {:#06x}", flags.bits()));
+                        let keep = flags.contains(InvokeFlags::NO_OVERWRITE) && stored.pairs.contains_key(key);
+                        if !keep && !flags.contains(InvokeFlags::DETACHED) {
+                            stored.pairs.insert(key.to_vec(), value.to_vec());
+                        }
+                        invoked(flags, payload)
+                    }
                     _ => unreachable!("matched above"),
                 }
             }
         };
-        response.encode(frame.id(), &mut out);
+        response.encode_answer(opcode, frame.id(), &mut out);
         peer.send_raw(&out).await;
     }
     log
+}
+
+/// The payload on which the memory shard's stand-in plugin fails with `ado_failed`.
+pub(crate) const FAIL_PAYLOAD: &[u8] = b"fail";
+
+/// The stand-in plugin's answer: one buffer from layer 0 echoing the payload, or no buffers when
+/// the caller does not wait for them.
+fn invoked(flags: ferrite_proto::InvokeFlags, payload: &[u8]) -> Response<'_> {
+    if flags.contains(ferrite_proto::InvokeFlags::FIRE_AND_FORGET) {
+        return Response::Invoked { buffers: Vec::new() };
+    }
+    Response::Invoked { buffers: vec![ferrite_proto::InvokeBuffer { layer: 0, data: payload }] }
 }
 
 /// The write time the memory shard reports for every value.

@@ -47,5 +47,5 @@ pub use error::{Error, Result};
 pub use ferrite_proto::{
     Attribute, Durability, ErrorCode, FindKind, Limits, PoolHandle, PoolMemory, ProtocolError, PutFlags, FIND_KEYS_MAX,
 };
-pub use pool::{FindPage, Pool, PoolAttributes, ValueAttributes};
+pub use pool::{FindPage, InvokeOptions, InvokePutOptions, InvokeResponse, Pool, PoolAttributes, ValueAttributes};
 pub use session::{ClientOptions, PoolInfo, PoolOptions, Session, ShardStatistics};

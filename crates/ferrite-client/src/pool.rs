@@ -4,7 +4,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use ferrite_proto::{Attribute, FindKind, PoolHandle, PutFlags, Request, FIND_KEYS_MAX};
+use bytes::Bytes;
+use ferrite_proto::{Attribute, FindKind, InvokeFlags, PoolHandle, PutFlags, Request, FIND_KEYS_MAX};
 
 use crate::connection::{Connection, PendingReply};
 use crate::error::{Error, Result};
@@ -39,6 +40,40 @@ pub struct PoolAttributes {
     pub size_bytes: u64,
     /// Bytes of capacity in use.
     pub used_bytes: u64,
+}
+
+/// How [`Pool::invoke`] runs the pool's plugins on a key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct InvokeOptions {
+    /// Create an absent key with a zeroed value of this many bytes (MCAS create-on-demand);
+    /// `None` fails with `key_not_found` instead. Not for [`Pool::invoke_pool`], which has no key.
+    pub create_size: Option<u64>,
+    /// Run the plugins under a read lock: they may not write, and other readers of the key need
+    /// not wait for them.
+    pub read_only: bool,
+    /// Return as soon as the server accepts the call, with no responses; the plugins' answer is
+    /// dropped, and their failure goes unreported.
+    pub fire_and_forget: bool,
+}
+
+/// How [`Pool::invoke_put`] stores the value before running the pool's plugins on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct InvokePutOptions {
+    /// Keep an existing value instead of replacing it; the plugins run on the existing one.
+    pub no_overwrite: bool,
+    /// Put the value in unattached pool memory, whose location the plugins are told, instead of
+    /// making it the key's value.
+    pub detached: bool,
+    /// Return as soon as the server accepts the call, with no responses.
+    pub fire_and_forget: bool,
+}
+
+/// One buffer of a plugin chain's answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InvokeResponse {
+    /// Index in the pool's plugin chain of the plugin that produced the buffer.
+    pub layer: u16,
+    pub data: Bytes,
 }
 
 /// A pool open in a [`Session`](crate::Session).
@@ -211,6 +246,62 @@ impl Pool {
         keys.sort_unstable();
         keys.dedup();
         Ok(keys)
+    }
+
+    /// Runs the pool's plugin chain on `key`'s value with `payload` (MCAS `invoke_ado`) and
+    /// returns the chain's buffers in chain order. Fails with `key_not_found` for an absent key
+    /// unless [`InvokeOptions::create_size`] is set, `invalid_argument` on a pool without
+    /// plugins, and [`Error::is_ado_failed`] / [`Error::is_ado_timeout`] when a plugin fails or
+    /// overruns its deadline (the pool is then as before the call).
+    pub async fn invoke(&self, key: &[u8], payload: &[u8], options: InvokeOptions) -> Result<Vec<InvokeResponse>> {
+        let mut flags = InvokeFlags::NONE;
+        if options.create_size.is_some() {
+            flags = flags.union(InvokeFlags::CREATE_ON_DEMAND);
+        }
+        if options.read_only {
+            flags = flags.union(InvokeFlags::READ_ONLY);
+        }
+        if options.fire_and_forget {
+            flags = flags.union(InvokeFlags::FIRE_AND_FORGET);
+        }
+        let value_size = options.create_size.unwrap_or(0);
+        self.invoked(&Request::InvokeAdo { pool: self.inner.handle, flags, key, payload, value_size }).await
+    }
+
+    /// Runs the pool's plugin chain on the pool itself rather than on a key: [`Pool::invoke`]
+    /// with an empty key. There is no value to create, so `create_size` must be `None`.
+    pub async fn invoke_pool(&self, payload: &[u8], options: InvokeOptions) -> Result<Vec<InvokeResponse>> {
+        self.invoke(b"", payload, options).await
+    }
+
+    /// Stores `value` under `key`, then runs the pool's plugin chain on it with `payload` (MCAS
+    /// `invoke_put_ado`), in one request under one lock of the key. Fails like [`Pool::invoke`];
+    /// a failed call leaves the pool as before it, the put included.
+    pub async fn invoke_put(
+        &self,
+        key: &[u8],
+        value: &[u8],
+        payload: &[u8],
+        options: InvokePutOptions,
+    ) -> Result<Vec<InvokeResponse>> {
+        let mut flags = InvokeFlags::NONE;
+        if options.no_overwrite {
+            flags = flags.union(InvokeFlags::NO_OVERWRITE);
+        }
+        if options.detached {
+            flags = flags.union(InvokeFlags::DETACHED);
+        }
+        if options.fire_and_forget {
+            flags = flags.union(InvokeFlags::FIRE_AND_FORGET);
+        }
+        self.invoked(&Request::InvokePutAdo { pool: self.inner.handle, flags, key, value, payload }).await
+    }
+
+    async fn invoked(&self, request: &Request<'_>) -> Result<Vec<InvokeResponse>> {
+        match self.call(request).await? {
+            Reply::Invoked(buffers) => Ok(buffers),
+            other => Err(other.unexpected("invoked")),
+        }
     }
 
     /// Closes the pool on the server. Clones of this pool become unusable (the server answers

@@ -9,6 +9,7 @@ use bytes::Bytes;
 use ferrite_proto::{Header, Limits, PoolHandle, PoolMemory, Response, PROTOCOL_VERSION};
 
 use crate::error::{Error, Result};
+use crate::pool::InvokeResponse;
 
 /// What a shard said in its hello reply.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -47,6 +48,7 @@ pub(crate) enum Reply {
     Attribute(u64),
     Found { keys: Vec<Bytes>, next: Option<Bytes> },
     Statistics(Vec<(String, u64)>),
+    Invoked(Vec<InvokeResponse>),
 }
 
 impl Reply {
@@ -107,6 +109,12 @@ impl Reply {
             Response::Statistics(stats) => {
                 Reply::Statistics(stats.into_iter().map(|s| (s.name.to_owned(), s.value)).collect())
             }
+            Response::Invoked { buffers } => Reply::Invoked(
+                buffers
+                    .into_iter()
+                    .map(|buffer| InvokeResponse { layer: buffer.layer, data: body.slice_ref(buffer.data) })
+                    .collect(),
+            ),
         })
     }
 
@@ -126,6 +134,7 @@ impl Reply {
             Reply::Attribute(_) => "attribute",
             Reply::Found { .. } => "found",
             Reply::Statistics(_) => "statistics",
+            Reply::Invoked(_) => "invoked",
         }
     }
 

@@ -4,7 +4,7 @@ use bytes::BytesMut;
 use ferrite_proto::{shard_for_pool, ErrorCode, Limits, PoolHandle, Request, Response};
 
 use crate::fake_server::{crc32, serve_memory_shard, serve_memory_shard_stalling, FakeShard, FAKE_WRITE_TIME_NS};
-use crate::{blocking, Error, PoolOptions, PutFlags, Session};
+use crate::{blocking, Error, InvokeOptions, InvokePutOptions, InvokeResponse, PoolOptions, PutFlags, Session};
 
 /// A pool name that `shard_for_pool` puts on `shard` of `shard_count`.
 fn name_on_shard(shard: u16, shard_count: u16) -> String {
@@ -422,4 +422,88 @@ async fn durability_choices_reach_the_wire() {
     let log = server.await.expect("fake server");
     assert!(log.contains(&"create_pool lazy async".to_string()), "{log:?}");
     assert_eq!(log.iter().filter(|line| line.starts_with("put ")).collect::<Vec<_>>(), ["put sync"], "{log:?}");
+}
+
+fn echo(data: &'static [u8]) -> Vec<InvokeResponse> {
+    vec![InvokeResponse { layer: 0, data: bytes::Bytes::from_static(data) }]
+}
+
+/// Proves invocations reach the wire with the flags their options ask for, come back as
+/// layer-tagged buffers, and that a plugin failure is a server error that leaves the connection
+/// usable and the pool unchanged.
+#[tokio::test]
+async fn invocations_carry_their_options_and_return_buffers() {
+    let shard = FakeShard::bind().await;
+    let addresses = vec![shard.address()];
+    let address = addresses[0].clone();
+    let server = tokio::spawn(async move { serve_memory_shard(shard.accept().await, 0, &addresses).await });
+    let session = Session::connect(&address).await.expect("connect");
+    let pool = session.create_pool("ado", PoolOptions::default()).await.expect("create");
+
+    let absent = pool.invoke(b"counter", b"get", InvokeOptions::default()).await.expect_err("no such key");
+    assert!(absent.is_key_not_found(), "{absent}");
+    let create = InvokeOptions { create_size: Some(8), ..InvokeOptions::default() };
+    assert_eq!(pool.invoke(b"counter", b"add 1", create).await.expect("create on demand"), echo(b"add 1"));
+    assert_eq!(pool.get(b"counter").await.expect("created"), [0; 8]);
+    let read_only = InvokeOptions { read_only: true, ..InvokeOptions::default() };
+    assert_eq!(pool.invoke(b"counter", b"get", read_only).await.expect("read-only"), echo(b"get"));
+    assert_eq!(pool.invoke_pool(b"list", InvokeOptions::default()).await.expect("key-less"), echo(b"list"));
+    let forget = InvokeOptions { fire_and_forget: true, ..InvokeOptions::default() };
+    assert_eq!(pool.invoke(b"counter", b"add 2", forget).await.expect("fire and forget"), []);
+
+    assert_eq!(pool.invoke_put(b"v", b"one", b"put", InvokePutOptions::default()).await.expect("put"), echo(b"put"));
+    let keep = InvokePutOptions { no_overwrite: true, ..InvokePutOptions::default() };
+    pool.invoke_put(b"v", b"two", b"put", keep).await.expect("no overwrite");
+    let detached = InvokePutOptions { detached: true, fire_and_forget: true, ..InvokePutOptions::default() };
+    assert_eq!(pool.invoke_put(b"v", b"three", b"put", detached).await.expect("detached"), []);
+    assert_eq!(pool.get(b"v").await.expect("get"), b"one", "neither no-overwrite nor detached replaced it");
+
+    let failed = pool.invoke_put(b"w", b"x", b"fail", InvokePutOptions::default()).await.expect_err("plugin fails");
+    assert!(failed.is_ado_failed(), "{failed}");
+    assert!(pool.get(b"w").await.expect_err("the failed call stored nothing").is_key_not_found());
+
+    // Checked locally, before anything is sent: a key-less call has no value to create.
+    let keyless = pool.invoke_pool(b"x", create).await.expect_err("create without a key");
+    assert_eq!(keyless.code(), Some(ErrorCode::InvalidArgument));
+    let empty = pool.invoke_put(b"", b"x", b"p", InvokePutOptions::default()).await.expect_err("put without a key");
+    assert_eq!(empty.code(), Some(ErrorCode::InvalidArgument));
+
+    drop((pool, session));
+    let log = server.await.expect("fake server");
+    let invokes: Vec<&str> = log.iter().map(String::as_str).filter(|line| line.starts_with("invoke")).collect();
+    assert_eq!(
+        invokes,
+        [
+            "invoke_ado 0x0000",
+            "invoke_ado 0x0001",
+            "invoke_ado 0x0002",
+            "invoke_ado 0x0000",
+            "invoke_ado 0x0020",
+            "invoke_put_ado 0x0000",
+            "invoke_put_ado 0x0004",
+            "invoke_put_ado 0x0030",
+        ]
+    );
+}
+
+/// Proves the blocking client invokes like the async one.
+#[test]
+fn blocking_invocations() {
+    let server_runtime =
+        tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().expect("server runtime");
+    let shard = server_runtime.block_on(FakeShard::bind());
+    let addresses = vec![shard.address()];
+    let address = addresses[0].clone();
+    let server = server_runtime.spawn(async move { serve_memory_shard(shard.accept().await, 0, &addresses).await });
+
+    let session = blocking::Session::connect(&address).expect("connect");
+    let pool = session.create_pool("ado", PoolOptions::default()).expect("create");
+    let create = InvokeOptions { create_size: Some(4), ..InvokeOptions::default() };
+    assert_eq!(pool.invoke(b"k", b"get", create).expect("invoke"), echo(b"get"));
+    assert_eq!(pool.invoke_pool(b"list", InvokeOptions::default()).expect("key-less"), echo(b"list"));
+    assert_eq!(pool.invoke_put(b"k", b"v", b"put", InvokePutOptions::default()).expect("put"), echo(b"put"));
+    assert!(pool.invoke(b"k", b"fail", InvokeOptions::default()).expect_err("fails").is_ado_failed());
+    pool.close().expect("close");
+    drop(session);
+    server_runtime.block_on(server).expect("fake server");
 }

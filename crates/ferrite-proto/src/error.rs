@@ -44,11 +44,17 @@ pub enum ErrorCode {
     /// The shard's write-ahead log failed (an I/O error): the shard refuses writes until the
     /// server is restarted. Acknowledged writes are safe.
     StorageFailed = 22,
+    /// An Active Data Object plugin failed the call, crashed, or its host process died. The pool
+    /// is as it was before the call; the message carries the plugin's reason.
+    AdoFailed = 23,
+    /// An invocation passed its deadline. Its host process was stopped and the pool is as it was
+    /// before the call.
+    AdoTimeout = 24,
 }
 
 impl ErrorCode {
     /// Every code, in numeric order.
-    pub const ALL: [ErrorCode; 22] = [
+    pub const ALL: [ErrorCode; 24] = [
         ErrorCode::MalformedFrame,
         ErrorCode::UnknownOpcode,
         ErrorCode::FrameTooLarge,
@@ -71,6 +77,8 @@ impl ErrorCode {
         ErrorCode::ShuttingDown,
         ErrorCode::NoSpace,
         ErrorCode::StorageFailed,
+        ErrorCode::AdoFailed,
+        ErrorCode::AdoTimeout,
     ];
 
     pub fn as_u16(self) -> u16 {
@@ -106,6 +114,8 @@ impl ErrorCode {
             ErrorCode::ShuttingDown => "shutting_down",
             ErrorCode::NoSpace => "no_space",
             ErrorCode::StorageFailed => "storage_failed",
+            ErrorCode::AdoFailed => "ado_failed",
+            ErrorCode::AdoTimeout => "ado_timeout",
         }
     }
 
@@ -134,6 +144,8 @@ impl ErrorCode {
             ErrorCode::ShuttingDown => "the server is shutting down",
             ErrorCode::NoSpace => "no space left for the write-ahead log; nothing was written",
             ErrorCode::StorageFailed => "the shard's write-ahead log failed; writes are refused until restart",
+            ErrorCode::AdoFailed => "the plugin failed; the pool is as before the call",
+            ErrorCode::AdoTimeout => "the invocation passed its deadline; the pool is as before the call",
         }
     }
 }
@@ -178,6 +190,8 @@ pub enum ProtocolError {
     UnknownErrorCode(u16),
     #[error("hello does not carry the Ferrite magic number")]
     BadMagic,
+    #[error("invalid invocation: {reason}")]
+    InvalidInvocation { reason: &'static str },
     #[error("plugin chain {chain:?} is invalid: {reason}")]
     InvalidPluginChain { chain: String, reason: &'static str },
 }
@@ -196,7 +210,8 @@ impl ProtocolError {
             | ProtocolError::UnknownAttribute(_)
             | ProtocolError::UnknownFindKind(_)
             | ProtocolError::InvalidFindLimit(_)
-            | ProtocolError::InvalidPluginChain { .. } => ErrorCode::InvalidArgument,
+            | ProtocolError::InvalidPluginChain { .. }
+            | ProtocolError::InvalidInvocation { .. } => ErrorCode::InvalidArgument,
             ProtocolError::Truncated { .. }
             | ProtocolError::TrailingBytes { .. }
             | ProtocolError::InvalidUtf8 { .. }

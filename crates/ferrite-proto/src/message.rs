@@ -36,12 +36,14 @@ pub enum Opcode {
     GetAttribute = 0x0024,
     Find = 0x0025,
     GetStatistics = 0x0030,
+    InvokeAdo = 0x0040,
+    InvokePutAdo = 0x0041,
     Error = 0xFFFF,
 }
 
 impl Opcode {
     /// Every request opcode.
-    pub const REQUESTS: [Opcode; 13] = [
+    pub const REQUESTS: [Opcode; 15] = [
         Opcode::Hello,
         Opcode::CreatePool,
         Opcode::OpenPool,
@@ -55,6 +57,8 @@ impl Opcode {
         Opcode::GetAttribute,
         Opcode::Find,
         Opcode::GetStatistics,
+        Opcode::InvokeAdo,
+        Opcode::InvokePutAdo,
     ];
 
     pub fn from_request(raw: u16) -> Option<Opcode> {
@@ -215,6 +219,90 @@ impl CreatePoolFlags {
     }
 }
 
+/// Flags of `invoke_ado` and `invoke_put_ado` (MCAS Table 3), carried in the header's flag field.
+/// [`InvokeFlags::from_bits`] refuses what no invocation means; [`Request::check`] also refuses
+/// what the one message carrying them does not mean.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct InvokeFlags(u16);
+
+impl InvokeFlags {
+    pub const NONE: InvokeFlags = InvokeFlags(0);
+    /// `invoke_ado` only: create the key with a zeroed value of `value_size` bytes if it is absent.
+    pub const CREATE_ON_DEMAND: InvokeFlags = InvokeFlags(0x0001);
+    /// The plugin gets a read lock on the value and may not write to it.
+    pub const READ_ONLY: InvokeFlags = InvokeFlags(0x0002);
+    /// `invoke_put_ado` only: keep an existing value; the plugin runs on it.
+    pub const NO_OVERWRITE: InvokeFlags = InvokeFlags(0x0004);
+    /// A value created for the call is zeroed. Ferrite always zeroes new values; the flag exists
+    /// so MCAS callers can send what they always sent.
+    pub const ZERO_NEW_VALUE: InvokeFlags = InvokeFlags(0x0008);
+    /// `invoke_put_ado` only: the value goes into unattached pool memory, whose location the
+    /// plugin is given, instead of becoming the key's value.
+    pub const DETACHED: InvokeFlags = InvokeFlags(0x0010);
+    /// The server answers as soon as it accepts the invocation, with no buffers; the plugin's
+    /// answer is dropped.
+    pub const FIRE_AND_FORGET: InvokeFlags = InvokeFlags(0x0020);
+    const KNOWN: u16 = 0x003F;
+
+    pub fn bits(self) -> u16 {
+        self.0
+    }
+
+    /// Flags from the wire. Unknown bits, and a read lock beside a flag that writes the value,
+    /// are refused for either message.
+    pub fn from_bits(bits: u16) -> Result<InvokeFlags, ProtocolError> {
+        if bits & !InvokeFlags::KNOWN != 0 {
+            return Err(ProtocolError::UnknownFlags { message: "an invocation", flags: bits });
+        }
+        let flags = InvokeFlags(bits);
+        if flags.contains(InvokeFlags::READ_ONLY) && flags.contains(InvokeFlags::NO_OVERWRITE) {
+            return Err(ProtocolError::UnknownFlags {
+                message: "an invocation (read-only with no-overwrite)",
+                flags: bits,
+            });
+        }
+        if flags.contains(InvokeFlags::READ_ONLY) && flags.contains(InvokeFlags::DETACHED) {
+            return Err(ProtocolError::UnknownFlags {
+                message: "an invocation (read-only with detached)",
+                flags: bits,
+            });
+        }
+        Ok(flags)
+    }
+
+    pub fn contains(self, other: InvokeFlags) -> bool {
+        self.0 & other.0 == other.0 && other.0 != 0
+    }
+
+    pub fn union(self, other: InvokeFlags) -> InvokeFlags {
+        InvokeFlags(self.0 | other.0)
+    }
+
+    /// Refuses the flags that only `invoke_put_ado` defines: there is no value to keep or detach.
+    fn check_invoke_ado(self) -> Result<InvokeFlags, ProtocolError> {
+        let flags = InvokeFlags::from_bits(self.0)?;
+        if flags.0 & (InvokeFlags::NO_OVERWRITE.0 | InvokeFlags::DETACHED.0) != 0 {
+            return Err(ProtocolError::UnknownFlags {
+                message: "invoke_ado (no-overwrite and detached need invoke_put_ado)",
+                flags: self.0,
+            });
+        }
+        Ok(flags)
+    }
+
+    /// Refuses create-on-demand on `invoke_put_ado`: the put creates the key.
+    fn check_invoke_put_ado(self) -> Result<InvokeFlags, ProtocolError> {
+        let flags = InvokeFlags::from_bits(self.0)?;
+        if flags.contains(InvokeFlags::CREATE_ON_DEMAND) {
+            return Err(ProtocolError::UnknownFlags {
+                message: "invoke_put_ado (create-on-demand: the put creates the key)",
+                flags: self.0,
+            });
+        }
+        Ok(flags)
+    }
+}
+
 /// How `find` matches keys against its pattern (MCAS `find`: exact, prefix, regular expression;
 /// plus Redis-style globs for the RESP `SCAN MATCH`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -355,6 +443,25 @@ pub enum Request<'a> {
         limit: u32,
     },
     GetStatistics,
+    /// Runs the pool's plugin chain on `key`'s value (MCAS `invoke_ado`). An empty key invokes
+    /// the chain on the pool itself. `value_size` is the size of the zeroed value that
+    /// [`InvokeFlags::CREATE_ON_DEMAND`] creates for an absent key, and 0 without that flag.
+    InvokeAdo {
+        pool: PoolHandle,
+        flags: InvokeFlags,
+        key: &'a [u8],
+        payload: &'a [u8],
+        value_size: u64,
+    },
+    /// Stores `value` under `key` (or, with [`InvokeFlags::DETACHED`], in unattached pool
+    /// memory), then runs the pool's plugin chain on it (MCAS `invoke_put_ado`).
+    InvokePutAdo {
+        pool: PoolHandle,
+        flags: InvokeFlags,
+        key: &'a [u8],
+        value: &'a [u8],
+        payload: &'a [u8],
+    },
 }
 
 /// Most plugins in a pool's chain.
@@ -443,6 +550,46 @@ fn value_too_large(len: usize, max: usize) -> ProtocolError {
     ProtocolError::ValueTooLarge { len, max }
 }
 
+/// An invocation's payload counts against the value limit together with the value it puts, so
+/// an invocation frame never exceeds the frame limit a put of the same sizes fits.
+fn check_value_and_payload(value: &[u8], payload: &[u8], limits: &Limits) -> Result<(), ProtocolError> {
+    let len = value.len().saturating_add(payload.len());
+    let max = limits.value_bytes_max as usize;
+    if len > max {
+        return Err(ProtocolError::ValueTooLarge { len, max });
+    }
+    Ok(())
+}
+
+/// The rules of `invoke_ado` beyond sizes: its flags, a created value needs a key, and a size
+/// only means something with create-on-demand.
+fn check_invoke_ado(flags: InvokeFlags, key: &[u8], value_size: u64, limits: &Limits) -> Result<(), ProtocolError> {
+    flags.check_invoke_ado()?;
+    if !flags.contains(InvokeFlags::CREATE_ON_DEMAND) {
+        if value_size != 0 {
+            return Err(ProtocolError::InvalidInvocation { reason: "value_size without create-on-demand" });
+        }
+        return Ok(());
+    }
+    if key.is_empty() {
+        return Err(ProtocolError::InvalidInvocation { reason: "create-on-demand needs a key" });
+    }
+    let max = limits.value_bytes_max as usize;
+    if value_size > max as u64 {
+        return Err(ProtocolError::ValueTooLarge { len: usize::try_from(value_size).unwrap_or(usize::MAX), max });
+    }
+    Ok(())
+}
+
+/// The rules of `invoke_put_ado` beyond sizes: its flags, and a put needs a key.
+fn check_invoke_put_ado(flags: InvokeFlags, key: &[u8]) -> Result<(), ProtocolError> {
+    flags.check_invoke_put_ado()?;
+    if key.is_empty() {
+        return Err(ProtocolError::InvalidInvocation { reason: "invoke_put_ado needs a key" });
+    }
+    Ok(())
+}
+
 fn read_key<'a>(reader: &mut Reader<'a>) -> Result<&'a [u8], ProtocolError> {
     let len = read_sized(reader, KEY_BYTES_MAX, key_too_large)?;
     reader.bytes(len)
@@ -484,6 +631,8 @@ impl<'a> Request<'a> {
             Request::GetAttribute { .. } => Opcode::GetAttribute,
             Request::Find { .. } => Opcode::Find,
             Request::GetStatistics => Opcode::GetStatistics,
+            Request::InvokeAdo { .. } => Opcode::InvokeAdo,
+            Request::InvokePutAdo { .. } => Opcode::InvokePutAdo,
         }
     }
 
@@ -519,6 +668,16 @@ impl<'a> Request<'a> {
                 Ok(())
             }
             Request::ClosePool { .. } | Request::ListPools | Request::Count { .. } | Request::GetStatistics => Ok(()),
+            Request::InvokeAdo { flags, key, payload, value_size, .. } => {
+                check_key(key, limits)?;
+                check_value(payload, limits)?;
+                check_invoke_ado(*flags, key, *value_size, limits)
+            }
+            Request::InvokePutAdo { flags, key, value, payload, .. } => {
+                check_key(key, limits)?;
+                check_value_and_payload(value, payload, limits)?;
+                check_invoke_put_ado(*flags, key)
+            }
         }
     }
 
@@ -607,6 +766,34 @@ impl<'a> Request<'a> {
                 no_flags(header, "get_statistics")?;
                 Request::GetStatistics
             }
+            Opcode::InvokeAdo => {
+                let flags = InvokeFlags::from_bits(header.flags)?;
+                let pool = PoolHandle(r.u64()?);
+                let value_size = r.u64()?;
+                let key_len = read_sized(&mut r, KEY_BYTES_MAX, key_too_large)?;
+                let payload_len = read_sized(&mut r, VALUE_INLINE_BYTES_MAX, value_too_large)?;
+                let key = r.bytes(key_len)?;
+                let payload = r.bytes(payload_len)?;
+                check_invoke_ado(flags, key, value_size, &Limits::MAX)?;
+                Request::InvokeAdo { pool, flags, key, payload, value_size }
+            }
+            Opcode::InvokePutAdo => {
+                let flags = InvokeFlags::from_bits(header.flags)?;
+                let pool = PoolHandle(r.u64()?);
+                let key_len = read_sized(&mut r, KEY_BYTES_MAX, key_too_large)?;
+                let value_len = read_sized(&mut r, VALUE_INLINE_BYTES_MAX, value_too_large)?;
+                // Value and payload share the value limit, checked before either is sliced.
+                let payload_len = r.u32()? as usize;
+                let len = value_len.saturating_add(payload_len);
+                if len > VALUE_INLINE_BYTES_MAX {
+                    return Err(value_too_large(len, VALUE_INLINE_BYTES_MAX));
+                }
+                let key = r.bytes(key_len)?;
+                let value = r.bytes(value_len)?;
+                let payload = r.bytes(payload_len)?;
+                check_invoke_put_ado(flags, key)?;
+                Request::InvokePutAdo { pool, flags, key, value, payload }
+            }
             Opcode::Error => return Err(ProtocolError::UnknownOpcode(header.opcode)),
         };
         r.finish()?;
@@ -625,6 +812,7 @@ impl<'a> Request<'a> {
                 flags.0 & !CreatePoolFlags::PLUGINS.0 | chain
             }
             Request::Put { flags, .. } => flags.bits(),
+            Request::InvokeAdo { flags, .. } | Request::InvokePutAdo { flags, .. } => flags.bits(),
             _ => 0,
         };
         write_frame(out, self.opcode() as u16, flags, request_id, |out| match self {
@@ -677,6 +865,23 @@ impl<'a> Request<'a> {
                         out.put_slice(after);
                     }
                 }
+            }
+            Request::InvokeAdo { pool, key, payload, value_size, .. } => {
+                out.put_u64_le(pool.0);
+                out.put_u64_le(*value_size);
+                put_len32(out, key.len());
+                put_len32(out, payload.len());
+                out.put_slice(key);
+                out.put_slice(payload);
+            }
+            Request::InvokePutAdo { pool, key, value, payload, .. } => {
+                out.put_u64_le(pool.0);
+                put_len32(out, key.len());
+                put_len32(out, value.len());
+                put_len32(out, payload.len());
+                out.put_slice(key);
+                out.put_slice(value);
+                out.put_slice(payload);
             }
         });
     }
@@ -743,6 +948,18 @@ pub struct Statistic<'a> {
     pub value: u64,
 }
 
+/// One buffer of an invocation's answer, tagged with the plugin that produced it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InvokeBuffer<'a> {
+    /// Index in the pool's plugin chain of the plugin that produced the buffer.
+    pub layer: u16,
+    pub data: &'a [u8],
+}
+
+/// Bytes of an invocation answer's buffer before its data: layer (u16) and length (u32). Bounds
+/// how many buffers a body can hold, so a peer's count never sizes an allocation by itself.
+const INVOKE_BUFFER_HEADER_BYTES: usize = 2 + 4;
+
 /// A response, borrowing from the frame it was decoded from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Response<'a> {
@@ -770,6 +987,12 @@ pub enum Response<'a> {
         next: Option<&'a [u8]>,
     },
     Statistics(Vec<Statistic<'a>>),
+    /// The answer to `invoke_ado` and to `invoke_put_ado`: the chain's buffers in chain order
+    /// (none for a fire-and-forget call). The response opcode follows the request, which this
+    /// value does not know: encode it with [`Response::encode_answer`].
+    Invoked {
+        buffers: Vec<InvokeBuffer<'a>>,
+    },
     Error {
         code: ErrorCode,
         message: &'a str,
@@ -793,14 +1016,28 @@ impl<'a> Response<'a> {
             Response::Attribute(_) => Opcode::GetAttribute,
             Response::Found { .. } => Opcode::Find,
             Response::Statistics(_) => Opcode::GetStatistics,
+            // Also answers invoke_put_ado; see `encode_answer`.
+            Response::Invoked { .. } => Opcode::InvokeAdo,
             Response::Error { .. } => Opcode::Error,
         }
     }
 
     /// Appends this response as one frame to `out`. Error messages longer than a u16 length can
-    /// carry are cut at a character boundary.
+    /// carry are cut at a character boundary. [`Response::Invoked`] is encoded as the answer to
+    /// `invoke_ado`; use [`Response::encode_answer`] for `invoke_put_ado`.
     pub fn encode(&self, request_id: u64, out: &mut BytesMut) {
-        write_frame(out, self.request_opcode().response_code(), 0, request_id, |out| match self {
+        self.encode_answer(self.request_opcode(), request_id, out);
+    }
+
+    /// Appends this response as one frame to `out`, as the answer to a request of opcode
+    /// `request`. This matters only for [`Response::Invoked`], which answers both invocation
+    /// messages with their own response opcodes; any other response keeps its own opcode.
+    pub fn encode_answer(&self, request: Opcode, request_id: u64, out: &mut BytesMut) {
+        let opcode = match (self, request) {
+            (Response::Invoked { .. }, Opcode::InvokeAdo | Opcode::InvokePutAdo) => request,
+            _ => self.request_opcode(),
+        };
+        write_frame(out, opcode.response_code(), 0, request_id, |out| match self {
             Response::Hello(reply) => {
                 out.put_u16_le(reply.version);
                 out.put_u16_le(reply.shard_index);
@@ -865,6 +1102,14 @@ impl<'a> Response<'a> {
                 for stat in stats {
                     put_str16(out, stat.name);
                     out.put_u64_le(stat.value);
+                }
+            }
+            Response::Invoked { buffers } => {
+                put_len32(out, buffers.len());
+                for buffer in buffers {
+                    out.put_u16_le(buffer.layer);
+                    put_len32(out, buffer.data.len());
+                    out.put_slice(buffer.data);
                 }
             }
             Response::Error { code, message } => {
@@ -969,6 +1214,17 @@ impl<'a> Response<'a> {
                 }
                 Response::Statistics(stats)
             }
+            Opcode::InvokeAdo | Opcode::InvokePutAdo => {
+                let count = r.u32()? as usize;
+                // Every buffer takes at least its header, so the body bounds the count.
+                let mut buffers = Vec::with_capacity(count.min(r.remaining() / INVOKE_BUFFER_HEADER_BYTES));
+                for _ in 0..count {
+                    let layer = r.u16()?;
+                    let len = r.u32()? as usize;
+                    buffers.push(InvokeBuffer { layer, data: r.bytes(len)? });
+                }
+                Response::Invoked { buffers }
+            }
             Opcode::Error => return Err(ProtocolError::UnknownOpcode(Opcode::Error as u16)),
         })
     }
@@ -983,4 +1239,152 @@ fn truncate_utf8(text: &str, max: usize) -> &str {
         end -= 1;
     }
     &text[..end]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::frame::HEADER_BYTES;
+
+    fn encode(request: &Request<'_>) -> BytesMut {
+        let mut out = BytesMut::new();
+        request.encode(9, &mut out);
+        out
+    }
+
+    /// Decodes an encoded request, as a server would.
+    fn decode(frame: &[u8]) -> Result<Request<'_>, ProtocolError> {
+        let header = Header::parse(frame).expect("an encoded frame has a header");
+        Request::decode(&header, &frame[HEADER_BYTES..])
+    }
+
+    fn invoke(flags: InvokeFlags, key: &'static [u8], value_size: u64) -> Request<'static> {
+        Request::InvokeAdo { pool: PoolHandle(1), flags, key, payload: b"get", value_size }
+    }
+
+    fn invoke_put(flags: InvokeFlags, key: &'static [u8]) -> Request<'static> {
+        Request::InvokePutAdo { pool: PoolHandle(1), flags, key, value: b"v", payload: b"add 1" }
+    }
+
+    /// Proves `from_bits` refuses unknown bits and a read lock beside a flag that writes, for
+    /// either message, and keeps every defined bit otherwise.
+    #[test]
+    fn invoke_flags_refuse_unknown_bits_and_read_only_writes() {
+        assert_eq!(InvokeFlags::from_bits(0x003F & !0x0006).map(InvokeFlags::bits), Ok(0x0039));
+        for bits in [0x0040, 0x8000, 0x0002 | 0x0004, 0x0002 | 0x0010] {
+            let error = InvokeFlags::from_bits(bits).expect_err("refused");
+            assert!(matches!(error, ProtocolError::UnknownFlags { flags, .. } if flags == bits), "{error}");
+            assert_eq!(error.code(), ErrorCode::InvalidArgument);
+        }
+        let flags = InvokeFlags::READ_ONLY.union(InvokeFlags::FIRE_AND_FORGET);
+        assert!(flags.contains(InvokeFlags::READ_ONLY) && flags.contains(InvokeFlags::FIRE_AND_FORGET));
+        assert!(!flags.contains(InvokeFlags::NONE));
+    }
+
+    /// Proves each message refuses the flags only the other defines, both when a client checks
+    /// before sending and when a server decodes.
+    #[test]
+    fn flags_of_one_invocation_message_are_refused_on_the_other() {
+        let refused = [
+            invoke(InvokeFlags::NO_OVERWRITE, b"k", 0),
+            invoke(InvokeFlags::DETACHED, b"k", 0),
+            invoke_put(InvokeFlags::CREATE_ON_DEMAND, b"k"),
+            invoke_put(InvokeFlags::READ_ONLY.union(InvokeFlags::DETACHED), b"k"),
+        ];
+        for request in &refused {
+            assert!(
+                matches!(request.check(&Limits::MAX), Err(ProtocolError::UnknownFlags { .. })),
+                "{request:?} passes check"
+            );
+            assert!(matches!(decode(&encode(request)), Err(ProtocolError::UnknownFlags { .. })), "{request:?}");
+        }
+        let accepted = [
+            invoke(InvokeFlags::CREATE_ON_DEMAND.union(InvokeFlags::ZERO_NEW_VALUE), b"k", 64),
+            invoke(InvokeFlags::READ_ONLY.union(InvokeFlags::FIRE_AND_FORGET), b"", 0),
+            invoke_put(InvokeFlags::NO_OVERWRITE.union(InvokeFlags::DETACHED), b"k"),
+            invoke_put(InvokeFlags::READ_ONLY, b"k"),
+        ];
+        for request in &accepted {
+            assert_eq!(request.check(&Limits::MAX), Ok(()));
+            assert_eq!(decode(&encode(request)).as_ref(), Ok(request));
+        }
+    }
+
+    /// Proves the key rules: a key-less invocation cannot create a value, a size needs
+    /// create-on-demand, a created value obeys the value limit, and invoke_put_ado needs a key.
+    #[test]
+    fn invocation_keys_and_sizes_follow_their_rules() {
+        let limits = Limits { key_bytes_max: 4, value_bytes_max: 10 };
+        let invalid = |request: Request<'_>| {
+            matches!(request.check(&limits), Err(ProtocolError::InvalidInvocation { .. }))
+                && matches!(decode(&encode(&request)), Err(ProtocolError::InvalidInvocation { .. }))
+        };
+        assert!(invalid(invoke(InvokeFlags::CREATE_ON_DEMAND, b"", 8)));
+        assert!(invalid(invoke(InvokeFlags::NONE, b"k", 8)));
+        assert!(invalid(invoke_put(InvokeFlags::NONE, b"")));
+        assert_eq!(invoke(InvokeFlags::CREATE_ON_DEMAND, b"k", 10).check(&limits), Ok(()));
+        assert_eq!(
+            invoke(InvokeFlags::CREATE_ON_DEMAND, b"k", 11).check(&limits),
+            Err(ProtocolError::ValueTooLarge { len: 11, max: 10 })
+        );
+        assert_eq!(
+            invoke(InvokeFlags::NONE, b"keyss", 0).check(&limits),
+            Err(ProtocolError::KeyTooLarge { len: 5, max: 4 })
+        );
+    }
+
+    /// Proves an invoke_put_ado's value and payload share the value limit: each fits alone but
+    /// not together, locally and at decode, where the sum is checked before anything is sliced.
+    #[test]
+    fn invoke_put_value_and_payload_share_the_value_limit() {
+        let limits = Limits { key_bytes_max: 4, value_bytes_max: 10 };
+        let request = Request::InvokePutAdo {
+            pool: PoolHandle(1),
+            flags: InvokeFlags::NONE,
+            key: b"k",
+            value: b"123456",
+            payload: b"12345",
+        };
+        assert_eq!(request.check(&limits), Err(ProtocolError::ValueTooLarge { len: 11, max: 10 }));
+
+        let mut body = BytesMut::new();
+        body.put_u64_le(1);
+        body.put_u32_le(1);
+        body.put_u32_le(VALUE_INLINE_BYTES_MAX as u32);
+        body.put_u32_le(1);
+        let header =
+            Header { body_len: body.len() as u32, opcode: Opcode::InvokePutAdo as u16, flags: 0, request_id: 1 };
+        assert_eq!(
+            Request::decode(&header, &body),
+            Err(ProtocolError::ValueTooLarge { len: VALUE_INLINE_BYTES_MAX + 1, max: VALUE_INLINE_BYTES_MAX })
+        );
+    }
+
+    /// Proves one `Invoked` answers both messages, each with its own response opcode, and that
+    /// both decode back to it.
+    #[test]
+    fn invoked_answers_carry_the_request_opcode() {
+        let response = Response::Invoked {
+            buffers: vec![InvokeBuffer { layer: 0, data: b"1" }, InvokeBuffer { layer: 1, data: b"" }],
+        };
+        for request in [Opcode::InvokeAdo, Opcode::InvokePutAdo] {
+            let mut frame = BytesMut::new();
+            response.encode_answer(request, 5, &mut frame);
+            let header = Header::parse(&frame).expect("an encoded frame has a header");
+            assert_eq!(header.opcode, request as u16 | 0x8000);
+            assert_eq!(Response::decode(&header, &frame[HEADER_BYTES..]).as_ref(), Ok(&response));
+        }
+        let mut frame = BytesMut::new();
+        Response::Stored.encode_answer(Opcode::InvokeAdo, 5, &mut frame);
+        assert_eq!(Header::parse(&frame).map(|h| h.opcode), Some(0x8020), "other responses keep their opcode");
+    }
+
+    /// Proves a buffer count larger than the body can hold fails as truncated instead of
+    /// reserving room for it.
+    #[test]
+    fn invoked_buffer_count_is_bounded_by_the_body() {
+        let body = [0xFF, 0xFF, 0xFF, 0xFF, 0, 0, 0, 0, 0, 0];
+        let header = Header { body_len: 10, opcode: 0x8040, flags: 0, request_id: 1 };
+        assert!(matches!(Response::decode(&header, &body), Err(ProtocolError::Truncated { .. })));
+    }
 }

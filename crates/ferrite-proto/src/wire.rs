@@ -62,6 +62,11 @@ impl<'a> Reader<'a> {
         self.bytes(len)
     }
 
+    /// Bytes of the body not read yet.
+    pub(crate) fn remaining(&self) -> usize {
+        self.body.len() - self.pos
+    }
+
     /// Fails unless the whole body was consumed: trailing bytes mean the peer and we disagree on
     /// the layout, and guessing would hide the bug.
     pub(crate) fn finish(self) -> Result<(), ProtocolError> {

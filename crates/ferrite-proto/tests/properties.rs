@@ -8,8 +8,8 @@
 
 use bytes::BytesMut;
 use ferrite_proto::{
-    Attribute, CreatePoolFlags, ErrorCode, FindKind, Header, HelloReply, Limits, Opcode, PoolHandle, PoolInfo,
-    PoolMemory, PutFlags, Request, Response, Statistic, HEADER_BYTES,
+    Attribute, CreatePoolFlags, ErrorCode, FindKind, Header, HelloReply, InvokeBuffer, InvokeFlags, Limits, Opcode,
+    PoolHandle, PoolInfo, PoolMemory, PutFlags, Request, Response, Statistic, HEADER_BYTES, VALUE_INLINE_BYTES_MAX,
 };
 use proptest::collection::vec;
 use proptest::option;
@@ -32,6 +32,8 @@ enum OwnedRequest {
     GetAttribute { pool: u64, attribute: Attribute, key: Vec<u8> },
     Find { pool: u64, kind: FindKind, pattern: Vec<u8>, after: Option<Vec<u8>>, limit: u32 },
     GetStatistics,
+    InvokeAdo { pool: u64, flags: InvokeFlags, key: Vec<u8>, payload: Vec<u8>, value_size: u64 },
+    InvokePutAdo { pool: u64, flags: InvokeFlags, key: Vec<u8>, value: Vec<u8>, payload: Vec<u8> },
 }
 
 impl OwnedRequest {
@@ -64,6 +66,12 @@ impl OwnedRequest {
                 Request::Find { pool: PoolHandle(*pool), kind: *kind, pattern, after: after.as_deref(), limit: *limit }
             }
             OwnedRequest::GetStatistics => Request::GetStatistics,
+            OwnedRequest::InvokeAdo { pool, flags, key, payload, value_size } => {
+                Request::InvokeAdo { pool: PoolHandle(*pool), flags: *flags, key, payload, value_size: *value_size }
+            }
+            OwnedRequest::InvokePutAdo { pool, flags, key, value, payload } => {
+                Request::InvokePutAdo { pool: PoolHandle(*pool), flags: *flags, key, value, payload }
+            }
         }
     }
 }
@@ -71,9 +79,19 @@ impl OwnedRequest {
 /// An owned [`Response`], so that proptest can generate and shrink it.
 #[derive(Debug, Clone)]
 enum OwnedResponse {
-    Hello { version: u16, shard_index: u16, limits: Limits, shard_addresses: Vec<String> },
-    PoolCreated { pool: u64, created: bool },
-    PoolOpened { pool: u64 },
+    Hello {
+        version: u16,
+        shard_index: u16,
+        limits: Limits,
+        shard_addresses: Vec<String>,
+    },
+    PoolCreated {
+        pool: u64,
+        created: bool,
+    },
+    PoolOpened {
+        pool: u64,
+    },
     PoolClosed,
     PoolDeleted,
     Pools(Vec<(String, u64, u64, u64, u32, PoolMemory, String)>),
@@ -82,9 +100,20 @@ enum OwnedResponse {
     Erased,
     Count(u64),
     Attribute(u64),
-    Found { keys: Vec<Vec<u8>>, next: Option<Vec<u8>> },
+    Found {
+        keys: Vec<Vec<u8>>,
+        next: Option<Vec<u8>>,
+    },
     Statistics(Vec<(String, u64)>),
-    Error { code: ErrorCode, message: String },
+    /// `answers` is the invocation the buffers answer: its opcode picks the response opcode.
+    Invoked {
+        answers: Opcode,
+        buffers: Vec<(u16, Vec<u8>)>,
+    },
+    Error {
+        code: ErrorCode,
+        message: String,
+    },
 }
 
 impl OwnedResponse {
@@ -127,8 +156,23 @@ impl OwnedResponse {
             OwnedResponse::Statistics(stats) => {
                 Response::Statistics(stats.iter().map(|(name, value)| Statistic { name, value: *value }).collect())
             }
+            OwnedResponse::Invoked { buffers, .. } => Response::Invoked {
+                buffers: buffers.iter().map(|(layer, data)| InvokeBuffer { layer: *layer, data }).collect(),
+            },
             OwnedResponse::Error { code, message } => Response::Error { code: *code, message },
         }
+    }
+
+    /// The response as one frame answering its request.
+    fn encode(&self, request_id: u64) -> BytesMut {
+        let response = self.borrow();
+        let answers = match self {
+            OwnedResponse::Invoked { answers, .. } => *answers,
+            _ => response.request_opcode(),
+        };
+        let mut out = BytesMut::new();
+        response.encode_answer(answers, request_id, &mut out);
+        out
     }
 }
 
@@ -160,6 +204,23 @@ fn request(max_len: usize) -> impl Strategy<Value = OwnedRequest> {
         CreatePoolFlags::CREATE_ONLY.union(CreatePoolFlags::INDEXED),
     ]);
     let put_flags = select(vec![PutFlags::NONE, PutFlags::CREATE_ONLY, PutFlags::UPDATE_ONLY]);
+    // Every flag combination each invocation message accepts, except create-on-demand, which
+    // `invoke_ado` below adds with a key and a size.
+    let invoke_flags = select(vec![
+        InvokeFlags::NONE,
+        InvokeFlags::READ_ONLY,
+        InvokeFlags::ZERO_NEW_VALUE,
+        InvokeFlags::FIRE_AND_FORGET,
+        InvokeFlags::READ_ONLY.union(InvokeFlags::FIRE_AND_FORGET),
+    ]);
+    let invoke_put_flags = select(vec![
+        InvokeFlags::NONE,
+        InvokeFlags::READ_ONLY,
+        InvokeFlags::NO_OVERWRITE,
+        InvokeFlags::DETACHED,
+        InvokeFlags::NO_OVERWRITE.union(InvokeFlags::DETACHED).union(InvokeFlags::ZERO_NEW_VALUE),
+        InvokeFlags::DETACHED.union(InvokeFlags::FIRE_AND_FORGET),
+    ]);
     prop_oneof![
         (any::<u16>(), text(), byte_string(max_len))
             .prop_map(|(version, client_name, auth)| { OwnedRequest::Hello { version, client_name, auth } }),
@@ -196,6 +257,35 @@ fn request(max_len: usize) -> impl Strategy<Value = OwnedRequest> {
                 limit
             }),
         Just(OwnedRequest::GetStatistics),
+        (any::<u64>(), invoke_flags, any::<Option<u64>>(), byte_string(max_len), byte_string(max_len)).prop_map(
+            |(pool, flags, create_size, mut key, payload)| {
+                // A created value needs a key and fits the value limit; no size without creating.
+                let (flags, value_size) = match create_size {
+                    Some(size) => {
+                        if key.is_empty() {
+                            key.push(b'k');
+                        }
+                        (flags.union(InvokeFlags::CREATE_ON_DEMAND), size % (VALUE_INLINE_BYTES_MAX as u64 + 1))
+                    }
+                    None => (flags, 0),
+                };
+                OwnedRequest::InvokeAdo { pool, flags, key, payload, value_size }
+            }
+        ),
+        (
+            any::<u64>(),
+            invoke_put_flags,
+            vec(any::<u8>(), 1..=max_len.max(1)),
+            byte_string(max_len),
+            byte_string(max_len)
+        )
+            .prop_map(|(pool, flags, key, value, payload)| OwnedRequest::InvokePutAdo {
+                pool,
+                flags,
+                key,
+                value,
+                payload
+            }),
     ]
 }
 
@@ -229,6 +319,8 @@ fn response() -> impl Strategy<Value = OwnedResponse> {
         (vec(byte_string(64), 0..16), option::of(byte_string(64)))
             .prop_map(|(keys, next)| OwnedResponse::Found { keys, next }),
         vec((text(), any::<u64>()), 0..12).prop_map(OwnedResponse::Statistics),
+        (select(vec![Opcode::InvokeAdo, Opcode::InvokePutAdo]), vec((any::<u16>(), byte_string(64)), 0..8))
+            .prop_map(|(answers, buffers)| OwnedResponse::Invoked { answers, buffers }),
         (select(ErrorCode::ALL.to_vec()), text()).prop_map(|(code, message)| OwnedResponse::Error { code, message }),
     ]
 }
@@ -241,7 +333,7 @@ fn opcode() -> impl Strategy<Value = u16> {
 }
 
 fn header() -> impl Strategy<Value = Header> {
-    (any::<u32>(), opcode(), prop_oneof![Just(0u16), 1..=3u16, any::<u16>()], any::<u64>())
+    (any::<u32>(), opcode(), prop_oneof![Just(0u16), 1..=0x3Fu16, any::<u16>()], any::<u64>())
         .prop_map(|(body_len, opcode, flags, request_id)| Header { body_len, opcode, flags, request_id })
 }
 
@@ -303,10 +395,7 @@ proptest! {
         at in any::<prop::sample::Index>(),
         byte in any::<u8>(),
     ) {
-        let mut frames = vec![encode_request(&request.borrow(), request_id)];
-        let mut out = BytesMut::new();
-        response.borrow().encode(request_id, &mut out);
-        frames.push(out);
+        let frames = vec![encode_request(&request.borrow(), request_id), response.encode(request_id)];
         for frame in frames {
             let index = at.index(frame.len());
             decode_both_ways(&frame[..index]);
@@ -328,9 +417,8 @@ proptest! {
 
     #[test]
     fn responses_round_trip(response in response(), request_id in any::<u64>()) {
+        let frame = response.encode(request_id);
         let response = response.borrow();
-        let mut frame = BytesMut::new();
-        response.encode(request_id, &mut frame);
         let header = Header::parse(&frame).expect("an encoded frame starts with a whole header");
         prop_assert_eq!(header.frame_len(), frame.len());
         prop_assert_eq!(header.request_id, request_id);

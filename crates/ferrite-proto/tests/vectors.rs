@@ -11,8 +11,8 @@ use std::path::PathBuf;
 
 use bytes::BytesMut;
 use ferrite_proto::{
-    shard_for_pool, Attribute, CreatePoolFlags, ErrorCode, FindKind, Header, HelloReply, Limits, PoolHandle, PoolInfo,
-    PoolMemory, PutFlags, Request, Response, Statistic, HEADER_BYTES,
+    shard_for_pool, Attribute, CreatePoolFlags, ErrorCode, FindKind, Header, HelloReply, InvokeBuffer, InvokeFlags,
+    Limits, Opcode, PoolHandle, PoolInfo, PoolMemory, PutFlags, Request, Response, Statistic, HEADER_BYTES,
 };
 use serde_json::{Map, Value};
 
@@ -80,13 +80,15 @@ struct Fields<'j> {
     bytes: Vec<(&'j str, Vec<u8>)>,
     /// The `keys` list of a `found` response, decoded from hex.
     key_list: Vec<Vec<u8>>,
+    /// The `buffers` of an `invoked` response: each layer, and its data decoded from hex.
+    buffers: Vec<(u16, Vec<u8>)>,
 }
 
 impl<'j> Fields<'j> {
     fn new(message: &'j Value) -> Result<Fields<'j>, String> {
         let object = message.as_object().ok_or("message is not a JSON object")?;
         let mut bytes = Vec::new();
-        for field in ["key", "value", "auth", "pattern", "after", "next"] {
+        for field in ["key", "value", "auth", "pattern", "after", "next", "payload"] {
             if let Some((name, Value::String(text))) = object.get_key_value(field) {
                 bytes.push((name.as_str(), unhex(text)?));
             }
@@ -97,7 +99,17 @@ impl<'j> Fields<'j> {
             }
             _ => Vec::new(),
         };
-        Ok(Fields { object, bytes, key_list })
+        let buffers = match object.get("buffers") {
+            Some(Value::Array(buffers)) => buffers
+                .iter()
+                .map(|b| {
+                    let layer = u16::try_from(entry_u64(b, "layer")?).map_err(|e| format!("\"layer\": {e}"))?;
+                    Ok((layer, unhex(entry_str(b, "data")?)?))
+                })
+                .collect::<Result<_, String>>()?,
+            _ => Vec::new(),
+        };
+        Ok(Fields { object, bytes, key_list, buffers })
     }
 
     fn get(&self, field: &str) -> Result<&'j Value, String> {
@@ -237,8 +249,47 @@ fn request<'f>(f: &'f Fields<'_>) -> Result<Request<'f>, String> {
             limit: f.u32("limit")?,
         },
         "get_statistics" => Request::GetStatistics,
+        "invoke_ado" => Request::InvokeAdo {
+            pool: f.pool()?,
+            flags: invoke_flags(f)?,
+            key: f.bytes("key")?,
+            payload: f.bytes("payload")?,
+            value_size: f.u64("value_size")?,
+        },
+        "invoke_put_ado" => Request::InvokePutAdo {
+            pool: f.pool()?,
+            flags: invoke_flags(f)?,
+            key: f.bytes("key")?,
+            value: f.bytes("value")?,
+            payload: f.bytes("payload")?,
+        },
         other => return Err(format!("unknown request type {other:?}")),
     })
+}
+
+fn invoke_flags(f: &Fields<'_>) -> Result<InvokeFlags, String> {
+    let bits = f.flags(&[
+        ("create_on_demand", InvokeFlags::CREATE_ON_DEMAND.bits()),
+        ("read_only", InvokeFlags::READ_ONLY.bits()),
+        ("no_overwrite", InvokeFlags::NO_OVERWRITE.bits()),
+        ("zero_new_value", InvokeFlags::ZERO_NEW_VALUE.bits()),
+        ("detached", InvokeFlags::DETACHED.bits()),
+        ("fire_and_forget", InvokeFlags::FIRE_AND_FORGET.bits()),
+    ])?;
+    InvokeFlags::from_bits(bits).map_err(|e| e.to_string())
+}
+
+/// The request a response vector answers: `answers` for an `invoked` response, which serves
+/// both invocations; any other response's own.
+fn answered_opcode(f: &Fields<'_>, response: &Response<'_>) -> Result<Opcode, String> {
+    match f.kind()? {
+        "invoked" => match f.str("answers")? {
+            "invoke_ado" => Ok(Opcode::InvokeAdo),
+            "invoke_put_ado" => Ok(Opcode::InvokePutAdo),
+            other => Err(format!("\"answers\" names {other:?}, not an invocation")),
+        },
+        _ => Ok(response.request_opcode()),
+    }
 }
 
 fn response<'f>(f: &'f Fields<'_>) -> Result<Response<'f>, String> {
@@ -303,6 +354,9 @@ fn response<'f>(f: &'f Fields<'_>) -> Result<Response<'f>, String> {
                 .map(|entry| Ok(Statistic { name: entry_str(entry, "name")?, value: entry_u64(entry, "value")? }))
                 .collect::<Result<_, String>>()?,
         ),
+        "invoked" => Response::Invoked {
+            buffers: f.buffers.iter().map(|(layer, data)| InvokeBuffer { layer: *layer, data }).collect(),
+        },
         "error" => Response::Error { code: error_code(f.str("code")?)?, message: f.str("message")? },
         other => return Err(format!("unknown response type {other:?}")),
     })
@@ -354,7 +408,7 @@ fn check_response_vector(vector: &Value) -> Result<(), String> {
     let fields = Fields::new(&vector["message"])?;
     let expected = response(&fields)?;
     let mut encoded = BytesMut::new();
-    expected.encode(header.request_id, &mut encoded);
+    expected.encode_answer(answered_opcode(&fields, &expected)?, header.request_id, &mut encoded);
     compare_frames(&encoded, &frame)?;
     let decoded = Response::decode(&header, &frame[HEADER_BYTES..]).map_err(|e| format!("decode failed: {e}"))?;
     if decoded != expected {

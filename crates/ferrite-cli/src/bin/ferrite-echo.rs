@@ -16,7 +16,8 @@ use std::sync::Arc;
 use bytes::{Buf, BytesMut};
 use clap::Parser;
 use ferrite_proto::{
-    Header, HelloReply, Limits, PoolHandle, Request, Response, FRAME_BODY_BYTES_MAX, HEADER_BYTES, PROTOCOL_VERSION,
+    Header, HelloReply, Limits, Opcode, PoolHandle, Request, Response, FRAME_BODY_BYTES_MAX, HEADER_BYTES,
+    PROTOCOL_VERSION,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -262,12 +263,15 @@ fn respond_native(header: &Header, body: &[u8], script: &Script, shard: u16, out
         Ok(Request::GetAttribute { .. }) => Response::Attribute(0),
         Ok(Request::Find { .. }) => Response::Found { keys: Vec::new(), next: None },
         Ok(Request::GetStatistics) => Response::Statistics(Vec::new()),
+        Ok(Request::InvokeAdo { .. } | Request::InvokePutAdo { .. }) => Response::Invoked { buffers: Vec::new() },
         Err(error) => {
             message = error.to_string();
             Response::Error { code: error.code(), message: &message }
         }
     };
-    response.encode(header.request_id, output);
+    // An invocation's answer takes its opcode from the request.
+    let request = Opcode::from_request(header.opcode).unwrap_or(Opcode::Error);
+    response.encode_answer(request, header.request_id, output);
 }
 
 /// Answers every complete RESP command in `input`.
