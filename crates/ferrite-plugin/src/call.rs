@@ -128,7 +128,7 @@ impl<'p> PairRef<'p> {
     }
 }
 
-fn empty_pair() -> Pair {
+pub(crate) fn empty_pair() -> Pair {
     Pair {
         key: Bytes { data: std::ptr::null(), len: 0 },
         value: std::ptr::null_mut(),

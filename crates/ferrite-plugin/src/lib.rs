@@ -6,13 +6,15 @@
 //! A Rust plugin implements [`Plugin`] and exports it with [`export_plugin!`]. Each invocation
 //! arrives as a [`Call`], which lends the target value (declaring any range before lending it
 //! mutably) and offers every host callback as a safe method. [`testing::TestHost`] runs plugins
-//! in-process for unit tests, through the same C table the host uses.
+//! in-process for unit tests, through the same C table the host uses: both hosts implement
+//! [`host::PluginHost`] and hand plugins the table [`host::callbacks`] builds over it.
 
 pub mod abi;
 mod call;
 mod context;
 mod error;
 pub mod export;
+pub mod host;
 pub mod load;
 mod plugin;
 pub mod testing;

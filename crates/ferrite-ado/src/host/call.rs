@@ -67,18 +67,14 @@ impl CallState {
     }
 
     /// Keeps `bytes` alive until the call ends and returns where they are.
-    pub fn lend_bytes(&mut self, bytes: Vec<u8>) -> (*const u8, usize) {
-        let len = bytes.len();
+    pub fn lend_bytes(&mut self, bytes: Vec<u8>) -> &[u8] {
         self.lent_bytes.push(bytes);
-        let ptr = self.lent_bytes.last().map_or(std::ptr::null(), |kept| kept.as_ptr());
-        (ptr, len)
+        self.lent_bytes.last().map_or(&[], Vec::as_slice)
     }
 
     /// Keeps `pairs` alive until the call ends and returns where they are.
-    pub fn lend_pairs(&mut self, pairs: Vec<Pair>) -> (*const Pair, usize) {
-        let len = pairs.len();
+    pub fn lend_pairs(&mut self, pairs: Vec<Pair>) -> &[Pair] {
         self.lent_pairs.push(pairs);
-        let ptr = self.lent_pairs.last().map_or(std::ptr::null(), |kept| kept.as_ptr());
-        (ptr, len)
+        self.lent_pairs.last().map_or(&[], Vec::as_slice)
     }
 }

@@ -1,11 +1,12 @@
 //! What the callbacks act on: the pool mapping, the channel to the shard, the call area and
-//! the call in progress. Each method here is one callback of the table, in safe Rust over
-//! checked values; [`super::callbacks`] turns the C arguments into them.
+//! the call in progress. Its [`PluginHost`] methods are the callbacks of the table, in safe
+//! Rust over checked values; [`ferrite_plugin::host`] turns the C arguments into them.
 
 use std::ffi::c_int;
 use std::sync::Arc;
 
 use ferrite_plugin::abi::{self, Bytes, Pair, PoolInfo};
+use ferrite_plugin::host::PluginHost;
 
 use crate::call_area::{CallAreaError, CallAreaWriter};
 use crate::message::{CallbackReply, CallbackRequest, CallbackResult, Location, PairRecord, ToShard};
@@ -26,12 +27,9 @@ pub struct HostContext {
     pub fatal: Option<HostError>,
 }
 
-/// A callback's outcome: a status for the plugin.
-pub type Status = Result<(), c_int>;
-
 impl HostContext {
     /// The pool range `addr..addr + len` names, if it lies inside pool memory.
-    pub fn range_of(&self, addr: *const u8, len: usize) -> Option<Location> {
+    fn range_of(&self, addr: *const u8, len: usize) -> Option<Location> {
         let offset = (addr as usize).checked_sub(self.pool.as_ptr() as usize)? as u64;
         let range = Location { offset, len: len as u64 };
         self.pool.contains(range.offset, range.len).then_some(range)
@@ -49,7 +47,60 @@ impl HostContext {
         self.call.as_mut().ok_or(abi::ERR_UNSUPPORTED)
     }
 
-    pub fn declare_write(&mut self, range: Location) -> Status {
+    /// Sends a callback to the shard and waits for its reply. A channel failure ends the host
+    /// once the call returns; the plugin sees FERRITE_ERR_FAILED.
+    fn round_trip(&mut self, request: CallbackRequest) -> Result<CallbackReply, c_int> {
+        let id = self.call()?.id;
+        let exchanged =
+            self.channel.send(&ToShard::Callback { call: id, request }).and_then(|()| self.channel.wait_reply(id));
+        match exchanged {
+            Ok(reply) if reply.status < 0 => Err(reply.status),
+            Ok(reply) => Ok(reply),
+            Err(e) => {
+                self.fatal.get_or_insert(e);
+                Err(abi::ERR_FAILED)
+            }
+        }
+    }
+
+    /// Turns a pair from the shard into the plugin's view, lending its key for the call.
+    /// `writable` lets the call write the value.
+    fn lend_pair(&mut self, record: PairRecord, writable: bool) -> Result<Pair, c_int> {
+        let value = self.address_of(record.value).ok_or(abi::ERR_INVALID)?;
+        let call = self.call()?;
+        if writable {
+            call.allow(record.value);
+        }
+        let key = call.lend_bytes(record.key);
+        Ok(Pair {
+            key: Bytes { data: key.as_ptr(), len: key.len() },
+            value,
+            value_len: record.value.len as usize,
+            value_offset: record.value.offset,
+            write_time_ns: record.write_time_ns,
+        })
+    }
+
+    /// A round trip whose answer is one pair (create, open, resize).
+    fn pair_call(&mut self, request: CallbackRequest, writable: bool) -> Result<Pair, c_int> {
+        match self.round_trip(request)?.result {
+            CallbackResult::Pair(record) => self.lend_pair(record, writable),
+            _ => Err(abi::ERR_INVALID),
+        }
+    }
+
+    /// A round trip whose answer is a list of pairs (iterate, reference vector).
+    fn pairs_call(&mut self, request: CallbackRequest) -> Result<Vec<Pair>, c_int> {
+        match self.round_trip(request)?.result {
+            CallbackResult::Pairs(records) => records.into_iter().map(|record| self.lend_pair(record, false)).collect(),
+            _ => Err(abi::ERR_INVALID),
+        }
+    }
+}
+
+impl PluginHost for HostContext {
+    fn declare_write(&mut self, addr: *const u8, len: usize) -> Result<(), c_int> {
+        let range = self.range_of(addr, len).ok_or(abi::ERR_INVALID)?;
         let call = self.call.as_mut().ok_or(abi::ERR_INVALID)?;
         if !call.may_write(&range) {
             return Err(abi::ERR_INVALID);
@@ -67,7 +118,7 @@ impl HostContext {
         }
     }
 
-    pub fn respond(&mut self, data: Vec<u8>) -> Status {
+    fn respond(&mut self, data: &[u8]) -> Result<(), c_int> {
         let limit = self.channel.max_message_bytes();
         let call = self.call()?;
         // Room for the Done header, each response's own header and the write list.
@@ -77,61 +128,28 @@ impl HostContext {
         }
         call.response_bytes += data.len() + 8;
         let layer = call.layer;
-        call.responses.push(crate::message::Response { layer, data });
+        call.responses.push(crate::message::Response { layer, data: data.to_vec() });
         Ok(())
     }
 
-    /// Sends a callback to the shard and waits for its reply. A channel failure ends the host
-    /// once the call returns; the plugin sees FERRITE_ERR_FAILED.
-    pub fn round_trip(&mut self, request: CallbackRequest) -> Result<CallbackReply, c_int> {
-        let id = self.call()?.id;
-        let exchanged =
-            self.channel.send(&ToShard::Callback { call: id, request }).and_then(|()| self.channel.wait_reply(id));
-        match exchanged {
-            Ok(reply) if reply.status < 0 => Err(reply.status),
-            Ok(reply) => Ok(reply),
-            Err(e) => {
-                self.fatal.get_or_insert(e);
-                Err(abi::ERR_FAILED)
-            }
-        }
+    fn create_key(&mut self, key: &[u8], value_len: usize) -> Result<Pair, c_int> {
+        self.pair_call(CallbackRequest::CreateKey { key: key.to_vec(), value_len: value_len as u64 }, true)
     }
 
-    /// Turns a pair from the shard into the plugin's view, lending its key for the call.
-    /// `writable` lets the call write the value.
-    pub fn lend_pair(&mut self, record: PairRecord, writable: bool) -> Result<Pair, c_int> {
-        let value = self.address_of(record.value).ok_or(abi::ERR_INVALID)?;
-        let call = self.call()?;
-        if writable {
-            call.allow(record.value);
-        }
-        let (data, len) = call.lend_bytes(record.key);
-        Ok(Pair {
-            key: Bytes { data, len },
-            value,
-            value_len: record.value.len as usize,
-            value_offset: record.value.offset,
-            write_time_ns: record.write_time_ns,
-        })
+    fn open_key(&mut self, key: &[u8], read_only: bool) -> Result<Pair, c_int> {
+        self.pair_call(CallbackRequest::OpenKey { key: key.to_vec(), read_only }, !read_only)
     }
 
-    /// A round trip whose answer is one pair (create, open, resize).
-    pub fn pair_call(&mut self, request: CallbackRequest, writable: bool) -> Result<Pair, c_int> {
-        match self.round_trip(request)?.result {
-            CallbackResult::Pair(record) => self.lend_pair(record, writable),
-            _ => Err(abi::ERR_INVALID),
-        }
+    fn erase_key(&mut self, key: &[u8]) -> Result<(), c_int> {
+        self.round_trip(CallbackRequest::EraseKey { key: key.to_vec() }).map(|_| ())
     }
 
-    /// A round trip whose answer is a list of pairs (iterate, reference vector).
-    pub fn pairs_call(&mut self, request: CallbackRequest) -> Result<Vec<Pair>, c_int> {
-        match self.round_trip(request)?.result {
-            CallbackResult::Pairs(records) => records.into_iter().map(|record| self.lend_pair(record, false)).collect(),
-            _ => Err(abi::ERR_INVALID),
-        }
+    fn resize_value(&mut self, key: &[u8], new_len: usize) -> Result<Pair, c_int> {
+        self.pair_call(CallbackRequest::ResizeValue { key: key.to_vec(), new_len: new_len as u64 }, true)
     }
 
-    pub fn allocate(&mut self, len: u64, align: u64) -> Result<(*mut u8, Location), c_int> {
+    fn allocate_memory(&mut self, len: usize, align: usize) -> Result<(*mut u8, u64), c_int> {
+        let (len, align) = (len as u64, align as u64);
         if !align.is_power_of_two() || align > 4096 {
             return Err(abi::ERR_INVALID);
         }
@@ -139,37 +157,49 @@ impl HostContext {
             CallbackResult::Memory(memory) if memory.len >= len && memory.offset.is_multiple_of(align) => {
                 let address = self.address_of(memory).ok_or(abi::ERR_INVALID)?;
                 self.call()?.allow(memory);
-                Ok((address, memory))
+                Ok((address, memory.offset))
             }
             _ => Err(abi::ERR_INVALID),
         }
     }
 
-    pub fn free(&mut self, memory: Location) -> Status {
+    fn free_memory(&mut self, addr: *mut u8, len: usize) -> Result<(), c_int> {
+        let memory = self.range_of(addr, len).ok_or(abi::ERR_INVALID)?;
         self.round_trip(CallbackRequest::FreeMemory { memory })?;
         self.call()?.forbid(memory);
         Ok(())
     }
 
-    pub fn find_key(&mut self, expression: Vec<u8>, position: u64) -> Result<(Bytes, u64), c_int> {
-        match self.round_trip(CallbackRequest::FindKey { expression, position })?.result {
-            CallbackResult::Found { key, position } => {
-                let (data, len) = self.call()?.lend_bytes(key);
-                Ok((Bytes { data, len }, position))
-            }
+    fn iterate(&mut self, since_ns: u64, until_ns: u64) -> Result<Vec<Pair>, c_int> {
+        self.pairs_call(CallbackRequest::Iterate { since_ns, until_ns })
+    }
+
+    fn reference_vector(&mut self, since_ns: u64, until_ns: u64, max: usize) -> Result<&[Pair], c_int> {
+        let mut found = self.pairs_call(CallbackRequest::ReferenceVector { since_ns, until_ns, max: max as u64 })?;
+        found.truncate(max);
+        Ok(self.call()?.lend_pairs(found))
+    }
+
+    fn find_key(&mut self, expression: &[u8], position: u64) -> Result<(&[u8], u64), c_int> {
+        match self.round_trip(CallbackRequest::FindKey { expression: expression.to_vec(), position })?.result {
+            CallbackResult::Found { key, position } => Ok((self.call()?.lend_bytes(key), position)),
             _ => Err(abi::ERR_INVALID),
         }
     }
 
-    pub fn pool_info(&mut self) -> Result<PoolInfo, c_int> {
+    fn pool_info(&mut self) -> Result<PoolInfo, c_int> {
         match self.round_trip(CallbackRequest::PoolInfo)?.result {
             CallbackResult::PoolInfo(info) => Ok(info),
             _ => Err(abi::ERR_INVALID),
         }
     }
 
+    fn unlock(&mut self, key: &[u8]) -> Result<(), c_int> {
+        self.round_trip(CallbackRequest::Unlock { key: key.to_vec() }).map(|_| ())
+    }
+
     /// One-way: works outside a call too (during launch and pool events).
-    pub fn log(&mut self, level: c_int, text: String) {
+    fn log(&mut self, level: c_int, text: String) {
         if let Err(e) = self.channel.send(&ToShard::Log { level, text }) {
             self.fatal.get_or_insert(e);
         }

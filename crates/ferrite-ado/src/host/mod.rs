@@ -8,7 +8,6 @@
 //! tell a finished call from an unfinished one after a crash (see [`crate::call_area`]).
 
 mod call;
-mod callbacks;
 mod channel;
 mod checking;
 mod context;
@@ -18,6 +17,7 @@ use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 use std::sync::Arc;
 
 use ferrite_plugin::abi::{self, Bytes, Host, Work};
+use ferrite_plugin::host::callbacks;
 use ferrite_plugin::{LoadError, LoadedPlugin};
 
 use crate::args::HostArgs;
@@ -29,7 +29,6 @@ use crate::shm::Mapping;
 use crate::wake::Wake;
 
 use call::CallState;
-use callbacks::CALLBACKS;
 use channel::Channel;
 use checking::Snapshot;
 use context::HostContext;
@@ -161,7 +160,7 @@ impl HostProcess {
             let host = self.host_pointer();
             // SAFETY: the loader checked the table; `config` and `status` outlive the call, and
             // the host pointer is the context, untouched until `launch` returns.
-            let state = unsafe { (plugin.table().launch)(&CALLBACKS, host, config, &mut status) };
+            let state = unsafe { (plugin.table().launch)(callbacks::<HostContext>(), host, config, &mut status) };
             if status < 0 {
                 return Err(HostError::LaunchRefused { name: plugin.name().to_owned(), status });
             }
@@ -177,7 +176,7 @@ impl HostProcess {
         for layer in &self.layers {
             if let Some(pool_event) = layer.plugin.table().pool_event {
                 // SAFETY: the plugin's own state and a key that outlives the call; see `launch`.
-                unsafe { pool_event(layer.state, event, key, &CALLBACKS, host) };
+                unsafe { pool_event(layer.state, event, key, callbacks::<HostContext>(), host) };
             }
         }
     }
@@ -215,7 +214,9 @@ impl HostProcess {
                 // SAFETY: `work` and everything it points to (the invocation's bytes, pool
                 // memory checked in bounds above) outlive the call; the context is reached
                 // only through the host pointer until `do_work` returns.
-                status = unsafe { (layer.plugin.table().do_work)(layer.state, &work, &CALLBACKS, context.cast()) };
+                status = unsafe {
+                    (layer.plugin.table().do_work)(layer.state, &work, callbacks::<HostContext>(), context.cast())
+                };
                 if status != abi::OK {
                     break;
                 }

@@ -45,11 +45,9 @@ pub(crate) struct CallState {
 
 impl CallState {
     /// Copies a key into host-owned memory that lives until the call returns.
-    pub(crate) fn keep_key(&mut self, key: &[u8]) -> (*const u8, usize) {
-        let kept: Box<[u8]> = key.into();
-        let pointer = (kept.as_ptr(), kept.len());
-        self.kept_keys.push(kept);
-        pointer
+    pub(crate) fn keep_key(&mut self, key: &[u8]) -> &[u8] {
+        self.kept_keys.push(key.into());
+        self.kept_keys.last().map_or(&[], |kept| kept)
     }
 
     /// The ranges whose changes are accounted for: declared by the plugin or written by the host.

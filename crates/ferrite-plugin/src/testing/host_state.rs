@@ -1,11 +1,12 @@
 //! The test host's side of every callback, in safe Rust: each method checks its arguments
 //! against the pool and the call, as the `ferrite-ado` host does, and answers with a status code
-//! on failure. `callbacks.rs` only translates pointers.
+//! on failure. [`crate::host`] translates the C arguments.
 
 use std::ffi::c_int;
 
 use crate::abi::{self, Bytes, Pair, PoolInfo};
 use crate::context::LogLevel;
+use crate::host::PluginHost;
 
 use super::arena::ALIGN_BYTES_MAX;
 use super::call_state::{BeforeImage, CallState, Response};
@@ -17,9 +18,6 @@ pub struct LogLine {
     pub level: LogLevel,
     pub message: String,
 }
-
-/// A callback's failure: the header's status code.
-pub(crate) type Status = c_int;
 
 #[derive(Debug)]
 pub(crate) struct HostState {
@@ -36,7 +34,7 @@ fn in_range(offset: usize, len: usize, start: usize, region_len: usize) -> bool 
 }
 
 impl HostState {
-    fn split(&mut self) -> Result<(&mut Pool, &mut CallState), Status> {
+    fn split(&mut self) -> Result<(&mut Pool, &mut CallState), c_int> {
         match self.call.as_mut() {
             Some(call) => Ok((&mut self.pool, call)),
             None => Err(abi::ERR_INVALID),
@@ -44,9 +42,9 @@ impl HostState {
     }
 
     fn pair(pool: &Pool, call: &mut CallState, key: &[u8], entry: Entry) -> Pair {
-        let (data, len) = call.keep_key(key);
+        let key = call.keep_key(key);
         Pair {
-            key: Bytes { data, len },
+            key: Bytes { data: key.as_ptr(), len: key.len() },
             value: pool.arena.address(entry.offset),
             value_len: entry.len,
             value_offset: entry.offset as u64,
@@ -54,7 +52,23 @@ impl HostState {
         }
     }
 
-    pub(crate) fn declare_write(&mut self, address: *const u8, len: usize) -> Result<(), Status> {
+    /// Pairs written between `since_ns` and `until_ns`, in key order, at most `max`.
+    fn pairs_between(&mut self, since_ns: u64, until_ns: u64, max: usize) -> Result<Vec<Pair>, c_int> {
+        let (pool, call) = self.split()?;
+        let chosen: Vec<(Vec<u8>, Entry)> = pool
+            .tables
+            .index
+            .iter()
+            .filter(|(_, entry)| (since_ns..=until_ns).contains(&entry.write_time_ns))
+            .take(max)
+            .map(|(key, entry)| (key.clone(), *entry))
+            .collect();
+        Ok(chosen.into_iter().map(|(key, entry)| Self::pair(pool, call, &key, entry)).collect())
+    }
+}
+
+impl PluginHost for HostState {
+    fn declare_write(&mut self, address: *const u8, len: usize) -> Result<(), c_int> {
         let (pool, call) = self.split()?;
         if call.read_only {
             return Err(abi::ERR_INVALID);
@@ -73,13 +87,13 @@ impl HostState {
         Ok(())
     }
 
-    pub(crate) fn respond(&mut self, data: &[u8]) -> Result<(), Status> {
+    fn respond(&mut self, data: &[u8]) -> Result<(), c_int> {
         let (_, call) = self.split()?;
         call.responses.push(Response { layer: call.layer, data: data.to_vec() });
         Ok(())
     }
 
-    pub(crate) fn create_key(&mut self, key: &[u8], value_len: usize) -> Result<Pair, Status> {
+    fn create_key(&mut self, key: &[u8], value_len: usize) -> Result<Pair, c_int> {
         let (pool, call) = self.split()?;
         if pool.entry(key).is_some() {
             return Err(abi::ERR_EXISTS);
@@ -91,7 +105,7 @@ impl HostState {
         Ok(Self::pair(pool, call, key, entry))
     }
 
-    pub(crate) fn open_key(&mut self, key: &[u8], read_only: bool) -> Result<Pair, Status> {
+    fn open_key(&mut self, key: &[u8], read_only: bool) -> Result<Pair, c_int> {
         let (pool, call) = self.split()?;
         let entry = pool.entry(key).ok_or(abi::ERR_NOT_FOUND)?;
         // Locks are not re-entrant: the call already holds this one.
@@ -104,7 +118,7 @@ impl HostState {
         Ok(Self::pair(pool, call, key, entry))
     }
 
-    pub(crate) fn erase_key(&mut self, key: &[u8]) -> Result<(), Status> {
+    fn erase_key(&mut self, key: &[u8]) -> Result<(), c_int> {
         let (pool, call) = self.split()?;
         if call.target.as_deref() == Some(key) {
             return Err(abi::ERR_INVALID);
@@ -115,7 +129,7 @@ impl HostState {
         Ok(())
     }
 
-    pub(crate) fn resize_value(&mut self, key: &[u8], new_len: usize) -> Result<Pair, Status> {
+    fn resize_value(&mut self, key: &[u8], new_len: usize) -> Result<Pair, c_int> {
         let (pool, call) = self.split()?;
         if !call.writable.contains(key) {
             return Err(if pool.entry(key).is_some() { abi::ERR_INVALID } else { abi::ERR_NOT_FOUND });
@@ -127,7 +141,7 @@ impl HostState {
         Ok(Self::pair(pool, call, key, new))
     }
 
-    pub(crate) fn allocate_memory(&mut self, len: usize, align: usize) -> Result<(*mut u8, u64), Status> {
+    fn allocate_memory(&mut self, len: usize, align: usize) -> Result<(*mut u8, u64), c_int> {
         let (pool, call) = self.split()?;
         if len == 0 || !align.is_power_of_two() || align > ALIGN_BYTES_MAX {
             return Err(abi::ERR_INVALID);
@@ -140,7 +154,7 @@ impl HostState {
         Ok((pool.arena.address(offset), offset as u64))
     }
 
-    pub(crate) fn free_memory(&mut self, address: *const u8, len: usize) -> Result<(), Status> {
+    fn free_memory(&mut self, address: *mut u8, len: usize) -> Result<(), c_int> {
         let (pool, call) = self.split()?;
         let offset = pool.arena.offset_of(address, len).ok_or(abi::ERR_INVALID)?;
         if pool.tables.allocations.get(&offset) != Some(&len) {
@@ -151,37 +165,21 @@ impl HostState {
         Ok(())
     }
 
-    /// Pairs written between `since_ns` and `until_ns`, in key order, at most `max`.
-    pub(crate) fn pairs_between(&mut self, since_ns: u64, until_ns: u64, max: usize) -> Result<Vec<Pair>, Status> {
-        let (pool, call) = self.split()?;
-        let chosen: Vec<(Vec<u8>, Entry)> = pool
-            .tables
-            .index
-            .iter()
-            .filter(|(_, entry)| (since_ns..=until_ns).contains(&entry.write_time_ns))
-            .take(max)
-            .map(|(key, entry)| (key.clone(), *entry))
-            .collect();
-        Ok(chosen.into_iter().map(|(key, entry)| Self::pair(pool, call, &key, entry)).collect())
+    fn iterate(&mut self, since_ns: u64, until_ns: u64) -> Result<Vec<Pair>, c_int> {
+        self.pairs_between(since_ns, until_ns, usize::MAX)
     }
 
-    pub(crate) fn reference_vector(
-        &mut self,
-        since_ns: u64,
-        until_ns: u64,
-        max: usize,
-    ) -> Result<(*const Pair, usize), Status> {
-        let pairs: Box<[Pair]> = self.pairs_between(since_ns, until_ns, max)?.into();
+    fn reference_vector(&mut self, since_ns: u64, until_ns: u64, max: usize) -> Result<&[Pair], c_int> {
+        let pairs = self.pairs_between(since_ns, until_ns, max)?.into();
         let (_, call) = self.split()?;
-        let array = (pairs.as_ptr(), pairs.len());
         call.kept_pairs.push(pairs);
-        Ok(array)
+        Ok(call.kept_pairs.last().map_or(&[], |kept| kept))
     }
 
-    /// The first key at or after `*position` (an index into the keys in byte order) that
+    /// The first key at or after `position` (an index into the keys in byte order) that
     /// matches `expression`. The test host knows `prefix:`, `next:` and exact keys; `regex:`
     /// is `FERRITE_ERR_UNSUPPORTED` here.
-    pub(crate) fn find_key(&mut self, expression: &[u8], position: &mut u64) -> Result<(*const u8, usize), Status> {
+    fn find_key(&mut self, expression: &[u8], position: u64) -> Result<(&[u8], u64), c_int> {
         let (pool, call) = self.split()?;
         if expression.starts_with(b"regex:") {
             return Err(abi::ERR_UNSUPPORTED);
@@ -191,25 +189,24 @@ impl HostState {
             (None, Some(_)) => true,
             (None, None) => key == expression,
         };
-        let start = usize::try_from(*position).map_err(|_| abi::ERR_INVALID)?;
+        let start = usize::try_from(position).map_err(|_| abi::ERR_INVALID)?;
         let found = pool.tables.index.keys().enumerate().skip(start).find(|(_, key)| matches(key));
         let (index, key) = found.ok_or(abi::ERR_NOT_FOUND)?;
-        *position = index as u64 + 1;
-        let key = key.clone();
-        Ok(call.keep_key(&key))
+        Ok((call.keep_key(key), index as u64 + 1))
     }
 
-    pub(crate) fn pool_info(&self) -> PoolInfo {
-        PoolInfo {
+    /// Answers outside a call too (during launch and pool events).
+    fn pool_info(&mut self) -> Result<PoolInfo, c_int> {
+        Ok(PoolInfo {
             pool_id: self.pool_id,
             size_bytes: self.pool.arena.capacity() as u64,
             used_bytes: self.pool.arena.used() as u64,
             objects: self.pool.tables.index.len() as u64,
             region_bytes: self.pool.arena.capacity() as u64,
-        }
+        })
     }
 
-    pub(crate) fn unlock(&mut self, key: &[u8]) -> Result<(), Status> {
+    fn unlock(&mut self, key: &[u8]) -> Result<(), c_int> {
         let (_, call) = self.split()?;
         if call.target.as_deref() == Some(key) || !call.locked.remove(key) {
             return Err(abi::ERR_INVALID);
@@ -218,7 +215,8 @@ impl HostState {
         Ok(())
     }
 
-    pub(crate) fn log(&mut self, level: LogLevel, message: String) {
+    fn log(&mut self, level: c_int, message: String) {
+        let level = LogLevel::from_code(level);
         eprintln!("plugin log [{level:?}]: {message}");
         self.log.push(LogLine { level, message });
     }

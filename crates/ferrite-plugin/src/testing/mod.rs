@@ -18,7 +18,6 @@
 
 mod arena;
 mod call_state;
-mod callbacks;
 mod check;
 mod host_state;
 mod pool;
@@ -29,13 +28,13 @@ use std::path::Path;
 
 use crate::abi::{self, Bytes, Host, PluginV1, Work};
 use crate::error::ErrorCode;
+use crate::host::callbacks;
 use crate::load::{LoadError, LoadedPlugin};
 
 pub use call_state::Response;
 pub use host_state::LogLine;
 
 use call_state::CallState;
-use callbacks::CALLBACKS;
 use host_state::HostState;
 use pool::Pool;
 
@@ -158,7 +157,7 @@ impl TestHostBuilder {
             // SAFETY: the table was checked (a loaded library) or built by the SDK; the
             // callbacks, host state and config live through the call.
             #[allow(unsafe_code)]
-            let state = unsafe { launch(&CALLBACKS, host.host_pointer(), config, &mut status) };
+            let state = unsafe { launch(callbacks::<HostState>(), host.host_pointer(), config, &mut status) };
             if status != abi::OK {
                 return Err(TestHostError::Launch { layer, status, log: host.state.log.clone() });
             }
@@ -264,7 +263,13 @@ impl TestHost {
                 // callbacks and host state live through the call.
                 #[allow(unsafe_code)]
                 unsafe {
-                    pool_event(layer.state, event, Bytes { data: key.as_ptr(), len: key.len() }, &CALLBACKS, host)
+                    pool_event(
+                        layer.state,
+                        event,
+                        Bytes { data: key.as_ptr(), len: key.len() },
+                        callbacks::<HostState>(),
+                        host,
+                    )
                 };
             }
         }
@@ -395,7 +400,7 @@ impl TestHost {
             // buffers, the callbacks and the host state live through the call, and the test host
             // holds no reference into its state while the plugin runs.
             #[allow(unsafe_code)]
-            let status = unsafe { do_work(plugin.state, &work, &CALLBACKS, host) };
+            let status = unsafe { do_work(plugin.state, &work, callbacks::<HostState>(), host) };
             if status != abi::OK {
                 return Some(status);
             }
