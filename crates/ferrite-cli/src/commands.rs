@@ -32,6 +32,9 @@ impl From<Error> for CliError {
 type Result<T> = std::result::Result<T, CliError>;
 
 pub fn run(cli: &Cli) -> Result<Report> {
+    if let Command::Invoke { key, mode, .. } = &cli.command {
+        check_invoke_key(key, mode)?;
+    }
     let options = ClientOptions {
         client_name: concat!("ferrite-cli/", env!("CARGO_PKG_VERSION")).to_owned(),
         ..ClientOptions::default()
@@ -211,7 +214,6 @@ fn argument_bytes(argument: &str, what: &str) -> Result<Vec<u8>> {
 }
 
 fn invoke(session: &blocking::Session, pool_name: &str, key: &str, payload: &str, mode: &InvokeMode) -> Result<Report> {
-    check_invoke_key(key, mode)?;
     let payload = argument_bytes(payload, "payload")?;
     let pool = open_pool(session, pool_name)?;
     let buffers = match &mode.put {
@@ -246,7 +248,7 @@ fn invoke(session: &blocking::Session, pool_name: &str, key: &str, payload: &str
 }
 
 /// An empty key invokes the pool itself, which has no value to create or put: say so before
-/// connecting rather than relay the server's refusal.
+/// connecting rather than relay the client's refusal, which names protocol terms.
 fn check_invoke_key(key: &str, mode: &InvokeMode) -> Result<()> {
     if !key.is_empty() {
         return Ok(());
