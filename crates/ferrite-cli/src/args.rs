@@ -56,6 +56,18 @@ pub enum Command {
         limit: Option<usize>,
     },
 
+    /// Run a pool's plugins on a key (or, with an empty KEY, on the pool) and print each
+    /// response buffer raw, one per line.
+    Invoke {
+        pool: String,
+        /// The key whose value the plugins work on; "" invokes them on the pool itself.
+        key: String,
+        /// What the plugins are asked to do; `-` reads it from standard input as raw bytes.
+        payload: String,
+        #[command(flatten)]
+        mode: InvokeMode,
+    },
+
     /// Show every shard's counters.
     Stats,
 
@@ -101,6 +113,32 @@ pub struct PutMode {
     /// within the server's commit interval). Default: the pool's own durability.
     #[arg(long, value_name = "sync|async")]
     pub durability: Option<ferrite_client::Durability>,
+}
+
+/// How `invoke` treats the key's value. Contradictions are usage errors: the put-only flags need
+/// `--put`, a read-only call cannot put, and a put creates the key by itself.
+#[derive(Debug, Args)]
+pub struct InvokeMode {
+    /// Store VALUE under the key first, then run the plugins on it, in one request.
+    #[arg(long, value_name = "VALUE", conflicts_with_all = ["create_size", "read_only"])]
+    pub put: Option<String>,
+    /// Create an absent key with a zeroed value of this size (suffixes as for `pool create`).
+    #[arg(long, value_name = "BYTES", value_parser = parse_size)]
+    pub create_size: Option<u64>,
+    /// Run the plugins under a read lock: they may not write.
+    #[arg(long)]
+    pub read_only: bool,
+    /// With --put: keep an existing value; the plugins run on it.
+    #[arg(long, requires = "put")]
+    pub no_overwrite: bool,
+    /// With --put: put the value in unattached pool memory and hand the plugins its location,
+    /// instead of making it the key's value.
+    #[arg(long, requires = "put")]
+    pub detached: bool,
+    /// Return once the server accepts the call, without waiting for the plugins (nothing is
+    /// printed, and a plugin's failure goes unreported).
+    #[arg(long = "async")]
+    pub fire_and_forget: bool,
 }
 
 #[derive(Debug, Subcommand)]
@@ -246,6 +284,42 @@ mod tests {
             cli.command,
             Command::Pool(PoolCommand::Create { durability: ferrite_client::Durability::Sync, .. })
         ));
+    }
+
+    fn invoke_mode(args: &[&str]) -> Result<InvokeMode, clap::Error> {
+        let argv = ["ferrite", "invoke", "p", "k", "add 1"].iter().chain(args).copied();
+        match Cli::try_parse_from(argv)?.command {
+            Command::Invoke { mode, .. } => Ok(mode),
+            other => panic!("parsed as {other:?}"),
+        }
+    }
+
+    #[test]
+    fn invoke_takes_pool_key_payload_and_its_modes() {
+        let cli = Cli::try_parse_from(["ferrite", "invoke", "p", "", "-"]).expect("valid");
+        assert!(
+            matches!(cli.command, Command::Invoke { ref key, ref payload, .. } if key.is_empty() && payload == "-")
+        );
+        let mode = invoke_mode(&["--create-size", "4KiB", "--read-only", "--async"]).expect("valid");
+        assert_eq!(mode.create_size, Some(4096));
+        assert!(mode.read_only && mode.fire_and_forget && mode.put.is_none());
+        let mode = invoke_mode(&["--put", "v1", "--no-overwrite", "--detached"]).expect("valid");
+        assert_eq!(mode.put.as_deref(), Some("v1"));
+        assert!(mode.no_overwrite && mode.detached && !mode.read_only);
+    }
+
+    /// Proves the flag combinations no invocation means are usage errors, before any connection.
+    #[test]
+    fn invoke_refuses_contradictory_flags() {
+        for args in [
+            &["--no-overwrite"][..],
+            &["--detached"],
+            &["--put", "v", "--create-size", "8"],
+            &["--put", "v", "--read-only"],
+            &["--create-size", "0"],
+        ] {
+            assert!(invoke_mode(args).is_err(), "{args:?} accepted");
+        }
     }
 
     #[test]

@@ -5,12 +5,13 @@ use std::fmt;
 use std::io::Read;
 
 use ferrite_client::{
-    blocking, ClientOptions, Error, ErrorCode, FindKind, PoolInfo, PoolOptions, PutFlags, FIND_KEYS_MAX,
+    blocking, ClientOptions, Error, ErrorCode, FindKind, InvokeOptions, InvokePutOptions, InvokeResponse, PoolInfo,
+    PoolOptions, PutFlags, FIND_KEYS_MAX,
 };
 use serde_json::json;
 
-use crate::args::{Cli, Command, FindPattern, PoolCommand, PutMode};
-use crate::output::{bytes_json, fields, format_bytes, format_timestamp_ns, Report, Table};
+use crate::args::{Cli, Command, FindPattern, InvokeMode, PoolCommand, PutMode};
+use crate::output::{bytes_json, fields, format_bytes, format_timestamp_ns, hex, Report, Table};
 
 /// A failure to report as `error: <message>`.
 #[derive(Debug)]
@@ -31,6 +32,9 @@ impl From<Error> for CliError {
 type Result<T> = std::result::Result<T, CliError>;
 
 pub fn run(cli: &Cli) -> Result<Report> {
+    if let Command::Invoke { key, mode, .. } = &cli.command {
+        check_invoke_key(key, mode)?;
+    }
     let options = ClientOptions {
         client_name: concat!("ferrite-cli/", env!("CARGO_PKG_VERSION")).to_owned(),
         ..ClientOptions::default()
@@ -50,6 +54,7 @@ pub fn run(cli: &Cli) -> Result<Report> {
         Command::Attr { pool, key: Some(key) } => value_attributes(&session, pool, key),
         Command::Attr { pool, key: None } => pool_attributes(&session, pool),
         Command::Find { pool, pattern, limit } => find(&session, pool, pattern, *limit),
+        Command::Invoke { pool, key, payload, mode } => invoke(&session, pool, key, payload, mode),
         Command::Stats => statistics(&session),
         Command::Bench(_) => unreachable!("main runs `bench` itself, on its own runtime"),
         Command::Check { .. } => unreachable!("main runs `check` itself: it needs no server"),
@@ -166,16 +171,7 @@ fn run_pool_command(session: &blocking::Session, command: &PoolCommand) -> Resul
 }
 
 fn put(session: &blocking::Session, pool_name: &str, key: &str, value: &str, mode: &PutMode) -> Result<Report> {
-    let value = if value == "-" {
-        let mut bytes = Vec::new();
-        std::io::stdin()
-            .lock()
-            .read_to_end(&mut bytes)
-            .map_err(|error| CliError(format!("reading the value from standard input: {error}")))?;
-        bytes
-    } else {
-        value.as_bytes().to_vec()
-    };
+    let value = argument_bytes(value, "value")?;
     let mut flags = match mode {
         PutMode { create_only: true, .. } => PutFlags::CREATE_ONLY,
         PutMode { update_only: true, .. } => PutFlags::UPDATE_ONLY,
@@ -202,6 +198,91 @@ fn put(session: &blocking::Session, pool_name: &str, key: &str, value: &str, mod
         format!("stored {} under '{key}' in pool '{pool_name}'", format_bytes(value.len() as u64)),
         json!({ "pool": pool_name, "key": key, "stored": true, "length": value.len() }),
     ))
+}
+
+/// The bytes of an argument that may be `-`, meaning standard input read to its end.
+fn argument_bytes(argument: &str, what: &str) -> Result<Vec<u8>> {
+    if argument != "-" {
+        return Ok(argument.as_bytes().to_vec());
+    }
+    let mut bytes = Vec::new();
+    std::io::stdin()
+        .lock()
+        .read_to_end(&mut bytes)
+        .map_err(|error| CliError(format!("reading the {what} from standard input: {error}")))?;
+    Ok(bytes)
+}
+
+fn invoke(session: &blocking::Session, pool_name: &str, key: &str, payload: &str, mode: &InvokeMode) -> Result<Report> {
+    let payload = argument_bytes(payload, "payload")?;
+    let pool = open_pool(session, pool_name)?;
+    let buffers = match &mode.put {
+        Some(value) => {
+            let options = InvokePutOptions {
+                no_overwrite: mode.no_overwrite,
+                detached: mode.detached,
+                fire_and_forget: mode.fire_and_forget,
+            };
+            pool.invoke_put(key.as_bytes(), value.as_bytes(), &payload, options)
+        }
+        None => {
+            let options = InvokeOptions {
+                create_size: mode.create_size,
+                read_only: mode.read_only,
+                fire_and_forget: mode.fire_and_forget,
+            };
+            pool.invoke(key.as_bytes(), &payload, options)
+        }
+    }
+    .map_err(|error| {
+        if error.is_key_not_found() {
+            CliError(format!(
+                "key '{key}' not found in pool '{pool_name}' (--create-size BYTES creates it, --put VALUE stores one)"
+            ))
+        } else {
+            error.into()
+        }
+    })?;
+    pool.close()?;
+    Ok(invoke_report(&buffers))
+}
+
+/// An empty key invokes the pool itself, which has no value to create or put: say so before
+/// connecting rather than relay the client's refusal, which names protocol terms.
+fn check_invoke_key(key: &str, mode: &InvokeMode) -> Result<()> {
+    if !key.is_empty() {
+        return Ok(());
+    }
+    if mode.put.is_some() {
+        return Err(CliError("--put needs a KEY: an empty KEY invokes the pool itself, which has no value".to_owned()));
+    }
+    if mode.create_size.is_some() {
+        return Err(CliError(
+            "--create-size needs a KEY: an empty KEY invokes the pool itself, which has no value".to_owned(),
+        ));
+    }
+    Ok(())
+}
+
+/// Each buffer raw with a newline after it, as the plugins wrote it; in JSON, a list of
+/// `{layer, data, hex}` where `data` is the text if the buffer is UTF-8 and `null` otherwise.
+fn invoke_report(buffers: &[InvokeResponse]) -> Report {
+    let mut raw = Vec::new();
+    for buffer in buffers {
+        raw.extend_from_slice(&buffer.data);
+        raw.push(b'\n');
+    }
+    let json: Vec<serde_json::Value> = buffers
+        .iter()
+        .map(|buffer| {
+            json!({
+                "layer": buffer.layer,
+                "data": std::str::from_utf8(&buffer.data).ok(),
+                "hex": hex(&buffer.data),
+            })
+        })
+        .collect();
+    Report::raw(raw, json!(json))
 }
 
 fn get(session: &blocking::Session, pool_name: &str, key: &str) -> Result<Report> {
@@ -561,6 +642,44 @@ mod tests {
         assert_eq!(json[0]["memory"]["bytes_per_key"], 90.32);
         assert_eq!(json[0]["memory"]["table_load"], 0.8);
         assert_eq!(json[1]["memory"]["bytes_per_key"], serde_json::Value::Null);
+    }
+
+    #[test]
+    fn invoke_prints_each_buffer_raw_on_its_line_and_layers_in_json() {
+        let buffers = [
+            InvokeResponse { layer: 0, data: bytes::Bytes::from_static(b"42") },
+            InvokeResponse { layer: 1, data: bytes::Bytes::from_static(&[0xff, 0x00]) },
+        ];
+        let report = invoke_report(&buffers);
+        let mut out = Vec::new();
+        report.write(false, &mut out).expect("write to a Vec");
+        assert_eq!(out, b"42\n\xff\x00\n");
+        assert_eq!(
+            report.json,
+            json!([
+                { "layer": 0, "data": "42", "hex": "3432" },
+                { "layer": 1, "data": null, "hex": "ff00" },
+            ])
+        );
+        let mut out = Vec::new();
+        invoke_report(&[]).write(false, &mut out).expect("write to a Vec");
+        assert!(out.is_empty(), "a fire-and-forget call prints nothing");
+    }
+
+    #[test]
+    fn key_less_invocations_cannot_put_or_create() {
+        let mode = |put: Option<&str>, create_size| InvokeMode {
+            put: put.map(str::to_owned),
+            create_size,
+            read_only: false,
+            no_overwrite: false,
+            detached: false,
+            fire_and_forget: false,
+        };
+        assert!(check_invoke_key("", &mode(None, None)).is_ok());
+        assert!(check_invoke_key("", &mode(Some("v"), None)).is_err_and(|e| e.0.contains("--put needs a KEY")));
+        assert!(check_invoke_key("", &mode(None, Some(8))).is_err_and(|e| e.0.contains("--create-size needs a KEY")));
+        assert!(check_invoke_key("k", &mode(Some("v"), None)).is_ok());
     }
 
     #[test]

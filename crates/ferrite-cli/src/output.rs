@@ -160,7 +160,7 @@ pub fn bytes_json(bytes: &[u8]) -> (serde_json::Value, &'static str) {
     }
 }
 
-fn hex(bytes: &[u8]) -> String {
+pub fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|byte| format!("{byte:02x}")).collect()
 }
 
