@@ -9,11 +9,14 @@
 //! Every wait races the shard's shutdown signal, so neither a silent client nor one that stops
 //! reading its responses can hold a stopping shard hostage.
 
+use std::sync::Arc;
+
 use bytes::BytesMut;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 
+use crate::completion::Completion;
 use crate::durability::DurableGate;
 use ferrite_store::persistence::wal::Lsn;
 
@@ -26,7 +29,7 @@ pub(crate) const WRITE_FLUSH_BYTES: usize = 1024 * 1024;
 const IDLE_BUFFER_BYTES_MAX: usize = 256 * 1024;
 
 /// What a connection does after answering the requests it has buffered.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub(crate) enum Next {
     /// Every complete request was answered; read more.
     Read,
@@ -34,6 +37,9 @@ pub(crate) enum Next {
     Flush,
     /// Write what is buffered, then end the connection.
     Close,
+    /// Write what is buffered, then wait for this answer (a plugin call's, or a lock's release),
+    /// write it, and go on answering the requests already buffered.
+    Wait(Arc<Completion>),
 }
 
 /// How a connection's loop ended.
@@ -87,7 +93,7 @@ pub(crate) async fn drive(
 ) -> std::io::Result<Ended> {
     let mut next = Next::Read;
     loop {
-        if next == Next::Read {
+        if matches!(next, Next::Read) {
             if buffers.read.capacity() - buffers.read.len() < buffers.read_chunk_bytes / 4 {
                 buffers.read.reserve(buffers.read_chunk_bytes);
             }
@@ -102,26 +108,54 @@ pub(crate) async fn drive(
         }
         let wait_lsn;
         (next, wait_lsn) = answer(buffers);
-        if let (Some(gate), true) = (gate.as_mut(), wait_lsn > 0) {
+        if let Some(ended) = send(stream, shutdown, gate.as_mut(), wait_lsn, &mut buffers.write).await? {
+            return Ok(ended);
+        }
+        if let Next::Wait(completion) = &next {
             tokio::select! {
                 biased;
                 _ = shutdown.wait_for(|stop| *stop) => return Ok(Ended::ShuttingDown),
-                waited = gate.wait_for(wait_lsn) => if waited.is_err() {
-                    return Ok(Ended::LogFailed);
-                },
+                () = completion.wait() => {}
             }
-        }
-        if !buffers.write.is_empty() {
-            tokio::select! {
-                biased;
-                _ = shutdown.wait_for(|stop| *stop) => return Ok(Ended::ShuttingDown),
-                written = stream.write_all(&buffers.write) => written?,
+            let (mut response, wait_lsn) = completion.take();
+            if let Some(ended) = send(stream, shutdown, gate.as_mut(), wait_lsn, &mut response).await? {
+                return Ok(ended);
             }
-            buffers.write.clear();
+            // Answer what is already buffered before reading more.
+            next = Next::Flush;
         }
-        if next == Next::Close {
+        if matches!(next, Next::Close) {
             return Ok(Ended::Closed);
         }
         buffers.shrink_idle();
     }
+}
+
+/// Writes `out` once the log is durable up to `wait_lsn` (0: at once) and clears it; `Some` if
+/// the connection must end instead.
+async fn send(
+    stream: &mut TcpStream,
+    shutdown: &mut watch::Receiver<bool>,
+    gate: Option<&mut DurableGate>,
+    wait_lsn: Lsn,
+    out: &mut BytesMut,
+) -> std::io::Result<Option<Ended>> {
+    if let (Some(gate), true) = (gate, wait_lsn > 0) {
+        tokio::select! {
+            biased;
+            _ = shutdown.wait_for(|stop| *stop) => return Ok(Some(Ended::ShuttingDown)),
+            waited = gate.wait_for(wait_lsn) => if waited.is_err() {
+                return Ok(Some(Ended::LogFailed));
+            },
+        }
+    }
+    if !out.is_empty() {
+        tokio::select! {
+            biased;
+            _ = shutdown.wait_for(|stop| *stop) => return Ok(Some(Ended::ShuttingDown)),
+            written = stream.write_all(out) => written?,
+        }
+        out.clear();
+    }
+    Ok(None)
 }

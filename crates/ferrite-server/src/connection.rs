@@ -76,7 +76,7 @@ impl Framing {
             if body_len > self.frame_body_max {
                 read.advance(HEADER_BYTES);
                 self.discard = body_len;
-                if shard.reject_oversized(&header, &self.session, self.frame_body_max, write) == Flow::Close {
+                if matches!(shard.reject_oversized(&header, &self.session, self.frame_body_max, write), Flow::Close) {
                     return Next::Close;
                 }
                 continue;
@@ -86,10 +86,18 @@ impl Framing {
                 read.reserve(frame_len - read.len());
                 return Next::Read;
             }
-            let flow = shard.handle(&header, &read[HEADER_BYTES..frame_len], &mut self.session, now_ns, write);
-            read.advance(frame_len);
-            if flow == Flow::Close {
-                return Next::Close;
+            match shard.handle(&header, &read[HEADER_BYTES..frame_len], &mut self.session, now_ns, write) {
+                Flow::Continue => read.advance(frame_len),
+                Flow::Close => {
+                    read.advance(frame_len);
+                    return Next::Close;
+                }
+                Flow::Wait { completion, consumed } => {
+                    if consumed {
+                        read.advance(frame_len);
+                    }
+                    return Next::Wait(completion);
+                }
             }
         }
     }

@@ -3,7 +3,11 @@
 //! Everything here is synchronous and runs on the shard's thread: the connection task decodes the
 //! frames it has buffered, calls [`ShardState::handle`] for each, and writes the responses once.
 
+mod invoke;
+
 use std::sync::Arc;
+
+use foldhash::HashMap;
 
 use bytes::BytesMut;
 use ferrite_proto::{
@@ -11,22 +15,31 @@ use ferrite_proto::{
     PoolHandle, ProtocolError, PutFlags, Request, Response, FIND_REPLY_KEY_BYTES_MAX, FIND_SCAN_KEYS_MAX,
     PROTOCOL_VERSION,
 };
-use ferrite_store::persistence::wal::WalError;
+use ferrite_store::persistence::wal::{Lsn, WalError};
 use ferrite_store::{find_by_scan, FindBudget, FindQuery, PoolSpec, PutMode, PutOutcome, StoreError, WriteFootprint};
 use tokio::sync::watch;
 
+use crate::ado::{AdoSettings, PoolCalls};
+use crate::completion::Completion;
 use crate::durability::{DurableGate, ShardDurability};
 use crate::low_load_poll::LowLoadPoll;
 use crate::plugins::PluginRegistry;
 use crate::pools::{CreateRefused, NewPool, Pool, Pools};
 use crate::session::Session;
 use crate::stats::ShardStats;
+use invoke::{Accepted, Invoke};
 
 /// Whether a connection goes on after a request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub(crate) enum Flow {
     Continue,
     Close,
+    /// The answer comes through `completion`. `consumed`: the request was taken (a plugin
+    /// call); otherwise it waits for a key a call holds and runs again once woken.
+    Wait {
+        completion: Arc<Completion>,
+        consumed: bool,
+    },
 }
 
 /// A request that failed: the code and message the client receives.
@@ -145,6 +158,16 @@ pub(crate) struct ShardState {
     pub find_cursor: [u8; 8],
     /// The plugins pools' chains may name.
     pub plugins: Arc<PluginRegistry>,
+    /// How plugin hosts are started and contained.
+    pub ado: AdoSettings,
+    /// The plugin calls of each pool that has a host.
+    pub calls: HashMap<PoolHandle, PoolCalls>,
+    /// Hosts (pool, host number) started since the shard's plugin task last looked, and its
+    /// signal.
+    pub new_hosts: Vec<(PoolHandle, u64)>,
+    /// Hosts started so far: numbers them.
+    pub hosts_started: u64,
+    pub host_started: Arc<tokio::sync::Notify>,
 }
 
 impl ShardState {
@@ -169,7 +192,18 @@ impl ShardState {
     /// under the write, after the room was reserved), pool memory holds a change nothing
     /// recorded: the shard stops before any answer can reveal it.
     fn logged(&mut self, sync: bool, session: &mut Session) -> Result<(), Failure> {
-        let Some(durability) = &mut self.durability else { return Ok(()) };
+        let lsn = self.log_position(sync)?;
+        let backlog = self.durability.as_ref().is_some_and(|d| d.log.pending_bytes() > ASYNC_PENDING_BYTES_MAX);
+        if sync || backlog {
+            session.wait_lsn = session.wait_lsn.max(lsn);
+        }
+        Ok(())
+    }
+
+    /// The LSN of the write just applied (0 without a log); a `sync` one becomes what reads
+    /// wait for. Stops the shard if the log could not take the write (see [`Self::logged`]).
+    fn log_position(&mut self, sync: bool) -> Result<Lsn, Failure> {
+        let Some(durability) = &mut self.durability else { return Ok(0) };
         let lsn = match durability.log.appended() {
             Ok(lsn) => lsn,
             Err(error) => {
@@ -179,10 +213,7 @@ impl ShardState {
         if sync {
             durability.visible_lsn = lsn;
         }
-        if sync || durability.log.pending_bytes() > ASYNC_PENDING_BYTES_MAX {
-            session.wait_lsn = session.wait_lsn.max(lsn);
-        }
-        Ok(())
+        Ok(lsn)
     }
 
     /// Stops the shard at once: pool memory holds a change its log does not, so nothing may be
@@ -232,7 +263,16 @@ impl ShardState {
     ) -> Flow {
         self.stats.requests += 1;
         let outcome = match Request::decode(header, body) {
-            Ok(request) => self.execute(request, session, now_ns),
+            Ok(request) => match self.answer_later(&request, header, session, now_ns) {
+                Some(Ok(Accepted::Later(completion))) => return Flow::Wait { completion, consumed: true },
+                Some(Ok(Accepted::Blocked(completion))) => {
+                    // Counted when it runs again.
+                    self.stats.requests -= 1;
+                    return Flow::Wait { completion, consumed: false };
+                }
+                Some(Err(failure)) => Err(failure),
+                None => self.execute(request, session, now_ns),
+            },
             // Before the handshake we do not know the peer speaks our protocol at all.
             Err(error) if !session.handshaken => Err(Failure { close: true, ..Failure::from(error) }),
             Err(error) => Err(Failure::from(error)),
@@ -273,6 +313,7 @@ impl ShardState {
             if let Some(pool) = self.pools.get_mut(handle) {
                 pool.open_count -= opens;
             }
+            self.stop_idle_host(handle);
         }
         self.stats.clients -= 1;
     }
@@ -309,6 +350,41 @@ impl ShardState {
         Ok((cursor, keys))
     }
 
+    /// Takes the requests whose answer may come later: invocations, and requests on a key a
+    /// plugin call holds. `None` for every other request, which `execute` answers now.
+    fn answer_later(
+        &mut self,
+        request: &Request<'_>,
+        header: &Header,
+        session: &mut Session,
+        now_ns: u64,
+    ) -> Option<Result<Accepted, Failure>> {
+        if let Some(invoke) = Invoke::of(request, header.request_id) {
+            return Some(self.checked(request, session).and_then(|()| self.invoke(invoke, session, now_ns)));
+        }
+        let (pool, key) = match *request {
+            Request::Put { pool, key, .. }
+            | Request::Get { pool, key }
+            | Request::Erase { pool, key }
+            | Request::GetAttribute { pool, key, .. } => (pool, key),
+            _ => return None,
+        };
+        self.wait_for_key(pool, key).map(|waiting| Ok(Accepted::Blocked(waiting)))
+    }
+
+    /// The checks `execute` makes of every request, for those answered elsewhere.
+    fn checked(&self, request: &Request<'_>, session: &Session) -> Result<(), Failure> {
+        self.refuse_if_halted()?;
+        if !session.handshaken {
+            return Err(Failure::closing(
+                ErrorCode::HandshakeRequired,
+                "the first message on a connection must be hello",
+            ));
+        }
+        request.check(&self.limits)?;
+        Ok(())
+    }
+
     pub(crate) fn execute<'s>(
         &'s mut self,
         request: Request<'_>,
@@ -342,9 +418,10 @@ impl ShardState {
                         format!("pool handle {} is not open in this session", pool.0),
                     ));
                 }
-                if let Some(pool) = self.pools.get_mut(pool) {
-                    pool.open_count -= 1;
+                if let Some(open) = self.pools.get_mut(pool) {
+                    open.open_count -= 1;
                 }
+                self.stop_idle_host(pool);
                 Ok(Response::PoolClosed)
             }
             Request::DeletePool { name } => self.delete_pool(name, session),
@@ -409,6 +486,11 @@ impl ShardState {
                 let found = find(pool, FindStep { kind, pattern, after, limit }, &mut self.find_cursor)?;
                 self.stats.finds += 1;
                 Ok(found)
+            }
+            // The native connection takes invocations before they get here (`answer_later`); no
+            // other path sends them.
+            Request::InvokeAdo { .. } | Request::InvokePutAdo { .. } => {
+                Err(Failure::new(ErrorCode::InvalidArgument, "plugins are invoked through the native protocol"))
             }
             Request::GetStatistics => {
                 let durability = self.durability.as_ref().map(ShardDurability::report);

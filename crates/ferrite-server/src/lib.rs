@@ -4,8 +4,10 @@
 //! with its own listening port and its own pools; shards share nothing. See `DESIGN.md` and
 //! `docs/configuration.md`.
 
+mod ado;
 mod buffered;
 mod checkpointing;
+mod completion;
 pub mod config;
 mod connection;
 mod data_dir;

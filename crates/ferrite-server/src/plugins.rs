@@ -45,6 +45,11 @@ impl PluginRegistry {
             .collect()
     }
 
+    /// The library of a known plugin.
+    pub fn path(&self, name: &str) -> Option<&Path> {
+        self.by_name.get(name).map(PathBuf::as_path)
+    }
+
     fn known(&self) -> String {
         if self.by_name.is_empty() {
             return "none (configure them under [plugins] or with --plugin NAME=PATH)".to_string();

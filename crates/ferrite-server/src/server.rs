@@ -11,6 +11,7 @@ use ferrite_store::persistence::wal::WalConfig;
 use tokio::sync::{mpsc, watch};
 use tracing::{error, info, warn};
 
+use crate::ado::AdoSettings;
 use crate::config::{Backing, Config};
 use crate::data_dir::{DataDir, DataDirError};
 use crate::durability::ShardDurability;
@@ -150,6 +151,11 @@ impl BoundServer {
                 low_load_poll: LowLoadPoll::new(Duration::from_micros(shard_config.poll_us)),
                 find_cursor: [0; 8],
                 plugins: Arc::clone(&plugins),
+                ado: AdoSettings::beside_server(),
+                calls: Default::default(),
+                new_hosts: Vec::new(),
+                hosts_started: 0,
+                host_started: Default::default(),
             };
             let resp = resp_listeners.next().map(|(listener, address)| resp::Listener {
                 listener,

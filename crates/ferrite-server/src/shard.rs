@@ -13,6 +13,7 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tracing::{info, warn};
 
+use crate::ado;
 use crate::checkpointing;
 use crate::connection;
 use crate::handler::ShardState;
@@ -96,6 +97,7 @@ async fn serve(
     let durability_task = shard.borrow_mut().durability.as_mut().and_then(|durability| durability.take_task());
     let durability_task = durability_task.map(|task| tokio::task::spawn_local(task.run()));
     let polling = tokio::task::spawn_local(low_load_poll::run(Rc::clone(&shard), stop.clone()));
+    let plugins = tokio::task::spawn_local(ado::supervise(Rc::clone(&shard), stop.clone()));
     loop {
         tokio::select! {
             _ = stopping.wait_for(|stop| *stop) => break,
@@ -151,6 +153,10 @@ async fn serve(
         task.abort();
     }
     let _ = polling.await;
+    let _ = plugins.await;
+    // Plugin hosts stop with their links (each kills and reaps its host; an unfinished call is
+    // undone, never logged).
+    shard.borrow_mut().calls.clear();
     if let Some(durability) = shard.borrow_mut().durability.as_mut() {
         // Async writes acknowledged before the stop become durable now (a failed log takes none).
         durability.stop();

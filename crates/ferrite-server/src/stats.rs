@@ -38,6 +38,9 @@ pub(crate) struct ShardStats {
     pub clients_total: u64,
     /// Connections turned away at the connection limit.
     pub clients_refused: u64,
+    /// Plugin calls accepted, and those that failed (plugin error, crash, timeout).
+    pub invocations: u64,
+    pub invocation_failures: u64,
 }
 
 impl ShardStats {
@@ -53,6 +56,8 @@ impl ShardStats {
             clients: 0,
             clients_total: 0,
             clients_refused: 0,
+            invocations: 0,
+            invocation_failures: 0,
         }
     }
 
@@ -86,6 +91,8 @@ impl ShardStats {
             ("clients", self.clients),
             ("clients_total", self.clients_total),
             ("clients_refused", self.clients_refused),
+            ("invocations", self.invocations),
+            ("invocation_failures", self.invocation_failures),
             ("pools", pools.pools),
             ("objects", pools.objects),
             ("memory_bytes", pools.memory_bytes),

@@ -496,6 +496,26 @@ impl AdoLink {
         }
     }
 
+    /// Puts back the before-images of `call`, which reported Done but whose writes the shard
+    /// cannot log (its disk is full). Possible while the host has begun no later call, which a
+    /// shard that submits one call at a time guarantees; returns whether it was done.
+    pub fn undo_finished(&mut self, call: CallId) -> bool {
+        match read_back(&self.call_area, self.pool.len() as u64) {
+            Ok(Some(images)) if images.call == call => match images.restore(&self.pool) {
+                Ok(()) => true,
+                Err(e) => {
+                    tracing::error!("cannot undo ADO call {}: {e}", call.0);
+                    false
+                }
+            },
+            Ok(_) => false,
+            Err(e) => {
+                tracing::error!("ADO call area unreadable, call {} cannot be undone: {e}", call.0);
+                false
+            }
+        }
+    }
+
     /// Starts a fresh host after the old one exited (killing and reaping it first if it still
     /// runs; its calls are then reported Failed by the next poll).
     pub fn restart(&mut self) -> Result<(), LinkError> {

@@ -128,7 +128,7 @@ impl Connection {
                     let args = self.parser.args(read);
                     let flow = commands::execute(args, &mut self.client, shard, settings, now_ns, write);
                     read.advance(consumed);
-                    if flow == Flow::Close {
+                    if matches!(flow, Flow::Close) {
                         return Next::Close;
                     }
                 }

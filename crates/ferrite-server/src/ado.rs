@@ -1,0 +1,207 @@
+//! Active Data Objects on a shard: each pool with plugins gets a `ferrite-ado` host process (an
+//! [`AdoLink`]) when its first invocation arrives, and a task that wakes the shard when the host
+//! answers. The calls of one pool run one at a time, in arrival order: the shard submits the next
+//! only once the previous is logged or undone. That is what lets it undo a finished call whose
+//! writes the log cannot take (a full disk), from the call area the host leaves behind, and it
+//! costs little, since a host runs its plugin chain on one thread anyway.
+//!
+//! The shard's side of a call (checks, locks, logging, answers) is in `handler/invoke.rs`.
+
+use std::cell::RefCell;
+use std::collections::VecDeque;
+use std::os::fd::OwnedFd;
+use std::path::PathBuf;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ferrite_ado::args::PluginSpec;
+use ferrite_ado::message::{CallId, Location};
+use ferrite_ado::{AdoConfig, AdoLink};
+use ferrite_proto::{Opcode, PoolHandle};
+use ferrite_store::persistence::wal::Lsn;
+use tokio::io::unix::AsyncFd;
+use tokio::io::Interest;
+use tokio::sync::watch;
+
+use crate::completion::Completion;
+use crate::handler::ShardState;
+
+/// How a shard contains its plugin hosts.
+#[derive(Debug, Clone)]
+pub(crate) struct AdoSettings {
+    pub host_binary: PathBuf,
+    pub call_deadline: Duration,
+    pub memory_limit_bytes: u64,
+}
+
+impl AdoSettings {
+    /// One call may take this long before its host is killed and the call undone.
+    pub const CALL_DEADLINE: Duration = Duration::from_secs(10);
+    /// A host's own memory (beyond the pool it maps): its plugins' heaps and stacks.
+    pub const MEMORY_LIMIT_BYTES: u64 = 1 << 30;
+    /// Room for the before-images one call declares: a value of the largest size, twice over.
+    const CALL_AREA_BYTES: usize = 8 << 20;
+    /// Messages in flight between the shard and a host, each way.
+    const RING_CAPACITY_BYTES: usize = 4 << 20;
+
+    /// The host binary installed beside the server's executable.
+    pub fn beside_server() -> AdoSettings {
+        let dir = std::env::current_exe().ok().and_then(|exe| exe.parent().map(PathBuf::from)).unwrap_or_default();
+        AdoSettings {
+            host_binary: dir.join("ferrite-ado"),
+            call_deadline: Self::CALL_DEADLINE,
+            memory_limit_bytes: Self::MEMORY_LIMIT_BYTES,
+        }
+    }
+
+    pub(crate) fn link_config(&self, chain: Vec<PluginSpec>) -> AdoConfig {
+        AdoConfig {
+            host_binary: self.host_binary.clone(),
+            chain,
+            memory_limit_bytes: self.memory_limit_bytes,
+            call_deadline: self.call_deadline,
+            spin_us: 0,
+            call_area_bytes: Self::CALL_AREA_BYTES,
+            ring_capacity_bytes: Self::RING_CAPACITY_BYTES,
+            checking: false,
+        }
+    }
+}
+
+/// An invocation waiting for its turn (or running), with what the shard needs to finish it.
+#[derive(Debug)]
+pub(crate) struct Call {
+    pub request_id: u64,
+    /// The request's opcode, which the answer's follows.
+    pub opcode: Opcode,
+    /// Empty for an invocation of the pool itself.
+    pub key: Vec<u8>,
+    pub payload: Vec<u8>,
+    /// `FERRITE_WORK_*` flags.
+    pub work_flags: u32,
+    /// Whether the answer waits for the call's writes to be durable.
+    pub sync: bool,
+    /// What the answer waits for besides the call's own writes: the state it read, and the put
+    /// of `invoke_put_ado`.
+    pub wait_lsn: Lsn,
+    /// `None` for fire-and-forget: the caller was answered when the call was accepted.
+    pub completion: Option<Arc<Completion>>,
+}
+
+/// The call a pool's host is running.
+#[derive(Debug)]
+pub(crate) struct Running {
+    pub id: CallId,
+    pub call: Call,
+    /// The target value, pinned against checkpoints while the call runs.
+    pub target: Location,
+}
+
+/// One pool's plugin calls.
+#[derive(Debug)]
+pub(crate) struct PoolCalls {
+    /// Tells this host from a later one of the same pool (its task serves only this one).
+    pub host: u64,
+    pub link: AdoLink,
+    pub running: Option<Running>,
+    pub queue: VecDeque<Call>,
+    /// Requests waiting for a key one of these calls holds; woken (to run again) when a call ends.
+    pub waiters: Vec<Arc<Completion>>,
+}
+
+impl PoolCalls {
+    pub fn new(host: u64, link: AdoLink) -> PoolCalls {
+        PoolCalls { host, link, running: None, queue: VecDeque::new(), waiters: Vec::new() }
+    }
+
+    /// Whether a call running or waiting holds `key` (every call holds its key from the moment
+    /// it is accepted, so requests on it keep their order).
+    pub fn holds(&self, key: &[u8]) -> bool {
+        let held = |call: &Call| !call.key.is_empty() && call.key == key;
+        self.running.as_ref().is_some_and(|running| held(&running.call)) || self.queue.iter().any(held)
+    }
+
+    /// Wakes every request waiting for a key, to run again.
+    pub fn wake_waiters(&mut self) {
+        for waiter in self.waiters.drain(..) {
+            waiter.wake();
+        }
+    }
+}
+
+/// How long the task sleeps between looks at a running call when the host does not signal (a
+/// host that dies signals nothing; its death is noticed at the next look).
+const RUNNING_RECHECK: Duration = Duration::from_millis(10);
+
+/// How long an idle pool's task sleeps between looks: it ends within this of its host stopping.
+const IDLE_RECHECK: Duration = Duration::from_secs(1);
+
+/// Runs while the shard runs: starts the task of each host the shard starts.
+pub(crate) async fn supervise(shard: Rc<RefCell<ShardState>>, mut stop: watch::Receiver<bool>) {
+    let started = Arc::clone(&shard.borrow().host_started);
+    loop {
+        tokio::select! {
+            biased;
+            _ = stop.wait_for(|stop| *stop) => return,
+            () = started.notified() => {}
+        }
+        let new = std::mem::take(&mut shard.borrow_mut().new_hosts);
+        for (pool, host) in new {
+            let wake = shard.borrow().calls.get(&pool).map(|calls| calls.link.wake_fd().try_clone_to_owned());
+            match wake {
+                Some(Ok(wake)) => {
+                    tokio::task::spawn_local(serve_host(Rc::clone(&shard), pool, host, wake, stop.clone()));
+                }
+                Some(Err(error)) => tracing::error!(pool = pool.0, %error, "cannot watch the plugin host's wake-ups"),
+                None => {}
+            }
+        }
+    }
+}
+
+/// Runs while `pool` has host `host`: waits for the host's wake-ups (or a call's deadline, or a
+/// short recheck while a call runs) and lets the shard take what the host sent.
+async fn serve_host(
+    shard: Rc<RefCell<ShardState>>,
+    pool: PoolHandle,
+    host: u64,
+    wake: OwnedFd,
+    mut stop: watch::Receiver<bool>,
+) {
+    // SAFETY: `wake` is an owned descriptor, open until the `AsyncFd` that owns it is dropped.
+    #[allow(unsafe_code)]
+    let registered = unsafe { AsyncFd::register_with_interest(wake, Interest::READABLE) };
+    let wake = match registered {
+        Ok(wake) => wake,
+        Err(error) => {
+            tracing::error!(pool = pool.0, %error, "cannot watch the plugin host's wake-ups");
+            return;
+        }
+    };
+    loop {
+        let recheck = shard.borrow().plugin_recheck(pool, host);
+        let Some(recheck) = recheck else { return };
+        let sleep = tokio::time::sleep_until(recheck.into());
+        tokio::select! {
+            biased;
+            _ = stop.wait_for(|stop| *stop) => return,
+            ready = wake.readable() => {
+                if let Ok(mut guard) = ready {
+                    guard.clear_ready();
+                }
+            }
+            () = sleep => {}
+        }
+        if !shard.borrow_mut().poll_plugins(pool, host, Instant::now()) {
+            return;
+        }
+    }
+}
+
+/// When a pool's task must look again without a wake-up: the link's next deadline or the
+/// recheck, whichever is first.
+pub(crate) fn recheck_at(calls: &PoolCalls, now: Instant) -> Instant {
+    let recheck = now + if calls.running.is_some() { RUNNING_RECHECK } else { IDLE_RECHECK };
+    calls.link.next_deadline().map_or(recheck, |deadline| deadline.min(recheck))
+}

@@ -1,0 +1,579 @@
+//! The shard's side of a plugin call (`invoke_ado`, `invoke_put_ado`): preparing the target value,
+//! holding its key, running the pool's calls one at a time on its host, logging what a finished
+//! call wrote, undoing what it cannot log, and answering.
+//!
+//! Durability, step by step (see `docs/plugins.md`, "Crash consistency"):
+//! - Before a call runs, the shard reserves log room for all the call may write (its target
+//!   value) and pins the target's pages, so no checkpoint copies bytes the call may still change
+//!   or undo.
+//! - A successful call's declared ranges are logged as one transaction, like a put, before its
+//!   answer is built; with `sync` the answer leaves only once they are durable.
+//! - A failed call was undone by its host; a crashed or killed one by the link, from the call
+//!   area; a finished one whose record the log refuses after all by the shard, from the same
+//!   area. In each case nothing was logged and the pages are unpinned as they were.
+//! - A crash of the server mid-call loses nothing acknowledged: the call's changes were never
+//!   logged, the pages never checkpointed, and recovery rebuilds the pool from the log.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use ferrite_ado::message::{CallId, CallbackReply, CallbackRequest, CallbackResult, Done, Invocation, Location};
+use ferrite_ado::{AdoLink, FailReason, LinkEvent};
+use ferrite_plugin::abi;
+use ferrite_proto::{ErrorCode, InvokeBuffer, InvokeFlags, Opcode, PoolHandle, Request, Response};
+use ferrite_store::persistence::wal::Lsn;
+use ferrite_store::{PutMode, PutOutcome, StoreError, WriteFootprint};
+
+use super::{key_not_found, open_pool, store_failure, Failure, ShardState};
+use crate::ado::{Call, PoolCalls, Running};
+use crate::completion::Completion;
+use crate::session::Session;
+
+/// Declared ranges logged as they are; a call that declares more is logged as the one range
+/// that covers them all (within its target), which bounds the record the shard reserves room for.
+const LOGGED_RANGES_MAX: u64 = 16;
+
+/// An invocation as the shard runs it, whichever message carried it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Invoke<'a> {
+    pub request_id: u64,
+    /// The opcode the answer follows.
+    pub opcode: Opcode,
+    pub pool: PoolHandle,
+    /// Empty: the call targets the pool itself.
+    pub key: &'a [u8],
+    pub payload: &'a [u8],
+    /// `invoke_put_ado`'s value, stored before the call.
+    pub value: Option<&'a [u8]>,
+    /// `invoke_ado` with create-on-demand: the size of the zeroed value created if the key is absent.
+    pub create_size: Option<u64>,
+    pub read_only: bool,
+    pub no_overwrite: bool,
+    pub detached: bool,
+    pub fire_and_forget: bool,
+}
+
+impl<'a> Invoke<'a> {
+    /// The invocation a request carries, if it is one.
+    pub(crate) fn of(request: &Request<'a>, request_id: u64) -> Option<Invoke<'a>> {
+        let fire_and_forget = |flags: InvokeFlags| flags.contains(InvokeFlags::FIRE_AND_FORGET);
+        Some(match *request {
+            Request::InvokeAdo { pool, flags, key, payload, value_size } => Invoke {
+                request_id,
+                opcode: Opcode::InvokeAdo,
+                pool,
+                key,
+                payload,
+                value: None,
+                create_size: flags.contains(InvokeFlags::CREATE_ON_DEMAND).then_some(value_size),
+                read_only: flags.contains(InvokeFlags::READ_ONLY),
+                no_overwrite: false,
+                detached: false,
+                fire_and_forget: fire_and_forget(flags),
+            },
+            Request::InvokePutAdo { pool, flags, key, value, payload } => Invoke {
+                request_id,
+                opcode: Opcode::InvokePutAdo,
+                pool,
+                key,
+                payload,
+                value: Some(value),
+                create_size: None,
+                read_only: false,
+                no_overwrite: flags.contains(InvokeFlags::NO_OVERWRITE),
+                detached: flags.contains(InvokeFlags::DETACHED),
+                fire_and_forget: fire_and_forget(flags),
+            },
+            _ => return None,
+        })
+    }
+}
+
+/// How the shard took an invocation (or a request on a key a call holds).
+#[derive(Debug)]
+pub(crate) enum Accepted {
+    /// The answer comes later, through this completion.
+    Later(Arc<Completion>),
+    /// A call holds the request's key: run the request again once this completes.
+    Blocked(Arc<Completion>),
+}
+
+impl ShardState {
+    /// Takes an invocation: checks it, stores `invoke_put_ado`'s value or creates the key on
+    /// demand, and queues the call on the pool's host (starting it if need be).
+    pub(crate) fn invoke(
+        &mut self,
+        invoke: Invoke<'_>,
+        session: &mut Session,
+        now_ns: u64,
+    ) -> Result<Accepted, Failure> {
+        let pool = open_pool(&self.pools, session, invoke.pool)?;
+        if pool.plugin_chain.is_empty() {
+            return Err(Failure::new(
+                ErrorCode::InvalidArgument,
+                format!("pool '{}' has no plugins: give it a chain when it is created (--plugins)", pool.name),
+            ));
+        }
+        if pool.persisted.is_none() {
+            return Err(Failure::new(
+                ErrorCode::InvalidArgument,
+                format!(
+                    "pool '{}': plugins run on pools of the ssd backing, whose memory a plugin host can map",
+                    pool.name
+                ),
+            ));
+        }
+        if invoke.detached {
+            return Err(Failure::new(
+                ErrorCode::InvalidArgument,
+                "detached values are not supported by this server yet",
+            ));
+        }
+        let sync = !pool.async_default;
+        if let Some(waiting) = self.wait_for_key(invoke.pool, invoke.key) {
+            return Ok(Accepted::Blocked(waiting));
+        }
+        // The call reads the pool's state: its answer waits for what it read to be durable.
+        self.reading(session);
+        let new_key = if invoke.key.is_empty() { false } else { self.prepare_target(&invoke, session, now_ns)? };
+        let mut work_flags = 0;
+        for (set, flag) in [
+            (new_key, abi::WORK_NEW_KEY),
+            (invoke.read_only, abi::WORK_READ_ONLY),
+            (invoke.key.is_empty(), abi::WORK_POOL),
+        ] {
+            if set {
+                work_flags |= flag;
+            }
+        }
+        let completion = Completion::new();
+        let caller = if invoke.fire_and_forget {
+            completion.complete(session.wait_lsn, |out| {
+                Response::Invoked { buffers: Vec::new() }.encode_answer(invoke.opcode, invoke.request_id, out)
+            });
+            None
+        } else {
+            Some(Arc::clone(&completion))
+        };
+        let call = Call {
+            request_id: invoke.request_id,
+            opcode: invoke.opcode,
+            key: invoke.key.to_vec(),
+            payload: invoke.payload.to_vec(),
+            work_flags,
+            sync,
+            wait_lsn: session.wait_lsn,
+            completion: caller,
+        };
+        self.stats.invocations += 1;
+        self.enqueue(invoke.pool, call)?;
+        Ok(Accepted::Later(completion))
+    }
+
+    /// If a plugin call holds `key` of `pool`: a completion woken when a call of the pool ends,
+    /// for the request to run again then.
+    pub(crate) fn wait_for_key(&mut self, pool: PoolHandle, key: &[u8]) -> Option<Arc<Completion>> {
+        let calls = self.calls.get_mut(&pool)?;
+        if key.is_empty() || !calls.holds(key) {
+            return None;
+        }
+        let waiting = Completion::new();
+        calls.waiters.push(Arc::clone(&waiting));
+        Some(waiting)
+    }
+
+    /// Puts `invoke_put_ado`'s value, or creates the key on demand; true if the key is new.
+    fn prepare_target(&mut self, invoke: &Invoke<'_>, session: &mut Session, now_ns: u64) -> Result<bool, Failure> {
+        let zeros;
+        let (value, mode) = match invoke.value {
+            Some(value) => (value, if invoke.no_overwrite { PutMode::CreateOnly } else { PutMode::Upsert }),
+            None => {
+                let pool = open_pool(&self.pools, session, invoke.pool)?;
+                if pool.store.get(invoke.key).is_some() {
+                    return Ok(false);
+                }
+                let Some(size) = invoke.create_size else { return Err(key_not_found(pool)) };
+                if size > u64::from(self.limits.value_bytes_max) {
+                    return Err(Failure::new(
+                        ErrorCode::ValueTooLarge,
+                        format!("a value of {size} bytes exceeds the limit of {}", self.limits.value_bytes_max),
+                    ));
+                }
+                zeros = vec![0; size as usize];
+                (&zeros[..], PutMode::CreateOnly)
+            }
+        };
+        let footprint = open_pool(&self.pools, session, invoke.pool)?
+            .store
+            .put_footprint(invoke.key.len() as u64, value.len() as u64);
+        self.admit_write(footprint)?;
+        let pool = super::open_pool_mut(&mut self.pools, session, invoke.pool)?;
+        let outcome = match pool.store.put(invoke.key, value, mode, now_ns) {
+            Ok(outcome) => outcome,
+            // No-overwrite: the plugin runs on the value already there.
+            Err(StoreError::KeyExists) if invoke.value.is_some() => return Ok(false),
+            Err(error) => return Err(store_failure(error, pool)),
+        };
+        let inserted = outcome == PutOutcome::Inserted;
+        if let (true, Some(index)) = (inserted, &mut pool.index) {
+            index.insert(invoke.key);
+        }
+        let sync = !pool.async_default;
+        self.stats.puts += 1;
+        self.logged(sync, session)?;
+        Ok(inserted)
+    }
+
+    /// Queues `call` on its pool's host, starting the host first if the pool has none.
+    fn enqueue(&mut self, pool: PoolHandle, call: Call) -> Result<(), Failure> {
+        if !self.calls.contains_key(&pool) {
+            let link = self.start_host(pool)?;
+            self.hosts_started += 1;
+            self.calls.insert(pool, PoolCalls::new(self.hosts_started, link));
+            self.new_hosts.push((pool, self.hosts_started));
+            self.host_started.notify_one();
+        }
+        let calls = self.calls.get_mut(&pool).expect("the pool's calls exist");
+        calls.queue.push_back(call);
+        if calls.running.is_none() {
+            self.start_next(pool);
+        }
+        Ok(())
+    }
+
+    /// A host for `pool`'s chain, mapping the pool's memory.
+    fn start_host(&self, handle: PoolHandle) -> Result<AdoLink, Failure> {
+        let pool = self.pools.get(handle).expect("the caller found the pool");
+        let failed = |message: String| Failure::new(ErrorCode::AdoFailed, format!("pool '{}': {message}", pool.name));
+        let chain = ferrite_proto::plugin_names(&pool.plugin_chain)
+            .map(|name| {
+                let path = self
+                    .plugins
+                    .path(name)
+                    .ok_or_else(|| failed(format!("plugin '{name}' of its chain is not known to this server now")))?;
+                Ok(ferrite_ado::args::PluginSpec {
+                    name: name.to_string(),
+                    path: path.to_path_buf(),
+                    config: Vec::new(),
+                })
+            })
+            .collect::<Result<Vec<_>, Failure>>()?;
+        let persisted = pool.persisted.as_ref().expect("the caller checked the backing");
+        AdoLink::start(self.ado.link_config(chain), std::os::fd::AsFd::as_fd(&*persisted.region))
+            .map_err(|error| failed(format!("cannot start its plugin host: {error}")))
+    }
+
+    /// Starts the next queued call of `pool` if none runs; calls that cannot start are answered
+    /// with their failure.
+    fn start_next(&mut self, pool: PoolHandle) {
+        loop {
+            let Some(calls) = self.calls.get_mut(&pool) else { return };
+            if calls.running.is_some() {
+                return;
+            }
+            let Some(call) = calls.queue.pop_front() else {
+                self.stop_idle_host(pool);
+                return;
+            };
+            match self.begin(pool, &call) {
+                Ok((id, target)) => {
+                    let calls = self.calls.get_mut(&pool).expect("the pool's calls exist");
+                    calls.running = Some(Running { id, call, target });
+                    return;
+                }
+                Err(failure) => self.answer_failure(&call, failure),
+            }
+        }
+    }
+
+    /// Reserves log room for `call`, pins its target and submits it to the host.
+    fn begin(&mut self, handle: PoolHandle, call: &Call) -> Result<(CallId, Location), Failure> {
+        let pool = self.pools.get(handle).expect("a pool with calls exists");
+        let target = if call.key.is_empty() {
+            Location::default()
+        } else {
+            let (offset, len) = pool.store.value_location(&call.key).ok_or_else(|| key_not_found(pool))?;
+            Location { offset, len }
+        };
+        if call.work_flags & abi::WORK_READ_ONLY == 0 && target.len > 0 {
+            self.admit_write(WriteFootprint { bytes: target.len, ranges: LOGGED_RANGES_MAX })?;
+        }
+        let pool = self.pools.get(handle).expect("a pool with calls exists");
+        let persisted = pool.persisted.as_ref().expect("pools with calls are durable");
+        let invocation = Invocation {
+            flags: call.work_flags,
+            pool_id: handle.0,
+            key: call.key.clone(),
+            payload: call.payload.clone(),
+            value: target,
+            detached: Location::default(),
+        };
+        let pages = std::sync::Arc::clone(&persisted.pages);
+        let name = pool.name.clone();
+        let calls = self.calls.get_mut(&handle).expect("the pool's calls exist");
+        pages.lock().unwrap_or_else(std::sync::PoisonError::into_inner).pin(target.offset, target.len);
+        let submitted = match calls.link.submit(invocation.clone()) {
+            Err(ferrite_ado::SubmitError::HostDown) => {
+                // The host exited since the last call (a crash between calls): start another.
+                calls
+                    .link
+                    .restart()
+                    .map_err(|error| error.to_string())
+                    .and_then(|()| calls.link.submit(invocation).map_err(|error| error.to_string()))
+            }
+            other => other.map_err(|error| error.to_string()),
+        };
+        match submitted {
+            Ok(id) => Ok((id, target)),
+            Err(reason) => {
+                let lsn = self.last_lsn();
+                pages.lock().unwrap_or_else(std::sync::PoisonError::into_inner).unpin(target.offset, target.len, lsn);
+                Err(Failure::new(
+                    ErrorCode::AdoFailed,
+                    format!("pool '{name}': its plugin host cannot take the call: {reason}"),
+                ))
+            }
+        }
+    }
+
+    /// Takes what `pool`'s host sent and acts on it; false once the pool has no host (its task
+    /// then ends).
+    pub(crate) fn poll_plugins(&mut self, pool: PoolHandle, host: u64, now: Instant) -> bool {
+        let Some(calls) = self.calls.get_mut(&pool).filter(|calls| calls.host == host) else { return false };
+        for event in calls.link.poll(now) {
+            self.plugin_event(pool, event);
+        }
+        self.calls.get(&pool).is_some_and(|calls| calls.host == host)
+    }
+
+    /// When `pool`'s task for `host` must look at it again without a wake-up; `None` once the
+    /// pool no longer has that host.
+    pub(crate) fn plugin_recheck(&self, pool: PoolHandle, host: u64) -> Option<Instant> {
+        let calls = self.calls.get(&pool).filter(|calls| calls.host == host)?;
+        Some(crate::ado::recheck_at(calls, Instant::now()))
+    }
+
+    fn plugin_event(&mut self, pool: PoolHandle, event: LinkEvent) {
+        let name = self.pools.get(pool).map_or_else(String::new, |pool| pool.name.clone());
+        match event {
+            LinkEvent::Done(done) => {
+                if let Some(running) = self.take_running(pool, done.call) {
+                    self.finish(pool, running, done);
+                }
+            }
+            LinkEvent::Failed { call, reason } => {
+                if let Some(running) = self.take_running(pool, call) {
+                    // The link restored what the call had declared before it reported this.
+                    self.unpin(pool, running.target);
+                    let failure = match reason {
+                        FailReason::Timeout => Failure::new(
+                            ErrorCode::AdoTimeout,
+                            format!("pool '{name}': the plugin call passed its deadline; its host was stopped and the call undone"),
+                        ),
+                        FailReason::Crashed(status) => Failure::new(
+                            ErrorCode::AdoFailed,
+                            format!("pool '{name}': the plugin host died during the call ({status}); the call was undone"),
+                        ),
+                        FailReason::Protocol(reason) => Failure::new(
+                            ErrorCode::AdoFailed,
+                            format!("pool '{name}': the plugin host misbehaved ({reason}); the call was undone"),
+                        ),
+                        _ => Failure::new(ErrorCode::AdoFailed, format!("pool '{name}': the plugin call failed")),
+                    };
+                    self.stats.invocation_failures += 1;
+                    self.answer_failure(&running.call, failure);
+                    self.call_ended(pool);
+                }
+            }
+            LinkEvent::HostExited { status } => {
+                tracing::info!(shard = self.index, pool = %name, %status, "plugin host exited");
+            }
+            LinkEvent::Callback { call, request } => {
+                let reply = self.callback(pool, &request);
+                if let Some(calls) = self.calls.get_mut(&pool) {
+                    if let Err(error) = calls.link.answer(call, reply) {
+                        tracing::warn!(shard = self.index, pool = %name, %error, "cannot answer a plugin's callback");
+                    }
+                }
+            }
+            LinkEvent::Log { level, text } => match level {
+                abi::LOG_ERROR => tracing::error!(shard = self.index, pool = %name, "plugin: {text}"),
+                abi::LOG_WARN => tracing::warn!(shard = self.index, pool = %name, "plugin: {text}"),
+                abi::LOG_INFO => tracing::info!(shard = self.index, pool = %name, "plugin: {text}"),
+                _ => tracing::debug!(shard = self.index, pool = %name, "plugin: {text}"),
+            },
+            LinkEvent::Undeclared { call, ranges } => {
+                tracing::error!(shard = self.index, pool = %name, call = call.0, ?ranges, "a plugin wrote pool memory it had not declared");
+            }
+            _ => {}
+        }
+    }
+
+    fn take_running(&mut self, pool: PoolHandle, id: CallId) -> Option<Running> {
+        let calls = self.calls.get_mut(&pool)?;
+        if calls.running.as_ref().is_some_and(|running| running.id == id) {
+            calls.running.take()
+        } else {
+            None
+        }
+    }
+
+    /// Logs a finished call's writes (or undoes them if it failed or they cannot be logged), and
+    /// answers it.
+    fn finish(&mut self, pool: PoolHandle, running: Running, done: Done) {
+        let name = self.pools.get(pool).map_or_else(String::new, |pool| pool.name.clone());
+        let outcome = if !done.writes.iter().all(|write| running.target.covers(write)) {
+            // The host checks this too; a host that did not is not trusted with the pool.
+            self.undo(pool, running.id);
+            if let Some(calls) = self.calls.get_mut(&pool) {
+                let _ = calls.link.restart();
+            }
+            Err(Failure::new(
+                ErrorCode::AdoFailed,
+                format!("pool '{name}': the plugin host declared writes outside the call's value; the call was undone"),
+            ))
+        } else if done.status != abi::OK {
+            let reason =
+                done.responses.first().map_or_else(String::new, |r| String::from_utf8_lossy(&r.data).into_owned());
+            Err(Failure::new(
+                ErrorCode::AdoFailed,
+                format!("pool '{name}': the plugin failed (status {}): {reason}; its writes were undone", done.status),
+            ))
+        } else {
+            self.log_writes(pool, &running, &done).map(|lsn| lsn.max(running.call.wait_lsn))
+        };
+        self.unpin(pool, running.target);
+        match outcome {
+            Ok(wait_lsn) => {
+                if let Some(completion) = &running.call.completion {
+                    let buffers = done
+                        .responses
+                        .iter()
+                        .map(|response| InvokeBuffer { layer: response.layer as u16, data: &response.data })
+                        .collect();
+                    completion.complete(wait_lsn, |out| {
+                        Response::Invoked { buffers }.encode_answer(running.call.opcode, running.call.request_id, out)
+                    });
+                }
+            }
+            Err(failure) => {
+                self.stats.invocation_failures += 1;
+                self.answer_failure(&running.call, failure);
+            }
+        }
+        self.call_ended(pool);
+    }
+
+    /// Logs `done`'s writes as one transaction; the LSN the answer waits for (0 if none).
+    fn log_writes(&mut self, pool: PoolHandle, running: &Running, done: &Done) -> Result<Lsn, Failure> {
+        if done.writes.is_empty() {
+            return Ok(0);
+        }
+        let ranges = logged_ranges(&done.writes);
+        let bytes = ranges.iter().map(|(_, len)| len).sum();
+        if let Err(failure) = self.admit_write(WriteFootprint { bytes, ranges: ranges.len() as u64 }) {
+            // Room was reserved when the call began, but other writes may have taken it since.
+            if !self.undo(pool, running.id) {
+                return Err(self.halt("a plugin call changed pool memory that can be neither logged nor undone".into()));
+            }
+            return Err(failure);
+        }
+        let store = &mut self.pools.get_mut(pool).expect("a pool with calls exists").store;
+        store.commit_external_writes(&ranges);
+        let lsn = self.log_position(running.call.sync)?;
+        Ok(if running.call.sync { lsn } else { 0 })
+    }
+
+    /// Puts back the before-images of the finished call `id`; false if they are gone.
+    fn undo(&mut self, pool: PoolHandle, id: CallId) -> bool {
+        self.calls.get_mut(&pool).is_some_and(|calls| calls.link.undo_finished(id))
+    }
+
+    fn unpin(&mut self, pool: PoolHandle, target: Location) {
+        let lsn = self.last_lsn();
+        if let Some(persisted) = self.pools.get(pool).and_then(|pool| pool.persisted.as_ref()) {
+            persisted.pages.lock().unwrap_or_else(std::sync::PoisonError::into_inner).unpin(
+                target.offset,
+                target.len,
+                lsn,
+            );
+        }
+    }
+
+    /// The LSN of the log's last record (0 without a log).
+    fn last_lsn(&self) -> Lsn {
+        self.durability.as_ref().map_or(0, |durability| durability.log.last_lsn())
+    }
+
+    /// After a call ended: the requests waiting for its key run again, and the next call starts.
+    fn call_ended(&mut self, pool: PoolHandle) {
+        if let Some(calls) = self.calls.get_mut(&pool) {
+            calls.wake_waiters();
+        }
+        self.start_next(pool);
+    }
+
+    fn answer_failure(&mut self, call: &Call, failure: Failure) {
+        self.stats.failures += 1;
+        if let Some(completion) = &call.completion {
+            completion.complete(call.wait_lsn, |out| {
+                Response::Error { code: failure.code, message: &failure.message }.encode(call.request_id, out)
+            });
+        }
+    }
+
+    /// Stops `pool`'s host once no session has the pool open and no call is left.
+    pub(crate) fn stop_idle_host(&mut self, pool: PoolHandle) {
+        let open = self.pools.get(pool).is_some_and(|pool| pool.open_count > 0);
+        let busy = self.calls.get(&pool).is_some_and(|calls| calls.running.is_some() || !calls.queue.is_empty());
+        if !open && !busy {
+            // Dropping the link stops its host; the pool's task sees it gone and ends.
+            self.calls.remove(&pool);
+        }
+    }
+
+    /// Carries out a plugin's callback. Only `pool_info` is offered yet; the others answer
+    /// `FERRITE_ERR_UNSUPPORTED`, which the SDK reports to the plugin as an error.
+    fn callback(&self, handle: PoolHandle, request: &CallbackRequest) -> CallbackReply {
+        let Some(pool) = self.pools.get(handle) else {
+            return CallbackReply { status: abi::ERR_FAILED, result: CallbackResult::Nothing };
+        };
+        match request {
+            CallbackRequest::PoolInfo => CallbackReply {
+                status: abi::OK,
+                result: CallbackResult::PoolInfo(abi::PoolInfo {
+                    pool_id: handle.0,
+                    size_bytes: pool.store.capacity_bytes(),
+                    used_bytes: pool.store.used_bytes(),
+                    objects: pool.store.count(),
+                    region_bytes: pool.persisted.as_ref().map_or(0, |p| p.descriptor.region_bytes),
+                }),
+            },
+            _ => CallbackReply { status: abi::ERR_UNSUPPORTED, result: CallbackResult::Nothing },
+        }
+    }
+}
+
+/// The ranges to log for a call's declared writes: as declared (merged by the log) if there are
+/// few, else the one range covering them.
+fn logged_ranges(writes: &[Location]) -> Vec<(u64, u64)> {
+    if writes.len() as u64 <= LOGGED_RANGES_MAX {
+        return writes.iter().map(|write| (write.offset, write.len)).collect();
+    }
+    let start = writes.iter().map(|write| write.offset).min().unwrap_or(0);
+    let end = writes.iter().filter_map(Location::end).max().unwrap_or(start);
+    vec![(start, end - start)]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn many_declared_writes_are_logged_as_the_range_that_covers_them() {
+        let few: Vec<Location> = (0..3).map(|i| Location { offset: 100 + 10 * i, len: 4 }).collect();
+        assert_eq!(logged_ranges(&few), vec![(100, 4), (110, 4), (120, 4)]);
+        let many: Vec<Location> = (0..40).rev().map(|i| Location { offset: 1000 + 2 * i, len: 1 }).collect();
+        assert_eq!(logged_ranges(&many), vec![(1000, 79)]);
+    }
+}
