@@ -22,7 +22,7 @@ use ferrite_proto::{Opcode, PoolHandle};
 use ferrite_store::persistence::wal::Lsn;
 use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
-use tokio::sync::watch;
+use tokio::sync::{watch, Notify};
 
 use crate::completion::Completion;
 use crate::handler::ShardState;
@@ -31,40 +31,31 @@ use crate::handler::ShardState;
 #[derive(Debug, Clone)]
 pub(crate) struct AdoSettings {
     pub host_binary: PathBuf,
-    pub call_deadline: Duration,
-    pub memory_limit_bytes: u64,
+    pub limits: crate::config::AdoConfig,
 }
 
 impl AdoSettings {
-    /// One call may take this long before its host is killed and the call undone.
-    pub const CALL_DEADLINE: Duration = Duration::from_secs(10);
-    /// A host's own memory (beyond the pool it maps): its plugins' heaps and stacks.
-    pub const MEMORY_LIMIT_BYTES: u64 = 1 << 30;
     /// Room for the before-images one call declares: a value of the largest size, twice over.
     const CALL_AREA_BYTES: usize = 8 << 20;
     /// Messages in flight between the shard and a host, each way.
     const RING_CAPACITY_BYTES: usize = 4 << 20;
 
-    /// The host binary installed beside the server's executable.
-    pub fn beside_server() -> AdoSettings {
+    /// Hosts run the `ferrite-ado` binary installed beside the server's executable.
+    pub fn beside_server(limits: crate::config::AdoConfig) -> AdoSettings {
         let dir = std::env::current_exe().ok().and_then(|exe| exe.parent().map(PathBuf::from)).unwrap_or_default();
-        AdoSettings {
-            host_binary: dir.join("ferrite-ado"),
-            call_deadline: Self::CALL_DEADLINE,
-            memory_limit_bytes: Self::MEMORY_LIMIT_BYTES,
-        }
+        AdoSettings { host_binary: dir.join("ferrite-ado"), limits }
     }
 
     pub(crate) fn link_config(&self, chain: Vec<PluginSpec>) -> AdoConfig {
         AdoConfig {
             host_binary: self.host_binary.clone(),
             chain,
-            memory_limit_bytes: self.memory_limit_bytes,
-            call_deadline: self.call_deadline,
-            spin_us: 0,
+            memory_limit_bytes: self.limits.memory_limit_bytes,
+            call_deadline: Duration::from_millis(self.limits.call_timeout_ms),
+            spin_us: self.limits.spin_us,
             call_area_bytes: Self::CALL_AREA_BYTES,
             ring_capacity_bytes: Self::RING_CAPACITY_BYTES,
-            checking: false,
+            checking: self.limits.check_writes,
         }
     }
 }
@@ -108,17 +99,31 @@ pub(crate) struct PoolCalls {
     pub queue: VecDeque<Call>,
     /// Requests waiting for a key one of these calls holds; woken (to run again) when a call ends.
     pub waiters: Vec<Arc<Completion>>,
+    /// Signalled when a call starts, so the pool's task begins watching it (its deadline, and
+    /// a host that dies without a word).
+    pub call_started: Arc<Notify>,
 }
 
 impl PoolCalls {
     pub fn new(host: u64, link: AdoLink) -> PoolCalls {
-        PoolCalls { host, link, running: None, queue: VecDeque::new(), waiters: Vec::new() }
+        PoolCalls {
+            host,
+            link,
+            running: None,
+            queue: VecDeque::new(),
+            waiters: Vec::new(),
+            call_started: Arc::new(Notify::new()),
+        }
     }
 
-    /// Whether a call running or waiting holds `key` (every call holds its key from the moment
-    /// it is accepted, so requests on it keep their order).
-    pub fn holds(&self, key: &[u8]) -> bool {
-        let held = |call: &Call| !call.key.is_empty() && call.key == key;
+    /// Whether a request on `key` must wait: a call running or waiting holds the key (every call
+    /// holds its key from the moment it is accepted, so requests on it keep their order), with
+    /// a write lock, or with a read lock and the request writes.
+    pub fn holds(&self, key: &[u8], writes: bool) -> bool {
+        let held = |call: &Call| {
+            let read_lock = call.work_flags & ferrite_plugin::abi::WORK_READ_ONLY != 0;
+            !call.key.is_empty() && call.key == key && (writes || !read_lock)
+        };
         self.running.as_ref().is_some_and(|running| held(&running.call)) || self.queue.iter().any(held)
     }
 
@@ -148,12 +153,19 @@ pub(crate) async fn supervise(shard: Rc<RefCell<ShardState>>, mut stop: watch::R
         }
         let new = std::mem::take(&mut shard.borrow_mut().new_hosts);
         for (pool, host) in new {
-            let wake = shard.borrow().calls.get(&pool).map(|calls| calls.link.wake_fd().try_clone_to_owned());
-            match wake {
-                Some(Ok(wake)) => {
-                    tokio::task::spawn_local(serve_host(Rc::clone(&shard), pool, host, wake, stop.clone()));
+            let watched = shard
+                .borrow()
+                .calls
+                .get(&pool)
+                .map(|calls| (calls.link.wake_fd().try_clone_to_owned(), Arc::clone(&calls.call_started)));
+            match watched {
+                Some((Ok(wake), call_started)) => {
+                    let task = serve_host(Rc::clone(&shard), pool, host, wake, call_started, stop.clone());
+                    tokio::task::spawn_local(task);
                 }
-                Some(Err(error)) => tracing::error!(pool = pool.0, %error, "cannot watch the plugin host's wake-ups"),
+                Some((Err(error), _)) => {
+                    tracing::error!(pool = pool.0, %error, "cannot watch the plugin host's wake-ups")
+                }
                 None => {}
             }
         }
@@ -167,6 +179,7 @@ async fn serve_host(
     pool: PoolHandle,
     host: u64,
     wake: OwnedFd,
+    call_started: Arc<Notify>,
     mut stop: watch::Receiver<bool>,
 ) {
     // SAFETY: `wake` is an owned descriptor, open until the `AsyncFd` that owns it is dropped.
@@ -191,6 +204,7 @@ async fn serve_host(
                     guard.clear_ready();
                 }
             }
+            () = call_started.notified() => {}
             () = sleep => {}
         }
         if !shard.borrow_mut().poll_plugins(pool, host, Instant::now()) {

@@ -46,6 +46,32 @@ pub struct Config {
     /// beside the shipped ones installed next to the server.
     #[serde(default)]
     pub plugins: std::collections::BTreeMap<String, PathBuf>,
+    /// How plugin hosts are contained.
+    #[serde(default)]
+    pub ado: AdoConfig,
+}
+
+/// The `[ado]` table: limits of the `ferrite-ado` host processes that run pools' plugins. Every
+/// key is optional.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AdoConfig {
+    /// A plugin call that runs longer gets its host killed, its writes undone and `ado_timeout`.
+    pub call_timeout_ms: u64,
+    /// A host's own memory beyond the pool it maps (its plugins' heaps); a host that needs more
+    /// fails its call with `ado_failed` and is restarted.
+    pub memory_limit_bytes: u64,
+    /// How long a host keeps polling for work before it sleeps (0: it never spins).
+    pub spin_us: u32,
+    /// Checking mode: each call's host compares the whole pool before and after the call and
+    /// logs writes the plugin did not declare. Costs a copy of the pool per call: for tests.
+    pub check_writes: bool,
+}
+
+impl Default for AdoConfig {
+    fn default() -> Self {
+        AdoConfig { call_timeout_ms: 10_000, memory_limit_bytes: 1 << 30, spin_us: 0, check_writes: false }
+    }
 }
 
 /// The `[durability]` table: group commit and checkpoint settings of shards with the `ssd`
@@ -347,6 +373,12 @@ impl Config {
         if let Some(pair) = ports.windows(2).find(|pair| pair[0] == pair[1]) {
             return invalid(format!("two shards are configured on port {}", pair[0]));
         }
+        if self.ado.call_timeout_ms == 0 {
+            return invalid("ado.call_timeout_ms must be greater than zero".into());
+        }
+        if self.ado.memory_limit_bytes < 16 << 20 {
+            return invalid("ado.memory_limit_bytes must be at least 16 MiB (a host loads its plugins in it)".into());
+        }
         self.validate_resp()
     }
 
@@ -565,6 +597,21 @@ mod tests {
         assert!(!config.resp.enabled);
         assert_eq!(config.resp, RespConfig::default());
         assert!(DEFAULT_CONFIG_TOML.contains("# [resp]"), "the default file shows the table, commented out");
+    }
+
+    #[test]
+    fn the_ado_table_is_read_with_defaults_and_checked() {
+        assert_eq!(Config::embedded_default().ado, AdoConfig::default());
+        assert!(DEFAULT_CONFIG_TOML.contains("# [ado]"), "the default file shows the table, commented out");
+        let text = format!("{DEFAULT_CONFIG_TOML}\n[ado]\ncall_timeout_ms = 250\ncheck_writes = true\n");
+        let config = Config::from_toml(&text, "test.toml").expect("an ado table");
+        assert_eq!(config.ado, AdoConfig { call_timeout_ms: 250, check_writes: true, ..AdoConfig::default() });
+        let zero = format!("{DEFAULT_CONFIG_TOML}\n[ado]\ncall_timeout_ms = 0\n");
+        let error = Config::from_toml(&zero, "test.toml").expect_err("no deadline").to_string();
+        assert!(error.contains("ado.call_timeout_ms"), "{error}");
+        let unknown = format!("{DEFAULT_CONFIG_TOML}\n[ado]\ntimeout = 5\n");
+        let error = Config::from_toml(&unknown, "test.toml").expect_err("unknown key").to_string();
+        assert!(error.contains("timeout"), "{error}");
     }
 
     #[test]

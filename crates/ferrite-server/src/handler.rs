@@ -362,14 +362,12 @@ impl ShardState {
         if let Some(invoke) = Invoke::of(request, header.request_id) {
             return Some(self.checked(request, session).and_then(|()| self.invoke(invoke, session, now_ns)));
         }
-        let (pool, key) = match *request {
-            Request::Put { pool, key, .. }
-            | Request::Get { pool, key }
-            | Request::Erase { pool, key }
-            | Request::GetAttribute { pool, key, .. } => (pool, key),
+        let (pool, key, writes) = match *request {
+            Request::Put { pool, key, .. } | Request::Erase { pool, key } => (pool, key, true),
+            Request::Get { pool, key } | Request::GetAttribute { pool, key, .. } => (pool, key, false),
             _ => return None,
         };
-        self.wait_for_key(pool, key).map(|waiting| Ok(Accepted::Blocked(waiting)))
+        self.wait_for_key(pool, key, writes).map(|waiting| Ok(Accepted::Blocked(waiting)))
     }
 
     /// The checks `execute` makes of every request, for those answered elsewhere.

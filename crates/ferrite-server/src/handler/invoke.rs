@@ -130,7 +130,8 @@ impl ShardState {
             ));
         }
         let sync = !pool.async_default;
-        if let Some(waiting) = self.wait_for_key(invoke.pool, invoke.key) {
+        // A call queues behind the calls on its key whatever its lock: the host runs one at a time.
+        if let Some(waiting) = self.wait_for_key(invoke.pool, invoke.key, true) {
             return Ok(Accepted::Blocked(waiting));
         }
         // The call reads the pool's state: its answer waits for what it read to be durable.
@@ -170,11 +171,11 @@ impl ShardState {
         Ok(Accepted::Later(completion))
     }
 
-    /// If a plugin call holds `key` of `pool`: a completion woken when a call of the pool ends,
-    /// for the request to run again then.
-    pub(crate) fn wait_for_key(&mut self, pool: PoolHandle, key: &[u8]) -> Option<Arc<Completion>> {
+    /// If a plugin call holds `key` of `pool` against a request that `writes` (or reads): a
+    /// completion woken when a call of the pool ends, for the request to run again then.
+    pub(crate) fn wait_for_key(&mut self, pool: PoolHandle, key: &[u8], writes: bool) -> Option<Arc<Completion>> {
         let calls = self.calls.get_mut(&pool)?;
-        if key.is_empty() || !calls.holds(key) {
+        if key.is_empty() || !calls.holds(key, writes) {
             return None;
         }
         let waiting = Completion::new();
@@ -324,7 +325,10 @@ impl ShardState {
             other => other.map_err(|error| error.to_string()),
         };
         match submitted {
-            Ok(id) => Ok((id, target)),
+            Ok(id) => {
+                calls.call_started.notify_one();
+                Ok((id, target))
+            }
             Err(reason) => {
                 let lsn = self.last_lsn();
                 pages.lock().unwrap_or_else(std::sync::PoisonError::into_inner).unpin(target.offset, target.len, lsn);

@@ -40,7 +40,7 @@ fn durable_shard(tag: &str) -> (ShardState, std::path::PathBuf) {
         low_load_poll: crate::low_load_poll::LowLoadPoll::new(std::time::Duration::ZERO),
         find_cursor: [0; 8],
         plugins: Arc::new(PluginRegistry::default()),
-        ado: crate::ado::AdoSettings::beside_server(),
+        ado: crate::ado::AdoSettings::beside_server(crate::config::AdoConfig::default()),
         calls: Default::default(),
         new_hosts: Vec::new(),
         hosts_started: 0,

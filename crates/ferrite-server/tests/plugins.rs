@@ -1,0 +1,189 @@
+//! Active Data Objects through the real server and its `ferrite-ado` host processes, with the
+//! shipped plugins (`counter`, `faulty`) that `cargo build --workspace` puts beside the server:
+//! invocation and its flags, chains, key locks, containment of misbehaving plugins while other
+//! clients carry on, and the crash consistency of plugin writes across kill -9.
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{fresh_dir, ServerBuilder, TestServer};
+use ferrite_client::blocking::{Pool, Session};
+use ferrite_client::{ErrorCode, InvokeOptions, InvokePutOptions, InvokeResponse, PoolOptions};
+
+/// A server whose plugin calls time out after `timeout_ms` and whose hosts may use 256 MiB.
+fn server_with_limits(timeout_ms: u64) -> ServerBuilder {
+    let binary_dir = std::path::Path::new(env!("CARGO_BIN_EXE_ferrite-server")).parent().expect("a directory");
+    for needed in ["ferrite-ado", "libferrite_plugin_counter.so", "libferrite_plugin_faulty.so"] {
+        assert!(
+            binary_dir.join(needed).exists(),
+            "{needed} is missing beside the server: run `cargo build --workspace` first"
+        );
+    }
+    TestServer::builder()
+        .append_config(&format!("[ado]\ncall_timeout_ms = {timeout_ms}\nmemory_limit_bytes = 268435456"))
+}
+
+fn chain(names: &[&str]) -> PoolOptions {
+    PoolOptions { plugins: names.iter().map(|name| (*name).to_owned()).collect(), ..PoolOptions::default() }
+}
+
+fn open(server: &TestServer, pool: &str, plugins: &[&str]) -> (Session, Pool) {
+    let session = Session::connect(&server.addr_string()).expect("connect");
+    let pool = session.create_pool(pool, chain(plugins)).expect("create the pool");
+    (session, pool)
+}
+
+fn created(size: u64) -> InvokeOptions {
+    InvokeOptions { create_size: Some(size), ..InvokeOptions::default() }
+}
+
+fn texts(responses: &[InvokeResponse]) -> Vec<(u16, String)> {
+    responses.iter().map(|r| (r.layer, String::from_utf8_lossy(&r.data).into_owned())).collect()
+}
+
+fn counter_value(pool: &Pool, key: &[u8]) -> u64 {
+    let bytes = pool.get(key).expect("the counter exists");
+    u64::from_le_bytes(bytes[..].try_into().expect("8 bytes"))
+}
+
+#[test]
+fn counters_count_every_acknowledged_increment_once_across_kill_9() {
+    let data_dir = fresh_dir("plugins-counter").join("data");
+    let mut server = server_with_limits(10_000).data_dir(&data_dir).start();
+    let (_session, pool) = open(&server, "counters", &["counter"]);
+    assert_eq!(texts(&pool.invoke(b"hits", b"add 5", created(8)).expect("add")), [(0, "5".to_owned())]);
+    let writers: Vec<_> = (0..4)
+        .map(|w| {
+            let address = server.addr_string();
+            std::thread::spawn(move || {
+                let session = Session::connect(&address).expect("connect");
+                let pool = session.open_pool("counters").expect("open");
+                let mut acknowledged = 0;
+                for _ in 0..50 {
+                    pool.invoke(b"hits", b"add 1", InvokeOptions::default()).expect("add 1");
+                    acknowledged += 1;
+                    pool.invoke(format!("own-{w}").as_bytes(), b"add 2", created(8)).expect("add 2");
+                }
+                acknowledged
+            })
+        })
+        .collect();
+    let acknowledged: u64 = writers.into_iter().map(|w| w.join().expect("writer")).sum();
+    assert_eq!(counter_value(&pool, b"hits"), 5 + acknowledged);
+    assert_eq!(texts(&pool.invoke(b"hits", b"get", InvokeOptions::default()).expect("get")), [(0, "205".to_owned())]);
+    drop(pool);
+    server.kill9();
+    let server = server_with_limits(10_000).data_dir(&data_dir).start();
+    let session = Session::connect(&server.addr_string()).expect("reconnect");
+    let pool = session.open_pool("counters").expect("open");
+    assert_eq!(counter_value(&pool, b"hits"), 205, "every acknowledged increment survives, once");
+    for w in 0..4 {
+        assert_eq!(counter_value(&pool, format!("own-{w}").as_bytes()), 100);
+    }
+}
+
+#[test]
+fn a_chain_answers_with_each_layers_buffers_and_invoke_put_stores_first() {
+    let server = server_with_limits(10_000).start();
+    let (session, pool) = open(&server, "chained", &["counter", "counter"]);
+    // Both layers add one, in order, each answering the value it left.
+    let answer = pool.invoke(b"c", b"add 1", created(8)).expect("invoke");
+    assert_eq!(texts(&answer), [(0, "1".to_owned()), (1, "2".to_owned())]);
+    let put = pool.invoke_put(b"p", &10u64.to_le_bytes(), b"add 5", InvokePutOptions::default()).expect("put");
+    assert_eq!(texts(&put), [(0, "15".to_owned()), (1, "20".to_owned())]);
+    let kept = InvokePutOptions { no_overwrite: true, ..InvokePutOptions::default() };
+    let put = pool.invoke_put(b"p", &0u64.to_le_bytes(), b"get", kept).expect("no overwrite");
+    assert_eq!(texts(&put), [(0, "20".to_owned()), (1, "20".to_owned())], "the existing value is kept");
+    let missing = pool.invoke(b"absent", b"get", InvokeOptions::default()).expect_err("no create-on-demand");
+    assert_eq!(missing.code(), Some(ErrorCode::KeyNotFound), "{missing}");
+    let read_only = InvokeOptions { read_only: true, ..InvokeOptions::default() };
+    let refused = pool.invoke(b"c", b"add 1", read_only).expect_err("a read-only call cannot write");
+    assert_eq!(refused.code(), Some(ErrorCode::AdoFailed), "{refused}");
+    assert_eq!(counter_value(&pool, b"c"), 2, "a refused write changes nothing");
+    let forget = InvokeOptions { fire_and_forget: true, ..InvokeOptions::default() };
+    assert!(pool.invoke(b"c", b"add 1", forget).expect("accepted").is_empty());
+    // The next call on the key runs after the forgotten one.
+    assert_eq!(
+        texts(&pool.invoke(b"c", b"get", InvokeOptions::default()).expect("get")),
+        [(0, "4".to_owned()), (1, "4".to_owned())]
+    );
+    let plain = session.create_pool("plain", PoolOptions::default()).expect("no plugins");
+    let error = plain.invoke(b"k", b"get", created(8)).expect_err("a pool without plugins");
+    assert_eq!(error.code(), Some(ErrorCode::InvalidArgument), "{error}");
+}
+
+/// Each misbehaving payload of `faulty` costs only its own call: the caller gets a clear error,
+/// the value it was given is as before, the host is restarted for the next call, and a client of
+/// another pool on the same shard sees no error throughout.
+#[test]
+fn misbehaving_plugins_cost_only_their_own_call() {
+    let server = server_with_limits(1_000).start();
+    let (session, faulty) = open(&server, "faulty", &["faulty"]);
+    let bystander = session.create_pool("bystander", PoolOptions::default()).expect("a plain pool");
+    bystander.put(b"k", b"v").expect("put");
+    let stop = Arc::new(AtomicBool::new(false));
+    let served = Arc::new(AtomicU64::new(0));
+    let other = {
+        let (address, stop, served) = (server.addr_string(), Arc::clone(&stop), Arc::clone(&served));
+        std::thread::spawn(move || {
+            let session = Session::connect(&address).expect("connect");
+            let pool = session.open_pool("bystander").expect("open");
+            while !stop.load(Ordering::Relaxed) {
+                pool.put(b"k", b"v2").expect("a bystander's put");
+                assert_eq!(pool.get(b"k").expect("a bystander's get"), &b"v2"[..]);
+                served.fetch_add(1, Ordering::Relaxed);
+            }
+        })
+    };
+    let ok = faulty.invoke(b"v", b"ok", created(16)).expect("ok");
+    assert_eq!(texts(&ok), [(0, "ok".to_owned())]);
+    let before = faulty.get(b"v").expect("the value");
+    for (payload, code) in [
+        ("write-then-fail", ErrorCode::AdoFailed),
+        ("panic", ErrorCode::AdoFailed),
+        ("abort", ErrorCode::AdoFailed),
+        ("segv", ErrorCode::AdoFailed),
+        ("oom", ErrorCode::AdoFailed),
+        ("loop", ErrorCode::AdoTimeout),
+    ] {
+        let error = faulty.invoke(b"v", payload.as_bytes(), InvokeOptions::default()).expect_err(payload);
+        assert_eq!(error.code(), Some(code), "{payload}: {error}");
+        assert_eq!(faulty.get(b"v").expect("the value"), before, "{payload} left the value as it was");
+        let again = faulty.invoke(b"v", b"ok", InvokeOptions::default()).expect("the host serves again");
+        assert_eq!(texts(&again), [(0, "ok".to_owned())], "after {payload}");
+    }
+    stop.store(true, Ordering::Relaxed);
+    other.join().expect("the bystander saw no error");
+    assert!(served.load(Ordering::Relaxed) > 0, "the bystander was served meanwhile");
+}
+
+/// A request on a key a call holds waits for the call, then runs; requests on other keys do not
+/// wait.
+#[test]
+fn requests_on_a_held_key_wait_for_the_call() {
+    let server = server_with_limits(1_500).start();
+    let (_session, faulty) = open(&server, "held", &["faulty"]);
+    faulty.invoke(b"k", b"ok", created(8)).expect("create k");
+    faulty.put(b"other", b"o").expect("put other");
+    let finished = Arc::new(AtomicBool::new(false));
+    let looping = {
+        let (address, finished) = (server.addr_string(), Arc::clone(&finished));
+        std::thread::spawn(move || {
+            let session = Session::connect(&address).expect("connect");
+            let pool = session.open_pool("held").expect("open");
+            let error = pool.invoke(b"k", b"loop", InvokeOptions::default()).expect_err("times out");
+            finished.store(true, Ordering::SeqCst);
+            error.code()
+        })
+    };
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(faulty.get(b"other").expect("another key"), &b"o"[..]);
+    assert!(!finished.load(Ordering::SeqCst), "a request on another key did not wait for the call");
+    faulty.put(b"k", [1; 8]).expect("a put on the held key, once the call ended");
+    assert!(finished.load(Ordering::SeqCst), "the put on the held key waited for the call");
+    assert_eq!(looping.join().expect("the looping call"), Some(ErrorCode::AdoTimeout));
+    assert_eq!(faulty.get(b"k").expect("k"), &[1; 8][..]);
+}
