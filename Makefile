@@ -12,10 +12,10 @@ ARGS ?=
 run: build
 	./target/release/ferrite-server $(ARGS)
 
-## build: build the release binaries (ferrite-server, ferrite, ferrite-echo) and the shipped
-## plugins, which the server finds beside itself (libferrite_plugin_NAME.so)
+## build: build the release binaries (ferrite-server, ferrite, ferrite-echo, the ferrite-ado plugin
+## host) and the shipped plugins, which the server finds beside itself (libferrite_plugin_NAME.so)
 build:
-	$(CARGO) build --release -p ferrite-server -p ferrite-cli \
+	$(CARGO) build --release -p ferrite-server -p ferrite-cli -p ferrite-ado \
 		-p ferrite-plugin-passthru -p ferrite-plugin-counter -p ferrite-plugin-faulty
 
 ## test: install what the tests need, check formatting and lints, run every test suite
@@ -36,7 +36,7 @@ lint:
 
 ## test-rust: every Rust crate's unit and integration tests (integration tests start real servers)
 test-rust:
-	$(CARGO) build --workspace --bins
+	$(CARGO) build --workspace
 	$(CARGO) test --workspace
 
 ## test-python: the language-neutral protocol test vectors, and the RESP listener through redis-py

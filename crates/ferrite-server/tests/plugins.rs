@@ -49,6 +49,15 @@ fn counter_value(pool: &Pool, key: &[u8]) -> u64 {
     u64::from_le_bytes(bytes[..].try_into().expect("8 bytes"))
 }
 
+/// A counter's value, 0 while it does not exist yet.
+fn counted(pool: &Pool, key: &[u8]) -> u64 {
+    match pool.get(key) {
+        Ok(bytes) => u64::from_le_bytes(bytes[..].try_into().expect("8 bytes")),
+        Err(error) if error.code() == Some(ErrorCode::KeyNotFound) => 0,
+        Err(error) => panic!("reading the counter: {error}"),
+    }
+}
+
 #[test]
 fn counters_count_every_acknowledged_increment_once_across_kill_9() {
     let data_dir = fresh_dir("plugins-counter").join("data");
@@ -186,4 +195,51 @@ fn requests_on_a_held_key_wait_for_the_call() {
     assert!(finished.load(Ordering::SeqCst), "the put on the held key waited for the call");
     assert_eq!(looping.join().expect("the looping call"), Some(ErrorCode::AdoTimeout));
     assert_eq!(faulty.get(b"k").expect("k"), &[1; 8][..]);
+}
+
+/// kill -9 in the middle of concurrent increments, round after round: after each restart every
+/// acknowledged increment is counted, and at most the one each writer had in flight besides.
+#[test]
+fn increments_survive_kill_9_mid_load_exactly_once() {
+    const WRITERS: usize = 3;
+    const ROUNDS: usize = 4;
+    let data_dir = fresh_dir("plugins-torture").join("data");
+    let mut acknowledged = 0u64;
+    for round in 0..ROUNDS {
+        let mut server = server_with_limits(10_000).data_dir(&data_dir).start();
+        let (_session, pool) = open(&server, "torture", &["counter"]);
+        let found = counted(&pool, b"n");
+        assert!(
+            found >= acknowledged && found <= acknowledged + WRITERS as u64,
+            "round {round}: {found} after {acknowledged} acknowledged increments and {WRITERS} in flight at most"
+        );
+        acknowledged = found;
+        let writers: Vec<_> = (0..WRITERS)
+            .map(|_| {
+                let address = server.addr_string();
+                std::thread::spawn(move || {
+                    let Ok(session) = Session::connect(&address) else { return 0 };
+                    let Ok(pool) = session.open_pool("torture") else { return 0 };
+                    let mut acknowledged = 0u64;
+                    while pool.invoke(b"n", b"add 1", created(8)).is_ok() {
+                        acknowledged += 1;
+                    }
+                    acknowledged
+                })
+            })
+            .collect();
+        // Let the writers get going, then kill the server under them.
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while counted(&pool, b"n") < acknowledged + 30 && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        drop(pool);
+        server.kill9();
+        acknowledged += writers.into_iter().map(|w| w.join().expect("writer")).sum::<u64>();
+    }
+    let server = server_with_limits(10_000).data_dir(&data_dir).start();
+    let (_session, pool) = open(&server, "torture", &["counter"]);
+    let found = counted(&pool, b"n");
+    assert!(found >= acknowledged && found <= acknowledged + WRITERS as u64, "{found} after {acknowledged}");
+    assert!(acknowledged > 30 * ROUNDS as u64 / 2, "the writers made progress in every round: {acknowledged}");
 }
