@@ -554,3 +554,24 @@ fn check_verifies_a_pmem_data_directory() {
     assert!(text.contains("pool 'direct'") && text.contains("7 objects"), "{text}");
     let _ = std::fs::remove_dir_all(data_dir.parent().expect("fresh dir"));
 }
+
+/// `ferrite invoke` against the real server and its plugin host: each response buffer raw on a
+/// line, `--json` with the layer, the payload from standard input, and a plugin's failure as an
+/// error that names it.
+#[test]
+fn invoke_runs_a_pools_plugins() {
+    let server = start_server(1);
+    ok(&ferrite(&server, &["pool", "create", "counters", "--plugins", "counter"]));
+    assert_eq!(ok(&ferrite(&server, &["invoke", "counters", "hits", "add 5", "--create-size", "8"])), "5\n");
+    assert_eq!(ok(&ferrite_with_stdin(&server, &["invoke", "counters", "hits", "-"], b"add 2")), "7\n");
+    let json = json(&ferrite(&server, &["--json", "invoke", "counters", "hits", "get"]));
+    assert_eq!(json[0]["layer"], 0);
+    assert_eq!(json[0]["data"], "7");
+    // Eight bytes of text are a counter too: the plugin reads them as a little-endian integer.
+    let put = ok(&ferrite(&server, &["invoke", "counters", "other", "get", "--put", "12345678"]));
+    assert_eq!(put, format!("{}\n", u64::from_le_bytes(*b"12345678")), "--put stores the value before the plugin runs");
+    let failed = fails(&ferrite(&server, &["invoke", "counters", "hits", "bogus"]));
+    assert!(failed.contains("ado_failed") && failed.contains("unknown request"), "{failed}");
+    let unknown = fails(&ferrite(&server, &["pool", "create", "bad", "--plugins", "no-such-plugin"]));
+    assert!(unknown.contains("unknown plugin 'no-such-plugin'"), "{unknown}");
+}
