@@ -24,6 +24,7 @@
 //! ```
 //!
 //! Programs without an async runtime use [`blocking`], a thin layer over the same code.
+//! [`plugins`] has typed helpers for invoking the shipped plugins (`counter`, `tabulator`).
 //!
 //! Requests are checked against the server's announced limits before they are sent, so a key
 //! or value that is too large fails locally with the error code the server would have given.
@@ -34,6 +35,7 @@ pub mod blocking;
 mod connection;
 mod error;
 mod frame_reader;
+pub mod plugins;
 mod pool;
 mod reply;
 mod session;
