@@ -15,10 +15,11 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use bytes::BytesMut;
 use ferrite_ado::args::PluginSpec;
-use ferrite_ado::message::{CallId, Location};
+use ferrite_ado::message::{CallId, Location, Response};
 use ferrite_ado::{AdoConfig, AdoLink};
-use ferrite_proto::{Opcode, PoolHandle};
+use ferrite_proto::{ErrorCode, InvokeBuffer, Opcode, PoolHandle, Response as ProtoResponse};
 use ferrite_store::persistence::wal::Lsn;
 use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
@@ -26,6 +27,7 @@ use tokio::sync::{watch, Notify};
 
 use crate::completion::Completion;
 use crate::handler::ShardState;
+use crate::resp;
 
 /// How a shard contains its plugin hosts.
 #[derive(Debug, Clone)]
@@ -60,12 +62,51 @@ impl AdoSettings {
     }
 }
 
+/// How a call's answer is written for the client that asked, in its protocol.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Answer {
+    /// A native frame, whose opcode follows the request's.
+    Native { opcode: Opcode, request_id: u64 },
+    /// RESP `FERRITE.INVOKE`: an array of the buffers.
+    RespBuffers,
+    /// RESP `INCR` and kin through `counter`: the integer the chain's layer `layer` answered.
+    RespInteger { layer: u32 },
+}
+
+impl Answer {
+    /// Writes a successful call's answer: its response buffers, in chain order.
+    pub fn success(self, responses: &[Response], out: &mut BytesMut) {
+        match self {
+            Answer::Native { opcode, request_id } => {
+                let buffers = responses.iter().map(|r| InvokeBuffer { layer: r.layer as u16, data: &r.data }).collect();
+                ProtoResponse::Invoked { buffers }.encode_answer(opcode, request_id, out);
+            }
+            Answer::RespBuffers => {
+                resp::reply_array_of_bulks(out, responses.iter().map(|r| &r.data[..]));
+            }
+            Answer::RespInteger { layer } => {
+                let answered = responses.iter().rev().find(|r| r.layer == layer);
+                match answered.and_then(|r| std::str::from_utf8(&r.data).ok()?.trim().parse::<i64>().ok()) {
+                    Some(value) => resp::reply_integer(out, value),
+                    None => resp::reply_error(out, "ERR the counter plugin's answer is not an integer"),
+                }
+            }
+        }
+    }
+
+    /// Writes a failure: an error frame, or a RESP error.
+    pub fn failure(self, code: ErrorCode, message: &str, out: &mut BytesMut) {
+        match self {
+            Answer::Native { request_id, .. } => ProtoResponse::Error { code, message }.encode(request_id, out),
+            Answer::RespBuffers | Answer::RespInteger { .. } => resp::reply_error(out, &format!("ERR {message}")),
+        }
+    }
+}
+
 /// An invocation waiting for its turn (or running), with what the shard needs to finish it.
 #[derive(Debug)]
 pub(crate) struct Call {
-    pub request_id: u64,
-    /// The request's opcode, which the answer's follows.
-    pub opcode: Opcode,
+    pub answer: Answer,
     /// Empty for an invocation of the pool itself.
     pub key: Vec<u8>,
     pub payload: Vec<u8>,

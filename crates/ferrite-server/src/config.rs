@@ -117,6 +117,9 @@ pub struct RespConfig {
     /// Whether the shard creates its default pool with a secondary index (sorted `find`, at
     /// about 70 bytes per key). `SCAN` walks the hash table either way.
     pub indexed: bool,
+    /// The plugin chain the shard gives its default pool when it creates it (`FERRITE.INVOKE`
+    /// calls it; with `counter` in it, `INCR` and kin use it).
+    pub plugins: Vec<String>,
 }
 
 impl Default for RespConfig {
@@ -128,6 +131,7 @@ impl Default for RespConfig {
             pool: "redis".to_owned(),
             pool_size_bytes: 1024 * 1024 * 1024,
             indexed: false,
+            plugins: Vec::new(),
         }
     }
 }

@@ -27,7 +27,7 @@ use crate::plugins::PluginRegistry;
 use crate::pools::{CreateRefused, NewPool, Pool, Pools};
 use crate::session::Session;
 use crate::stats::ShardStats;
-use invoke::{Accepted, Invoke};
+pub(crate) use invoke::{Accepted, Invoke};
 
 /// Whether a connection goes on after a request.
 #[derive(Debug, Clone)]

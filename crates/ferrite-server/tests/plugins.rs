@@ -243,3 +243,88 @@ fn increments_survive_kill_9_mid_load_exactly_once() {
     assert!(found >= acknowledged && found <= acknowledged + WRITERS as u64, "{found} after {acknowledged}");
     assert!(acknowledged > 30 * ROUNDS as u64 / 2, "the writers made progress in every round: {acknowledged}");
 }
+
+/// Sends one RESP command and reads its reply whole, as text (`:N`, `-ERR ...`, or an array as
+/// `[a, b]` of its bulk strings and other elements' lines): enough for the replies plugin calls
+/// give.
+fn resp(stream: &mut std::io::BufReader<std::net::TcpStream>, args: &[&str]) -> String {
+    use std::io::{BufRead, Read, Write};
+    let mut command = format!("*{}\r\n", args.len());
+    for arg in args {
+        command.push_str(&format!("${}\r\n{arg}\r\n", arg.len()));
+    }
+    stream.get_mut().write_all(command.as_bytes()).expect("send");
+    let mut line = String::new();
+    stream.read_line(&mut line).expect("reply");
+    let line = line.trim_end().to_owned();
+    let Some(count) = line.strip_prefix('*') else { return line };
+    let mut items = Vec::new();
+    for _ in 0..count.parse::<usize>().expect("an array length") {
+        let mut header = String::new();
+        stream.read_line(&mut header).expect("an element");
+        let Some(len) = header.trim_end().strip_prefix('$') else {
+            items.push(header.trim_end().to_owned());
+            continue;
+        };
+        let len: usize = len.parse().expect("a bulk length");
+        let mut bulk = vec![0; len + 2];
+        stream.read_exact(&mut bulk).expect("a bulk");
+        items.push(String::from_utf8_lossy(&bulk[..len]).into_owned());
+    }
+    format!("[{}]", items.join(", "))
+}
+
+/// The RESP default pool with `[resp] plugins = ["counter"]`: `INCR` and kin count through the
+/// plugin (durably, across kill -9), `FERRITE.INVOKE` answers the chain's buffers, and a plugin
+/// call inside `MULTI` is refused.
+#[test]
+fn resp_clients_count_through_the_default_pools_counter() {
+    let data_dir = fresh_dir("plugins-resp").join("data");
+    let resp_counter = "[resp]\nplugins = [\"counter\"]";
+    let mut server = server_with_limits(10_000).resp().append_config(resp_counter).data_dir(&data_dir).start();
+    let connect = |server: &TestServer| {
+        let stream = std::net::TcpStream::connect(server.resp_addr(0)).expect("connect");
+        stream.set_read_timeout(Some(Duration::from_secs(10))).expect("timeout");
+        std::io::BufReader::new(stream)
+    };
+    let mut client = connect(&server);
+    assert_eq!(resp(&mut client, &["INCR", "hits"]), ":1");
+    assert_eq!(resp(&mut client, &["INCRBY", "hits", "41"]), ":42");
+    assert_eq!(resp(&mut client, &["DECR", "hits"]), ":41");
+    assert_eq!(resp(&mut client, &["FERRITE.INVOKE", "hits", "get"]), "[41]");
+    assert_eq!(resp(&mut client, &["FERRITE.INVOKE", "fresh", "add 2", "CREATE", "8"]), "[2]");
+    let missing = resp(&mut client, &["FERRITE.INVOKE", "absent", "get"]);
+    assert!(missing.starts_with("-ERR") && missing.contains("key not found"), "{missing}");
+    assert_eq!(resp(&mut client, &["MULTI"]), "+OK");
+    assert_eq!(resp(&mut client, &["INCR", "hits"]), "+QUEUED");
+    let exec = resp(&mut client, &["EXEC"]);
+    assert!(exec.starts_with("[-ERR") && exec.contains("cannot run inside MULTI"), "{exec}");
+    drop(client);
+    server.kill9();
+    let server = server_with_limits(10_000).resp().append_config(resp_counter).data_dir(&data_dir).start();
+    let mut client = connect(&server);
+    assert_eq!(resp(&mut client, &["INCR", "hits"]), ":42", "acknowledged increments survived");
+}
+
+/// The client's typed helpers for the shipped plugins, against the real server: counters with
+/// compare-and-swap, and the tabulator's running statistics.
+#[test]
+fn the_clients_plugin_helpers_work_against_the_server() {
+    use ferrite_client::plugins::blocking::{Counter, Tabulator};
+
+    let binary_dir = std::path::Path::new(env!("CARGO_BIN_EXE_ferrite-server")).parent().expect("a directory");
+    assert!(binary_dir.join("libferrite_plugin_tabulator.so").exists(), "run `cargo build --workspace` first");
+    let server = server_with_limits(10_000).start();
+    let (session, counters) = open(&server, "helpers", &["counter"]);
+    assert_eq!(Counter::add(&counters, b"c", 5).expect("add"), 5);
+    assert_eq!(Counter::add(&counters, b"c", -2).expect("add"), 3);
+    assert_eq!(Counter::compare_and_swap(&counters, b"c", 3, 10).expect("cas"), Ok(10));
+    assert_eq!(Counter::compare_and_swap(&counters, b"c", 3, 11).expect("cas"), Err(10));
+    assert_eq!(Counter::get(&counters, b"c").expect("get"), 10);
+    let samples = session.create_pool("samples", chain(&["tabulator"])).expect("create");
+    Tabulator::add(&samples, b"t", &[4.0, -2.0]).expect("add");
+    let stats = Tabulator::add(&samples, b"t", &[10.5, 1.5]).expect("add");
+    assert_eq!((stats.count, stats.min, stats.max, stats.mean), (4, -2.0, 10.5, 3.5));
+    Tabulator::reset(&samples, b"t").expect("reset");
+    assert_eq!(Tabulator::get(&samples, b"t").expect("get").count, 0);
+}

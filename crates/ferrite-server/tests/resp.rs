@@ -203,7 +203,10 @@ fn connection_commands_answer_as_clients_expect() {
     assert_eq!(c.call(&["CONFIG", "GET", "save"]), Reply::Array(vec![bulk("save"), bulk("")]));
     assert_eq!(c.call(&["CONFIG", "GET", "appendonly"]), Reply::Array(vec![bulk("appendonly"), bulk("no")]));
     assert_eq!(c.call(&["CONFIG", "GET", "maxmemory-policy"]), Reply::Array(vec![]));
-    assert_eq!(c.call(&["FERRITE.INVOKE", "k", "payload"]), error("ERR no plugin is attached to this pool"));
+    assert_eq!(
+        c.call(&["FERRITE.INVOKE", "k", "payload"]),
+        error("ERR pool '@0/redis' has no plugins: give it a chain when it is created (--plugins)")
+    );
     assert_eq!(c.call(&["FOO", "a", "b"]), error("ERR unknown command 'FOO', with args beginning with: 'a' 'b' "));
     assert_eq!(c.call(&["GET"]), error("ERR wrong number of arguments for 'get' command"));
     assert_eq!(c.call(&["PING", "a", "b"]), error("ERR wrong number of arguments for 'ping' command"));

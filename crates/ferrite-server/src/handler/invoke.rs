@@ -20,12 +20,12 @@ use std::time::Instant;
 use ferrite_ado::message::{CallId, CallbackReply, CallbackRequest, CallbackResult, Done, Invocation, Location};
 use ferrite_ado::{AdoLink, FailReason, LinkEvent};
 use ferrite_plugin::abi;
-use ferrite_proto::{ErrorCode, InvokeBuffer, InvokeFlags, Opcode, PoolHandle, Request, Response};
+use ferrite_proto::{ErrorCode, InvokeFlags, Opcode, PoolHandle, Request};
 use ferrite_store::persistence::wal::Lsn;
 use ferrite_store::{PutMode, PutOutcome, StoreError, WriteFootprint};
 
 use super::{key_not_found, open_pool, store_failure, Failure, ShardState};
-use crate::ado::{Call, PoolCalls, Running};
+use crate::ado::{Answer, Call, PoolCalls, Running};
 use crate::completion::Completion;
 use crate::session::Session;
 
@@ -36,9 +36,7 @@ const LOGGED_RANGES_MAX: u64 = 16;
 /// An invocation as the shard runs it, whichever message carried it.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Invoke<'a> {
-    pub request_id: u64,
-    /// The opcode the answer follows.
-    pub opcode: Opcode,
+    pub answer: Answer,
     pub pool: PoolHandle,
     /// Empty: the call targets the pool itself.
     pub key: &'a [u8],
@@ -59,8 +57,7 @@ impl<'a> Invoke<'a> {
         let fire_and_forget = |flags: InvokeFlags| flags.contains(InvokeFlags::FIRE_AND_FORGET);
         Some(match *request {
             Request::InvokeAdo { pool, flags, key, payload, value_size } => Invoke {
-                request_id,
-                opcode: Opcode::InvokeAdo,
+                answer: Answer::Native { opcode: Opcode::InvokeAdo, request_id },
                 pool,
                 key,
                 payload,
@@ -72,8 +69,7 @@ impl<'a> Invoke<'a> {
                 fire_and_forget: fire_and_forget(flags),
             },
             Request::InvokePutAdo { pool, flags, key, value, payload } => Invoke {
-                request_id,
-                opcode: Opcode::InvokePutAdo,
+                answer: Answer::Native { opcode: Opcode::InvokePutAdo, request_id },
                 pool,
                 key,
                 payload,
@@ -149,16 +145,13 @@ impl ShardState {
         }
         let completion = Completion::new();
         let caller = if invoke.fire_and_forget {
-            completion.complete(session.wait_lsn, |out| {
-                Response::Invoked { buffers: Vec::new() }.encode_answer(invoke.opcode, invoke.request_id, out)
-            });
+            completion.complete(session.wait_lsn, |out| invoke.answer.success(&[], out));
             None
         } else {
             Some(Arc::clone(&completion))
         };
         let call = Call {
-            request_id: invoke.request_id,
-            opcode: invoke.opcode,
+            answer: invoke.answer,
             key: invoke.key.to_vec(),
             payload: invoke.payload.to_vec(),
             work_flags,
@@ -450,14 +443,7 @@ impl ShardState {
         match outcome {
             Ok(wait_lsn) => {
                 if let Some(completion) = &running.call.completion {
-                    let buffers = done
-                        .responses
-                        .iter()
-                        .map(|response| InvokeBuffer { layer: response.layer as u16, data: &response.data })
-                        .collect();
-                    completion.complete(wait_lsn, |out| {
-                        Response::Invoked { buffers }.encode_answer(running.call.opcode, running.call.request_id, out)
-                    });
+                    completion.complete(wait_lsn, |out| running.call.answer.success(&done.responses, out));
                 }
             }
             Err(failure) => {
@@ -520,9 +506,7 @@ impl ShardState {
     fn answer_failure(&mut self, call: &Call, failure: Failure) {
         self.stats.failures += 1;
         if let Some(completion) = &call.completion {
-            completion.complete(call.wait_lsn, |out| {
-                Response::Error { code: failure.code, message: &failure.message }.encode(call.request_id, out)
-            });
+            completion.complete(call.wait_lsn, |out| call.answer.failure(failure.code, &failure.message, out));
         }
     }
 

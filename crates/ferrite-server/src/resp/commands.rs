@@ -6,6 +6,7 @@
 //! may depend on them (error texts included).
 
 use std::ops::Range;
+use std::sync::Arc;
 
 use bytes::BytesMut;
 use ferrite_proto::{Attribute, ErrorCode, PoolHandle, PutFlags, Request, Response, PROTOCOL_VERSION};
@@ -15,7 +16,9 @@ use ferrite_store::FindQuery;
 use super::parser::{parse_i64, Args};
 use super::reply::{self, Protocol};
 use super::Settings;
-use crate::handler::{Failure, Flow, ScanLimits, ShardState};
+use crate::ado::Answer;
+use crate::completion::Completion;
+use crate::handler::{Accepted, Failure, Flow, Invoke, ScanLimits, ShardState};
 use crate::session::Session;
 
 /// The Redis version the listener claims in `INFO` and `HELLO`. Clients read it to decide which
@@ -131,7 +134,41 @@ struct Spec {
     name: &'static str,
     /// Redis's convention: `n` exactly n arguments (the name included), `-n` at least n.
     arity: i32,
+    /// Which arguments are keys, and whether the command writes them: a command on a key that
+    /// a plugin call holds waits for the call.
+    keys: Keys,
     run: Handler,
+}
+
+/// Where a command's keys are among its arguments.
+#[derive(Debug, Clone, Copy)]
+enum Keys {
+    None,
+    /// The first argument, read or written.
+    First {
+        writes: bool,
+    },
+    /// Every argument.
+    All {
+        writes: bool,
+    },
+    /// Every other argument from the first (`MSET key value ...`).
+    Pairs {
+        writes: bool,
+    },
+}
+
+impl Keys {
+    /// The keys among `args` (the command name first), and whether the command writes them.
+    fn of<'a>(self, args: Args<'a>) -> (impl Iterator<Item = &'a [u8]>, bool) {
+        let (skip, step, take, writes) = match self {
+            Keys::None => (1, 1, 0, false),
+            Keys::First { writes } => (1, 1, 1, writes),
+            Keys::All { writes } => (1, 1, usize::MAX, writes),
+            Keys::Pairs { writes } => (1, 2, usize::MAX, writes),
+        };
+        (args.iter().skip(skip).step_by(step).take(take), writes)
+    }
 }
 
 impl Spec {
@@ -147,33 +184,33 @@ impl Spec {
 
 /// Every command, the most frequent first (the table is searched in order).
 static COMMANDS: &[Spec] = &[
-    Spec { name: "get", arity: 2, run: get },
-    Spec { name: "set", arity: -3, run: set },
-    Spec { name: "mget", arity: -2, run: mget },
-    Spec { name: "mset", arity: -3, run: mset },
-    Spec { name: "del", arity: -2, run: del },
-    Spec { name: "exists", arity: -2, run: exists },
-    Spec { name: "incr", arity: 2, run: |call| incr_by(call, 1) },
-    Spec { name: "decr", arity: 2, run: |call| incr_by(call, -1) },
-    Spec { name: "incrby", arity: 3, run: incrby },
-    Spec { name: "decrby", arity: 3, run: decrby },
-    Spec { name: "ping", arity: -1, run: ping },
-    Spec { name: "echo", arity: 2, run: echo },
-    Spec { name: "dbsize", arity: 1, run: dbsize },
-    Spec { name: "scan", arity: -2, run: scan },
-    Spec { name: "info", arity: -1, run: info },
-    Spec { name: "hello", arity: -1, run: hello },
-    Spec { name: "select", arity: 2, run: select },
-    Spec { name: "quit", arity: -1, run: quit },
-    Spec { name: "auth", arity: -2, run: auth },
-    Spec { name: "command", arity: -1, run: command },
-    Spec { name: "client", arity: -2, run: client },
-    Spec { name: "config", arity: -2, run: config },
-    Spec { name: "multi", arity: 1, run: multi },
-    Spec { name: "exec", arity: 1, run: exec },
-    Spec { name: "discard", arity: 1, run: discard },
-    Spec { name: "watch", arity: -2, run: watch },
-    Spec { name: "ferrite.invoke", arity: 3, run: ferrite_invoke },
+    Spec { name: "get", arity: 2, keys: Keys::First { writes: false }, run: get },
+    Spec { name: "set", arity: -3, keys: Keys::First { writes: true }, run: set },
+    Spec { name: "mget", arity: -2, keys: Keys::All { writes: false }, run: mget },
+    Spec { name: "mset", arity: -3, keys: Keys::Pairs { writes: true }, run: mset },
+    Spec { name: "del", arity: -2, keys: Keys::All { writes: true }, run: del },
+    Spec { name: "exists", arity: -2, keys: Keys::All { writes: false }, run: exists },
+    Spec { name: "incr", arity: 2, keys: Keys::First { writes: true }, run: |call| incr_by(call, 1) },
+    Spec { name: "decr", arity: 2, keys: Keys::First { writes: true }, run: |call| incr_by(call, -1) },
+    Spec { name: "incrby", arity: 3, keys: Keys::First { writes: true }, run: incrby },
+    Spec { name: "decrby", arity: 3, keys: Keys::First { writes: true }, run: decrby },
+    Spec { name: "ping", arity: -1, keys: Keys::None, run: ping },
+    Spec { name: "echo", arity: 2, keys: Keys::None, run: echo },
+    Spec { name: "dbsize", arity: 1, keys: Keys::None, run: dbsize },
+    Spec { name: "scan", arity: -2, keys: Keys::None, run: scan },
+    Spec { name: "info", arity: -1, keys: Keys::None, run: info },
+    Spec { name: "hello", arity: -1, keys: Keys::None, run: hello },
+    Spec { name: "select", arity: 2, keys: Keys::None, run: select },
+    Spec { name: "quit", arity: -1, keys: Keys::None, run: quit },
+    Spec { name: "auth", arity: -2, keys: Keys::None, run: auth },
+    Spec { name: "command", arity: -1, keys: Keys::None, run: command },
+    Spec { name: "client", arity: -2, keys: Keys::None, run: client },
+    Spec { name: "config", arity: -2, keys: Keys::None, run: config },
+    Spec { name: "multi", arity: 1, keys: Keys::None, run: multi },
+    Spec { name: "exec", arity: 1, keys: Keys::None, run: exec },
+    Spec { name: "discard", arity: 1, keys: Keys::None, run: discard },
+    Spec { name: "watch", arity: -2, keys: Keys::None, run: watch },
+    Spec { name: "ferrite.invoke", arity: -3, keys: Keys::None, run: ferrite_invoke },
 ];
 
 fn lookup(name: &[u8]) -> Option<&'static Spec> {
@@ -188,6 +225,8 @@ struct Call<'a, 'b> {
     settings: &'b Settings,
     now_ns: u64,
     out: &'b mut BytesMut,
+    /// Whether the answer may come later (see [`dispatch`]).
+    deferrable: bool,
 }
 
 /// Runs one native request in the client's session. A macro rather than a method so the response,
@@ -212,7 +251,29 @@ pub(crate) fn execute(
         queue(args, client, shard, out);
         return Flow::Continue;
     }
-    dispatch(args, client, shard, settings, now_ns, out)
+    if let Some(waiting) = waits_for_plugin_call(args, client, shard) {
+        return Flow::Wait { completion: waiting, consumed: false };
+    }
+    dispatch(args, client, shard, settings, now_ns, out, true)
+}
+
+/// If the command names a key of the default pool that a plugin call holds: a completion woken
+/// when the call ends, for the command to run then (`EXEC` waits for every queued command's).
+fn waits_for_plugin_call(args: Args<'_>, client: &Client, shard: &mut ShardState) -> Option<Arc<Completion>> {
+    if !shard.calls.contains_key(&client.pool) {
+        return None;
+    }
+    let mut wait = |args: Args<'_>| {
+        let spec = lookup(args.get(0))?;
+        let (keys, writes) = spec.keys.of(args);
+        keys.into_iter().find_map(|key| shard.wait_for_key(client.pool, key, writes))
+    };
+    match &client.transaction {
+        Some(transaction) if is(args.get(0), "exec") => {
+            transaction.commands.iter().find_map(|ranges| wait(Args::new(&transaction.bytes, ranges)))
+        }
+        _ => wait(args),
+    }
 }
 
 /// Commands that act at once inside `MULTI` rather than being queued.
@@ -261,7 +322,8 @@ fn queue(args: Args<'_>, client: &mut Client, shard: &mut ShardState, out: &mut 
     }
 }
 
-/// Runs one command now.
+/// Runs one command now. `deferrable`: its answer may come later (a plugin call); not inside
+/// `EXEC`, whose replies are one array written at once.
 fn dispatch(
     args: Args<'_>,
     client: &mut Client,
@@ -269,13 +331,14 @@ fn dispatch(
     settings: &Settings,
     now_ns: u64,
     out: &mut BytesMut,
+    deferrable: bool,
 ) -> Flow {
     shard.stats.requests += 1;
     let name = args.get(0);
     let outcome = match lookup(name) {
         None => Err(unknown_command(args)),
         Some(spec) if !spec.accepts(args.len()) => Err(RespError::arity(spec.name)),
-        Some(spec) => (spec.run)(&mut Call { args, client, shard, settings, now_ns, out }),
+        Some(spec) => (spec.run)(&mut Call { args, client, shard, settings, now_ns, out, deferrable }),
     };
     match outcome {
         Ok(flow) => flow,
@@ -477,6 +540,10 @@ fn decrby(call: &mut Call<'_, '_>) -> Result<Flow, RespError> {
 /// read and a write in one turn of the shard loop, so no other client sees the key in between.
 fn incr_by(call: &mut Call<'_, '_>, delta: i64) -> Result<Flow, RespError> {
     let key = call.args.get(1);
+    if let Some(layer) = counter_layer(call) {
+        let payload = format!("add {delta}");
+        return invoke(call, key, payload.as_bytes(), Some(COUNTER_BYTES), Answer::RespInteger { layer });
+    }
     let current = match read_value(call, key)? {
         Some(value) => parse_i64(&value).ok_or_else(RespError::not_integer)?,
         None => 0,
@@ -892,9 +959,9 @@ fn exec(call: &mut Call<'_, '_>) -> Result<Flow, RespError> {
     for ranges in &transaction.commands {
         let args = Args::new(&transaction.bytes, ranges);
         if call.out.len() - start <= REPLY_BYTES_MAX {
-            dispatch(args, call.client, call.shard, call.settings, call.now_ns, call.out);
+            dispatch(args, call.client, call.shard, call.settings, call.now_ns, call.out, false);
         } else {
-            dispatch(args, call.client, call.shard, call.settings, call.now_ns, &mut dropped);
+            dispatch(args, call.client, call.shard, call.settings, call.now_ns, &mut dropped, false);
             dropped.clear();
             reply::error(
                 call.out,
@@ -922,10 +989,58 @@ fn watch(call: &mut Call<'_, '_>) -> Result<Flow, RespError> {
     Err(RespError::err("WATCH is not supported by ferrite"))
 }
 
-/// `FERRITE.INVOKE key payload`: calls the pool's Active Data Object. Plugins do not exist yet, so
-/// no pool has one.
-fn ferrite_invoke(_call: &mut Call<'_, '_>) -> Result<Flow, RespError> {
-    Err(RespError::err("no plugin is attached to this pool"))
+/// `FERRITE.INVOKE key payload [CREATE size]`: calls the default pool's plugin chain on `key`
+/// (creating it as `size` zero bytes if absent, with `CREATE`), answering an array of the
+/// chain's response buffers. An empty key calls the chain on the pool itself.
+fn ferrite_invoke(call: &mut Call<'_, '_>) -> Result<Flow, RespError> {
+    let (key, payload) = (call.args.get(1), call.args.get(2));
+    let create_size = match call.args.len() {
+        3 => None,
+        5 if is(call.args.get(3), "create") => Some(integer_arg(call.args.get(4))?),
+        _ => return Err(RespError::syntax()),
+    };
+    let create_size = create_size.map(|size| u64::try_from(size).map_err(|_| RespError::not_integer())).transpose()?;
+    invoke(call, key, payload, create_size, Answer::RespBuffers)
+}
+
+/// Bytes of a `counter` plugin's value: a 64-bit integer.
+const COUNTER_BYTES: u64 = 8;
+
+/// The layer of `counter` in the default pool's chain, if it has one: `INCR` and kin then count
+/// through it, and its values are 8-byte integers rather than decimal text.
+fn counter_layer(call: &Call<'_, '_>) -> Option<u32> {
+    let pool = call.shard.pools.get(call.client.pool)?;
+    let position = ferrite_proto::plugin_names(&pool.plugin_chain).position(|name| name == "counter")?;
+    u32::try_from(position).ok()
+}
+
+/// Invokes the default pool's chain; the answer comes later, as `answer` says.
+fn invoke(
+    call: &mut Call<'_, '_>,
+    key: &[u8],
+    payload: &[u8],
+    create_size: Option<u64>,
+    answer: Answer,
+) -> Result<Flow, RespError> {
+    if !call.deferrable {
+        return Err(RespError::err("plugin calls cannot run inside MULTI"));
+    }
+    let invoke = Invoke {
+        answer,
+        pool: call.client.pool,
+        key,
+        payload,
+        value: None,
+        create_size,
+        read_only: false,
+        no_overwrite: false,
+        detached: false,
+        fire_and_forget: false,
+    };
+    match call.shard.invoke(invoke, &mut call.client.session, call.now_ns)? {
+        Accepted::Later(completion) => Ok(Flow::Wait { completion, consumed: true }),
+        Accepted::Blocked(completion) => Ok(Flow::Wait { completion, consumed: false }),
+    }
 }
 
 #[cfg(test)]

@@ -126,10 +126,18 @@ impl Connection {
                 Ok(Parsed::Skip { consumed }) => read.advance(consumed),
                 Ok(Parsed::Command { consumed }) => {
                     let args = self.parser.args(read);
-                    let flow = commands::execute(args, &mut self.client, shard, settings, now_ns, write);
-                    read.advance(consumed);
-                    if matches!(flow, Flow::Close) {
-                        return Next::Close;
+                    match commands::execute(args, &mut self.client, shard, settings, now_ns, write) {
+                        Flow::Continue => read.advance(consumed),
+                        Flow::Close => {
+                            read.advance(consumed);
+                            return Next::Close;
+                        }
+                        Flow::Wait { completion, consumed: taken } => {
+                            if taken {
+                                read.advance(consumed);
+                            }
+                            return Next::Wait(completion);
+                        }
                     }
                 }
                 Err(error) => {

@@ -37,6 +37,8 @@ pub(crate) struct Settings {
     pub pool_size_bytes: u64,
     /// Whether the default pool is created with a secondary index (`[resp] indexed`).
     pub indexed: bool,
+    /// The default pool's plugin chain when the shard creates it (`[resp] plugins`), comma-separated.
+    pub plugins: String,
     /// The port the listener is bound to, reported by `INFO`.
     pub port: u16,
     limits: ParseLimits,
@@ -50,6 +52,7 @@ impl Settings {
             pool: config.pool_name(index),
             pool_size_bytes: config.pool_size_bytes,
             indexed: config.indexed,
+            plugins: config.plugins.join(","),
             port,
             limits,
         }
@@ -71,7 +74,7 @@ fn open_pool(shard: &mut ShardState, settings: &Settings, session: &mut Session)
         size_bytes: settings.pool_size_bytes,
         expected_objects: POOL_EXPECTED_OBJECTS,
         flags: if settings.indexed { CreatePoolFlags::INDEXED } else { CreatePoolFlags::NONE },
-        plugins: "",
+        plugins: &settings.plugins,
     };
     let index = shard.index;
     match shard.execute(request, session, 0) {
@@ -99,6 +102,23 @@ pub(crate) fn create_pool(shard: &mut ShardState, settings: &Settings) -> Result
         .map_err(|failure| format!("cannot close the RESP pool '{}': {}", settings.pool, failure.message))?;
     debug_assert_eq!(session.drain_opens().count(), 0, "the shard's session holds nothing open");
     Ok(())
+}
+
+/// An array of bulk strings (a plugin call's buffers), for answers written outside the command
+/// table.
+pub(crate) fn reply_array_of_bulks<'b>(out: &mut BytesMut, items: impl ExactSizeIterator<Item = &'b [u8]>) {
+    reply::array(out, items.len());
+    for item in items {
+        reply::bulk(out, item);
+    }
+}
+
+pub(crate) fn reply_integer(out: &mut BytesMut, value: i64) {
+    reply::integer(out, value);
+}
+
+pub(crate) fn reply_error(out: &mut BytesMut, text: &str) {
+    reply::error(out, text);
 }
 
 /// What a RESP client over the connection limit is told before it is closed (`redis-server`'s
