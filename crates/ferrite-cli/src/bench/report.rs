@@ -302,6 +302,9 @@ fn describe(plan: &Plan) -> String {
     if plan.workload == WorkloadKind::Mixed {
         details.push(format!("{}% get", plan.mix.percent(Op::Get)));
     }
+    if let Some(invoke) = &plan.invoke {
+        details.push(format!("plugin {}, payload {:?}", invoke.plugin, invoke.payload));
+    }
     if let Some(distribution) = plan.distribution {
         details.push(format!("{} keys", distribution.name()));
     }
@@ -341,6 +344,8 @@ pub fn render_json(plan: &Plan, outcome: &Outcome) -> Value {
         "read_percent": plan.mix.percent(Op::Get),
         "distribution": plan.distribution.map(|d| d.name()),
         "scan_length_max": plan.mix.sends(Op::Scan).then_some(SCAN_LENGTH_MAX),
+        "plugin": plan.invoke.as_ref().map(|invoke| &invoke.plugin),
+        "payload": plan.invoke.as_ref().map(|invoke| &invoke.payload),
         "key_size": plan.key_size,
         "value_size": plan.value_size,
         "keys": plan.keys,
@@ -431,7 +436,7 @@ mod tests {
             workload,
             read_percent,
             key_size: 8,
-            value_size: 16,
+            value_size: None,
             keys: 1000,
             clients: 2,
             outstanding: 4,
@@ -443,6 +448,8 @@ mod tests {
             pool: "bench".into(),
             keep_pool: false,
             durability: None,
+            plugin: (workload == WorkloadKind::Invoke).then(|| "counter".to_owned()),
+            payload: None,
             seed: 9,
         };
         Plan::new("127.0.0.1:7000", &args).expect("valid plan")
@@ -603,6 +610,32 @@ mod tests {
         let p50 = ladder.iter().find(|(p, _)| *p == 50.0).expect("p50 is on the ladder").1;
         assert!((p50 - 5_000.0).abs() <= 5.0, "{p50}");
         assert!(Tally::new().percentile_ladder().is_empty());
+    }
+
+    /// An invoke run names its plugin and payload in both reports, and has one row, `invoke`.
+    #[test]
+    fn invoke_report_names_the_plugin_and_payload() {
+        let invoke = plan(WorkloadKind::Invoke, None);
+        let mut outcome = outcome(&invoke, Tally::new(), Tally::new());
+        outcome.tallies.record(Op::Invoke, Duration::from_micros(30), true);
+        let text = render_text(&invoke, &outcome);
+        assert!(
+            text.starts_with(
+                "bench invoke (plugin counter, payload \"add 1\", uniform keys) for 2 s: 2 client(s) x 4 outstanding, \
+                 1000 keys of 8 B, values of 8 B"
+            ),
+            "{text}"
+        );
+        assert!(text.contains("\ninvoke    1       0"), "{text}");
+        let json = render_json(&invoke, &outcome);
+        assert_eq!(json["parameters"]["workload"], "invoke");
+        assert_eq!(json["parameters"]["plugin"], "counter");
+        assert_eq!(json["parameters"]["payload"], "add 1");
+        assert_eq!(json["parameters"]["value_size"], 8);
+        assert_eq!(json["parameters"]["mix_percent"], serde_json::json!({"invoke": 100}));
+        assert_eq!(json["by_op"]["invoke"]["ops"], 1);
+        let get = render_json(&plan(WorkloadKind::Get, None), &outcome);
+        assert_eq!((&get["parameters"]["plugin"], &get["parameters"]["payload"]), (&Value::Null, &Value::Null));
     }
 
     /// A YCSB workload reports each of its kinds and their sum; one that sends a single kind has
