@@ -48,7 +48,7 @@ test-python: deps
 ## test-bench: the benchmark comparison in its quick form (every scenario, ~1 s per point, debug
 ## binaries, results in a temporary directory): proves bench/compare works; fails if any point fails
 test-bench: deps
-	$(CARGO) build -p ferrite-server -p ferrite-cli
+	$(CARGO) build -p ferrite-server -p ferrite-cli -p ferrite-ado -p ferrite-plugin-passthru -p ferrite-plugin-counter
 	bench/compare --quick --debug --no-build
 
 ## test-fuzz: build the cargo-fuzz targets (WAL replay, checkpoint loading) and feed each a few
@@ -58,7 +58,7 @@ test-fuzz:
 	fuzz/target/debug/wal_replay -runs=3000 -max_len=4096
 	fuzz/target/debug/checkpoint_load -runs=3000 -max_len=16384
 
-## bench: the full comparison with Redis and memcached (about 21 minutes; run it on a quiet
+## bench: the full comparison with Redis and memcached (about 24 minutes; run it on a quiet
 ## machine): writes bench/results/<date>.md, .json and plots. See docs/benchmarks.md.
 bench: deps
 	bench/compare

@@ -26,6 +26,10 @@ Scenarios:
              server's CPU time over 1 s of idleness after the points
   restart    load 1 and 10 million keys, then: DRAM bytes per key, log bytes per put, and the time
              a restart after kill -9 takes until the server is ready
+  ado        Active Data Objects on one shard at 1, 16 and 128 requests in flight on one connection
+             and over 16 and 128 connections with one each: `ferrite bench --workload invoke --plugin
+             passthru` against `--workload get`, and counter increments (`add 1`) against puts, both
+             sync; needs the ferrite-ado host and the shipped plugins beside ferrite-server
   memory     bytes per key at 1, 4 and 10 million keys, each system fresh per count: Ferrite's
              RESP default pool and Redis (no persistence) loaded with the same pipelined MSETs of
              16-byte keys and 16-byte values; a native pool sized for the keys (8-byte keys,
@@ -105,6 +109,12 @@ FULL["durability"] = {"seconds": 3, "outstanding": [1, 8, 64, 256], "clients_max
 # `idle_s` seconds of idleness, `idle_settle_s` after the last request (past any polling window).
 FULL["poll"] = {"seconds": 3, "keys": 100_000, "value_size": 16, "connections": [1, 8, 64, 256],
                 "idle_settle_s": 0.3, "idle_s": 1.0}
+# Active Data Objects: at each point, `in_flight` requests on one connection or `connections`
+# connections with one request each, a get run and a passthru invocation run, then counter
+# increments and puts, both sync. Every run uses 8-byte values (a counter's), so the four differ
+# only in what the shard does with a request.
+FULL["ado"] = {"seconds": 3, "in_flight": [1, 16, 128], "connections": [16, 128], "keys": 100_000, "key_size": 8,
+               "value_size": 8}
 FULL["restart"] = {"keys": [1_000_000, 10_000_000], "key_size": 8, "value_size": 16}
 # Memory per key. Measured once (`repeat`): a byte count does not improve with another try, and
 # every point loads millions of keys into a fresh server. The RESP path loads `resp_key_size`-byte
@@ -132,6 +142,7 @@ QUICK = {
     "poll": dict(FULL["poll"], seconds=0.5, keys=10_000, connections=[1, 64]),
     "restart": dict(FULL["restart"], keys=[20_000]),
     "memory": dict(FULL["memory"], keys=[20_000]),
+    "ado": dict(FULL["ado"], seconds=0.5, in_flight=[1, 16], connections=[16], keys=5_000),
 }
 SCENARIOS = list(FULL)
 
@@ -309,7 +320,7 @@ class Run:
 
     def ferrite_bench(self, addr, workload, seconds, keys, key_size, value_size, clients=1, outstanding=1,
                       target="native", distribution=None, pool=None, keep_pool=False, pools=1, pinned=True,
-                      durability=None, ops=None):
+                      durability=None, ops=None, plugin=None):
         argv = [*(self.ferrite_client_wrap if pinned else []), self.bin["ferrite"], "--addr", addr, "--json", "bench",
                 "--workload", workload, "--target", target, "--key-size", str(key_size),
                 "--value-size", str(value_size), "--keys", str(keys), "--clients", str(clients),
@@ -317,6 +328,8 @@ class Run:
         argv += ["--ops", str(ops)] if ops else ["--duration", str(seconds)]
         if durability:
             argv += ["--durability", durability]
+        if plugin:
+            argv += ["--plugin", plugin]
         if distribution:
             argv += ["--distribution", distribution]
         if pool:
@@ -691,6 +704,82 @@ def durability(run, servers):
                             pipeline=pipeline)
                 run.attempt(f"durability: {system} (redis-benchmark), {clients} connection(s), pipeline {pipeline}",
                             measure)
+
+
+# --- Active Data Objects ------------------------------------------------------------------------
+
+# What the ado scenario needs beside ferrite-server: the host a pool's first invocation starts, and
+# the shipped plugins it loads.
+ADO_FILES = ["ferrite-ado", "libferrite_plugin_passthru.so", "libferrite_plugin_counter.so"]
+ADO_PACKAGES = ["ferrite-ado", "ferrite-plugin-passthru", "ferrite-plugin-counter"]
+
+
+def ado_points(s):
+    """The (connections, requests in flight per connection) of the ado scenario: `in_flight`
+    requests on one connection, then `connections` connections with one request each."""
+    return [(1, n) for n in s["in_flight"]] + [(c, 1) for c in s["connections"]]
+
+
+def ado_server(run):
+    """The ado scenario's own one-shard server, pinned like the others (the plugin hosts it starts
+    inherit its CPU), after checking that the host and the plugins are installed beside it; returns
+    its native address."""
+    here = os.path.dirname(run.bin["ferrite-server"])
+    missing = [name for name in ADO_FILES if not os.path.exists(os.path.join(here, name))]
+    if missing:
+        packages = " ".join(f"-p {name}" for name in ADO_PACKAGES)
+        raise Failure(f"{', '.join(missing)} missing from {display([here])}: the ado scenario needs the plugin "
+                      "host and the shipped plugins beside ferrite-server (cargo build"
+                      f"{'' if run.args.debug else ' --release'} {packages}, or drop --no-build)")
+    _, native, _ = run.start_ferrite(resp=False, name="ferrite-server-ado", data=os.path.join(run.work, "ado-data"))
+    return native[0]
+
+
+def ado(run, servers):
+    """Active Data Objects against plain requests on one shard, at each point: `get` then an
+    invocation of `passthru` (which does nothing: the cost of an invocation), then `counter`
+    increments (`add 1`, sync) then puts (sync) of the same 8-byte values. The get run keeps its
+    pool, so the puts replace values as the increments do; each invocation run has a pool of its
+    own with its one plugin. Each run stores its keys first and starts its plugin host before
+    measuring."""
+    s = run.settings["ado"]
+    if "ado" not in servers:
+        # Started once and kept for every repetition; None if it cannot start (recorded once).
+        servers["ado"] = run.attempt("ado: starting ferrite-server with the plugins", lambda: ado_server(run))
+    addr = servers["ado"]
+    if not addr:
+        return
+    for clients, outstanding in ado_points(s):
+        common = dict(seconds=s["seconds"], keys=s["keys"], key_size=s["key_size"], value_size=s["value_size"],
+                      clients=clients, outstanding=outstanding)
+        here = f"{clients} connection(s) x {outstanding} in flight"
+
+        def record(result, op, plugin=None, clients=clients, outstanding=outstanding):
+            point = ferrite_point(result)
+            if plugin:
+                point["host_start"] = (result.get("preload") or {}).get("host_start")
+            labels = {"plugin": plugin} if plugin else {}
+            run.add("ado", "ferrite", "ferrite bench", point, op=op, clients=clients, outstanding=outstanding,
+                    **labels)
+
+        def get(common=common):
+            record(run.ferrite_bench(addr, "get", pool="ado-kv", keep_pool=True, **common), "get")
+
+        def invoke(plugin, pool, durability=None, common=common):
+            result = run.ferrite_bench(addr, "invoke", plugin=plugin, pool=pool, durability=durability, **common)
+            record(result, "invoke", plugin)
+
+        def put(common=common):
+            try:
+                record(run.ferrite_bench(addr, "put", pool="ado-kv", durability="sync", **common), "put")
+            finally:
+                run.run([run.bin["ferrite"], "--addr", addr, "pool", "delete", "ado-kv"], "deleting the pool",
+                        timeout=60)
+
+        run.attempt(f"ado: get, {here}", get)
+        run.attempt(f"ado: passthru invocations, {here}", lambda: invoke("passthru", "ado-passthru"))
+        run.attempt(f"ado: counter increments (sync), {here}", lambda: invoke("counter", "ado-counter", "sync"))
+        run.attempt(f"ado: puts (sync), {here}", put)
 
 
 # --- polling after a batch ----------------------------------------------------------------------
@@ -1169,8 +1258,10 @@ def memory(run):
 
 # --- the run ----------------------------------------------------------------------------------
 
-def build(run):
+def build(run, only):
     argv = ["cargo", "build", "-p", "ferrite-server", "-p", "ferrite-cli"]
+    if "ado" in only:
+        argv += [arg for name in ADO_PACKAGES for arg in ("-p", name)]
     if run.profile == "release":
         argv.insert(2, "--release")
     log("building: " + " ".join(argv))
@@ -1233,7 +1324,7 @@ def main():
     status = 1
     try:
         if not args.no_build:
-            build(run)
+            build(run, only)
         for name, path in run.bin.items():
             if not os.path.exists(path):
                 raise Failure(f"{path} is missing: build it (cargo build{'' if args.debug else ' --release'} "
@@ -1267,7 +1358,8 @@ def main():
             servers["memcached"] = f"127.0.0.1:{mc_port}"
 
         scenarios = [("small-ops", small_ops), ("ycsb", ycsb), ("values", values), ("shards", shards),
-                     ("durability", durability), ("poll", poll), ("restart", restart), ("memory", memory)]
+                     ("durability", durability), ("poll", poll), ("ado", ado), ("restart", restart),
+                     ("memory", memory)]
         for name, scenario in scenarios:
             if name not in only:
                 continue

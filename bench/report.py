@@ -76,6 +76,19 @@ NOTES = [
     "Idle CPU is every "
     "server's CPU time over {poll_idle_s} s, starting {poll_idle_settle_s} s after the last request of "
     "a repetition.",
+    "Active Data Objects: a one-shard ferrite-server of its own and the `ferrite-ado` plugin hosts it starts "
+    "(one per pool, started by the pool's first invocation, stopped when no session has the pool open), "
+    "{ado_placement}. "
+    "{ado_keys} keys of {ado_key_size} bytes with {ado_value_size}-byte values, {ado_seconds} s per point; N "
+    "connections x M in flight is `ferrite bench --clients N --outstanding M`. At each point four runs follow one "
+    "another: `--workload get`; `--workload invoke --plugin passthru` (empty payload: the plugin does nothing and "
+    "answers nothing, so its ratio to get is what an invocation costs: the shard locks the key, hands the call to "
+    "the host over shared memory and waits for its answer); `--workload invoke --plugin counter` (`add 1` on the "
+    "8-byte value, pool durability `sync`: the increment is logged and on stable storage before the answer); "
+    "`--workload put --durability sync` over the get run's keys, so every put replaces a value as every increment "
+    "does. Every run stores its keys first (an invocation run as zeroed values, what create-on-demand would make), "
+    "and an invocation run then sends one invocation to start the plugin host before measuring (`host_start` in "
+    "the JSON), so no point times a process start.",
     "Restart: a fresh server loads N keys ({restart_key_size}-byte keys, {restart_value_size}-byte values, "
     "async puts, then a pause longer than the commit interval), is killed with SIGKILL and started "
     "again on its data directory; restart time is from the new process's start to its `ready.` line "
@@ -554,6 +567,52 @@ def fmt_cpu(value):
     return "-" if value is None else f"{value:,.3f}"
 
 
+def section_ado(doc):
+    """Active Data Objects: passthru invocations against gets, counter increments against durable
+    puts, at each point of connections x requests in flight."""
+    rows, s = doc["rows"], doc["settings"].get("ado")
+    lines = ["## Active Data Objects", ""]
+    if not s or not any(row["scenario"] == "ado" for row in rows):
+        return lines + ["Not measured: this run is older than this scenario, or every point of it failed.", ""]
+    points = [(1, n) for n in s["in_flight"]] + [(c, 1) for c in s["connections"]]
+    lines += [f"One shard, {s['keys']:,} keys, {s['value_size']}-byte values, {s['seconds']} s per point, every row "
+              "driven by `ferrite bench`. Ops/s and latency (us).", ""]
+    comparisons = [
+        ("Invocations against gets", ("get", None, "get"), ("invoke", "passthru", "passthru"), "**passthru ÷ get**"),
+        ("Counter increments against durable puts (both sync)", ("put", None, "put"), ("invoke", "counter", "counter"),
+         "**counter ÷ put**"),
+    ]
+    for title, (base_op, base_plugin, base_name), (op, plugin, name), ratio_header in comparisons:
+        body = []
+        for clients, outstanding in points:
+            labels = dict(clients=clients, outstanding=outstanding)
+            base = find(rows, "ado", "ferrite", op=base_op, plugin=base_plugin, **labels) or {}
+            measured = find(rows, "ado", "ferrite", op=op, plugin=plugin, **labels) or {}
+            body.append([clients, outstanding, clients * outstanding, fmt_rate(measured.get("ops_per_s")),
+                         fmt_rate(base.get("ops_per_s")),
+                         fmt_ratio(ratio(measured.get("ops_per_s"), base.get("ops_per_s"))),
+                         fmt_us(measured.get("p50_us")), fmt_us(measured.get("p99_us")),
+                         fmt_us(base.get("p50_us")), fmt_us(base.get("p99_us"))])
+        lines += [f"### {title}", ""]
+        lines += table(["connections", "in flight each", "in flight", f"{name} ops/s", f"{base_name} ops/s",
+                        ratio_header, f"{name} p50", f"{name} p99", f"{base_name} p50", f"{base_name} p99"], body)
+        lines.append("")
+    lines += ["<details><summary>Every point with its latencies</summary>", ""]
+    detail = []
+    for row in rows:
+        if row["scenario"] != "ado":
+            continue
+        host_start = (row.get("host_start") or {}).get("elapsed_ms")
+        detail.append([row["op"] if not row.get("plugin") else f"invoke {row['plugin']}", row["clients"],
+                       row["outstanding"], fmt_rate(row["ops_per_s"]), fmt_us(row.get("p50_us")),
+                       fmt_us(row.get("p99_us")), fmt_us(row.get("p99_9_us")), fmt_us(row.get("max_us")),
+                       "-" if host_start is None else f"{host_start:,.1f}", spread(row), row.get("errors", 0)])
+    lines += table(["op", "connections", "in flight each", "ops/s", "p50 us", "p99 us", "p99.9 us", "max us",
+                    "host start ms", "spread", "errors"], detail, ["---", *["---:"] * 10])
+    lines += ["", "</details>", ""]
+    return lines
+
+
 def section_restart(doc):
     rows, s = doc["rows"], doc["settings"]["restart"]
     lines = ["## Restart, memory and log traffic", "",
@@ -672,7 +731,7 @@ def markdown(doc, plots):
         for title_, path in plots:
             lines += [f"![{title_}]({os.path.basename(path)})", ""]
     sections = {"small-ops": section_small_ops, "ycsb": section_ycsb, "values": section_values, "shards": section_shards,
-                "durability": section_durability, "poll": section_poll, "restart": section_restart,
+                "durability": section_durability, "poll": section_poll, "ado": section_ado, "restart": section_restart,
                 "memory": section_memory}
     for name in doc["scenarios"]:
         if name in sections:
@@ -691,7 +750,7 @@ def markdown(doc, plots):
         "small_key_size": settings.get("small-ops", settings.get("values", {})).get("key_size", 16),
     }
     for prefix, name in (("ycsb", "ycsb"), ("values", "values"), ("shards", "shards"), ("durability", "durability"),
-                         ("poll", "poll"), ("restart", "restart"), ("memory", "memory")):
+                         ("poll", "poll"), ("ado", "ado"), ("restart", "restart"), ("memory", "memory")):
         for key, value in settings.get(name, {}).items():
             values[f"{prefix}_{key}"] = value
     if "poll_connections" in values:
@@ -703,6 +762,10 @@ def markdown(doc, plots):
             if doc["placement"] == "pinned" else
             f"here nothing was pinned, so on {host['nproc']} CPUs a polling shard could take CPU that redis-benchmark "
             "and the shard's own sync thread need")
+    if "ado_keys" in values:
+        values["ado_keys"] = f"{values['ado_keys']:,}"
+        values["ado_placement"] = ("both on CPU 0 (a host inherits the server's CPU), the load generator on CPU 1"
+                                   if doc["placement"] == "pinned" else "nothing pinned")
     if "values_data_bytes" in values:
         values["values_data_mib"] = values["values_data_bytes"] >> 20
     lines += ["## How to read this", ""]

@@ -188,6 +188,71 @@ fn pools_cover_every_shard_and_timed_runs_stop() {
     assert!(number(&timed["elapsed_s"], "elapsed_s") >= 0.3);
 }
 
+/// The server of a test that invokes the shipped plugins, which it finds beside itself with the
+/// `ferrite-ado` host (`cargo build --workspace` builds them; `make test-rust` does).
+fn plugin_server() -> TestServer {
+    sibling_binary("ferrite-ado");
+    for plugin in ["passthru", "counter"] {
+        let library = sibling_binary("ferrite-server").with_file_name(format!("libferrite_plugin_{plugin}.so"));
+        assert!(library.exists(), "{} is missing; run `cargo build --workspace` first", library.display());
+    }
+    TestServer::builder_for(sibling_binary("ferrite-server")).start()
+}
+
+/// `--workload invoke` with each shipped plugin: every invocation is counted, none fails, and the
+/// counter's keys, preloaded as zeros, end up holding exactly one increment per invocation sent.
+#[test]
+fn invoke_workload_runs_the_shipped_plugins() {
+    let server = plugin_server();
+    let addr = server.addr_string();
+    let ops = OPS.to_string();
+    let common = ["--workload", "invoke", "--keys", "20", "--ops", &ops, "--clients", "2", "--outstanding", "4"];
+    let passthru = report(&addr, &[&common[..], &["--plugin", "passthru"]].concat());
+    assert_accounts_for(&passthru, OPS);
+    assert_eq!(passthru["parameters"]["plugin"], "passthru");
+    assert_eq!(passthru["parameters"]["payload"], "");
+    assert_eq!(passthru["preload"]["ops"], 20, "every key exists before the invocations");
+    assert_eq!(passthru["preload"]["host_start"]["invocations"], 1, "the host is started before measuring");
+
+    let counter = report(&addr, &[&common[..], &["--plugin", "counter", "--pool", "counters", "--keep-pool"]].concat());
+    assert_accounts_for(&counter, OPS);
+    assert_eq!((&counter["parameters"]["payload"], &counter["parameters"]["value_size"]), (&"add 1".into(), &8.into()));
+    let mut sum = 0;
+    for number in 0..20 {
+        let key = format!("{number:08}");
+        let output = Command::new(env!("CARGO_BIN_EXE_ferrite"))
+            .args(["--addr", &addr, "invoke", "counters", &key, "get"])
+            .output()
+            .expect("run ferrite invoke");
+        assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+        sum += String::from_utf8_lossy(&output.stdout).trim().parse::<u64>().expect("a counter answers a number");
+    }
+    // Plus the one that started the host before measuring.
+    assert_eq!(sum, OPS + 1, "one increment per operation, on counters that started at zero");
+}
+
+/// An invoke run on a plugin the server does not know, or on a pool without the plugin, fails
+/// before measuring, saying why.
+#[test]
+fn invoke_workload_needs_a_pool_running_its_plugin() {
+    let server = plugin_server();
+    let addr = server.addr_string();
+    let unknown = bench(&addr, &["--workload", "invoke", "--plugin", "nosuch", "--payload", "x", "--ops", "10"]);
+    assert_eq!(unknown.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&unknown.stderr);
+    assert!(stderr.contains("unknown plugin 'nosuch'"), "{stderr}");
+
+    let created = Command::new(env!("CARGO_BIN_EXE_ferrite"))
+        .args(["--addr", &addr, "pool", "create", "plain"])
+        .output()
+        .expect("run ferrite pool create");
+    assert!(created.status.success(), "{}", String::from_utf8_lossy(&created.stderr));
+    let plain = bench(&addr, &["--workload", "invoke", "--plugin", "counter", "--pool", "plain", "--ops", "10"]);
+    assert_eq!(plain.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&plain.stderr);
+    assert!(stderr.contains("pool 'plain' already exists with no plugins"), "{stderr}");
+}
+
 /// Options that cannot work together are refused before anything is sent.
 #[test]
 fn impossible_combinations_are_usage_errors() {
@@ -196,6 +261,9 @@ fn impossible_combinations_are_usage_errors() {
         &["--workload", "erase", "--keys", "10", "--ops", "11"],
         &["--workload", "get", "--read-percent", "20"],
         &["--pools", "2", "--target", "memcache"],
+        &["--workload", "invoke"],
+        &["--workload", "invoke", "--plugin", "counter", "--target", "resp"],
+        &["--workload", "get", "--plugin", "passthru"],
     ] {
         let output = bench("127.0.0.1:1", args);
         assert_eq!(output.status.code(), Some(2), "{args:?}: {}", String::from_utf8_lossy(&output.stderr));

@@ -7,6 +7,9 @@
 //! own random stream, key buffer and HDR histograms, merged once at the end, and publishes its
 //! counts for the progress line through an atomic on its own cache line.
 //!
+//! `--workload invoke` runs an Active Data Object on each key instead: the pools are created with
+//! the one-plugin chain `--plugin` names, and each operation is one `Pool::invoke`.
+//!
 //! The same workers drive three protocols (`--target`): Ferrite's native one through
 //! `ferrite-client`, RESP through the `redis` crate (Ferrite's RESP listener or Redis itself),
 //! and memcached's text protocol through a small client of our own, so a comparison between
@@ -47,14 +50,24 @@ const TIMED_INSERTS_ROOM: u64 = 1_000_000;
 /// Most pools one run may spread its keys over.
 const POOLS_MAX: u32 = 1024;
 
+/// Value length when `--value-size` is not given.
+const DEFAULT_VALUE_SIZE: u32 = 16;
+
+/// What `--workload invoke` sends the shipped plugins unless `--payload` and `--value-size` say
+/// otherwise: (plugin, payload, value size). Each is the plugin's cheapest request that does its
+/// work: passthru ignores its payload, and a counter's `add 1` on its 8-byte value is the
+/// increment the benchmark is after. A plugin not listed has no payload the benchmark could guess,
+/// so `--payload` is required for it.
+const SHIPPED_PLUGIN_DEFAULTS: [(&str, &str, u32); 2] = [("passthru", "", DEFAULT_VALUE_SIZE), ("counter", "add 1", 8)];
+
 /// Options of `ferrite bench`.
 #[derive(Debug, Clone, Args)]
 pub struct BenchArgs {
     /// What each operation does. Every workload except `put` first stores every key of the key
-    /// space (reported separately as the preload). `erase` then erases each key once. `ycsb-a`
-    /// to `ycsb-f` are YCSB's core workloads: A 50% get / 50% put, B 95/5, C all gets, D 95%
-    /// gets / 5% inserts, E 95% scans (1-100 keys) / 5% inserts, F 50% gets / 50%
-    /// read-modify-writes.
+    /// space (reported separately as the preload). `erase` then erases each key once. `invoke`
+    /// runs --plugin on each key (native only). `ycsb-a` to `ycsb-f` are YCSB's core workloads:
+    /// A 50% get / 50% put, B 95/5, C all gets, D 95% gets / 5% inserts, E 95% scans (1-100
+    /// keys) / 5% inserts, F 50% gets / 50% read-modify-writes.
     #[arg(long, value_enum, default_value_t = WorkloadKind::Put)]
     pub workload: WorkloadKind,
 
@@ -72,9 +85,10 @@ pub struct BenchArgs {
     #[arg(long, value_name = "BYTES", default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..))]
     pub key_size: u32,
 
-    /// Value length in bytes.
-    #[arg(long, value_name = "BYTES", default_value_t = 16)]
-    pub value_size: u32,
+    /// Value length in bytes [default: 16; 8 with --plugin counter, its 64-bit integer]. An
+    /// invoke workload creates absent keys with values of this many zero bytes.
+    #[arg(long, value_name = "BYTES")]
+    pub value_size: Option<u32>,
 
     /// Size of the key space: keys 0..N (YCSB's record count). Inserts add keys after it.
     #[arg(long, value_name = "N", default_value_t = 100_000, value_parser = clap::value_parser!(u64).range(1..))]
@@ -119,9 +133,21 @@ pub struct BenchArgs {
     pub keep_pool: bool,
 
     /// Durability of every put (native only): sync waits for stable storage, async does not.
-    /// Also the default of the pools the benchmark creates. Default: the pool's own.
+    /// Also the default of the pools the benchmark creates, which is the durability of an
+    /// invocation's writes (an invocation does not choose its own). Default: the pool's own.
     #[arg(long, value_name = "sync|async")]
     pub durability: Option<ferrite_client::Durability>,
+
+    /// The plugin `--workload invoke` runs: the pools the benchmark creates get this one-plugin
+    /// chain. The server must know it (the shipped passthru and counter, installed beside
+    /// ferrite-server, or one its configuration names).
+    #[arg(long, value_name = "NAME")]
+    pub plugin: Option<String>,
+
+    /// Payload of every invocation [default: empty for passthru, `add 1` for counter; required
+    /// for any other plugin].
+    #[arg(long, value_name = "TEXT")]
+    pub payload: Option<String>,
 
     /// Seed of the random key and operation streams; the same seed replays the same operations.
     #[arg(long, default_value_t = 1)]
@@ -146,6 +172,7 @@ pub enum WorkloadKind {
     YcsbE,
     #[value(name = "ycsb-f")]
     YcsbF,
+    Invoke,
 }
 
 impl WorkloadKind {
@@ -161,6 +188,7 @@ impl WorkloadKind {
             WorkloadKind::YcsbD => "ycsb-d",
             WorkloadKind::YcsbE => "ycsb-e",
             WorkloadKind::YcsbF => "ycsb-f",
+            WorkloadKind::Invoke => "invoke",
         }
     }
 
@@ -204,6 +232,14 @@ pub enum Stop {
     Ops(u64),
 }
 
+/// What each operation of `--workload invoke` runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Invoke {
+    /// The plugin, by the name the server knows it by: the whole chain of the run's pools.
+    pub plugin: String,
+    pub payload: String,
+}
+
 /// A validated run description: the options with defaults resolved and combinations checked.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Plan {
@@ -222,6 +258,8 @@ pub struct Plan {
     pub pool: String,
     pub keep_pool: bool,
     pub durability: Option<ferrite_client::Durability>,
+    /// Set exactly for `--workload invoke`.
+    pub invoke: Option<Invoke>,
     pub seed: u64,
     pub addr: String,
 }
@@ -236,6 +274,7 @@ impl Plan {
             (WorkloadKind::Put, None) => Mix::ALL_PUTS,
             (WorkloadKind::Get, None) => Mix::ALL_GETS,
             (WorkloadKind::Erase, None) => Mix::only(Op::Erase),
+            (WorkloadKind::Invoke, None) => Mix::only(Op::Invoke),
             (ycsb, None) => ycsb.ycsb().expect("every other workload is a YCSB one").mix(),
         };
         let distribution = match (args.workload, args.distribution) {
@@ -269,6 +308,15 @@ impl Plan {
                 args.target.name()
             ));
         }
+        let invoke = Plan::invoke(args)?;
+        let value_size = match (args.value_size, &invoke) {
+            (Some(size), _) => size,
+            (None, Some(invoke)) => SHIPPED_PLUGIN_DEFAULTS
+                .iter()
+                .find(|(plugin, _, _)| *plugin == invoke.plugin)
+                .map_or(DEFAULT_VALUE_SIZE, |&(_, _, size)| size),
+            (None, None) => DEFAULT_VALUE_SIZE,
+        };
         let key_size = args.key_size as usize;
         let widest = decimal_digits(args.keys - 1);
         if widest > key_size {
@@ -294,7 +342,7 @@ impl Plan {
             distribution,
             target: args.target,
             key_size,
-            value_size: args.value_size as usize,
+            value_size: value_size as usize,
             keys: args.keys,
             clients: args.clients,
             outstanding: args.outstanding,
@@ -303,6 +351,7 @@ impl Plan {
             pool: args.pool.clone(),
             keep_pool: args.keep_pool,
             durability: args.durability,
+            invoke,
             seed: args.seed,
             addr: addr.to_owned(),
         };
@@ -315,6 +364,58 @@ impl Plan {
             ));
         }
         Ok(plan)
+    }
+
+    /// The plugin and payload of `--workload invoke`, or `None` for the other workloads; refuses
+    /// `--plugin` or `--payload` without it, and `--workload invoke` without a plugin, without a
+    /// payload it cannot guess, or on a target with no plugins.
+    fn invoke(args: &BenchArgs) -> Result<Option<Invoke>, String> {
+        if args.workload != WorkloadKind::Invoke {
+            let given =
+                if args.plugin.is_some() { Some("--plugin") } else { args.payload.as_ref().map(|_| "--payload") };
+            return match given {
+                Some(option) => {
+                    Err(format!("{option} applies only to --workload invoke, not {}", args.workload.name()))
+                }
+                None => Ok(None),
+            };
+        }
+        if args.target != TargetKind::Native {
+            return Err(format!(
+                "--workload invoke runs plugins through Ferrite's native protocol; the {} target has none \
+                 (run it with --target native)",
+                args.target.name()
+            ));
+        }
+        let Some(plugin) = args.plugin.clone() else {
+            return Err("--workload invoke needs --plugin NAME: the plugin each operation runs (passthru, counter \
+                 or any the server knows)"
+                .into());
+        };
+        let default = SHIPPED_PLUGIN_DEFAULTS.iter().find(|(name, _, _)| *name == plugin);
+        let payload = match (&args.payload, default) {
+            (Some(payload), _) => payload.clone(),
+            (None, Some(&(_, payload, _))) => payload.to_owned(),
+            (None, None) => {
+                return Err(format!(
+                    "--plugin {plugin} needs --payload TEXT, what each invocation sends (only passthru and counter \
+                 have a default)"
+                ))
+            }
+        };
+        Ok(Some(Invoke { plugin, payload }))
+    }
+
+    /// The value this run's puts store, the preload's included: for an invoke workload zero
+    /// bytes, exactly what create-on-demand makes of an absent key, so the plugin finds a
+    /// preloaded key as its first invocation would have created it (a counter starts at 0,
+    /// where the printable pattern would read as some large number); otherwise the printable
+    /// pattern.
+    pub fn value(&self) -> Vec<u8> {
+        match self.invoke {
+            Some(_) => vec![0; self.value_size],
+            None => workload::value_pattern(self.value_size),
+        }
     }
 
     /// Worker futures in the measured phase.
@@ -442,6 +543,7 @@ mod tests {
         assert_eq!(plan.pool, "bench");
         assert!(!plan.keep_pool);
         assert!(!plan.preloads());
+        assert_eq!(plan.invoke, None);
     }
 
     #[test]
@@ -542,6 +644,54 @@ mod tests {
         let plan = parse(&["--workload", "ycsb-d", "--keys", "1000", "--duration", "1"]).expect("valid");
         assert_eq!(plan.pairs_max(), 1000 + TIMED_INSERTS_ROOM);
         assert_eq!(parse(&["--workload", "ycsb-c", "--keys", "1000"]).expect("valid").pairs_max(), 1000);
+    }
+
+    /// `--workload invoke` names its plugin; the shipped ones have a payload and value size of
+    /// their own, any other plugin must be given its payload.
+    #[test]
+    fn invoke_runs_a_plugin_with_its_payload() {
+        let passthru = parse(&["--workload", "invoke", "--plugin", "passthru"]).expect("valid");
+        assert_eq!(passthru.invoke, Some(Invoke { plugin: "passthru".into(), payload: String::new() }));
+        assert_eq!((passthru.mix, passthru.value_size), (Mix::only(Op::Invoke), 16));
+        assert_eq!(passthru.distribution, Some(Distribution::Uniform));
+        assert!(passthru.preloads(), "the keys exist before the measured invocations");
+
+        let counter = parse(&["--workload", "invoke", "--plugin", "counter"]).expect("valid");
+        assert_eq!(counter.invoke, Some(Invoke { plugin: "counter".into(), payload: "add 1".into() }));
+        assert_eq!(counter.value_size, 8, "a counter is a 64-bit integer");
+        let told = parse(&["--workload", "invoke", "--plugin", "counter", "--payload", "add -3", "--value-size", "16"])
+            .expect("valid");
+        assert_eq!(told.invoke.map(|invoke| invoke.payload), Some("add -3".into()));
+        assert_eq!(told.value_size, 16);
+
+        let error = parse(&["--workload", "invoke", "--plugin", "mine"]).expect_err("refused");
+        assert!(error.contains("--plugin mine needs --payload"), "{error}");
+        let mine = parse(&["--workload", "invoke", "--plugin", "mine", "--payload", ""]).expect("valid");
+        assert_eq!((mine.invoke.map(|invoke| invoke.payload), mine.value_size), (Some(String::new()), 16));
+    }
+
+    #[test]
+    fn invoke_options_go_together_and_need_the_native_target() {
+        let error = parse(&["--workload", "invoke"]).expect_err("refused");
+        assert!(error.contains("needs --plugin NAME"), "{error}");
+        let error = parse(&["--workload", "get", "--plugin", "passthru"]).expect_err("refused");
+        assert!(error.contains("--plugin applies only to --workload invoke, not get"), "{error}");
+        let error = parse(&["--payload", "add 1"]).expect_err("refused");
+        assert!(error.contains("--payload applies only to --workload invoke, not put"), "{error}");
+        let error = parse(&["--workload", "invoke", "--plugin", "counter", "--target", "resp"]).expect_err("refused");
+        assert!(error.contains("--target native"), "{error}");
+        assert!(parse(&["--workload", "invoke", "--plugin", "counter", "--target", "memcache"]).is_err());
+        assert_eq!(parse(&[]).expect("valid").invoke, None);
+    }
+
+    /// An invoke run preloads zeroed values, as create-on-demand would make them; the others the
+    /// printable pattern.
+    #[test]
+    fn invoke_preloads_what_create_on_demand_makes() {
+        let counter = parse(&["--workload", "invoke", "--plugin", "counter"]).expect("valid");
+        assert_eq!(counter.value(), [0u8; 8]);
+        let get = parse(&["--workload", "get", "--value-size", "7"]).expect("valid");
+        assert_eq!(get.value(), b"ferrite");
     }
 
     #[test]

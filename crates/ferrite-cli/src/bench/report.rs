@@ -206,6 +206,19 @@ pub struct Preload {
     pub elapsed: Duration,
     /// Puts in flight during the preload.
     pub outstanding: u64,
+    /// For an invoke workload, the invocations that started the plugin hosts after the puts.
+    pub host_start: Option<HostStart>,
+}
+
+/// The first invocation of each pool, sent before the measured phase: it starts the pool's
+/// plugin host process, a cost paid once per host rather than per invocation.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HostStart {
+    /// One per pool (that holds a key).
+    pub invocations: u64,
+    pub errors: u64,
+    /// From the first sent to the last answered: the slowest host start.
+    pub elapsed: Duration,
 }
 
 /// Everything a run measured.
@@ -259,6 +272,14 @@ pub fn render_text(plan: &Plan, outcome: &Outcome) -> String {
             preload.elapsed.as_secs_f64(),
             format_rate(rate(preload.ops, preload.elapsed)),
         ));
+        if let Some(host_start) = &preload.host_start {
+            text.push_str(&format!(
+                "plugin hosts started by {} invocation(s), {} errors, {:.1} ms\n",
+                host_start.invocations,
+                host_start.errors,
+                host_start.elapsed.as_secs_f64() * 1_000.0
+            ));
+        }
     }
     text.push('\n');
     let mut table = Table::new(&[
@@ -302,6 +323,9 @@ fn describe(plan: &Plan) -> String {
     if plan.workload == WorkloadKind::Mixed {
         details.push(format!("{}% get", plan.mix.percent(Op::Get)));
     }
+    if let Some(invoke) = &plan.invoke {
+        details.push(format!("plugin {}, payload {:?}", invoke.plugin, invoke.payload));
+    }
     if let Some(distribution) = plan.distribution {
         details.push(format!("{} keys", distribution.name()));
     }
@@ -341,6 +365,8 @@ pub fn render_json(plan: &Plan, outcome: &Outcome) -> Value {
         "read_percent": plan.mix.percent(Op::Get),
         "distribution": plan.distribution.map(|d| d.name()),
         "scan_length_max": plan.mix.sends(Op::Scan).then_some(SCAN_LENGTH_MAX),
+        "plugin": plan.invoke.as_ref().map(|invoke| &invoke.plugin),
+        "payload": plan.invoke.as_ref().map(|invoke| &invoke.payload),
         "key_size": plan.key_size,
         "value_size": plan.value_size,
         "keys": plan.keys,
@@ -362,6 +388,11 @@ pub fn render_json(plan: &Plan, outcome: &Outcome) -> Value {
             "elapsed_s": preload.elapsed.as_secs_f64(),
             "ops_per_s": round_to(rate(preload.ops, preload.elapsed), 1),
             "outstanding": preload.outstanding,
+            "host_start": preload.host_start.as_ref().map(|host_start| json!({
+                "invocations": host_start.invocations,
+                "errors": host_start.errors,
+                "elapsed_ms": round_to(host_start.elapsed.as_secs_f64() * 1_000.0, 3),
+            })),
         })
     });
     let summary = |tally: &Tally| {
@@ -431,7 +462,7 @@ mod tests {
             workload,
             read_percent,
             key_size: 8,
-            value_size: 16,
+            value_size: None,
             keys: 1000,
             clients: 2,
             outstanding: 4,
@@ -443,6 +474,8 @@ mod tests {
             pool: "bench".into(),
             keep_pool: false,
             durability: None,
+            plugin: (workload == WorkloadKind::Invoke).then(|| "counter".to_owned()),
+            payload: None,
             seed: 9,
         };
         Plan::new("127.0.0.1:7000", &args).expect("valid plan")
@@ -535,7 +568,13 @@ mod tests {
     fn mixed_report_has_a_row_per_kind_and_their_sum() {
         let plan = plan(WorkloadKind::Mixed, Some(75));
         let mut outcome = outcome(&plan, tally(&[10], 1), tally(&[30, 30, 30], 0));
-        outcome.preload = Some(Preload { ops: 1000, errors: 0, elapsed: Duration::from_millis(500), outstanding: 128 });
+        outcome.preload = Some(Preload {
+            ops: 1000,
+            errors: 0,
+            elapsed: Duration::from_millis(500),
+            outstanding: 128,
+            host_start: None,
+        });
         outcome.first_error = Some("pool_full: no room".into());
         let text = render_text(&plan, &outcome);
         assert!(text.starts_with("bench mixed (75% get, uniform keys) for 2 s:"), "{text}");
@@ -603,6 +642,45 @@ mod tests {
         let p50 = ladder.iter().find(|(p, _)| *p == 50.0).expect("p50 is on the ladder").1;
         assert!((p50 - 5_000.0).abs() <= 5.0, "{p50}");
         assert!(Tally::new().percentile_ladder().is_empty());
+    }
+
+    /// An invoke run names its plugin and payload in both reports, and has one row, `invoke`.
+    #[test]
+    fn invoke_report_names_the_plugin_and_payload() {
+        let invoke = plan(WorkloadKind::Invoke, None);
+        let mut outcome = outcome(&invoke, Tally::new(), Tally::new());
+        outcome.tallies.record(Op::Invoke, Duration::from_micros(30), true);
+        let host_start = HostStart { invocations: 1, errors: 0, elapsed: Duration::from_micros(12_345) };
+        outcome.preload = Some(Preload {
+            ops: 1000,
+            errors: 0,
+            elapsed: Duration::from_millis(10),
+            outstanding: 128,
+            host_start: Some(host_start),
+        });
+        let text = render_text(&invoke, &outcome);
+        assert!(
+            text.starts_with(
+                "bench invoke (plugin counter, payload \"add 1\", uniform keys) for 2 s: 2 client(s) x 4 outstanding, \
+                 1000 keys of 8 B, values of 8 B"
+            ),
+            "{text}"
+        );
+        assert!(text.contains("\nplugin hosts started by 1 invocation(s), 0 errors, 12.3 ms\n"), "{text}");
+        assert!(text.contains("\ninvoke    1       0"), "{text}");
+        let json = render_json(&invoke, &outcome);
+        assert_eq!(json["parameters"]["workload"], "invoke");
+        assert_eq!(json["parameters"]["plugin"], "counter");
+        assert_eq!(json["parameters"]["payload"], "add 1");
+        assert_eq!(json["parameters"]["value_size"], 8);
+        assert_eq!(json["parameters"]["mix_percent"], serde_json::json!({"invoke": 100}));
+        assert_eq!(json["by_op"]["invoke"]["ops"], 1);
+        assert_eq!(
+            json["preload"]["host_start"],
+            serde_json::json!({"invocations": 1, "errors": 0, "elapsed_ms": 12.345})
+        );
+        let get = render_json(&plan(WorkloadKind::Get, None), &outcome);
+        assert_eq!((&get["parameters"]["plugin"], &get["parameters"]["payload"]), (&Value::Null, &Value::Null));
     }
 
     /// A YCSB workload reports each of its kinds and their sum; one that sends a single kind has

@@ -7,9 +7,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::distribution::{Distribution, KeyChooser};
-use super::report::{format_rate, rate, Outcome, Preload, Tallies};
+use super::report::{format_rate, rate, HostStart, Outcome, Preload, Tallies};
 use super::target::{Client, Connections, Failure};
-use super::workload::{format_key, value_pattern, Inserts, Mix, Op, SplitMix64, SCAN_LENGTH_MAX};
+use super::workload::{format_key, Inserts, Mix, Op, SplitMix64, SCAN_LENGTH_MAX};
 use super::{Plan, Stop};
 
 /// Puts in flight while preloading: enough to keep a shard busy through one connection without
@@ -71,7 +71,7 @@ pub async fn run(plan: &Plan, live_progress: bool) -> Result<Outcome, String> {
 }
 
 /// Stores every key of the key space once, `PRELOAD_OUTSTANDING` puts at a time spread over the
-/// clients, so reads find every key.
+/// clients, so reads find every key; for an invoke workload, then starts the plugin hosts.
 async fn preload(connections: &Connections, plan: &Plan) -> (Preload, Option<String>) {
     eprintln!("preloading {} keys...", plan.keys);
     let workers = PRELOAD_OUTSTANDING.min(plan.keys);
@@ -79,10 +79,9 @@ async fn preload(connections: &Connections, plan: &Plan) -> (Preload, Option<Str
     let mut tasks = Vec::with_capacity(workers as usize);
     for index in 0..workers {
         let mut client = connections.client((index % u64::from(plan.clients)) as usize);
-        let (keys, key_size, value_size) = (plan.keys, plan.key_size, plan.value_size);
+        let (keys, key_size, value) = (plan.keys, plan.key_size, plan.value());
         tasks.push(tokio::spawn(async move {
             let mut key = vec![0u8; key_size];
-            let value = value_pattern(value_size);
             let (mut ops, mut errors, mut first_error) = (0u64, 0u64, None);
             // Worker `index` stores keys index, index + workers, ...: every key exactly once.
             for number in (index..keys).step_by(workers as usize) {
@@ -112,7 +111,43 @@ async fn preload(connections: &Connections, plan: &Plan) -> (Preload, Option<Str
             }
         }
     }
-    (Preload { ops, errors, elapsed: start.elapsed(), outstanding: workers }, first_error)
+    let elapsed = start.elapsed();
+    let host_start = match plan.invoke {
+        Some(_) => {
+            let (host_start, error) = start_hosts(connections, plan).await;
+            first_error = first_error.or(error);
+            Some(host_start)
+        }
+        None => None,
+    };
+    (Preload { ops, errors, elapsed, outstanding: workers, host_start }, first_error)
+}
+
+/// Sends one invocation (the run's payload) to every pool, on keys 0, 1, ... (key k lives in pool
+/// k mod pools), all at once. A pool's first invocation starts its plugin host process, which
+/// would otherwise land in the measured phase and time a process start as an invocation.
+async fn start_hosts(connections: &Connections, plan: &Plan) -> (HostStart, Option<String>) {
+    let payload = plan.invoke.as_ref().map_or("", |invoke| invoke.payload.as_str());
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for number in 0..u64::from(plan.pools).min(plan.keys) {
+        let mut client = connections.client(0);
+        let (mut key, payload, create_size) = (vec![0u8; plan.key_size], payload.to_owned(), plan.value_size as u64);
+        assert!(format_key(number, &mut key), "Plan::new checked that every key number fits");
+        tasks.push(tokio::spawn(async move { client.invoke(number, &key, payload.as_bytes(), create_size).await }));
+    }
+    let (mut invocations, mut errors, mut first_error) = (0, 0, None);
+    for task in tasks {
+        invocations += 1;
+        let error = match task.await {
+            Ok(Ok(())) => continue,
+            Ok(Err(failure)) => failure.message,
+            Err(error) => format!("task failed: {error}"),
+        };
+        errors += 1;
+        first_error.get_or_insert_with(|| format!("starting the plugin host: {error}"));
+    }
+    (HostStart { invocations, errors, elapsed: start.elapsed() }, first_error)
 }
 
 /// The measured phase: `clients × outstanding` workers, each with one operation in flight.
@@ -126,6 +161,8 @@ async fn measure(
     // Erase takes every key in a fixed order and needs no chooser; any will do.
     let chooser = KeyChooser::new(plan.distribution.unwrap_or(Distribution::Uniform), plan.keys);
     let inserts = plan.inserts().then(|| Arc::new(Inserts::new(plan.keys, plan.insert_end())));
+    // Shared by every worker, so the hot path copies no payload.
+    let payload: Arc<[u8]> = plan.invoke.as_ref().map_or(&[][..], |invoke| invoke.payload.as_bytes()).into();
     let start = Instant::now();
     let mut tasks = Vec::with_capacity(workers as usize);
     for index in 0..workers {
@@ -145,7 +182,8 @@ async fn measure(
             inserts: inserts.clone(),
             keys: plan.keys,
             key_size: plan.key_size,
-            value_size: plan.value_size,
+            value: plan.value(),
+            payload: Arc::clone(&payload),
             rng: SplitMix64::for_worker(plan.seed, index),
             quota,
             counters: Arc::clone(&counters),
@@ -195,7 +233,10 @@ struct Job {
     inserts: Option<Arc<Inserts>>,
     keys: u64,
     key_size: usize,
-    value_size: usize,
+    /// What puts store; its length is also the size invocations create absent keys with.
+    value: Vec<u8>,
+    /// What invocations send (empty for the other workloads).
+    payload: Arc<[u8]>,
     rng: SplitMix64,
     quota: Quota,
     counters: Arc<[Counters]>,
@@ -208,7 +249,8 @@ impl Job {
     async fn run(mut self) -> WorkerResult {
         // Allocated once; every operation borrows them.
         let mut key = vec![0u8; self.key_size];
-        let value = value_pattern(self.value_size);
+        let value = std::mem::take(&mut self.value);
+        let create_size = value.len() as u64;
         let mut tallies = Tallies::for_mix(self.mix);
         let mut first_error = None;
         let counters = Arc::clone(&self.counters);
@@ -236,7 +278,7 @@ impl Job {
                     let sent = Instant::now();
                     (sent, self.client.erase(number, &key).await)
                 }
-                Op::Get | Op::Put | Op::Scan | Op::ReadModifyWrite => {
+                Op::Get | Op::Put | Op::Scan | Op::ReadModifyWrite | Op::Invoke => {
                     let present = self.inserts.as_ref().map_or(self.keys, |inserts| inserts.present());
                     let number = self.chooser.next(&mut self.rng, present);
                     assert!(format_key(number, &mut key), "Plan::new checked that every present key number fits");
@@ -251,6 +293,7 @@ impl Job {
                             let length = u32::try_from(scan_length).expect("at most SCAN_LENGTH_MAX");
                             self.client.scan(number, &key, length).await
                         }
+                        Op::Invoke => self.client.invoke(number, &key, &self.payload, create_size).await,
                         _ => match self.client.get(number, &key).await {
                             Ok(()) => self.client.put(number, &key, &value).await,
                             Err(failure) => Err(failure),

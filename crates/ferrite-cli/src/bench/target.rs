@@ -13,7 +13,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use ferrite_client::{ClientOptions, Durability, Error, FindKind, Pool, PoolOptions, PutFlags, Session};
+use ferrite_client::{ClientOptions, Durability, Error, FindKind, InvokeOptions, Pool, PoolOptions, PutFlags, Session};
 use redis::aio::MultiplexedConnection;
 use redis::AsyncConnectionConfig;
 
@@ -193,6 +193,7 @@ impl Native {
             // Scans (YCSB E) need the ordered index; other workloads do not pay for it.
             indexed: plan.mix.sends(super::Op::Scan),
             durability: plan.durability.unwrap_or(Durability::Sync),
+            plugins: plan.invoke.iter().map(|invoke| invoke.plugin.clone()).collect(),
             ..PoolOptions::default()
         };
         let put_flags = plan.durability.map_or(PutFlags::NONE, |durability| PutFlags::NONE.with_durability(durability));
@@ -219,6 +220,10 @@ impl Native {
             }
         }
         native.pools.push(first.into());
+        if let Err(message) = native.check_chains(plan).await {
+            native.finish(plan).await;
+            return Err(message);
+        }
         for index in 1..native.sessions.len() {
             let mut pools = Vec::with_capacity(native.names.len());
             for name in &native.names {
@@ -235,6 +240,36 @@ impl Native {
             native.pools.push(pools.into());
         }
         Ok(native)
+    }
+
+    /// For an invoke workload, that every pool that already existed (and so kept its own chain)
+    /// runs exactly the plugin asked for: on a pool without it every invocation would fail, and
+    /// with more plugins the report would name one plugin and measure several. The pools this run
+    /// created were given that chain, which the server checked.
+    async fn check_chains(&self, plan: &Plan) -> Result<(), String> {
+        let Some(invoke) = &plan.invoke else {
+            return Ok(());
+        };
+        if self.created.iter().all(|&created| created) {
+            return Ok(());
+        }
+        let listed = self.sessions[0].list_pools().await.map_err(|error| format!("listing the pools: {error}"))?;
+        for (name, _) in self.names.iter().zip(&self.created).filter(|(_, &created)| !created) {
+            let chain = listed.iter().find(|info| &info.name == name).map(|info| info.plugins.as_slice());
+            if chain != Some(std::slice::from_ref(&invoke.plugin)) {
+                let has = match chain {
+                    Some([]) => "no plugins".to_owned(),
+                    Some(plugins) => format!("the plugins {}", plugins.join(",")),
+                    None => "a chain the server's pool listing does not show".to_owned(),
+                };
+                return Err(format!(
+                    "pool '{name}' already exists with {has}, and a pool keeps its chain: --workload invoke \
+                 --plugin {} needs a pool whose chain is {0} alone (choose another --pool, or delete this one)",
+                    invoke.plugin
+                ));
+            }
+        }
+        Ok(())
     }
 
     async fn finish(self, plan: &Plan) -> &'static str {
@@ -349,6 +384,23 @@ impl Client {
                 Reply::Deleted => Ok(()),
                 other => Err(Failure::new(format!("memcached answered delete with {other:?}"))),
             },
+        }
+    }
+
+    /// Runs the pool's plugin chain on `key` with `payload`, creating an absent key as
+    /// `create_size` zero bytes. Native only: `Plan::new` refuses invoke workloads on the other
+    /// targets.
+    pub async fn invoke(&mut self, number: u64, key: &[u8], payload: &[u8], create_size: u64) -> Result<(), Failure> {
+        let options = InvokeOptions { create_size: Some(create_size), ..InvokeOptions::default() };
+        match self {
+            // As for get, the client hands back owned response buffers; dropping them is the only
+            // cost beyond the request itself.
+            Client::Native(pools, _) => Client::pool(pools, number)
+                .invoke(key, payload, options)
+                .await
+                .map(drop)
+                .map_err(|e| Failure::native(&e)),
+            Client::Resp(_) | Client::Memcache(_) => Err(Failure::new("this protocol invokes no plugins")),
         }
     }
 

@@ -66,11 +66,13 @@ pub enum Op {
     /// A get, then a put of the same key (YCSB's "read-modify-write").
     ReadModifyWrite,
     Erase,
+    /// Runs the pool's plugin chain on a key (an Active Data Object invocation).
+    Invoke,
 }
 
 impl Op {
     /// Every kind, in the order reports list them.
-    pub const ALL: [Op; 6] = [Op::Get, Op::Put, Op::Insert, Op::Scan, Op::ReadModifyWrite, Op::Erase];
+    pub const ALL: [Op; 7] = [Op::Get, Op::Put, Op::Insert, Op::Scan, Op::ReadModifyWrite, Op::Erase, Op::Invoke];
 
     /// The name reports use for the kind.
     pub fn name(self) -> &'static str {
@@ -81,12 +83,13 @@ impl Op {
             Op::Scan => "scan",
             Op::ReadModifyWrite => "rmw",
             Op::Erase => "erase",
+            Op::Invoke => "invoke",
         }
     }
 }
 
 /// Chooses each operation's kind: one kind always, or one of two with a given percentage. Every
-/// workload here (put, get, mixed, erase and the six YCSB core workloads) mixes at most two.
+/// workload here (put, get, mixed, erase, invoke and the six YCSB core workloads) mixes at most two.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Mix {
     first: Op,
@@ -406,7 +409,7 @@ mod tests {
             // And the draws follow the proportions: within five binomial deviations.
             let mut rng = SplitMix64::new(11);
             let draws = 100_000u32;
-            let mut counts = [0u32; 6];
+            let mut counts = [0u32; Op::ALL.len()];
             let slot = |op: Op| Op::ALL.iter().position(|&kind| kind == op).expect("every op is in ALL");
             for _ in 0..draws {
                 counts[slot(mix.choose(&mut rng))] += 1;
@@ -425,7 +428,7 @@ mod tests {
     #[test]
     fn op_names() {
         let names: Vec<&str> = Op::ALL.iter().map(|op| op.name()).collect();
-        assert_eq!(names, ["get", "put", "insert", "scan", "rmw", "erase"]);
+        assert_eq!(names, ["get", "put", "insert", "scan", "rmw", "erase", "invoke"]);
     }
 
     /// Reads see an insert only once every insert before it was answered, whatever the order the
