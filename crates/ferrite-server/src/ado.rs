@@ -126,8 +126,27 @@ pub(crate) struct Call {
 pub(crate) struct Running {
     pub id: CallId,
     pub call: Call,
-    /// The target value, pinned against checkpoints while the call runs.
-    pub target: Location,
+    pub target: Target,
+}
+
+/// The memory a call's plugin is given as its value.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Target {
+    /// The value itself, which stays where it is while its key is held (or nothing, for a call
+    /// on the pool): the plugin changes it in place, and its pages are pinned against
+    /// checkpoints until the call ends.
+    InPlace(Location),
+    /// A copy in scratch memory of a value that other inserts may move (one kept inside its
+    /// index entry): the plugin changes the copy, which a successful call writes back as a put.
+    Copy(Location),
+}
+
+impl Target {
+    pub fn location(self) -> Location {
+        match self {
+            Target::InPlace(location) | Target::Copy(location) => location,
+        }
+    }
 }
 
 /// One pool's plugin calls.

@@ -147,7 +147,9 @@ fn misbehaving_plugins_cost_only_their_own_call() {
             }
         })
     };
-    let ok = faulty.invoke(b"v", b"ok", created(16)).expect("ok");
+    // 100 bytes: kept out of line, so the plugin changes the value in place (and the undo of
+    // each failure is the host's or the link's, from the before-images).
+    let ok = faulty.invoke(b"v", b"ok", created(100)).expect("ok");
     assert_eq!(texts(&ok), [(0, "ok".to_owned())]);
     let before = faulty.get(b"v").expect("the value");
     for (payload, code) in [
@@ -327,4 +329,49 @@ fn the_clients_plugin_helpers_work_against_the_server() {
     assert_eq!((stats.count, stats.min, stats.max, stats.mean), (4, -2.0, 10.5, 3.5));
     Tabulator::reset(&samples, b"t").expect("reset");
     assert_eq!(Tabulator::get(&samples, b"t").expect("get").count, 0);
+}
+
+/// A call's value stays its own while other clients change the pool under it: inserts that move
+/// the table's entries about (hopscotch displacement, subtable growth) neither lose the call's
+/// write nor receive it, whether the value lives in its entry (the plugin works on a copy) or out
+/// of line (in place); and the write survives kill -9.
+#[test]
+fn a_calls_write_lands_on_its_own_value_while_the_table_changes() {
+    for size in [8usize, 100] {
+        let data_dir = fresh_dir(&format!("plugins-moving-{size}")).join("data");
+        let mut server = server_with_limits(10_000).data_dir(&data_dir).start();
+        let session = Session::connect(&server.addr_string()).expect("connect");
+        // Without a sizing hint the subtables start at 64 buckets: a few hundred inserts grow them.
+        let options = PoolOptions { expected_objects: 1, size_bytes: 4 << 20, ..chain(&["faulty"]) };
+        let pool = session.create_pool("moving", options).expect("create the pool");
+        pool.invoke(b"target", b"ok", created(size as u64)).expect("create the target");
+        let slow = {
+            let address = server.addr_string();
+            std::thread::spawn(move || {
+                let session = Session::connect(&address).expect("connect");
+                let pool = session.open_pool("moving").expect("open");
+                pool.invoke(b"target", b"slow-bump", InvokeOptions::default()).expect("the slow call succeeds")
+            })
+        };
+        // Inserted while the call sleeps: enough keys to displace entries and grow subtables.
+        let mut inserted = 0u32;
+        while !slow.is_finished() {
+            pool.put(format!("filler-{inserted:08}").as_bytes(), inserted.to_le_bytes()).expect("insert");
+            inserted += 1;
+        }
+        slow.join().expect("the slow call");
+        assert!(inserted > 300, "size {size}: the table changed during the call ({inserted} inserts)");
+        let mut expected = vec![0u8; size];
+        expected[0] = 1;
+        assert_eq!(pool.get(b"target").expect("the target"), &expected[..], "size {size}");
+        drop(pool);
+        server.kill9();
+        let server = server_with_limits(10_000).data_dir(&data_dir).start();
+        let session = Session::connect(&server.addr_string()).expect("reconnect");
+        let pool = session.open_pool("moving").expect("open");
+        assert_eq!(pool.get(b"target").expect("the target"), &expected[..], "size {size}, after kill -9");
+        for i in 0..inserted {
+            assert_eq!(pool.get(format!("filler-{i:08}").as_bytes()).expect("a filler"), &i.to_le_bytes()[..]);
+        }
+    }
 }

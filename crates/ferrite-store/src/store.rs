@@ -55,6 +55,17 @@ pub enum StoreError {
     ValueTooLarge { bytes: u64, max: u64 },
 }
 
+/// Where a value lies in a store's memory region.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ValueLocation {
+    pub offset: u64,
+    pub len: u64,
+    /// Whether the value stays at `offset` while its key is neither written nor erased. A value
+    /// kept out of line does; one kept inside its index entry moves when other inserts move
+    /// entries (hopscotch displacement, table growth).
+    pub stable: bool,
+}
+
 /// The most pool memory one write may change, as its log record will carry it: the bytes, and how
 /// many separate ranges it declares them in. A durable shard reserves room in its log for this much
 /// before the write, so that pool memory never changes unless its whole record (a table growth
@@ -136,13 +147,25 @@ pub trait Store: Send {
     /// The most an erase may change.
     fn erase_footprint(&self) -> WriteFootprint;
 
-    /// Where `key`'s value lies in the store's memory region (offset, length), for code in
-    /// another process that maps the same region: an Active Data Object host, which changes
-    /// values in place. `None` if the key is absent, or if the store's memory is not a region
-    /// another process can map (then no plugin is ever given a value of it).
-    fn value_location(&self, key: &[u8]) -> Option<(u64, u64)> {
+    /// Where `key`'s value lies in the store's memory region, for code in another process that
+    /// maps the same region: an Active Data Object host, which changes values in place. `None`
+    /// if the key is absent, or if the store's memory is not a region another process can map
+    /// (then no plugin is ever given a value of it).
+    fn value_location(&self, key: &[u8]) -> Option<ValueLocation> {
         let _ = key;
         None
+    }
+
+    /// `len` bytes of the store's memory that no pair owns: where a plugin works on a copy of a
+    /// value that is not [`ValueLocation::stable`]. Nothing refers to them, so a restart frees
+    /// them; [`free_scratch`](Store::free_scratch) gives them back sooner. `None` if there is no room.
+    fn allocate_scratch(&mut self, len: u64) -> Option<u64> {
+        let _ = len;
+        None
+    }
+
+    fn free_scratch(&mut self, offset: u64, len: u64) {
+        let _ = (offset, len);
     }
 
     /// Logs `ranges` (offset, length) of the store's memory, which code outside the engine (a

@@ -12,6 +12,8 @@
 //!   value must come back unchanged.
 //! - `undeclared`: overwrites the value with `0x55` bytes without declaring it, then succeeds;
 //!   the host's checking mode must report the write.
+//! - `slow-bump`: waits 300 ms, then adds one to the value's first byte and succeeds: a correct
+//!   call long enough for other clients to change the pool meanwhile.
 //!
 //! Any other payload is `FERRITE_ERR_INVALID` with a message listing these.
 
@@ -42,10 +44,11 @@ impl Plugin for Faulty {
             b"loop" => misbehave::endless_loop(),
             b"oom" => misbehave::unbounded_memory(),
             b"write-then-fail" => misbehave::write_then_fail(call),
+            b"slow-bump" => misbehave::slow_bump(call),
             b"undeclared" => misbehave::undeclared(call),
             other => {
                 let message = format!(
-                    "faulty: unknown payload `{}`; expected ok, panic, abort, segv, loop, oom, write-then-fail or undeclared",
+                    "faulty: unknown payload `{}`; expected ok, panic, abort, segv, loop, oom, write-then-fail, undeclared or slow-bump",
                     String::from_utf8_lossy(other)
                 );
                 call.respond(message.as_bytes())?;

@@ -51,6 +51,18 @@ pub fn unbounded_memory() -> ! {
     }
 }
 
+/// How long `slow-bump` waits before it writes.
+const SLOW_BUMP_WAIT: std::time::Duration = std::time::Duration::from_millis(300);
+
+/// Waits, then adds one to the value's first byte and succeeds: a correct but slow call, during
+/// which other clients change the pool (and its table moves entries about).
+pub fn slow_bump(call: &mut Call<'_>) -> Result<(), PluginError> {
+    std::thread::sleep(SLOW_BUMP_WAIT);
+    let value = call.value_range_mut(0..1)?;
+    value[0] = value[0].wrapping_add(1);
+    Ok(())
+}
+
 /// Declares and overwrites the value, then fails: the host must put the old bytes back.
 pub fn write_then_fail(call: &mut Call<'_>) -> Result<(), PluginError> {
     call.value_mut()?.fill(WRITE_THEN_FAIL_BYTE);

@@ -2,20 +2,24 @@
 //! holding its key, running the pool's calls one at a time on its host, logging what a finished
 //! call wrote, undoing what it cannot log, and answering.
 //!
-//! Durability, step by step (see `docs/plugins.md`, "Crash consistency"):
-//! - Before a call runs, the shard reserves log room for all the call may write (its target
-//!   value) and pins the target's pages, so no checkpoint copies bytes the call may still change
-//!   or undo.
-//! - A successful call's declared ranges are logged as one transaction, like a put, before its
-//!   answer is built; with `sync` the answer leaves only once they are durable.
+//! Durability, step by step (see `docs/plugins.md`, "Running plugins on a server"):
+//! - A value kept out of line stays where it is while its key is held: the plugin changes it in
+//!   place. Before the call the shard reserves log room for it and pins its pages, so no
+//!   checkpoint copies bytes the call may still change or undo; a successful call's declared
+//!   ranges are logged as one transaction before its answer is built (with `sync`, the answer
+//!   leaves once they are durable).
+//! - A small value kept inside its index entry moves when other inserts move entries, which they
+//!   may do while the call runs: the plugin works on a copy in scratch memory, which a
+//!   successful call writes back as an ordinary put. Nothing else refers to the copy, so it needs
+//!   neither pinning nor undoing.
 //! - A failed call was undone by its host; a crashed or killed one by the link, from the call
 //!   area; a finished one whose record the log refuses after all by the shard, from the same
-//!   area. In each case nothing was logged and the pages are unpinned as they were.
+//!   area (a copy is simply dropped). In each case nothing was logged.
 //! - A crash of the server mid-call loses nothing acknowledged: the call's changes were never
 //!   logged, the pages never checkpointed, and recovery rebuilds the pool from the log.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use ferrite_ado::message::{CallId, CallbackReply, CallbackRequest, CallbackResult, Done, Invocation, Location};
 use ferrite_ado::{AdoLink, FailReason, LinkEvent};
@@ -25,7 +29,7 @@ use ferrite_store::persistence::wal::Lsn;
 use ferrite_store::{PutMode, PutOutcome, StoreError, WriteFootprint};
 
 use super::{key_not_found, open_pool, store_failure, Failure, ShardState};
-use crate::ado::{Answer, Call, PoolCalls, Running};
+use crate::ado::{Answer, Call, PoolCalls, Running, Target};
 use crate::completion::Completion;
 use crate::session::Session;
 
@@ -280,32 +284,21 @@ impl ShardState {
         }
     }
 
-    /// Reserves log room for `call`, pins its target and submits it to the host.
-    fn begin(&mut self, handle: PoolHandle, call: &Call) -> Result<(CallId, Location), Failure> {
+    /// Gives `call` its target (reserving log room for what it may write), and submits it to
+    /// the host.
+    fn begin(&mut self, handle: PoolHandle, call: &Call) -> Result<(CallId, Target), Failure> {
+        let target = self.target(handle, call)?;
         let pool = self.pools.get(handle).expect("a pool with calls exists");
-        let target = if call.key.is_empty() {
-            Location::default()
-        } else {
-            let (offset, len) = pool.store.value_location(&call.key).ok_or_else(|| key_not_found(pool))?;
-            Location { offset, len }
-        };
-        if call.work_flags & abi::WORK_READ_ONLY == 0 && target.len > 0 {
-            self.admit_write(WriteFootprint { bytes: target.len, ranges: LOGGED_RANGES_MAX })?;
-        }
-        let pool = self.pools.get(handle).expect("a pool with calls exists");
-        let persisted = pool.persisted.as_ref().expect("pools with calls are durable");
+        let name = pool.name.clone();
         let invocation = Invocation {
             flags: call.work_flags,
             pool_id: handle.0,
             key: call.key.clone(),
             payload: call.payload.clone(),
-            value: target,
+            value: target.location(),
             detached: Location::default(),
         };
-        let pages = std::sync::Arc::clone(&persisted.pages);
-        let name = pool.name.clone();
         let calls = self.calls.get_mut(&handle).expect("the pool's calls exist");
-        pages.lock().unwrap_or_else(std::sync::PoisonError::into_inner).pin(target.offset, target.len);
         let submitted = match calls.link.submit(invocation.clone()) {
             Err(ferrite_ado::SubmitError::HostDown) => {
                 // The host exited since the last call (a crash between calls): start another.
@@ -323,12 +316,65 @@ impl ShardState {
                 Ok((id, target))
             }
             Err(reason) => {
-                let lsn = self.last_lsn();
-                pages.lock().unwrap_or_else(std::sync::PoisonError::into_inner).unpin(target.offset, target.len, lsn);
+                self.release(handle, target);
                 Err(Failure::new(
                     ErrorCode::AdoFailed,
                     format!("pool '{name}': its plugin host cannot take the call: {reason}"),
                 ))
+            }
+        }
+    }
+
+    /// The memory `call`'s plugin works on: its value in place if the value stays put (pinned
+    /// against checkpoints), else a copy in scratch memory; log room is reserved for the
+    /// record a successful call makes.
+    fn target(&mut self, handle: PoolHandle, call: &Call) -> Result<Target, Failure> {
+        if call.key.is_empty() {
+            return Ok(Target::InPlace(Location::default()));
+        }
+        let pool = self.pools.get(handle).expect("a pool with calls exists");
+        let value = pool.store.value_location(&call.key).ok_or_else(|| key_not_found(pool))?;
+        let location = Location { offset: value.offset, len: value.len };
+        let writes = call.work_flags & abi::WORK_READ_ONLY == 0 && value.len > 0;
+        if value.stable {
+            if writes {
+                self.admit_write(WriteFootprint { bytes: value.len, ranges: LOGGED_RANGES_MAX })?;
+            }
+            self.pin(handle, location);
+            return Ok(Target::InPlace(location));
+        }
+        if writes {
+            let footprint = pool.store.put_footprint(call.key.len() as u64, value.len);
+            self.admit_write(footprint)?;
+        }
+        let pool = self.pools.get_mut(handle).expect("a pool with calls exists");
+        let bytes = pool.store.get(&call.key).ok_or_else(|| key_not_found(pool))?.to_vec();
+        let offset = pool.store.allocate_scratch(value.len).ok_or_else(|| {
+            Failure::new(
+                ErrorCode::PoolFull,
+                format!("pool '{}': no room for the plugin's copy of the value", pool.name),
+            )
+        })?;
+        let region = &pool.persisted.as_ref().expect("pools with calls are durable").region;
+        if let Err(error) = std::os::unix::fs::FileExt::write_all_at(&**region, &bytes, offset) {
+            pool.store.free_scratch(offset, value.len);
+            return Err(Failure::new(
+                ErrorCode::Internal,
+                format!("pool '{}': cannot copy the value: {error}", pool.name),
+            ));
+        }
+        Ok(Target::Copy(Location { offset, len: value.len }))
+    }
+
+    /// Ends what `target` held: unpins a value changed in place (as of the log's last record),
+    /// frees a copy.
+    fn release(&mut self, handle: PoolHandle, target: Target) {
+        match target {
+            Target::InPlace(location) => self.unpin(handle, location),
+            Target::Copy(location) => {
+                if let Some(pool) = self.pools.get_mut(handle) {
+                    pool.store.free_scratch(location.offset, location.len);
+                }
             }
         }
     }
@@ -361,7 +407,7 @@ impl ShardState {
             LinkEvent::Failed { call, reason } => {
                 if let Some(running) = self.take_running(pool, call) {
                     // The link restored what the call had declared before it reported this.
-                    self.unpin(pool, running.target);
+                    self.release(pool, running.target);
                     let failure = match reason {
                         FailReason::Timeout => Failure::new(
                             ErrorCode::AdoTimeout,
@@ -419,7 +465,8 @@ impl ShardState {
     /// answers it.
     fn finish(&mut self, pool: PoolHandle, running: Running, done: Done) {
         let name = self.pools.get(pool).map_or_else(String::new, |pool| pool.name.clone());
-        let outcome = if !done.writes.iter().all(|write| running.target.covers(write)) {
+        let target = running.target.location();
+        let outcome = if !done.writes.iter().all(|write| target.covers(write)) {
             // The host checks this too; a host that did not is not trusted with the pool.
             self.undo(pool, running.id);
             if let Some(calls) = self.calls.get_mut(&pool) {
@@ -436,10 +483,16 @@ impl ShardState {
                 ErrorCode::AdoFailed,
                 format!("pool '{name}': the plugin failed (status {}): {reason}; its writes were undone", done.status),
             ))
+        } else if done.writes.is_empty() {
+            Ok(running.call.wait_lsn)
         } else {
-            self.log_writes(pool, &running, &done).map(|lsn| lsn.max(running.call.wait_lsn))
+            let logged = match running.target {
+                Target::InPlace(_) => self.log_writes(pool, &running, &done),
+                Target::Copy(copy) => self.write_back(pool, &running.call, copy),
+            };
+            logged.map(|lsn| lsn.max(running.call.wait_lsn))
         };
-        self.unpin(pool, running.target);
+        self.release(pool, running.target);
         match outcome {
             Ok(wait_lsn) => {
                 if let Some(completion) = &running.call.completion {
@@ -454,11 +507,26 @@ impl ShardState {
         self.call_ended(pool);
     }
 
-    /// Logs `done`'s writes as one transaction; the LSN the answer waits for (0 if none).
+    /// Puts a successful call's copy back as its key's value; the LSN the answer waits for. A
+    /// put the log cannot take changes nothing: the copy is simply dropped.
+    fn write_back(&mut self, handle: PoolHandle, call: &Call, copy: Location) -> Result<Lsn, Failure> {
+        let pool = self.pools.get(handle).expect("a pool with calls exists");
+        let mut value = vec![0; copy.len as usize];
+        let region = &pool.persisted.as_ref().expect("pools with calls are durable").region;
+        std::os::unix::fs::FileExt::read_exact_at(&**region, &mut value, copy.offset).map_err(|error| {
+            Failure::new(ErrorCode::Internal, format!("pool '{}': cannot read the plugin's copy: {error}", pool.name))
+        })?;
+        self.admit_write(pool.store.put_footprint(call.key.len() as u64, copy.len))?;
+        let now_ns = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
+        let pool = self.pools.get_mut(handle).expect("a pool with calls exists");
+        pool.store.put(&call.key, &value, PutMode::UpdateOnly, now_ns).map_err(|error| store_failure(error, pool))?;
+        self.stats.puts += 1;
+        let lsn = self.log_position(call.sync)?;
+        Ok(if call.sync { lsn } else { 0 })
+    }
+
+    /// Logs `done`'s writes, made in place, as one transaction; the LSN the answer waits for.
     fn log_writes(&mut self, pool: PoolHandle, running: &Running, done: &Done) -> Result<Lsn, Failure> {
-        if done.writes.is_empty() {
-            return Ok(0);
-        }
         let ranges = logged_ranges(&done.writes);
         let bytes = ranges.iter().map(|(_, len)| len).sum();
         if let Err(failure) = self.admit_write(WriteFootprint { bytes, ranges: ranges.len() as u64 }) {
@@ -477,6 +545,12 @@ impl ShardState {
     /// Puts back the before-images of the finished call `id`; false if they are gone.
     fn undo(&mut self, pool: PoolHandle, id: CallId) -> bool {
         self.calls.get_mut(&pool).is_some_and(|calls| calls.link.undo_finished(id))
+    }
+
+    fn pin(&mut self, pool: PoolHandle, target: Location) {
+        if let Some(persisted) = self.pools.get(pool).and_then(|pool| pool.persisted.as_ref()) {
+            persisted.pages.lock().unwrap_or_else(std::sync::PoisonError::into_inner).pin(target.offset, target.len);
+        }
     }
 
     fn unpin(&mut self, pool: PoolHandle, target: Location) {

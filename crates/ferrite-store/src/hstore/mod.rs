@@ -83,7 +83,8 @@ use table::{plan_insert, Image, Move, Overlay, Source, Subtable, MOVES_MAX};
 use crate::memory::MemoryUsage;
 use crate::persistence::PoolMemory;
 use crate::store::{
-    PoolSpec, PutMode, PutOutcome, Store, StoreError, ValueAttributes, WriteFootprint, ENTRY_OVERHEAD_BYTES,
+    PoolSpec, PutMode, PutOutcome, Store, StoreError, ValueAttributes, ValueLocation, WriteFootprint,
+    ENTRY_OVERHEAD_BYTES,
 };
 
 /// Why [`HStore::create`] refused.
@@ -791,12 +792,23 @@ impl<M: PoolMemory> Store for HStore<M> {
         WriteFootprint { bytes: OCCUPANT_BYTES as u64 + 4, ranges: 2 }
     }
 
-    fn value_location(&self, key: &[u8]) -> Option<(u64, u64)> {
-        let value = self.get(key)?;
-        // The value is a slice of the region (inline in its entry or out of line): its place is
-        // its distance from the region's start.
-        let offset = value.as_ptr() as u64 - self.memory.bytes().as_ptr() as u64;
-        Some((offset, value.len() as u64))
+    fn value_location(&self, key: &[u8]) -> Option<ValueLocation> {
+        let (index, _, bucket) = self.locate(key);
+        let subtable = self.subtables[index];
+        let bytes = self.memory.bytes();
+        let occupant = subtable.occupant(bytes, bucket?);
+        let (_, value) = subtable.pair(bytes, bucket?, &occupant)?;
+        // The value is a slice of the region: its place is its distance from the region's start.
+        let offset = value.as_ptr() as u64 - bytes.as_ptr() as u64;
+        Some(ValueLocation { offset, len: value.len() as u64, stable: occupant.value_at().is_some() })
+    }
+
+    fn allocate_scratch(&mut self, len: u64) -> Option<u64> {
+        self.heap.alloc(len)
+    }
+
+    fn free_scratch(&mut self, offset: u64, len: u64) {
+        self.heap.free(offset, len);
     }
 
     fn commit_external_writes(&mut self, ranges: &[(u64, u64)]) {

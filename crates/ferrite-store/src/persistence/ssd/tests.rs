@@ -252,7 +252,12 @@ fn external_writes_are_logged_and_pinned_pages_hold_checkpoints_back() {
     shard.store(id).put(b"counter", &1u64.to_le_bytes(), PutMode::Upsert, 1).expect("room");
     shard.store(id).put(b"other", &[7; 300], PutMode::Upsert, 1).expect("room");
     shard.sync();
-    let (offset, len) = shard.store(id).value_location(b"counter").expect("a located value");
+    shard.store(id).put(b"big", &[9; 100], PutMode::Upsert, 1).expect("room");
+    let big = shard.store(id).value_location(b"big").expect("a located value");
+    assert!(big.stable && big.len == 100, "a value out of line stays where it is: {big:?}");
+    let counter = shard.store(id).value_location(b"counter").expect("a located value");
+    assert!(!counter.stable, "an 8-byte value lives in its entry, which inserts may move");
+    let (offset, len) = (counter.offset, counter.len);
     assert_eq!(len, 8);
     assert_eq!(shard.store(id).value_location(b"missing"), None);
     let write = |shard: &mut Shard, value: u64| {
