@@ -1,9 +1,8 @@
 //! Active Data Objects on a shard: each pool with plugins gets a `ferrite-ado` host process (an
 //! [`AdoLink`]) when its first invocation arrives, and a task that wakes the shard when the host
-//! answers. The calls of one pool run one at a time, in arrival order: the shard submits the next
-//! only once the previous is logged or undone. That is what lets it undo a finished call whose
-//! writes the log cannot take (a full disk), from the call area the host leaves behind, and it
-//! costs little, since a host runs its plugin chain on one thread anyway.
+//! answers. The shard keeps up to [`CALLS_IN_FLIGHT_MAX`] calls of a pool submitted at once, on
+//! distinct keys (calls on one key run in arrival order), so a host takes a batch of calls per
+//! wake-up; it runs them one after another on its thread.
 //!
 //! The shard's side of a call (checks, locks, logging, answers) is in `handler/invoke.rs`.
 
@@ -149,13 +148,17 @@ impl Target {
     }
 }
 
+/// Calls of one pool submitted to its host at once.
+pub(crate) const CALLS_IN_FLIGHT_MAX: usize = 64;
+
 /// One pool's plugin calls.
 #[derive(Debug)]
 pub(crate) struct PoolCalls {
     /// Tells this host from a later one of the same pool (its task serves only this one).
     pub host: u64,
     pub link: AdoLink,
-    pub running: Option<Running>,
+    /// Calls submitted and not yet finished, in submit order.
+    pub running: Vec<Running>,
     pub queue: VecDeque<Call>,
     /// Requests waiting for a key one of these calls holds; woken (to run again) when a call ends.
     pub waiters: Vec<Arc<Completion>>,
@@ -169,7 +172,7 @@ impl PoolCalls {
         PoolCalls {
             host,
             link,
-            running: None,
+            running: Vec::new(),
             queue: VecDeque::new(),
             waiters: Vec::new(),
             call_started: Arc::new(Notify::new()),
@@ -184,7 +187,7 @@ impl PoolCalls {
             let read_lock = call.work_flags & ferrite_plugin::abi::WORK_READ_ONLY != 0;
             !call.key.is_empty() && call.key == key && (writes || !read_lock)
         };
-        self.running.as_ref().is_some_and(|running| held(&running.call)) || self.queue.iter().any(held)
+        self.running.iter().any(|running| held(&running.call)) || self.queue.iter().any(held)
     }
 
     /// Wakes every request waiting for a key, to run again.
@@ -276,6 +279,6 @@ async fn serve_host(
 /// When a pool's task must look again without a wake-up: the link's next deadline or the
 /// recheck, whichever is first.
 pub(crate) fn recheck_at(calls: &PoolCalls, now: Instant) -> Instant {
-    let recheck = now + if calls.running.is_some() { RUNNING_RECHECK } else { IDLE_RECHECK };
+    let recheck = now + if calls.running.is_empty() { IDLE_RECHECK } else { RUNNING_RECHECK };
     calls.link.next_deadline().map_or(recheck, |deadline| deadline.min(recheck))
 }

@@ -9,12 +9,13 @@
 //! Every wait races the shard's shutdown signal, so neither a silent client nor one that stops
 //! reading its responses can hold a stopping shard hostage.
 
+use std::cell::RefCell;
 use std::sync::Arc;
 
 use bytes::BytesMut;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-use tokio::sync::watch;
+use tokio::sync::{watch, Notify};
 
 use crate::completion::Completion;
 use crate::durability::DurableGate;
@@ -40,6 +41,18 @@ pub(crate) enum Next {
     /// Write what is buffered, then wait for this answer (a plugin call's, or a lock's release),
     /// write it, and go on answering the requests already buffered.
     Wait(Arc<Completion>),
+}
+
+/// Most answers a connection may have coming (plugin calls in flight) before it reads no more
+/// requests: a client cannot pile up calls without bound.
+const DEFERRED_MAX: usize = 256;
+
+/// The answers a connection has coming while it goes on answering other requests (native
+/// plugin calls): written as each is ready, whatever the order.
+#[derive(Debug, Default)]
+pub(crate) struct Deferred {
+    pub notify: Arc<Notify>,
+    pub pending: RefCell<Vec<Arc<Completion>>>,
 }
 
 /// How a connection's loop ended.
@@ -89,6 +102,7 @@ pub(crate) async fn drive(
     shutdown: &mut watch::Receiver<bool>,
     buffers: &mut Buffers,
     mut gate: Option<DurableGate>,
+    deferred: &Deferred,
     mut answer: impl FnMut(&mut Buffers) -> (Next, Lsn),
 ) -> std::io::Result<Ended> {
     let mut next = Next::Read;
@@ -97,13 +111,22 @@ pub(crate) async fn drive(
             if buffers.read.capacity() - buffers.read.len() < buffers.read_chunk_bytes / 4 {
                 buffers.read.reserve(buffers.read_chunk_bytes);
             }
+            let waiting = deferred.pending.borrow().len();
             let read = tokio::select! {
                 biased;
                 _ = shutdown.wait_for(|stop| *stop) => return Ok(Ended::ShuttingDown),
-                read = stream.read_buf(&mut buffers.read) => read?,
+                () = deferred.notify.notified(), if waiting > 0 => None,
+                read = stream.read_buf(&mut buffers.read), if waiting < DEFERRED_MAX => Some(read?),
             };
-            if read == 0 {
-                return Ok(Ended::PeerClosed);
+            match read {
+                Some(0) => return Ok(Ended::PeerClosed),
+                Some(_) => {}
+                None => {
+                    if let Some(ended) = send_ready(stream, shutdown, gate.as_mut(), deferred).await? {
+                        return Ok(ended);
+                    }
+                    continue;
+                }
             }
         }
         let wait_lsn;
@@ -127,8 +150,32 @@ pub(crate) async fn drive(
         if matches!(next, Next::Close) {
             return Ok(Ended::Closed);
         }
+        if let Some(ended) = send_ready(stream, shutdown, gate.as_mut(), deferred).await? {
+            return Ok(ended);
+        }
         buffers.shrink_idle();
     }
+}
+
+/// Writes every deferred answer that is ready, once the log is durable as far as they need.
+async fn send_ready(
+    stream: &mut TcpStream,
+    shutdown: &mut watch::Receiver<bool>,
+    gate: Option<&mut DurableGate>,
+    deferred: &Deferred,
+) -> std::io::Result<Option<Ended>> {
+    let mut out = BytesMut::new();
+    let mut wait_lsn = 0;
+    deferred.pending.borrow_mut().retain(|completion| {
+        if !completion.is_done() {
+            return true;
+        }
+        let (response, lsn) = completion.take();
+        out.extend_from_slice(&response);
+        wait_lsn = wait_lsn.max(lsn);
+        false
+    });
+    send(stream, shutdown, gate, wait_lsn, &mut out).await
 }
 
 /// Writes `out` once the log is durable up to `wait_lsn` (0: at once) and clears it; `Some` if

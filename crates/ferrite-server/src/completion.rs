@@ -16,6 +16,9 @@ use tokio::sync::Notify;
 pub(crate) struct Completion {
     done: AtomicBool,
     notify: Notify,
+    /// Also told when this completes: the connection that keeps answering other requests
+    /// meanwhile (a native one: its responses may leave out of order).
+    connection: Option<Arc<Notify>>,
     /// Response frames, already encoded with their request id; empty for a wake-up to retry.
     response: Mutex<BytesMut>,
     /// What must be durable before the response leaves (0: nothing).
@@ -25,6 +28,11 @@ pub(crate) struct Completion {
 impl Completion {
     pub(crate) fn new() -> Arc<Completion> {
         Arc::new(Completion::default())
+    }
+
+    /// A completion that also tells `connection` (if any) when it completes.
+    pub(crate) fn telling(connection: Option<Arc<Notify>>) -> Arc<Completion> {
+        Arc::new(Completion { connection, ..Completion::default() })
     }
 
     /// Completes with `encode`'s frames, to be sent once the log is durable up to `wait_lsn`.
@@ -39,6 +47,9 @@ impl Completion {
     pub(crate) fn wake(&self) {
         self.done.store(true, Ordering::Release);
         self.notify.notify_one();
+        if let Some(connection) = &self.connection {
+            connection.notify_one();
+        }
     }
 
     pub(crate) fn is_done(&self) -> bool {

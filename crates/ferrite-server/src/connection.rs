@@ -4,6 +4,7 @@
 
 use std::cell::RefCell;
 use std::rc::Rc;
+use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::Buf;
@@ -12,7 +13,7 @@ use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tracing::debug;
 
-use crate::buffered::{self, Buffers, Next, WRITE_FLUSH_BYTES};
+use crate::buffered::{self, Buffers, Deferred, Next, WRITE_FLUSH_BYTES};
 use crate::handler::{Flow, ShardState};
 use crate::session::Session;
 
@@ -37,10 +38,14 @@ pub(crate) async fn serve(mut stream: TcpStream, shard: Rc<RefCell<ShardState>>,
     let mut framing = Framing { session: Session::default(), discard: 0, frame_body_max };
     let mut buffers = Buffers::new(READ_CHUNK_BYTES);
     let gate = shard.borrow().durable_gate();
-    let ended = buffered::drive(&mut stream, &mut shutdown, &mut buffers, gate, |buffers| {
+    let deferred = Deferred::default();
+    framing.session.answers = Some(Arc::clone(&deferred.notify));
+    let ended = buffered::drive(&mut stream, &mut shutdown, &mut buffers, gate, &deferred, |buffers| {
         let mut shard = shard.borrow_mut();
         let next = framing.answer_buffered(&mut shard, buffers);
+        shard.submit_calls();
         shard.low_load_poll.answered();
+        deferred.pending.borrow_mut().append(&mut framing.session.deferred);
         (next, std::mem::take(&mut framing.session.wait_lsn))
     })
     .await;

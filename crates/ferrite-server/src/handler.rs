@@ -167,6 +167,8 @@ pub(crate) struct ShardState {
     pub new_hosts: Vec<(PoolHandle, u64)>,
     /// Hosts started so far: numbers them.
     pub hosts_started: u64,
+    /// Pools with calls queued since their host was last given work (see `submit_calls`).
+    pub to_submit: Vec<PoolHandle>,
     pub host_started: Arc<tokio::sync::Notify>,
 }
 
@@ -264,7 +266,11 @@ impl ShardState {
         self.stats.requests += 1;
         let outcome = match Request::decode(header, body) {
             Ok(request) => match self.answer_later(&request, header, session, now_ns) {
-                Some(Ok(Accepted::Later(completion))) => return Flow::Wait { completion, consumed: true },
+                Some(Ok(Accepted::Later(completion))) => {
+                    // A native connection goes on answering; the answer leaves when ready.
+                    session.deferred.push(completion);
+                    return Flow::Continue;
+                }
                 Some(Ok(Accepted::Blocked(completion))) => {
                     // Counted when it runs again.
                     self.stats.requests -= 1;

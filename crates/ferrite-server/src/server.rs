@@ -155,6 +155,7 @@ impl BoundServer {
                 calls: Default::default(),
                 new_hosts: Vec::new(),
                 hosts_started: 0,
+                to_submit: Vec::new(),
                 host_started: Default::default(),
             };
             let resp = resp_listeners.next().map(|(listener, address)| resp::Listener {

@@ -1,9 +1,14 @@
 //! What one client connection holds: whether it said hello, and which pools it has open.
 
+use std::sync::Arc;
+
 use foldhash::HashMap;
+use tokio::sync::Notify;
 
 use ferrite_proto::PoolHandle;
 use ferrite_store::persistence::wal::Lsn;
+
+use crate::completion::Completion;
 
 #[derive(Debug, Default)]
 pub(crate) struct Session {
@@ -13,6 +18,10 @@ pub(crate) struct Session {
     pub wait_lsn: Lsn,
     /// Pools this session opened, with how many times: each open needs its own close.
     open: HashMap<PoolHandle, u32>,
+    /// On a connection whose responses may leave out of order (native): what its answers that
+    /// come later tell, and those answers, taken by the connection after each batch.
+    pub answers: Option<Arc<Notify>>,
+    pub deferred: Vec<Arc<Completion>>,
 }
 
 impl Session {

@@ -178,6 +178,10 @@ pub struct AdoLink {
     counters: LinkCounters,
     /// Events produced outside `poll` (by `restart`), reported by the next `poll`.
     pending: Vec<LinkEvent>,
+    /// Between [`AdoLink::begin_batch`] and [`AdoLink::end_batch`]: messages are queued without
+    /// waking the host, which is woken once at the end (and whether it needs to be).
+    batching: bool,
+    wake_pending: bool,
     raw: Vec<Vec<u8>>,
 }
 
@@ -216,6 +220,8 @@ impl AdoLink {
             last_call: 0,
             counters: LinkCounters::default(),
             pending: Vec::new(),
+            batching: false,
+            wake_pending: false,
             raw: Vec::new(),
         };
         link.spawn()?;
@@ -301,6 +307,30 @@ impl AdoLink {
                 return Err(SubmitError::HostDown);
             }
         }
+        if self.batching {
+            self.wake_pending = true;
+        } else {
+            self.wake_host();
+        }
+        Ok(())
+    }
+
+    /// Starts a batch: the messages sent until [`AdoLink::end_batch`] wake the host once. A
+    /// host on the shard's CPU, woken per message, would run each call as it arrives and take
+    /// the CPU back and forth with the shard; woken once, it takes the batch in one turn.
+    pub fn begin_batch(&mut self) {
+        self.batching = true;
+    }
+
+    /// Ends a batch, waking the host if it sent anything and the host sleeps.
+    pub fn end_batch(&mut self) {
+        self.batching = false;
+        if std::mem::take(&mut self.wake_pending) {
+            self.wake_host();
+        }
+    }
+
+    fn wake_host(&mut self) {
         if self.outbox.consumer_needs_wake() {
             // An eventfd write fails only if the descriptor is broken; the deadline then
             // catches the call.
@@ -308,7 +338,6 @@ impl AdoLink {
                 tracing::warn!("cannot wake the ADO host: {e}");
             }
         }
-        Ok(())
     }
 
     /// The eventfd the host signals: readable when `poll` has messages to report.

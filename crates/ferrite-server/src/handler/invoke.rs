@@ -1,6 +1,6 @@
 //! The shard's side of a plugin call (`invoke_ado`, `invoke_put_ado`): preparing the target value,
-//! holding its key, running the pool's calls one at a time on its host, logging what a finished
-//! call wrote, undoing what it cannot log, and answering.
+//! holding its key, submitting the pool's calls to its host, logging what a finished call wrote,
+//! undoing what it cannot log, and answering.
 //!
 //! Durability, step by step (see `docs/plugins.md`, "Running plugins on a server"):
 //! - A value kept out of line stays where it is while its key is held: the plugin changes it in
@@ -14,7 +14,9 @@
 //!   neither pinning nor undoing.
 //! - A failed call was undone by its host; a crashed or killed one by the link, from the call
 //!   area; a finished one whose record the log refuses after all by the shard, from the same
-//!   area (a copy is simply dropped). In each case nothing was logged.
+//!   area while the host has begun no later call (a copy is simply dropped). In each case
+//!   nothing was logged. If the area has moved on, memory holds a change the log cannot take:
+//!   the shard stops, as for any such write, and the restart recovers what was acknowledged.
 //! - A crash of the server mid-call loses nothing acknowledged: the call's changes were never
 //!   logged, the pages never checkpointed, and recovery rebuilds the pool from the log.
 
@@ -29,7 +31,7 @@ use ferrite_store::persistence::wal::Lsn;
 use ferrite_store::{PutMode, PutOutcome, StoreError, WriteFootprint};
 
 use super::{key_not_found, open_pool, store_failure, Failure, ShardState};
-use crate::ado::{Answer, Call, PoolCalls, Running, Target};
+use crate::ado::{Answer, Call, PoolCalls, Running, Target, CALLS_IN_FLIGHT_MAX};
 use crate::completion::Completion;
 use crate::session::Session;
 
@@ -147,7 +149,7 @@ impl ShardState {
                 work_flags |= flag;
             }
         }
-        let completion = Completion::new();
+        let completion = Completion::telling(session.answers.clone());
         let caller = if invoke.fire_and_forget {
             completion.complete(session.wait_lsn, |out| invoke.answer.success(&[], out));
             None
@@ -233,10 +235,18 @@ impl ShardState {
         }
         let calls = self.calls.get_mut(&pool).expect("the pool's calls exist");
         calls.queue.push_back(call);
-        if calls.running.is_none() {
-            self.start_next(pool);
+        if !self.to_submit.contains(&pool) {
+            self.to_submit.push(pool);
         }
         Ok(())
+    }
+
+    /// Submits the calls queued while the connection answered its batch of requests: the host
+    /// then takes them all in one wake-up.
+    pub(crate) fn submit_calls(&mut self) {
+        for pool in std::mem::take(&mut self.to_submit) {
+            self.start_next(pool);
+        }
     }
 
     /// A host for `pool`'s chain, mapping the pool's memory.
@@ -261,23 +271,37 @@ impl ShardState {
             .map_err(|error| failed(format!("cannot start its plugin host: {error}")))
     }
 
-    /// Starts the next queued call of `pool` if none runs; calls that cannot start are answered
-    /// with their failure.
+    /// Submits queued calls of `pool` while fewer than [`CALLS_IN_FLIGHT_MAX`] run, each the
+    /// first queued on a key no running call holds (calls on one key keep their order); calls
+    /// that cannot start are answered with their failure.
     fn start_next(&mut self, pool: PoolHandle) {
+        let Some(calls) = self.calls.get_mut(&pool) else { return };
+        calls.link.begin_batch();
+        self.submit_queued(pool);
+        if let Some(calls) = self.calls.get_mut(&pool) {
+            calls.link.end_batch();
+        }
+    }
+
+    fn submit_queued(&mut self, pool: PoolHandle) {
         loop {
             let Some(calls) = self.calls.get_mut(&pool) else { return };
-            if calls.running.is_some() {
+            if calls.running.len() >= CALLS_IN_FLIGHT_MAX {
                 return;
             }
-            let Some(call) = calls.queue.pop_front() else {
-                self.stop_idle_host(pool);
+            let running_on =
+                |key: &[u8]| !key.is_empty() && calls.running.iter().any(|running| running.call.key == key);
+            let Some(next) = calls.queue.iter().position(|call| !running_on(&call.key)) else {
+                if calls.queue.is_empty() && calls.running.is_empty() {
+                    self.stop_idle_host(pool);
+                }
                 return;
             };
+            let call = calls.queue.remove(next).expect("the position is in the queue");
             match self.begin(pool, &call) {
                 Ok((id, target)) => {
                     let calls = self.calls.get_mut(&pool).expect("the pool's calls exist");
-                    calls.running = Some(Running { id, call, target });
-                    return;
+                    calls.running.push(Running { id, call, target });
                 }
                 Err(failure) => self.answer_failure(&call, failure),
             }
@@ -454,11 +478,8 @@ impl ShardState {
 
     fn take_running(&mut self, pool: PoolHandle, id: CallId) -> Option<Running> {
         let calls = self.calls.get_mut(&pool)?;
-        if calls.running.as_ref().is_some_and(|running| running.id == id) {
-            calls.running.take()
-        } else {
-            None
-        }
+        let at = calls.running.iter().position(|running| running.id == id)?;
+        Some(calls.running.remove(at))
     }
 
     /// Logs a finished call's writes (or undoes them if it failed or they cannot be logged), and
@@ -587,7 +608,7 @@ impl ShardState {
     /// Stops `pool`'s host once no session has the pool open and no call is left.
     pub(crate) fn stop_idle_host(&mut self, pool: PoolHandle) {
         let open = self.pools.get(pool).is_some_and(|pool| pool.open_count > 0);
-        let busy = self.calls.get(&pool).is_some_and(|calls| calls.running.is_some() || !calls.queue.is_empty());
+        let busy = self.calls.get(&pool).is_some_and(|calls| !calls.running.is_empty() || !calls.queue.is_empty());
         if !open && !busy {
             // Dropping the link stops its host; the pool's task sees it gone and ends.
             self.calls.remove(&pool);

@@ -44,6 +44,7 @@ fn durable_shard(tag: &str) -> (ShardState, std::path::PathBuf) {
         calls: Default::default(),
         new_hosts: Vec::new(),
         hosts_started: 0,
+        to_submit: Vec::new(),
         host_started: Default::default(),
     };
     (state, dir)

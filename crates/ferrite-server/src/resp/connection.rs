@@ -18,7 +18,7 @@ use tracing::debug;
 use super::commands::{self, Client};
 use super::parser::{Parsed, Parser};
 use super::{reply, Settings};
-use crate::buffered::{self, Buffers, Ended, Next, WRITE_FLUSH_BYTES};
+use crate::buffered::{self, Buffers, Deferred, Ended, Next, WRITE_FLUSH_BYTES};
 use crate::handler::{Flow, ShardState};
 use crate::session::Session;
 
@@ -70,9 +70,13 @@ pub(crate) async fn serve(
     let mut connection = Connection { parser: Parser::new(settings.limits), client: Client::new(session, pool, id) };
     let mut buffers = Buffers::new(READ_CHUNK_BYTES);
     let gate = shard.borrow().durable_gate();
-    let ended = buffered::drive(&mut stream, &mut shutdown, &mut buffers, gate, |buffers| {
+    // RESP replies leave in order: a plugin call's is waited for in line (`Next::Wait`), never
+    // deferred past later commands.
+    let in_order = Deferred::default();
+    let ended = buffered::drive(&mut stream, &mut shutdown, &mut buffers, gate, &in_order, |buffers| {
         let mut shard = shard.borrow_mut();
         let next = connection.answer_buffered(&mut shard, &settings, buffers);
+        shard.submit_calls();
         shard.low_load_poll.answered();
         (next, std::mem::take(&mut connection.client.session.wait_lsn))
     })
