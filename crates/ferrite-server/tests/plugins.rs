@@ -375,3 +375,21 @@ fn a_calls_write_lands_on_its_own_value_while_the_table_changes() {
         }
     }
 }
+
+/// With `[ado] check_writes`, a plugin's write it did not declare is reported in the server's
+/// log, naming the pool; without it, nothing checks (and nothing is reported).
+#[test]
+fn the_checking_mode_reports_undeclared_writes() {
+    let server = server_with_limits(10_000).append_config("check_writes = true").start();
+    let (_session, pool) = open(&server, "checked", &["faulty"]);
+    pool.invoke(b"v", b"ok", created(100)).expect("create");
+    pool.invoke(b"v", b"undeclared", InvokeOptions::default()).expect("the call itself succeeds");
+    let report = common::wait_until("the report in the log", Duration::from_secs(10), || {
+        server
+            .stderr()
+            .lines()
+            .find(|line| line.contains("a plugin wrote pool memory it had not declared"))
+            .map(String::from)
+    });
+    assert!(report.contains("checked"), "the report names the pool: {report}");
+}
