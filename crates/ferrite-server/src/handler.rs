@@ -624,6 +624,16 @@ impl ShardState {
                 format!("pool '{name}' is open ({open_count} open handle(s)); close it everywhere before deleting"),
             ));
         }
+        // Calls of clients that went away may still run: they end before the pool does.
+        let calls = self.calls.get(&handle).map_or(0, |calls| calls.running.len() + calls.queue.len());
+        if calls > 0 {
+            return Err(Failure::new(
+                ErrorCode::PoolInUse,
+                format!("pool '{name}' has {calls} plugin call(s) in progress; delete it once they end"),
+            ));
+        }
+        // Its idle host, if any, stops with its link.
+        self.calls.remove(&handle);
         self.pools.remove(handle).map_err(|error| log_failure(self.index, &error))?;
         self.logged(true, session)?;
         Ok(Response::PoolDeleted)

@@ -393,3 +393,25 @@ fn the_checking_mode_reports_undeclared_writes() {
     });
     assert!(report.contains("checked"), "the report names the pool: {report}");
 }
+
+/// A pool whose caller went away while its plugin call runs cannot be deleted until the call
+/// ends; then it can, and its host stops.
+#[test]
+fn a_pool_is_deleted_only_once_its_calls_end() {
+    let server = server_with_limits(10_000).start();
+    let session = Session::connect(&server.addr_string()).expect("connect");
+    {
+        let caller = Session::connect(&server.addr_string()).expect("connect the caller");
+        let pool = caller.create_pool("doomed", chain(&["faulty"])).expect("create");
+        pool.invoke(b"k", b"ok", created(8)).expect("create k");
+        // Fire and forget: the call runs on (300 ms) after its caller has closed and gone.
+        let forget = InvokeOptions { fire_and_forget: true, ..InvokeOptions::default() };
+        pool.invoke(b"k", b"slow-bump", forget).expect("accepted");
+        pool.close().expect("close");
+    }
+    let refused = session.delete_pool("doomed").expect_err("the call is still running");
+    assert_eq!(refused.code(), Some(ErrorCode::PoolInUse), "{refused}");
+    assert!(refused.to_string().contains("plugin call"), "{refused}");
+    common::wait_until("the delete", Duration::from_secs(10), || session.delete_pool("doomed").ok());
+    assert!(session.open_pool("doomed").is_err(), "the pool is gone");
+}
