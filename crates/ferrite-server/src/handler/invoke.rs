@@ -132,9 +132,12 @@ impl ShardState {
             ));
         }
         let sync = !pool.async_default;
-        // A call queues behind the calls on its key whatever its lock: the host runs one at a time.
-        if let Some(waiting) = self.wait_for_key(invoke.pool, invoke.key, true) {
-            return Ok(Accepted::Blocked(waiting));
+        // A call on a held key queues behind the calls holding it, which keeps their order; one
+        // that must store its value first (`invoke_put_ado`) waits for them, as a put would.
+        if invoke.value.is_some() {
+            if let Some(waiting) = self.wait_for_key(invoke.pool, invoke.key, true) {
+                return Ok(Accepted::Blocked(waiting));
+            }
         }
         // The call reads the pool's state: its answer waits for what it read to be durable.
         self.reading(session);
