@@ -16,7 +16,7 @@ run: build
 ## host) and the shipped plugins, which the server finds beside itself (libferrite_plugin_NAME.so)
 build:
 	$(CARGO) build --release -p ferrite-server -p ferrite-cli -p ferrite-ado \
-		-p ferrite-plugin-passthru -p ferrite-plugin-counter -p ferrite-plugin-faulty \
+		-p ferrite-plugin-passthru -p ferrite-plugin-counter -p ferrite-plugin-faulty -p ferrite-plugin-filter \
 		-p ferrite-plugin-tabulator
 
 ## test: install what the tests need, check formatting and lints, run every test suite

@@ -415,3 +415,31 @@ fn a_pool_is_deleted_only_once_its_calls_end() {
     common::wait_until("the delete", Duration::from_secs(10), || session.delete_pool("doomed").ok());
     assert!(session.open_pool("doomed").is_err(), "the pool is gone");
 }
+
+/// `filter` walks the pool next to the data (the shard's `iterate` callback) and answers only
+/// the keys whose values match: exactly those a client-side scan of every value would find.
+#[test]
+fn filter_answers_only_the_matching_keys() {
+    let server = server_with_limits(10_000).start();
+    let (_session, pool) = open(&server, "fruit", &["filter"]);
+    let mut expected = Vec::new();
+    for i in 0..500u32 {
+        let key = format!("item-{i:04}");
+        // Every seventh value is "red"; values of 16 and of 200 bytes (in the entry and out of line).
+        let colour = if i % 7 == 0 { "red" } else { "green" };
+        let value = if i % 2 == 0 { format!("{colour} {i:08}") } else { format!("{colour} {}", "x".repeat(190)) };
+        pool.put(key.as_bytes(), value.as_bytes()).expect("put");
+        if i % 7 == 0 {
+            expected.push(key);
+        }
+    }
+    let answer = pool.invoke_pool(b"starts-with red", InvokeOptions::default()).expect("filter");
+    let mut found: Vec<String> = answer
+        .iter()
+        .flat_map(|buffer| String::from_utf8_lossy(&buffer.data).lines().map(str::to_owned).collect::<Vec<_>>())
+        .collect();
+    found.sort();
+    assert_eq!(found, expected);
+    let keyed = pool.invoke(b"item-0000", b"starts-with red", InvokeOptions::default()).expect_err("keyed");
+    assert_eq!(keyed.code(), Some(ErrorCode::AdoFailed), "{keyed}");
+}

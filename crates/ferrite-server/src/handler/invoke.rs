@@ -23,7 +23,9 @@
 use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-use ferrite_ado::message::{CallId, CallbackReply, CallbackRequest, CallbackResult, Done, Invocation, Location};
+use ferrite_ado::message::{
+    CallId, CallbackReply, CallbackRequest, CallbackResult, Done, Invocation, Location, PairRecord,
+};
 use ferrite_ado::{AdoLink, FailReason, LinkEvent};
 use ferrite_plugin::abi;
 use ferrite_proto::{ErrorCode, InvokeFlags, Opcode, PoolHandle, Request};
@@ -618,8 +620,9 @@ impl ShardState {
         }
     }
 
-    /// Carries out a plugin's callback. Only `pool_info` is offered yet; the others answer
-    /// `FERRITE_ERR_UNSUPPORTED`, which the SDK reports to the plugin as an error.
+    /// Carries out a plugin's callback: `pool_info`, `iterate` and the reference vector (the
+    /// read-only ones). The others answer `FERRITE_ERR_UNSUPPORTED`, which the SDK reports to the
+    /// plugin as an error.
     fn callback(&self, handle: PoolHandle, request: &CallbackRequest) -> CallbackReply {
         let Some(pool) = self.pools.get(handle) else {
             return CallbackReply { status: abi::ERR_FAILED, result: CallbackResult::Nothing };
@@ -635,9 +638,64 @@ impl ShardState {
                     region_bytes: pool.persisted.as_ref().map_or(0, |p| p.descriptor.region_bytes),
                 }),
             },
+            CallbackRequest::Iterate { since_ns, until_ns } => pairs_reply(pool, *since_ns, *until_ns, None),
+            CallbackRequest::ReferenceVector { since_ns, until_ns, max } => {
+                pairs_reply(pool, *since_ns, *until_ns, Some(usize::try_from(*max).unwrap_or(usize::MAX)))
+            }
             _ => CallbackReply { status: abi::ERR_UNSUPPORTED, result: CallbackResult::Nothing },
         }
     }
+}
+
+/// Bytes of pairs one `iterate` or reference-vector reply carries at most: it crosses the ring
+/// to the host as one message. An `iterate` over more is refused (`FERRITE_ERR_NO_SPACE`); a
+/// reference vector stops there, as at its `max`.
+const PAIRS_REPLY_BYTES_MAX: usize = 1 << 20;
+
+/// Bytes a pair costs in a reply besides its key: its value's place and its write time.
+const PAIR_RECORD_BYTES: usize = 32;
+
+/// Home buckets walked per step while collecting pairs.
+const PAIRS_SCAN_STEP: u64 = 1024;
+
+/// The pairs of `pool` written within `since_ns..=until_ns`, with their values' places, for a
+/// plugin to read (not locked: other clients may change them meanwhile). `max`: a reference
+/// vector's limit; `None` for `iterate`, which wants them all.
+fn pairs_reply(pool: &crate::pools::Pool, since_ns: u64, until_ns: u64, max: Option<usize>) -> CallbackReply {
+    let store = pool.store.as_ref();
+    let limit = max.unwrap_or(usize::MAX);
+    let mut records = Vec::new();
+    let mut bytes = 0;
+    let mut full = false;
+    let mut cursor = 0;
+    loop {
+        cursor = store.scan(cursor, PAIRS_SCAN_STEP, &mut |key| {
+            if full || records.len() >= limit {
+                return;
+            }
+            let (Some(value), Some(attributes)) = (store.value_location(key), store.attributes(key)) else { return };
+            if !(since_ns..=until_ns).contains(&attributes.write_time_ns) {
+                return;
+            }
+            bytes += key.len() + PAIR_RECORD_BYTES;
+            if bytes > PAIRS_REPLY_BYTES_MAX {
+                full = true;
+                return;
+            }
+            records.push(PairRecord {
+                key: key.to_vec(),
+                value: Location { offset: value.offset, len: value.len },
+                write_time_ns: attributes.write_time_ns,
+            });
+        });
+        if cursor == 0 || full || records.len() >= limit {
+            break;
+        }
+    }
+    if full && max.is_none() {
+        return CallbackReply { status: abi::ERR_NO_SPACE, result: CallbackResult::Nothing };
+    }
+    CallbackReply { status: abi::OK, result: CallbackResult::Pairs(records) }
 }
 
 /// The ranges to log for a call's declared writes: as declared (merged by the log) if there are
