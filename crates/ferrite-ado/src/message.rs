@@ -79,15 +79,18 @@ pub enum CallbackRequest {
     FreeMemory {
         memory: Location,
     },
-    /// Every pair written in `since_ns..=until_ns`, answered with `Pairs`.
+    /// The pairs written in `since_ns..=until_ns`, a page at a time from `cursor` (0 to start),
+    /// answered with `Pairs`: the shard walks a bounded part of the pool per request.
     Iterate {
         since_ns: u64,
         until_ns: u64,
+        cursor: u64,
     },
     ReferenceVector {
         since_ns: u64,
         until_ns: u64,
         max: u64,
+        cursor: u64,
     },
     FindKey {
         expression: Vec<u8>,
@@ -109,8 +112,11 @@ pub enum CallbackResult {
     Pair(PairRecord),
     /// allocate_memory.
     Memory(Location),
-    /// iterate, get_reference_vector.
-    Pairs(Vec<PairRecord>),
+    /// iterate, get_reference_vector: a page of pairs, and the cursor of the next (0: none).
+    Pairs {
+        pairs: Vec<PairRecord>,
+        next: u64,
+    },
     /// find_key: the key found and the position to resume after it.
     Found {
         key: Vec<u8>,
@@ -225,9 +231,11 @@ impl CallbackRequest {
             CallbackRequest::ResizeValue { key, new_len } => w.u8(4).bytes(key).u64(*new_len),
             CallbackRequest::AllocateMemory { len, align } => w.u8(5).u64(*len).u64(*align),
             CallbackRequest::FreeMemory { memory } => w.u8(6).u64(memory.offset).u64(memory.len),
-            CallbackRequest::Iterate { since_ns, until_ns } => w.u8(7).u64(*since_ns).u64(*until_ns),
-            CallbackRequest::ReferenceVector { since_ns, until_ns, max } => {
-                w.u8(8).u64(*since_ns).u64(*until_ns).u64(*max)
+            CallbackRequest::Iterate { since_ns, until_ns, cursor } => {
+                w.u8(7).u64(*since_ns).u64(*until_ns).u64(*cursor)
+            }
+            CallbackRequest::ReferenceVector { since_ns, until_ns, max, cursor } => {
+                w.u8(8).u64(*since_ns).u64(*until_ns).u64(*max).u64(*cursor)
             }
             CallbackRequest::FindKey { expression, position } => w.u8(9).bytes(expression).u64(*position),
             CallbackRequest::PoolInfo => w.u8(10),
@@ -243,8 +251,13 @@ impl CallbackRequest {
             4 => CallbackRequest::ResizeValue { key: r.bytes()?, new_len: r.u64()? },
             5 => CallbackRequest::AllocateMemory { len: r.u64()?, align: r.u64()? },
             6 => CallbackRequest::FreeMemory { memory: get_location(r)? },
-            7 => CallbackRequest::Iterate { since_ns: r.u64()?, until_ns: r.u64()? },
-            8 => CallbackRequest::ReferenceVector { since_ns: r.u64()?, until_ns: r.u64()?, max: r.u64()? },
+            7 => CallbackRequest::Iterate { since_ns: r.u64()?, until_ns: r.u64()?, cursor: r.u64()? },
+            8 => CallbackRequest::ReferenceVector {
+                since_ns: r.u64()?,
+                until_ns: r.u64()?,
+                max: r.u64()?,
+                cursor: r.u64()?,
+            },
             9 => CallbackRequest::FindKey { expression: r.bytes()?, position: r.u64()? },
             10 => CallbackRequest::PoolInfo,
             11 => CallbackRequest::Unlock { key: r.bytes()? },
@@ -267,8 +280,8 @@ impl CallbackResult {
                 w.u8(2);
                 put_location(w, memory);
             }
-            CallbackResult::Pairs(pairs) => {
-                w.u8(3).u32(pairs.len() as u32);
+            CallbackResult::Pairs { pairs, next } => {
+                w.u8(3).u64(*next).u32(pairs.len() as u32);
                 for pair in pairs {
                     put_pair(w, pair);
                 }
@@ -293,8 +306,10 @@ impl CallbackResult {
             1 => CallbackResult::Pair(get_pair(r)?),
             2 => CallbackResult::Memory(get_location(r)?),
             3 => {
+                let next = r.u64()?;
                 let count = r.count(PAIR_BYTES_MIN)?;
-                CallbackResult::Pairs((0..count).map(|_| get_pair(r)).collect::<Result<_, _>>()?)
+                let pairs = (0..count).map(|_| get_pair(r)).collect::<Result<_, _>>()?;
+                CallbackResult::Pairs { pairs, next }
             }
             4 => CallbackResult::Found { key: r.bytes()?, position: r.u64()? },
             5 => CallbackResult::PoolInfo(PoolInfo {
@@ -431,11 +446,14 @@ mod tests {
                 call: CallId(7),
                 reply: CallbackReply {
                     status: -3,
-                    result: CallbackResult::Pairs(vec![PairRecord {
-                        key: b"k".to_vec(),
-                        value: Location { offset: 1, len: 2 },
-                        write_time_ns: 5,
-                    }]),
+                    result: CallbackResult::Pairs {
+                        pairs: vec![PairRecord {
+                            key: b"k".to_vec(),
+                            value: Location { offset: 1, len: 2 },
+                            write_time_ns: 5,
+                        }],
+                        next: 9,
+                    },
                 },
             },
             ToHost::CallbackReply {

@@ -443,3 +443,31 @@ fn filter_answers_only_the_matching_keys() {
     let keyed = pool.invoke(b"item-0000", b"starts-with red", InvokeOptions::default()).expect_err("keyed");
     assert_eq!(keyed.code(), Some(ErrorCode::AdoFailed), "{keyed}");
 }
+
+/// A pool whose pairs take more than one page of the shard's walk (1 MiB) is filtered whole: the
+/// host asks page after page.
+#[test]
+fn filter_walks_a_pool_larger_than_one_page() {
+    let server = server_with_limits(10_000).start();
+    let session = Session::connect(&server.addr_string()).expect("connect");
+    let options = PoolOptions {
+        durability: ferrite_client::Durability::Async,
+        size_bytes: 16 << 20,
+        expected_objects: 8000,
+        ..chain(&["filter"])
+    };
+    let pool = session.create_pool("long-keys", options).expect("create");
+    // 6,000 keys of 200 bytes: about 1.4 MB of pairs, two pages.
+    let key = |i: u32| format!("{i:0200}");
+    for i in 0..6000u32 {
+        pool.put(key(i).as_bytes(), (u64::from(i)).to_le_bytes()).expect("put");
+    }
+    // Half the keys match: they lie on every page.
+    let answer = pool.invoke_pool(b"u64-at-least 3000", InvokeOptions::default()).expect("filter");
+    let mut found: Vec<String> = answer
+        .iter()
+        .flat_map(|buffer| String::from_utf8_lossy(&buffer.data).lines().map(str::to_owned).collect::<Vec<_>>())
+        .collect();
+    found.sort();
+    assert_eq!(found, (3000..6000).map(key).collect::<Vec<_>>());
+}

@@ -10,8 +10,8 @@
 //! The answer is the matching keys, one per line (`\n`-separated, a key per line), in buffers
 //! of at most 64 KiB: a key containing a newline is answered on its own in a buffer of its own.
 //! Pairs are read as they are (not locked): a value another client changes during the walk is
-//! seen before or after the change. A pool too large for one walk answers
-//! `FERRITE_ERR_NO_SPACE` (see `docs/plugins.md`).
+//! seen before or after the change, and a key may come twice if the table grows meanwhile (see
+//! `docs/plugins.md`).
 
 use std::ops::ControlFlow;
 

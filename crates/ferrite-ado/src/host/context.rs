@@ -89,11 +89,26 @@ impl HostContext {
         }
     }
 
-    /// A round trip whose answer is a list of pairs (iterate, reference vector).
-    fn pairs_call(&mut self, request: CallbackRequest) -> Result<Vec<Pair>, c_int> {
-        match self.round_trip(request)?.result {
-            CallbackResult::Pairs(records) => records.into_iter().map(|record| self.lend_pair(record, false)).collect(),
-            _ => Err(abi::ERR_INVALID),
+    /// The pairs written in `since_ns..=until_ns`, up to `max`, asked of the shard a page at a
+    /// time (each round trip walks a bounded part of the pool).
+    fn pairs_call(&mut self, since_ns: u64, until_ns: u64, max: Option<u64>) -> Result<Vec<Pair>, c_int> {
+        let mut pairs = Vec::new();
+        let mut cursor = 0;
+        loop {
+            let request = match max {
+                None => CallbackRequest::Iterate { since_ns, until_ns, cursor },
+                Some(max) => CallbackRequest::ReferenceVector { since_ns, until_ns, max, cursor },
+            };
+            let CallbackResult::Pairs { pairs: page, next } = self.round_trip(request)?.result else {
+                return Err(abi::ERR_INVALID);
+            };
+            for record in page {
+                pairs.push(self.lend_pair(record, false)?);
+            }
+            if next == 0 || max.is_some_and(|max| pairs.len() as u64 >= max) {
+                return Ok(pairs);
+            }
+            cursor = next;
         }
     }
 }
@@ -171,11 +186,11 @@ impl PluginHost for HostContext {
     }
 
     fn iterate(&mut self, since_ns: u64, until_ns: u64) -> Result<Vec<Pair>, c_int> {
-        self.pairs_call(CallbackRequest::Iterate { since_ns, until_ns })
+        self.pairs_call(since_ns, until_ns, None)
     }
 
     fn reference_vector(&mut self, since_ns: u64, until_ns: u64, max: usize) -> Result<&[Pair], c_int> {
-        let mut found = self.pairs_call(CallbackRequest::ReferenceVector { since_ns, until_ns, max: max as u64 })?;
+        let mut found = self.pairs_call(since_ns, until_ns, Some(max as u64))?;
         found.truncate(max);
         Ok(self.call()?.lend_pairs(found))
     }

@@ -638,64 +638,65 @@ impl ShardState {
                     region_bytes: pool.persisted.as_ref().map_or(0, |p| p.descriptor.region_bytes),
                 }),
             },
-            CallbackRequest::Iterate { since_ns, until_ns } => pairs_reply(pool, *since_ns, *until_ns, None),
-            CallbackRequest::ReferenceVector { since_ns, until_ns, max } => {
-                pairs_reply(pool, *since_ns, *until_ns, Some(usize::try_from(*max).unwrap_or(usize::MAX)))
+            CallbackRequest::Iterate { since_ns, until_ns, cursor } => {
+                pairs_page(pool, *since_ns..=*until_ns, usize::MAX, *cursor)
+            }
+            CallbackRequest::ReferenceVector { since_ns, until_ns, max, cursor } => {
+                pairs_page(pool, *since_ns..=*until_ns, usize::try_from(*max).unwrap_or(usize::MAX), *cursor)
             }
             _ => CallbackReply { status: abi::ERR_UNSUPPORTED, result: CallbackResult::Nothing },
         }
     }
 }
 
-/// Bytes of pairs one `iterate` or reference-vector reply carries at most: it crosses the ring
-/// to the host as one message. An `iterate` over more is refused (`FERRITE_ERR_NO_SPACE`); a
-/// reference vector stops there, as at its `max`.
-const PAIRS_REPLY_BYTES_MAX: usize = 1 << 20;
+/// Bytes of pairs after which a page of `iterate` or a reference vector ends (at the next step):
+/// a page crosses the ring to the host as one message, and is walked in one turn of the shard.
+const PAIRS_PAGE_BYTES: usize = 1 << 20;
 
-/// Bytes a pair costs in a reply besides its key: its value's place and its write time.
+/// Bytes a page may not pass, whatever its last step found (a step of long keys): well under a
+/// ring message. A step that would pass it fails the walk with `FERRITE_ERR_NO_SPACE`.
+const PAIRS_PAGE_BYTES_MAX: usize = 3 << 20;
+
+/// Bytes a pair costs in a page besides its key: its value's place and its write time.
 const PAIR_RECORD_BYTES: usize = 32;
 
-/// Home buckets walked per step while collecting pairs.
-const PAIRS_SCAN_STEP: u64 = 1024;
+/// Home buckets walked per step while collecting a page: a page ends only between steps, so the
+/// next one resumes exactly where it left off.
+const PAIRS_SCAN_STEP: u64 = 64;
 
-/// The pairs of `pool` written within `since_ns..=until_ns`, with their values' places, for a
-/// plugin to read (not locked: other clients may change them meanwhile). `max`: a reference
-/// vector's limit; `None` for `iterate`, which wants them all.
-fn pairs_reply(pool: &crate::pools::Pool, since_ns: u64, until_ns: u64, max: Option<usize>) -> CallbackReply {
+/// A page of the pairs of `pool` written within `written`, from the scan `cursor` (0 to start),
+/// with their values' places, for a plugin to read: not locked, so another client may change them
+/// meanwhile, and a key may come twice if the table grows between pages. The page ends after
+/// `max` pairs or about [`PAIRS_PAGE_BYTES`]; its `next` cursor is 0 at the end of the pool.
+fn pairs_page(
+    pool: &crate::pools::Pool,
+    written: std::ops::RangeInclusive<u64>,
+    max: usize,
+    cursor: u64,
+) -> CallbackReply {
     let store = pool.store.as_ref();
-    let limit = max.unwrap_or(usize::MAX);
-    let mut records = Vec::new();
+    let mut pairs = Vec::new();
     let mut bytes = 0;
-    let mut full = false;
-    let mut cursor = 0;
+    let mut next = cursor;
     loop {
-        cursor = store.scan(cursor, PAIRS_SCAN_STEP, &mut |key| {
-            if full || records.len() >= limit {
-                return;
-            }
+        next = store.scan(next, PAIRS_SCAN_STEP, &mut |key| {
             let (Some(value), Some(attributes)) = (store.value_location(key), store.attributes(key)) else { return };
-            if !(since_ns..=until_ns).contains(&attributes.write_time_ns) {
-                return;
+            if written.contains(&attributes.write_time_ns) {
+                bytes += key.len() + PAIR_RECORD_BYTES;
+                pairs.push(PairRecord {
+                    key: key.to_vec(),
+                    value: Location { offset: value.offset, len: value.len },
+                    write_time_ns: attributes.write_time_ns,
+                });
             }
-            bytes += key.len() + PAIR_RECORD_BYTES;
-            if bytes > PAIRS_REPLY_BYTES_MAX {
-                full = true;
-                return;
-            }
-            records.push(PairRecord {
-                key: key.to_vec(),
-                value: Location { offset: value.offset, len: value.len },
-                write_time_ns: attributes.write_time_ns,
-            });
         });
-        if cursor == 0 || full || records.len() >= limit {
-            break;
+        if bytes > PAIRS_PAGE_BYTES_MAX {
+            return CallbackReply { status: abi::ERR_NO_SPACE, result: CallbackResult::Nothing };
+        }
+        if next == 0 || bytes >= PAIRS_PAGE_BYTES || pairs.len() >= max {
+            return CallbackReply { status: abi::OK, result: CallbackResult::Pairs { pairs, next } };
         }
     }
-    if full && max.is_none() {
-        return CallbackReply { status: abi::ERR_NO_SPACE, result: CallbackResult::Nothing };
-    }
-    CallbackReply { status: abi::OK, result: CallbackResult::Pairs(records) }
 }
 
 /// The ranges to log for a call's declared writes: as declared (merged by the log) if there are
