@@ -8,6 +8,7 @@ best of three runs. Prints one line: keys, bytes and milliseconds of each.
 Run from the repository root after `make build`: `.venv/bin/python bench/filter_vs_scan.py`
 (the venv is the one `make test` installs).
 """
+import atexit
 import re
 import subprocess
 import tempfile
@@ -20,6 +21,7 @@ cfg += '\n[resp]\nenabled = true\nport = 0\nplugins = ["filter"]\n'
 open(d + "/c.toml", "w").write(cfg)
 p = subprocess.Popen(["taskset", "-c", "0", "target/release/ferrite-server", "--config", d + "/c.toml", "--listen", "127.0.0.1:0",
                       "--data-dir", d + "/data", "--log-level", "warn"], stdout=subprocess.PIPE, text=True)
+atexit.register(p.kill)  # stopped by its own pid whatever happens below
 port = None
 for line in p.stdout:
     m = re.search(r"resp 127\.0\.0\.1:(\d+)", line)
