@@ -106,6 +106,9 @@ impl Answer {
 #[derive(Debug)]
 pub(crate) struct Call {
     pub answer: Answer,
+    /// A signal's: the answer of the request it signals, sent once the chain has handled it
+    /// (whatever the chain answers or whether it fails).
+    pub held: Option<BytesMut>,
     /// Empty for an invocation of the pool itself.
     pub key: Vec<u8>,
     pub payload: Vec<u8>,

@@ -53,7 +53,7 @@ pub struct Config {
 
 /// The `[ado]` table: limits of the `ferrite-ado` host processes that run pools' plugins. Every
 /// key is optional.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct AdoConfig {
     /// A plugin call that runs longer gets its host killed, its writes undone and `ado_timeout`.
@@ -66,11 +66,31 @@ pub struct AdoConfig {
     /// Checking mode: each call's host compares the whole pool before and after the call and
     /// logs writes the plugin did not declare. Costs a copy of the pool per call: for tests.
     pub check_writes: bool,
+    /// Which native puts, gets and erases on pools with plugins are signalled to their chain
+    /// (MCAS's ADO signals): any of `post-put`, `post-get`, `post-erase`. The request's answer
+    /// waits until the chain has handled the signal.
+    pub signals: Vec<String>,
+}
+
+/// The signals `[ado] signals` may name.
+pub const SIGNALS: [&str; 3] = ["post-put", "post-get", "post-erase"];
+
+impl AdoConfig {
+    /// Whether `[ado] signals` names `signal`.
+    pub fn signals(&self, signal: &str) -> bool {
+        self.signals.iter().any(|name| name == signal)
+    }
 }
 
 impl Default for AdoConfig {
     fn default() -> Self {
-        AdoConfig { call_timeout_ms: 10_000, memory_limit_bytes: 1 << 30, spin_us: 0, check_writes: false }
+        AdoConfig {
+            call_timeout_ms: 10_000,
+            memory_limit_bytes: 1 << 30,
+            spin_us: 0,
+            check_writes: false,
+            signals: Vec::new(),
+        }
     }
 }
 
@@ -377,6 +397,9 @@ impl Config {
         if let Some(pair) = ports.windows(2).find(|pair| pair[0] == pair[1]) {
             return invalid(format!("two shards are configured on port {}", pair[0]));
         }
+        if let Some(unknown) = self.ado.signals.iter().find(|name| !SIGNALS.contains(&name.as_str())) {
+            return invalid(format!("ado.signals: unknown signal {unknown:?}; expected any of {SIGNALS:?}"));
+        }
         if self.ado.call_timeout_ms == 0 {
             return invalid("ado.call_timeout_ms must be greater than zero".into());
         }
@@ -613,6 +636,12 @@ mod tests {
         let zero = format!("{DEFAULT_CONFIG_TOML}\n[ado]\ncall_timeout_ms = 0\n");
         let error = Config::from_toml(&zero, "test.toml").expect_err("no deadline").to_string();
         assert!(error.contains("ado.call_timeout_ms"), "{error}");
+        let signals = format!("{DEFAULT_CONFIG_TOML}\n[ado]\nsignals = [\"post-put\", \"post-erase\"]\n");
+        let config = Config::from_toml(&signals, "test.toml").expect("signals");
+        assert!(config.ado.signals("post-put") && config.ado.signals("post-erase") && !config.ado.signals("post-get"));
+        let bad = format!("{DEFAULT_CONFIG_TOML}\n[ado]\nsignals = [\"pre-put\"]\n");
+        let error = Config::from_toml(&bad, "test.toml").expect_err("unknown signal").to_string();
+        assert!(error.contains("pre-put"), "{error}");
         let unknown = format!("{DEFAULT_CONFIG_TOML}\n[ado]\ntimeout = 5\n");
         let error = Config::from_toml(&unknown, "test.toml").expect_err("unknown key").to_string();
         assert!(error.contains("timeout"), "{error}");

@@ -277,7 +277,10 @@ impl ShardState {
                     return Flow::Wait { completion, consumed: false };
                 }
                 Some(Err(failure)) => Err(failure),
-                None => self.execute(request, session, now_ns),
+                None => match self.signal_of(&request, session) {
+                    Some(signal) => return self.answer_signalled(signal, request, header, session, now_ns, out),
+                    None => self.execute(request, session, now_ns),
+                },
             },
             // Before the handshake we do not know the peer speaks our protocol at all.
             Err(error) if !session.handshaken => Err(Failure { close: true, ..Failure::from(error) }),
@@ -297,6 +300,47 @@ impl ShardState {
                     Flow::Continue
                 }
             }
+        }
+    }
+
+    /// Runs a request that `[ado] signals` signals to its pool's chain: a successful one is
+    /// answered once the chain has handled the signal; a failed one at once.
+    fn answer_signalled(
+        &mut self,
+        signal: (PoolHandle, Vec<u8>, &'static str),
+        request: Request<'_>,
+        header: &Header,
+        session: &mut Session,
+        now_ns: u64,
+        out: &mut BytesMut,
+    ) -> Flow {
+        let mut held = BytesMut::new();
+        let outcome = match self.execute(request, session, now_ns) {
+            Ok(response) => {
+                response.encode(header.request_id, &mut held);
+                Ok(())
+            }
+            Err(failure) => Err(failure),
+        };
+        let failure = match outcome {
+            Ok(()) => {
+                if let Err(failure) = self.ensure_host(signal.0) {
+                    // The request succeeded: it is answered, unsignalled.
+                    tracing::warn!(shard = self.index, "cannot signal a plugin chain: {}", failure.message);
+                    out.extend_from_slice(&held);
+                    return Flow::Continue;
+                }
+                session.deferred.push(self.signal(signal, held, session));
+                return Flow::Continue;
+            }
+            Err(failure) => failure,
+        };
+        self.stats.failures += 1;
+        Response::Error { code: failure.code, message: &failure.message }.encode(header.request_id, out);
+        if failure.close {
+            Flow::Close
+        } else {
+            Flow::Continue
         }
     }
 

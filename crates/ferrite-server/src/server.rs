@@ -151,7 +151,7 @@ impl BoundServer {
                 low_load_poll: LowLoadPoll::new(Duration::from_micros(shard_config.poll_us)),
                 find_cursor: [0; 8],
                 plugins: Arc::clone(&plugins),
-                ado: AdoSettings::beside_server(self.config.ado),
+                ado: AdoSettings::beside_server(self.config.ado.clone()),
                 calls: Default::default(),
                 new_hosts: Vec::new(),
                 hosts_started: 0,

@@ -471,3 +471,23 @@ fn filter_walks_a_pool_larger_than_one_page() {
     found.sort();
     assert_eq!(found, (3000..6000).map(key).collect::<Vec<_>>());
 }
+
+/// `[ado] signals`: a native put, get or erase on a pool with plugins is signalled to its chain,
+/// and answered only once the chain has handled the signal; a request that failed is not
+/// signalled.
+#[test]
+fn signals_reach_the_chain_before_the_request_is_answered() {
+    let server =
+        server_with_limits(10_000).append_config("signals = [\"post-put\", \"post-get\", \"post-erase\"]").start();
+    let (_session, pool) = open(&server, "signalled", &["faulty"]);
+    let logged = |line: &str| server.stderr().lines().any(|logged| logged.contains(line));
+    pool.put(b"alpha", b"one").expect("put");
+    assert!(logged("faulty: ADO::Signal::post-put on alpha"), "the put was answered after its signal");
+    assert_eq!(pool.get(b"alpha").expect("get"), &b"one"[..]);
+    assert!(logged("faulty: ADO::Signal::post-get on alpha"));
+    pool.erase(b"alpha").expect("erase");
+    assert!(logged("faulty: ADO::Signal::post-erase on alpha"), "an erased key is signalled without a value");
+    let missing = pool.get(b"alpha").expect_err("gone");
+    assert_eq!(missing.code(), Some(ErrorCode::KeyNotFound));
+    assert_eq!(server.stderr().matches("post-get on alpha").count(), 1, "a failed get is not signalled");
+}

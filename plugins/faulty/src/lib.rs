@@ -15,11 +15,12 @@
 //! - `slow-bump`: waits 300 ms, then adds one to the value's first byte and succeeds: a correct
 //!   call long enough for other clients to change the pool meanwhile.
 //!
-//! Any other payload is `FERRITE_ERR_INVALID` with a message listing these.
+//! Any other payload is `FERRITE_ERR_INVALID` with a message listing these. A signal
+//! (`[ado] signals`) is logged as `faulty: ADO::Signal::<signal> on <key>` and succeeds.
 
 mod misbehave;
 
-use ferrite_plugin::{Call, Context, Plugin, PluginError};
+use ferrite_plugin::{Call, Context, LogLevel, Plugin, PluginError};
 
 pub use misbehave::{UNDECLARED_BYTE, WRITE_THEN_FAIL_BYTE};
 
@@ -33,6 +34,16 @@ impl Plugin for Faulty {
     }
 
     fn do_work(&mut self, call: &mut Call<'_>) -> Result<(), PluginError> {
+        if call.is_signal() {
+            // Told of a request on the pool: says so in the server's log, for tests to see.
+            let message = format!(
+                "faulty: {} on {}",
+                String::from_utf8_lossy(call.payload()),
+                String::from_utf8_lossy(call.key())
+            );
+            call.log(LogLevel::Info, &message);
+            return Ok(());
+        }
         match call.payload() {
             b"ok" => call.respond(b"ok"),
             b"panic" => misbehave::panic(),

@@ -23,6 +23,7 @@
 use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
+use bytes::BytesMut;
 use ferrite_ado::message::{
     CallId, CallbackReply, CallbackRequest, CallbackResult, Done, Invocation, Location, PairRecord,
 };
@@ -163,6 +164,7 @@ impl ShardState {
         };
         let call = Call {
             answer: invoke.answer,
+            held: None,
             key: invoke.key.to_vec(),
             payload: invoke.payload.to_vec(),
             work_flags,
@@ -173,6 +175,48 @@ impl ShardState {
         self.stats.invocations += 1;
         self.enqueue(invoke.pool, call)?;
         Ok(Accepted::Later(completion))
+    }
+
+    /// The signal `request` makes (`[ado] signals`), if it makes one: the pool, the key and the
+    /// payload the chain gets.
+    pub(crate) fn signal_of(
+        &self,
+        request: &Request<'_>,
+        session: &Session,
+    ) -> Option<(PoolHandle, Vec<u8>, &'static str)> {
+        let (pool, key, signal) = match *request {
+            Request::Put { pool, key, .. } => (pool, key, "post-put"),
+            Request::Get { pool, key } => (pool, key, "post-get"),
+            Request::Erase { pool, key } => (pool, key, "post-erase"),
+            _ => return None,
+        };
+        let open = open_pool(&self.pools, session, pool).ok()?;
+        let signalled = !open.plugin_chain.is_empty() && open.persisted.is_some() && self.ado.limits.signals(signal);
+        signalled.then(|| (pool, key.to_vec(), signal))
+    }
+
+    /// Signals a request that succeeded with the answer `held` to its pool's chain (a read-only
+    /// call on its key, with the payload `ADO::Signal::<signal>`); the answer leaves once the
+    /// chain has handled it. The pool's host runs already ([`Self::ensure_host`]).
+    pub(crate) fn signal(
+        &mut self,
+        (pool, key, signal): (PoolHandle, Vec<u8>, &'static str),
+        held: BytesMut,
+        session: &Session,
+    ) -> Arc<Completion> {
+        let completion = Completion::telling(session.answers.clone());
+        let call = Call {
+            answer: Answer::RespBuffers,
+            held: Some(held),
+            key,
+            payload: format!("ADO::Signal::{signal}").into_bytes(),
+            work_flags: abi::WORK_SIGNAL | abi::WORK_READ_ONLY,
+            sync: false,
+            wait_lsn: session.wait_lsn,
+            completion: Some(Arc::clone(&completion)),
+        };
+        self.queue(pool, call);
+        completion
     }
 
     /// If a plugin call holds `key` of `pool` against a request that `writes` (or reads): a
@@ -231,17 +275,28 @@ impl ShardState {
 
     /// Queues `call` on its pool's host, starting the host first if the pool has none.
     fn enqueue(&mut self, pool: PoolHandle, call: Call) -> Result<(), Failure> {
+        self.ensure_host(pool)?;
+        self.queue(pool, call);
+        Ok(())
+    }
+
+    /// Queues `call` on `pool`'s running host, for [`Self::submit_calls`].
+    fn queue(&mut self, pool: PoolHandle, call: Call) {
+        let calls = self.calls.get_mut(&pool).expect("the pool's host runs");
+        calls.queue.push_back(call);
+        if !self.to_submit.contains(&pool) {
+            self.to_submit.push(pool);
+        }
+    }
+
+    /// Starts `pool`'s host if it has none.
+    pub(crate) fn ensure_host(&mut self, pool: PoolHandle) -> Result<(), Failure> {
         if !self.calls.contains_key(&pool) {
             let link = self.start_host(pool)?;
             self.hosts_started += 1;
             self.calls.insert(pool, PoolCalls::new(self.hosts_started, link));
             self.new_hosts.push((pool, self.hosts_started));
             self.host_started.notify_one();
-        }
-        let calls = self.calls.get_mut(&pool).expect("the pool's calls exist");
-        calls.queue.push_back(call);
-        if !self.to_submit.contains(&pool) {
-            self.to_submit.push(pool);
         }
         Ok(())
     }
@@ -362,7 +417,12 @@ impl ShardState {
             return Ok(Target::InPlace(Location::default()));
         }
         let pool = self.pools.get(handle).expect("a pool with calls exists");
-        let value = pool.store.value_location(&call.key).ok_or_else(|| key_not_found(pool))?;
+        let value = match pool.store.value_location(&call.key) {
+            Some(value) => value,
+            // A post-erase signal: the key is gone, the plugin is told of it without a value.
+            None if call.work_flags & abi::WORK_SIGNAL != 0 => return Ok(Target::InPlace(Location::default())),
+            None => return Err(key_not_found(pool)),
+        };
         let location = Location { offset: value.offset, len: value.len };
         let writes = call.work_flags & abi::WORK_READ_ONLY == 0 && value.len > 0;
         if value.stable {
@@ -522,7 +582,10 @@ impl ShardState {
         match outcome {
             Ok(wait_lsn) => {
                 if let Some(completion) = &running.call.completion {
-                    completion.complete(wait_lsn, |out| running.call.answer.success(&done.responses, out));
+                    completion.complete(wait_lsn, |out| match &running.call.held {
+                        Some(held) => out.extend_from_slice(held),
+                        None => running.call.answer.success(&done.responses, out),
+                    });
                 }
             }
             Err(failure) => {
@@ -606,7 +669,14 @@ impl ShardState {
     fn answer_failure(&mut self, call: &Call, failure: Failure) {
         self.stats.failures += 1;
         if let Some(completion) = &call.completion {
-            completion.complete(call.wait_lsn, |out| call.answer.failure(failure.code, &failure.message, out));
+            completion.complete(call.wait_lsn, |out| match &call.held {
+                // The signalled request succeeded whatever became of its signal.
+                Some(held) => {
+                    tracing::warn!(shard = self.index, "a plugin's signal failed: {}", failure.message);
+                    out.extend_from_slice(held);
+                }
+                None => call.answer.failure(failure.code, &failure.message, out),
+            });
         }
     }
 
