@@ -291,15 +291,7 @@ impl ShardState {
                 response.encode(header.request_id, out);
                 Flow::Continue
             }
-            Err(failure) => {
-                self.stats.failures += 1;
-                Response::Error { code: failure.code, message: &failure.message }.encode(header.request_id, out);
-                if failure.close {
-                    Flow::Close
-                } else {
-                    Flow::Continue
-                }
-            }
+            Err(failure) => self.answer_error(&failure, header.request_id, out),
         }
     }
 
@@ -335,8 +327,13 @@ impl ShardState {
             }
             Err(failure) => failure,
         };
+        self.answer_error(&failure, header.request_id, out)
+    }
+
+    /// Answers a request that failed with its error frame; closes the connection if it must.
+    fn answer_error(&mut self, failure: &Failure, request_id: u64, out: &mut BytesMut) -> Flow {
         self.stats.failures += 1;
-        Response::Error { code: failure.code, message: &failure.message }.encode(header.request_id, out);
+        Response::Error { code: failure.code, message: &failure.message }.encode(request_id, out);
         if failure.close {
             Flow::Close
         } else {
