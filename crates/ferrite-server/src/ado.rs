@@ -62,7 +62,7 @@ impl AdoSettings {
 }
 
 /// How a call's answer is written for the client that asked, in its protocol.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub(crate) enum Answer {
     /// A native frame, whose opcode follows the request's.
     Native { opcode: Opcode, request_id: u64 },
@@ -70,34 +70,42 @@ pub(crate) enum Answer {
     RespBuffers,
     /// RESP `INCR` and kin through `counter`: the integer the chain's layer `layer` answered.
     RespInteger { layer: u32 },
+    /// A signal: the answer of the request it signals, sent once the chain has handled the
+    /// signal, whatever the chain answers or whether it fails (the request succeeded).
+    Held(BytesMut),
 }
 
 impl Answer {
     /// Writes a successful call's answer: its response buffers, in chain order.
-    pub fn success(self, responses: &[Response], out: &mut BytesMut) {
+    pub fn success(&self, responses: &[Response], out: &mut BytesMut) {
         match self {
             Answer::Native { opcode, request_id } => {
                 let buffers = responses.iter().map(|r| InvokeBuffer { layer: r.layer as u16, data: &r.data }).collect();
-                ProtoResponse::Invoked { buffers }.encode_answer(opcode, request_id, out);
+                ProtoResponse::Invoked { buffers }.encode_answer(*opcode, *request_id, out);
             }
             Answer::RespBuffers => {
                 resp::reply_array_of_bulks(out, responses.iter().map(|r| &r.data[..]));
             }
             Answer::RespInteger { layer } => {
-                let answered = responses.iter().rev().find(|r| r.layer == layer);
+                let answered = responses.iter().rev().find(|r| r.layer == *layer);
                 match answered.and_then(|r| std::str::from_utf8(&r.data).ok()?.trim().parse::<i64>().ok()) {
                     Some(value) => resp::reply_integer(out, value),
                     None => resp::reply_error(out, "ERR the counter plugin's answer is not an integer"),
                 }
             }
+            Answer::Held(held) => out.extend_from_slice(held),
         }
     }
 
-    /// Writes a failure: an error frame, or a RESP error.
-    pub fn failure(self, code: ErrorCode, message: &str, out: &mut BytesMut) {
+    /// Writes a failure: an error frame, or a RESP error (a signal's held answer all the same).
+    pub fn failure(&self, code: ErrorCode, message: &str, out: &mut BytesMut) {
         match self {
-            Answer::Native { request_id, .. } => ProtoResponse::Error { code, message }.encode(request_id, out),
+            Answer::Native { request_id, .. } => ProtoResponse::Error { code, message }.encode(*request_id, out),
             Answer::RespBuffers | Answer::RespInteger { .. } => resp::reply_error(out, &format!("ERR {message}")),
+            Answer::Held(held) => {
+                tracing::warn!("a plugin chain failed a signal: {message}");
+                out.extend_from_slice(held);
+            }
         }
     }
 }
@@ -106,9 +114,6 @@ impl Answer {
 #[derive(Debug)]
 pub(crate) struct Call {
     pub answer: Answer,
-    /// A signal's: the answer of the request it signals, sent once the chain has handled it
-    /// (whatever the chain answers or whether it fails).
-    pub held: Option<BytesMut>,
     /// Empty for an invocation of the pool itself.
     pub key: Vec<u8>,
     pub payload: Vec<u8>,

@@ -503,10 +503,10 @@ impl ShardState {
                 self.stats.gets += 1;
                 Ok(Response::Value(value))
             }
-            Request::Erase { pool, key } => {
+            Request::Erase { pool: handle, key } => {
                 self.reading(session);
-                self.admit_write(open_pool(&self.pools, session, pool)?.store.erase_footprint())?;
-                let pool = open_pool_mut(&mut self.pools, session, pool)?;
+                self.admit_write(open_pool(&self.pools, session, handle)?.store.erase_footprint())?;
+                let pool = open_pool_mut(&mut self.pools, session, handle)?;
                 pool.store.erase(key).map_err(|e| store_failure(e, pool))?;
                 if let Some(index) = &mut pool.index {
                     index.remove(key);
@@ -514,6 +514,7 @@ impl ShardState {
                 let sync = !pool.async_default;
                 self.stats.erases += 1;
                 self.logged(sync, session)?;
+                self.tell_plugins_of_erase(handle, key);
                 Ok(Response::Erased)
             }
             Request::Count { pool } => {

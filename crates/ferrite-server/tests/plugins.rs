@@ -474,7 +474,7 @@ fn filter_walks_a_pool_larger_than_one_page() {
 
 /// `[ado] signals`: a native put, get or erase on a pool with plugins is signalled to its chain,
 /// and answered only once the chain has handled the signal; a request that failed is not
-/// signalled.
+/// signalled. An erase is also told to the host as a pool event.
 #[test]
 fn signals_reach_the_chain_before_the_request_is_answered() {
     let server =
@@ -487,6 +487,10 @@ fn signals_reach_the_chain_before_the_request_is_answered() {
     assert!(logged("faulty: ADO::Signal::post-get on alpha"));
     pool.erase(b"alpha").expect("erase");
     assert!(logged("faulty: ADO::Signal::post-erase on alpha"), "an erased key is signalled without a value");
+    let logged_soon = |line: &str| {
+        common::wait_until(line, Duration::from_secs(10), || logged(line).then_some(()));
+    };
+    logged_soon("faulty: erase event on alpha");
     let missing = pool.get(b"alpha").expect_err("gone");
     assert_eq!(missing.code(), Some(ErrorCode::KeyNotFound));
     assert_eq!(server.stderr().matches("post-get on alpha").count(), 1, "a failed get is not signalled");

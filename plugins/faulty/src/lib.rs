@@ -16,11 +16,12 @@
 //!   call long enough for other clients to change the pool meanwhile.
 //!
 //! Any other payload is `FERRITE_ERR_INVALID` with a message listing these. A signal
-//! (`[ado] signals`) is logged as `faulty: ADO::Signal::<signal> on <key>` and succeeds.
+//! (`[ado] signals`) is logged as `faulty: ADO::Signal::<signal> on <key>` and succeeds, and an
+//! erase event as `faulty: erase event on <key>`.
 
 mod misbehave;
 
-use ferrite_plugin::{Call, Context, LogLevel, Plugin, PluginError};
+use ferrite_plugin::{Call, Context, LogLevel, Plugin, PluginError, PoolEvent};
 
 pub use misbehave::{UNDECLARED_BYTE, WRITE_THEN_FAIL_BYTE};
 
@@ -31,6 +32,13 @@ pub struct Faulty;
 impl Plugin for Faulty {
     fn launch(_context: &Context<'_>, _config: &[u8]) -> Result<Faulty, PluginError> {
         Ok(Faulty)
+    }
+
+    /// Says which pool events it gets in the server's log, for tests to see.
+    fn pool_event(&mut self, event: PoolEvent<'_>, context: &Context<'_>) {
+        if let PoolEvent::Erase { key } = event {
+            context.log(LogLevel::Info, &format!("faulty: erase event on {}", String::from_utf8_lossy(key)));
+        }
     }
 
     fn do_work(&mut self, call: &mut Call<'_>) -> Result<(), PluginError> {

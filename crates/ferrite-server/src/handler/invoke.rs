@@ -43,7 +43,7 @@ use crate::session::Session;
 const LOGGED_RANGES_MAX: u64 = 16;
 
 /// An invocation as the shard runs it, whichever message carried it.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub(crate) struct Invoke<'a> {
     pub answer: Answer,
     pub pool: PoolHandle,
@@ -164,7 +164,6 @@ impl ShardState {
         };
         let call = Call {
             answer: invoke.answer,
-            held: None,
             key: invoke.key.to_vec(),
             payload: invoke.payload.to_vec(),
             work_flags,
@@ -206,8 +205,7 @@ impl ShardState {
     ) -> Arc<Completion> {
         let completion = Completion::telling(session.answers.clone());
         let call = Call {
-            answer: Answer::RespBuffers,
-            held: Some(held),
+            answer: Answer::Held(held),
             key,
             payload: format!("ADO::Signal::{signal}").into_bytes(),
             work_flags: abi::WORK_SIGNAL | abi::WORK_READ_ONLY,
@@ -286,6 +284,17 @@ impl ShardState {
         calls.queue.push_back(call);
         if !self.to_submit.contains(&pool) {
             self.to_submit.push(pool);
+        }
+    }
+
+    /// Tells `pool`'s running host (if any) that `key` was erased outside any call
+    /// (`FERRITE_EVENT_ERASE`), so plugins that keep state about keys can drop it. A host that
+    /// cannot take the event now misses it: events are advice, not part of the pool's state.
+    pub(crate) fn tell_plugins_of_erase(&mut self, pool: PoolHandle, key: &[u8]) {
+        if let Some(calls) = self.calls.get_mut(&pool) {
+            if let Err(error) = calls.link.pool_event(abi::EVENT_ERASE, key.to_vec()) {
+                tracing::debug!(shard = self.index, pool = pool.0, %error, "a plugin host missed an erase");
+            }
         }
     }
 
@@ -582,10 +591,7 @@ impl ShardState {
         match outcome {
             Ok(wait_lsn) => {
                 if let Some(completion) = &running.call.completion {
-                    completion.complete(wait_lsn, |out| match &running.call.held {
-                        Some(held) => out.extend_from_slice(held),
-                        None => running.call.answer.success(&done.responses, out),
-                    });
+                    completion.complete(wait_lsn, |out| running.call.answer.success(&done.responses, out));
                 }
             }
             Err(failure) => {
@@ -669,14 +675,7 @@ impl ShardState {
     fn answer_failure(&mut self, call: &Call, failure: Failure) {
         self.stats.failures += 1;
         if let Some(completion) = &call.completion {
-            completion.complete(call.wait_lsn, |out| match &call.held {
-                // The signalled request succeeded whatever became of its signal.
-                Some(held) => {
-                    tracing::warn!(shard = self.index, "a plugin's signal failed: {}", failure.message);
-                    out.extend_from_slice(held);
-                }
-                None => call.answer.failure(failure.code, &failure.message, out),
-            });
+            completion.complete(call.wait_lsn, |out| call.answer.failure(failure.code, &failure.message, out));
         }
     }
 
