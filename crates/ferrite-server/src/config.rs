@@ -46,6 +46,10 @@ pub struct Config {
     /// beside the shipped ones installed next to the server.
     #[serde(default)]
     pub plugins: std::collections::BTreeMap<String, PathBuf>,
+    /// The `[plugin_config]` table: the configuration text each plugin's `launch` gets, by
+    /// name (`versioning = "versions=8"`); a plugin not named gets none.
+    #[serde(default)]
+    pub plugin_config: std::collections::BTreeMap<String, String>,
     /// How plugin hosts are contained.
     #[serde(default)]
     pub ado: AdoConfig,
@@ -348,6 +352,11 @@ impl Config {
                 return invalid(format!("plugin '{name}': {} is not a file", path.display()));
             }
         }
+        if let Some(name) = self.plugin_config.keys().find(|name| !ferrite_proto::is_plugin_name(name)) {
+            return invalid(format!(
+                "plugin name {name:?} (under [plugin_config]) must be 1 to 64 ASCII letters, digits, '-' or '_'"
+            ));
+        }
         if self.shards.is_empty() {
             return invalid("at least one [[shards]] entry is required".into());
         }
@@ -576,6 +585,11 @@ mod tests {
         let missing = Overrides { plugins: vec![("gone".into(), "/no/such/lib.so".into())], ..Overrides::default() };
         let error = Config::embedded_default().apply(&missing).expect_err("no such file").to_string();
         assert!(error.contains("plugin 'gone'") && error.contains("/no/such/lib.so"), "{error}");
+        let configured = format!("{DEFAULT_CONFIG_TOML}\n[plugin_config]\nversioning = \"versions=8\"\n");
+        let config = Config::from_toml(&configured, "test.toml").expect("a plugin's configuration");
+        assert_eq!(config.plugin_config["versioning"], "versions=8");
+        let bad = format!("{DEFAULT_CONFIG_TOML}\n[plugin_config]\n\"a b\" = \"x\"\n");
+        assert!(Config::from_toml(&bad, "test.toml").is_err(), "a bad name is refused");
         let badly_named = Overrides { plugins: vec![("a,b".into(), library)], ..Overrides::default() };
         let error = Config::embedded_default().apply(&badly_named).expect_err("bad name").to_string();
         assert!(error.contains("\"a,b\""), "{error}");

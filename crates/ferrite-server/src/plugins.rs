@@ -12,18 +12,32 @@ use ferrite_proto::plugin_names;
 const SHIPPED_PREFIX: &str = "libferrite_plugin_";
 const SHIPPED_SUFFIX: &str = ".so";
 
-/// Plugin names and the libraries they load.
+/// Plugin names, the libraries they load, and the configuration their `launch` gets.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct PluginRegistry {
     by_name: BTreeMap<String, PathBuf>,
+    config: BTreeMap<String, String>,
 }
 
 impl PluginRegistry {
-    /// The shipped plugins found in `shipped_dir` (if given), then `configured` over them.
-    pub fn new(shipped_dir: Option<&Path>, configured: &BTreeMap<String, PathBuf>) -> PluginRegistry {
+    /// The shipped plugins found in `shipped_dir` (if given), then `configured` over them, with
+    /// `config` (`[plugin_config]`).
+    pub fn new(
+        shipped_dir: Option<&Path>,
+        configured: &BTreeMap<String, PathBuf>,
+        config: &BTreeMap<String, String>,
+    ) -> PluginRegistry {
         let mut by_name = shipped_dir.map(shipped_plugins).unwrap_or_default();
         by_name.extend(configured.iter().map(|(name, path)| (name.clone(), path.clone())));
-        PluginRegistry { by_name }
+        for name in config.keys().filter(|name| !by_name.contains_key(*name)) {
+            tracing::warn!(plugin = %name, "[plugin_config] names a plugin this server does not know");
+        }
+        PluginRegistry { by_name, config: config.clone() }
+    }
+
+    /// The configuration text of plugin `name` (empty if none).
+    pub fn config(&self, name: &str) -> &[u8] {
+        self.config.get(name).map_or(&[], |text| text.as_bytes())
     }
 
     /// The directory shipped plugins are installed in: the server executable's own.
@@ -88,7 +102,10 @@ mod tests {
             ("counter".to_string(), PathBuf::from("/opt/counter.so")),
             ("mine".to_string(), PathBuf::from("/opt/mine.so")),
         ]);
-        let registry = PluginRegistry::new(Some(&dir), &configured);
+        let config = BTreeMap::from([("mine".to_string(), "versions=8".to_string())]);
+        let registry = PluginRegistry::new(Some(&dir), &configured, &config);
+        assert_eq!(registry.config("mine"), b"versions=8");
+        assert_eq!(registry.config("counter"), b"");
         std::fs::remove_dir_all(&dir).expect("clean up");
         assert_eq!(
             registry.resolve("passthru,counter,mine"),

@@ -131,7 +131,11 @@ impl BoundServer {
         let (stop_tx, stop_rx) = watch::channel(false);
         let (exit_tx, mut exit_rx) = mpsc::unbounded_channel();
         let shard_addresses: Arc<[String]> = self.addresses.iter().map(SocketAddr::to_string).collect();
-        let plugins = Arc::new(PluginRegistry::new(PluginRegistry::shipped_dir().as_deref(), &self.config.plugins));
+        let plugins = Arc::new(PluginRegistry::new(
+            PluginRegistry::shipped_dir().as_deref(),
+            &self.config.plugins,
+            &self.config.plugin_config,
+        ));
         let limits = self.config.limits;
         let mut threads = Vec::with_capacity(self.listeners.len());
         let mut resp_listeners = self.resp_listeners.into_iter().zip(self.resp_addresses);

@@ -331,7 +331,7 @@ impl ShardState {
                 Ok(ferrite_ado::args::PluginSpec {
                     name: name.to_string(),
                     path: path.to_path_buf(),
-                    config: Vec::new(),
+                    config: self.plugins.config(name).to_vec(),
                 })
             })
             .collect::<Result<Vec<_>, Failure>>()?;
