@@ -17,7 +17,7 @@ run: build
 build:
 	$(CARGO) build --release -p ferrite-server -p ferrite-cli -p ferrite-ado \
 		-p ferrite-plugin-passthru -p ferrite-plugin-counter -p ferrite-plugin-faulty -p ferrite-plugin-filter \
-		-p ferrite-plugin-tabulator
+		-p ferrite-plugin-tabulator -p ferrite-plugin-versioning
 
 ## test: install what the tests need, check formatting and lints, run every test suite
 test: deps lint test-rust test-python test-bench test-fuzz
