@@ -71,6 +71,10 @@ impl Plugin for Counter {
     }
 
     fn do_work(&mut self, call: &mut Call<'_>) -> Result<(), PluginError> {
+        if call.is_signal() {
+            // A request on the pool (`[ado] signals`): nothing to do about it.
+            return Ok(());
+        }
         let answer = Operation::parse(call.payload()).and_then(|operation| apply(call, operation));
         match answer {
             Ok(text) => call.respond(text.as_bytes()),
@@ -117,6 +121,18 @@ mod tests {
         assert_eq!(answer(&mut host, b"c", "add 5"), "5");
         assert_eq!(answer(&mut host, b"c", "add -7"), "-2");
         assert_eq!(host.get(b"c"), Some((-2i64).to_le_bytes().to_vec()));
+    }
+
+    /// A signal (a put or get on the pool, with `[ado] signals`) is nothing to count: it
+    /// succeeds, answers nothing and leaves the value alone.
+    #[test]
+    fn signals_change_nothing() {
+        let mut host = host();
+        assert_eq!(answer(&mut host, b"c", "add 3"), "3");
+        let signal = InvokeOptions { signal: true, ..InvokeOptions::default() };
+        let responses = host.invoke(b"c", b"ADO::Signal::post-put", signal).expect("a signal succeeds");
+        assert!(responses.is_empty());
+        assert_eq!(host.get(b"c"), Some(3i64.to_le_bytes().to_vec()));
     }
 
     /// A swap from the right old value happens and answers the new value; from a wrong one it

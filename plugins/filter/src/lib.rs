@@ -69,6 +69,10 @@ impl Plugin for Filter {
     }
 
     fn do_work(&mut self, call: &mut Call<'_>) -> Result<(), PluginError> {
+        if call.is_signal() {
+            // A request on the pool (`[ado] signals`): nothing to do about it.
+            return Ok(());
+        }
         if !call.targets_pool() {
             return Err(PluginError::invalid("filter: invoke it on the pool (an empty key), not on a key"));
         }

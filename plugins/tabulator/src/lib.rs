@@ -70,6 +70,10 @@ impl Plugin for Tabulator {
     }
 
     fn do_work(&mut self, call: &mut Call<'_>) -> Result<(), PluginError> {
+        if call.is_signal() {
+            // A request on the pool (`[ado] signals`): nothing to do about it.
+            return Ok(());
+        }
         let answer = Operation::parse(call.payload()).and_then(|operation| apply(call, operation));
         match answer {
             Ok(text) => call.respond(text.as_bytes()),

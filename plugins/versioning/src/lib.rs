@@ -155,6 +155,10 @@ impl Plugin for Versioning {
     }
 
     fn do_work(&mut self, call: &mut Call<'_>) -> Result<(), PluginError> {
+        if call.is_signal() {
+            // A request on the pool (`[ado] signals`): nothing to do about it.
+            return Ok(());
+        }
         let answer = Operation::parse(call.payload()).and_then(|operation| apply(call, self.slots, operation));
         match answer {
             Ok(bytes) => call.respond(&bytes),
