@@ -89,6 +89,48 @@ impl Tabulator {
     }
 }
 
+/// The `filter` plugin (see `docs/plugins.md`, "Shipped plugins"), on the pool's async API.
+#[derive(Debug)]
+pub enum Filter {}
+
+impl Filter {
+    /// The keys of the pool whose values satisfy `predicate` (`contains BYTES`,
+    /// `starts-with BYTES`, `u64-at-least N`), found next to the data: only they cross the
+    /// network.
+    pub async fn keys(pool: &Pool, predicate: &[u8]) -> Result<Vec<Vec<u8>>> {
+        let responses = pool.invoke_pool(predicate, InvokeOptions::default()).await?;
+        Ok(filter_keys(&responses))
+    }
+}
+
+/// The `versioning` plugin (see `docs/plugins.md`, "Shipped plugins"), on the pool's async API:
+/// the last versions of a value, kept inside it.
+#[derive(Debug)]
+pub enum Versioning {}
+
+impl Versioning {
+    /// Stores `data` as the key's newest version and returns its number (from 1). An absent key
+    /// is created with `value_bytes` (`32 + versions × (4 + largest version)`), which fixes how
+    /// much one version may hold.
+    pub async fn put(pool: &Pool, key: &[u8], data: &[u8], value_bytes: u64) -> Result<u64> {
+        let options = InvokeOptions { create_size: Some(value_bytes), ..InvokeOptions::default() };
+        let responses = pool.invoke(key, &versioning_put_payload(data), options).await?;
+        parse_version_number(&responses)
+    }
+
+    /// Version `version` of the key (the newest with `None`), if it is still kept.
+    pub async fn get(pool: &Pool, key: &[u8], version: Option<u64>) -> Result<Vec<u8>> {
+        let responses = pool.invoke(key, versioning_get_payload(version).as_bytes(), read_only()).await?;
+        one_buffer("versioning", &responses).map(<[u8]>::to_vec)
+    }
+
+    /// The versions kept, oldest first: (number, length).
+    pub async fn list(pool: &Pool, key: &[u8]) -> Result<Vec<(u64, usize)>> {
+        let responses = pool.invoke(key, b"list", read_only()).await?;
+        parse_version_list(&responses)
+    }
+}
+
 /// Statistics of a tabulator's samples, as its answer gives them.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Stats {
@@ -104,7 +146,11 @@ pub struct Stats {
 
 /// The same helpers over the blocking pool.
 pub mod blocking {
-    use super::{counter_add, counter_cas, counter_get, tabulator_add, tabulator_get, tabulator_reset, Result, Stats};
+    use super::{
+        counter_add, counter_cas, counter_get, filter_keys, one_buffer, parse_version_list, parse_version_number,
+        read_only, tabulator_add, tabulator_get, tabulator_reset, versioning_get_payload, versioning_put_payload,
+        InvokeOptions, Result, Stats,
+    };
     use crate::blocking::Pool;
 
     /// [`super::Counter`] over [`crate::blocking::Pool`].
@@ -140,6 +186,37 @@ pub mod blocking {
 
         pub fn reset(pool: &Pool, key: &[u8]) -> Result<()> {
             tabulator_reset().run_blocking(pool, key)
+        }
+    }
+
+    /// [`super::Filter`] over [`crate::blocking::Pool`].
+    #[derive(Debug)]
+    pub enum Filter {}
+
+    impl Filter {
+        pub fn keys(pool: &Pool, predicate: &[u8]) -> Result<Vec<Vec<u8>>> {
+            let responses = pool.invoke_pool(predicate, InvokeOptions::default())?;
+            Ok(filter_keys(&responses))
+        }
+    }
+
+    /// [`super::Versioning`] over [`crate::blocking::Pool`].
+    #[derive(Debug)]
+    pub enum Versioning {}
+
+    impl Versioning {
+        pub fn put(pool: &Pool, key: &[u8], data: &[u8], value_bytes: u64) -> Result<u64> {
+            let options = InvokeOptions { create_size: Some(value_bytes), ..InvokeOptions::default() };
+            parse_version_number(&pool.invoke(key, &versioning_put_payload(data), options)?)
+        }
+
+        pub fn get(pool: &Pool, key: &[u8], version: Option<u64>) -> Result<Vec<u8>> {
+            let responses = pool.invoke(key, versioning_get_payload(version).as_bytes(), read_only())?;
+            one_buffer("versioning", &responses).map(<[u8]>::to_vec)
+        }
+
+        pub fn list(pool: &Pool, key: &[u8]) -> Result<Vec<(u64, usize)>> {
+            parse_version_list(&pool.invoke(key, b"list", read_only())?)
         }
     }
 }
@@ -224,6 +301,56 @@ fn tabulator_get() -> Request<Stats> {
 
 fn tabulator_reset() -> Request<()> {
     tabulator_request("reset".to_owned(), parse_reset)
+}
+
+/// The keys of a `filter` answer: one buffer each.
+fn filter_keys(responses: &[InvokeResponse]) -> Vec<Vec<u8>> {
+    responses.iter().map(|response| response.data.to_vec()).collect()
+}
+
+/// Reading calls hold a read lock, so other readers of the key go on.
+fn read_only() -> InvokeOptions {
+    InvokeOptions { read_only: true, ..InvokeOptions::default() }
+}
+
+fn versioning_put_payload(data: &[u8]) -> Vec<u8> {
+    let mut payload = b"put ".to_vec();
+    payload.extend_from_slice(data);
+    payload
+}
+
+fn versioning_get_payload(version: Option<u64>) -> String {
+    version.map_or_else(|| "get".to_owned(), |version| format!("get {version}"))
+}
+
+/// The one answer buffer of a plugin that answers one.
+fn one_buffer<'r>(plugin: &str, responses: &'r [InvokeResponse]) -> Result<&'r [u8]> {
+    match responses {
+        [response] => Ok(&response.data),
+        _ => Err(Error::UnexpectedResponse(format!("{plugin} answered {} buffers, not one", responses.len()))),
+    }
+}
+
+fn parse_version_number(responses: &[InvokeResponse]) -> Result<u64> {
+    let answer = one_buffer("versioning", responses)?;
+    std::str::from_utf8(answer)
+        .ok()
+        .and_then(|text| text.parse().ok())
+        .ok_or_else(|| unexpected("versioning", &String::from_utf8_lossy(answer), "a version number"))
+}
+
+fn parse_version_list(responses: &[InvokeResponse]) -> Result<Vec<(u64, usize)>> {
+    let answer = one_buffer("versioning", responses)?;
+    let text = String::from_utf8_lossy(answer);
+    text.lines()
+        .map(|line| {
+            let (number, len) = line.split_once(' ').ok_or_else(|| unexpected("versioning", line, "`N LEN`"))?;
+            match (number.parse(), len.parse()) {
+                (Ok(number), Ok(len)) => Ok((number, len)),
+                _ => Err(unexpected("versioning", line, "`N LEN`")),
+            }
+        })
+        .collect()
 }
 
 fn unexpected(plugin: &str, text: &str, expected: &str) -> Error {
@@ -405,5 +532,18 @@ mod tests {
         pool.close().expect("close");
         drop(session);
         server_runtime.block_on(server).expect("fake server");
+    }
+
+    #[test]
+    fn versioning_answers_parse() {
+        let buffer = |data: &[u8]| InvokeResponse { layer: 0, data: bytes::Bytes::copy_from_slice(data) };
+        assert_eq!(parse_version_number(&[buffer(b"12")]).expect("a number"), 12);
+        assert!(parse_version_number(&[buffer(b"twelve")]).is_err());
+        assert_eq!(parse_version_list(&[buffer(b"3 10\n4 0")]).expect("a list"), vec![(3, 10), (4, 0)]);
+        assert_eq!(parse_version_list(&[buffer(b"")]).expect("no versions"), vec![]);
+        assert!(parse_version_list(&[buffer(b"3")]).is_err());
+        assert_eq!(versioning_put_payload(b"a b"), b"put a b");
+        assert_eq!(versioning_get_payload(Some(7)), "get 7");
+        assert_eq!(filter_keys(&[buffer(b"k\n1"), buffer(b"k2")]), vec![b"k\n1".to_vec(), b"k2".to_vec()]);
     }
 }

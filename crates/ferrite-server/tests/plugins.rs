@@ -309,10 +309,10 @@ fn resp_clients_count_through_the_default_pools_counter() {
 }
 
 /// The client's typed helpers for the shipped plugins, against the real server: counters with
-/// compare-and-swap, and the tabulator's running statistics.
+/// compare-and-swap, the tabulator's running statistics, versions, and filtering.
 #[test]
 fn the_clients_plugin_helpers_work_against_the_server() {
-    use ferrite_client::plugins::blocking::{Counter, Tabulator};
+    use ferrite_client::plugins::blocking::{Counter, Filter, Tabulator, Versioning};
 
     let binary_dir = std::path::Path::new(env!("CARGO_BIN_EXE_ferrite-server")).parent().expect("a directory");
     assert!(binary_dir.join("libferrite_plugin_tabulator.so").exists(), "run `cargo build --workspace` first");
@@ -329,6 +329,22 @@ fn the_clients_plugin_helpers_work_against_the_server() {
     assert_eq!((stats.count, stats.min, stats.max, stats.mean), (4, -2.0, 10.5, 3.5));
     Tabulator::reset(&samples, b"t").expect("reset");
     assert_eq!(Tabulator::get(&samples, b"t").expect("get").count, 0);
+
+    let documents = session.create_pool("documents", chain(&["versioning"])).expect("create");
+    // Four versions of up to 60 bytes.
+    let size = 32 + 4 * (4 + 60);
+    for (n, text) in ["one", "two", "three", "four", "five"].iter().enumerate() {
+        assert_eq!(Versioning::put(&documents, b"d", text.as_bytes(), size).expect("put"), n as u64 + 1);
+    }
+    assert_eq!(Versioning::get(&documents, b"d", None).expect("newest"), b"five");
+    assert_eq!(Versioning::get(&documents, b"d", Some(2)).expect("version 2"), b"two");
+    assert!(Versioning::get(&documents, b"d", Some(1)).is_err(), "version 1 is no longer kept");
+    assert_eq!(Versioning::list(&documents, b"d").expect("list"), vec![(2, 3), (3, 5), (4, 4), (5, 4)]);
+
+    let fruit = session.create_pool("fruit-helpers", chain(&["filter"])).expect("create");
+    fruit.put(b"apple", b"red").expect("put");
+    fruit.put(b"lime", b"green").expect("put");
+    assert_eq!(Filter::keys(&fruit, b"contains red").expect("filter"), vec![b"apple".to_vec()]);
 }
 
 /// A call's value stays its own while other clients change the pool under it: inserts that move
@@ -434,10 +450,7 @@ fn filter_answers_only_the_matching_keys() {
         }
     }
     let answer = pool.invoke_pool(b"starts-with red", InvokeOptions::default()).expect("filter");
-    let mut found: Vec<String> = answer
-        .iter()
-        .flat_map(|buffer| String::from_utf8_lossy(&buffer.data).lines().map(str::to_owned).collect::<Vec<_>>())
-        .collect();
+    let mut found: Vec<String> = answer.iter().map(|key| String::from_utf8_lossy(&key.data).into_owned()).collect();
     found.sort();
     assert_eq!(found, expected);
     let keyed = pool.invoke(b"item-0000", b"starts-with red", InvokeOptions::default()).expect_err("keyed");
@@ -464,10 +477,7 @@ fn filter_walks_a_pool_larger_than_one_page() {
     }
     // Half the keys match: they lie on every page.
     let answer = pool.invoke_pool(b"u64-at-least 3000", InvokeOptions::default()).expect("filter");
-    let mut found: Vec<String> = answer
-        .iter()
-        .flat_map(|buffer| String::from_utf8_lossy(&buffer.data).lines().map(str::to_owned).collect::<Vec<_>>())
-        .collect();
+    let mut found: Vec<String> = answer.iter().map(|key| String::from_utf8_lossy(&key.data).into_owned()).collect();
     found.sort();
     assert_eq!(found, (3000..6000).map(key).collect::<Vec<_>>());
 }

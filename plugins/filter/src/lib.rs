@@ -7,8 +7,8 @@
 //! - `u64-at-least N`: the value is 8 bytes whose little-endian integer is at least N (a
 //!   `counter`'s value, for instance).
 //!
-//! The answer is the matching keys, one per line (`\n`-separated, a key per line), in buffers
-//! of at most 64 KiB: a key containing a newline is answered on its own in a buffer of its own.
+//! The answer is the matching keys, one response buffer each (so any key, newlines included,
+//! comes back as it is; RESP's `FERRITE.INVOKE` answers them as an array).
 //! Pairs are read as they are (not locked): a value another client changes during the walk is
 //! seen before or after the change, and a key may come twice if the table grows meanwhile (see
 //! `docs/plugins.md`).
@@ -16,9 +16,6 @@
 use std::ops::ControlFlow;
 
 use ferrite_plugin::{Call, Context, Plugin, PluginError};
-
-/// Bytes of keys one response buffer holds at most.
-const BUFFER_BYTES_MAX: usize = 64 * 1024;
 
 /// What a value must satisfy.
 #[derive(Debug, PartialEq, Eq)]
@@ -78,37 +75,18 @@ impl Plugin for Filter {
         }
         let payload = call.payload().to_vec();
         let predicate = Predicate::parse(&payload)?;
-        let mut buffers: Vec<Vec<u8>> = vec![Vec::new()];
+        let mut matching: Vec<Vec<u8>> = Vec::new();
         call.iterate(0, u64::MAX, |pair| {
             if predicate.matches(pair.value) {
-                add_key(&mut buffers, pair.key);
+                matching.push(pair.key.to_vec());
             }
             ControlFlow::Continue(())
         })?;
-        for buffer in buffers.iter().filter(|buffer| !buffer.is_empty()) {
-            call.respond(buffer)?;
+        for key in &matching {
+            call.respond(key)?;
         }
         Ok(())
     }
-}
-
-/// Appends `key` to the answer: a line of the last buffer, or a new buffer when it is full (or
-/// when the key itself holds a newline, which would split its line).
-fn add_key(buffers: &mut Vec<Vec<u8>>, key: &[u8]) {
-    let last = buffers.last_mut().expect("there is always a buffer");
-    if key.contains(&b'\n') {
-        buffers.push(key.to_vec());
-        buffers.push(Vec::new());
-        return;
-    }
-    if !last.is_empty() && last.len() + 1 + key.len() > BUFFER_BYTES_MAX {
-        buffers.push(Vec::new());
-    }
-    let last = buffers.last_mut().expect("there is always a buffer");
-    if !last.is_empty() {
-        last.push(b'\n');
-    }
-    last.extend_from_slice(key);
 }
 
 ferrite_plugin::export_plugin!(Filter, "filter");
@@ -131,16 +109,6 @@ mod tests {
         assert!(Predicate::parse(b"sort").is_err());
     }
 
-    #[test]
-    fn keys_fill_buffers_line_by_line() {
-        let mut buffers = vec![Vec::new()];
-        add_key(&mut buffers, b"a");
-        add_key(&mut buffers, b"b");
-        add_key(&mut buffers, b"odd\nkey");
-        add_key(&mut buffers, b"c");
-        assert_eq!(buffers, vec![b"a\nb".to_vec(), b"odd\nkey".to_vec(), b"c".to_vec()]);
-    }
-
     /// Through the test host: only matching keys come back, a keyed call is refused, nothing is
     /// written.
     #[test]
@@ -150,7 +118,7 @@ mod tests {
         host.put(b"cherry", b"red stone fruit");
         host.put(b"lime", b"green fruit");
         let answer = host.invoke_pool(b"contains red", InvokeOptions::default()).expect("filter succeeds");
-        let mut keys: Vec<&[u8]> = answer.iter().flat_map(|r| r.data.split(|b| *b == b'\n')).collect();
+        let mut keys: Vec<&[u8]> = answer.iter().map(|r| &r.data[..]).collect();
         keys.sort_unstable();
         assert_eq!(keys, [&b"apple"[..], b"cherry"]);
         assert!(host.invoke(b"apple", b"contains red", InvokeOptions::default()).is_err());
