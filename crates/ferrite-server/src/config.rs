@@ -70,7 +70,7 @@ pub struct AdoConfig {
     /// Checking mode: each call's host compares the whole pool before and after the call and
     /// logs writes the plugin did not declare. Costs a copy of the pool per call: for tests.
     pub check_writes: bool,
-    /// Which native puts, gets and erases on pools with plugins are signalled to their chain
+    /// Which puts, gets and erases on pools with plugins are signalled to their chain
     /// (MCAS's ADO signals): any of `post-put`, `post-get`, `post-erase`. The request's answer
     /// waits until the chain has handled the signal.
     pub signals: Vec<String>,

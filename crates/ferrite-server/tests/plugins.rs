@@ -589,3 +589,25 @@ fn version_histories_survive_kill_9_whole() {
     }
     assert!(acknowledged.iter().all(|&acked| acked > KEPT), "every writer got past {KEPT} versions: {acknowledged:?}");
 }
+
+/// Signals from RESP: `SET`, `GET` and a one-key `DEL` on the default pool are signalled to its
+/// chain and answered after it; a `GET` of a missing key is not signalled.
+#[test]
+fn resp_commands_are_signalled_too() {
+    let config = "signals = [\"post-put\", \"post-get\", \"post-erase\"]\n[resp]\nplugins = [\"faulty\"]";
+    let server = server_with_limits(10_000).resp().append_config(config).start();
+    let stream = std::net::TcpStream::connect(server.resp_addr(0)).expect("connect");
+    stream.set_read_timeout(Some(Duration::from_secs(10))).expect("timeout");
+    let mut client = std::io::BufReader::new(stream);
+    let logged = |line: &str| server.stderr().lines().any(|logged| logged.contains(line));
+    assert_eq!(resp(&mut client, &["SET", "beta", "two"]), "+OK");
+    assert!(logged("faulty: ADO::Signal::post-put on beta"), "SET was answered after its signal");
+    assert_eq!(resp(&mut client, &["GET", "beta"]), "$3");
+    let mut value = String::new();
+    std::io::BufRead::read_line(&mut client, &mut value).expect("the value");
+    assert!(logged("faulty: ADO::Signal::post-get on beta"));
+    assert_eq!(resp(&mut client, &["DEL", "beta"]), ":1");
+    assert!(logged("faulty: ADO::Signal::post-erase on beta"));
+    assert_eq!(resp(&mut client, &["GET", "beta"]), "$-1");
+    assert_eq!(server.stderr().matches("post-get on beta").count(), 1, "a missing key's GET is not signalled");
+}

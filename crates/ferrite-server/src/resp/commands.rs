@@ -338,10 +338,70 @@ fn dispatch(
     let outcome = match lookup(name) {
         None => Err(unknown_command(args)),
         Some(spec) if !spec.accepts(args.len()) => Err(RespError::arity(spec.name)),
-        Some(spec) => (spec.run)(&mut Call { args, client, shard, settings, now_ns, out, deferrable }),
+        Some(spec) => match signal_of(spec, args, client, shard).filter(|_| deferrable) {
+            Some(signal) => {
+                let mut held = BytesMut::new();
+                let outcome =
+                    (spec.run)(&mut Call { args, client, shard, settings, now_ns, out: &mut held, deferrable });
+                return signal_or_reply(signal, outcome, held, client, shard, out);
+            }
+            None => (spec.run)(&mut Call { args, client, shard, settings, now_ns, out, deferrable }),
+        },
     };
     match outcome {
         Ok(flow) => flow,
+        Err(RespError(text)) => {
+            shard.stats.failures += 1;
+            reply::error(out, &text);
+            Flow::Continue
+        }
+    }
+}
+
+/// The signal a command makes (`[ado] signals`): `SET`, `GET` and one-key `DEL` on a default
+/// pool with plugins; other commands (many-key ones among them) are not signalled.
+fn signal_of(
+    spec: &Spec,
+    args: Args<'_>,
+    client: &Client,
+    shard: &ShardState,
+) -> Option<(PoolHandle, Vec<u8>, &'static str)> {
+    let signal = match (spec.name, args.len()) {
+        ("set", _) => "post-put",
+        ("get", 2) => "post-get",
+        ("del", 2) => "post-erase",
+        _ => return None,
+    };
+    let pool = shard.pools.get(client.pool)?;
+    let signalled = !pool.plugin_chain.is_empty() && pool.persisted.is_some() && shard.ado.limits.signals(signal);
+    signalled.then(|| (client.pool, args.get(1).to_vec(), signal))
+}
+
+/// Answers a command that makes a signal, whose reply is `held`: when it changed or found its
+/// key, the reply leaves once the pool's chain has handled the signal; otherwise (an error, no
+/// such key) at once.
+fn signal_or_reply(
+    signal: (PoolHandle, Vec<u8>, &'static str),
+    outcome: Result<Flow, RespError>,
+    held: BytesMut,
+    client: &Client,
+    shard: &mut ShardState,
+    out: &mut BytesMut,
+) -> Flow {
+    let found = !(held.starts_with(b"-") || held[..] == *b"$-1\r\n" || held[..] == *b"_\r\n" || held[..] == *b":0\r\n");
+    match outcome {
+        Ok(Flow::Continue) if found => match shard.ensure_host(signal.0) {
+            Ok(()) => Flow::Wait { completion: shard.signal(signal, held, &client.session), consumed: true },
+            Err(failure) => {
+                tracing::warn!(shard = shard.index, "cannot signal a plugin chain: {}", failure.message);
+                out.extend_from_slice(&held);
+                Flow::Continue
+            }
+        },
+        Ok(flow) => {
+            out.extend_from_slice(&held);
+            flow
+        }
         Err(RespError(text)) => {
             shard.stats.failures += 1;
             reply::error(out, &text);
