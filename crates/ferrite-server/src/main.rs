@@ -158,6 +158,14 @@ fn announcement(server: &BoundServer) -> String {
         ready.push_str(&format!(", or: redis-cli -h {} -p {} ping", resp.ip(), resp.port()));
     }
     lines.push(ready);
+    let plugins = server.plugin_names();
+    if !plugins.is_empty() {
+        lines.push(format!(
+            "plugins: {} (ferrite --addr {first} pool create counters --plugins counter && ferrite --addr {first} \
+             invoke counters hits \"add 1\" --create-size 8; docs/plugins.md)",
+            plugins.join(", ")
+        ));
+    }
     lines.push("Stop with Ctrl-C (SIGINT) or SIGTERM.".to_string());
     lines.join("\n")
 }

@@ -64,11 +64,16 @@ impl PluginRegistry {
         self.by_name.get(name).map(PathBuf::as_path)
     }
 
+    /// The known plugins' names, sorted.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.by_name.keys().map(String::as_str)
+    }
+
     fn known(&self) -> String {
         if self.by_name.is_empty() {
             return "none (configure them under [plugins] or with --plugin NAME=PATH)".to_string();
         }
-        self.by_name.keys().map(String::as_str).collect::<Vec<_>>().join(", ")
+        self.names().collect::<Vec<_>>().join(", ")
     }
 }
 

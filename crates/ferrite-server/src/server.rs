@@ -60,6 +60,8 @@ pub struct BoundServer {
     resp_addresses: Vec<SocketAddr>,
     /// Each shard's pools and durability, recovered from the data directory.
     shards: Vec<(Pools, Option<ShardDurability>)>,
+    /// The plugins pools' chains may name, shared by every shard.
+    plugins: Arc<PluginRegistry>,
     /// Held (locked) while the server runs.
     _data_dir: DataDir,
 }
@@ -108,7 +110,21 @@ impl BoundServer {
                 resp_listeners.push(listener);
             }
         }
-        Ok(BoundServer { config, listeners, addresses, resp_listeners, resp_addresses, shards, _data_dir: data_dir })
+        let plugins = Arc::new(PluginRegistry::new(
+            PluginRegistry::shipped_dir().as_deref(),
+            &config.plugins,
+            &config.plugin_config,
+        ));
+        Ok(BoundServer {
+            config,
+            listeners,
+            addresses,
+            resp_listeners,
+            resp_addresses,
+            shards,
+            plugins,
+            _data_dir: data_dir,
+        })
     }
 
     /// The address each shard listens on, by shard index.
@@ -125,17 +141,19 @@ impl BoundServer {
         &self.config
     }
 
+    /// The plugins pools' chains may name: the shipped ones beside the server and the
+    /// configured ones.
+    pub fn plugin_names(&self) -> Vec<String> {
+        self.plugins.names().map(str::to_owned).collect()
+    }
+
     /// Runs every shard until `shutdown` completes, then stops them and waits for them. Returns an
     /// error if a shard stops on its own.
     pub fn run(self, shutdown: impl Future<Output = ()>) -> Result<(), ServerError> {
         let (stop_tx, stop_rx) = watch::channel(false);
         let (exit_tx, mut exit_rx) = mpsc::unbounded_channel();
         let shard_addresses: Arc<[String]> = self.addresses.iter().map(SocketAddr::to_string).collect();
-        let plugins = Arc::new(PluginRegistry::new(
-            PluginRegistry::shipped_dir().as_deref(),
-            &self.config.plugins,
-            &self.config.plugin_config,
-        ));
+        let plugins = Arc::clone(&self.plugins);
         let limits = self.config.limits;
         let mut threads = Vec::with_capacity(self.listeners.len());
         let mut resp_listeners = self.resp_listeners.into_iter().zip(self.resp_addresses);
