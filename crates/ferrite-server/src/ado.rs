@@ -134,6 +134,9 @@ pub(crate) struct Running {
     pub id: CallId,
     pub call: Call,
     pub target: Target,
+    /// Keys the call opened (read-only, `open_key`), each read-locked until the call ends or
+    /// unlocks it; a small value is lent as a copy in scratch memory, freed then.
+    pub opened: Vec<(Vec<u8>, Option<Location>)>,
 }
 
 /// The memory a call's plugin is given as its value.
@@ -195,7 +198,8 @@ impl PoolCalls {
             let read_lock = call.work_flags & ferrite_plugin::abi::WORK_READ_ONLY != 0;
             !call.key.is_empty() && call.key == key && (writes || !read_lock)
         };
-        self.running.iter().any(|running| held(&running.call)) || self.queue.iter().any(held)
+        let opened = |running: &Running| writes && running.opened.iter().any(|(opened, _)| opened == key);
+        self.running.iter().any(|running| held(&running.call) || opened(running)) || self.queue.iter().any(held)
     }
 
     /// Wakes every request waiting for a key, to run again.

@@ -611,3 +611,27 @@ fn resp_commands_are_signalled_too() {
     assert_eq!(resp(&mut client, &["GET", "beta"]), "$-1");
     assert_eq!(server.stderr().matches("post-get on beta").count(), 1, "a missing key's GET is not signalled");
 }
+
+/// The read callbacks: a plugin opens another key for reading (`open_key`), reads its value (a
+/// small one lent as a copy, a large one in place) and unlocks it; opening its own target, which
+/// it holds for writing, is refused; opening a missing key is not found.
+#[test]
+fn plugins_read_other_keys_through_open_key() {
+    let server = server_with_limits(10_000).start();
+    let (_session, pool) = open(&server, "peeking", &["faulty"]);
+    pool.put(b"small", b"hello").expect("put");
+    let large = "l".repeat(300);
+    pool.put(b"large", large.as_bytes()).expect("put");
+    pool.invoke(b"target", b"ok", created(8)).expect("create the target");
+    let small = pool.invoke(b"target", b"peek small", InvokeOptions::default()).expect("peek small");
+    assert_eq!(texts(&small), [(0, "hello".to_owned())]);
+    let answer = pool.invoke(b"target", b"peek large", InvokeOptions::default()).expect("peek large");
+    assert_eq!(texts(&answer), [(0, large.clone())]);
+    let own = pool.invoke(b"target", b"peek target", InvokeOptions::default()).expect_err("its own target");
+    assert_eq!(own.code(), Some(ErrorCode::AdoFailed), "{own}");
+    let missing = pool.invoke(b"target", b"peek nothing", InvokeOptions::default()).expect_err("missing");
+    assert_eq!(missing.code(), Some(ErrorCode::AdoFailed), "{missing}");
+    // The lock ended with the call: the key takes writes again.
+    pool.put(b"small", b"bye").expect("put after the call");
+    assert_eq!(pool.get(b"small").expect("get"), &b"bye"[..]);
+}

@@ -12,6 +12,7 @@
 //!   value must come back unchanged.
 //! - `undeclared`: overwrites the value with `0x55` bytes without declaring it, then succeeds;
 //!   the host's checking mode must report the write.
+//! - `peek KEY`: opens KEY for reading, answers its value and unlocks it (the read callbacks).
 //! - `slow-bump`: waits 300 ms, then adds one to the value's first byte and succeeds: a correct
 //!   call long enough for other clients to change the pool meanwhile.
 //!
@@ -21,7 +22,7 @@
 
 mod misbehave;
 
-use ferrite_plugin::{Call, Context, LogLevel, Plugin, PluginError, PoolEvent};
+use ferrite_plugin::{Access, Call, Context, LogLevel, Plugin, PluginError, PoolEvent};
 
 pub use misbehave::{UNDECLARED_BYTE, WRITE_THEN_FAIL_BYTE};
 
@@ -52,6 +53,11 @@ impl Plugin for Faulty {
             call.log(LogLevel::Info, &message);
             return Ok(());
         }
+        if let Some(other) = call.payload().strip_prefix(b"peek ") {
+            // Copied out: the payload borrows the call that `peek` must change.
+            let other = other.to_vec();
+            return peek(call, &other);
+        }
         match call.payload() {
             b"ok" => call.respond(b"ok"),
             b"panic" => misbehave::panic(),
@@ -67,7 +73,7 @@ impl Plugin for Faulty {
             b"undeclared" => misbehave::undeclared(call),
             other => {
                 let message = format!(
-                    "faulty: unknown payload `{}`; expected ok, panic, abort, segv, loop, oom, write-then-fail, undeclared or slow-bump",
+                    "faulty: unknown payload `{}`; expected ok, panic, abort, segv, loop, oom, write-then-fail, undeclared, slow-bump or peek KEY",
                     String::from_utf8_lossy(other)
                 );
                 call.respond(message.as_bytes())?;
@@ -75,6 +81,14 @@ impl Plugin for Faulty {
             }
         }
     }
+}
+
+/// `peek KEY`: opens another key for reading, answers its value and unlocks it.
+fn peek(call: &mut Call<'_>, key: &[u8]) -> Result<(), PluginError> {
+    let opened = call.open_key(key, Access::Read)?;
+    let value = call.opened_value(opened)?.to_vec();
+    call.unlock(opened)?;
+    call.respond(&value)
 }
 
 ferrite_plugin::export_plugin!(Faulty, "faulty");

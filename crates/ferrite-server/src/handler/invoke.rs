@@ -358,8 +358,13 @@ impl ShardState {
             if calls.running.len() >= CALLS_IN_FLIGHT_MAX {
                 return;
             }
-            let running_on =
-                |key: &[u8]| !key.is_empty() && calls.running.iter().any(|running| running.call.key == key);
+            // A key a running call targets or has opened (read-locked) is not started on.
+            let running_on = |key: &[u8]| {
+                !key.is_empty()
+                    && calls.running.iter().any(|running| {
+                        running.call.key == key || running.opened.iter().any(|(opened, _)| opened == key)
+                    })
+            };
             let Some(next) = calls.queue.iter().position(|call| !running_on(&call.key)) else {
                 if calls.queue.is_empty() && calls.running.is_empty() {
                     self.stop_idle_host(pool);
@@ -370,7 +375,7 @@ impl ShardState {
             match self.begin(pool, &call) {
                 Ok((id, target)) => {
                     let calls = self.calls.get_mut(&pool).expect("the pool's calls exist");
-                    calls.running.push(Running { id, call, target });
+                    calls.running.push(Running { id, call, target, opened: Vec::new() });
                 }
                 Err(failure) => self.answer_failure(&call, failure),
             }
@@ -477,6 +482,15 @@ impl ShardState {
         }
     }
 
+    /// Frees the copies lent for keys a call opened (their read locks end with the call).
+    fn release_opened(&mut self, handle: PoolHandle, opened: &[(Vec<u8>, Option<Location>)]) {
+        if let Some(pool) = self.pools.get_mut(handle) {
+            for copy in opened.iter().filter_map(|(_, copy)| *copy) {
+                pool.store.free_scratch(copy.offset, copy.len);
+            }
+        }
+    }
+
     /// Takes what `pool`'s host sent and acts on it; false once the pool has no host (its task
     /// then ends).
     pub(crate) fn poll_plugins(&mut self, pool: PoolHandle, host: u64, now: Instant) -> bool {
@@ -506,6 +520,7 @@ impl ShardState {
                 if let Some(running) = self.take_running(pool, call) {
                     // The link restored what the call had declared before it reported this.
                     self.release(pool, running.target);
+                    self.release_opened(pool, &running.opened);
                     let failure = match reason {
                         FailReason::Timeout => Failure::new(
                             ErrorCode::AdoTimeout,
@@ -530,7 +545,11 @@ impl ShardState {
                 tracing::info!(shard = self.index, pool = %name, %status, "plugin host exited");
             }
             LinkEvent::Callback { call, request } => {
-                let reply = self.callback(pool, &request);
+                let reply = match request {
+                    CallbackRequest::OpenKey { key, read_only: true } => self.open_key(pool, call, key),
+                    CallbackRequest::Unlock { key } => self.unlock(pool, call, &key),
+                    request => self.callback(pool, &request),
+                };
                 if let Some(calls) = self.calls.get_mut(&pool) {
                     if let Err(error) = calls.link.answer(call, reply) {
                         tracing::warn!(shard = self.index, pool = %name, %error, "cannot answer a plugin's callback");
@@ -588,6 +607,7 @@ impl ShardState {
             logged.map(|lsn| lsn.max(running.call.wait_lsn))
         };
         self.release(pool, running.target);
+        self.release_opened(pool, &running.opened);
         match outcome {
             Ok(wait_lsn) => {
                 if let Some(completion) = &running.call.completion {
@@ -689,9 +709,68 @@ impl ShardState {
         }
     }
 
-    /// Carries out a plugin's callback: `pool_info`, `iterate` and the reference vector (the
-    /// read-only ones). The others answer `FERRITE_ERR_UNSUPPORTED`, which the SDK reports to the
-    /// plugin as an error.
+    /// `open_key` for reading: the pair, read-locked for the call (writers of the key wait until
+    /// it ends or unlocks it); a small value, which inserts may move, is lent as a copy.
+    /// `FERRITE_ERR_LOCKED` for a key a call is writing (a callback cannot wait), the call's own
+    /// target included.
+    fn open_key(&mut self, handle: PoolHandle, call: CallId, key: Vec<u8>) -> CallbackReply {
+        let reply = |status: i32| CallbackReply { status, result: CallbackResult::Nothing };
+        let Some(calls) = self.calls.get(&handle) else { return reply(abi::ERR_FAILED) };
+        let written = |running: &Running| running.call.key == key && running.call.work_flags & abi::WORK_READ_ONLY == 0;
+        if calls.running.iter().any(written) {
+            return reply(abi::ERR_LOCKED);
+        }
+        let Some(pool) = self.pools.get_mut(handle) else { return reply(abi::ERR_FAILED) };
+        let (Some(value), Some(attributes)) = (pool.store.value_location(&key), pool.store.attributes(&key)) else {
+            return reply(abi::ERR_NOT_FOUND);
+        };
+        let mut location = Location { offset: value.offset, len: value.len };
+        let mut copy = None;
+        if !value.stable && value.len > 0 {
+            let Some(bytes) = pool.store.get(&key).map(<[u8]>::to_vec) else { return reply(abi::ERR_NOT_FOUND) };
+            let Some(offset) = pool.store.allocate_scratch(value.len) else { return reply(abi::ERR_NO_SPACE) };
+            let region = &pool.persisted.as_ref().expect("pools with calls are durable").region;
+            if std::os::unix::fs::FileExt::write_all_at(&**region, &bytes, offset).is_err() {
+                pool.store.free_scratch(offset, value.len);
+                return reply(abi::ERR_FAILED);
+            }
+            location = Location { offset, len: value.len };
+            copy = Some(location);
+        }
+        let record = PairRecord { key: key.clone(), value: location, write_time_ns: attributes.write_time_ns };
+        let calls = self.calls.get_mut(&handle).expect("looked up above");
+        match calls.running.iter_mut().find(|running| running.id == call) {
+            Some(running) => {
+                running.opened.push((key, copy));
+                CallbackReply { status: abi::OK, result: CallbackResult::Pair(record) }
+            }
+            None => {
+                self.release_opened(handle, &[(key, copy)]);
+                reply(abi::ERR_FAILED)
+            }
+        }
+    }
+
+    /// `unlock`: ends the read lock of a key the call opened, and frees its copy.
+    fn unlock(&mut self, handle: PoolHandle, call: CallId, key: &[u8]) -> CallbackReply {
+        let opened = self.calls.get_mut(&handle).and_then(|calls| {
+            let running = calls.running.iter_mut().find(|running| running.id == call)?;
+            let at = running.opened.iter().position(|(opened, _)| opened == key)?;
+            Some(running.opened.remove(at))
+        });
+        let Some(opened) = opened else {
+            return CallbackReply { status: abi::ERR_INVALID, result: CallbackResult::Nothing };
+        };
+        self.release_opened(handle, &[opened]);
+        if let Some(calls) = self.calls.get_mut(&handle) {
+            calls.wake_waiters();
+        }
+        CallbackReply { status: abi::OK, result: CallbackResult::Nothing }
+    }
+
+    /// Carries out a plugin's other callbacks: `pool_info`, `iterate` and the reference vector
+    /// (the read-only ones). The others answer `FERRITE_ERR_UNSUPPORTED`, which the SDK reports
+    /// to the plugin as an error.
     fn callback(&self, handle: PoolHandle, request: &CallbackRequest) -> CallbackReply {
         let Some(pool) = self.pools.get(handle) else {
             return CallbackReply { status: abi::ERR_FAILED, result: CallbackResult::Nothing };
