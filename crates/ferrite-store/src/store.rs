@@ -176,6 +176,19 @@ pub trait Store: Send {
     fn commit_external_writes(&mut self, ranges: &[(u64, u64)]) {
         let _ = ranges;
     }
+
+    /// Starts a transaction: the puts, erases and external writes that follow, until
+    /// [`end_transaction`](Store::end_transaction), are logged as one record, so they become
+    /// durable together or (after a crash) not at all. What a plugin call that changes several
+    /// keys commits through. The caller reserves log room for all of them first. False if the
+    /// store cannot group its writes (a store without a log, or of the `pmem` backing); then
+    /// nothing changed and each write stays its own transaction.
+    fn begin_transaction(&mut self) -> bool {
+        false
+    }
+
+    /// Ends the transaction [`begin_transaction`](Store::begin_transaction) started, logging it.
+    fn end_transaction(&mut self) {}
 }
 
 /// The engines a shard can put behind its pools.

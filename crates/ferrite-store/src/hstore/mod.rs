@@ -819,4 +819,12 @@ impl<M: PoolMemory> Store for HStore<M> {
         }
         self.memory.commit();
     }
+
+    fn begin_transaction(&mut self) -> bool {
+        self.memory.begin_group()
+    }
+
+    fn end_transaction(&mut self) {
+        self.memory.end_group();
+    }
 }

@@ -51,6 +51,17 @@ pub trait PoolMemory: Send {
         let _ = (offset, len);
     }
 
+    /// Starts a group: the commits that follow, until [`end_group`](PoolMemory::end_group), make
+    /// one transaction instead of one each, so several engine operations become durable together
+    /// or (after a crash) not at all. False if this backing cannot group (then nothing changed).
+    fn begin_group(&mut self) -> bool {
+        false
+    }
+
+    /// Ends the group [`begin_group`](PoolMemory::begin_group) started, committing everything it
+    /// declared as one transaction.
+    fn end_group(&mut self) {}
+
     fn len(&self) -> usize {
         self.bytes().len()
     }

@@ -36,6 +36,8 @@ pub struct LoggedMemory<S: LogStorage = FsStorage> {
     scratch: Vec<u8>,
     /// A new pool's descriptor, until its first commit logs it.
     creating: Option<PoolDescriptor>,
+    /// Inside a group ([`PoolMemory::begin_group`]): commits wait for its end.
+    grouping: bool,
 }
 
 impl<S: LogStorage + Clone + 'static> LoggedMemory<S> {
@@ -50,6 +52,7 @@ impl<S: LogStorage + Clone + 'static> LoggedMemory<S> {
             releases: Vec::new(),
             scratch: Vec::new(),
             creating: None,
+            grouping: false,
         }
     }
 
@@ -81,6 +84,9 @@ impl<S: LogStorage + Clone + 'static> PoolMemory for LoggedMemory<S> {
     }
 
     fn commit(&mut self) {
+        if self.grouping {
+            return;
+        }
         if self.ranges.is_empty() && self.creating.is_none() {
             self.releases.clear();
             return;
@@ -115,5 +121,19 @@ impl<S: LogStorage + Clone + 'static> PoolMemory for LoggedMemory<S> {
 
     fn release(&mut self, offset: Offset, len: u64) {
         self.releases.push((offset, len));
+    }
+
+    /// A new pool's first commit is its creation record, which no group may swallow.
+    fn begin_group(&mut self) -> bool {
+        if self.creating.is_some() {
+            return false;
+        }
+        self.grouping = true;
+        true
+    }
+
+    fn end_group(&mut self) {
+        self.grouping = false;
+        self.commit();
     }
 }

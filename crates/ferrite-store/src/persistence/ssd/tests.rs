@@ -423,6 +423,74 @@ proptest! {
     }
 }
 
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+    /// A transaction ([`Store::begin_transaction`]) of several puts and erases is one record: a
+    /// power cut during its commit, keeping any subset of its sectors with one torn anywhere,
+    /// leaves every change of it or none, never some (what makes a plugin call that changes
+    /// several keys atomic).
+    #[test]
+    fn a_transaction_survives_a_power_cut_whole_or_not_at_all(
+        before in proptest::collection::vec(change(), 0..20),
+        transaction in proptest::collection::vec(change(), 2..15),
+        keep_bits in proptest::collection::vec(any::<bool>(), 1..64),
+        tear in any::<proptest::sample::Index>(),
+        tear_at in any::<proptest::sample::Index>(),
+    ) {
+        use crate::persistence::wal::sim::Cut;
+        let (sim, log) = sim_log(16 * 1024);
+        let descriptor = descriptor_of(1, "tx", PoolSpec { size_bytes: 1 << 20, expected_objects: 64 });
+        let mut store = new_logged_pool(&log, &descriptor);
+        let mut state = BTreeMap::new();
+        let apply = |store: &mut HStore<LoggedMemory<SimStorage>>, state: &mut BTreeMap<Vec<u8>, Vec<u8>>, change: &Change, version: usize| {
+            match change {
+                Change::Put(k, len) => {
+                    let value = value(*k, *len, version as u32);
+                    if store.put(&key(*k), &value, PutMode::Upsert, 1).is_ok() {
+                        state.insert(key(*k), value);
+                    }
+                }
+                Change::Erase(k) => {
+                    if store.erase(&key(*k)).is_ok() {
+                        state.remove(&key(*k));
+                    }
+                }
+            }
+        };
+        for (version, change) in before.iter().enumerate() {
+            apply(&mut store, &mut state, change, version);
+        }
+        log.commit_now().expect("commit");
+        let acknowledged = state.clone();
+        let records = log.last_lsn();
+        prop_assert!(store.begin_transaction(), "logged memory groups its commits");
+        for (version, change) in transaction.iter().enumerate() {
+            apply(&mut store, &mut state, change, before.len() + version);
+        }
+        prop_assert_eq!(log.last_lsn(), records, "nothing is logged before the transaction ends");
+        store.end_transaction();
+        prop_assert!(log.last_lsn() <= records + 1, "the transaction is one record");
+        sim.fail_syncs_after(0);
+        let _ = log.commit_now();
+        let sectors = sim.unsynced_sectors();
+        let keep: Vec<bool> = (0..sectors).map(|i| keep_bits[i % keep_bits.len()]).collect();
+        let tear = (sectors > 0).then(|| {
+            let torn = tear.index(sectors);
+            (torn, tear_at.index(sim.unsynced_sector_len(torn) + 1))
+        });
+        let after = sim.crash(&Cut { keep, tear });
+        let checkpoint = temp_dir(&format!("tx-{}", std::process::id()));
+        let loaded = super::recovery::load_shard_with(&checkpoint, &after).expect("recovery succeeds");
+        std::fs::remove_dir_all(&checkpoint).expect("clean up");
+        let pool = loaded.pools.into_iter().find(|pool| pool.descriptor.id == 1).expect("the pool was acknowledged");
+        let recovered = HStore::open(pool.region).expect("the table opens");
+        recovered.check().expect("table invariants hold");
+        let found = contents(&recovered);
+        prop_assert!(found == acknowledged || found == state, "recovered {} pairs: part of the transaction", found.len());
+    }
+}
+
 /// A new hstore pool on logged memory over `log`, created as a shard creates one.
 fn new_logged_pool<S: crate::persistence::wal::LogStorage + Clone + 'static>(
     log: &SharedLog<S>,
