@@ -92,9 +92,11 @@ pub enum CallbackRequest {
         max: u64,
         cursor: u64,
     },
+    /// One bounded step of a search for the keys `expression` matches, from `cursor` (0 to
+    /// start), answered with `Keys`; the host pages through the steps for the plugin.
     FindKey {
         expression: Vec<u8>,
-        position: u64,
+        cursor: u64,
     },
     PoolInfo,
     Unlock {
@@ -117,10 +119,11 @@ pub enum CallbackResult {
         pairs: Vec<PairRecord>,
         next: u64,
     },
-    /// find_key: the key found and the position to resume after it.
-    Found {
-        key: Vec<u8>,
-        position: u64,
+    /// find_key: the matching keys of one bounded step of the search, and the position of the
+    /// next step (0: the search is over).
+    Keys {
+        keys: Vec<Vec<u8>>,
+        next: u64,
     },
     PoolInfo(PoolInfo),
 }
@@ -183,6 +186,8 @@ pub enum ToShard {
 
 const LOCATION_BYTES: usize = 16;
 const PAIR_BYTES_MIN: usize = 4 + LOCATION_BYTES + 8;
+/// The fewest bytes a key takes in a message: its length.
+const KEY_BYTES_MIN: usize = 4;
 const RESPONSE_BYTES_MIN: usize = 8;
 
 fn put_location(w: &mut Writer, location: &Location) {
@@ -237,7 +242,7 @@ impl CallbackRequest {
             CallbackRequest::ReferenceVector { since_ns, until_ns, max, cursor } => {
                 w.u8(8).u64(*since_ns).u64(*until_ns).u64(*max).u64(*cursor)
             }
-            CallbackRequest::FindKey { expression, position } => w.u8(9).bytes(expression).u64(*position),
+            CallbackRequest::FindKey { expression, cursor } => w.u8(9).bytes(expression).u64(*cursor),
             CallbackRequest::PoolInfo => w.u8(10),
             CallbackRequest::Unlock { key } => w.u8(11).bytes(key),
         };
@@ -258,7 +263,7 @@ impl CallbackRequest {
                 max: r.u64()?,
                 cursor: r.u64()?,
             },
-            9 => CallbackRequest::FindKey { expression: r.bytes()?, position: r.u64()? },
+            9 => CallbackRequest::FindKey { expression: r.bytes()?, cursor: r.u64()? },
             10 => CallbackRequest::PoolInfo,
             11 => CallbackRequest::Unlock { key: r.bytes()? },
             tag => return Err(DecodeError::UnknownTag(tag)),
@@ -286,8 +291,11 @@ impl CallbackResult {
                     put_pair(w, pair);
                 }
             }
-            CallbackResult::Found { key, position } => {
-                w.u8(4).bytes(key).u64(*position);
+            CallbackResult::Keys { keys, next } => {
+                w.u8(4).u64(*next).u32(keys.len() as u32);
+                for key in keys {
+                    w.bytes(key);
+                }
             }
             CallbackResult::PoolInfo(info) => {
                 w.u8(5)
@@ -311,7 +319,12 @@ impl CallbackResult {
                 let pairs = (0..count).map(|_| get_pair(r)).collect::<Result<_, _>>()?;
                 CallbackResult::Pairs { pairs, next }
             }
-            4 => CallbackResult::Found { key: r.bytes()?, position: r.u64()? },
+            4 => {
+                let next = r.u64()?;
+                let count = r.count(KEY_BYTES_MIN)?;
+                let keys = (0..count).map(|_| r.bytes()).collect::<Result<_, _>>()?;
+                CallbackResult::Keys { keys, next }
+            }
             5 => CallbackResult::PoolInfo(PoolInfo {
                 pool_id: r.u64()?,
                 size_bytes: r.u64()?,
@@ -457,6 +470,13 @@ mod tests {
                 },
             },
             ToHost::CallbackReply {
+                call: CallId(3),
+                reply: CallbackReply {
+                    status: 0,
+                    result: CallbackResult::Keys { keys: vec![b"a1".to_vec(), Vec::new(), b"a2".to_vec()], next: 77 },
+                },
+            },
+            ToHost::CallbackReply {
                 call: CallId(1),
                 reply: CallbackReply {
                     status: 0,
@@ -478,7 +498,7 @@ mod tests {
             }),
             ToShard::Callback {
                 call: CallId(2),
-                request: CallbackRequest::FindKey { expression: b"prefix:a".to_vec(), position: 3 },
+                request: CallbackRequest::FindKey { expression: b"prefix:a".to_vec(), cursor: 3 },
             },
             ToShard::Callback { call: CallId(2), request: CallbackRequest::PoolInfo },
             ToShard::Log { level: 3, text: "hello".into() },

@@ -501,7 +501,7 @@ impl<'a> Call<'a> {
     }
 
     /// Finds the first key at or after `*position` that matches `expression` (the syntax of
-    /// `ferrite find`: `prefix:`, `regex:`, `next:` or an exact key) and moves `*position` past
+    /// `ferrite find`: `prefix:`, `glob:`, `regex:`, `next:` or an exact key) and moves `*position` past
     /// it. `Ok(None)` at the end. Start with `*position` = 0.
     #[allow(unsafe_code)]
     pub fn find_key(&self, expression: &str, position: &mut u64) -> Result<Option<&'a [u8]>, PluginError> {

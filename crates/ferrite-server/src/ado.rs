@@ -137,6 +137,46 @@ pub(crate) struct Running {
     /// Keys the call opened (read-only, `open_key`), each read-locked until the call ends or
     /// unlocks it; a small value is lent as a copy in scratch memory, freed then.
     pub opened: Vec<(Vec<u8>, Option<Location>)>,
+    /// Keys the call created, opened for writing, resized or erased, write-locked until it ends,
+    /// in the order first changed: a successful call applies them to the store in one
+    /// transaction with its target's writes.
+    pub staged: Vec<StagedKey>,
+    /// Scratch memory lent to the call for new values (every copy, those a resize replaced
+    /// included): where its declared writes may lie besides its target, freed when it ends.
+    pub lent: Vec<Location>,
+}
+
+impl Running {
+    pub fn new(id: CallId, call: Call, target: Target) -> Running {
+        Running { id, call, target, opened: Vec::new(), staged: Vec::new(), lent: Vec::new() }
+    }
+
+    /// Whether a write the call declared lies in memory it was given to write.
+    pub fn may_write(&self, write: &Location) -> bool {
+        self.target.location().covers(write) || self.lent.iter().any(|lent| lent.covers(write))
+    }
+
+    /// The change the call made to `key`, if it made one.
+    pub fn staged(&self, key: &[u8]) -> Option<&StagedKey> {
+        self.staged.iter().find(|staged| staged.key == key)
+    }
+
+    /// Whether the call locks `key` against a request that `writes` (or reads): its target, a
+    /// key it opened (a read lock) or one it changes (a write lock).
+    pub fn locks(&self, key: &[u8], writes: bool) -> bool {
+        let read_only = self.call.work_flags & ferrite_plugin::abi::WORK_READ_ONLY != 0;
+        (self.call.key == key && (writes || !read_only))
+            || (writes && self.opened.iter().any(|(opened, _)| opened == key))
+            || self.staged(key).is_some()
+    }
+}
+
+/// A key a running call changes, applied when the call succeeds.
+#[derive(Debug, Clone)]
+pub(crate) struct StagedKey {
+    pub key: Vec<u8>,
+    /// The key's new value, in scratch memory lent to the call; `None` if the call erased it.
+    pub value: Option<Location>,
 }
 
 /// The memory a call's plugin is given as its value.
@@ -191,15 +231,16 @@ impl PoolCalls {
     }
 
     /// Whether a request on `key` must wait: a call running or waiting holds the key (every call
-    /// holds its key from the moment it is accepted, so requests on it keep their order), with
-    /// a write lock, or with a read lock and the request writes.
+    /// holds its key from the moment it is accepted, so requests on it keep their order), or a
+    /// running call opened or changes it, with a write lock, or with a read lock and the request
+    /// writes.
     pub fn holds(&self, key: &[u8], writes: bool) -> bool {
         let held = |call: &Call| {
             let read_lock = call.work_flags & ferrite_plugin::abi::WORK_READ_ONLY != 0;
-            !call.key.is_empty() && call.key == key && (writes || !read_lock)
+            call.key == key && (writes || !read_lock)
         };
-        let opened = |running: &Running| writes && running.opened.iter().any(|(opened, _)| opened == key);
-        self.running.iter().any(|running| held(&running.call) || opened(running)) || self.queue.iter().any(held)
+        !key.is_empty()
+            && (self.running.iter().any(|running| running.locks(key, writes)) || self.queue.iter().any(held))
     }
 
     /// Wakes every request waiting for a key, to run again.

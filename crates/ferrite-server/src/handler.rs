@@ -4,6 +4,7 @@
 //! frames it has buffered, calls [`ShardState::handle`] for each, and writes the responses once.
 
 mod invoke;
+mod invoke_keys;
 
 use std::sync::Arc;
 

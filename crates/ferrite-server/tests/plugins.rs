@@ -635,3 +635,159 @@ fn plugins_read_other_keys_through_open_key() {
     pool.put(b"small", b"bye").expect("put after the call");
     assert_eq!(pool.get(b"small").expect("get"), &b"bye"[..]);
 }
+
+/// The write callbacks through the real server: one call creates a key, rewrites and resizes
+/// another (a small one, copied, and a large one), erases a third and resizes its own value; all
+/// of it lands together. A call that does the same and then fails changes nothing, and a call on
+/// a read-only invocation may change no key.
+#[test]
+fn a_call_changes_other_keys_all_together_or_not_at_all() {
+    let data_dir = fresh_dir("plugins-keys").join("data");
+    let mut server = server_with_limits(10_000).data_dir(&data_dir).start();
+    let (_session, pool) = open(&server, "keys", &["faulty"]);
+    let large = "L".repeat(400);
+    for (key, value) in [("small", "s"), ("large", large.as_str()), ("doomed", "d"), ("target", "t")] {
+        pool.put(key.as_bytes(), value.as_bytes()).expect("put");
+    }
+    let script = b"create fresh new; update small grown-bigger; update large short; erase doomed; set own value";
+    pool.invoke(b"target", script, InvokeOptions::default()).expect("the script runs");
+    let expect_all = |pool: &Pool| {
+        assert_eq!(pool.get(b"fresh").expect("created"), &b"new"[..]);
+        assert_eq!(pool.get(b"small").expect("updated"), &b"grown-bigger"[..]);
+        assert_eq!(pool.get(b"large").expect("updated"), &b"short"[..]);
+        assert_eq!(pool.get(b"doomed").expect_err("erased").code(), Some(ErrorCode::KeyNotFound));
+        assert_eq!(pool.get(b"target").expect("resized"), &b"own value"[..]);
+        assert_eq!(pool.count().expect("count"), 4);
+    };
+    expect_all(&pool);
+
+    let failing = b"create other x; update small changed; update large changed; erase fresh; set changed; fail";
+    let error = pool.invoke(b"target", failing, InvokeOptions::default()).expect_err("the script fails");
+    assert_eq!(error.code(), Some(ErrorCode::AdoFailed), "{error}");
+    assert_eq!(pool.get(b"other").expect_err("never created").code(), Some(ErrorCode::KeyNotFound));
+    expect_all(&pool);
+
+    let read_only = InvokeOptions { read_only: true, ..InvokeOptions::default() };
+    let refused = pool.invoke(b"target", b"create sneaky x", read_only).expect_err("read-only");
+    assert_eq!(refused.code(), Some(ErrorCode::AdoFailed), "{refused}");
+    assert_eq!(pool.get(b"sneaky").expect_err("not created").code(), Some(ErrorCode::KeyNotFound));
+
+    // Erasing the call's own key, and creating a key that exists, are as a client would expect.
+    pool.invoke(b"fresh", b"erase fresh", InvokeOptions::default()).expect("erase itself");
+    assert_eq!(pool.get(b"fresh").expect_err("erased").code(), Some(ErrorCode::KeyNotFound));
+    let exists = pool.invoke(b"target", b"create small x", InvokeOptions::default()).expect_err("exists");
+    assert_eq!(exists.code(), Some(ErrorCode::AdoFailed), "{exists}");
+
+    drop(pool);
+    server.kill9();
+    let server = server_with_limits(10_000).data_dir(&data_dir).start();
+    let session = Session::connect(&server.addr_string()).expect("reconnect");
+    let pool = session.open_pool("keys").expect("open");
+    assert_eq!(pool.get(b"small").expect("survived"), &b"grown-bigger"[..]);
+    assert_eq!(pool.get(b"large").expect("survived"), &b"short"[..]);
+    assert_eq!(pool.get(b"target").expect("survived"), &b"own value"[..]);
+    assert_eq!(pool.count().expect("count"), 3, "fresh and doomed stay erased, nothing else appeared");
+}
+
+/// `find_key` walks the whole pool a bounded step at a time: every matching key comes back,
+/// however many steps it takes, and none that does not match.
+#[test]
+fn find_key_finds_every_matching_key() {
+    let server = server_with_limits(10_000).start();
+    let (_session, pool) = open(&server, "finding", &["faulty"]);
+    for i in 0..3000 {
+        let key = if i % 100 == 0 { format!("wanted-{i}") } else { format!("other-{i}") };
+        pool.put(key.as_bytes(), b"v").expect("put");
+    }
+    pool.put(b"target", b"t").expect("put");
+    let found = pool.invoke(b"target", b"find prefix:wanted-", InvokeOptions::default()).expect("find");
+    let mut keys: Vec<String> = texts(&found).into_iter().map(|(_, key)| key).collect();
+    keys.sort();
+    keys.dedup();
+    let mut expected: Vec<String> = (0..3000).step_by(100).map(|i| format!("wanted-{i}")).collect();
+    expected.sort();
+    assert_eq!(keys, expected);
+    let exact = pool.invoke(b"target", b"find other-7", InvokeOptions::default()).expect("find one");
+    assert_eq!(texts(&exact), [(0, "other-7".to_owned())]);
+}
+
+/// kill -9 while calls move a value between two keys (each call writes the same new text to
+/// both, one of them the call's own value): after every restart the two keys hold the same text,
+/// at least the last one acknowledged. A call's changes to several keys are one transaction.
+#[test]
+fn changes_to_several_keys_survive_kill_9_together() {
+    let data_dir = fresh_dir("plugins-pairs").join("data");
+    let mut server = server_with_limits(10_000).data_dir(&data_dir).start();
+    {
+        let (_session, pool) = open(&server, "pairs", &["faulty"]);
+        pool.put(b"left", b"0").expect("put");
+        pool.put(b"right", b"0").expect("put");
+    }
+    let mut acknowledged_total = 0;
+    for round in 0..4 {
+        let stop = Arc::new(AtomicBool::new(false));
+        let last_acknowledged = Arc::new(AtomicU64::new(0));
+        let writer = {
+            let (address, stop, last) = (server.addr_string(), Arc::clone(&stop), Arc::clone(&last_acknowledged));
+            std::thread::spawn(move || {
+                let session = Session::connect(&address).expect("connect");
+                let pool = session.open_pool("pairs").expect("open");
+                for n in (round * 100_000 + 1).. {
+                    if stop.load(Ordering::Relaxed) {
+                        return;
+                    }
+                    let text = format!("{n:0width$}", width = 1 + n as usize % 40);
+                    let script = format!("update right {text}; set {text}");
+                    match pool.invoke(b"left", script.as_bytes(), InvokeOptions::default()) {
+                        Ok(_) => last.store(n as u64, Ordering::SeqCst),
+                        Err(_) => return,
+                    }
+                }
+            })
+        };
+        std::thread::sleep(Duration::from_millis(300 + 150 * round as u64));
+        server.kill9();
+        stop.store(true, Ordering::Relaxed);
+        writer.join().expect("writer");
+        server = server_with_limits(10_000).data_dir(&data_dir).start();
+        let session = Session::connect(&server.addr_string()).expect("reconnect");
+        let pool = session.open_pool("pairs").expect("open");
+        let left = String::from_utf8(pool.get(b"left").expect("left").to_vec()).expect("text");
+        let right = String::from_utf8(pool.get(b"right").expect("right").to_vec()).expect("text");
+        assert_eq!(left, right, "round {round}: both keys of a call or neither");
+        let acknowledged = last_acknowledged.load(Ordering::SeqCst);
+        assert!(left.parse::<u64>().expect("a number") >= acknowledged, "round {round}: an acknowledged call was lost");
+        acknowledged_total += acknowledged.min(1);
+    }
+    assert!(acknowledged_total > 0, "calls were acknowledged before the kills");
+}
+
+/// A call whose later change the pool refuses (it is full) puts back the changes it had already
+/// applied in the same transaction: the call fails with nothing changed, and the next calls work.
+/// `next:` finds keys in key order through the pool's secondary index.
+#[test]
+fn a_refused_change_puts_back_the_calls_earlier_ones() {
+    let server = server_with_limits(10_000).start();
+    let session = Session::connect(&server.addr_string()).expect("connect");
+    let options = PoolOptions { size_bytes: 64 << 10, indexed: true, ..chain(&["faulty"]) };
+    let pool = session.create_pool("tight", options).expect("create");
+    pool.put(b"first", b"1").expect("put");
+    pool.put(b"second", b"2").expect("put");
+    pool.put(b"target", b"t").expect("put");
+    let mut filled = 0;
+    while pool.put(format!("filler-{filled:05}").as_bytes(), [7; 1000]).is_ok() {
+        filled += 1;
+    }
+    let count = pool.count().expect("count");
+    let script = format!("update first {}; update second two; create huge {}", "x".repeat(40), "h".repeat(3000));
+    let error = pool.invoke(b"target", script.as_bytes(), InvokeOptions::default()).expect_err("the pool is full");
+    assert_eq!(error.code(), Some(ErrorCode::PoolFull), "{error}");
+    assert_eq!(pool.get(b"first").expect("kept"), &b"1"[..]);
+    assert_eq!(pool.get(b"second").expect("kept"), &b"2"[..]);
+    assert_eq!(pool.count().expect("count"), count);
+    pool.invoke(b"target", b"update second two", InvokeOptions::default()).expect("a change that fits");
+    assert_eq!(pool.get(b"second").expect("changed"), &b"two"[..]);
+    let next = pool.invoke(b"target", b"find next:filler-00000", InvokeOptions::default()).expect("next");
+    let keys: Vec<String> = texts(&next).into_iter().map(|(_, key)| key).take(2).collect();
+    assert_eq!(keys, ["filler-00001", "filler-00002"]);
+}

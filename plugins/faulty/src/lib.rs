@@ -15,11 +15,14 @@
 //! - `peek KEY`: opens KEY for reading, answers its value and unlocks it (the read callbacks).
 //! - `slow-bump`: waits 300 ms, then adds one to the value's first byte and succeeds: a correct
 //!   call long enough for other clients to change the pool meanwhile.
+//! - key scripts (`create KEY TEXT; update KEY TEXT; erase KEY; set TEXT; find EXPR; fail`):
+//!   change other keys through the callbacks; see [`keys`].
 //!
 //! Any other payload is `FERRITE_ERR_INVALID` with a message listing these. A signal
 //! (`[ado] signals`) is logged as `faulty: ADO::Signal::<signal> on <key>` and succeeds, and an
 //! erase event as `faulty: erase event on <key>`.
 
+pub mod keys;
 mod misbehave;
 
 use ferrite_plugin::{Access, Call, Context, LogLevel, Plugin, PluginError, PoolEvent};
@@ -53,6 +56,10 @@ impl Plugin for Faulty {
             call.log(LogLevel::Info, &message);
             return Ok(());
         }
+        if keys::is_script(call.payload()) {
+            let script = call.payload().to_vec();
+            return keys::run(call, &script);
+        }
         if let Some(other) = call.payload().strip_prefix(b"peek ") {
             // Copied out: the payload borrows the call that `peek` must change.
             let other = other.to_vec();
@@ -73,7 +80,7 @@ impl Plugin for Faulty {
             b"undeclared" => misbehave::undeclared(call),
             other => {
                 let message = format!(
-                    "faulty: unknown payload `{}`; expected ok, panic, abort, segv, loop, oom, write-then-fail, undeclared, slow-bump or peek KEY",
+                    "faulty: unknown payload `{}`; expected ok, panic, abort, segv, loop, oom, write-then-fail, undeclared, slow-bump, peek KEY or a key script (create, update, erase, set, find, fail)",
                     String::from_utf8_lossy(other)
                 );
                 call.respond(message.as_bytes())?;
@@ -149,6 +156,22 @@ mod tests {
         let offset = host.value_offset(b"k").expect("the key exists");
         assert_eq!(host.undeclared_writes(), std::slice::from_ref(&(offset..offset + 8)));
         assert_eq!(host.get(b"k"), Some(vec![UNDECLARED_BYTE; 8]));
+    }
+
+    /// A script's changes to other keys land together, and a failing script's are undone.
+    #[test]
+    fn scripts_change_other_keys_or_nothing() {
+        let mut host = host_with_value(b"v");
+        host.put(b"other", b"o");
+        host.invoke(b"k", b"create fresh new; update other longer; set own", InvokeOptions::default()).expect("runs");
+        assert_eq!(host.get(b"fresh").as_deref(), Some(&b"new"[..]));
+        assert_eq!(host.get(b"other").as_deref(), Some(&b"longer"[..]));
+        assert_eq!(host.get(b"k").as_deref(), Some(&b"own"[..]));
+        let error = host.invoke(b"k", b"erase other; set changed; fail", InvokeOptions::default()).expect_err("fails");
+        assert_eq!(error.code(), Some(ErrorCode::Failed));
+        assert_eq!(host.get(b"other").as_deref(), Some(&b"longer"[..]));
+        assert_eq!(host.get(b"k").as_deref(), Some(&b"own"[..]));
+        assert!(host.undeclared_writes().is_empty());
     }
 
     #[test]

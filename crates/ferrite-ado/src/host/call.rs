@@ -3,6 +3,7 @@
 
 use ferrite_plugin::abi::{Pair, WORK_READ_ONLY};
 
+use super::checking::Snapshot;
 use crate::message::{CallId, Invocation, Location, Response};
 
 /// One call's bookkeeping, dropped when the call ends.
@@ -25,10 +26,23 @@ pub struct CallState {
     lent_bytes: Vec<Vec<u8>>,
     /// Arrays handed out by get_reference_vector, same rule.
     lent_pairs: Vec<Vec<Pair>>,
+    /// Checking mode: pool memory before the call (and ranges the shard filled since).
+    pub snapshot: Option<Snapshot>,
+    /// The searches of find_key so far, each paged from the shard as the plugin reads on.
+    pub finds: Vec<Search>,
+}
+
+/// One find_key expression's matches, as far as the call has read them.
+#[derive(Debug)]
+pub struct Search {
+    pub expression: Vec<u8>,
+    pub keys: Vec<Vec<u8>>,
+    /// Where the shard's next step starts; `None` once the search is over.
+    pub cursor: Option<u64>,
 }
 
 impl CallState {
-    pub fn new(id: CallId, invocation: &Invocation) -> CallState {
+    pub fn new(id: CallId, invocation: &Invocation, snapshot: Option<Snapshot>) -> CallState {
         let read_only = invocation.flags & WORK_READ_ONLY != 0;
         let mut writable = Vec::new();
         if !read_only && invocation.value.len > 0 {
@@ -47,6 +61,8 @@ impl CallState {
             response_bytes: 0,
             lent_bytes: Vec::new(),
             lent_pairs: Vec::new(),
+            snapshot,
+            finds: Vec::new(),
         }
     }
 

@@ -22,6 +22,15 @@ impl Snapshot {
         Snapshot { bytes }
     }
 
+    /// Takes `range` anew: the shard just filled it for the call (a key created or opened for
+    /// writing), so only the plugin's changes after this count.
+    pub fn refresh(&mut self, pool: &Mapping, range: Location) {
+        let (Ok(start), Ok(len)) = (usize::try_from(range.offset), usize::try_from(range.len)) else { return };
+        if let Some(bytes) = start.checked_add(len).and_then(|end| self.bytes.get_mut(start..end)) {
+            pool.read(range.offset, bytes);
+        }
+    }
+
     /// The ranges that changed since the snapshot and that no `declared` range covers.
     pub fn undeclared(&self, pool: &Mapping, declared: &[Location]) -> Vec<Location> {
         let mut ranges: Vec<Location> = Vec::new();

@@ -12,7 +12,7 @@ use crate::call_area::{CallAreaError, CallAreaWriter};
 use crate::message::{CallbackReply, CallbackRequest, CallbackResult, Location, PairRecord, ToShard};
 use crate::shm::Mapping;
 
-use super::call::CallState;
+use super::call::{CallState, Search};
 use super::channel::Channel;
 use super::HostError;
 
@@ -67,9 +67,13 @@ impl HostContext {
     /// `writable` lets the call write the value.
     fn lend_pair(&mut self, record: PairRecord, writable: bool) -> Result<Pair, c_int> {
         let value = self.address_of(record.value).ok_or(abi::ERR_INVALID)?;
+        let pool = Arc::clone(&self.pool);
         let call = self.call()?;
         if writable {
             call.allow(record.value);
+            if let Some(snapshot) = &mut call.snapshot {
+                snapshot.refresh(&pool, record.value);
+            }
         }
         let key = call.lend_bytes(record.key);
         Ok(Pair {
@@ -195,10 +199,33 @@ impl PluginHost for HostContext {
         Ok(self.call()?.lend_pairs(found))
     }
 
+    /// `position` counts the matches before the one wanted: the host keeps each expression's
+    /// matches for the call and asks the shard for more, a bounded step at a time, as the plugin
+    /// reads past them.
     fn find_key(&mut self, expression: &[u8], position: u64) -> Result<(&[u8], u64), c_int> {
-        match self.round_trip(CallbackRequest::FindKey { expression: expression.to_vec(), position })?.result {
-            CallbackResult::Found { key, position } => Ok((self.call()?.lend_bytes(key), position)),
-            _ => Err(abi::ERR_INVALID),
+        let wanted = usize::try_from(position).map_err(|_| abi::ERR_INVALID)?;
+        let call = self.call()?;
+        let search = match call.finds.iter().position(|search| search.expression == expression) {
+            Some(search) => search,
+            None => {
+                call.finds.push(Search { expression: expression.to_vec(), keys: Vec::new(), cursor: Some(0) });
+                call.finds.len() - 1
+            }
+        };
+        loop {
+            let found = &self.call()?.finds[search];
+            if let Some(key) = found.keys.get(wanted) {
+                let key = key.clone();
+                return Ok((self.call()?.lend_bytes(key), position + 1));
+            }
+            let Some(cursor) = found.cursor else { return Err(abi::ERR_NOT_FOUND) };
+            let request = CallbackRequest::FindKey { expression: expression.to_vec(), cursor };
+            let CallbackResult::Keys { keys, next } = self.round_trip(request)?.result else {
+                return Err(abi::ERR_INVALID);
+            };
+            let found = &mut self.call()?.finds[search];
+            found.keys.extend(keys);
+            found.cursor = (next != 0).then_some(next);
         }
     }
 

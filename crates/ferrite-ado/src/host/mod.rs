@@ -186,7 +186,7 @@ impl HostProcess {
     fn invoke(&mut self, call: CallId, invocation: &Invocation) -> Result<(), HostError> {
         let snapshot = self.checking.then(|| Snapshot::take(&self.context.pool));
         self.context.call_area.begin(call)?;
-        self.context.call = Some(CallState::new(call, invocation));
+        self.context.call = Some(CallState::new(call, invocation, snapshot));
         let value = self.context.address_of(invocation.value);
         let detached = self.context.address_of(invocation.detached);
         let mut status = abi::OK;
@@ -225,7 +225,7 @@ impl HostProcess {
             status = abi::ERR_INVALID;
         }
         let state = self.context.call.take().expect("the call state was set at the start of the call");
-        if let Some(snapshot) = snapshot {
+        if let Some(snapshot) = &state.snapshot {
             let ranges = snapshot.undeclared(&self.context.pool, &state.declared);
             if !ranges.is_empty() {
                 self.context.channel.send(&ToShard::Undeclared { call, ranges })?;

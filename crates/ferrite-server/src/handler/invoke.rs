@@ -40,7 +40,7 @@ use crate::session::Session;
 
 /// Declared ranges logged as they are; a call that declares more is logged as the one range
 /// that covers them all (within its target), which bounds the record the shard reserves room for.
-const LOGGED_RANGES_MAX: u64 = 16;
+pub(super) const LOGGED_RANGES_MAX: u64 = 16;
 
 /// An invocation as the shard runs it, whichever message carried it.
 #[derive(Debug, Clone)]
@@ -358,13 +358,9 @@ impl ShardState {
             if calls.running.len() >= CALLS_IN_FLIGHT_MAX {
                 return;
             }
-            // A key a running call targets or has opened (read-locked) is not started on.
-            let running_on = |key: &[u8]| {
-                !key.is_empty()
-                    && calls.running.iter().any(|running| {
-                        running.call.key == key || running.opened.iter().any(|(opened, _)| opened == key)
-                    })
-            };
+            // A key a running call targets, has opened or changes is not started on.
+            let running_on =
+                |key: &[u8]| !key.is_empty() && calls.running.iter().any(|running| running.locks(key, true));
             let Some(next) = calls.queue.iter().position(|call| !running_on(&call.key)) else {
                 if calls.queue.is_empty() && calls.running.is_empty() {
                     self.stop_idle_host(pool);
@@ -375,7 +371,7 @@ impl ShardState {
             match self.begin(pool, &call) {
                 Ok((id, target)) => {
                     let calls = self.calls.get_mut(&pool).expect("the pool's calls exist");
-                    calls.running.push(Running { id, call, target, opened: Vec::new() });
+                    calls.running.push(Running::new(id, call, target));
                 }
                 Err(failure) => self.answer_failure(&call, failure),
             }
@@ -483,7 +479,7 @@ impl ShardState {
     }
 
     /// Frees the copies lent for keys a call opened (their read locks end with the call).
-    fn release_opened(&mut self, handle: PoolHandle, opened: &[(Vec<u8>, Option<Location>)]) {
+    pub(super) fn release_opened(&mut self, handle: PoolHandle, opened: &[(Vec<u8>, Option<Location>)]) {
         if let Some(pool) = self.pools.get_mut(handle) {
             for copy in opened.iter().filter_map(|(_, copy)| *copy) {
                 pool.store.free_scratch(copy.offset, copy.len);
@@ -518,9 +514,11 @@ impl ShardState {
             }
             LinkEvent::Failed { call, reason } => {
                 if let Some(running) = self.take_running(pool, call) {
-                    // The link restored what the call had declared before it reported this.
+                    // The link restored what the call had declared before it reported this; the
+                    // keys it staged never reached the store.
                     self.release(pool, running.target);
                     self.release_opened(pool, &running.opened);
+                    self.release_lent(pool, &running.lent);
                     let failure = match reason {
                         FailReason::Timeout => Failure::new(
                             ErrorCode::AdoTimeout,
@@ -548,6 +546,11 @@ impl ShardState {
                 let reply = match request {
                     CallbackRequest::OpenKey { key, read_only: true } => self.open_key(pool, call, key),
                     CallbackRequest::Unlock { key } => self.unlock(pool, call, &key),
+                    request @ (CallbackRequest::CreateKey { .. }
+                    | CallbackRequest::OpenKey { read_only: false, .. }
+                    | CallbackRequest::EraseKey { .. }
+                    | CallbackRequest::ResizeValue { .. }
+                    | CallbackRequest::FindKey { .. }) => self.key_callback(pool, call, request),
                     request => self.callback(pool, &request),
                 };
                 if let Some(calls) = self.calls.get_mut(&pool) {
@@ -579,8 +582,7 @@ impl ShardState {
     /// answers it.
     fn finish(&mut self, pool: PoolHandle, running: Running, done: Done) {
         let name = self.pools.get(pool).map_or_else(String::new, |pool| pool.name.clone());
-        let target = running.target.location();
-        let outcome = if !done.writes.iter().all(|write| target.covers(write)) {
+        let outcome = if !done.writes.iter().all(|write| running.may_write(write)) {
             // The host checks this too; a host that did not is not trusted with the pool.
             self.undo(pool, running.id);
             if let Some(calls) = self.calls.get_mut(&pool) {
@@ -588,7 +590,7 @@ impl ShardState {
             }
             Err(Failure::new(
                 ErrorCode::AdoFailed,
-                format!("pool '{name}': the plugin host declared writes outside the call's value; the call was undone"),
+                format!("pool '{name}': the plugin host declared writes outside the memory the call was given; the call was undone"),
             ))
         } else if done.status != abi::OK {
             let reason =
@@ -597,10 +599,11 @@ impl ShardState {
                 ErrorCode::AdoFailed,
                 format!("pool '{name}': the plugin failed (status {}): {reason}; its writes were undone", done.status),
             ))
-        } else if done.writes.is_empty() {
+        } else if done.writes.is_empty() && running.staged.is_empty() {
             Ok(running.call.wait_lsn)
         } else {
             let logged = match running.target {
+                _ if !running.staged.is_empty() => self.commit_call(pool, &running, &done),
                 Target::InPlace(_) => self.log_writes(pool, &running, &done),
                 Target::Copy(copy) => self.write_back(pool, &running.call, copy),
             };
@@ -608,6 +611,7 @@ impl ShardState {
         };
         self.release(pool, running.target);
         self.release_opened(pool, &running.opened);
+        self.release_lent(pool, &running.lent);
         match outcome {
             Ok(wait_lsn) => {
                 if let Some(completion) = &running.call.completion {
@@ -658,7 +662,7 @@ impl ShardState {
     }
 
     /// Puts back the before-images of the finished call `id`; false if they are gone.
-    fn undo(&mut self, pool: PoolHandle, id: CallId) -> bool {
+    pub(super) fn undo(&mut self, pool: PoolHandle, id: CallId) -> bool {
         self.calls.get_mut(&pool).is_some_and(|calls| calls.link.undo_finished(id))
     }
 
@@ -712,11 +716,23 @@ impl ShardState {
     /// `open_key` for reading: the pair, read-locked for the call (writers of the key wait until
     /// it ends or unlocks it); a small value, which inserts may move, is lent as a copy.
     /// `FERRITE_ERR_LOCKED` for a key a call is writing (a callback cannot wait), the call's own
-    /// target included.
+    /// target included; a key the call itself changed is lent as the call left it.
     fn open_key(&mut self, handle: PoolHandle, call: CallId, key: Vec<u8>) -> CallbackReply {
         let reply = |status: i32| CallbackReply { status, result: CallbackResult::Nothing };
-        let Some(calls) = self.calls.get(&handle) else { return reply(abi::ERR_FAILED) };
-        let written = |running: &Running| running.call.key == key && running.call.work_flags & abi::WORK_READ_ONLY == 0;
+        let Some(calls) = self.calls.get_mut(&handle) else { return reply(abi::ERR_FAILED) };
+        // A key the call changed reads as the call left it.
+        if let Some(own) = calls.running.iter_mut().find(|running| running.id == call) {
+            if let Some(staged) = own.staged(&key).cloned() {
+                let Some(value) = staged.value else { return reply(abi::ERR_NOT_FOUND) };
+                own.opened.push((key.clone(), None));
+                let record = PairRecord { key, value, write_time_ns: 0 };
+                return CallbackReply { status: abi::OK, result: CallbackResult::Pair(record) };
+            }
+        }
+        let written = |running: &Running| {
+            (running.call.key == key && running.call.work_flags & abi::WORK_READ_ONLY == 0)
+                || running.staged(&key).is_some()
+        };
         if calls.running.iter().any(written) {
             return reply(abi::ERR_LOCKED);
         }
@@ -769,8 +785,8 @@ impl ShardState {
     }
 
     /// Carries out a plugin's other callbacks: `pool_info`, `iterate` and the reference vector
-    /// (the read-only ones). The others answer `FERRITE_ERR_UNSUPPORTED`, which the SDK reports
-    /// to the plugin as an error.
+    /// (the read-only ones). The others (`allocate_memory`, `free_memory`) answer
+    /// `FERRITE_ERR_UNSUPPORTED`, which the SDK reports to the plugin as an error.
     fn callback(&self, handle: PoolHandle, request: &CallbackRequest) -> CallbackReply {
         let Some(pool) = self.pools.get(handle) else {
             return CallbackReply { status: abi::ERR_FAILED, result: CallbackResult::Nothing };
@@ -849,7 +865,7 @@ fn pairs_page(
 
 /// The ranges to log for a call's declared writes: as declared (merged by the log) if there are
 /// few, else the one range covering them.
-fn logged_ranges(writes: &[Location]) -> Vec<(u64, u64)> {
+pub(super) fn logged_ranges(writes: &[Location]) -> Vec<(u64, u64)> {
     if writes.len() as u64 <= LOGGED_RANGES_MAX {
         return writes.iter().map(|write| (write.offset, write.len)).collect();
     }

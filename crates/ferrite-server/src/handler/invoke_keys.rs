@@ -1,0 +1,474 @@
+//! The callbacks that let a plugin call change keys besides its target (MCAS Table 4:
+//! `create_key`, `open_key` for writing, `erase_key`, `resize_value`), `find_key`, and the
+//! transaction that commits a call's changes.
+//!
+//! A call changes nothing in the store while it runs. Each change is staged: a created, opened
+//! or resized key gets its new value in scratch memory lent to the call (the plugin writes
+//! there), an erased key is only marked. The key is write-locked by the call from then on, so
+//! every other request on it waits. When the call succeeds, the shard applies its staged keys
+//! and its target's writes to the store inside one store transaction: one log record, so after
+//! a crash all of them are there or none. A failed, crashed or timed-out call drops its staged
+//! keys: the store never saw them.
+
+use ferrite_ado::message::{CallId, CallbackReply, CallbackRequest, CallbackResult, Done, Location, PairRecord};
+use ferrite_plugin::abi;
+use ferrite_proto::{ErrorCode, PoolHandle};
+use ferrite_store::persistence::wal::Lsn;
+use ferrite_store::{FindQuery, PutMode, Store, WriteFootprint};
+
+use super::{store_failure, Failure, ShardState};
+use crate::ado::{Running, StagedKey, Target};
+
+/// Most keys one call may change besides its target: all of them go into one log record.
+pub(crate) const STAGED_KEYS_MAX: usize = 64;
+
+/// Home buckets one step of a plugin's `find_key` walks: the host asks for the next step only
+/// when the plugin reads past the matches it has, and no step holds the shard long.
+const FIND_STEP_HOMES: u64 = 256;
+
+/// Keys after `next:KEY` one `find_key` answers (from a pool's secondary index, in key order).
+const FIND_NEXT_KEYS_MAX: usize = 256;
+
+/// Where a call stands with a key it asks to change.
+enum KeyState {
+    /// The call already changed it: its new value (`None`: erased).
+    Staged(Option<Location>),
+    /// The call's own target, whose value it is given as this.
+    Target(Location),
+    /// Another running call holds it.
+    Locked,
+    /// Nothing holds it (besides a read lock of this call's own, which a change upgrades).
+    Free,
+}
+
+/// A reply with only a status.
+fn status(status: i32) -> CallbackReply {
+    CallbackReply { status, result: CallbackResult::Nothing }
+}
+
+fn pair(key: Vec<u8>, value: Location, write_time_ns: u64) -> CallbackReply {
+    CallbackReply { status: abi::OK, result: CallbackResult::Pair(PairRecord { key, value, write_time_ns }) }
+}
+
+fn now_ns() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
+}
+
+fn plus(a: WriteFootprint, b: WriteFootprint) -> WriteFootprint {
+    WriteFootprint { bytes: a.bytes + b.bytes, ranges: a.ranges + b.ranges }
+}
+
+/// The most a call's transaction may log: its target's in-place writes, each staged key's change
+/// and, should a later change fail, the change that puts the key back as it was.
+fn transaction_footprint(store: &dyn Store, running: &Running) -> WriteFootprint {
+    let mut total = match running.target {
+        Target::InPlace(location) => WriteFootprint { bytes: location.len, ranges: super::invoke::LOGGED_RANGES_MAX },
+        Target::Copy(copy) => store.put_footprint(running.call.key.len() as u64, copy.len),
+    };
+    for staged in &running.staged {
+        let key_len = staged.key.len() as u64;
+        let change = match staged.value {
+            Some(value) => store.put_footprint(key_len, value.len),
+            None => store.erase_footprint(),
+        };
+        let undo = match store.attributes(&staged.key) {
+            Some(before) => store.put_footprint(key_len, before.length),
+            None => store.erase_footprint(),
+        };
+        total = plus(total, plus(change, undo));
+    }
+    total
+}
+
+impl ShardState {
+    /// Carries out a callback that changes keys or searches them, for call `call` of `handle`.
+    pub(super) fn key_callback(&mut self, handle: PoolHandle, call: CallId, request: CallbackRequest) -> CallbackReply {
+        let read_only = self
+            .calls
+            .get(&handle)
+            .and_then(|calls| calls.running.iter().find(|running| running.id == call))
+            .map(|running| running.call.work_flags & abi::WORK_READ_ONLY != 0);
+        let Some(read_only) = read_only else { return status(abi::ERR_FAILED) };
+        if let CallbackRequest::FindKey { expression, cursor } = request {
+            return self.find_key(handle, &expression, cursor);
+        }
+        // A read-only call (and a signal) holds a read lock and changes nothing.
+        if read_only {
+            return status(abi::ERR_INVALID);
+        }
+        match request {
+            CallbackRequest::CreateKey { key, value_len } => self.create_key(handle, call, key, value_len),
+            CallbackRequest::OpenKey { key, read_only: false } => self.open_key_for_writing(handle, call, key),
+            CallbackRequest::EraseKey { key } => self.erase_key(handle, call, key),
+            CallbackRequest::ResizeValue { key, new_len } => self.resize_value(handle, call, key, new_len),
+            _ => status(abi::ERR_UNSUPPORTED),
+        }
+    }
+
+    fn running_mut(&mut self, handle: PoolHandle, call: CallId) -> Option<&mut Running> {
+        self.calls.get_mut(&handle)?.running.iter_mut().find(|running| running.id == call)
+    }
+
+    /// Where call `call` stands with `key`.
+    fn key_state(&self, handle: PoolHandle, call: CallId, key: &[u8]) -> KeyState {
+        let Some(calls) = self.calls.get(&handle) else { return KeyState::Locked };
+        let Some(own) = calls.running.iter().find(|running| running.id == call) else { return KeyState::Locked };
+        if let Some(staged) = own.staged(key) {
+            return KeyState::Staged(staged.value);
+        }
+        if own.call.key == key {
+            return KeyState::Target(own.target.location());
+        }
+        if calls.running.iter().any(|running| running.id != call && running.locks(key, true)) {
+            return KeyState::Locked;
+        }
+        KeyState::Free
+    }
+
+    /// Checks a key a callback names against the server's limits.
+    fn callback_key_ok(&self, key: &[u8]) -> bool {
+        !key.is_empty() && key.len() <= self.limits.key_bytes_max as usize
+    }
+
+    /// `create_key`: a new key with a zeroed value of `value_len` bytes, stored when the call
+    /// succeeds. `FERRITE_ERR_EXISTS` if the key is there (the call's own target included).
+    fn create_key(&mut self, handle: PoolHandle, call: CallId, key: Vec<u8>, value_len: u64) -> CallbackReply {
+        if !self.callback_key_ok(&key) || value_len > u64::from(self.limits.value_bytes_max) {
+            return status(abi::ERR_INVALID);
+        }
+        match self.key_state(handle, call, &key) {
+            KeyState::Locked => return status(abi::ERR_LOCKED),
+            KeyState::Staged(Some(_)) | KeyState::Target(_) => return status(abi::ERR_EXISTS),
+            KeyState::Staged(None) => {}
+            KeyState::Free => {
+                let exists = self.pools.get(handle).is_some_and(|pool| pool.store.get(&key).is_some());
+                if exists {
+                    return status(abi::ERR_EXISTS);
+                }
+            }
+        }
+        self.stage_value(handle, call, key, &[], value_len, now_ns())
+    }
+
+    /// `open_key` for writing: the key's value as a copy in scratch memory, which a successful
+    /// call stores as the key's new value.
+    fn open_key_for_writing(&mut self, handle: PoolHandle, call: CallId, key: Vec<u8>) -> CallbackReply {
+        match self.key_state(handle, call, &key) {
+            KeyState::Locked => status(abi::ERR_LOCKED),
+            KeyState::Staged(None) => status(abi::ERR_NOT_FOUND),
+            KeyState::Staged(Some(value)) | KeyState::Target(value) => pair(key, value, now_ns()),
+            KeyState::Free => {
+                let Some(pool) = self.pools.get(handle) else { return status(abi::ERR_FAILED) };
+                let (Some(value), Some(attributes)) = (pool.store.get(&key), pool.store.attributes(&key)) else {
+                    return status(abi::ERR_NOT_FOUND);
+                };
+                let value = value.to_vec();
+                self.stage_value(handle, call, key, &value, value.len() as u64, attributes.write_time_ns)
+            }
+        }
+    }
+
+    /// `erase_key`: the key is gone once the call succeeds (its own target too: the plugin keeps
+    /// its value's memory until the call ends, and what it writes there is not logged).
+    fn erase_key(&mut self, handle: PoolHandle, call: CallId, key: Vec<u8>) -> CallbackReply {
+        let exists = self.pools.get(handle).is_some_and(|pool| pool.store.get(&key).is_some());
+        match self.key_state(handle, call, &key) {
+            KeyState::Locked => return status(abi::ERR_LOCKED),
+            KeyState::Staged(None) => return status(abi::ERR_NOT_FOUND),
+            KeyState::Free | KeyState::Target(_) if !exists => return status(abi::ERR_NOT_FOUND),
+            KeyState::Staged(Some(_)) | KeyState::Target(_) | KeyState::Free => {}
+        }
+        self.end_read_lock(handle, call, &key);
+        let Some(running) = self.running_mut(handle, call) else { return status(abi::ERR_FAILED) };
+        match running.staged.iter().position(|staged| staged.key == key) {
+            // Created by this call and erased again: nothing to store.
+            Some(at) if !exists => {
+                running.staged.remove(at);
+            }
+            Some(at) => running.staged[at].value = None,
+            None => return self.stage(handle, call, StagedKey { key, value: None }),
+        }
+        status(abi::OK)
+    }
+
+    /// `resize_value`: the key's value (its staged one, the call's target, or the stored one)
+    /// in a new copy of `new_len` bytes, kept up to the shorter length and zeros after.
+    fn resize_value(&mut self, handle: PoolHandle, call: CallId, key: Vec<u8>, new_len: u64) -> CallbackReply {
+        if new_len > u64::from(self.limits.value_bytes_max) {
+            return status(abi::ERR_INVALID);
+        }
+        let Some(pool) = self.pools.get(handle) else { return status(abi::ERR_FAILED) };
+        let current = match self.key_state(handle, call, &key) {
+            KeyState::Locked => return status(abi::ERR_LOCKED),
+            KeyState::Staged(None) => return status(abi::ERR_NOT_FOUND),
+            KeyState::Staged(Some(value)) | KeyState::Target(value) => match read_region(pool, value) {
+                Some(bytes) => bytes,
+                None => return status(abi::ERR_FAILED),
+            },
+            KeyState::Free => match pool.store.get(&key) {
+                Some(value) => value.to_vec(),
+                None => return status(abi::ERR_NOT_FOUND),
+            },
+        };
+        let kept = &current[..current.len().min(new_len as usize)];
+        let kept = kept.to_vec();
+        self.stage_value(handle, call, key, &kept, new_len, now_ns())
+    }
+
+    /// Lends the call a new value of `len` bytes beginning with `bytes` (zeros after) and stages
+    /// it as `key`'s value; answers its pair.
+    fn stage_value(
+        &mut self,
+        handle: PoolHandle,
+        call: CallId,
+        key: Vec<u8>,
+        bytes: &[u8],
+        len: u64,
+        write_time_ns: u64,
+    ) -> CallbackReply {
+        let value = match self.lend_scratch(handle, call, bytes, len) {
+            Ok(value) => value,
+            Err(code) => return status(code),
+        };
+        self.end_read_lock(handle, call, &key);
+        let reply = self.stage(handle, call, StagedKey { key: key.clone(), value: Some(value) });
+        if reply.status != abi::OK {
+            return reply;
+        }
+        pair(key, value, write_time_ns)
+    }
+
+    /// Records `staged` as the call's change to its key (replacing an earlier one), if the
+    /// call's transaction still fits the log and [`STAGED_KEYS_MAX`].
+    fn stage(&mut self, handle: PoolHandle, call: CallId, staged: StagedKey) -> CallbackReply {
+        let Some(running) = self.running_mut(handle, call) else { return status(abi::ERR_FAILED) };
+        let at = running.staged.iter().position(|earlier| earlier.key == staged.key);
+        let before = match at {
+            Some(at) => Some(std::mem::replace(&mut running.staged[at], staged)),
+            None if running.staged.len() >= STAGED_KEYS_MAX => return status(abi::ERR_NO_SPACE),
+            None => {
+                running.staged.push(staged);
+                None
+            }
+        };
+        let running = self.calls.get(&handle).and_then(|calls| calls.running.iter().find(|r| r.id == call));
+        let (Some(running), Some(pool)) = (running, self.pools.get(handle)) else { return status(abi::ERR_FAILED) };
+        let footprint = transaction_footprint(pool.store.as_ref(), running);
+        if self.admit_write(footprint).is_ok() {
+            return status(abi::OK);
+        }
+        // The log cannot take the call's transaction with this change: the change is dropped.
+        if let Some(running) = self.running_mut(handle, call) {
+            match (at, before) {
+                (Some(at), Some(before)) => running.staged[at] = before,
+                _ => {
+                    running.staged.pop();
+                }
+            }
+        }
+        status(abi::ERR_NO_SPACE)
+    }
+
+    /// Scratch memory of `len` bytes holding `bytes` then zeros, lent to the call until it ends.
+    fn lend_scratch(&mut self, handle: PoolHandle, call: CallId, bytes: &[u8], len: u64) -> Result<Location, i32> {
+        if len == 0 {
+            return Ok(Location::default());
+        }
+        let pool = self.pools.get_mut(handle).ok_or(abi::ERR_FAILED)?;
+        let offset = pool.store.allocate_scratch(len).ok_or(abi::ERR_NO_SPACE)?;
+        let mut filled = vec![0; len as usize];
+        filled[..bytes.len()].copy_from_slice(bytes);
+        let region = &pool.persisted.as_ref().expect("pools with calls are durable").region;
+        if std::os::unix::fs::FileExt::write_all_at(&**region, &filled, offset).is_err() {
+            pool.store.free_scratch(offset, len);
+            return Err(abi::ERR_FAILED);
+        }
+        let location = Location { offset, len };
+        match self.running_mut(handle, call) {
+            Some(running) => {
+                running.lent.push(location);
+                Ok(location)
+            }
+            None => {
+                if let Some(pool) = self.pools.get_mut(handle) {
+                    pool.store.free_scratch(offset, len);
+                }
+                Err(abi::ERR_FAILED)
+            }
+        }
+    }
+
+    /// Ends a read lock the call took on `key` with `open_key` (a change takes a write lock).
+    fn end_read_lock(&mut self, handle: PoolHandle, call: CallId, key: &[u8]) {
+        let Some(running) = self.running_mut(handle, call) else { return };
+        let Some(at) = running.opened.iter().position(|(opened, _)| opened == key) else { return };
+        let opened = running.opened.remove(at);
+        self.release_opened(handle, &[opened]);
+    }
+
+    /// Frees the scratch memory lent to a call for new values.
+    pub(super) fn release_lent(&mut self, handle: PoolHandle, lent: &[Location]) {
+        if let Some(pool) = self.pools.get_mut(handle) {
+            for location in lent {
+                pool.store.free_scratch(location.offset, location.len);
+            }
+        }
+    }
+
+    /// One step of `find_key`: the keys matching `expression` (`prefix:P`, `regex:R`, `glob:G`,
+    /// `next:KEY` or an exact key) in a bounded part of the pool from `cursor`, in hash order;
+    /// `next:KEY` answers the keys after KEY in key order and needs the pool's secondary index.
+    fn find_key(&self, handle: PoolHandle, expression: &[u8], cursor: u64) -> CallbackReply {
+        let Some(pool) = self.pools.get(handle) else { return status(abi::ERR_FAILED) };
+        if let Some(after) = expression.strip_prefix(b"next:") {
+            let Some(index) = &pool.index else { return status(abi::ERR_UNSUPPORTED) };
+            let budget = ferrite_store::FindBudget {
+                keys_max: FIND_NEXT_KEYS_MAX,
+                key_bytes_max: super::FIND_REPLY_KEY_BYTES_MAX,
+                scan_keys_max: super::FIND_SCAN_KEYS_MAX,
+            };
+            let page = index.find(&FindQuery::Prefix(b""), Some(after), budget);
+            let keys = page.keys.into_iter().map(<[u8]>::to_vec).collect();
+            return CallbackReply { status: abi::OK, result: CallbackResult::Keys { keys, next: 0 } };
+        }
+        let query = if let Some(prefix) = expression.strip_prefix(b"prefix:") {
+            FindQuery::Prefix(prefix)
+        } else if let Some(pattern) = expression.strip_prefix(b"glob:") {
+            FindQuery::Glob(pattern)
+        } else if let Some(pattern) = expression.strip_prefix(b"regex:") {
+            match FindQuery::regex(pattern) {
+                Ok(query) => query,
+                Err(_) => return status(abi::ERR_INVALID),
+            }
+        } else {
+            let keys = pool.store.stored_key(expression).map(<[u8]>::to_vec).into_iter().collect();
+            return CallbackReply { status: abi::OK, result: CallbackResult::Keys { keys, next: 0 } };
+        };
+        let mut keys = Vec::new();
+        let next = pool.store.scan(cursor, FIND_STEP_HOMES, &mut |key| {
+            if query.matches(key) {
+                keys.push(key.to_vec());
+            }
+        });
+        CallbackReply { status: abi::OK, result: CallbackResult::Keys { keys, next } }
+    }
+
+    /// Applies a successful call's staged keys and its target's writes to the store as one
+    /// transaction; the LSN its answer waits for. Keys other than the target go first and the
+    /// target's own change last, so if one is refused (a pool too full or fragmented for a new
+    /// value) the target is as the plugin left it: the changes already applied are put back
+    /// (inside the same transaction, which then logs no change), and the target's in-place
+    /// writes are undone by its host.
+    pub(super) fn commit_call(&mut self, handle: PoolHandle, running: &Running, done: &Done) -> Result<Lsn, Failure> {
+        let key = &running.call.key;
+        let target_staged = running.staged(key).is_some();
+        let pool = self.pools.get(handle).expect("a pool with calls exists");
+        let read = |location: Location| {
+            read_region(pool, location).ok_or_else(|| {
+                Failure::new(ErrorCode::Internal, format!("pool '{}': cannot read a plugin's new value", pool.name))
+            })
+        };
+        let mut changes: Vec<(&[u8], Option<Vec<u8>>)> = Vec::new();
+        for staged in running.staged.iter().filter(|staged| staged.key != *key) {
+            changes.push((&staged.key, staged.value.map(read).transpose()?));
+        }
+        if let Some(staged) = running.staged(key) {
+            changes.push((key, staged.value.map(read).transpose()?));
+        } else if let (Target::Copy(copy), false) = (running.target, done.writes.is_empty()) {
+            changes.push((key, Some(read(copy)?)));
+        }
+        let in_place = match running.target {
+            Target::InPlace(_) if !target_staged => super::invoke::logged_ranges(&done.writes),
+            _ => Vec::new(),
+        };
+        let footprint = transaction_footprint(pool.store.as_ref(), running);
+        if let Err(failure) = self.admit_write(footprint) {
+            // Room was reserved as the call went, but other writes may have taken it since.
+            return Err(self.undo_in_place(handle, running, done, failure));
+        }
+        let now = now_ns();
+        let pool = self.pools.get_mut(handle).expect("a pool with calls exists");
+        if !pool.store.begin_transaction() {
+            let failure = Failure::new(ErrorCode::Internal, format!("pool '{}' cannot group writes", pool.name));
+            return Err(self.undo_in_place(handle, running, done, failure));
+        }
+        let mut applied: Vec<(&[u8], Option<Before>)> = Vec::new();
+        let mut refused = None;
+        for (key, value) in &changes {
+            let before = pool
+                .store
+                .get(key)
+                .map(<[u8]>::to_vec)
+                .zip(pool.store.attributes(key))
+                .map(|(value, attributes)| (value, attributes.write_time_ns));
+            let result = match (value, &before) {
+                (Some(value), _) => pool.store.put(key, value, PutMode::Upsert, now).map(|_| ()),
+                (None, Some(_)) => pool.store.erase(key),
+                (None, None) => Ok(()),
+            };
+            match result {
+                Ok(()) => applied.push((key, before)),
+                Err(error) => {
+                    refused = Some(store_failure(error, pool));
+                    break;
+                }
+            }
+        }
+        if let Some(failure) = refused {
+            let restored = applied.iter().rev().all(|(key, before)| match before {
+                Some((value, written)) => pool.store.put(key, value, PutMode::Upsert, *written).is_ok(),
+                None => pool.store.erase(key).is_ok(),
+            });
+            pool.store.end_transaction();
+            if !restored {
+                return Err(self.halt("a plugin call's changes could be neither applied nor put back".into()));
+            }
+            self.log_position(running.call.sync)?;
+            return Err(self.undo_in_place(handle, running, done, failure));
+        }
+        pool.store.commit_external_writes(&in_place);
+        pool.store.end_transaction();
+        for ((key, before), (_, value)) in applied.iter().zip(&changes) {
+            match (before, value) {
+                (None, Some(_)) => {
+                    if let Some(index) = &mut pool.index {
+                        index.insert(key);
+                    }
+                    self.stats.puts += 1;
+                }
+                (Some(_), None) => {
+                    if let Some(index) = &mut pool.index {
+                        index.remove(key);
+                    }
+                    self.stats.erases += 1;
+                }
+                (_, Some(_)) => self.stats.puts += 1,
+                (None, None) => {}
+            }
+        }
+        let lsn = self.log_position(running.call.sync)?;
+        Ok(if running.call.sync { lsn } else { 0 })
+    }
+
+    /// A call whose changes were refused: its target's in-place writes are undone by its host
+    /// (the shard stops if the host has moved on and cannot); answers `failure`.
+    fn undo_in_place(&mut self, handle: PoolHandle, running: &Running, done: &Done, failure: Failure) -> Failure {
+        let wrote_in_place = matches!(running.target, Target::InPlace(_)) && !done.writes.is_empty();
+        if wrote_in_place && !self.undo(handle, running.id) {
+            return self.halt("a plugin call changed pool memory that can be neither logged nor undone".into());
+        }
+        failure
+    }
+}
+
+/// A key's value and write time before a transaction changed it, to put back should a later
+/// change of the transaction be refused.
+type Before = (Vec<u8>, u64);
+
+/// The bytes at `location` of `pool`'s memory region.
+fn read_region(pool: &crate::pools::Pool, location: Location) -> Option<Vec<u8>> {
+    let mut bytes = vec![0; usize::try_from(location.len).ok()?];
+    let region = &pool.persisted.as_ref()?.region;
+    std::os::unix::fs::FileExt::read_exact_at(&**region, &mut bytes, location.offset).ok()?;
+    Some(bytes)
+}
