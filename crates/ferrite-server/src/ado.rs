@@ -73,6 +73,36 @@ pub(crate) enum Answer {
     /// A signal: the answer of the request it signals, sent once the chain has handled the
     /// signal, whatever the chain answers or whether it fails (the request succeeded).
     Held(BytesMut),
+    /// One of the signals of a request on several keys (RESP `MSET`, `MGET`, `DEL`): its
+    /// answer, sent once the chain has handled all of them.
+    HeldForAll(Arc<HeldAnswer>),
+}
+
+/// The answer of a request that signals several keys, shared by their signal calls.
+#[derive(Debug)]
+pub(crate) struct HeldAnswer {
+    answer: std::sync::Mutex<BytesMut>,
+    /// Signal calls not yet ended.
+    pending: std::sync::atomic::AtomicUsize,
+}
+
+impl HeldAnswer {
+    pub fn new(answer: BytesMut, calls: usize) -> HeldAnswer {
+        HeldAnswer { answer: std::sync::Mutex::new(answer), pending: calls.into() }
+    }
+
+    fn take(&self) -> BytesMut {
+        std::mem::take(&mut *self.answer.lock().unwrap_or_else(std::sync::PoisonError::into_inner))
+    }
+}
+
+/// The signals one request makes (`[ado] signals`): a read-only call on each key of `pool`,
+/// with the payload `ADO::Signal::<signal>`.
+#[derive(Debug)]
+pub(crate) struct Signals {
+    pub pool: PoolHandle,
+    pub keys: Vec<Vec<u8>>,
+    pub signal: &'static str,
 }
 
 impl Answer {
@@ -94,6 +124,16 @@ impl Answer {
                 }
             }
             Answer::Held(held) => out.extend_from_slice(held),
+            Answer::HeldForAll(held) => out.extend_from_slice(&held.take()),
+        }
+    }
+
+    /// Whether the call with this answer answers its request when it ends: every call does but
+    /// the signals of a request on several keys, of which the last to end does.
+    pub fn settles(&self) -> bool {
+        match self {
+            Answer::HeldForAll(held) => held.pending.fetch_sub(1, std::sync::atomic::Ordering::AcqRel) == 1,
+            _ => true,
         }
     }
 
@@ -105,6 +145,10 @@ impl Answer {
             Answer::Held(held) => {
                 tracing::warn!("a plugin chain failed a signal: {message}");
                 out.extend_from_slice(held);
+            }
+            Answer::HeldForAll(held) => {
+                tracing::warn!("a plugin chain failed a signal: {message}");
+                out.extend_from_slice(&held.take());
             }
         }
     }

@@ -300,7 +300,7 @@ impl ShardState {
     /// answered once the chain has handled the signal; a failed one at once.
     fn answer_signalled(
         &mut self,
-        signal: (PoolHandle, Vec<u8>, &'static str),
+        signal: crate::ado::Signals,
         request: Request<'_>,
         header: &Header,
         session: &mut Session,
@@ -317,7 +317,7 @@ impl ShardState {
         };
         let failure = match outcome {
             Ok(()) => {
-                if let Err(failure) = self.ensure_host(signal.0) {
+                if let Err(failure) = self.ensure_host(signal.pool) {
                     // The request succeeded: it is answered, unsignalled.
                     tracing::warn!(shard = self.index, "cannot signal a plugin chain: {}", failure.message);
                     out.extend_from_slice(&held);

@@ -264,7 +264,7 @@ fn resp(stream: &mut std::io::BufReader<std::net::TcpStream>, args: &[&str]) -> 
     for _ in 0..count.parse::<usize>().expect("an array length") {
         let mut header = String::new();
         stream.read_line(&mut header).expect("an element");
-        let Some(len) = header.trim_end().strip_prefix('$') else {
+        let Some(len) = header.trim_end().strip_prefix('$').filter(|len| *len != "-1") else {
             items.push(header.trim_end().to_owned());
             continue;
         };
@@ -610,6 +610,17 @@ fn resp_commands_are_signalled_too() {
     assert!(logged("faulty: ADO::Signal::post-erase on beta"));
     assert_eq!(resp(&mut client, &["GET", "beta"]), "$-1");
     assert_eq!(server.stderr().matches("post-get on beta").count(), 1, "a missing key's GET is not signalled");
+
+    // Many-key commands signal each key they write, find or erase, once, before answering.
+    assert_eq!(resp(&mut client, &["MSET", "k1", "a", "k2", "b", "k1", "c"]), "+OK");
+    assert!(logged("faulty: ADO::Signal::post-put on k2"));
+    assert_eq!(server.stderr().matches("post-put on k1").count(), 1, "each key once");
+    assert_eq!(resp(&mut client, &["MGET", "k1", "absent", "k2"]), "[c, $-1, b]");
+    assert!(logged("faulty: ADO::Signal::post-get on k1") && logged("faulty: ADO::Signal::post-get on k2"));
+    assert!(!logged("post-get on absent"), "a key MGET does not find is not signalled");
+    assert_eq!(resp(&mut client, &["DEL", "k1", "absent", "k2"]), ":2");
+    assert!(logged("faulty: ADO::Signal::post-erase on k1") && logged("faulty: ADO::Signal::post-erase on k2"));
+    assert!(!logged("post-erase on absent"));
 }
 
 /// The read callbacks: a plugin opens another key for reading (`open_key`), reads its value (a

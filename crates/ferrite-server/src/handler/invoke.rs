@@ -34,7 +34,7 @@ use ferrite_store::persistence::wal::Lsn;
 use ferrite_store::{PutMode, PutOutcome, StoreError, WriteFootprint};
 
 use super::{key_not_found, open_pool, store_failure, Failure, ShardState};
-use crate::ado::{Answer, Call, PoolCalls, Running, Target, CALLS_IN_FLIGHT_MAX};
+use crate::ado::{Answer, Call, HeldAnswer, PoolCalls, Running, Signals, Target, CALLS_IN_FLIGHT_MAX};
 use crate::completion::Completion;
 use crate::session::Session;
 
@@ -176,13 +176,8 @@ impl ShardState {
         Ok(Accepted::Later(completion))
     }
 
-    /// The signal `request` makes (`[ado] signals`), if it makes one: the pool, the key and the
-    /// payload the chain gets.
-    pub(crate) fn signal_of(
-        &self,
-        request: &Request<'_>,
-        session: &Session,
-    ) -> Option<(PoolHandle, Vec<u8>, &'static str)> {
+    /// The signal `request` makes (`[ado] signals`), if it makes one.
+    pub(crate) fn signal_of(&self, request: &Request<'_>, session: &Session) -> Option<Signals> {
         let (pool, key, signal) = match *request {
             Request::Put { pool, key, .. } => (pool, key, "post-put"),
             Request::Get { pool, key } => (pool, key, "post-get"),
@@ -191,29 +186,31 @@ impl ShardState {
         };
         let open = open_pool(&self.pools, session, pool).ok()?;
         let signalled = !open.plugin_chain.is_empty() && open.persisted.is_some() && self.ado.limits.signals(signal);
-        signalled.then(|| (pool, key.to_vec(), signal))
+        signalled.then(|| Signals { pool, keys: vec![key.to_vec()], signal })
     }
 
-    /// Signals a request that succeeded with the answer `held` to its pool's chain (a read-only
-    /// call on its key, with the payload `ADO::Signal::<signal>`); the answer leaves once the
-    /// chain has handled it. The pool's host runs already ([`Self::ensure_host`]).
-    pub(crate) fn signal(
-        &mut self,
-        (pool, key, signal): (PoolHandle, Vec<u8>, &'static str),
-        held: BytesMut,
-        session: &Session,
-    ) -> Arc<Completion> {
+    /// Signals a request that succeeded with the answer `held` to its pool's chain: a read-only
+    /// call on each of its keys, with the payload `ADO::Signal::<signal>`. The answer leaves once
+    /// the chain has handled every one of them. The pool's host runs already
+    /// ([`Self::ensure_host`]).
+    pub(crate) fn signal(&mut self, signals: Signals, held: BytesMut, session: &Session) -> Arc<Completion> {
         let completion = Completion::telling(session.answers.clone());
-        let call = Call {
-            answer: Answer::Held(held),
-            key,
-            payload: format!("ADO::Signal::{signal}").into_bytes(),
-            work_flags: abi::WORK_SIGNAL | abi::WORK_READ_ONLY,
-            sync: false,
-            wait_lsn: session.wait_lsn,
-            completion: Some(Arc::clone(&completion)),
+        let answer = match signals.keys.len() {
+            1 => Answer::Held(held),
+            calls => Answer::HeldForAll(Arc::new(HeldAnswer::new(held, calls))),
         };
-        self.queue(pool, call);
+        for key in signals.keys {
+            let call = Call {
+                answer: answer.clone(),
+                key,
+                payload: format!("ADO::Signal::{}", signals.signal).into_bytes(),
+                work_flags: abi::WORK_SIGNAL | abi::WORK_READ_ONLY,
+                sync: false,
+                wait_lsn: session.wait_lsn,
+                completion: Some(Arc::clone(&completion)),
+            };
+            self.queue(signals.pool, call);
+        }
         completion
     }
 
@@ -614,7 +611,7 @@ impl ShardState {
         self.release_lent(pool, &running.lent);
         match outcome {
             Ok(wait_lsn) => {
-                if let Some(completion) = &running.call.completion {
+                if let Some(completion) = running.call.completion.as_ref().filter(|_| running.call.answer.settles()) {
                     completion.complete(wait_lsn, |out| running.call.answer.success(&done.responses, out));
                 }
             }
@@ -698,7 +695,7 @@ impl ShardState {
 
     fn answer_failure(&mut self, call: &Call, failure: Failure) {
         self.stats.failures += 1;
-        if let Some(completion) = &call.completion {
+        if let Some(completion) = call.completion.as_ref().filter(|_| call.answer.settles()) {
             completion.complete(call.wait_lsn, |out| call.answer.failure(failure.code, &failure.message, out));
         }
     }

@@ -16,7 +16,7 @@ use ferrite_store::FindQuery;
 use super::parser::{parse_i64, Args};
 use super::reply::{self, Protocol};
 use super::Settings;
-use crate::ado::Answer;
+use crate::ado::{Answer, Signals};
 use crate::completion::Completion;
 use crate::handler::{Accepted, Failure, Flow, Invoke, ScanLimits, ShardState};
 use crate::session::Session;
@@ -358,30 +358,38 @@ fn dispatch(
     }
 }
 
-/// The signal a command makes (`[ado] signals`): `SET`, `GET` and one-key `DEL` on a default
-/// pool with plugins; other commands (many-key ones among them) are not signalled.
-fn signal_of(
-    spec: &Spec,
-    args: Args<'_>,
-    client: &Client,
-    shard: &ShardState,
-) -> Option<(PoolHandle, Vec<u8>, &'static str)> {
-    let signal = match (spec.name, args.len()) {
-        ("set", _) => "post-put",
-        ("get", 2) => "post-get",
-        ("del", 2) => "post-erase",
+/// The signals a command makes (`[ado] signals`) on a default pool with plugins: `SET` and
+/// `MSET` signal each key they write (post-put), `GET` and `MGET` each key they find
+/// (post-get), `DEL` each key it erases (post-erase). A many-key command's keys are taken as
+/// they are before it runs (it never waits part way), each key once.
+fn signal_of(spec: &Spec, args: Args<'_>, client: &Client, shard: &ShardState) -> Option<Signals> {
+    let (signal, keys, present_only): (_, Vec<&[u8]>, _) = match spec.name {
+        "set" => ("post-put", vec![args.get(1)], false),
+        "mset" => ("post-put", (1..args.len()).step_by(2).map(|at| args.get(at)).collect(), false),
+        "get" => ("post-get", vec![args.get(1)], false),
+        "mget" => ("post-get", args.skip(1).iter().collect(), true),
+        "del" if args.len() == 2 => ("post-erase", vec![args.get(1)], false),
+        "del" => ("post-erase", args.skip(1).iter().collect(), true),
         _ => return None,
     };
     let pool = shard.pools.get(client.pool)?;
-    let signalled = !pool.plugin_chain.is_empty() && pool.persisted.is_some() && shard.ado.limits.signals(signal);
-    signalled.then(|| (client.pool, args.get(1).to_vec(), signal))
+    if pool.plugin_chain.is_empty() || pool.persisted.is_none() || !shard.ado.limits.signals(signal) {
+        return None;
+    }
+    let mut signalled: Vec<Vec<u8>> = Vec::with_capacity(keys.len());
+    for key in keys {
+        if (!present_only || pool.store.get(key).is_some()) && !signalled.iter().any(|seen| seen == key) {
+            signalled.push(key.to_vec());
+        }
+    }
+    (!signalled.is_empty()).then_some(Signals { pool: client.pool, keys: signalled, signal })
 }
 
 /// Answers a command that makes a signal, whose reply is `held`: when it changed or found its
 /// key, the reply leaves once the pool's chain has handled the signal; otherwise (an error, no
 /// such key) at once.
 fn signal_or_reply(
-    signal: (PoolHandle, Vec<u8>, &'static str),
+    signal: Signals,
     outcome: Result<Flow, RespError>,
     held: BytesMut,
     client: &Client,
@@ -390,7 +398,7 @@ fn signal_or_reply(
 ) -> Flow {
     let found = !(held.starts_with(b"-") || held[..] == *b"$-1\r\n" || held[..] == *b"_\r\n" || held[..] == *b":0\r\n");
     match outcome {
-        Ok(Flow::Continue) if found => match shard.ensure_host(signal.0) {
+        Ok(Flow::Continue) if found => match shard.ensure_host(signal.pool) {
             Ok(()) => Flow::Wait { completion: shard.signal(signal, held, &client.session), consumed: true },
             Err(failure) => {
                 tracing::warn!(shard = shard.index, "cannot signal a plugin chain: {}", failure.message);
