@@ -299,18 +299,25 @@ impl PoolCalls {
 /// host that dies signals nothing; its death is noticed at the next look).
 const RUNNING_RECHECK: Duration = Duration::from_millis(10);
 
+/// How often stopping hosts are looked at, to let go of those that have exited.
+const RETIRING_RECHECK: Duration = Duration::from_millis(20);
+
 /// How long an idle pool's task sleeps between looks: it ends within this of its host stopping.
 const IDLE_RECHECK: Duration = Duration::from_secs(1);
 
-/// Runs while the shard runs: starts the task of each host the shard starts.
+/// Runs while the shard runs: starts the task of each host the shard starts, and lets go of the
+/// hosts it stops once they have exited.
 pub(crate) async fn supervise(shard: Rc<RefCell<ShardState>>, mut stop: watch::Receiver<bool>) {
     let started = Arc::clone(&shard.borrow().host_started);
     loop {
+        let retiring = !shard.borrow().retiring.is_empty();
         tokio::select! {
             biased;
             _ = stop.wait_for(|stop| *stop) => return,
             () = started.notified() => {}
+            () = tokio::time::sleep(RETIRING_RECHECK), if retiring => {}
         }
+        shard.borrow_mut().reap_retired(Instant::now());
         let new = std::mem::take(&mut shard.borrow_mut().new_hosts);
         for (pool, host) in new {
             let watched = shard
@@ -378,4 +385,19 @@ async fn serve_host(
 pub(crate) fn recheck_at(calls: &PoolCalls, now: Instant) -> Instant {
     let recheck = now + if calls.running.is_empty() { IDLE_RECHECK } else { RUNNING_RECHECK };
     calls.link.next_deadline().map_or(recheck, |deadline| deadline.min(recheck))
+}
+
+/// Stops a stopping shard's hosts: idle ones are asked to close their plugins (which get
+/// `FERRITE_EVENT_CLOSE` and their shutdown) and given their grace; a host still running a
+/// call is killed at once, the call undone and never logged.
+pub(crate) async fn stop_hosts(shard: &Rc<RefCell<ShardState>>) {
+    let hosts: Vec<PoolCalls> = shard.borrow_mut().calls.drain().map(|(_, calls)| calls).collect();
+    for calls in hosts {
+        if calls.running.is_empty() {
+            shard.borrow_mut().retire(calls.link);
+        }
+    }
+    while shard.borrow_mut().reap_retired(Instant::now()) {
+        tokio::time::sleep(RETIRING_RECHECK).await;
+    }
 }

@@ -170,7 +170,10 @@ pub(crate) struct ShardState {
     pub hosts_started: u64,
     /// Pools with calls queued since their host was last given work (see `submit_calls`).
     pub to_submit: Vec<PoolHandle>,
+    /// Told when a host starts or begins to stop, for the shard's plugin task to watch it.
     pub host_started: Arc<tokio::sync::Notify>,
+    /// Hosts asked to stop, kept until they exit or their grace runs out (then killed).
+    pub retiring: Vec<(ferrite_ado::AdoLink, std::time::Instant)>,
 }
 
 impl ShardState {
@@ -483,7 +486,13 @@ impl ShardState {
                 let footprint =
                     open_pool(&self.pools, session, pool)?.store.put_footprint(key.len() as u64, value.len() as u64);
                 self.admit_write(footprint)?;
+                let handle = pool;
                 let pool = open_pool_mut(&mut self.pools, session, pool)?;
+                // Plugins that run are told of a value whose length a put changes.
+                let length_before = match self.calls.contains_key(&handle) {
+                    true => pool.store.attributes(key).map(|attributes| attributes.length),
+                    false => None,
+                };
                 let outcome =
                     pool.store.put(key, value, put_mode(flags), now_ns).map_err(|e| store_failure(e, pool))?;
                 if let (PutOutcome::Inserted, Some(index)) = (outcome, &mut pool.index) {
@@ -495,6 +504,9 @@ impl ShardState {
                 };
                 self.stats.puts += 1;
                 self.logged(sync, session)?;
+                if length_before.is_some_and(|length| length != value.len() as u64) {
+                    self.tell_plugins(handle, ferrite_plugin::abi::EVENT_RESIZE, key);
+                }
                 Ok(Response::Stored)
             }
             Request::Get { pool, key } => {
@@ -515,7 +527,7 @@ impl ShardState {
                 let sync = !pool.async_default;
                 self.stats.erases += 1;
                 self.logged(sync, session)?;
-                self.tell_plugins_of_erase(handle, key);
+                self.tell_plugins(handle, ferrite_plugin::abi::EVENT_ERASE, key);
                 Ok(Response::Erased)
             }
             Request::Count { pool } => {
@@ -675,10 +687,20 @@ impl ShardState {
                 format!("pool '{name}' has {calls} plugin call(s) in progress; delete it once they end"),
             ));
         }
-        // Its idle host, if any, stops with its link.
-        self.calls.remove(&handle);
-        self.pools.remove(handle).map_err(|error| log_failure(self.index, &error))?;
-        self.logged(true, session)?;
+        // Its plugins are told once the deletion is logged, through its idle host or one
+        // started now (it maps the pool's memory, so it must start before the pool goes).
+        let host = self.host_for_deletion(handle);
+        let removed = self.pools.remove(handle).map_err(|error| log_failure(self.index, &error));
+        let logged = removed.and_then(|_| self.logged(true, session));
+        if let Some(mut host) = host {
+            if logged.is_ok() {
+                if let Err(error) = host.pool_event(ferrite_plugin::abi::EVENT_DELETE, Vec::new()) {
+                    tracing::warn!(shard = self.index, pool = name, %error, "plugins missed the pool's deletion");
+                }
+            }
+            self.retire(host);
+        }
+        logged?;
         Ok(Response::PoolDeleted)
     }
 }

@@ -176,6 +176,7 @@ impl BoundServer {
                 ado: AdoSettings::beside_server(self.config.ado.clone()),
                 calls: Default::default(),
                 new_hosts: Vec::new(),
+                retiring: Vec::new(),
                 hosts_started: 0,
                 to_submit: Vec::new(),
                 host_started: Default::default(),

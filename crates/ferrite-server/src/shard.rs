@@ -154,9 +154,7 @@ async fn serve(
     }
     let _ = polling.await;
     let _ = plugins.await;
-    // Plugin hosts stop with their links (each kills and reaps its host; an unfinished call is
-    // undone, never logged).
-    shard.borrow_mut().calls.clear();
+    ado::stop_hosts(&shard).await;
     if let Some(durability) = shard.borrow_mut().durability.as_mut() {
         // Async writes acknowledged before the stop become durable now (a failed log takes none).
         durability.stop();

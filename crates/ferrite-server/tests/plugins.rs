@@ -802,3 +802,30 @@ fn a_refused_change_puts_back_the_calls_earlier_ones() {
     let keys: Vec<String> = texts(&next).into_iter().map(|(_, key)| key).take(2).collect();
     assert_eq!(keys, ["filler-00001", "filler-00002"]);
 }
+
+/// Pool events: a host's plugins hear `open` when it starts, `resize` when a put changes the
+/// length of a value (not when it keeps it), `close` when the last session closes the pool (the
+/// host stops gracefully), and `delete` when the pool is deleted.
+#[test]
+fn plugins_hear_the_pools_events() {
+    let server = server_with_limits(10_000).start();
+    let logged = |line: &str| server.stderr().matches(line).count();
+    let logged_soon = |line: &str, times: usize| {
+        common::wait_until(line, Duration::from_secs(10), || (logged(line) >= times).then_some(()));
+    };
+    let session = Session::connect(&server.addr_string()).expect("connect");
+    let pool = session.create_pool("eventful", chain(&["faulty"])).expect("create");
+    pool.put(b"k", b"four").expect("put");
+    pool.invoke(b"k", b"ok", InvokeOptions::default()).expect("start the host");
+    logged_soon("faulty: open event", 1);
+    pool.put(b"k", b"same").expect("same length");
+    pool.put(b"k", b"longer now").expect("a new length");
+    logged_soon("faulty: resize event on k", 1);
+    assert_eq!(logged("faulty: resize event on k"), 1, "a put that keeps the length is no resize");
+    pool.close().expect("close");
+    logged_soon("faulty: close event", 1);
+    session.delete_pool("eventful").expect("delete");
+    logged_soon("faulty: delete event", 1);
+    assert_eq!(logged("faulty: open event"), 2, "a host started to tell of the deletion");
+    logged_soon("faulty: close event", 2);
+}

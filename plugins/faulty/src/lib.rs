@@ -19,8 +19,8 @@
 //!   change other keys through the callbacks; see [`keys`].
 //!
 //! Any other payload is `FERRITE_ERR_INVALID` with a message listing these. A signal
-//! (`[ado] signals`) is logged as `faulty: ADO::Signal::<signal> on <key>` and succeeds, and an
-//! erase event as `faulty: erase event on <key>`.
+//! (`[ado] signals`) is logged as `faulty: ADO::Signal::<signal> on <key>` and succeeds, and each
+//! pool event as `faulty: <event> event` (`on <key>` for erase and resize).
 
 pub mod keys;
 mod misbehave;
@@ -40,9 +40,15 @@ impl Plugin for Faulty {
 
     /// Says which pool events it gets in the server's log, for tests to see.
     fn pool_event(&mut self, event: PoolEvent<'_>, context: &Context<'_>) {
-        if let PoolEvent::Erase { key } = event {
-            context.log(LogLevel::Info, &format!("faulty: erase event on {}", String::from_utf8_lossy(key)));
-        }
+        let line = match event {
+            PoolEvent::Erase { key } => format!("faulty: erase event on {}", String::from_utf8_lossy(key)),
+            PoolEvent::Resize { key } => format!("faulty: resize event on {}", String::from_utf8_lossy(key)),
+            PoolEvent::Open => "faulty: open event".to_owned(),
+            PoolEvent::Close => "faulty: close event".to_owned(),
+            PoolEvent::Delete => "faulty: delete event".to_owned(),
+            _ => return,
+        };
+        context.log(LogLevel::Info, &line);
     }
 
     fn do_work(&mut self, call: &mut Call<'_>) -> Result<(), PluginError> {

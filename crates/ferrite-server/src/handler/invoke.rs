@@ -38,6 +38,9 @@ use crate::ado::{Answer, Call, HeldAnswer, PoolCalls, Running, Signals, Target, 
 use crate::completion::Completion;
 use crate::session::Session;
 
+/// How long a stopping host may take to close its plugins before it is killed.
+pub(crate) const HOST_STOP_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// Declared ranges logged as they are; a call that declares more is logged as the one range
 /// that covers them all (within its target), which bounds the record the shard reserves room for.
 pub(super) const LOGGED_RANGES_MAX: u64 = 16;
@@ -284,13 +287,14 @@ impl ShardState {
         }
     }
 
-    /// Tells `pool`'s running host (if any) that `key` was erased outside any call
-    /// (`FERRITE_EVENT_ERASE`), so plugins that keep state about keys can drop it. A host that
-    /// cannot take the event now misses it: events are advice, not part of the pool's state.
-    pub(crate) fn tell_plugins_of_erase(&mut self, pool: PoolHandle, key: &[u8]) {
+    /// Tells `pool`'s running host (if any) of a change made outside any call: `key` erased
+    /// (`FERRITE_EVENT_ERASE`) or its value's length changed by a put (`FERRITE_EVENT_RESIZE`), so
+    /// plugins that keep state about keys can follow. A host that cannot take the event now
+    /// misses it: events are advice, not part of the pool's state.
+    pub(crate) fn tell_plugins(&mut self, pool: PoolHandle, event: u32, key: &[u8]) {
         if let Some(calls) = self.calls.get_mut(&pool) {
-            if let Err(error) = calls.link.pool_event(abi::EVENT_ERASE, key.to_vec()) {
-                tracing::debug!(shard = self.index, pool = pool.0, %error, "a plugin host missed an erase");
+            if let Err(error) = calls.link.pool_event(event, key.to_vec()) {
+                tracing::debug!(shard = self.index, pool = pool.0, event, %error, "a plugin host missed an event");
             }
         }
     }
@@ -316,7 +320,7 @@ impl ShardState {
     }
 
     /// A host for `pool`'s chain, mapping the pool's memory.
-    fn start_host(&self, handle: PoolHandle) -> Result<AdoLink, Failure> {
+    pub(super) fn start_host(&self, handle: PoolHandle) -> Result<AdoLink, Failure> {
         let pool = self.pools.get(handle).expect("the caller found the pool");
         let failed = |message: String| Failure::new(ErrorCode::AdoFailed, format!("pool '{}': {message}", pool.name));
         let chain = ferrite_proto::plugin_names(&pool.plugin_chain)
@@ -700,14 +704,68 @@ impl ShardState {
         }
     }
 
-    /// Stops `pool`'s host once no session has the pool open and no call is left.
+    /// Stops `pool`'s host once no session has the pool open and no call is left: its plugins
+    /// get `FERRITE_EVENT_CLOSE` and their shutdown, and the host exits (see [`Self::retire`]).
     pub(crate) fn stop_idle_host(&mut self, pool: PoolHandle) {
         let open = self.pools.get(pool).is_some_and(|pool| pool.open_count > 0);
         let busy = self.calls.get(&pool).is_some_and(|calls| !calls.running.is_empty() || !calls.queue.is_empty());
         if !open && !busy {
-            // Dropping the link stops its host; the pool's task sees it gone and ends.
-            self.calls.remove(&pool);
+            // The pool's task sees its host gone and ends.
+            if let Some(calls) = self.calls.remove(&pool) {
+                self.retire(calls.link);
+            }
         }
+    }
+
+    /// The host that tells `pool`'s plugins of its deletion (`FERRITE_EVENT_DELETE`): its idle
+    /// one, or one started for the purpose. `None` for a pool without plugins, or (logged) when
+    /// no host can start: the deletion goes on.
+    pub(crate) fn host_for_deletion(&mut self, pool: PoolHandle) -> Option<AdoLink> {
+        if let Some(calls) = self.calls.remove(&pool) {
+            return Some(calls.link);
+        }
+        let chained =
+            self.pools.get(pool).is_some_and(|pool| !pool.plugin_chain.is_empty() && pool.persisted.is_some());
+        if !chained {
+            return None;
+        }
+        match self.start_host(pool) {
+            Ok(link) => Some(link),
+            Err(failure) => {
+                tracing::warn!(
+                    shard = self.index,
+                    pool = pool.0,
+                    "cannot tell plugins of a pool's deletion: {}",
+                    failure.message
+                );
+                None
+            }
+        }
+    }
+
+    /// Asks an idle host to stop (its plugins get `FERRITE_EVENT_CLOSE` and their shutdown) and
+    /// keeps its link until it has exited, or is killed at [`HOST_STOP_GRACE`].
+    pub(crate) fn retire(&mut self, mut link: AdoLink) {
+        if link.begin_shutdown().is_ok() {
+            self.retiring.push((link, Instant::now() + HOST_STOP_GRACE));
+            self.host_started.notify_one();
+        }
+    }
+
+    /// Drops the retiring hosts that have exited, or passed their grace (killing them); true
+    /// while some remain. Their plugins' last log lines are passed on.
+    pub(crate) fn reap_retired(&mut self, now: Instant) -> bool {
+        let mut retiring = std::mem::take(&mut self.retiring);
+        retiring.retain_mut(|(link, deadline)| {
+            for event in link.poll(now) {
+                if let LinkEvent::Log { text, .. } = event {
+                    tracing::info!(shard = self.index, "plugin: {text}");
+                }
+            }
+            link.host_pid().is_some() && now < *deadline
+        });
+        self.retiring = retiring;
+        !self.retiring.is_empty()
     }
 
     /// `open_key` for reading: the pair, read-locked for the call (writers of the key wait until

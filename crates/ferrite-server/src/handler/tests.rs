@@ -43,6 +43,7 @@ fn durable_shard(tag: &str) -> (ShardState, std::path::PathBuf) {
         ado: crate::ado::AdoSettings::beside_server(crate::config::AdoConfig::default()),
         calls: Default::default(),
         new_hosts: Vec::new(),
+        retiring: Vec::new(),
         hosts_started: 0,
         to_submit: Vec::new(),
         host_started: Default::default(),
