@@ -387,6 +387,20 @@ pub(crate) fn recheck_at(calls: &PoolCalls, now: Instant) -> Instant {
     calls.link.next_deadline().map_or(recheck, |deadline| deadline.min(recheck))
 }
 
+/// Runs while the shard runs: submits the plugin calls connections queued, once per turn of the
+/// shard's loop (see [`ShardState::submit_soon`]).
+pub(crate) async fn submit_queued_calls(shard: Rc<RefCell<ShardState>>, mut stop: watch::Receiver<bool>) {
+    let queued = Arc::clone(&shard.borrow().calls_queued);
+    loop {
+        tokio::select! {
+            biased;
+            _ = stop.wait_for(|stop| *stop) => return,
+            () = queued.notified() => {}
+        }
+        shard.borrow_mut().submit_calls();
+    }
+}
+
 /// Stops a stopping shard's hosts: idle ones are asked to close their plugins (which get
 /// `FERRITE_EVENT_CLOSE` and their shutdown) and given their grace; a host still running a
 /// call is killed at once, the call undone and never logged.

@@ -43,7 +43,7 @@ pub(crate) async fn serve(mut stream: TcpStream, shard: Rc<RefCell<ShardState>>,
     let ended = buffered::drive(&mut stream, &mut shutdown, &mut buffers, gate, &deferred, |buffers| {
         let mut shard = shard.borrow_mut();
         let next = framing.answer_buffered(&mut shard, buffers);
-        shard.submit_calls();
+        shard.submit_soon();
         shard.low_load_poll.answered();
         deferred.pending.borrow_mut().append(&mut framing.session.deferred);
         (next, std::mem::take(&mut framing.session.wait_lsn))

@@ -172,6 +172,8 @@ pub(crate) struct ShardState {
     pub to_submit: Vec<PoolHandle>,
     /// Told when a host starts or begins to stop, for the shard's plugin task to watch it.
     pub host_started: Arc<tokio::sync::Notify>,
+    /// Told when calls are queued, for the shard's submitting task (see `submit_soon`).
+    pub calls_queued: Arc<tokio::sync::Notify>,
     /// Hosts asked to stop, kept until they exit or their grace runs out (then killed).
     pub retiring: Vec<(ferrite_ado::AdoLink, std::time::Instant)>,
 }

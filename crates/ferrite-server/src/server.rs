@@ -180,6 +180,7 @@ impl BoundServer {
                 hosts_started: 0,
                 to_submit: Vec::new(),
                 host_started: Default::default(),
+                calls_queued: Default::default(),
             };
             let resp = resp_listeners.next().map(|(listener, address)| resp::Listener {
                 listener,

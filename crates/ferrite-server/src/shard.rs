@@ -98,6 +98,7 @@ async fn serve(
     let durability_task = durability_task.map(|task| tokio::task::spawn_local(task.run()));
     let polling = tokio::task::spawn_local(low_load_poll::run(Rc::clone(&shard), stop.clone()));
     let plugins = tokio::task::spawn_local(ado::supervise(Rc::clone(&shard), stop.clone()));
+    let submitting = tokio::task::spawn_local(ado::submit_queued_calls(Rc::clone(&shard), stop.clone()));
     loop {
         tokio::select! {
             _ = stopping.wait_for(|stop| *stop) => break,
@@ -154,6 +155,7 @@ async fn serve(
     }
     let _ = polling.await;
     let _ = plugins.await;
+    let _ = submitting.await;
     ado::stop_hosts(&shard).await;
     if let Some(durability) = shard.borrow_mut().durability.as_mut() {
         // Async writes acknowledged before the stop become durable now (a failed log takes none).

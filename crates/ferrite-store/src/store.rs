@@ -168,6 +168,23 @@ pub trait Store: Send {
         let _ = (offset, len);
     }
 
+    /// Copies `bytes` into scratch memory at `offset` (from [`allocate_scratch`]), through the
+    /// store's own mapping and unlogged; false if the store cannot.
+    ///
+    /// [`allocate_scratch`]: Store::allocate_scratch
+    fn write_scratch(&mut self, offset: u64, bytes: &[u8]) -> bool {
+        let _ = (offset, bytes);
+        false
+    }
+
+    /// `len` bytes of the store's memory region at `offset` (a value's place, or scratch
+    /// memory), for reading what a plugin left there; `None` out of the region or for a store
+    /// without one.
+    fn region_bytes(&self, offset: u64, len: u64) -> Option<&[u8]> {
+        let _ = (offset, len);
+        None
+    }
+
     /// Logs `ranges` (offset, length) of the store's memory, which code outside the engine (a
     /// plugin, through a [`value_location`](Store::value_location)) has already changed, as one
     /// transaction: durable and atomic exactly like a put. The caller checked that each range lies

@@ -311,8 +311,27 @@ impl ShardState {
         Ok(())
     }
 
-    /// Submits the calls queued while the connection answered its batch of requests: the host
-    /// then takes them all in one wake-up.
+    /// After a connection answered its batch of requests: submits the calls it queued. A pool
+    /// whose host is idle gets them at once (waking it is what a lone call waits for); one whose
+    /// host is busy gets them once every connection ready in this turn of the shard's loop has
+    /// answered its own (the submitting task runs after them), so the host takes all of them in
+    /// one batch.
+    pub(crate) fn submit_soon(&mut self) {
+        let pools = std::mem::take(&mut self.to_submit);
+        for pool in pools {
+            let idle = self.calls.get(&pool).is_some_and(|calls| calls.running.is_empty());
+            if idle {
+                self.start_next(pool);
+            } else if !self.to_submit.contains(&pool) {
+                self.to_submit.push(pool);
+            }
+        }
+        if !self.to_submit.is_empty() {
+            self.calls_queued.notify_one();
+        }
+    }
+
+    /// Submits the calls queued since the last submission.
     pub(crate) fn submit_calls(&mut self) {
         for pool in std::mem::take(&mut self.to_submit) {
             self.start_next(pool);
@@ -455,13 +474,9 @@ impl ShardState {
                 format!("pool '{}': no room for the plugin's copy of the value", pool.name),
             )
         })?;
-        let region = &pool.persisted.as_ref().expect("pools with calls are durable").region;
-        if let Err(error) = std::os::unix::fs::FileExt::write_all_at(&**region, &bytes, offset) {
+        if !pool.store.write_scratch(offset, &bytes) {
             pool.store.free_scratch(offset, value.len);
-            return Err(Failure::new(
-                ErrorCode::Internal,
-                format!("pool '{}': cannot copy the value: {error}", pool.name),
-            ));
+            return Err(Failure::new(ErrorCode::Internal, format!("pool '{}': cannot copy the value", pool.name)));
         }
         Ok(Target::Copy(Location { offset, len: value.len }))
     }
@@ -631,10 +646,8 @@ impl ShardState {
     /// put the log cannot take changes nothing: the copy is simply dropped.
     fn write_back(&mut self, handle: PoolHandle, call: &Call, copy: Location) -> Result<Lsn, Failure> {
         let pool = self.pools.get(handle).expect("a pool with calls exists");
-        let mut value = vec![0; copy.len as usize];
-        let region = &pool.persisted.as_ref().expect("pools with calls are durable").region;
-        std::os::unix::fs::FileExt::read_exact_at(&**region, &mut value, copy.offset).map_err(|error| {
-            Failure::new(ErrorCode::Internal, format!("pool '{}': cannot read the plugin's copy: {error}", pool.name))
+        let value = pool.store.region_bytes(copy.offset, copy.len).map(<[u8]>::to_vec).ok_or_else(|| {
+            Failure::new(ErrorCode::Internal, format!("pool '{}': cannot read the plugin's copy", pool.name))
         })?;
         self.admit_write(pool.store.put_footprint(call.key.len() as u64, copy.len))?;
         let now_ns = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
@@ -800,8 +813,7 @@ impl ShardState {
         if !value.stable && value.len > 0 {
             let Some(bytes) = pool.store.get(&key).map(<[u8]>::to_vec) else { return reply(abi::ERR_NOT_FOUND) };
             let Some(offset) = pool.store.allocate_scratch(value.len) else { return reply(abi::ERR_NO_SPACE) };
-            let region = &pool.persisted.as_ref().expect("pools with calls are durable").region;
-            if std::os::unix::fs::FileExt::write_all_at(&**region, &bytes, offset).is_err() {
+            if !pool.store.write_scratch(offset, &bytes) {
                 pool.store.free_scratch(offset, value.len);
                 return reply(abi::ERR_FAILED);
             }

@@ -278,8 +278,7 @@ impl ShardState {
         let offset = pool.store.allocate_scratch(len).ok_or(abi::ERR_NO_SPACE)?;
         let mut filled = vec![0; len as usize];
         filled[..bytes.len()].copy_from_slice(bytes);
-        let region = &pool.persisted.as_ref().expect("pools with calls are durable").region;
-        if std::os::unix::fs::FileExt::write_all_at(&**region, &filled, offset).is_err() {
+        if !pool.store.write_scratch(offset, &filled) {
             pool.store.free_scratch(offset, len);
             return Err(abi::ERR_FAILED);
         }
@@ -467,8 +466,5 @@ type Before = (Vec<u8>, u64);
 
 /// The bytes at `location` of `pool`'s memory region.
 fn read_region(pool: &crate::pools::Pool, location: Location) -> Option<Vec<u8>> {
-    let mut bytes = vec![0; usize::try_from(location.len).ok()?];
-    let region = &pool.persisted.as_ref()?.region;
-    std::os::unix::fs::FileExt::read_exact_at(&**region, &mut bytes, location.offset).ok()?;
-    Some(bytes)
+    pool.store.region_bytes(location.offset, location.len).map(<[u8]>::to_vec)
 }

@@ -47,6 +47,7 @@ fn durable_shard(tag: &str) -> (ShardState, std::path::PathBuf) {
         hosts_started: 0,
         to_submit: Vec::new(),
         host_started: Default::default(),
+        calls_queued: Default::default(),
     };
     (state, dir)
 }

@@ -76,7 +76,7 @@ pub(crate) async fn serve(
     let ended = buffered::drive(&mut stream, &mut shutdown, &mut buffers, gate, &in_order, |buffers| {
         let mut shard = shard.borrow_mut();
         let next = connection.answer_buffered(&mut shard, &settings, buffers);
-        shard.submit_calls();
+        shard.submit_soon();
         shard.low_load_poll.answered();
         (next, std::mem::take(&mut connection.client.session.wait_lsn))
     })

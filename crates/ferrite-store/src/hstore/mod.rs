@@ -811,6 +811,21 @@ impl<M: PoolMemory> Store for HStore<M> {
         self.heap.free(offset, len);
     }
 
+    fn write_scratch(&mut self, offset: u64, bytes: &[u8]) -> bool {
+        match self.memory.scratch_mut(offset, bytes.len()) {
+            Some(scratch) => {
+                scratch.copy_from_slice(bytes);
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn region_bytes(&self, offset: u64, len: u64) -> Option<&[u8]> {
+        let start = usize::try_from(offset).ok()?;
+        self.memory.bytes().get(start..start.checked_add(usize::try_from(len).ok()?)?)
+    }
+
     fn commit_external_writes(&mut self, ranges: &[(u64, u64)]) {
         for &(offset, len) in ranges {
             let len = usize::try_from(len).expect("a range of pool memory fits the address space");

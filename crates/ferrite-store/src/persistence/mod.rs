@@ -51,6 +51,14 @@ pub trait PoolMemory: Send {
         let _ = (offset, len);
     }
 
+    /// `len` bytes at `offset` that no pair owns (scratch memory), for writing without logging:
+    /// nothing refers to them, so a crash or a restart may lose what they hold. `None` if this
+    /// backing does not lend its memory so (then scratch memory is never handed out).
+    fn scratch_mut(&mut self, offset: Offset, len: usize) -> Option<&mut [u8]> {
+        let _ = (offset, len);
+        None
+    }
+
     /// Starts a group: the commits that follow, until [`end_group`](PoolMemory::end_group), make
     /// one transaction instead of one each, so several engine operations become durable together
     /// or (after a crash) not at all. False if this backing cannot group (then nothing changed).

@@ -123,6 +123,11 @@ impl<S: LogStorage + Clone + 'static> PoolMemory for LoggedMemory<S> {
         self.releases.push((offset, len));
     }
 
+    fn scratch_mut(&mut self, offset: Offset, len: usize) -> Option<&mut [u8]> {
+        let start = usize::try_from(offset).ok()?;
+        self.region.bytes_mut().get_mut(start..start.checked_add(len)?)
+    }
+
     /// A new pool's first commit is its creation record, which no group may swallow.
     fn begin_group(&mut self) -> bool {
         if self.creating.is_some() {
