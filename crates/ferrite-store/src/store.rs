@@ -66,6 +66,14 @@ pub struct ValueLocation {
     pub stable: bool,
 }
 
+/// An allocation a store keeps for a plugin ([`Store::keep_scratch`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KeptAllocation {
+    pub id: u64,
+    pub offset: u64,
+    pub len: u64,
+}
+
 /// The most pool memory one write may change, as its log record will carry it: the bytes, and how
 /// many separate ranges it declares them in. A durable shard reserves room in its log for this much
 /// before the write, so that pool memory never changes unless its whole record (a table growth
@@ -192,6 +200,31 @@ pub trait Store: Send {
     /// have nothing to log.
     fn commit_external_writes(&mut self, ranges: &[(u64, u64)]) {
         let _ = ranges;
+    }
+
+    /// Makes `len` bytes of scratch memory at `at` (from [`allocate_scratch`], whose bytes are
+    /// the allocation's contents) an allocation the store keeps, recorded under `id`: it outlives
+    /// restarts, no key owns it, and no count or walk of keys sees it. What a plugin's
+    /// `allocate_memory` becomes when its call succeeds. The bytes are logged with the record.
+    /// `KeyExists` if `id` is taken; stores that cannot keep allocations refuse with
+    /// `ValueTooLarge` (as does a length too short to lie out of line).
+    ///
+    /// [`allocate_scratch`]: Store::allocate_scratch
+    fn keep_scratch(&mut self, id: u64, at: u64, len: u64, write_time_ns: u64) -> Result<(), StoreError> {
+        let _ = (id, at, write_time_ns);
+        Err(StoreError::ValueTooLarge { bytes: len, max: 0 })
+    }
+
+    /// Frees the kept allocation `id`; `KeyNotFound` if there is none.
+    fn release_kept(&mut self, id: u64) -> Result<(), StoreError> {
+        let _ = id;
+        Err(StoreError::KeyNotFound)
+    }
+
+    /// The kept allocation that holds the `len` bytes at `offset` whole, if one does.
+    fn kept_containing(&self, offset: u64, len: u64) -> Option<KeptAllocation> {
+        let _ = (offset, len);
+        None
     }
 
     /// Starts a transaction: the puts, erases and external writes that follow, until

@@ -2,6 +2,7 @@
 //! (the reconstituting allocator and the counts), and [`HStore::check`](super::HStore::check),
 //! which repeats the walk and compares its result with the state of the open store.
 
+use std::collections::BTreeMap;
 use std::fmt;
 
 use super::allocator::Heap;
@@ -40,8 +41,18 @@ pub(crate) struct Walk {
     pub heap: Heap,
     /// Every subtable's place, as the directory records it.
     pub subtables: Vec<Subtable>,
-    /// Pairs found in each subtable.
+    /// Pairs found in each subtable (the engine's own allocations included).
     pub pairs: Vec<u32>,
+    /// The engine's own allocations (see `Occupant::allocation`), by place.
+    pub allocations: BTreeMap<u64, Allocation>,
+}
+
+/// An allocation of pool memory the engine keeps for a plugin: `len` bytes at the place it is
+/// listed under, recorded under `id` (the place the plugin was given, inside it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Allocation {
+    pub id: u64,
+    pub len: u64,
 }
 
 /// Summary of a region that passed [`HStore::check`](super::HStore::check).
@@ -98,6 +109,7 @@ pub(crate) fn walk(bytes: &[u8], header: &Header, problems: &mut Vec<Problem>) -
         heap: heap.clone(),
         subtables: Vec::with_capacity(count),
         pairs: vec![0; count],
+        allocations: BTreeMap::new(),
     };
     if !heap.claim_segment(header.directory, header.directory_bytes()) {
         problems.push(
@@ -267,7 +279,7 @@ fn check_occupant(
         problems
             .push(entry, format!("bucket {bucket} of subtable {k} is not listed in the hop bitmap of its home {home}"));
     } else {
-        match subtable.find(bytes, tag, key) {
+        match subtable.find(bytes, tag, key, occupant.internal) {
             Some(found) if found == bucket => {}
             Some(found) => problems
                 .push(entry, format!("the key of bucket {bucket} of subtable {k} is stored again in bucket {found}")),
@@ -276,7 +288,12 @@ fn check_occupant(
             }
         }
     }
-    walk.objects += 1;
+    if occupant.internal {
+        let id = key.try_into().map(u64::from_le_bytes).unwrap_or(u64::MAX);
+        walk.allocations.insert(value_at, Allocation { id, len: value_len });
+    } else {
+        walk.objects += 1;
+    }
     walk.pairs[k] += 1;
     walk.used_bytes += key_len + value_len + ENTRY_OVERHEAD_BYTES;
 }

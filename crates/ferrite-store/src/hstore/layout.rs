@@ -99,10 +99,14 @@ pub(crate) const PAYLOAD_OFFSET: usize = 24;
 pub(crate) const PAYLOAD_BYTES: usize = 40;
 /// Bytes of an out-of-line reference inside the payload: a u64 region offset.
 pub(crate) const REFERENCE_BYTES: usize = 8;
-/// The meta word's in-use flag; the bits below it are the key length.
+/// The meta word's in-use flag; the bits below the next flag are the key length.
 pub(crate) const IN_USE: u32 = 1 << 31;
+/// The meta word's flag for a pair the engine keeps for itself: an allocation of pool memory
+/// that no client key owns (a plugin's, see [`Occupant::allocation`]). Lookups of client keys,
+/// counts and walks never see it.
+pub(crate) const INTERNAL: u32 = 1 << 30;
 /// Longest key the entry can describe.
-pub(crate) const KEY_BYTES_MAX: u64 = (IN_USE - 1) as u64;
+pub(crate) const KEY_BYTES_MAX: u64 = (INTERNAL - 1) as u64;
 /// Longest value the entry can describe.
 pub(crate) const VALUE_BYTES_MAX: u64 = u32::MAX as u64;
 
@@ -435,9 +439,25 @@ pub(crate) struct Occupant {
     pub value_len: u32,
     pub write_time_ns: u64,
     pub payload: [u8; PAYLOAD_BYTES],
+    /// An allocation the engine keeps ([`INTERNAL`]), not a client's pair.
+    pub internal: bool,
 }
 
 impl Occupant {
+    /// The occupant recording an allocation of `len` bytes at `at` (already claimed from the
+    /// heap) under the 8-byte key `id`: its key inline, its "value" the allocation, out of line,
+    /// so a restart's walk claims the allocation again.
+    pub(crate) fn allocation(tag: u32, write_time_ns: u64, id: u64, at: u64, len: u32) -> Occupant {
+        let key = id.to_le_bytes();
+        let placement = Placement::of(key.len() as u64, u64::from(len));
+        assert!(placement.key_inline && !placement.value_inline, "allocations are longer than an inline value");
+        let mut payload = [0; PAYLOAD_BYTES];
+        payload[..key.len()].copy_from_slice(&key);
+        let v = placement.value_at;
+        payload[v..v + REFERENCE_BYTES].copy_from_slice(&at.to_le_bytes());
+        Occupant { tag, key_len: key.len() as u32, value_len: len, write_time_ns, payload, internal: true }
+    }
+
     /// Builds the occupant of a pair; `key_at` / `value_at` are the offsets of the out-of-line
     /// copies that `placement` asks for.
     pub(crate) fn new(
@@ -464,17 +484,18 @@ impl Occupant {
             (false, Some(at)) => payload[v..v + REFERENCE_BYTES].copy_from_slice(&at.to_le_bytes()),
             _ => panic!("value offset given exactly when the value is out of line"),
         }
-        Occupant { tag, key_len, value_len, write_time_ns, payload }
+        Occupant { tag, key_len, value_len, write_time_ns, payload, internal: false }
     }
 
     /// `entry` is a whole 64-byte entry whose in-use flag is set.
     pub(crate) fn decode(entry: &[u8]) -> Occupant {
         Occupant {
             tag: read_u32(entry, HASH_OFFSET),
-            key_len: read_u32(entry, META_OFFSET) & !IN_USE,
+            key_len: read_u32(entry, META_OFFSET) & !(IN_USE | INTERNAL),
             value_len: read_u32(entry, VALUE_LEN_OFFSET),
             write_time_ns: read_u64(entry, WRITE_TIME_OFFSET),
             payload: entry[PAYLOAD_OFFSET..PAYLOAD_OFFSET + PAYLOAD_BYTES].try_into().expect("40 bytes"),
+            internal: read_u32(entry, META_OFFSET) & INTERNAL != 0,
         }
     }
 
@@ -482,7 +503,8 @@ impl Occupant {
     pub(crate) fn encode(&self) -> [u8; OCCUPANT_BYTES] {
         let mut entry = [0; ENTRY_BYTES as usize];
         write_u32(&mut entry, HASH_OFFSET, self.tag);
-        write_u32(&mut entry, META_OFFSET, self.key_len | IN_USE);
+        let internal = if self.internal { INTERNAL } else { 0 };
+        write_u32(&mut entry, META_OFFSET, self.key_len | IN_USE | internal);
         write_u32(&mut entry, VALUE_LEN_OFFSET, self.value_len);
         write_u64(&mut entry, WRITE_TIME_OFFSET, self.write_time_ns);
         entry[PAYLOAD_OFFSET..].copy_from_slice(&self.payload);

@@ -69,9 +69,11 @@ mod table;
 #[cfg(test)]
 mod tests;
 
+use std::collections::BTreeMap;
 use std::fmt;
 
 use allocator::{AllocTxn, Heap};
+use check::Allocation;
 pub use check::CheckReport;
 use layout::{
     grown_buckets, index, read_u32, small_object_bytes_max, subtable_of, tag_of, within_load, DirectoryEntry, Geometry,
@@ -83,7 +85,7 @@ use table::{plan_insert, Image, Move, Overlay, Source, Subtable, MOVES_MAX};
 use crate::memory::MemoryUsage;
 use crate::persistence::PoolMemory;
 use crate::store::{
-    PoolSpec, PutMode, PutOutcome, Store, StoreError, ValueAttributes, ValueLocation, WriteFootprint,
+    KeptAllocation, PoolSpec, PutMode, PutOutcome, Store, StoreError, ValueAttributes, ValueLocation, WriteFootprint,
     ENTRY_OVERHEAD_BYTES,
 };
 
@@ -141,6 +143,8 @@ pub struct HStore<M: PoolMemory> {
     pairs: Vec<u32>,
     /// Volatile allocator state, rebuilt from the tables by `open`.
     heap: Heap,
+    /// The allocations the engine keeps for plugins, by place (volatile, rebuilt by `open`).
+    allocations: BTreeMap<u64, Allocation>,
     objects: u64,
     used_bytes: u64,
 }
@@ -274,6 +278,7 @@ impl<M: PoolMemory> HStore<M> {
             subtables: vec![Subtable { offset: 0, buckets: 0 }; count],
             pairs: vec![0; count],
             heap,
+            allocations: BTreeMap::new(),
             objects: 0,
             used_bytes: 0,
         })
@@ -303,6 +308,7 @@ impl<M: PoolMemory> HStore<M> {
             subtables: walk.subtables,
             pairs: walk.pairs,
             heap: walk.heap,
+            allocations: walk.allocations,
             objects: walk.objects,
             used_bytes: walk.used_bytes,
         })
@@ -333,6 +339,13 @@ impl<M: PoolMemory> HStore<M> {
                 problems.push(format!(
                     "the tables' pairs take {} bytes but the store counts {}",
                     walk.used_bytes, self.used_bytes
+                ));
+            }
+            if walk.allocations != self.allocations {
+                problems.push(format!(
+                    "the tables record {} allocations but the store keeps {}",
+                    walk.allocations.len(),
+                    self.allocations.len()
                 ));
             }
             if walk.subtables != self.subtables || walk.pairs != self.pairs {
@@ -384,13 +397,19 @@ impl<M: PoolMemory> HStore<M> {
         self.memory
     }
 
-    /// The subtable, the hash part its entries keep, and the bucket holding `key`, if present.
+    /// The subtable, the hash part its entries keep, and the bucket holding the client key
+    /// `key`, if present.
     fn locate(&self, key: &[u8]) -> (usize, u32, Option<u64>) {
+        self.locate_among(key, false)
+    }
+
+    /// [`Self::locate`] among client pairs, or among the engine's own allocations if `internal`.
+    fn locate_among(&self, key: &[u8], internal: bool) -> (usize, u32, Option<u64>) {
         let hash = self.header.hash(key);
         let index = layout::index(subtable_of(hash, self.header.subtables));
         let tag = tag_of(hash);
         let subtable = self.subtables[index];
-        let found = (subtable.buckets > 0).then(|| subtable.find(self.memory.bytes(), tag, key)).flatten();
+        let found = (subtable.buckets > 0).then(|| subtable.find(self.memory.bytes(), tag, key, internal)).flatten();
         (index, tag, found)
     }
 
@@ -513,22 +532,38 @@ impl<M: PoolMemory> HStore<M> {
             self.memory.modify(at, value.len()).copy_from_slice(value);
         }
         let occupant = Occupant::new(tag, write_time_ns, key, value, plan.key_at, plan.value_at).encode();
+        self.place(index, tag, plan.table, &occupant);
+        self.memory.commit();
+        self.pairs[index] += 1;
+        Ok(())
+    }
+
+    /// Writes a new pair's `occupant` into subtable `index` as `table` planned.
+    fn place(&mut self, index: usize, tag: u32, table: TablePlan, occupant: &[u8; OCCUPANT_BYTES]) {
         let subtable = self.subtables[index];
-        match plan.table {
+        match table {
             TablePlan::InPlace { moves, bucket } => {
                 for mv in moves {
                     self.apply_move(subtable, mv);
                 }
-                self.write_occupant(subtable, bucket, &occupant);
+                self.write_occupant(subtable, bucket, occupant);
                 let home = subtable.home(tag);
                 let distance = subtable.distance(home, bucket);
                 self.update_hop(subtable, home, |hop| hop | (1 << distance));
             }
-            TablePlan::Rewrite { grown, image } => self.rewrite(index, grown, &image, &occupant),
+            TablePlan::Rewrite { grown, image } => self.rewrite(index, grown, &image, occupant),
         }
-        self.memory.commit();
-        self.pairs[index] += 1;
-        Ok(())
+    }
+
+    /// Empties `bucket` of subtable `index`, whose pair has hash part `tag` (its allocations
+    /// already freed).
+    fn remove_occupant(&mut self, index: usize, tag: u32, bucket: u64) {
+        let subtable = self.subtables[index];
+        let home = subtable.home(tag);
+        let distance = subtable.distance(home, bucket);
+        self.write_occupant(subtable, bucket, &[0; OCCUPANT_BYTES]);
+        self.update_hop(subtable, home, |hop| hop & !(1 << distance));
+        self.pairs[index] -= 1;
     }
 
     /// Writes subtable `index` anew at `grown` from `image` (its old pairs and the new one), points
@@ -679,12 +714,8 @@ impl<M: PoolMemory> Store for HStore<M> {
         if let Some(at) = occupant.value_at() {
             self.heap.free(at, u64::from(occupant.value_len));
         }
-        let home = subtable.home(tag);
-        let distance = subtable.distance(home, bucket);
-        self.write_occupant(subtable, bucket, &[0; OCCUPANT_BYTES]);
-        self.update_hop(subtable, home, |hop| hop & !(1 << distance));
+        self.remove_occupant(index, tag, bucket);
         self.memory.commit();
-        self.pairs[index] -= 1;
         self.objects -= 1;
         self.used_bytes -= charge(u64::from(occupant.key_len), u64::from(occupant.value_len));
         Ok(())
@@ -700,6 +731,9 @@ impl<M: PoolMemory> Store for HStore<M> {
             for bucket in 0..subtable.buckets {
                 if subtable.is_used(bytes, bucket) {
                     let occupant = subtable.occupant(bytes, bucket);
+                    if occupant.internal {
+                        continue;
+                    }
                     if let Some((key, _)) = subtable.pair(bytes, bucket, &occupant) {
                         visit(key);
                     }
@@ -734,6 +768,9 @@ impl<M: PoolMemory> Store for HStore<M> {
                         let bucket = subtable.forward(home, u64::from(hop.trailing_zeros()));
                         hop &= hop - 1;
                         let occupant = subtable.occupant(bytes, bucket);
+                        if occupant.internal {
+                            continue;
+                        }
                         if let Some((key, _)) = subtable.pair(bytes, bucket, &occupant) {
                             visit(key);
                         }
@@ -833,6 +870,54 @@ impl<M: PoolMemory> Store for HStore<M> {
             self.memory.modify(offset, len);
         }
         self.memory.commit();
+    }
+
+    fn keep_scratch(&mut self, id: u64, at: u64, len: u64, write_time_ns: u64) -> Result<(), StoreError> {
+        let key = id.to_le_bytes();
+        let recorded =
+            u32::try_from(len).ok().filter(|len| !Placement::of(key.len() as u64, u64::from(*len)).value_inline);
+        let recorded = recorded.ok_or(StoreError::ValueTooLarge { bytes: len, max: VALUE_BYTES_MAX })?;
+        let (index, tag, found) = self.locate_among(&key, true);
+        if found.is_some() {
+            return Err(StoreError::KeyExists);
+        }
+        let needed = charge(key.len() as u64, len);
+        let used_after = self.reserve(0, needed)?;
+        let mut txn = AllocTxn::default();
+        let Some(table) = self.plan_table(&mut txn, index, tag) else {
+            txn.rollback(&mut self.heap);
+            return Err(self.pool_full(needed));
+        };
+        // Its bytes were written outside the engine (scratch memory): logged with its record.
+        self.memory.modify(at, layout::index(len));
+        let occupant = Occupant::allocation(tag, write_time_ns, id, at, recorded).encode();
+        self.place(index, tag, table, &occupant);
+        self.memory.commit();
+        self.pairs[index] += 1;
+        self.used_bytes = used_after;
+        self.allocations.insert(at, Allocation { id, len });
+        Ok(())
+    }
+
+    fn release_kept(&mut self, id: u64) -> Result<(), StoreError> {
+        let key = id.to_le_bytes();
+        let (index, tag, found) = self.locate_among(&key, true);
+        let bucket = found.ok_or(StoreError::KeyNotFound)?;
+        let occupant = self.subtables[index].occupant(self.memory.bytes(), bucket);
+        let at = occupant.value_at().expect("an allocation lies out of line");
+        let len = u64::from(occupant.value_len);
+        self.heap.free(at, len);
+        self.remove_occupant(index, tag, bucket);
+        self.memory.commit();
+        self.used_bytes -= charge(key.len() as u64, len);
+        self.allocations.remove(&at);
+        Ok(())
+    }
+
+    fn kept_containing(&self, offset: u64, len: u64) -> Option<KeptAllocation> {
+        let (&at, allocation) = self.allocations.range(..=offset).next_back()?;
+        let inside = offset.checked_add(len).is_some_and(|end| end <= at + allocation.len);
+        inside.then_some(KeptAllocation { id: allocation.id, offset: at, len: allocation.len })
     }
 
     fn begin_transaction(&mut self) -> bool {

@@ -89,7 +89,9 @@ impl Subtable {
     }
 
     /// The bucket holding `key`, whose hash keeps `tag`.
-    pub(crate) fn find(&self, bytes: &[u8], tag: u32, key: &[u8]) -> Option<u64> {
+    /// The bucket holding `key` (among client pairs, or among the engine's own allocations if
+    /// `internal`), if present.
+    pub(crate) fn find(&self, bytes: &[u8], tag: u32, key: &[u8], internal: bool) -> Option<u64> {
         let home = self.home(tag);
         let mut hop = self.hop(bytes, home);
         while hop != 0 {
@@ -99,6 +101,7 @@ impl Subtable {
             let entry = &bytes[at..at + ENTRY_BYTES as usize];
             let occupant = Occupant::decode(entry);
             if occupant.tag == tag
+                && occupant.internal == internal
                 && occupant.key_len as usize == key.len()
                 && self.pair(bytes, bucket, &occupant).is_some_and(|(stored, _)| stored == key)
             {

@@ -37,6 +37,7 @@ fn restart(store: HStore<CheckedMemory>) -> HStore<CheckedMemory> {
     assert_eq!(memory.bytes(), memory.committed_bytes(), "no uncommitted changes are pending");
     let reopened = HStore::open(checked_from(memory.committed_bytes())).expect("a committed image opens");
     assert_eq!(reopened.heap, store.heap, "reconstituted allocator equals the live one");
+    assert_eq!(reopened.allocations, store.allocations, "kept allocations are found again");
     assert_eq!((reopened.objects, reopened.used_bytes), (store.objects, store.used_bytes));
     assert_eq!((&reopened.subtables, &reopened.pairs), (&store.subtables, &store.pairs));
     assert_eq!(reopened.memory_usage(), store.memory_usage(), "the memory figures are rebuilt identically");
@@ -72,6 +73,47 @@ fn put_get_overwrite_erase() {
 }
 
 /// Refused operations change nothing and commit nothing; successful ones commit exactly once.
+/// A kept allocation (a plugin's `allocate_memory`) outlives a restart, holds its memory
+/// against other allocations, and is invisible to clients: no count, walk or lookup of a key
+/// sees it, not even of a client key with the same bytes as its id. Released, it is gone.
+#[test]
+fn kept_allocations_survive_restarts_unseen_by_clients() {
+    let mut s = checked_store(1 << 16);
+    s.put(b"client", b"value", PutMode::Upsert, 1).expect("put");
+    let at = s.allocate_scratch(200).expect("room");
+    assert_eq!(s.keep_scratch(at, at, 200, 7), Ok(()));
+    assert_eq!(s.keep_scratch(at, at, 200, 7), Err(StoreError::KeyExists), "an id is kept once");
+    s.put(&at.to_le_bytes(), b"a client key like the id", PutMode::CreateOnly, 1).expect("a client key of its own");
+    let used = s.used_bytes();
+    let mut s = restart(s);
+    assert_checks(&s);
+    assert_eq!(s.count(), 2, "the allocation is no pair");
+    assert_eq!(visited_keys(&s).len(), 2);
+    let mut scanned = 0;
+    let mut cursor = 0;
+    loop {
+        cursor = s.scan(cursor, 1_000, &mut |_| scanned += 1);
+        if cursor == 0 {
+            break;
+        }
+    }
+    assert_eq!(scanned, 2);
+    assert_eq!(s.get(&at.to_le_bytes()), Some(&b"a client key like the id"[..]));
+    let kept = s.kept_containing(at + 10, 20).expect("inside the allocation");
+    assert_eq!((kept.id, kept.offset, kept.len), (at, at, 200));
+    assert!(s.kept_containing(at + 190, 20).is_none(), "past its end");
+    let other = s.allocate_scratch(200).expect("room");
+    assert!(other >= at + 200 || other + 200 <= at, "the restart claimed the allocation again");
+    s.free_scratch(other, 200);
+    assert_eq!(s.release_kept(at), Ok(()));
+    assert_eq!(s.release_kept(at), Err(StoreError::KeyNotFound));
+    assert!(s.used_bytes() < used);
+    let s = restart(s);
+    assert_checks(&s);
+    assert!(s.kept_containing(at + 10, 20).is_none());
+    assert_eq!(s.count(), 2);
+}
+
 #[test]
 fn modes_refuse_without_writing_or_committing() {
     let mut s = checked_store(1 << 16);
