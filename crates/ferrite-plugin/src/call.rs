@@ -445,6 +445,53 @@ impl<'a> Call<'a> {
         Ok(())
     }
 
+    /// Frees memory an earlier call allocated, named by the place it was given (what
+    /// [`memory_offset`](Self::memory_offset) answered then) and its length; the memory is
+    /// freed when this call succeeds. Retires any handle of this call to it.
+    #[allow(unsafe_code)]
+    pub fn free_at(&mut self, offset: u64, len: usize) -> Result<(), PluginError> {
+        let base = self.pool_base()?;
+        let data = base.wrapping_add(usize::try_from(offset).map_err(|_| PluginError::invalid("offset too large"))?);
+        // SAFETY: the host pointer is valid for the call; the host checks that the range lies
+        // in pool memory and is an allocation before it frees anything.
+        let status = unsafe { (self.context.callbacks().free_memory)(self.host(), data.cast_mut(), len) };
+        check("free_memory", status)?;
+        for slot in &mut self.allocated {
+            if slot.as_ref().is_some_and(|region| region.offset == offset) {
+                *slot = None;
+            }
+        }
+        Ok(())
+    }
+
+    /// `len` bytes of pool memory at `offset`, for reading: memory an earlier call allocated
+    /// (found again by the offset it recorded), or any other place in the pool. Not locked: the
+    /// plugin's own keys are what keep other calls away from its structures.
+    #[allow(unsafe_code)]
+    pub fn pool_bytes(&self, offset: u64, len: usize) -> Result<&[u8], PluginError> {
+        let base = self.pool_base()?;
+        let region_bytes = self.pool_info()?.region_bytes;
+        let inside = offset.checked_add(len as u64).is_some_and(|end| end <= region_bytes);
+        if !inside {
+            return Err(PluginError::invalid(format!("{len} bytes at {offset} lie outside the pool")));
+        }
+        // SAFETY: the range lies inside the pool's mapping, which outlives the call.
+        Ok(unsafe { host_bytes(base.wrapping_add(offset as usize), len) })
+    }
+
+    /// Where the pool's memory starts in this process, from a value the call was given (its
+    /// target or its detached value).
+    fn pool_base(&self) -> Result<*const u8, PluginError> {
+        let (value, offset) = if !self.work.value.is_null() {
+            (self.work.value, self.work.value_offset)
+        } else if !self.work.detached.is_null() {
+            (self.work.detached, self.work.detached_offset)
+        } else {
+            return Err(PluginError::invalid("a call given no value cannot address pool memory by offset"));
+        };
+        Ok(value.cast_const().wrapping_sub(usize::try_from(offset).map_err(|_| PluginError::invalid("offset"))?))
+    }
+
     /// Calls `visit` for each pair written between `since_ns` and `until_ns` (0 and `u64::MAX`
     /// for every pair) until it breaks. The pairs are not locked: their bytes are lent only for
     /// the visit.

@@ -170,6 +170,8 @@ pub(crate) struct Call {
     pub wait_lsn: Lsn,
     /// `None` for fire-and-forget: the caller was answered when the call was accepted.
     pub completion: Option<Arc<Completion>>,
+    /// `invoke_put_ado`'s detached value: placed in memory the call allocates.
+    pub detached: Option<Vec<u8>>,
 }
 
 /// The call a pool's host is running.
@@ -188,16 +190,37 @@ pub(crate) struct Running {
     /// Scratch memory lent to the call for new values (every copy, those a resize replaced
     /// included): where its declared writes may lie besides its target, freed when it ends.
     pub lent: Vec<Location>,
+    /// Pool memory the call allocated (`allocate_memory`, and its detached value): kept by the
+    /// store if the call succeeds, freed otherwise.
+    pub allocated: Vec<StagedAllocation>,
+    /// Allocations of earlier calls this call freed (by id), released if it succeeds.
+    pub freed: Vec<u64>,
 }
 
 impl Running {
     pub fn new(id: CallId, call: Call, target: Target) -> Running {
-        Running { id, call, target, opened: Vec::new(), staged: Vec::new(), lent: Vec::new() }
+        Running {
+            id,
+            call,
+            target,
+            opened: Vec::new(),
+            staged: Vec::new(),
+            lent: Vec::new(),
+            allocated: Vec::new(),
+            freed: Vec::new(),
+        }
     }
 
     /// Whether a write the call declared lies in memory it was given to write.
     pub fn may_write(&self, write: &Location) -> bool {
-        self.target.location().covers(write) || self.lent.iter().any(|lent| lent.covers(write))
+        self.target.location().covers(write)
+            || self.lent.iter().any(|lent| lent.covers(write))
+            || self.allocated.iter().any(|allocated| allocated.memory.covers(write))
+    }
+
+    /// Whether the call changes anything besides its target's bytes.
+    pub fn changes_more_than_its_target(&self) -> bool {
+        !self.staged.is_empty() || !self.allocated.is_empty() || !self.freed.is_empty()
     }
 
     /// The change the call made to `key`, if it made one.
@@ -213,6 +236,14 @@ impl Running {
             || (writes && self.opened.iter().any(|(opened, _)| opened == key))
             || self.staged(key).is_some()
     }
+}
+
+/// Pool memory a running call allocated: `memory` (scratch) holds the `id` the plugin was
+/// given (its aligned start, where its `len` requested bytes begin).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct StagedAllocation {
+    pub id: u64,
+    pub memory: Location,
 }
 
 /// A key a running call changes, applied when the call succeeds.

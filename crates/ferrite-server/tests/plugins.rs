@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use common::{fresh_dir, ServerBuilder, TestServer};
 use ferrite_client::blocking::{Pool, Session};
-use ferrite_client::{ErrorCode, InvokeOptions, InvokePutOptions, InvokeResponse, PoolOptions};
+use ferrite_client::{Attribute, ErrorCode, InvokeOptions, InvokePutOptions, InvokeResponse, PoolOptions};
 
 /// A server whose plugin calls time out after `timeout_ms` and whose hosts may use 256 MiB.
 fn server_with_limits(timeout_ms: u64) -> ServerBuilder {
@@ -828,4 +828,55 @@ fn plugins_hear_the_pools_events() {
     logged_soon("faulty: delete event", 1);
     assert_eq!(logged("faulty: open event"), 2, "a host started to tell of the deletion");
     logged_soon("faulty: close event", 2);
+}
+
+/// Pool memory a plugin allocates (`allocate_memory`) outlives its call and a kill -9, stays
+/// out of every count, and is freed by a later call (`free_memory`); a failing call's
+/// allocation is dropped. A detached value (`invoke_put_ado --detached`) is such memory too:
+/// the key's own value is left alone, and the plugin keeps the memory by recording where it is.
+#[test]
+fn allocations_and_detached_values_outlive_their_calls() {
+    let data_dir = fresh_dir("plugins-memory").join("data");
+    let mut server = server_with_limits(10_000).data_dir(&data_dir).start();
+    let (_session, pool) = open(&server, "memory", &["faulty"]);
+    let used = |pool: &Pool| pool.attribute(Attribute::PoolUsed, b"holder").expect("used bytes");
+    pool.put(b"holder", b"x").expect("put");
+    let before = used(&pool);
+    pool.invoke(b"holder", b"alloc hello world", InvokeOptions::default()).expect("allocate");
+    let place = pool.get(b"holder").expect("the place").to_vec();
+    assert!(String::from_utf8_lossy(&place).ends_with(":11"), "{place:?}");
+    let read = |pool: &Pool| texts(&pool.invoke(b"holder", b"read-alloc", InvokeOptions::default()).expect("read"));
+    assert_eq!(read(&pool), [(0, "hello world".to_owned())]);
+    let with_allocation = used(&pool);
+    assert!(with_allocation > before, "the allocation takes pool capacity");
+
+    let failing = pool.invoke(b"holder", b"alloc dropped; fail", InvokeOptions::default()).expect_err("fails");
+    assert_eq!(failing.code(), Some(ErrorCode::AdoFailed), "{failing}");
+    assert_eq!(used(&pool), with_allocation, "a failed call's allocation is dropped");
+    assert_eq!(pool.get(b"holder").expect("unchanged"), &place[..]);
+
+    let detached = InvokePutOptions { detached: true, ..InvokePutOptions::default() };
+    let kept = pool.invoke_put(b"carrier", b"detached bytes", b"keep-detached", detached).expect("detached");
+    assert_eq!(texts(&kept), [(0, "detached bytes".to_owned())]);
+    let carrier_place = pool.get(b"carrier").expect("the carrier records the place").to_vec();
+    assert!(String::from_utf8_lossy(&carrier_place).ends_with(":14"), "{carrier_place:?}");
+    assert_eq!(pool.count().expect("count"), 2, "allocations are no keys");
+
+    drop(pool);
+    server.kill9();
+    server = server_with_limits(10_000).data_dir(&data_dir).start();
+    let session = Session::connect(&server.addr_string()).expect("reconnect");
+    let pool = session.open_pool("memory").expect("open");
+    assert_eq!(read(&pool), [(0, "hello world".to_owned())], "the allocation survived kill -9");
+    let carried = pool.invoke(b"carrier", b"read-alloc", InvokeOptions::default()).expect("read the detached value");
+    assert_eq!(texts(&carried), [(0, "detached bytes".to_owned())]);
+    assert_eq!(pool.count().expect("count"), 2);
+
+    let after_restart = used(&pool);
+    pool.invoke(b"holder", b"free-alloc", InvokeOptions::default()).expect("free");
+    assert!(used(&pool) < after_restart, "freed");
+    assert_eq!(pool.get(b"holder").expect("emptied"), &b""[..]);
+    pool.put(b"holder", b"64:5").expect("a place that is no allocation");
+    let bogus = pool.invoke(b"holder", b"free-alloc", InvokeOptions::default()).expect_err("no allocation there");
+    assert_eq!(bogus.code(), Some(ErrorCode::AdoFailed), "{bogus}");
 }

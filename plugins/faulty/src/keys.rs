@@ -8,11 +8,18 @@
 //! - `set TEXT`: resizes the call's own value to TEXT's length and writes TEXT.
 //! - `find EXPRESSION`: answers each key `find_key` finds, one response buffer each.
 //! - `fail`: fails the call; everything the script changed before must be undone.
+//! - `alloc TEXT`: allocates pool memory (`allocate_memory`), writes TEXT there and sets the
+//!   call's own value to `OFFSET:LENGTH`, where later calls find it.
+//! - `read-alloc`: answers the bytes of the allocation the call's own value names.
+//! - `free-alloc`: frees the allocation the call's own value names and empties the value.
+//! - `keep-detached`: answers the detached value (`invoke_put_ado --detached`) and sets the
+//!   call's own value to `OFFSET:LENGTH` of it, keeping it.
 
 use ferrite_plugin::{Access, Call, PluginError};
 
 /// The first word of every script command: a payload starting with one is a script.
-pub const COMMANDS: [&str; 6] = ["create", "update", "erase", "set", "find", "fail"];
+pub const COMMANDS: [&str; 10] =
+    ["create", "update", "erase", "set", "find", "fail", "alloc", "read-alloc", "free-alloc", "keep-detached"];
 
 /// Whether `payload` is a key script.
 pub fn is_script(payload: &[u8]) -> bool {
@@ -42,9 +49,7 @@ pub fn run(call: &mut Call<'_>, payload: &[u8]) -> Result<(), PluginError> {
                     Some(rest) => format!("{text} {rest}"),
                     None => text.to_owned(),
                 };
-                let key = call.key().to_vec();
-                call.resize_value(&key, text.len())?;
-                call.value_mut()?.copy_from_slice(text.as_bytes());
+                set_own_value(call, text.as_bytes())?;
             }
             ("find", Some(expression), None) => {
                 let mut position = 0;
@@ -53,8 +58,52 @@ pub fn run(call: &mut Call<'_>, payload: &[u8]) -> Result<(), PluginError> {
                 }
             }
             ("fail", None, None) => return Err(PluginError::failed("faulty: failing the script as asked")),
+            ("alloc", Some(text), rest) => {
+                let text = match rest {
+                    Some(rest) => format!("{text} {rest}"),
+                    None => text.to_owned(),
+                };
+                let memory = call.allocate(text.len(), 8)?;
+                call.memory_mut(memory)?.copy_from_slice(text.as_bytes());
+                let place = format!("{}:{}", call.memory_offset(memory)?, text.len());
+                set_own_value(call, place.as_bytes())?;
+            }
+            ("read-alloc", None, None) => {
+                let (offset, len) = recorded_place(call)?;
+                let bytes = call.pool_bytes(offset, len)?.to_vec();
+                call.respond(&bytes)?;
+            }
+            ("free-alloc", None, None) => {
+                let (offset, len) = recorded_place(call)?;
+                call.free_at(offset, len)?;
+                set_own_value(call, b"")?;
+            }
+            ("keep-detached", None, None) => {
+                let detached = call.detached().ok_or_else(|| PluginError::invalid("faulty: no detached value"))?;
+                let (bytes, offset) = (detached.to_vec(), call.detached_offset().unwrap_or_default());
+                call.respond(&bytes)?;
+                set_own_value(call, format!("{offset}:{}", bytes.len()).as_bytes())?;
+            }
             _ => return Err(PluginError::invalid(format!("faulty: cannot run `{command}`"))),
         }
     }
     Ok(())
+}
+
+/// Resizes the call's own value to `bytes` and writes them there.
+fn set_own_value(call: &mut Call<'_>, bytes: &[u8]) -> Result<(), PluginError> {
+    let key = call.key().to_vec();
+    call.resize_value(&key, bytes.len())?;
+    call.value_mut()?.copy_from_slice(bytes);
+    Ok(())
+}
+
+/// The `OFFSET:LENGTH` the call's own value records.
+fn recorded_place(call: &Call<'_>) -> Result<(u64, usize), PluginError> {
+    let text = std::str::from_utf8(call.value()).map_err(|_| PluginError::invalid("faulty: no place recorded"))?;
+    let (offset, len) = text.split_once(':').ok_or_else(|| PluginError::invalid("faulty: no place recorded"))?;
+    match (offset.parse(), len.parse()) {
+        (Ok(offset), Ok(len)) => Ok((offset, len)),
+        _ => Err(PluginError::invalid(format!("faulty: `{text}` is no OFFSET:LENGTH"))),
+    }
 }

@@ -34,7 +34,9 @@ use ferrite_store::persistence::wal::Lsn;
 use ferrite_store::{PutMode, PutOutcome, StoreError, WriteFootprint};
 
 use super::{key_not_found, open_pool, store_failure, Failure, ShardState};
-use crate::ado::{Answer, Call, HeldAnswer, PoolCalls, Running, Signals, Target, CALLS_IN_FLIGHT_MAX};
+use crate::ado::{
+    Answer, Call, HeldAnswer, PoolCalls, Running, Signals, StagedAllocation, Target, CALLS_IN_FLIGHT_MAX,
+};
 use crate::completion::Completion;
 use crate::session::Session;
 
@@ -131,12 +133,6 @@ impl ShardState {
                 ),
             ));
         }
-        if invoke.detached {
-            return Err(Failure::new(
-                ErrorCode::InvalidArgument,
-                "detached values are not supported by this server yet",
-            ));
-        }
         let sync = !pool.async_default;
         // A call on a held key queues behind the calls holding it, which keeps their order; one
         // that must store its value first (`invoke_put_ado`) waits for them, as a put would.
@@ -153,6 +149,7 @@ impl ShardState {
             (new_key, abi::WORK_NEW_KEY),
             (invoke.read_only, abi::WORK_READ_ONLY),
             (invoke.key.is_empty(), abi::WORK_POOL),
+            (invoke.detached, abi::WORK_DETACHED),
         ] {
             if set {
                 work_flags |= flag;
@@ -173,6 +170,7 @@ impl ShardState {
             sync,
             wait_lsn: session.wait_lsn,
             completion: caller,
+            detached: invoke.value.filter(|_| invoke.detached).map(<[u8]>::to_vec),
         };
         self.stats.invocations += 1;
         self.enqueue(invoke.pool, call)?;
@@ -211,6 +209,7 @@ impl ShardState {
                 sync: false,
                 wait_lsn: session.wait_lsn,
                 completion: Some(Arc::clone(&completion)),
+                detached: None,
             };
             self.queue(signals.pool, call);
         }
@@ -229,12 +228,19 @@ impl ShardState {
         Some(waiting)
     }
 
-    /// Puts `invoke_put_ado`'s value, or creates the key on demand; true if the key is new.
+    /// Puts `invoke_put_ado`'s value, or creates the key on demand; true if the key is new. A
+    /// detached value is not the key's: an absent key is created with an empty value.
     fn prepare_target(&mut self, invoke: &Invoke<'_>, session: &mut Session, now_ns: u64) -> Result<bool, Failure> {
         let zeros;
-        let (value, mode) = match invoke.value {
-            Some(value) => (value, if invoke.no_overwrite { PutMode::CreateOnly } else { PutMode::Upsert }),
-            None => {
+        let (value, mode) = match (invoke.value, invoke.detached) {
+            (Some(value), false) => (value, if invoke.no_overwrite { PutMode::CreateOnly } else { PutMode::Upsert }),
+            (Some(_), true) => {
+                if open_pool(&self.pools, session, invoke.pool)?.store.get(invoke.key).is_some() {
+                    return Ok(false);
+                }
+                (&[][..], PutMode::CreateOnly)
+            }
+            (None, _) => {
                 let pool = open_pool(&self.pools, session, invoke.pool)?;
                 if pool.store.get(invoke.key).is_some() {
                     return Ok(false);
@@ -389,19 +395,39 @@ impl ShardState {
             };
             let call = calls.queue.remove(next).expect("the position is in the queue");
             match self.begin(pool, &call) {
-                Ok((id, target)) => {
+                Ok((id, target, detached)) => {
                     let calls = self.calls.get_mut(&pool).expect("the pool's calls exist");
-                    calls.running.push(Running::new(id, call, target));
+                    let mut running = Running::new(id, call, target);
+                    running.allocated.extend(detached);
+                    calls.running.push(running);
                 }
                 Err(failure) => self.answer_failure(&call, failure),
             }
         }
     }
 
-    /// Gives `call` its target (reserving log room for what it may write), and submits it to
-    /// the host.
-    fn begin(&mut self, handle: PoolHandle, call: &Call) -> Result<(CallId, Target), Failure> {
+    /// Gives `call` its target (reserving log room for what it may write) and its detached
+    /// value (in memory it allocates), and submits it to the host.
+    fn begin(
+        &mut self,
+        handle: PoolHandle,
+        call: &Call,
+    ) -> Result<(CallId, Target, Option<StagedAllocation>), Failure> {
         let target = self.target(handle, call)?;
+        let detached = match &call.detached {
+            Some(value) => match self.allocate_for_call(handle, value, value.len() as u64, 1) {
+                Ok(allocation) => Some(allocation),
+                Err(_) => {
+                    self.release(handle, target);
+                    let name = self.pools.get(handle).map_or_else(String::new, |pool| pool.name.clone());
+                    return Err(Failure::new(
+                        ErrorCode::PoolFull,
+                        format!("pool '{name}': no room for the detached value"),
+                    ));
+                }
+            },
+            None => None,
+        };
         let pool = self.pools.get(handle).expect("a pool with calls exists");
         let name = pool.name.clone();
         let invocation = Invocation {
@@ -410,7 +436,10 @@ impl ShardState {
             key: call.key.clone(),
             payload: call.payload.clone(),
             value: target.location(),
-            detached: Location::default(),
+            detached: detached.map_or_else(Location::default, |allocation| Location {
+                offset: allocation.id,
+                len: call.detached.as_ref().map_or(0, |value| value.len() as u64),
+            }),
         };
         let calls = self.calls.get_mut(&handle).expect("the pool's calls exist");
         let submitted = match calls.link.submit(invocation.clone()) {
@@ -427,10 +456,13 @@ impl ShardState {
         match submitted {
             Ok(id) => {
                 calls.call_started.notify_one();
-                Ok((id, target))
+                Ok((id, target, detached))
             }
             Err(reason) => {
                 self.release(handle, target);
+                if let Some(allocation) = detached {
+                    self.release_lent(handle, &[allocation.memory]);
+                }
                 Err(Failure::new(
                     ErrorCode::AdoFailed,
                     format!("pool '{name}': its plugin host cannot take the call: {reason}"),
@@ -535,6 +567,7 @@ impl ShardState {
                     self.release(pool, running.target);
                     self.release_opened(pool, &running.opened);
                     self.release_lent(pool, &running.lent);
+                    self.release_allocated(pool, &running.allocated);
                     let failure = match reason {
                         FailReason::Timeout => Failure::new(
                             ErrorCode::AdoTimeout,
@@ -566,6 +599,8 @@ impl ShardState {
                     | CallbackRequest::OpenKey { read_only: false, .. }
                     | CallbackRequest::EraseKey { .. }
                     | CallbackRequest::ResizeValue { .. }
+                    | CallbackRequest::AllocateMemory { .. }
+                    | CallbackRequest::FreeMemory { .. }
                     | CallbackRequest::FindKey { .. }) => self.key_callback(pool, call, request),
                     request => self.callback(pool, &request),
                 };
@@ -596,7 +631,7 @@ impl ShardState {
 
     /// Logs a finished call's writes (or undoes them if it failed or they cannot be logged), and
     /// answers it.
-    fn finish(&mut self, pool: PoolHandle, running: Running, done: Done) {
+    fn finish(&mut self, pool: PoolHandle, mut running: Running, done: Done) {
         let name = self.pools.get(pool).map_or_else(String::new, |pool| pool.name.clone());
         let outcome = if !done.writes.iter().all(|write| running.may_write(write)) {
             // The host checks this too; a host that did not is not trusted with the pool.
@@ -615,11 +650,11 @@ impl ShardState {
                 ErrorCode::AdoFailed,
                 format!("pool '{name}': the plugin failed (status {}): {reason}; its writes were undone", done.status),
             ))
-        } else if done.writes.is_empty() && running.staged.is_empty() {
+        } else if done.writes.is_empty() && !running.changes_more_than_its_target() {
             Ok(running.call.wait_lsn)
         } else {
             let logged = match running.target {
-                _ if !running.staged.is_empty() => self.commit_call(pool, &running, &done),
+                _ if running.changes_more_than_its_target() => self.commit_call(pool, &mut running, &done),
                 Target::InPlace(_) => self.log_writes(pool, &running, &done),
                 Target::Copy(copy) => self.write_back(pool, &running.call, copy),
             };
@@ -628,6 +663,7 @@ impl ShardState {
         self.release(pool, running.target);
         self.release_opened(pool, &running.opened);
         self.release_lent(pool, &running.lent);
+        self.release_allocated(pool, &running.allocated);
         match outcome {
             Ok(wait_lsn) => {
                 if let Some(completion) = running.call.completion.as_ref().filter(|_| running.call.answer.settles()) {
@@ -851,9 +887,9 @@ impl ShardState {
         CallbackReply { status: abi::OK, result: CallbackResult::Nothing }
     }
 
-    /// Carries out a plugin's other callbacks: `pool_info`, `iterate` and the reference vector
-    /// (the read-only ones). The others (`allocate_memory`, `free_memory`) answer
-    /// `FERRITE_ERR_UNSUPPORTED`, which the SDK reports to the plugin as an error.
+    /// Carries out a plugin's read-only callbacks: `pool_info`, `iterate` and the reference
+    /// vector. Any other answers `FERRITE_ERR_UNSUPPORTED`, which the SDK reports to the plugin
+    /// as an error.
     fn callback(&self, handle: PoolHandle, request: &CallbackRequest) -> CallbackReply {
         let Some(pool) = self.pools.get(handle) else {
             return CallbackReply { status: abi::ERR_FAILED, result: CallbackResult::Nothing };

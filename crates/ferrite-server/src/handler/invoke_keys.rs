@@ -17,7 +17,7 @@ use ferrite_store::persistence::wal::Lsn;
 use ferrite_store::{FindQuery, PutMode, Store, WriteFootprint};
 
 use super::{store_failure, Failure, ShardState};
-use crate::ado::{Running, StagedKey, Target};
+use crate::ado::{Running, StagedAllocation, StagedKey, Target};
 
 /// Most keys one call may change besides its target: all of them go into one log record.
 pub(crate) const STAGED_KEYS_MAX: usize = 64;
@@ -77,8 +77,21 @@ fn transaction_footprint(store: &dyn Store, running: &Running) -> WriteFootprint
         };
         total = plus(total, plus(change, undo));
     }
+    for allocation in &running.allocated {
+        let keep = store.put_footprint(ALLOCATION_ID_BYTES, allocation.memory.len);
+        total = plus(total, plus(keep, store.erase_footprint()));
+    }
+    for _ in &running.freed {
+        total = plus(total, store.erase_footprint());
+    }
     total
 }
+
+/// Bytes of the id under which a store keeps an allocation.
+const ALLOCATION_ID_BYTES: u64 = 8;
+
+/// The fewest bytes an allocation takes: long enough that the store keeps it out of line.
+const ALLOCATION_BYTES_MIN: u64 = 64;
 
 impl ShardState {
     /// Carries out a callback that changes keys or searches them, for call `call` of `handle`.
@@ -101,6 +114,8 @@ impl ShardState {
             CallbackRequest::OpenKey { key, read_only: false } => self.open_key_for_writing(handle, call, key),
             CallbackRequest::EraseKey { key } => self.erase_key(handle, call, key),
             CallbackRequest::ResizeValue { key, new_len } => self.resize_value(handle, call, key, new_len),
+            CallbackRequest::AllocateMemory { len, align } => self.allocate_memory(handle, call, len, align),
+            CallbackRequest::FreeMemory { memory } => self.free_memory(handle, call, memory),
             _ => status(abi::ERR_UNSUPPORTED),
         }
     }
@@ -305,6 +320,94 @@ impl ShardState {
         self.release_opened(handle, &[opened]);
     }
 
+    /// `allocate_memory`: `len` zeroed bytes aligned to `align`, which the store keeps (no key
+    /// owns them, a restart keeps them) once the call succeeds, and frees if it fails.
+    fn allocate_memory(&mut self, handle: PoolHandle, call: CallId, len: u64, align: u64) -> CallbackReply {
+        let aligned = align.is_power_of_two() && align <= 4096;
+        if len == 0 || len > u64::from(self.limits.value_bytes_max) || !aligned {
+            return status(abi::ERR_INVALID);
+        }
+        let full = self.running_mut(handle, call).is_none_or(|running| running.allocated.len() >= STAGED_KEYS_MAX);
+        if full {
+            return status(abi::ERR_NO_SPACE);
+        }
+        let allocation = match self.allocate_for_call(handle, &[], len, align) {
+            Ok(allocation) => allocation,
+            Err(code) => return status(code),
+        };
+        let Some(running) = self.running_mut(handle, call) else {
+            self.release_allocated(handle, &[allocation]);
+            return status(abi::ERR_FAILED);
+        };
+        running.allocated.push(allocation);
+        let running = self.calls.get(&handle).and_then(|calls| calls.running.iter().find(|r| r.id == call));
+        let fits = match (running, self.pools.get(handle)) {
+            (Some(running), Some(pool)) => {
+                self.admit_write(transaction_footprint(pool.store.as_ref(), running)).is_ok()
+            }
+            _ => false,
+        };
+        if !fits {
+            if let Some(running) = self.running_mut(handle, call) {
+                running.allocated.pop();
+            }
+            self.release_allocated(handle, &[allocation]);
+            return status(abi::ERR_NO_SPACE);
+        }
+        CallbackReply { status: abi::OK, result: CallbackResult::Memory(Location { offset: allocation.id, len }) }
+    }
+
+    /// `free_memory`: memory this call allocated is dropped; an allocation an earlier call made
+    /// (named by the place it was given) is freed when this call succeeds.
+    fn free_memory(&mut self, handle: PoolHandle, call: CallId, memory: Location) -> CallbackReply {
+        let kept = self.pools.get(handle).and_then(|pool| pool.store.kept_containing(memory.offset, memory.len));
+        let Some(running) = self.running_mut(handle, call) else { return status(abi::ERR_FAILED) };
+        if let Some(at) = running.allocated.iter().position(|allocation| allocation.id == memory.offset) {
+            let allocation = running.allocated.remove(at);
+            // Freed when the call ends: the plugin may still hold its address until then.
+            running.lent.push(allocation.memory);
+            return status(abi::OK);
+        }
+        match kept.filter(|kept| kept.id == memory.offset) {
+            Some(kept) => {
+                if !running.freed.contains(&kept.id) {
+                    running.freed.push(kept.id);
+                }
+                status(abi::OK)
+            }
+            None => status(abi::ERR_INVALID),
+        }
+    }
+
+    /// Scratch memory for `len` bytes aligned to `align`, holding `bytes` then zeros: what a
+    /// call allocates (its detached value included).
+    pub(super) fn allocate_for_call(
+        &mut self,
+        handle: PoolHandle,
+        bytes: &[u8],
+        len: u64,
+        align: u64,
+    ) -> Result<StagedAllocation, i32> {
+        let padded = (len + align - 1).max(ALLOCATION_BYTES_MIN);
+        let pool = self.pools.get_mut(handle).ok_or(abi::ERR_FAILED)?;
+        let at = pool.store.allocate_scratch(padded).ok_or(abi::ERR_NO_SPACE)?;
+        let id = at.next_multiple_of(align);
+        let mut filled = vec![0; padded as usize];
+        let start = (id - at) as usize;
+        filled[start..start + bytes.len()].copy_from_slice(bytes);
+        if !pool.store.write_scratch(at, &filled) {
+            pool.store.free_scratch(at, padded);
+            return Err(abi::ERR_FAILED);
+        }
+        Ok(StagedAllocation { id, memory: Location { offset: at, len: padded } })
+    }
+
+    /// Frees memory calls allocated and the store did not keep.
+    pub(super) fn release_allocated(&mut self, handle: PoolHandle, allocated: &[StagedAllocation]) {
+        let memory: Vec<Location> = allocated.iter().map(|allocation| allocation.memory).collect();
+        self.release_lent(handle, &memory);
+    }
+
     /// Frees the scratch memory lent to a call for new values.
     pub(super) fn release_lent(&mut self, handle: PoolHandle, lent: &[Location]) {
         if let Some(pool) = self.pools.get_mut(handle) {
@@ -358,7 +461,12 @@ impl ShardState {
     /// value) the target is as the plugin left it: the changes already applied are put back
     /// (inside the same transaction, which then logs no change), and the target's in-place
     /// writes are undone by its host.
-    pub(super) fn commit_call(&mut self, handle: PoolHandle, running: &Running, done: &Done) -> Result<Lsn, Failure> {
+    pub(super) fn commit_call(
+        &mut self,
+        handle: PoolHandle,
+        running: &mut Running,
+        done: &Done,
+    ) -> Result<Lsn, Failure> {
         let key = &running.call.key;
         let target_staged = running.staged(key).is_some();
         let pool = self.pools.get(handle).expect("a pool with calls exists");
@@ -393,7 +501,18 @@ impl ShardState {
         }
         let mut applied: Vec<(&[u8], Option<Before>)> = Vec::new();
         let mut refused = None;
-        for (key, value) in &changes {
+        // The memory the call allocated is kept first: nothing else depends on it.
+        let mut kept: Vec<u64> = Vec::new();
+        for allocation in &running.allocated {
+            match pool.store.keep_scratch(allocation.id, allocation.memory.offset, allocation.memory.len, now) {
+                Ok(()) => kept.push(allocation.id),
+                Err(error) => {
+                    refused = Some(store_failure(error, pool));
+                    break;
+                }
+            }
+        }
+        for (key, value) in changes.iter().filter(|_| refused.is_none()) {
             let before = pool
                 .store
                 .get(key)
@@ -417,16 +536,25 @@ impl ShardState {
             let restored = applied.iter().rev().all(|(key, before)| match before {
                 Some((value, written)) => pool.store.put(key, value, PutMode::Upsert, *written).is_ok(),
                 None => pool.store.erase(key).is_ok(),
-            });
+            }) && kept.iter().rev().all(|id| pool.store.release_kept(*id).is_ok());
             pool.store.end_transaction();
             if !restored {
                 return Err(self.halt("a plugin call's changes could be neither applied nor put back".into()));
             }
+            // Kept and released again: the store has freed their memory already.
+            running.allocated.retain(|allocation| !kept.contains(&allocation.id));
             self.log_position(running.call.sync)?;
             return Err(self.undo_in_place(handle, running, done, failure));
         }
+        // Frees come last: they cannot fail (an allocation another call freed meanwhile is
+        // simply gone).
+        for id in &running.freed {
+            let _ = pool.store.release_kept(*id);
+        }
         pool.store.commit_external_writes(&in_place);
         pool.store.end_transaction();
+        // The store owns the call's allocations now.
+        running.allocated.clear();
         for ((key, before), (_, value)) in applied.iter().zip(&changes) {
             match (before, value) {
                 (None, Some(_)) => {
