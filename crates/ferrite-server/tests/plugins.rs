@@ -701,7 +701,8 @@ fn a_call_changes_other_keys_all_together_or_not_at_all() {
 }
 
 /// `find_key` walks the whole pool a bounded step at a time: every matching key comes back,
-/// however many steps it takes, and none that does not match.
+/// however many steps it takes, and none that does not match. `pool_info` counts the pairs, and
+/// `get_reference_vector` hands out at most as many pairs as asked, every pair when asked for all.
 #[test]
 fn find_key_finds_every_matching_key() {
     let server = server_with_limits(10_000).start();
@@ -720,6 +721,16 @@ fn find_key_finds_every_matching_key() {
     assert_eq!(keys, expected);
     let exact = pool.invoke(b"target", b"find other-7", InvokeOptions::default()).expect("find one");
     assert_eq!(texts(&exact), [(0, "other-7".to_owned())]);
+    // pool_info and get_reference_vector, the other read callbacks.
+    let info = pool.invoke(b"target", b"info", InvokeOptions::default()).expect("info");
+    assert_eq!(texts(&info), [(0, "objects=3001".to_owned())]);
+    let recent = pool.invoke(b"target", b"recent 2500", InvokeOptions::default()).expect("reference vector");
+    assert_eq!(recent.len(), 2500, "at most the number asked for");
+    let all = pool.invoke(b"target", b"recent 100000", InvokeOptions::default()).expect("reference vector");
+    let mut keys: Vec<String> = texts(&all).into_iter().map(|(_, key)| key).collect();
+    keys.sort();
+    keys.dedup();
+    assert_eq!(keys.len(), 3001, "every pair, over several pages");
 }
 
 /// kill -9 while calls move a value between two keys (each call writes the same new text to

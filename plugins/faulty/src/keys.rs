@@ -14,12 +14,26 @@
 //! - `free-alloc`: frees the allocation the call's own value names and empties the value.
 //! - `keep-detached`: answers the detached value (`invoke_put_ado --detached`) and sets the
 //!   call's own value to `OFFSET:LENGTH` of it, keeping it.
+//! - `info`: answers `objects=N` from `pool_info`.
+//! - `recent N`: answers the keys of `get_reference_vector` over all time, at most N of them.
 
 use ferrite_plugin::{Access, Call, PluginError};
 
 /// The first word of every script command: a payload starting with one is a script.
-pub const COMMANDS: [&str; 10] =
-    ["create", "update", "erase", "set", "find", "fail", "alloc", "read-alloc", "free-alloc", "keep-detached"];
+pub const COMMANDS: [&str; 12] = [
+    "create",
+    "update",
+    "erase",
+    "set",
+    "find",
+    "fail",
+    "alloc",
+    "read-alloc",
+    "free-alloc",
+    "keep-detached",
+    "info",
+    "recent",
+];
 
 /// Whether `payload` is a key script.
 pub fn is_script(payload: &[u8]) -> bool {
@@ -77,6 +91,18 @@ pub fn run(call: &mut Call<'_>, payload: &[u8]) -> Result<(), PluginError> {
                 let (offset, len) = recorded_place(call)?;
                 call.free_at(offset, len)?;
                 set_own_value(call, b"")?;
+            }
+            ("info", None, None) => {
+                let info = call.pool_info()?;
+                call.respond(format!("objects={}", info.objects).as_bytes())?;
+            }
+            ("recent", Some(max), None) => {
+                let max = max.parse().map_err(|_| PluginError::invalid("faulty: recent takes a count"))?;
+                let keys: Vec<Vec<u8>> =
+                    call.reference_vector(0, u64::MAX, max)?.iter().map(|pair| pair.key.to_vec()).collect();
+                for key in keys {
+                    call.respond(&key)?;
+                }
             }
             ("keep-detached", None, None) => {
                 let detached = call.detached().ok_or_else(|| PluginError::invalid("faulty: no detached value"))?;
