@@ -891,3 +891,25 @@ fn allocations_and_detached_values_outlive_their_calls() {
     let bogus = pool.invoke(b"holder", b"free-alloc", InvokeOptions::default()).expect_err("no allocation there");
     assert_eq!(bogus.code(), Some(ErrorCode::AdoFailed), "{bogus}");
 }
+
+/// A host that dies in the middle of a call that created, rewrote and erased keys and allocated
+/// memory leaves the pool exactly as it was: none of it was applied, the memory is given back,
+/// and the next call runs on a new host.
+#[test]
+fn a_host_that_dies_mid_call_leaves_no_change_behind() {
+    let server = server_with_limits(10_000).start();
+    let (_session, pool) = open(&server, "dying", &["faulty"]);
+    pool.put(b"small", b"s").expect("put");
+    pool.put(b"target", b"t").expect("put");
+    let used = |pool: &Pool| pool.attribute(Attribute::PoolUsed, b"target").expect("used bytes");
+    let before = used(&pool);
+    let script = b"create born x; update small changed; erase target; alloc memory; crash";
+    let error = pool.invoke(b"target", script, InvokeOptions::default()).expect_err("the host dies");
+    assert_eq!(error.code(), Some(ErrorCode::AdoFailed), "{error}");
+    assert_eq!(pool.get(b"born").expect_err("never created").code(), Some(ErrorCode::KeyNotFound));
+    assert_eq!(pool.get(b"small").expect("kept"), &b"s"[..]);
+    assert_eq!(pool.get(b"target").expect("kept"), &b"t"[..]);
+    assert_eq!(used(&pool), before, "nothing allocated stays");
+    let answer = pool.invoke(b"target", b"ok", InvokeOptions::default()).expect("a new host answers");
+    assert_eq!(texts(&answer), [(0, "ok".to_owned())]);
+}

@@ -8,6 +8,7 @@
 //! - `set TEXT`: resizes the call's own value to TEXT's length and writes TEXT.
 //! - `find EXPRESSION`: answers each key `find_key` finds, one response buffer each.
 //! - `fail`: fails the call; everything the script changed before must be undone.
+//! - `crash`: aborts the host process in the middle of the call; likewise.
 //! - `alloc TEXT`: allocates pool memory (`allocate_memory`), writes TEXT there and sets the
 //!   call's own value to `OFFSET:LENGTH`, where later calls find it.
 //! - `read-alloc`: answers the bytes of the allocation the call's own value names.
@@ -20,7 +21,7 @@
 use ferrite_plugin::{Access, Call, PluginError};
 
 /// The first word of every script command: a payload starting with one is a script.
-pub const COMMANDS: [&str; 12] = [
+pub const COMMANDS: [&str; 13] = [
     "create",
     "update",
     "erase",
@@ -33,6 +34,7 @@ pub const COMMANDS: [&str; 12] = [
     "keep-detached",
     "info",
     "recent",
+    "crash",
 ];
 
 /// Whether `payload` is a key script.
@@ -72,6 +74,7 @@ pub fn run(call: &mut Call<'_>, payload: &[u8]) -> Result<(), PluginError> {
                 }
             }
             ("fail", None, None) => return Err(PluginError::failed("faulty: failing the script as asked")),
+            ("crash", None, None) => crate::misbehave::abort(),
             ("alloc", Some(text), rest) => {
                 let text = match rest {
                     Some(rest) => format!("{text} {rest}"),
