@@ -539,8 +539,14 @@ impl ShardState {
     /// then ends).
     pub(crate) fn poll_plugins(&mut self, pool: PoolHandle, host: u64, now: Instant) -> bool {
         let Some(calls) = self.calls.get_mut(&pool).filter(|calls| calls.host == host) else { return false };
-        for event in calls.link.poll(now) {
+        let events = calls.link.poll(now);
+        let answered = events.iter().any(|event| matches!(event, LinkEvent::Done(_) | LinkEvent::Failed { .. }));
+        for event in events {
             self.plugin_event(pool, event);
+        }
+        if answered {
+            // Answers leave now: the clients' next requests follow soon, as after a batch.
+            self.low_load_poll.answered();
         }
         self.calls.get(&pool).is_some_and(|calls| calls.host == host)
     }
