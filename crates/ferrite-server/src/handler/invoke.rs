@@ -241,6 +241,11 @@ impl ShardState {
                 (&[][..], PutMode::CreateOnly)
             }
             (None, _) => {
+                // Without create-on-demand the key must exist: the call finds out as it begins,
+                // unless its caller is answered now (fire-and-forget).
+                if invoke.create_size.is_none() && !invoke.fire_and_forget {
+                    return Ok(false);
+                }
                 let pool = open_pool(&self.pools, session, invoke.pool)?;
                 if pool.store.get(invoke.key).is_some() {
                     return Ok(false);
@@ -499,7 +504,7 @@ impl ShardState {
             self.admit_write(footprint)?;
         }
         let pool = self.pools.get_mut(handle).expect("a pool with calls exists");
-        let bytes = pool.store.get(&call.key).ok_or_else(|| key_not_found(pool))?.to_vec();
+        let bytes = pool.store.region_bytes(value.offset, value.len).ok_or_else(|| key_not_found(pool))?.to_vec();
         let offset = pool.store.allocate_scratch(value.len).ok_or_else(|| {
             Failure::new(
                 ErrorCode::PoolFull,
