@@ -4,7 +4,10 @@
 //! frames it has buffered, calls [`ShardState::handle`] for each, and writes the responses once.
 
 mod invoke;
+mod invoke_commit;
+mod invoke_hosts;
 mod invoke_keys;
+mod invoke_reads;
 
 use std::sync::Arc;
 

@@ -1,6 +1,8 @@
 //! The shard's side of a plugin call (`invoke_ado`, `invoke_put_ado`): preparing the target value,
-//! holding its key, submitting the pool's calls to its host, logging what a finished call wrote,
-//! undoing what it cannot log, and answering.
+//! holding its key, submitting the pool's calls to its host and taking what the host sends. The
+//! rest of a call's life is beside this module: the callbacks that read the pool
+//! (`invoke_reads`) and those that change keys and memory (`invoke_keys`), the commit or undo of
+//! a finished call (`invoke_commit`), and the hosts themselves (`invoke_hosts`).
 //!
 //! Durability, step by step (see `docs/plugins.md`, "Running plugins on a server"):
 //! - A value kept out of line stays where it is while its key is held: the plugin changes it in
@@ -21,31 +23,18 @@
 //!   logged, the pages never checkpointed, and recovery rebuilds the pool from the log.
 
 use std::sync::Arc;
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::BytesMut;
-use ferrite_ado::message::{
-    CallId, CallbackReply, CallbackRequest, CallbackResult, Done, Invocation, Location, PairRecord,
-};
-use ferrite_ado::{AdoLink, FailReason, LinkEvent};
+use ferrite_ado::message::{CallId, CallbackRequest, Invocation, Location};
+use ferrite_ado::{FailReason, LinkEvent};
 use ferrite_plugin::abi;
 use ferrite_proto::{ErrorCode, InvokeFlags, Opcode, PoolHandle, Request};
-use ferrite_store::persistence::wal::Lsn;
 use ferrite_store::{PutMode, PutOutcome, StoreError, WriteFootprint};
 
 use super::{key_not_found, open_pool, store_failure, Failure, ShardState};
-use crate::ado::{
-    Answer, Call, HeldAnswer, PoolCalls, Running, Signals, StagedAllocation, Target, CALLS_IN_FLIGHT_MAX,
-};
+use crate::ado::{Answer, Call, HeldAnswer, Running, Signals, StagedAllocation, Target, CALLS_IN_FLIGHT_MAX};
 use crate::completion::Completion;
 use crate::session::Session;
-
-/// How long a stopping host may take to close its plugins before it is killed.
-pub(crate) const HOST_STOP_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
-
-/// Declared ranges logged as they are; a call that declares more is logged as the one range
-/// that covers them all (within its target), which bounds the record the shard reserves room for.
-pub(super) const LOGGED_RANGES_MAX: u64 = 16;
 
 /// An invocation as the shard runs it, whichever message carried it.
 #[derive(Debug, Clone)]
@@ -298,30 +287,6 @@ impl ShardState {
         }
     }
 
-    /// Tells `pool`'s running host (if any) of a change made outside any call: `key` erased
-    /// (`FERRITE_EVENT_ERASE`) or its value's length changed by a put (`FERRITE_EVENT_RESIZE`), so
-    /// plugins that keep state about keys can follow. A host that cannot take the event now
-    /// misses it: events are advice, not part of the pool's state.
-    pub(crate) fn tell_plugins(&mut self, pool: PoolHandle, event: u32, key: &[u8]) {
-        if let Some(calls) = self.calls.get_mut(&pool) {
-            if let Err(error) = calls.link.pool_event(event, key.to_vec()) {
-                tracing::debug!(shard = self.index, pool = pool.0, event, %error, "a plugin host missed an event");
-            }
-        }
-    }
-
-    /// Starts `pool`'s host if it has none.
-    pub(crate) fn ensure_host(&mut self, pool: PoolHandle) -> Result<(), Failure> {
-        if !self.calls.contains_key(&pool) {
-            let link = self.start_host(pool)?;
-            self.hosts_started += 1;
-            self.calls.insert(pool, PoolCalls::new(self.hosts_started, link));
-            self.new_hosts.push((pool, self.hosts_started));
-            self.host_started.notify_one();
-        }
-        Ok(())
-    }
-
     /// After a connection answered its batch of requests: submits the calls it queued. A pool
     /// whose host is idle gets them at once (waking it is what a lone call waits for); one whose
     /// host is busy gets them once every connection ready in this turn of the shard's loop has
@@ -349,32 +314,10 @@ impl ShardState {
         }
     }
 
-    /// A host for `pool`'s chain, mapping the pool's memory.
-    pub(super) fn start_host(&self, handle: PoolHandle) -> Result<AdoLink, Failure> {
-        let pool = self.pools.get(handle).expect("the caller found the pool");
-        let failed = |message: String| Failure::new(ErrorCode::AdoFailed, format!("pool '{}': {message}", pool.name));
-        let chain = ferrite_proto::plugin_names(&pool.plugin_chain)
-            .map(|name| {
-                let path = self
-                    .plugins
-                    .path(name)
-                    .ok_or_else(|| failed(format!("plugin '{name}' of its chain is not known to this server now")))?;
-                Ok(ferrite_ado::args::PluginSpec {
-                    name: name.to_string(),
-                    path: path.to_path_buf(),
-                    config: self.plugins.config(name).to_vec(),
-                })
-            })
-            .collect::<Result<Vec<_>, Failure>>()?;
-        let persisted = pool.persisted.as_ref().expect("the caller checked the backing");
-        AdoLink::start(self.ado.link_config(chain), std::os::fd::AsFd::as_fd(&*persisted.region))
-            .map_err(|error| failed(format!("cannot start its plugin host: {error}")))
-    }
-
     /// Submits queued calls of `pool` while fewer than [`CALLS_IN_FLIGHT_MAX`] run, each the
     /// first queued on a key no running call holds (calls on one key keep their order); calls
     /// that cannot start are answered with their failure.
-    fn start_next(&mut self, pool: PoolHandle) {
+    pub(super) fn start_next(&mut self, pool: PoolHandle) {
         let Some(calls) = self.calls.get_mut(&pool) else { return };
         calls.link.begin_batch();
         self.submit_queued(pool);
@@ -494,7 +437,7 @@ impl ShardState {
         let writes = call.work_flags & abi::WORK_READ_ONLY == 0 && value.len > 0;
         if value.stable {
             if writes {
-                self.admit_write(WriteFootprint { bytes: value.len, ranges: LOGGED_RANGES_MAX })?;
+                self.admit_write(WriteFootprint { bytes: value.len, ranges: super::invoke_commit::LOGGED_RANGES_MAX })?;
             }
             self.pin(handle, location);
             return Ok(Target::InPlace(location));
@@ -520,7 +463,7 @@ impl ShardState {
 
     /// Ends what `target` held: unpins a value changed in place (as of the log's last record),
     /// frees a copy.
-    fn release(&mut self, handle: PoolHandle, target: Target) {
+    pub(super) fn release(&mut self, handle: PoolHandle, target: Target) {
         match target {
             Target::InPlace(location) => self.unpin(handle, location),
             Target::Copy(location) => {
@@ -540,30 +483,7 @@ impl ShardState {
         }
     }
 
-    /// Takes what `pool`'s host sent and acts on it; false once the pool has no host (its task
-    /// then ends).
-    pub(crate) fn poll_plugins(&mut self, pool: PoolHandle, host: u64, now: Instant) -> bool {
-        let Some(calls) = self.calls.get_mut(&pool).filter(|calls| calls.host == host) else { return false };
-        let events = calls.link.poll(now);
-        let answered = events.iter().any(|event| matches!(event, LinkEvent::Done(_) | LinkEvent::Failed { .. }));
-        for event in events {
-            self.plugin_event(pool, event);
-        }
-        if answered {
-            // Answers leave now: the clients' next requests follow soon, as after a batch.
-            self.low_load_poll.answered();
-        }
-        self.calls.get(&pool).is_some_and(|calls| calls.host == host)
-    }
-
-    /// When `pool`'s task for `host` must look at it again without a wake-up; `None` once the
-    /// pool no longer has that host.
-    pub(crate) fn plugin_recheck(&self, pool: PoolHandle, host: u64) -> Option<Instant> {
-        let calls = self.calls.get(&pool).filter(|calls| calls.host == host)?;
-        Some(crate::ado::recheck_at(calls, Instant::now()))
-    }
-
-    fn plugin_event(&mut self, pool: PoolHandle, event: LinkEvent) {
+    pub(super) fn plugin_event(&mut self, pool: PoolHandle, event: LinkEvent) {
         let name = self.pools.get(pool).map_or_else(String::new, |pool| pool.name.clone());
         match event {
             LinkEvent::Done(done) => {
@@ -640,363 +560,18 @@ impl ShardState {
         Some(calls.running.remove(at))
     }
 
-    /// Logs a finished call's writes (or undoes them if it failed or they cannot be logged), and
-    /// answers it.
-    fn finish(&mut self, pool: PoolHandle, mut running: Running, done: Done) {
-        let name = self.pools.get(pool).map_or_else(String::new, |pool| pool.name.clone());
-        let outcome = if !done.writes.iter().all(|write| running.may_write(write)) {
-            // The host checks this too; a host that did not is not trusted with the pool.
-            self.undo(pool, running.id);
-            if let Some(calls) = self.calls.get_mut(&pool) {
-                let _ = calls.link.restart();
-            }
-            Err(Failure::new(
-                ErrorCode::AdoFailed,
-                format!("pool '{name}': the plugin host declared writes outside the memory the call was given; the call was undone"),
-            ))
-        } else if done.status != abi::OK {
-            let reason =
-                done.responses.first().map_or_else(String::new, |r| String::from_utf8_lossy(&r.data).into_owned());
-            Err(Failure::new(
-                ErrorCode::AdoFailed,
-                format!("pool '{name}': the plugin failed (status {}): {reason}; its writes were undone", done.status),
-            ))
-        } else if done.writes.is_empty() && !running.changes_more_than_its_target() {
-            Ok(running.call.wait_lsn)
-        } else {
-            let logged = match running.target {
-                _ if running.changes_more_than_its_target() => self.commit_call(pool, &mut running, &done),
-                Target::InPlace(_) => self.log_writes(pool, &running, &done),
-                Target::Copy(copy) => self.write_back(pool, &running.call, copy),
-            };
-            logged.map(|lsn| lsn.max(running.call.wait_lsn))
-        };
-        self.release(pool, running.target);
-        self.release_opened(pool, &running.opened);
-        self.release_lent(pool, &running.lent);
-        self.release_allocated(pool, &running.allocated);
-        match outcome {
-            Ok(wait_lsn) => {
-                if let Some(completion) = running.call.completion.as_ref().filter(|_| running.call.answer.settles()) {
-                    completion.complete(wait_lsn, |out| running.call.answer.success(&done.responses, out));
-                }
-            }
-            Err(failure) => {
-                self.stats.invocation_failures += 1;
-                self.answer_failure(&running.call, failure);
-            }
-        }
-        self.call_ended(pool);
-    }
-
-    /// Puts a successful call's copy back as its key's value; the LSN the answer waits for. A
-    /// put the log cannot take changes nothing: the copy is simply dropped.
-    fn write_back(&mut self, handle: PoolHandle, call: &Call, copy: Location) -> Result<Lsn, Failure> {
-        let pool = self.pools.get(handle).expect("a pool with calls exists");
-        let value = pool.store.region_bytes(copy.offset, copy.len).map(<[u8]>::to_vec).ok_or_else(|| {
-            Failure::new(ErrorCode::Internal, format!("pool '{}': cannot read the plugin's copy", pool.name))
-        })?;
-        self.admit_write(pool.store.put_footprint(call.key.len() as u64, copy.len))?;
-        let now_ns = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
-        let pool = self.pools.get_mut(handle).expect("a pool with calls exists");
-        pool.store.put(&call.key, &value, PutMode::UpdateOnly, now_ns).map_err(|error| store_failure(error, pool))?;
-        self.stats.puts += 1;
-        let lsn = self.log_position(call.sync)?;
-        Ok(if call.sync { lsn } else { 0 })
-    }
-
-    /// Logs `done`'s writes, made in place, as one transaction; the LSN the answer waits for.
-    fn log_writes(&mut self, pool: PoolHandle, running: &Running, done: &Done) -> Result<Lsn, Failure> {
-        let ranges = logged_ranges(&done.writes);
-        let bytes = ranges.iter().map(|(_, len)| len).sum();
-        if let Err(failure) = self.admit_write(WriteFootprint { bytes, ranges: ranges.len() as u64 }) {
-            // Room was reserved when the call began, but other writes may have taken it since.
-            if !self.undo(pool, running.id) {
-                return Err(self.halt("a plugin call changed pool memory that can be neither logged nor undone".into()));
-            }
-            return Err(failure);
-        }
-        let store = &mut self.pools.get_mut(pool).expect("a pool with calls exists").store;
-        store.commit_external_writes(&ranges);
-        let lsn = self.log_position(running.call.sync)?;
-        Ok(if running.call.sync { lsn } else { 0 })
-    }
-
-    /// Puts back the before-images of the finished call `id`; false if they are gone.
-    pub(super) fn undo(&mut self, pool: PoolHandle, id: CallId) -> bool {
-        self.calls.get_mut(&pool).is_some_and(|calls| calls.link.undo_finished(id))
-    }
-
-    fn pin(&mut self, pool: PoolHandle, target: Location) {
-        if let Some(persisted) = self.pools.get(pool).and_then(|pool| pool.persisted.as_ref()) {
-            persisted.pages.lock().unwrap_or_else(std::sync::PoisonError::into_inner).pin(target.offset, target.len);
-        }
-    }
-
-    fn unpin(&mut self, pool: PoolHandle, target: Location) {
-        let lsn = self.last_lsn();
-        if let Some(persisted) = self.pools.get(pool).and_then(|pool| pool.persisted.as_ref()) {
-            persisted.pages.lock().unwrap_or_else(std::sync::PoisonError::into_inner).unpin(
-                target.offset,
-                target.len,
-                lsn,
-            );
-        }
-    }
-
-    /// The LSN of the log's last record (0 without a log).
-    fn last_lsn(&self) -> Lsn {
-        self.durability.as_ref().map_or(0, |durability| durability.log.last_lsn())
-    }
-
     /// After a call ended: the requests waiting for its key run again, and the next call starts.
-    fn call_ended(&mut self, pool: PoolHandle) {
+    pub(super) fn call_ended(&mut self, pool: PoolHandle) {
         if let Some(calls) = self.calls.get_mut(&pool) {
             calls.wake_waiters();
         }
         self.start_next(pool);
     }
 
-    fn answer_failure(&mut self, call: &Call, failure: Failure) {
+    pub(super) fn answer_failure(&mut self, call: &Call, failure: Failure) {
         self.stats.failures += 1;
         if let Some(completion) = call.completion.as_ref().filter(|_| call.answer.settles()) {
             completion.complete(call.wait_lsn, |out| call.answer.failure(failure.code, &failure.message, out));
         }
-    }
-
-    /// Stops `pool`'s host once no session has the pool open and no call is left: its plugins
-    /// get `FERRITE_EVENT_CLOSE` and their shutdown, and the host exits (see [`Self::retire`]).
-    pub(crate) fn stop_idle_host(&mut self, pool: PoolHandle) {
-        let open = self.pools.get(pool).is_some_and(|pool| pool.open_count > 0);
-        let busy = self.calls.get(&pool).is_some_and(|calls| !calls.running.is_empty() || !calls.queue.is_empty());
-        if !open && !busy {
-            // The pool's task sees its host gone and ends.
-            if let Some(calls) = self.calls.remove(&pool) {
-                self.retire(calls.link);
-            }
-        }
-    }
-
-    /// The host that tells `pool`'s plugins of its deletion (`FERRITE_EVENT_DELETE`): its idle
-    /// one, or one started for the purpose. `None` for a pool without plugins, or (logged) when
-    /// no host can start: the deletion goes on.
-    pub(crate) fn host_for_deletion(&mut self, pool: PoolHandle) -> Option<AdoLink> {
-        if let Some(calls) = self.calls.remove(&pool) {
-            return Some(calls.link);
-        }
-        let chained =
-            self.pools.get(pool).is_some_and(|pool| !pool.plugin_chain.is_empty() && pool.persisted.is_some());
-        if !chained {
-            return None;
-        }
-        match self.start_host(pool) {
-            Ok(link) => Some(link),
-            Err(failure) => {
-                tracing::warn!(
-                    shard = self.index,
-                    pool = pool.0,
-                    "cannot tell plugins of a pool's deletion: {}",
-                    failure.message
-                );
-                None
-            }
-        }
-    }
-
-    /// Asks an idle host to stop (its plugins get `FERRITE_EVENT_CLOSE` and their shutdown) and
-    /// keeps its link until it has exited, or is killed at [`HOST_STOP_GRACE`].
-    pub(crate) fn retire(&mut self, mut link: AdoLink) {
-        if link.begin_shutdown().is_ok() {
-            self.retiring.push((link, Instant::now() + HOST_STOP_GRACE));
-            self.host_started.notify_one();
-        }
-    }
-
-    /// Drops the retiring hosts that have exited, or passed their grace (killing them); true
-    /// while some remain. Their plugins' last log lines are passed on.
-    pub(crate) fn reap_retired(&mut self, now: Instant) -> bool {
-        let mut retiring = std::mem::take(&mut self.retiring);
-        retiring.retain_mut(|(link, deadline)| {
-            for event in link.poll(now) {
-                if let LinkEvent::Log { text, .. } = event {
-                    tracing::info!(shard = self.index, "plugin: {text}");
-                }
-            }
-            link.host_pid().is_some() && now < *deadline
-        });
-        self.retiring = retiring;
-        !self.retiring.is_empty()
-    }
-
-    /// `open_key` for reading: the pair, read-locked for the call (writers of the key wait until
-    /// it ends or unlocks it); a small value, which inserts may move, is lent as a copy.
-    /// `FERRITE_ERR_LOCKED` for a key a call is writing (a callback cannot wait), the call's own
-    /// target included; a key the call itself changed is lent as the call left it.
-    fn open_key(&mut self, handle: PoolHandle, call: CallId, key: Vec<u8>) -> CallbackReply {
-        let reply = |status: i32| CallbackReply { status, result: CallbackResult::Nothing };
-        let Some(calls) = self.calls.get_mut(&handle) else { return reply(abi::ERR_FAILED) };
-        // A key the call changed reads as the call left it.
-        if let Some(own) = calls.running.iter_mut().find(|running| running.id == call) {
-            if let Some(staged) = own.staged(&key).cloned() {
-                let Some(value) = staged.value else { return reply(abi::ERR_NOT_FOUND) };
-                own.opened.push((key.clone(), None));
-                let record = PairRecord { key, value, write_time_ns: 0 };
-                return CallbackReply { status: abi::OK, result: CallbackResult::Pair(record) };
-            }
-        }
-        let written = |running: &Running| {
-            (running.call.key == key && running.call.work_flags & abi::WORK_READ_ONLY == 0)
-                || running.staged(&key).is_some()
-        };
-        if calls.running.iter().any(written) {
-            return reply(abi::ERR_LOCKED);
-        }
-        let Some(pool) = self.pools.get_mut(handle) else { return reply(abi::ERR_FAILED) };
-        let (Some(value), Some(attributes)) = (pool.store.value_location(&key), pool.store.attributes(&key)) else {
-            return reply(abi::ERR_NOT_FOUND);
-        };
-        let mut location = Location { offset: value.offset, len: value.len };
-        let mut copy = None;
-        if !value.stable && value.len > 0 {
-            let Some(bytes) = pool.store.get(&key).map(<[u8]>::to_vec) else { return reply(abi::ERR_NOT_FOUND) };
-            let Some(offset) = pool.store.allocate_scratch(value.len) else { return reply(abi::ERR_NO_SPACE) };
-            if !pool.store.write_scratch(offset, &bytes) {
-                pool.store.free_scratch(offset, value.len);
-                return reply(abi::ERR_FAILED);
-            }
-            location = Location { offset, len: value.len };
-            copy = Some(location);
-        }
-        let record = PairRecord { key: key.clone(), value: location, write_time_ns: attributes.write_time_ns };
-        let calls = self.calls.get_mut(&handle).expect("looked up above");
-        match calls.running.iter_mut().find(|running| running.id == call) {
-            Some(running) => {
-                running.opened.push((key, copy));
-                CallbackReply { status: abi::OK, result: CallbackResult::Pair(record) }
-            }
-            None => {
-                self.release_opened(handle, &[(key, copy)]);
-                reply(abi::ERR_FAILED)
-            }
-        }
-    }
-
-    /// `unlock`: ends the read lock of a key the call opened, and frees its copy.
-    fn unlock(&mut self, handle: PoolHandle, call: CallId, key: &[u8]) -> CallbackReply {
-        let opened = self.calls.get_mut(&handle).and_then(|calls| {
-            let running = calls.running.iter_mut().find(|running| running.id == call)?;
-            let at = running.opened.iter().position(|(opened, _)| opened == key)?;
-            Some(running.opened.remove(at))
-        });
-        let Some(opened) = opened else {
-            return CallbackReply { status: abi::ERR_INVALID, result: CallbackResult::Nothing };
-        };
-        self.release_opened(handle, &[opened]);
-        if let Some(calls) = self.calls.get_mut(&handle) {
-            calls.wake_waiters();
-        }
-        CallbackReply { status: abi::OK, result: CallbackResult::Nothing }
-    }
-
-    /// Carries out a plugin's read-only callbacks: `pool_info`, `iterate` and the reference
-    /// vector. Any other answers `FERRITE_ERR_UNSUPPORTED`, which the SDK reports to the plugin
-    /// as an error.
-    fn callback(&self, handle: PoolHandle, request: &CallbackRequest) -> CallbackReply {
-        let Some(pool) = self.pools.get(handle) else {
-            return CallbackReply { status: abi::ERR_FAILED, result: CallbackResult::Nothing };
-        };
-        match request {
-            CallbackRequest::PoolInfo => CallbackReply {
-                status: abi::OK,
-                result: CallbackResult::PoolInfo(abi::PoolInfo {
-                    pool_id: handle.0,
-                    size_bytes: pool.store.capacity_bytes(),
-                    used_bytes: pool.store.used_bytes(),
-                    objects: pool.store.count(),
-                    region_bytes: pool.persisted.as_ref().map_or(0, |p| p.descriptor.region_bytes),
-                }),
-            },
-            CallbackRequest::Iterate { since_ns, until_ns, cursor } => {
-                pairs_page(pool, *since_ns..=*until_ns, usize::MAX, *cursor)
-            }
-            CallbackRequest::ReferenceVector { since_ns, until_ns, max, cursor } => {
-                pairs_page(pool, *since_ns..=*until_ns, usize::try_from(*max).unwrap_or(usize::MAX), *cursor)
-            }
-            _ => CallbackReply { status: abi::ERR_UNSUPPORTED, result: CallbackResult::Nothing },
-        }
-    }
-}
-
-/// Bytes of pairs after which a page of `iterate` or a reference vector ends (at the next step):
-/// a page crosses the ring to the host as one message, and is walked in one turn of the shard.
-const PAIRS_PAGE_BYTES: usize = 1 << 20;
-
-/// Bytes a page may not pass, whatever its last step found (a step of long keys): well under a
-/// ring message. A step that would pass it fails the walk with `FERRITE_ERR_NO_SPACE`.
-const PAIRS_PAGE_BYTES_MAX: usize = 3 << 20;
-
-/// Bytes a pair costs in a page besides its key: its value's place and its write time.
-const PAIR_RECORD_BYTES: usize = 32;
-
-/// Home buckets walked per step while collecting a page: a page ends only between steps, so the
-/// next one resumes exactly where it left off.
-const PAIRS_SCAN_STEP: u64 = 64;
-
-/// A page of the pairs of `pool` written within `written`, from the scan `cursor` (0 to start),
-/// with their values' places, for a plugin to read: not locked, so another client may change them
-/// meanwhile, and a key may come twice if the table grows between pages. The page ends after
-/// `max` pairs or about [`PAIRS_PAGE_BYTES`]; its `next` cursor is 0 at the end of the pool.
-fn pairs_page(
-    pool: &crate::pools::Pool,
-    written: std::ops::RangeInclusive<u64>,
-    max: usize,
-    cursor: u64,
-) -> CallbackReply {
-    let store = pool.store.as_ref();
-    let mut pairs = Vec::new();
-    let mut bytes = 0;
-    let mut next = cursor;
-    loop {
-        next = store.scan(next, PAIRS_SCAN_STEP, &mut |key| {
-            let (Some(value), Some(attributes)) = (store.value_location(key), store.attributes(key)) else { return };
-            if written.contains(&attributes.write_time_ns) {
-                bytes += key.len() + PAIR_RECORD_BYTES;
-                pairs.push(PairRecord {
-                    key: key.to_vec(),
-                    value: Location { offset: value.offset, len: value.len },
-                    write_time_ns: attributes.write_time_ns,
-                });
-            }
-        });
-        if bytes > PAIRS_PAGE_BYTES_MAX {
-            return CallbackReply { status: abi::ERR_NO_SPACE, result: CallbackResult::Nothing };
-        }
-        if next == 0 || bytes >= PAIRS_PAGE_BYTES || pairs.len() >= max {
-            return CallbackReply { status: abi::OK, result: CallbackResult::Pairs { pairs, next } };
-        }
-    }
-}
-
-/// The ranges to log for a call's declared writes: as declared (merged by the log) if there are
-/// few, else the one range covering them.
-pub(super) fn logged_ranges(writes: &[Location]) -> Vec<(u64, u64)> {
-    if writes.len() as u64 <= LOGGED_RANGES_MAX {
-        return writes.iter().map(|write| (write.offset, write.len)).collect();
-    }
-    let start = writes.iter().map(|write| write.offset).min().unwrap_or(0);
-    let end = writes.iter().filter_map(Location::end).max().unwrap_or(start);
-    vec![(start, end - start)]
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn many_declared_writes_are_logged_as_the_range_that_covers_them() {
-        let few: Vec<Location> = (0..3).map(|i| Location { offset: 100 + 10 * i, len: 4 }).collect();
-        assert_eq!(logged_ranges(&few), vec![(100, 4), (110, 4), (120, 4)]);
-        let many: Vec<Location> = (0..40).rev().map(|i| Location { offset: 1000 + 2 * i, len: 1 }).collect();
-        assert_eq!(logged_ranges(&many), vec![(1000, 79)]);
     }
 }

@@ -10,14 +10,14 @@
 //! a crash all of them are there or none. A failed, crashed or timed-out call drops its staged
 //! keys: the store never saw them.
 
-use ferrite_ado::message::{CallId, CallbackReply, CallbackRequest, CallbackResult, Done, Location, PairRecord};
+use ferrite_ado::message::{CallId, CallbackReply, CallbackRequest, CallbackResult, Location, PairRecord};
 use ferrite_plugin::abi;
-use ferrite_proto::{ErrorCode, PoolHandle};
-use ferrite_store::persistence::wal::Lsn;
-use ferrite_store::{FindQuery, PutMode, Store, WriteFootprint};
+use ferrite_proto::PoolHandle;
+use ferrite_store::FindQuery;
 
-use super::{store_failure, Failure, ShardState};
-use crate::ado::{Running, StagedAllocation, StagedKey, Target};
+use super::invoke_commit::{now_ns, read_region, transaction_footprint};
+use super::ShardState;
+use crate::ado::{Running, StagedAllocation, StagedKey};
 
 /// Most keys one call may change besides its target: all of them go into one log record.
 pub(crate) const STAGED_KEYS_MAX: usize = 64;
@@ -50,45 +50,8 @@ fn pair(key: Vec<u8>, value: Location, write_time_ns: u64) -> CallbackReply {
     CallbackReply { status: abi::OK, result: CallbackResult::Pair(PairRecord { key, value, write_time_ns }) }
 }
 
-fn now_ns() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
-}
-
-fn plus(a: WriteFootprint, b: WriteFootprint) -> WriteFootprint {
-    WriteFootprint { bytes: a.bytes + b.bytes, ranges: a.ranges + b.ranges }
-}
-
-/// The most a call's transaction may log: its target's in-place writes, each staged key's change
-/// and, should a later change fail, the change that puts the key back as it was.
-fn transaction_footprint(store: &dyn Store, running: &Running) -> WriteFootprint {
-    let mut total = match running.target {
-        Target::InPlace(location) => WriteFootprint { bytes: location.len, ranges: super::invoke::LOGGED_RANGES_MAX },
-        Target::Copy(copy) => store.put_footprint(running.call.key.len() as u64, copy.len),
-    };
-    for staged in &running.staged {
-        let key_len = staged.key.len() as u64;
-        let change = match staged.value {
-            Some(value) => store.put_footprint(key_len, value.len),
-            None => store.erase_footprint(),
-        };
-        let undo = match store.attributes(&staged.key) {
-            Some(before) => store.put_footprint(key_len, before.length),
-            None => store.erase_footprint(),
-        };
-        total = plus(total, plus(change, undo));
-    }
-    for allocation in &running.allocated {
-        let keep = store.put_footprint(ALLOCATION_ID_BYTES, allocation.memory.len);
-        total = plus(total, plus(keep, store.erase_footprint()));
-    }
-    for _ in &running.freed {
-        total = plus(total, store.erase_footprint());
-    }
-    total
-}
-
 /// Bytes of the id under which a store keeps an allocation.
-const ALLOCATION_ID_BYTES: u64 = 8;
+pub(super) const ALLOCATION_ID_BYTES: u64 = 8;
 
 /// The fewest bytes an allocation takes: long enough that the store keeps it out of line.
 const ALLOCATION_BYTES_MIN: u64 = 64;
@@ -454,145 +417,4 @@ impl ShardState {
         });
         CallbackReply { status: abi::OK, result: CallbackResult::Keys { keys, next } }
     }
-
-    /// Applies a successful call's staged keys and its target's writes to the store as one
-    /// transaction; the LSN its answer waits for. Keys other than the target go first and the
-    /// target's own change last, so if one is refused (a pool too full or fragmented for a new
-    /// value) the target is as the plugin left it: the changes already applied are put back
-    /// (inside the same transaction, which then logs no change), and the target's in-place
-    /// writes are undone by its host.
-    pub(super) fn commit_call(
-        &mut self,
-        handle: PoolHandle,
-        running: &mut Running,
-        done: &Done,
-    ) -> Result<Lsn, Failure> {
-        let key = &running.call.key;
-        let target_staged = running.staged(key).is_some();
-        let pool = self.pools.get(handle).expect("a pool with calls exists");
-        let read = |location: Location| {
-            read_region(pool, location).ok_or_else(|| {
-                Failure::new(ErrorCode::Internal, format!("pool '{}': cannot read a plugin's new value", pool.name))
-            })
-        };
-        let mut changes: Vec<(&[u8], Option<Vec<u8>>)> = Vec::new();
-        for staged in running.staged.iter().filter(|staged| staged.key != *key) {
-            changes.push((&staged.key, staged.value.map(read).transpose()?));
-        }
-        if let Some(staged) = running.staged(key) {
-            changes.push((key, staged.value.map(read).transpose()?));
-        } else if let (Target::Copy(copy), false) = (running.target, done.writes.is_empty()) {
-            changes.push((key, Some(read(copy)?)));
-        }
-        let in_place = match running.target {
-            Target::InPlace(_) if !target_staged => super::invoke::logged_ranges(&done.writes),
-            _ => Vec::new(),
-        };
-        let footprint = transaction_footprint(pool.store.as_ref(), running);
-        if let Err(failure) = self.admit_write(footprint) {
-            // Room was reserved as the call went, but other writes may have taken it since.
-            return Err(self.undo_in_place(handle, running, done, failure));
-        }
-        let now = now_ns();
-        let pool = self.pools.get_mut(handle).expect("a pool with calls exists");
-        if !pool.store.begin_transaction() {
-            let failure = Failure::new(ErrorCode::Internal, format!("pool '{}' cannot group writes", pool.name));
-            return Err(self.undo_in_place(handle, running, done, failure));
-        }
-        let mut applied: Vec<(&[u8], Option<Before>)> = Vec::new();
-        let mut refused = None;
-        // The memory the call allocated is kept first: nothing else depends on it.
-        let mut kept: Vec<u64> = Vec::new();
-        for allocation in &running.allocated {
-            match pool.store.keep_scratch(allocation.id, allocation.memory.offset, allocation.memory.len, now) {
-                Ok(()) => kept.push(allocation.id),
-                Err(error) => {
-                    refused = Some(store_failure(error, pool));
-                    break;
-                }
-            }
-        }
-        for (key, value) in changes.iter().filter(|_| refused.is_none()) {
-            let before = pool
-                .store
-                .get(key)
-                .map(<[u8]>::to_vec)
-                .zip(pool.store.attributes(key))
-                .map(|(value, attributes)| (value, attributes.write_time_ns));
-            let result = match (value, &before) {
-                (Some(value), _) => pool.store.put(key, value, PutMode::Upsert, now).map(|_| ()),
-                (None, Some(_)) => pool.store.erase(key),
-                (None, None) => Ok(()),
-            };
-            match result {
-                Ok(()) => applied.push((key, before)),
-                Err(error) => {
-                    refused = Some(store_failure(error, pool));
-                    break;
-                }
-            }
-        }
-        if let Some(failure) = refused {
-            let restored = applied.iter().rev().all(|(key, before)| match before {
-                Some((value, written)) => pool.store.put(key, value, PutMode::Upsert, *written).is_ok(),
-                None => pool.store.erase(key).is_ok(),
-            }) && kept.iter().rev().all(|id| pool.store.release_kept(*id).is_ok());
-            pool.store.end_transaction();
-            if !restored {
-                return Err(self.halt("a plugin call's changes could be neither applied nor put back".into()));
-            }
-            // Kept and released again: the store has freed their memory already.
-            running.allocated.retain(|allocation| !kept.contains(&allocation.id));
-            self.log_position(running.call.sync)?;
-            return Err(self.undo_in_place(handle, running, done, failure));
-        }
-        // Frees come last: they cannot fail (an allocation another call freed meanwhile is
-        // simply gone).
-        for id in &running.freed {
-            let _ = pool.store.release_kept(*id);
-        }
-        pool.store.commit_external_writes(&in_place);
-        pool.store.end_transaction();
-        // The store owns the call's allocations now.
-        running.allocated.clear();
-        for ((key, before), (_, value)) in applied.iter().zip(&changes) {
-            match (before, value) {
-                (None, Some(_)) => {
-                    if let Some(index) = &mut pool.index {
-                        index.insert(key);
-                    }
-                    self.stats.puts += 1;
-                }
-                (Some(_), None) => {
-                    if let Some(index) = &mut pool.index {
-                        index.remove(key);
-                    }
-                    self.stats.erases += 1;
-                }
-                (_, Some(_)) => self.stats.puts += 1,
-                (None, None) => {}
-            }
-        }
-        let lsn = self.log_position(running.call.sync)?;
-        Ok(if running.call.sync { lsn } else { 0 })
-    }
-
-    /// A call whose changes were refused: its target's in-place writes are undone by its host
-    /// (the shard stops if the host has moved on and cannot); answers `failure`.
-    fn undo_in_place(&mut self, handle: PoolHandle, running: &Running, done: &Done, failure: Failure) -> Failure {
-        let wrote_in_place = matches!(running.target, Target::InPlace(_)) && !done.writes.is_empty();
-        if wrote_in_place && !self.undo(handle, running.id) {
-            return self.halt("a plugin call changed pool memory that can be neither logged nor undone".into());
-        }
-        failure
-    }
-}
-
-/// A key's value and write time before a transaction changed it, to put back should a later
-/// change of the transaction be refused.
-type Before = (Vec<u8>, u64);
-
-/// The bytes at `location` of `pool`'s memory region.
-fn read_region(pool: &crate::pools::Pool, location: Location) -> Option<Vec<u8>> {
-    pool.store.region_bytes(location.offset, location.len).map(<[u8]>::to_vec)
 }
