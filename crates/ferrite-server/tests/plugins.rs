@@ -913,3 +913,48 @@ fn a_host_that_dies_mid_call_leaves_no_change_behind() {
     let answer = pool.invoke(b"target", b"ok", InvokeOptions::default()).expect("a new host answers");
     assert_eq!(texts(&answer), [(0, "ok".to_owned())]);
 }
+
+/// A call's changes are one log record, which must fit one log segment: a call that creates more
+/// keys than that allows is refused (`FERRITE_ERR_NO_SPACE` to the plugin) and changes nothing,
+/// and the log never grows a segment of its own for a call.
+#[test]
+fn a_call_changes_no_more_than_one_log_segment_holds() {
+    let data_dir = fresh_dir("plugins-segment").join("data");
+    let server = server_with_limits(10_000).data_dir(&data_dir).start();
+    let (_session, pool) = open(&server, "bounded", &["faulty"]);
+    pool.put(b"target", b"t").expect("put");
+    let creates =
+        |count: usize, tag: &str| (0..count).map(|i| format!("create {tag}-{i} v")).collect::<Vec<_>>().join("; ");
+    pool.invoke(b"target", creates(8, "few").as_bytes(), InvokeOptions::default()).expect("a few keys fit");
+    assert_eq!(pool.count().expect("count"), 9);
+    for round in 0..5 {
+        let error = pool
+            .invoke(b"target", creates(64, &format!("many{round}")).as_bytes(), InvokeOptions::default())
+            .expect_err("too many new keys for one record");
+        assert_eq!(error.code(), Some(ErrorCode::AdoFailed), "{error}");
+        assert!(error.to_string().contains("status -5"), "FERRITE_ERR_NO_SPACE: {error}");
+    }
+    assert_eq!(pool.count().expect("count"), 9, "nothing of the refused calls was stored");
+    let log_bytes: u64 = walkdir(&data_dir)
+        .filter(|path| path.to_string_lossy().contains("wal"))
+        .map(|path| std::fs::metadata(&path).map_or(0, |metadata| metadata.len()))
+        .sum();
+    assert!(log_bytes <= 48 << 20, "the log stayed within its usual segments: {log_bytes} bytes");
+}
+
+/// Every file under `dir`.
+fn walkdir(dir: &std::path::Path) -> impl Iterator<Item = std::path::PathBuf> {
+    let mut files = Vec::new();
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(dir) = pending.pop() {
+        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                pending.push(path);
+            } else {
+                files.push(path);
+            }
+        }
+    }
+    files.into_iter()
+}

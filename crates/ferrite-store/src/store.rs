@@ -155,6 +155,12 @@ pub trait Store: Send {
     /// The most an erase may change.
     fn erase_footprint(&self) -> WriteFootprint;
 
+    /// The most a put that replaces the value of a key already present may change: no growth of
+    /// the index. By default, as much as any put.
+    fn update_footprint(&self, key_len: u64, value_len: u64) -> WriteFootprint {
+        self.put_footprint(key_len, value_len)
+    }
+
     /// Where `key`'s value lies in the store's memory region, for code in another process that
     /// maps the same region: an Active Data Object host, which changes values in place. `None`
     /// if the key is absent, or if the store's memory is not a region another process can map

@@ -142,14 +142,23 @@ impl ShardState {
                 Failure::new(ErrorCode::Internal, format!("pool '{}': cannot read a plugin's new value", pool.name))
             })
         };
-        let mut changes: Vec<(&[u8], Option<Vec<u8>>)> = Vec::new();
+        // New values first, the target's own last of them; erasures after, as they cannot fail.
+        let mut writes: Vec<(&[u8], Vec<u8>)> = Vec::new();
+        let mut erasures: Vec<&[u8]> = Vec::new();
         for staged in running.staged.iter().filter(|staged| staged.key != *key) {
-            changes.push((&staged.key, staged.value.map(read).transpose()?));
+            match staged.value {
+                Some(value) => writes.push((&staged.key, read(value)?)),
+                None => erasures.push(&staged.key),
+            }
         }
-        if let Some(staged) = running.staged(key) {
-            changes.push((key, staged.value.map(read).transpose()?));
-        } else if let (Target::Copy(copy), false) = (running.target, done.writes.is_empty()) {
-            changes.push((key, Some(read(copy)?)));
+        match running.staged(key).map(|staged| staged.value) {
+            Some(Some(value)) => writes.push((key, read(value)?)),
+            Some(None) => erasures.push(key),
+            None => {
+                if let (Target::Copy(copy), false) = (running.target, done.writes.is_empty()) {
+                    writes.push((key, read(copy)?));
+                }
+            }
         }
         let in_place = match running.target {
             Target::InPlace(_) if !target_staged => logged_ranges(&done.writes),
@@ -179,20 +188,15 @@ impl ShardState {
                 }
             }
         }
-        for (key, value) in changes.iter().filter(|_| refused.is_none()) {
+        for (key, value) in writes.iter().filter(|_| refused.is_none()) {
             let before = pool
                 .store
                 .get(key)
                 .map(<[u8]>::to_vec)
                 .zip(pool.store.attributes(key))
                 .map(|(value, attributes)| (value, attributes.write_time_ns));
-            let result = match (value, &before) {
-                (Some(value), _) => pool.store.put(key, value, PutMode::Upsert, now).map(|_| ()),
-                (None, Some(_)) => pool.store.erase(key),
-                (None, None) => Ok(()),
-            };
-            match result {
-                Ok(()) => applied.push((key, before)),
+            match pool.store.put(key, value, PutMode::Upsert, now) {
+                Ok(_) => applied.push((key, before)),
                 Err(error) => {
                     refused = Some(store_failure(error, pool));
                     break;
@@ -213,8 +217,17 @@ impl ShardState {
             self.log_position(running.call.sync)?;
             return Err(self.undo_in_place(handle, running, done, failure));
         }
-        // Frees come last: they cannot fail (an allocation another call freed meanwhile is
-        // simply gone).
+        // Erasures and frees come last: neither can fail (the keys are present and held; an
+        // allocation another call freed meanwhile is simply gone).
+        let mut erased = 0;
+        for key in &erasures {
+            if pool.store.erase(key).is_ok() {
+                erased += 1;
+                if let Some(index) = &mut pool.index {
+                    index.remove(key);
+                }
+            }
+        }
         for id in &running.freed {
             let _ = pool.store.release_kept(*id);
         }
@@ -222,24 +235,13 @@ impl ShardState {
         pool.store.end_transaction();
         // The store owns the call's allocations now.
         running.allocated.clear();
-        for ((key, before), (_, value)) in applied.iter().zip(&changes) {
-            match (before, value) {
-                (None, Some(_)) => {
-                    if let Some(index) = &mut pool.index {
-                        index.insert(key);
-                    }
-                    self.stats.puts += 1;
-                }
-                (Some(_), None) => {
-                    if let Some(index) = &mut pool.index {
-                        index.remove(key);
-                    }
-                    self.stats.erases += 1;
-                }
-                (_, Some(_)) => self.stats.puts += 1,
-                (None, None) => {}
+        for (key, before) in &applied {
+            if let (None, Some(index)) = (before, &mut pool.index) {
+                index.insert(key);
             }
         }
+        self.stats.puts += applied.len() as u64;
+        self.stats.erases += erased;
         let lsn = self.log_position(running.call.sync)?;
         Ok(if running.call.sync { lsn } else { 0 })
     }
@@ -275,24 +277,25 @@ pub(super) fn read_region(pool: &crate::pools::Pool, location: Location) -> Opti
     pool.store.region_bytes(location.offset, location.len).map(<[u8]>::to_vec)
 }
 
-/// The most a call's transaction may log: its target's in-place writes, each staged key's change
-/// and, should a later change fail, the change that puts the key back as it was.
+/// The most a call's transaction may log: its target's writes, each staged key's change and,
+/// should a later change be refused, the change that puts the key back as it was; its
+/// allocations kept, and those it frees.
 pub(super) fn transaction_footprint(store: &dyn Store, running: &Running) -> WriteFootprint {
     let mut total = match running.target {
         Target::InPlace(location) => WriteFootprint { bytes: location.len, ranges: LOGGED_RANGES_MAX },
-        Target::Copy(copy) => store.put_footprint(running.call.key.len() as u64, copy.len),
+        Target::Copy(copy) => store.update_footprint(running.call.key.len() as u64, copy.len),
     };
     for staged in &running.staged {
         let key_len = staged.key.len() as u64;
-        let change = match staged.value {
-            Some(value) => store.put_footprint(key_len, value.len),
-            None => store.erase_footprint(),
+        // Only a new key may grow the index; erasures come last and are never put back.
+        let change_and_undo = match (staged.value, store.attributes(&staged.key)) {
+            (Some(value), Some(before)) => {
+                plus(store.update_footprint(key_len, value.len), store.update_footprint(key_len, before.length))
+            }
+            (Some(value), None) => plus(store.put_footprint(key_len, value.len), store.erase_footprint()),
+            (None, _) => store.erase_footprint(),
         };
-        let undo = match store.attributes(&staged.key) {
-            Some(before) => store.put_footprint(key_len, before.length),
-            None => store.erase_footprint(),
-        };
-        total = plus(total, plus(change, undo));
+        total = plus(total, change_and_undo);
     }
     for allocation in &running.allocated {
         let keep = store.put_footprint(ALLOCATION_ID_BYTES, allocation.memory.len);

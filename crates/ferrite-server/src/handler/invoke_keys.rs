@@ -13,7 +13,7 @@
 use ferrite_ado::message::{CallId, CallbackReply, CallbackRequest, CallbackResult, Location, PairRecord};
 use ferrite_plugin::abi;
 use ferrite_proto::PoolHandle;
-use ferrite_store::FindQuery;
+use ferrite_store::{FindQuery, WriteFootprint};
 
 use super::invoke_commit::{now_ns, read_region, transaction_footprint};
 use super::ShardState;
@@ -193,6 +193,14 @@ impl ShardState {
         self.stage_value(handle, call, key, &kept, new_len, now_ns())
     }
 
+    /// Whether a call's transaction of `footprint` may go on: its record fits one log segment of
+    /// the configured size (a call never makes the log grow a segment of its own) and the log
+    /// has room for it now.
+    fn admits_call_transaction(&self, footprint: WriteFootprint) -> bool {
+        let fits = self.durability.as_ref().is_none_or(|durability| durability.log.fits_segment(footprint));
+        fits && self.admit_write(footprint).is_ok()
+    }
+
     /// Lends the call a new value of `len` bytes beginning with `bytes` (zeros after) and stages
     /// it as `key`'s value; answers its pair.
     fn stage_value(
@@ -232,7 +240,7 @@ impl ShardState {
         let running = self.calls.get(&handle).and_then(|calls| calls.running.iter().find(|r| r.id == call));
         let (Some(running), Some(pool)) = (running, self.pools.get(handle)) else { return status(abi::ERR_FAILED) };
         let footprint = transaction_footprint(pool.store.as_ref(), running);
-        if self.admit_write(footprint).is_ok() {
+        if self.admits_call_transaction(footprint) {
             return status(abi::OK);
         }
         // The log cannot take the call's transaction with this change: the change is dropped.
@@ -306,7 +314,7 @@ impl ShardState {
         let running = self.calls.get(&handle).and_then(|calls| calls.running.iter().find(|r| r.id == call));
         let fits = match (running, self.pools.get(handle)) {
             (Some(running), Some(pool)) => {
-                self.admit_write(transaction_footprint(pool.store.as_ref(), running)).is_ok()
+                self.admits_call_transaction(transaction_footprint(pool.store.as_ref(), running))
             }
             _ => false,
         };

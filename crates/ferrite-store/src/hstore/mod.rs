@@ -825,6 +825,11 @@ impl<M: PoolMemory> Store for HStore<M> {
         Self::put_footprint_for(key_len, value_len)
     }
 
+    /// An overwrite writes the key (when it moves out of line), the value and the occupant.
+    fn update_footprint(&self, key_len: u64, value_len: u64) -> WriteFootprint {
+        WriteFootprint { bytes: key_len + value_len + OCCUPANT_BYTES as u64, ranges: 3 }
+    }
+
     fn erase_footprint(&self) -> WriteFootprint {
         WriteFootprint { bytes: OCCUPANT_BYTES as u64 + 4, ranges: 2 }
     }

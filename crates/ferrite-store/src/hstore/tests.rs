@@ -353,6 +353,17 @@ fn no_transaction_exceeds_its_footprint() {
     let footprint = s.erase_footprint();
     s.erase(b"bounded-7").expect("present");
     assert!(s.memory().last <= footprint.bytes);
+    // Overwrites across the inline, slab and extent sizes, either way: no growth.
+    for (i, len) in [0usize, 16, 40, 700, 5_000, 12, 9_000, 3].into_iter().enumerate() {
+        let key = format!("bounded-{}", 100 + i).into_bytes();
+        let footprint = s.update_footprint(key.len() as u64, len as u64);
+        s.put(&key, &vec![9; len], PutMode::UpdateOnly, 0).expect("room");
+        let declared = s.memory().last;
+        assert!(
+            declared <= footprint.bytes,
+            "an overwrite of {len} bytes declared {declared}, more than {footprint:?}"
+        );
+    }
     s.check().expect("consistent");
 }
 

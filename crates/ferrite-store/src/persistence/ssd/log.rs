@@ -10,7 +10,9 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use super::record::{pool_created_payload_max, transaction_payload_max, POOL_DELETED_PAYLOAD_BYTES};
-use crate::persistence::wal::{spare_name, FsStorage, LogStorage, Lsn, WalError, WalWriter};
+use crate::persistence::wal::{
+    record_bytes, spare_name, FsStorage, LogStorage, Lsn, WalError, WalWriter, SEGMENT_HEADER_BYTES,
+};
 use crate::store::WriteFootprint;
 
 #[derive(Debug)]
@@ -170,6 +172,15 @@ impl<S: LogStorage + Clone + 'static> SharedLog<S> {
         if let Some(thread) = self.shared.thread.get() {
             thread.unpark();
         }
+    }
+
+    /// Whether the record of a transaction that changes at most `footprint` of pool memory fits
+    /// one segment of the configured size. The log takes larger records (in a segment made for
+    /// them), but a transaction whose size a client or a plugin chooses must not make it.
+    pub fn fits_segment(&self, footprint: WriteFootprint) -> bool {
+        let record = usize::try_from(transaction_payload_max(footprint)).ok().map(record_bytes);
+        let segment_bytes = self.lock().writer.segment_bytes();
+        record.is_some_and(|record| SEGMENT_HEADER_BYTES + record <= segment_bytes)
     }
 
     /// Makes sure the log can take the record of a transaction that changes at most `footprint`

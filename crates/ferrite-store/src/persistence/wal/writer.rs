@@ -220,6 +220,11 @@ impl<S: LogStorage> WalWriter<S> {
     }
 
     /// The LSN of the last record known to be on stable storage.
+    /// The configured size of a segment.
+    pub fn segment_bytes(&self) -> u64 {
+        self.segment_bytes
+    }
+
     pub fn durable_lsn(&self) -> Lsn {
         self.durable_lsn
     }
