@@ -152,6 +152,9 @@ pub struct Done {
     pub responses: Vec<Response>,
     /// The declared write ranges whose new bytes the shard logs (empty when the call failed).
     pub writes: Vec<Location>,
+    /// Why a failed call failed, as the plugin last said it during the call (its last warning or
+    /// error logged; the Rust SDK logs the error a `do_work` returns): empty if it said nothing.
+    pub reason: String,
 }
 
 /// Shard to host.
@@ -398,6 +401,7 @@ impl ToShard {
                     w.u32(response.layer).bytes(&response.data);
                 }
                 put_locations(&mut w, &done.writes);
+                w.bytes(done.reason.as_bytes());
                 w.finish()
             }
             ToShard::Callback { call, request } => {
@@ -426,7 +430,9 @@ impl ToShard {
                 let responses = (0..count)
                     .map(|_| Ok(Response { layer: r.u32()?, data: r.bytes()? }))
                     .collect::<Result<_, DecodeError>>()?;
-                ToShard::Done(Done { call, status, responses, writes: get_locations(&mut r)? })
+                let writes = get_locations(&mut r)?;
+                let reason = String::from_utf8_lossy(&r.bytes()?).into_owned();
+                ToShard::Done(Done { call, status, responses, writes, reason })
             }
             2 => ToShard::Callback { call: get_call(&mut r)?, request: CallbackRequest::decode(&mut r)? },
             3 => ToShard::Log { level: r.i32()?, text: String::from_utf8_lossy(&r.bytes()?).into_owned() },
@@ -495,6 +501,7 @@ mod tests {
                 status: 0,
                 responses: vec![Response { layer: 0, data: b"a".to_vec() }, Response { layer: 1, data: vec![] }],
                 writes: vec![Location { offset: 8, len: 8 }],
+                reason: "no room".into(),
             }),
             ToShard::Callback {
                 call: CallId(2),

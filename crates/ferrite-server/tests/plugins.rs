@@ -933,6 +933,7 @@ fn a_call_changes_no_more_than_one_log_segment_holds() {
             .expect_err("too many new keys for one record");
         assert_eq!(error.code(), Some(ErrorCode::AdoFailed), "{error}");
         assert!(error.to_string().contains("status -5"), "FERRITE_ERR_NO_SPACE: {error}");
+        assert!(error.to_string().contains("create_key"), "the plugin's own words reach the client: {error}");
     }
     assert_eq!(pool.count().expect("count"), 9, "nothing of the refused calls was stored");
     let log_bytes: u64 = walkdir(&data_dir)

@@ -30,6 +30,8 @@ pub struct CallState {
     pub snapshot: Option<Snapshot>,
     /// The searches of find_key so far, each paged from the shard as the plugin reads on.
     pub finds: Vec<Search>,
+    /// The last warning or error the plugin logged during the call: why it failed, if it did.
+    pub last_complaint: String,
 }
 
 /// One find_key expression's matches, as far as the call has read them.
@@ -63,6 +65,7 @@ impl CallState {
             lent_pairs: Vec::new(),
             snapshot,
             finds: Vec::new(),
+            last_complaint: String::new(),
         }
     }
 

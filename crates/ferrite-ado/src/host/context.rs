@@ -240,8 +240,12 @@ impl PluginHost for HostContext {
         self.round_trip(CallbackRequest::Unlock { key: key.to_vec() }).map(|_| ())
     }
 
-    /// One-way: works outside a call too (during launch and pool events).
+    /// One-way: works outside a call too (during launch and pool events). A warning or an error
+    /// during a call is kept as the reason it gives should it fail.
     fn log(&mut self, level: c_int, text: String) {
+        if let (Some(call), true) = (self.call.as_mut(), level <= abi::LOG_WARN) {
+            call.last_complaint.clone_from(&text);
+        }
         if let Err(e) = self.channel.send(&ToShard::Log { level, text }) {
             self.fatal.get_or_insert(e);
         }

@@ -240,7 +240,8 @@ impl HostProcess {
             Vec::new()
         };
         let status = if status > 0 { abi::ERR_FAILED } else { status };
-        let done = Done { call, status, responses: state.responses, writes };
+        let reason = if status == abi::OK { String::new() } else { state.last_complaint };
+        let done = Done { call, status, responses: state.responses, writes, reason };
         self.context.channel.send(&ToShard::Done(done))
     }
 

@@ -33,8 +33,13 @@ impl ShardState {
                 format!("pool '{name}': the plugin host declared writes outside the memory the call was given; the call was undone"),
             ))
         } else if done.status != abi::OK {
-            let reason =
-                done.responses.first().map_or_else(String::new, |r| String::from_utf8_lossy(&r.data).into_owned());
+            // What the plugin said of its failure, else its first answer.
+            let reason = match done.reason.is_empty() {
+                false => done.reason.clone(),
+                true => {
+                    done.responses.first().map_or_else(String::new, |r| String::from_utf8_lossy(&r.data).into_owned())
+                }
+            };
             Err(Failure::new(
                 ErrorCode::AdoFailed,
                 format!("pool '{name}': the plugin failed (status {}): {reason}; its writes were undone", done.status),
