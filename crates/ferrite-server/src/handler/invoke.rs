@@ -562,10 +562,19 @@ impl ShardState {
 
     /// After a call ended: the requests waiting for its key run again, and the next call starts.
     pub(super) fn call_ended(&mut self, pool: PoolHandle) {
-        if let Some(calls) = self.calls.get_mut(&pool) {
-            calls.wake_waiters();
+        let Some(calls) = self.calls.get_mut(&pool) else { return };
+        calls.wake_waiters();
+        if calls.queue.is_empty() {
+            // Nothing to start; the host may now be idle and its pool closed.
+            self.start_next(pool);
+            return;
         }
-        self.start_next(pool);
+        // The queued calls that can start now start together, once every answer the host sent
+        // is taken: a batch per wake-up of the host rather than a call per answer.
+        if !self.to_submit.contains(&pool) {
+            self.to_submit.push(pool);
+        }
+        self.calls_queued.notify_one();
     }
 
     pub(super) fn answer_failure(&mut self, call: &Call, failure: Failure) {
