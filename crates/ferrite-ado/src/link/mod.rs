@@ -432,7 +432,12 @@ impl AdoLink {
     fn accept(&mut self, message: ToShard) -> LinkEvent {
         match message {
             ToShard::Done(done) => {
-                self.in_flight.retain(|(call, _)| *call != done.call);
+                // Calls end in the order they were submitted, but for a host restart's.
+                if self.in_flight.front().is_some_and(|(call, _)| *call == done.call) {
+                    self.in_flight.pop_front();
+                } else {
+                    self.in_flight.retain(|(call, _)| *call != done.call);
+                }
                 LinkEvent::Done(done)
             }
             ToShard::Callback { call, request } => LinkEvent::Callback { call, request },
