@@ -1,6 +1,7 @@
-//! The callbacks that let a plugin call change keys besides its target (MCAS Table 4:
-//! `create_key`, `open_key` for writing, `erase_key`, `resize_value`), `find_key`, and the
-//! transaction that commits a call's changes.
+//! The callbacks that let a plugin call change keys besides its target and pool memory (MCAS
+//! Table 4: `create_key`, `open_key` for writing, `erase_key`, `resize_value`,
+//! `allocate_memory`, `free_memory`), and `find_key`. The transaction that commits what they
+//! stage is in `invoke_commit`.
 //!
 //! A call changes nothing in the store while it runs. Each change is staged: a created, opened
 //! or resized key gets its new value in scratch memory lent to the call (the plugin writes
@@ -19,7 +20,8 @@ use super::invoke_commit::{now_ns, read_region, transaction_footprint};
 use super::ShardState;
 use crate::ado::{Running, StagedAllocation, StagedKey};
 
-/// Most keys one call may change besides its target: all of them go into one log record.
+/// Most keys one call may change besides its target, and most allocations it may make: all of
+/// them go into one log record.
 pub(crate) const STAGED_KEYS_MAX: usize = 64;
 
 /// Home buckets one step of a plugin's `find_key` walks: the host asks for the next step only
