@@ -62,7 +62,7 @@ impl ErrorCode {
             ErrorCode::Invalid => "invalid argument",
             ErrorCode::NotFound => "no such key",
             ErrorCode::Exists => "the key exists already",
-            ErrorCode::NoSpace => "no space left in the pool",
+            ErrorCode::NoSpace => "no space left in the pool or its log",
             ErrorCode::Locked => "the key is locked by another call",
             ErrorCode::Unsupported => "the host does not offer this callback",
         }
@@ -103,7 +103,7 @@ impl PluginError {
     /// the message.
     pub(crate) fn from_callback(callback: &str, status: c_int) -> PluginError {
         match ErrorCode::from_code(status) {
-            Some(code) => PluginError::new(code, format!("{callback}: {code}")),
+            Some(code) => PluginError::new(code, format!("{callback} refused")),
             None => PluginError::failed(format!("{callback}: unknown status {status}")),
         }
     }
