@@ -367,58 +367,27 @@ proptest! {
         tear in any::<proptest::sample::Index>(),
         tear_at in any::<proptest::sample::Index>(),
     ) {
-        use crate::persistence::wal::sim::{Cut, SimStorage};
         let (sim, log) = sim_log(16 * 1024);
         let descriptor = descriptor_of(1, "cut", PoolSpec { size_bytes: 1 << 20, expected_objects: 64 });
         let mut store = new_logged_pool(&log, &descriptor);
         log.commit_now().expect("commit");
         let mut state = BTreeMap::new();
-        let apply = |store: &mut HStore<LoggedMemory<SimStorage>>, state: &mut BTreeMap<Vec<u8>, Vec<u8>>, change: &Change, version: usize| {
-            match change {
-                Change::Put(k, len) => {
-                    let value = value(*k, *len, version as u32);
-                    if store.put(&key(*k), &value, PutMode::Upsert, 1).is_ok() {
-                        state.insert(key(*k), value);
-                    }
-                }
-                Change::Erase(k) => {
-                    if store.erase(&key(*k)).is_ok() {
-                        state.remove(&key(*k));
-                    }
-                }
-            }
-        };
         let (last, acknowledged) = groups.split_last().expect("at least one group");
         let mut version = 0;
         for group in acknowledged {
             for change in group {
                 version += 1;
-                apply(&mut store, &mut state, change, version);
+                apply_change(&mut store, &mut state, change, version);
             }
             log.commit_now().expect("commit");
         }
         let mut allowed = vec![state.clone()];
         for change in last {
             version += 1;
-            apply(&mut store, &mut state, change, version);
+            apply_change(&mut store, &mut state, change, version);
             allowed.push(state.clone());
         }
-        sim.fail_syncs_after(0);
-        let _ = log.commit_now();
-        let sectors = sim.unsynced_sectors();
-        let keep: Vec<bool> = (0..sectors).map(|i| keep_bits[i % keep_bits.len()]).collect();
-        let tear = (sectors > 0).then(|| {
-            let torn = tear.index(sectors);
-            (torn, tear_at.index(sim.unsynced_sector_len(torn) + 1))
-        });
-        let after = sim.crash(&Cut { keep, tear });
-        let checkpoint = temp_dir(&format!("cut-{}", std::process::id()));
-        let loaded = super::recovery::load_shard_with(&checkpoint, &after).expect("recovery succeeds");
-        std::fs::remove_dir_all(&checkpoint).expect("clean up");
-        let pool = loaded.pools.into_iter().find(|pool| pool.descriptor.id == 1).expect("the pool was created before any cut");
-        let recovered = HStore::open(pool.region).expect("the table opens");
-        recovered.check().expect("table invariants hold");
-        let found = contents(&recovered);
+        let found = cut_power_and_recover(&sim, &log, &keep_bits, tear, tear_at, "cut");
         prop_assert!(allowed.contains(&found), "recovered {} pairs, matching no prefix of the unacknowledged group", found.len());
     }
 }
@@ -438,57 +407,78 @@ proptest! {
         tear in any::<proptest::sample::Index>(),
         tear_at in any::<proptest::sample::Index>(),
     ) {
-        use crate::persistence::wal::sim::Cut;
         let (sim, log) = sim_log(16 * 1024);
         let descriptor = descriptor_of(1, "tx", PoolSpec { size_bytes: 1 << 20, expected_objects: 64 });
         let mut store = new_logged_pool(&log, &descriptor);
         let mut state = BTreeMap::new();
-        let apply = |store: &mut HStore<LoggedMemory<SimStorage>>, state: &mut BTreeMap<Vec<u8>, Vec<u8>>, change: &Change, version: usize| {
-            match change {
-                Change::Put(k, len) => {
-                    let value = value(*k, *len, version as u32);
-                    if store.put(&key(*k), &value, PutMode::Upsert, 1).is_ok() {
-                        state.insert(key(*k), value);
-                    }
-                }
-                Change::Erase(k) => {
-                    if store.erase(&key(*k)).is_ok() {
-                        state.remove(&key(*k));
-                    }
-                }
-            }
-        };
         for (version, change) in before.iter().enumerate() {
-            apply(&mut store, &mut state, change, version);
+            apply_change(&mut store, &mut state, change, version);
         }
         log.commit_now().expect("commit");
         let acknowledged = state.clone();
         let records = log.last_lsn();
         prop_assert!(store.begin_transaction(), "logged memory groups its commits");
         for (version, change) in transaction.iter().enumerate() {
-            apply(&mut store, &mut state, change, before.len() + version);
+            apply_change(&mut store, &mut state, change, before.len() + version);
         }
         prop_assert_eq!(log.last_lsn(), records, "nothing is logged before the transaction ends");
         store.end_transaction();
         prop_assert!(log.last_lsn() <= records + 1, "the transaction is one record");
-        sim.fail_syncs_after(0);
-        let _ = log.commit_now();
-        let sectors = sim.unsynced_sectors();
-        let keep: Vec<bool> = (0..sectors).map(|i| keep_bits[i % keep_bits.len()]).collect();
-        let tear = (sectors > 0).then(|| {
-            let torn = tear.index(sectors);
-            (torn, tear_at.index(sim.unsynced_sector_len(torn) + 1))
-        });
-        let after = sim.crash(&Cut { keep, tear });
-        let checkpoint = temp_dir(&format!("tx-{}", std::process::id()));
-        let loaded = super::recovery::load_shard_with(&checkpoint, &after).expect("recovery succeeds");
-        std::fs::remove_dir_all(&checkpoint).expect("clean up");
-        let pool = loaded.pools.into_iter().find(|pool| pool.descriptor.id == 1).expect("the pool was acknowledged");
-        let recovered = HStore::open(pool.region).expect("the table opens");
-        recovered.check().expect("table invariants hold");
-        let found = contents(&recovered);
+        let found = cut_power_and_recover(&sim, &log, &keep_bits, tear, tear_at, "tx");
         prop_assert!(found == acknowledged || found == state, "recovered {} pairs: part of the transaction", found.len());
     }
+}
+
+/// Applies `change` (stamped `version`) to `store`, and to the model `state` if it succeeded.
+fn apply_change(
+    store: &mut HStore<LoggedMemory<SimStorage>>,
+    state: &mut BTreeMap<Vec<u8>, Vec<u8>>,
+    change: &Change,
+    version: usize,
+) {
+    match change {
+        Change::Put(k, len) => {
+            let value = value(*k, *len, version as u32);
+            if store.put(&key(*k), &value, PutMode::Upsert, 1).is_ok() {
+                state.insert(key(*k), value);
+            }
+        }
+        Change::Erase(k) => {
+            if store.erase(&key(*k)).is_ok() {
+                state.remove(&key(*k));
+            }
+        }
+    }
+}
+
+/// Cuts the power during the commit of what `log` holds unsynced: the disk keeps the sectors
+/// `keep_bits` chooses (cycled), one of them torn at the place `tear` and `tear_at` choose. Then
+/// recovers pool 1 from what is left, checks its table, and returns its pairs.
+fn cut_power_and_recover(
+    sim: &SimStorage,
+    log: &SharedLog<SimStorage>,
+    keep_bits: &[bool],
+    tear: proptest::sample::Index,
+    tear_at: proptest::sample::Index,
+    tag: &str,
+) -> BTreeMap<Vec<u8>, Vec<u8>> {
+    use crate::persistence::wal::sim::Cut;
+    sim.fail_syncs_after(0);
+    let _ = log.commit_now();
+    let sectors = sim.unsynced_sectors();
+    let keep: Vec<bool> = (0..sectors).map(|i| keep_bits[i % keep_bits.len()]).collect();
+    let tear = (sectors > 0).then(|| {
+        let torn = tear.index(sectors);
+        (torn, tear_at.index(sim.unsynced_sector_len(torn) + 1))
+    });
+    let after = sim.crash(&Cut { keep, tear });
+    let checkpoint = temp_dir(&format!("{tag}-{}", std::process::id()));
+    let loaded = super::recovery::load_shard_with(&checkpoint, &after).expect("recovery succeeds");
+    std::fs::remove_dir_all(&checkpoint).expect("clean up");
+    let pool = loaded.pools.into_iter().find(|pool| pool.descriptor.id == 1).expect("the pool was acknowledged");
+    let recovered = HStore::open(pool.region).expect("the table opens");
+    recovered.check().expect("table invariants hold");
+    contents(&recovered)
 }
 
 /// A new hstore pool on logged memory over `log`, created as a shard creates one.
