@@ -70,15 +70,13 @@ pub(crate) enum Answer {
     RespBuffers,
     /// RESP `INCR` and kin through `counter`: the integer the chain's layer `layer` answered.
     RespInteger { layer: u32 },
-    /// A signal: the answer of the request it signals, sent once the chain has handled the
-    /// signal, whatever the chain answers or whether it fails (the request succeeded).
-    Held(BytesMut),
-    /// One of the signals of a request on several keys (RESP `MSET`, `MGET`, `DEL`): its
-    /// answer, sent once the chain has handled all of them.
-    HeldForAll(Arc<HeldAnswer>),
+    /// A signal: the answer of the request it signals (shared by the signals of a request on
+    /// several keys, RESP `MSET`, `MGET`, `DEL`), sent once the chain has handled every one of
+    /// them, whatever the chain answers or whether it fails (the request succeeded).
+    Held(Arc<HeldAnswer>),
 }
 
-/// The answer of a request that signals several keys, shared by their signal calls.
+/// The answer of a request that makes signals, shared by their calls.
 #[derive(Debug)]
 pub(crate) struct HeldAnswer {
     answer: std::sync::Mutex<BytesMut>,
@@ -123,8 +121,7 @@ impl Answer {
                     None => resp::reply_error(out, "ERR the counter plugin's answer is not an integer"),
                 }
             }
-            Answer::Held(held) => out.extend_from_slice(held),
-            Answer::HeldForAll(held) => out.extend_from_slice(&held.take()),
+            Answer::Held(held) => out.extend_from_slice(&held.take()),
         }
     }
 
@@ -132,7 +129,7 @@ impl Answer {
     /// the signals of a request on several keys, of which the last to end does.
     pub fn settles(&self) -> bool {
         match self {
-            Answer::HeldForAll(held) => held.pending.fetch_sub(1, std::sync::atomic::Ordering::AcqRel) == 1,
+            Answer::Held(held) => held.pending.fetch_sub(1, std::sync::atomic::Ordering::AcqRel) == 1,
             _ => true,
         }
     }
@@ -143,10 +140,6 @@ impl Answer {
             Answer::Native { request_id, .. } => ProtoResponse::Error { code, message }.encode(*request_id, out),
             Answer::RespBuffers | Answer::RespInteger { .. } => resp::reply_error(out, &format!("ERR {message}")),
             Answer::Held(held) => {
-                tracing::warn!("a plugin chain failed a signal: {message}");
-                out.extend_from_slice(held);
-            }
-            Answer::HeldForAll(held) => {
                 tracing::warn!("a plugin chain failed a signal: {message}");
                 out.extend_from_slice(&held.take());
             }

@@ -185,10 +185,7 @@ impl ShardState {
     /// ([`Self::ensure_host`]).
     pub(crate) fn signal(&mut self, signals: Signals, held: BytesMut, session: &Session) -> Arc<Completion> {
         let completion = Completion::telling(session.answers.clone());
-        let answer = match signals.keys.len() {
-            1 => Answer::Held(held),
-            calls => Answer::HeldForAll(Arc::new(HeldAnswer::new(held, calls))),
-        };
+        let answer = Answer::Held(Arc::new(HeldAnswer::new(held, signals.keys.len())));
         for key in signals.keys {
             let call = Call {
                 answer: answer.clone(),
