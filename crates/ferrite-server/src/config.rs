@@ -1,7 +1,9 @@
 //! Server configuration: a TOML file, or the embedded default, plus command-line overrides.
 //!
-//! Unknown keys are errors that name the key, because a misspelt option silently ignored is a
-//! setting the operator believes is in force and is not.
+//! A file gives only what it changes: every missing table and key takes the embedded default
+//! (`config/default.toml`, which [`Config::default`] mirrors and a test keeps equal). Unknown keys
+//! are errors that name the key, because a misspelt option silently ignored is a setting the
+//! operator believes is in force and is not.
 
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
@@ -9,7 +11,7 @@ use std::path::{Path, PathBuf};
 use ferrite_proto::{Limits, KEY_BYTES_MAX, POOLS_PER_SHARD_MAX, POOL_NAME_BYTES_MAX, VALUE_INLINE_BYTES_MAX};
 use ferrite_store::persistence::wal::{record_bytes, SEGMENT_HEADER_BYTES};
 use ferrite_store::{PoolSpec, StoreKind};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 /// The configuration used when no file is given.
 pub const DEFAULT_CONFIG_TOML: &str = include_str!("../config/default.toml");
@@ -28,36 +30,52 @@ pub enum ConfigError {
     Invalid(String),
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
 pub struct Config {
     /// IP address every shard listens on.
     pub listen: IpAddr,
     pub data_dir: PathBuf,
     pub limits: LimitsConfig,
+    /// The shards; a shard table without `port` listens on [`SHARD_PORT_DEFAULT`] + its index.
     pub shards: Vec<ShardConfig>,
     /// The optional RESP (Redis protocol) listener of every shard.
-    #[serde(default)]
     pub resp: RespConfig,
     /// How the `ssd` backing commits and checkpoints.
-    #[serde(default)]
     pub durability: DurabilityConfig,
     /// The `[plugins]` table: Active Data Object plugins by name (`counter = "/path/lib.so"`),
     /// beside the shipped ones installed next to the server.
-    #[serde(default)]
     pub plugins: std::collections::BTreeMap<String, PathBuf>,
     /// The `[plugin_config]` table: the configuration text each plugin's `launch` gets, by
     /// name (`versioning = "versions=8"`); a plugin not named gets none.
-    #[serde(default)]
     pub plugin_config: std::collections::BTreeMap<String, String>,
     /// How plugin hosts are contained.
-    #[serde(default)]
     pub ado: AdoConfig,
+}
+
+/// The port of shard 0 when the configuration names none; shard i takes this + i.
+pub const SHARD_PORT_DEFAULT: u16 = 11911;
+
+impl Default for Config {
+    /// The embedded default configuration, `config/default.toml`.
+    fn default() -> Self {
+        Config {
+            listen: IpAddr::from([127, 0, 0, 1]),
+            data_dir: PathBuf::from("./ferrite-data"),
+            limits: LimitsConfig::default(),
+            shards: vec![ShardConfig::default()],
+            resp: RespConfig::default(),
+            durability: DurabilityConfig::default(),
+            plugins: std::collections::BTreeMap::new(),
+            plugin_config: std::collections::BTreeMap::new(),
+            ado: AdoConfig::default(),
+        }
+    }
 }
 
 /// The `[ado]` table: limits of the `ferrite-ado` host processes that run pools' plugins. Every
 /// key is optional.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct AdoConfig {
     /// A plugin call that runs longer gets its host killed, its writes undone and `ado_timeout`.
@@ -100,7 +118,7 @@ impl Default for AdoConfig {
 
 /// The `[durability]` table: group commit and checkpoint settings of shards with the `ssd`
 /// backing. Every key is optional.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct DurabilityConfig {
     /// An `async` write reaches stable storage at most this long after it is acknowledged.
@@ -126,7 +144,7 @@ impl Default for DurabilityConfig {
 
 /// The `[resp]` table: each shard also serves RESP, on its own port, against a default pool of
 /// its own. Every key is optional; the table is absent (and RESP off) in the embedded default.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RespConfig {
     pub enabled: bool,
@@ -172,22 +190,30 @@ impl RespConfig {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
 pub struct LimitsConfig {
     pub key_bytes_max: u32,
     pub value_bytes_max: u32,
     pub pools_per_shard_max: u32,
     pub connections_per_shard_max: u32,
     /// Largest pool a client may create, in bytes.
-    #[serde(default = "default_pool_bytes_max")]
     pub pool_bytes_max: u64,
 }
 
-/// 16 GiB: large enough for real pools, small enough that one request cannot make the server try
-/// to reserve more memory than a machine has.
-fn default_pool_bytes_max() -> u64 {
-    16 << 30
+impl Default for LimitsConfig {
+    /// The protocol's ceilings for keys and values; 1024 pools and 1024 connections per shard;
+    /// pools up to 16 GiB: large enough for real pools, small enough that one request cannot make
+    /// the server try to reserve more memory than a machine has.
+    fn default() -> Self {
+        LimitsConfig {
+            key_bytes_max: KEY_BYTES_MAX as u32,
+            value_bytes_max: VALUE_INLINE_BYTES_MAX as u32,
+            pools_per_shard_max: 1024,
+            connections_per_shard_max: 1024,
+            pool_bytes_max: 16 << 30,
+        }
+    }
 }
 
 impl LimitsConfig {
@@ -196,33 +222,38 @@ impl LimitsConfig {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
 pub struct ShardConfig {
     /// TCP port of the shard's native protocol listener; 0 picks a free port.
     pub port: u16,
     /// CPU core to pin the shard's thread to.
-    #[serde(default)]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub core: Option<usize>,
-    #[serde(default)]
     pub store: StoreName,
-    #[serde(default)]
     pub backing: Backing,
     /// Microseconds the shard keeps polling its sockets after answering a batch, while requests
     /// keep arriving (see `low_load_poll.rs`); 0 never polls.
-    #[serde(default = "default_poll_us")]
     pub poll_us: u64,
 }
 
 /// The polling window a shard gets unless its table sets one: see `docs/configuration.md`.
 pub const POLL_US_DEFAULT: u64 = 50;
 
-fn default_poll_us() -> u64 {
-    POLL_US_DEFAULT
+impl Default for ShardConfig {
+    fn default() -> Self {
+        ShardConfig {
+            port: SHARD_PORT_DEFAULT,
+            core: None,
+            store: StoreName::default(),
+            backing: Backing::default(),
+            poll_us: POLL_US_DEFAULT,
+        }
+    }
 }
 
 /// Storage engine names as written in the config file.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum StoreName {
     /// DRAM only, for caches and tests; needs `backing = "memory"`.
@@ -242,7 +273,7 @@ impl StoreName {
 }
 
 /// Where pool memory lives and how it becomes durable (see `docs/durability.md`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Backing {
     /// Shared memory, made durable by the shard's write-ahead log and checkpoints in the data
@@ -291,11 +322,29 @@ pub struct Overrides {
 }
 
 impl Config {
+    /// Reads a configuration that gives only what it changes from the embedded default.
     pub fn from_toml(text: &str, origin: &str) -> Result<Config, ConfigError> {
-        let config: Config = toml::from_str(text)
-            .map_err(|e| ConfigError::Parse { origin: origin.to_string(), message: e.to_string() })?;
+        let parse_error =
+            |e: toml::de::Error| ConfigError::Parse { origin: origin.to_string(), message: e.to_string() };
+        let mut config: Config = toml::from_str(text).map_err(parse_error)?;
+        // A shard table without a port takes the default shard's port plus its index, so that a
+        // file listing several shards by their other settings alone gets distinct ports.
+        let table: toml::Table = toml::from_str(text).map_err(parse_error)?;
+        if let Some(shards) = table.get("shards").and_then(toml::Value::as_array) {
+            for (index, entry) in shards.iter().enumerate() {
+                if entry.as_table().is_some_and(|entry| !entry.contains_key("port")) {
+                    config.shards[index].port = shard_port(SHARD_PORT_DEFAULT, index);
+                }
+            }
+        }
         config.validate()?;
         Ok(config)
+    }
+
+    /// The configuration in effect, as a TOML file that gives every setting
+    /// (`ferrite-server --check-config`).
+    pub fn to_toml(&self) -> String {
+        toml::to_string(self).expect("every configuration value has a TOML form")
     }
 
     pub fn embedded_default() -> Config {
@@ -503,6 +552,55 @@ mod tests {
         assert_eq!(config.shards[0].backing, Backing::Ssd);
         assert_eq!(config.durability, DurabilityConfig::default());
         assert_eq!(config.limits.protocol_limits(), Limits::MAX);
+    }
+
+    /// The code's defaults are the embedded default file's: an empty file is that file, and a
+    /// file gives only what it changes.
+    #[test]
+    fn a_file_gives_only_what_it_changes() {
+        assert_eq!(Config::from_toml("", "empty.toml").expect("empty file"), Config::embedded_default());
+        assert_eq!(Config::default(), Config::embedded_default());
+        let config = Config::from_toml("[durability]\ncommit_interval_ms = 5\n", "t").expect("one key");
+        assert_eq!(config.durability.commit_interval_ms, 5);
+        assert_eq!(Config { durability: DurabilityConfig::default(), ..config }, Config::embedded_default());
+        let config = Config::from_toml("[limits]\nkey_bytes_max = 1024\n", "t").expect("one limit");
+        assert_eq!(config.limits, LimitsConfig { key_bytes_max: 1024, ..LimitsConfig::default() });
+    }
+
+    /// Shard tables without a port take consecutive ports from the default one.
+    #[test]
+    fn shards_without_ports_take_consecutive_ports() {
+        let config = Config::from_toml("[[shards]]\n[[shards]]\npoll_us = 0\n[[shards]]\nport = 5000\n", "t")
+            .expect("three shards");
+        let ports: Vec<u16> = config.shards.iter().map(|shard| shard.port).collect();
+        assert_eq!(ports, [SHARD_PORT_DEFAULT, SHARD_PORT_DEFAULT + 1, 5000]);
+        assert_eq!(config.shards[1].poll_us, 0);
+        assert_eq!(config.shards[0].backing, Backing::Ssd);
+    }
+
+    /// A value of the wrong type is refused with a message that names its key.
+    #[test]
+    fn wrong_types_are_named() {
+        for (text, key) in [
+            ("[limits]\nkey_bytes_max = \"big\"\n", "key_bytes_max"),
+            ("listen = 5\n", "listen"),
+            ("[[shards]]\npoll_us = -1\n", "poll_us"),
+            ("[durability]\ncommit_interval_ms = true\n", "commit_interval_ms"),
+            ("[resp]\nplugins = \"counter\"\n", "plugins"),
+        ] {
+            let error = Config::from_toml(text, "t").expect_err(text).to_string();
+            assert!(error.contains(key), "{text}: {error}");
+        }
+    }
+
+    /// The effective configuration printed by `--check-config` reads back as the same one.
+    #[test]
+    fn the_effective_configuration_reads_back_the_same() {
+        let text = "[[shards]]\ncore = 1\n[[shards]]\nbacking = \"memory\"\n[resp]\nenabled = true\nport = 0\n";
+        let config = Config::from_toml(text, "t").expect("valid");
+        let printed = config.to_toml();
+        assert_eq!(Config::from_toml(&printed, "printed").expect("printed config is valid"), config, "{printed}");
+        assert!(printed.contains("[[shards]]") && printed.contains("core = 1"), "{printed}");
     }
 
     #[test]

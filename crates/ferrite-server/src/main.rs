@@ -1,11 +1,11 @@
 //! `ferrite-server`: runs a Ferrite server from a config file or the embedded default.
 
-use std::io::Write;
+use std::io::{IsTerminal, Write};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::Parser;
+use clap::{Parser, ValueEnum};
 use ferrite_server::config::{Config, Overrides, DEFAULT_CONFIG_TOML};
 use ferrite_server::BoundServer;
 use tracing_subscriber::EnvFilter;
@@ -40,9 +40,24 @@ struct Args {
     /// `ferrite_server=debug`.
     #[arg(long, default_value = "info", value_name = "LEVEL")]
     log_level: String,
+    /// How log lines are written to standard error: `text` for people (coloured only on a
+    /// terminal), `json` for log collectors (one JSON object per line).
+    #[arg(long, value_enum, default_value_t = LogFormat::Text, value_name = "FORMAT")]
+    log_format: LogFormat,
     /// Print the embedded default configuration and exit.
     #[arg(long)]
     print_default_config: bool,
+    /// Check the configuration FILE (with the other options applied) and print the effective
+    /// configuration, every setting included, then exit: 0 if it is valid, 1 with the reason if
+    /// not. Nothing is started and the data directory is not touched.
+    #[arg(long, value_name = "FILE", conflicts_with = "config")]
+    check_config: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
 }
 
 /// `NAME=PATH` of `--plugin`.
@@ -66,7 +81,24 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+    if let Some(path) = &args.check_config {
+        return match effective_config(Some(path), &args) {
+            Ok(config) => {
+                println!("# {}: valid. The effective configuration:", path.display());
+                print!("{}", config.to_toml());
+                ExitCode::SUCCESS
+            }
+            Err(message) => {
+                eprintln!("error: {message}");
+                ExitCode::FAILURE
+            }
+        };
+    }
+    let logs = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    match args.log_format {
+        LogFormat::Text => logs.with_ansi(std::io::stderr().is_terminal()).init(),
+        LogFormat::Json => logs.json().init(),
+    }
     raise_open_file_limit();
     return_large_buffers_to_the_system();
     match run(args) {
@@ -110,8 +142,9 @@ fn raise_open_file_limit() {
     }
 }
 
-fn run(args: Args) -> Result<(), String> {
-    let config = match &args.config {
+/// The configuration `path` (or the embedded default) gives, with the command line's overrides.
+fn effective_config(path: Option<&PathBuf>, args: &Args) -> Result<Config, String> {
+    match path {
         Some(path) => Config::load(path),
         None => Ok(Config::embedded_default()),
     }
@@ -124,7 +157,11 @@ fn run(args: Args) -> Result<(), String> {
             plugins: args.plugins.clone(),
         })
     })
-    .map_err(|e| e.to_string())?;
+    .map_err(|e| e.to_string())
+}
+
+fn run(args: Args) -> Result<(), String> {
+    let config = effective_config(args.config.as_ref(), &args)?;
     let server = BoundServer::bind(config).map_err(|e| e.to_string())?;
     let announcement = announcement(&server);
     server.run(shutdown_signal(announcement)).map_err(|e| e.to_string())

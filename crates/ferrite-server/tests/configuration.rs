@@ -1,0 +1,89 @@
+//! The server binary's configuration front: a file that gives only what it changes,
+//! `--check-config` that validates a file and prints what is in effect, and log lines as JSON.
+
+mod common;
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use common::{fresh_dir, TestServer};
+
+fn server_binary() -> &'static str {
+    env!("CARGO_BIN_EXE_ferrite-server")
+}
+
+/// Runs `ferrite-server --check-config` on a file holding `text`.
+fn check(dir: &Path, text: &str) -> Output {
+    let path = dir.join("check.toml");
+    std::fs::write(&path, text).expect("write the config");
+    Command::new(server_binary()).arg("--check-config").arg(&path).output().expect("run ferrite-server")
+}
+
+/// A partial file is valid, and the printed configuration holds its settings and every default.
+#[test]
+fn check_config_prints_the_effective_configuration_of_a_partial_file() {
+    let dir = fresh_dir("check-config");
+    let output = check(&dir, "[durability]\ncommit_interval_ms = 5\n[[shards]]\n[[shards]]\nbacking = \"memory\"\n");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{output:?}");
+    assert!(stdout.contains("valid"), "{stdout}");
+    for line in ["commit_interval_ms = 5", "port = 11911", "port = 11912", "backing = \"memory\"", "poll_us = 50"] {
+        assert!(stdout.contains(line), "missing {line:?} in:\n{stdout}");
+    }
+    assert!(!dir.join("ferrite-data").exists() && !Path::new("./ferrite-data").exists(), "nothing was started");
+}
+
+/// An unknown key or a value of the wrong type fails the check with a message naming the key.
+#[test]
+fn check_config_names_the_bad_key() {
+    let dir = fresh_dir("check-config-bad");
+    for (text, key) in [
+        ("[limits]\nkey_bytes_max = \"big\"\n", "key_bytes_max"),
+        ("[durability]\ncomit_interval_ms = 5\n", "comit_interval_ms"),
+        ("[[shards]]\nbacking = \"tape\"\n", "tape"),
+    ] {
+        let output = check(&dir, text);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(1), "{text}: {output:?}");
+        assert!(stderr.contains(key), "{text}: {stderr}");
+        assert!(output.stdout.is_empty(), "nothing is printed as effective: {output:?}");
+    }
+}
+
+/// A server started on a partial file runs with the file's settings and the defaults for the rest.
+#[test]
+fn a_server_starts_on_a_file_with_one_setting() {
+    let dir = fresh_dir("partial-start");
+    let path = dir.join("partial.toml");
+    std::fs::write(&path, "[limits]\nkey_bytes_max = 8\n").expect("write the config");
+    let server = TestServer::start(&["--config", path.to_str().expect("UTF-8 path")]);
+    let session = ferrite_client::blocking::Session::connect(&server.addr_string()).expect("connect");
+    assert_eq!(session.limits().key_bytes_max, 8, "the file's limit is in force");
+    assert_eq!(session.limits().value_bytes_max, 2 << 20, "the default limit is in force");
+    let pool = session.create_pool("partial", ferrite_client::PoolOptions::default()).expect("create a pool");
+    pool.put(b"12345678", b"fits").expect("an 8-byte key");
+    pool.put(b"123456789", b"too long").expect_err("a 9-byte key is over the file's limit");
+}
+
+/// `--log-format json` writes every log line as one JSON object with the level and the message.
+#[test]
+fn json_logs_are_one_object_per_line() {
+    let server = TestServer::start(&["--log-format", "json"]);
+    let stderr = server.stderr();
+    let lines: Vec<&str> = stderr.lines().filter(|line| !line.is_empty()).collect();
+    assert!(!lines.is_empty(), "the server logs its recovery at start");
+    for line in lines {
+        let object: serde_json::Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"));
+        assert!(object["level"].is_string() && object["fields"].is_object(), "{line}");
+    }
+    assert!(!stderr.contains('\u{1b}'), "no colour codes in JSON logs");
+}
+
+/// Text logs carry colour codes only on a terminal; the tests' stderr is a file.
+#[test]
+fn text_logs_have_no_colour_off_a_terminal() {
+    let server = TestServer::start(&[]);
+    let stderr = server.stderr();
+    assert!(stderr.contains("INFO"), "{stderr}");
+    assert!(!stderr.contains('\u{1b}'), "{stderr:?}");
+}
