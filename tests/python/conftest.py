@@ -36,7 +36,7 @@ def terminate(process: subprocess.Popen):
 class Server:
     """A running ferrite-server child process and its announced addresses."""
 
-    def __init__(self, shards: int = 1):
+    def __init__(self, shards: int = 1, extra_args: tuple = ()):
         if not SERVER_BINARY.exists():
             pytest.fail(f"{SERVER_BINARY} does not exist; run `cargo build -p ferrite-server` first")
         self.dir = tempfile.TemporaryDirectory(prefix="ferrite-resp-test-")
@@ -48,6 +48,7 @@ class Server:
                 "--resp-listen", "127.0.0.1:0",
                 "--shards", str(shards),
                 "--data-dir", str(Path(self.dir.name) / "data"),
+                *extra_args,
             ],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
@@ -56,6 +57,7 @@ class Server:
         )
         self.native = {}
         self.resp = {}
+        self.metrics_url = None
         self._await_ready()
 
     def _await_ready(self):
@@ -85,6 +87,8 @@ class Server:
                 kind, address = rest.split(" ", 1)
                 host, port = address.rsplit(":", 1)
                 (self.resp if kind == "resp" else self.native)[int(index)] = (host, int(port))
+            elif line.startswith("metrics: "):
+                self.metrics_url = line[len("metrics: "):]
             elif line.startswith("ready."):
                 assert self.resp, f"no `shard N: resp` line in {seen}"
                 return

@@ -51,6 +51,18 @@ pub struct Config {
     pub plugin_config: std::collections::BTreeMap<String, String>,
     /// How plugin hosts are contained.
     pub ado: AdoConfig,
+    /// The Prometheus metrics endpoint.
+    pub metrics: MetricsConfig,
+}
+
+/// The `[metrics]` table: an HTTP endpoint serving every shard's counters in the Prometheus text
+/// format. Off unless `listen` is set (or `--metrics-listen` given).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MetricsConfig {
+    /// `HOST:PORT` of the endpoint (`GET /metrics`); port 0 picks a free port.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub listen: Option<std::net::SocketAddr>,
 }
 
 /// The port of shard 0 when the configuration names none; shard i takes this + i.
@@ -69,6 +81,7 @@ impl Default for Config {
             plugins: std::collections::BTreeMap::new(),
             plugin_config: std::collections::BTreeMap::new(),
             ado: AdoConfig::default(),
+            metrics: MetricsConfig::default(),
         }
     }
 }
@@ -319,6 +332,8 @@ pub struct Overrides {
     pub resp_listen: Option<std::net::SocketAddr>,
     /// `--plugin NAME=PATH`: plugins added to (or replacing) the `[plugins]` table.
     pub plugins: Vec<(String, PathBuf)>,
+    /// `HOST:PORT`: serve the metrics endpoint there.
+    pub metrics_listen: Option<std::net::SocketAddr>,
 }
 
 impl Config {
@@ -385,6 +400,9 @@ impl Config {
             self.resp.port = listen.port();
         }
         self.plugins.extend(overrides.plugins.iter().cloned());
+        if let Some(listen) = overrides.metrics_listen {
+            self.metrics.listen = Some(listen);
+        }
         self.validate()?;
         Ok(self)
     }

@@ -14,6 +14,7 @@ mod data_dir;
 mod durability;
 mod handler;
 mod low_load_poll;
+mod metrics;
 mod plugins;
 mod pools;
 mod resp;

@@ -36,6 +36,9 @@ struct Args {
     /// plugins installed beside the server).
     #[arg(long = "plugin", value_name = "NAME=PATH", value_parser = parse_plugin)]
     plugins: Vec<(String, PathBuf)>,
+    /// Serve Prometheus metrics on HOST:PORT (`GET /metrics`); port 0 picks a free port.
+    #[arg(long, value_name = "HOST:PORT")]
+    metrics_listen: Option<SocketAddr>,
     /// Log level (error, warn, info, debug, trace) or a tracing filter such as
     /// `ferrite_server=debug`.
     #[arg(long, default_value = "info", value_name = "LEVEL")]
@@ -155,6 +158,7 @@ fn effective_config(path: Option<&PathBuf>, args: &Args) -> Result<Config, Strin
             data_dir: args.data_dir.clone(),
             resp_listen: args.resp_listen,
             plugins: args.plugins.clone(),
+            metrics_listen: args.metrics_listen,
         })
     })
     .map_err(|e| e.to_string())
@@ -187,6 +191,9 @@ fn announcement(server: &BoundServer) -> String {
         if let Some(resp) = server.resp_addresses().get(index) {
             lines.push(format!("shard {index}: resp {resp}"));
         }
+    }
+    if let Some(metrics) = server.metrics_address() {
+        lines.push(format!("metrics: http://{metrics}/metrics"));
     }
     let first = server.addresses()[0];
     let mut ready =

@@ -385,6 +385,11 @@ impl Pools {
     }
 
     /// What the shard's pools hold together, for its statistics.
+    /// Each pool's name, objects and memory in use, for the metrics endpoint.
+    pub fn each(&self) -> impl Iterator<Item = (&str, u64, u64)> {
+        self.by_handle.values().map(|pool| (pool.name.as_str(), pool.store.count(), pool.memory().total_bytes()))
+    }
+
     pub fn totals(&self) -> PoolTotals {
         self.by_handle.values().fold(
             PoolTotals { pools: self.len() as u64, ..PoolTotals::default() },

@@ -17,6 +17,7 @@ use crate::data_dir::{DataDir, DataDirError};
 use crate::durability::ShardDurability;
 use crate::handler::ShardState;
 use crate::low_load_poll::LowLoadPoll;
+use crate::metrics::{self, ShardLinks};
 use crate::plugins::PluginRegistry;
 use crate::pools::{PmemPools, Pools};
 use crate::resp;
@@ -44,6 +45,8 @@ pub enum ServerError {
     Spawn { shard: usize, source: std::io::Error },
     #[error("shard {shard} stopped unexpectedly: {reason}")]
     ShardFailed { shard: usize, reason: String },
+    #[error("cannot serve metrics on {address}: {source}")]
+    BindMetrics { address: SocketAddr, source: std::io::Error },
     #[error("cannot start the signal handler: {0}")]
     Runtime(std::io::Error),
 }
@@ -58,6 +61,8 @@ pub struct BoundServer {
     /// One per shard when RESP is enabled, none otherwise.
     resp_listeners: Vec<TcpListener>,
     resp_addresses: Vec<SocketAddr>,
+    /// The metrics endpoint's listener, when `[metrics] listen` is set.
+    metrics_listener: Option<(TcpListener, SocketAddr)>,
     /// Each shard's pools and durability, recovered from the data directory.
     shards: Vec<(Pools, Option<ShardDurability>)>,
     /// The plugins pools' chains may name, shared by every shard.
@@ -110,6 +115,16 @@ impl BoundServer {
                 resp_listeners.push(listener);
             }
         }
+        let metrics_listener = match config.metrics.listen {
+            Some(address) => {
+                let error = |source| ServerError::BindMetrics { address, source };
+                let listener = TcpListener::bind(address).map_err(error)?;
+                listener.set_nonblocking(true).map_err(error)?;
+                let bound = listener.local_addr().map_err(error)?;
+                Some((listener, bound))
+            }
+            None => None,
+        };
         let plugins = Arc::new(PluginRegistry::new(
             PluginRegistry::shipped_dir().as_deref(),
             &config.plugins,
@@ -121,6 +136,7 @@ impl BoundServer {
             addresses,
             resp_listeners,
             resp_addresses,
+            metrics_listener,
             shards,
             plugins,
             _data_dir: data_dir,
@@ -135,6 +151,11 @@ impl BoundServer {
     /// The address each shard's RESP listener is on, by shard index; empty when RESP is off.
     pub fn resp_addresses(&self) -> &[SocketAddr] {
         &self.resp_addresses
+    }
+
+    /// Where the metrics endpoint listens, when it is on.
+    pub fn metrics_address(&self) -> Option<SocketAddr> {
+        self.metrics_listener.as_ref().map(|(_, address)| *address)
     }
 
     pub fn config(&self) -> &Config {
@@ -157,6 +178,7 @@ impl BoundServer {
         let limits = self.config.limits;
         let mut threads = Vec::with_capacity(self.listeners.len());
         let mut resp_listeners = self.resp_listeners.into_iter().zip(self.resp_addresses);
+        let (metrics_links, mut snapshot_requests) = ShardLinks::new(self.listeners.len());
         let shards = self.listeners.into_iter().zip(&self.config.shards).zip(self.shards);
         for (index, ((listener, shard_config), (pools, durability))) in shards.enumerate() {
             let state = ShardState {
@@ -187,6 +209,7 @@ impl BoundServer {
                 settings: resp::Settings::new(&self.config.resp, index, address.port(), &limits.protocol_limits()),
             });
             let core = shard_config.core;
+            let snapshots = std::mem::replace(&mut snapshot_requests[index], tokio::sync::mpsc::unbounded_channel().1);
             let stop = stop_rx.clone();
             let exits = exit_tx.clone();
             let thread = std::thread::Builder::new()
@@ -196,7 +219,8 @@ impl BoundServer {
                     if let Some(core) = core {
                         pin_to_core(index, core);
                     }
-                    report.outcome = Some(shard::run(listener, resp, state, stop).map_err(|e| e.to_string()));
+                    report.outcome =
+                        Some(shard::run(listener, resp, state, snapshots, stop).map_err(|e| e.to_string()));
                 })
                 .map_err(|source| ServerError::Spawn { shard: index, source })?;
             threads.push(thread);
@@ -205,7 +229,11 @@ impl BoundServer {
 
         let runtime =
             tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(ServerError::Runtime)?;
+        let metrics_listener = self.metrics_listener.map(|(listener, _)| listener);
         let failure = runtime.block_on(async {
+            if let Some(listener) = metrics_listener {
+                tokio::spawn(metrics::serve(listener, metrics_links));
+            }
             tokio::select! {
                 () = shutdown => None,
                 Some((shard, outcome)) = exit_rx.recv() => Some(ServerError::ShardFailed {

@@ -18,6 +18,7 @@ use crate::checkpointing;
 use crate::connection;
 use crate::handler::ShardState;
 use crate::low_load_poll;
+use crate::metrics::{self, SnapshotRequest};
 use crate::resp;
 
 /// How long a refused connection gets to receive its `too_many_connections` error and hang up.
@@ -35,11 +36,12 @@ pub(crate) fn run(
     listener: std::net::TcpListener,
     resp: Option<resp::Listener>,
     state: ShardState,
+    snapshots: tokio::sync::mpsc::UnboundedReceiver<SnapshotRequest>,
     shutdown: watch::Receiver<bool>,
 ) -> std::io::Result<()> {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let local = tokio::task::LocalSet::new();
-    local.block_on(&runtime, serve(listener, resp, state, shutdown))
+    local.block_on(&runtime, serve(listener, resp, state, snapshots, shutdown))
 }
 
 /// Counts a new connection against the shard's limit; false if it is over the limit (and counted
@@ -68,6 +70,7 @@ async fn serve(
     listener: std::net::TcpListener,
     resp: Option<resp::Listener>,
     mut state: ShardState,
+    snapshots: tokio::sync::mpsc::UnboundedReceiver<SnapshotRequest>,
     mut shutdown: watch::Receiver<bool>,
 ) -> std::io::Result<()> {
     let listener = TcpListener::from_std(listener)?;
@@ -99,6 +102,7 @@ async fn serve(
     let polling = tokio::task::spawn_local(low_load_poll::run(Rc::clone(&shard), stop.clone()));
     let plugins = tokio::task::spawn_local(ado::supervise(Rc::clone(&shard), stop.clone()));
     let submitting = tokio::task::spawn_local(ado::submit_queued_calls(Rc::clone(&shard), stop.clone()));
+    let scrapes = tokio::task::spawn_local(metrics::answer_snapshots(Rc::clone(&shard), snapshots));
     loop {
         tokio::select! {
             _ = stopping.wait_for(|stop| *stop) => break,
@@ -156,6 +160,7 @@ async fn serve(
     let _ = polling.await;
     let _ = plugins.await;
     let _ = submitting.await;
+    scrapes.abort();
     ado::stop_hosts(&shard).await;
     if let Some(durability) = shard.borrow_mut().durability.as_mut() {
         // Async writes acknowledged before the stop become durable now (a failed log takes none).

@@ -1,0 +1,353 @@
+//! The metrics endpoint: the Prometheus (OpenMetrics) text format over HTTP, for a scraper.
+//!
+//! Shards keep their counters as plain integers on their own thread (no atomics, no locks on the
+//! request path). A scrape asks every shard for a [`ShardSnapshot`] over a channel its loop
+//! answers between requests, then writes them out with `prometheus-client`'s encoder. Nothing is
+//! gathered unless somebody scrapes.
+//!
+//! The endpoint speaks just enough HTTP/1.1 for a scraper: it answers `GET /metrics` (and `GET /`)
+//! with one response and closes the connection; anything else gets `404` or `405`.
+
+use std::net::TcpListener;
+use std::time::Duration;
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::registry::Registry;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::sync::{mpsc, oneshot};
+use tracing::warn;
+
+use crate::handler::ShardState;
+
+/// How long a scrape waits for a shard's snapshot before leaving that shard out.
+const SHARD_ANSWER_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// How long a scraper may take to send its request.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Longest request head read; a scraper's is a few hundred bytes.
+const REQUEST_HEAD_BYTES_MAX: usize = 8192;
+
+/// What the response is served as (the OpenMetrics text format `prometheus-client` writes).
+const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// A request for a shard's snapshot: the shard answers on the sender.
+pub(crate) type SnapshotRequest = oneshot::Sender<ShardSnapshot>;
+
+/// One pool's gauges.
+#[derive(Debug, Clone)]
+pub(crate) struct PoolSnapshot {
+    pub name: String,
+    pub objects: u64,
+    pub memory_bytes: u64,
+}
+
+/// A shard's durable log, on the `ssd` backing.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct LogSnapshot {
+    pub bytes: u64,
+    pub commits: u64,
+    pub appended_lsn: u64,
+    pub durable_lsn: u64,
+    pub checkpoints: u64,
+}
+
+/// Everything one shard reports to a scrape.
+#[derive(Debug, Clone)]
+pub(crate) struct ShardSnapshot {
+    pub index: u16,
+    pub uptime_seconds: f64,
+    pub requests: u64,
+    pub puts: u64,
+    pub gets: u64,
+    pub erases: u64,
+    pub finds: u64,
+    pub invocations: u64,
+    pub failures: u64,
+    pub invocation_failures: u64,
+    pub connections: u64,
+    pub connections_accepted: u64,
+    pub connections_refused: u64,
+    pub pools: Vec<PoolSnapshot>,
+    pub log: Option<LogSnapshot>,
+}
+
+impl ShardState {
+    /// The shard's counters and gauges as of now.
+    pub(crate) fn snapshot(&self) -> ShardSnapshot {
+        let stats = &self.stats;
+        let log = self.durability.as_ref().map(|durability| {
+            let counters = durability.log.counters();
+            LogSnapshot {
+                bytes: counters.bytes_written,
+                commits: counters.commits,
+                appended_lsn: durability.log.last_lsn(),
+                durable_lsn: durability.gate.durable_lsn(),
+                checkpoints: durability.checkpoints,
+            }
+        });
+        ShardSnapshot {
+            index: self.index,
+            uptime_seconds: stats.started.elapsed().as_secs_f64(),
+            requests: stats.requests,
+            puts: stats.puts,
+            gets: stats.gets,
+            erases: stats.erases,
+            finds: stats.finds,
+            invocations: stats.invocations,
+            failures: stats.failures,
+            invocation_failures: stats.invocation_failures,
+            connections: stats.clients,
+            connections_accepted: stats.clients_total,
+            connections_refused: stats.clients_refused,
+            pools: self
+                .pools
+                .each()
+                .map(|(name, objects, memory_bytes)| PoolSnapshot { name: name.to_owned(), objects, memory_bytes })
+                .collect(),
+            log,
+        }
+    }
+}
+
+/// The metric families of one scrape, written by the registry's encoder.
+#[derive(Debug)]
+struct Scrape {
+    shards: Vec<ShardSnapshot>,
+}
+
+/// Labels of a shard's series.
+fn shard_labels(shard: &ShardSnapshot) -> Vec<(&'static str, String)> {
+    vec![("shard", shard.index.to_string())]
+}
+
+impl Scrape {
+    /// Writes one family: `value` of every shard that has it, labelled by shard (and `extra`).
+    fn family<M: EncodeMetric>(
+        &self,
+        encoder: &mut DescriptorEncoder<'_>,
+        name: &str,
+        help: &str,
+        series: impl Fn(&ShardSnapshot) -> Vec<(Vec<(&'static str, String)>, M)>,
+    ) -> Result<(), std::fmt::Error> {
+        let all: Vec<_> = self.shards.iter().flat_map(&series).collect();
+        let Some((_, first)) = all.first() else { return Ok(()) };
+        let mut family = encoder.encode_descriptor(name, help, None, first.metric_type())?;
+        for (labels, metric) in &all {
+            metric.encode(family.encode_family(labels)?)?;
+        }
+        Ok(())
+    }
+}
+
+impl Collector for Scrape {
+    fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
+        let counter = |value: u64| ConstCounter::new(value);
+        self.family(&mut encoder, "ferrite_requests", "Requests handled, of every kind.", |s| {
+            vec![(shard_labels(s), counter(s.requests))]
+        })?;
+        self.family(&mut encoder, "ferrite_operations", "Operations applied, by kind.", |s| {
+            [("put", s.puts), ("get", s.gets), ("erase", s.erases), ("find", s.finds), ("invoke", s.invocations)]
+                .into_iter()
+                .map(|(op, value)| {
+                    let mut labels = shard_labels(s);
+                    labels.push(("op", op.to_owned()));
+                    (labels, counter(value))
+                })
+                .collect()
+        })?;
+        self.family(&mut encoder, "ferrite_failures", "Requests answered with an error.", |s| {
+            vec![(shard_labels(s), counter(s.failures))]
+        })?;
+        self.family(
+            &mut encoder,
+            "ferrite_invocation_failures",
+            "Plugin calls that failed: plugin error, crash or timeout.",
+            |s| vec![(shard_labels(s), counter(s.invocation_failures))],
+        )?;
+        self.family(&mut encoder, "ferrite_connections_accepted", "Client connections accepted.", |s| {
+            vec![(shard_labels(s), counter(s.connections_accepted))]
+        })?;
+        self.family(
+            &mut encoder,
+            "ferrite_connections_refused",
+            "Client connections turned away at the connection limit.",
+            |s| vec![(shard_labels(s), counter(s.connections_refused))],
+        )?;
+        self.family(&mut encoder, "ferrite_connections", "Client connections open now.", |s| {
+            vec![(shard_labels(s), ConstGauge::new(s.connections as i64))]
+        })?;
+        self.family(&mut encoder, "ferrite_uptime_seconds", "Seconds since the shard started.", |s| {
+            vec![(shard_labels(s), ConstGauge::new(s.uptime_seconds))]
+        })?;
+        self.family(&mut encoder, "ferrite_pools", "Pools the shard holds.", |s| {
+            vec![(shard_labels(s), ConstGauge::new(s.pools.len() as i64))]
+        })?;
+        let per_pool = |value: fn(&PoolSnapshot) -> u64| {
+            move |s: &ShardSnapshot| {
+                s.pools
+                    .iter()
+                    .map(|pool| {
+                        let mut labels = shard_labels(s);
+                        labels.push(("pool", pool.name.clone()));
+                        (labels, ConstGauge::new(value(pool) as i64))
+                    })
+                    .collect()
+            }
+        };
+        self.family(&mut encoder, "ferrite_pool_objects", "Key-value pairs in the pool.", per_pool(|p| p.objects))?;
+        self.family(
+            &mut encoder,
+            "ferrite_pool_memory_bytes",
+            "Pool memory in use: its table, keys, values and allocator state.",
+            per_pool(|p| p.memory_bytes),
+        )?;
+        let per_log = |value: fn(&LogSnapshot) -> u64| {
+            move |s: &ShardSnapshot| s.log.map(|log| (shard_labels(s), counter(value(&log)))).into_iter().collect()
+        };
+        self.family(&mut encoder, "ferrite_wal_bytes", "Bytes written to the write-ahead log.", per_log(|l| l.bytes))?;
+        self.family(
+            &mut encoder,
+            "ferrite_wal_commits",
+            "Group commits of the write-ahead log, each with one fdatasync per segment it touches.",
+            per_log(|l| l.commits),
+        )?;
+        self.family(&mut encoder, "ferrite_checkpoints", "Checkpoints completed.", per_log(|l| l.checkpoints))?;
+        let lsn_gauge = |value: fn(&LogSnapshot) -> u64| {
+            move |s: &ShardSnapshot| {
+                s.log.map(|log| (shard_labels(s), ConstGauge::new(value(&log) as i64))).into_iter().collect()
+            }
+        };
+        self.family(
+            &mut encoder,
+            "ferrite_wal_appended_lsn",
+            "Log sequence number of the last record appended.",
+            lsn_gauge(|l| l.appended_lsn),
+        )?;
+        self.family(
+            &mut encoder,
+            "ferrite_wal_durable_lsn",
+            "Log sequence number up to which the log is on stable storage.",
+            lsn_gauge(|l| l.durable_lsn),
+        )?;
+        self.family(
+            &mut encoder,
+            "ferrite_wal_durable_lag_records",
+            "Records appended but not yet on stable storage.",
+            lsn_gauge(|l| l.appended_lsn.saturating_sub(l.durable_lsn)),
+        )?;
+        Ok(())
+    }
+}
+
+/// The endpoint's side of the shards: one snapshot channel per shard.
+#[derive(Debug, Clone)]
+pub(crate) struct ShardLinks {
+    shards: Vec<mpsc::UnboundedSender<SnapshotRequest>>,
+}
+
+impl ShardLinks {
+    /// One link per shard, and each shard's receiving end.
+    pub(crate) fn new(shards: usize) -> (ShardLinks, Vec<mpsc::UnboundedReceiver<SnapshotRequest>>) {
+        let (senders, receivers) = (0..shards).map(|_| mpsc::unbounded_channel()).unzip();
+        (ShardLinks { shards: senders }, receivers)
+    }
+
+    /// Every shard's snapshot, in shard order; a shard that does not answer in time (stopping,
+    /// or stuck) is left out and logged.
+    async fn gather(&self) -> Vec<ShardSnapshot> {
+        let mut snapshots = Vec::with_capacity(self.shards.len());
+        for (index, shard) in self.shards.iter().enumerate() {
+            let (answer, answered) = oneshot::channel();
+            if shard.send(answer).is_err() {
+                continue;
+            }
+            match tokio::time::timeout(SHARD_ANSWER_TIMEOUT, answered).await {
+                Ok(Ok(snapshot)) => snapshots.push(snapshot),
+                _ => warn!(shard = index, "shard did not answer the metrics scrape in time"),
+            }
+        }
+        snapshots
+    }
+}
+
+/// Answers a shard's snapshot requests for as long as the shard runs: a task of the shard's loop.
+pub(crate) async fn answer_snapshots(
+    shard: std::rc::Rc<std::cell::RefCell<ShardState>>,
+    mut requests: mpsc::UnboundedReceiver<SnapshotRequest>,
+) {
+    while let Some(answer) = requests.recv().await {
+        // The scrape may have given up waiting; then nobody needs the snapshot.
+        let _ = answer.send(shard.borrow().snapshot());
+    }
+}
+
+/// The text a scrape returns.
+pub(crate) fn render(shards: Vec<ShardSnapshot>) -> String {
+    let mut registry = Registry::default();
+    registry.register_collector(Box::new(Scrape { shards }));
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &registry).expect("writing to a String cannot fail");
+    text
+}
+
+/// Serves the endpoint on `listener` until the future is dropped.
+pub(crate) async fn serve(listener: TcpListener, shards: ShardLinks) {
+    let listener = match tokio::net::TcpListener::from_std(listener) {
+        Ok(listener) => listener,
+        Err(error) => {
+            warn!(%error, "cannot serve metrics");
+            return;
+        }
+    };
+    loop {
+        let Ok((stream, _peer)) = listener.accept().await else {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            continue;
+        };
+        let shards = shards.clone();
+        tokio::spawn(async move {
+            // A scraper that hangs up early has nothing left to be told.
+            let _ = tokio::time::timeout(REQUEST_TIMEOUT * 2, answer(stream, &shards)).await;
+        });
+    }
+}
+
+/// Reads one request head and answers it.
+async fn answer(mut stream: tokio::net::TcpStream, shards: &ShardLinks) -> std::io::Result<()> {
+    let mut head = Vec::with_capacity(512);
+    let mut chunk = [0u8; 1024];
+    let read = tokio::time::timeout(REQUEST_TIMEOUT, async {
+        while !head.windows(4).any(|window| window == b"\r\n\r\n") && head.len() < REQUEST_HEAD_BYTES_MAX {
+            let n = stream.read(&mut chunk).await?;
+            if n == 0 {
+                break;
+            }
+            head.extend_from_slice(&chunk[..n]);
+        }
+        Ok::<(), std::io::Error>(())
+    })
+    .await;
+    if !matches!(read, Ok(Ok(()))) {
+        return Ok(());
+    }
+    let line = head.split(|byte| *byte == b'\n').next().unwrap_or_default();
+    let line = String::from_utf8_lossy(line);
+    let mut words = line.split_whitespace();
+    let (method, path) = (words.next().unwrap_or_default(), words.next().unwrap_or_default());
+    let path = path.split('?').next().unwrap_or_default();
+    let (status, content_type, body) = match (method, path) {
+        ("GET", "/metrics" | "/") => ("200 OK", CONTENT_TYPE, render(shards.gather().await)),
+        ("GET", _) => ("404 Not Found", "text/plain", "not found: metrics are at /metrics\n".to_owned()),
+        _ => ("405 Method Not Allowed", "text/plain", "only GET is served\n".to_owned()),
+    };
+    let response = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(response.as_bytes()).await?;
+    stream.shutdown().await
+}
