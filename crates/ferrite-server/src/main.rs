@@ -224,6 +224,7 @@ async fn shutdown_signal(announcement: String) {
     // If stdout is gone there is nobody to announce to; the server still runs.
     let _ = writeln!(out, "{announcement}").and_then(|()| out.flush());
     drop(out);
+    notify_service_manager(sd_notify::NotifyState::Ready);
     match (terminate, interrupt) {
         (Ok(mut terminate), Ok(mut interrupt)) => {
             tokio::select! {
@@ -235,5 +236,15 @@ async fn shutdown_signal(announcement: String) {
             tracing::error!(%error, "cannot install signal handlers; stop the server with SIGKILL");
             std::future::pending::<()>().await;
         }
+    }
+    notify_service_manager(sd_notify::NotifyState::Stopping);
+}
+
+/// Tells systemd (a `Type=notify` unit, see `deploy/ferrite.service`) that the server is ready or
+/// stopping. Does nothing when the server was not started by a service manager (`NOTIFY_SOCKET`
+/// unset).
+fn notify_service_manager(state: sd_notify::NotifyState<'_>) {
+    if let Err(error) = sd_notify::notify(false, &[state]) {
+        tracing::warn!(%error, "cannot notify the service manager");
     }
 }

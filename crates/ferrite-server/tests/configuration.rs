@@ -87,3 +87,22 @@ fn text_logs_have_no_colour_off_a_terminal() {
     assert!(stderr.contains("INFO"), "{stderr}");
     assert!(!stderr.contains('\u{1b}'), "{stderr:?}");
 }
+
+/// Under a `Type=notify` systemd unit the server tells the service manager when it is ready
+/// (after the announcement: every shard recovered and listening) and when it starts stopping.
+#[test]
+fn the_service_manager_hears_ready_and_stopping() {
+    let dir = fresh_dir("notify");
+    let socket_path = dir.join("notify.sock");
+    let socket = std::os::unix::net::UnixDatagram::bind(&socket_path).expect("bind the notify socket");
+    socket.set_read_timeout(Some(std::time::Duration::from_secs(20))).expect("timeout");
+    let server = TestServer::builder().env("NOTIFY_SOCKET", socket_path.display().to_string()).start();
+    let mut message = [0u8; 256];
+    let n = socket.recv(&mut message).expect("the server notifies once it is ready");
+    assert_eq!(&message[..n], b"READY=1\n");
+    let addr = server.addr_string();
+    ferrite_client::blocking::Session::connect(&addr).expect("ready means serving");
+    server.stop_gracefully();
+    let n = socket.recv(&mut message).expect("the server notifies when it stops");
+    assert_eq!(&message[..n], b"STOPPING=1\n");
+}

@@ -75,6 +75,8 @@ pub struct ServerBuilder {
     extra_config: String,
     /// A data directory to use instead of a fresh one (to restart a server on its own files).
     data_dir: Option<PathBuf>,
+    /// Environment variables set for the server process.
+    env: Vec<(String, String)>,
 }
 
 impl ServerBuilder {
@@ -127,6 +129,12 @@ impl ServerBuilder {
         self
     }
 
+    /// Sets an environment variable of the server process.
+    pub fn env(mut self, key: &str, value: impl Into<String>) -> Self {
+        self.env.push((key.to_owned(), value.into()));
+        self
+    }
+
     /// Starts the server and waits until it has announced every shard and `ready.`.
     pub fn start(self) -> TestServer {
         let dir = fresh_dir("server");
@@ -145,7 +153,7 @@ impl ServerBuilder {
         }
         let data_dir = self.data_dir.clone().unwrap_or_else(|| dir.join("data"));
         args.extend(["--data-dir".to_owned(), data_dir.display().to_string()]);
-        TestServer::spawn(&self.binary, &args, dir)
+        TestServer::spawn(&self.binary, &args, &self.env, dir)
     }
 
     fn config_text(&self) -> String {
@@ -210,6 +218,7 @@ impl TestServer {
             resp: false,
             extra_config: String::new(),
             data_dir: None,
+            env: Vec::new(),
         }
     }
 
@@ -219,7 +228,7 @@ impl TestServer {
         TestServer::builder().args(args).start()
     }
 
-    fn spawn(binary: &Path, args: &[String], dir: PathBuf) -> TestServer {
+    fn spawn(binary: &Path, args: &[String], env: &[(String, String)], dir: PathBuf) -> TestServer {
         assert!(
             binary.exists(),
             "server binary {} does not exist; run `cargo build -p ferrite-server` first",
@@ -230,6 +239,7 @@ impl TestServer {
             .unwrap_or_else(|e| panic!("cannot create {}: {e}", stderr_path.display()));
         let mut child = Command::new(binary)
             .args(args)
+            .envs(env.iter().map(|(key, value)| (key, value)))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(stderr)
