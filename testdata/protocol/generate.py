@@ -53,6 +53,7 @@ REQUEST_OPCODES = {
     "get_statistics": 0x0030,
     "invoke_ado": 0x0040,
     "invoke_put_ado": 0x0041,
+    "backup": 0x0050,
 }
 
 # Successful response name -> the request it answers.
@@ -70,6 +71,7 @@ RESPONSE_TO_REQUEST = {
     "attribute": "get_attribute",
     "found": "find",
     "statistics": "get_statistics",
+    "backed_up": "backup",
     # "invoked" answers both invocations; its vector names which one in "answers".
 }
 
@@ -221,6 +223,8 @@ def request_body(msg):
         return str16(msg["name"]) + u64(msg["size_bytes"]) + u64(msg["expected_objects"]) + chain
     if kind in ("open_pool", "delete_pool"):
         return str16(msg["name"])
+    if kind == "backup":
+        return str16(msg["dir"])
     if kind in ("close_pool", "count"):
         return u64(msg["pool"])
     if kind in ("list_pools", "get_statistics"):
@@ -297,6 +301,8 @@ def response_body(msg):
     if kind == "found":
         keys = [unhex(k) for k in msg["keys"]]
         return u32(len(keys)) + b"".join(u32(len(k)) + k for k in keys) + optional_key(msg["next"])
+    if kind == "backed_up":
+        return u64(msg["lsn"]) + u64(msg["files"]) + u64(msg["bytes"])
     if kind == "statistics":
         counters = msg["counters"]
         return u16(len(counters)) + b"".join(str16(c["name"]) + u64(c["value"]) for c in counters)
@@ -410,6 +416,7 @@ def request_vectors():
         req("get_attribute_pool_size", 18, {"type": "get_attribute", "pool": 1, "attribute": "pool_size", "key": ""}),
         req("get_attribute_pool_used", 19, {"type": "get_attribute", "pool": 1, "attribute": "pool_used", "key": ""}),
         req("get_statistics", 20, {"type": "get_statistics"}),
+        req("backup", 21, {"type": "backup", "dir": "/var/backups/ferrite/2026-11-25"}),
         req(
             "create_pool_indexed",
             23,
@@ -552,6 +559,7 @@ def response_vectors():
                 ],
             },
         ),
+        resp("backed_up", 21, {"type": "backed_up", "lsn": 123_456, "files": 9, "bytes": 16_777_216}),
         resp("error_non_ascii_message", 10, {"type": "error", "code": "pool_full", "message": "pool « users » est plein ✗"}),
         resp("error_empty_message", 0, {"type": "error", "code": "too_many_connections", "message": ""}),
         resp("error_no_space", 28, {"type": "error", "code": "no_space", "message": "no space left for the write-ahead log"}),
@@ -589,7 +597,10 @@ def error_vectors():
         return u64(1) + u32(len(key)) + u32(len(value)) + u32(len(payload)) + key + value + payload
 
     flags = INVOKE_FLAGS
+    backup = REQUEST_OPCODES["backup"]
     return [
+        _invalid("backup_relative_dir", "request", 21, "invalid_argument", frame(backup, 0, 21, str16("backups/today"))),
+        _invalid("backup_flags", "request", 21, "invalid_argument", frame(backup, 0x0001, 21, str16("/backups"))),
         _invalid("invoke_ado_unknown_flag", "request", 40, "invalid_argument", frame(invoke, 0x0040, 40, invoke_body(key, b"p"))),
         _invalid(
             "invoke_ado_no_overwrite",
@@ -683,7 +694,7 @@ def error_vectors():
         _invalid("find_limit_too_large", "request", 31, "invalid_argument", frame(find, 0, 31, u64(1) + u16(2) + u32(1025) + u32(0) + u8(0))),
         _invalid("find_unknown_kind", "request", 32, "invalid_argument", frame(find, 0, 32, u64(1) + u16(9) + u32(1) + u32(0) + u8(0))),
         _invalid("find_truncated_after", "request", 33, "malformed_frame", frame(find, 0, 33, u64(1) + u16(2) + u32(1) + u32(0) + u8(1) + u32(4) + b"ab")),
-        _invalid("unknown_opcode", "request", 21, "unknown_opcode", frame(0x0050, 0, 21, b"")),
+        _invalid("unknown_opcode", "request", 21, "unknown_opcode", frame(0x0060, 0, 21, b"")),
         _invalid(
             "put_truncated_body",
             "request",

@@ -71,6 +71,16 @@ pub enum Command {
     /// Show every shard's counters.
     Stats,
 
+    /// Back up every shard into DIR while the server keeps serving: each shard copies its last
+    /// checkpoint and its log up to the last write it had applied into DIR/shard-N. DIR is on the
+    /// server's machine (a relative DIR is taken from this command's working directory) and must
+    /// not hold a backup of these shards yet. Restore with `ferrite-server --restore DIR
+    /// --data-dir NEW_DIR`; verify with `ferrite check DIR`.
+    Backup {
+        /// Directory to write the backup into (created if missing).
+        dir: std::path::PathBuf,
+    },
+
     /// Measure throughput and latency with many requests in flight (see `ferrite bench --help`).
     Bench(crate::bench::BenchArgs),
 

@@ -2,14 +2,15 @@
 //! it reads the last complete checkpoint (every page file's checksums), replays the write-ahead
 //! log exactly as recovery would (without writing anything), then opens every pool's hash table
 //! and checks its invariants. It reports what it found and every damage, and exits non-zero if
-//! there is any.
+//! there is any. A backup (`ferrite backup`) is checked the same way, and each shard's copy must
+//! also have its descriptor and end exactly at the log record the descriptor names.
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
 
 use ferrite_store::hstore::HStore;
 use ferrite_store::persistence::pmem::PmemMemory;
-use ferrite_store::persistence::ssd::{load_shard, Manifest, ShardPaths};
+use ferrite_store::persistence::ssd::{load_shard, BackupDescriptor, Manifest, ShardPaths, BACKUP_NAME};
 use ferrite_store::persistence::wal::TornCommit;
 use serde_json::{json, Value};
 
@@ -33,6 +34,8 @@ struct ShardSummary {
     records_replayed: u64,
     torn_tail: Option<(String, u64)>,
     torn_commit: Option<TornCommit>,
+    /// The last log record of a backup's shard, as its descriptor names it.
+    backup_lsn: Option<u64>,
     pools: Vec<PoolFinding>,
 }
 
@@ -55,7 +58,8 @@ pub fn run(data_dir: &Path, json: bool) -> Result<bool, String> {
             data_dir.display()
         ));
     }
-    let findings: Vec<ShardFinding> = shard_dirs.into_iter().map(check_shard).collect();
+    let backup = shard_dirs.iter().any(|dir| dir.join(BACKUP_NAME).exists());
+    let findings: Vec<ShardFinding> = shard_dirs.into_iter().map(|dir| check_shard(dir, backup)).collect();
     let healthy = findings.iter().all(|shard| match &shard.outcome {
         Ok(summary) => summary.pools.iter().all(|pool| pool.outcome.is_ok()),
         Err(_) => false,
@@ -122,18 +126,40 @@ fn check_pmem_shard(dir: PathBuf) -> ShardFinding {
         records_replayed: 0,
         torn_tail: None,
         torn_commit: None,
+        backup_lsn: None,
         pools,
     };
     ShardFinding { dir, outcome: Ok(summary) }
 }
 
-fn check_shard(dir: PathBuf) -> ShardFinding {
+/// The backup descriptor of a backup's shard, checked against where its log ends (the LSN after
+/// the last record recovery replayed).
+fn backup_lsn(dir: &Path, next_lsn: u64) -> Result<u64, String> {
+    match BackupDescriptor::read(dir) {
+        Ok(Some(descriptor)) if descriptor.lsn + 1 == next_lsn => Ok(descriptor.lsn),
+        Ok(Some(descriptor)) => Err(format!(
+            "the backup's descriptor names LSN {} but its log ends at LSN {}",
+            descriptor.lsn,
+            next_lsn.saturating_sub(1)
+        )),
+        Ok(None) => Err(format!("an unfinished backup: no {BACKUP_NAME} descriptor")),
+        Err(error) => Err(error.to_string()),
+    }
+}
+
+fn check_shard(dir: PathBuf, backup: bool) -> ShardFinding {
     if dir.join("pmem").is_dir() {
         return check_pmem_shard(dir);
     }
     let loaded = match load_shard(&ShardPaths::new(&dir)) {
         Ok(loaded) => loaded,
         Err(error) => return ShardFinding { dir, outcome: Err(error.to_string()) },
+    };
+    let report = &loaded.report;
+    let next_lsn = report.replay_from.max(1) + report.records_replayed;
+    let backup_lsn = match backup.then(|| backup_lsn(&dir, next_lsn)).transpose() {
+        Ok(lsn) => lsn,
+        Err(damage) => return ShardFinding { dir, outcome: Err(damage) },
     };
     let pools = loaded
         .pools
@@ -157,6 +183,7 @@ fn check_shard(dir: PathBuf) -> ShardFinding {
             records_replayed: report.records_replayed,
             torn_tail: report.torn_tail,
             torn_commit: report.torn_commit,
+            backup_lsn,
             pools,
         }),
     }
@@ -179,8 +206,9 @@ fn print_text(findings: &[ShardFinding], healthy: bool) {
                     }
                     (None, None) => String::new(),
                 };
+                let backup = summary.backup_lsn.map(|lsn| format!("; backup up to LSN {lsn}")).unwrap_or_default();
                 println!(
-                    "{}: checkpoint {} ({} pages), {} log records from LSN {}{tail}",
+                    "{}: checkpoint {} ({} pages), {} log records from LSN {}{tail}{backup}",
                     shard.dir.display(),
                     summary.checkpoint_seq,
                     summary.checkpoint_pages,
@@ -228,6 +256,7 @@ fn to_json(data_dir: &Path, findings: &[ShardFinding], healthy: bool) -> Value {
                 "checkpoint_pages": summary.checkpoint_pages,
                 "replay_from_lsn": summary.replay_from,
                 "records_replayed": summary.records_replayed,
+                "backup_lsn": summary.backup_lsn,
                 "torn_tail": summary.torn_tail.as_ref().map(|(file, offset)| json!({ "file": file, "offset": offset })),
                 "torn_commit": summary.torn_commit.as_ref().map(|torn| json!({
                     "file": torn.file, "offset": torn.offset, "missing_lsn": torn.missing_lsn,

@@ -56,6 +56,7 @@ pub fn run(cli: &Cli) -> Result<Report> {
         Command::Find { pool, pattern, limit } => find(&session, pool, pattern, *limit),
         Command::Invoke { pool, key, payload, mode } => invoke(&session, pool, key, payload, mode),
         Command::Stats => statistics(&session),
+        Command::Backup { dir } => back_up(&session, dir),
         Command::Bench(_) => unreachable!("main runs `bench` itself, on its own runtime"),
         Command::Check { .. } => unreachable!("main runs `check` itself: it needs no server"),
     }
@@ -414,6 +415,33 @@ fn statistics(session: &blocking::Session) -> Result<Report> {
     let mut json = statistics_json(&shards);
     json["pools"] = json!(pools_json(&pools));
     Ok(Report::text(text, json))
+}
+
+/// `ferrite backup DIR`: one row per shard with the log record its copy ends at.
+fn back_up(session: &blocking::Session, dir: &std::path::Path) -> Result<Report> {
+    let dir = std::path::absolute(dir).map_err(|error| CliError(format!("{}: {error}", dir.display())))?;
+    let shown = dir.to_str().ok_or_else(|| CliError(format!("{} is not valid UTF-8", dir.display())))?;
+    let shards = session.back_up(shown)?;
+    let mut table = Table::new(&[("SHARD", true), ("LSN", true), ("FILES", true), ("BYTES", true)]);
+    for shard in &shards {
+        table.row(vec![
+            shard.shard.to_string(),
+            shard.lsn.to_string(),
+            shard.files.to_string(),
+            shard.bytes.to_string(),
+        ]);
+    }
+    let text = format!(
+        "{}backed up {} shard(s) into {shown}\nverify: ferrite check {shown}\nrestore: ferrite-server --restore {shown} \
+         --data-dir NEW_DIR\n",
+        table.render(),
+        shards.len()
+    );
+    let rows: Vec<_> = shards
+        .iter()
+        .map(|shard| json!({ "shard": shard.shard, "lsn": shard.lsn, "files": shard.files, "bytes": shard.bytes }))
+        .collect();
+    Ok(Report::text(text, json!({ "dir": shown, "shards": rows })))
 }
 
 /// One row per pool: its memory in use, per key, and by part (`docs/hstore.md` says what each

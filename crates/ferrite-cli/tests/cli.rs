@@ -575,3 +575,125 @@ fn invoke_runs_a_pools_plugins() {
     let unknown = fails(&ferrite(&server, &["pool", "create", "bad", "--plugins", "no-such-plugin"]));
     assert!(unknown.contains("unknown plugin 'no-such-plugin'"), "{unknown}");
 }
+
+/// A server whose shards checkpoint every second into small log segments (which hold the largest
+/// record once values are at most 64 KiB), so that a backup taken under load copies page files as
+/// well as log.
+fn checkpointing_server() -> common::ServerBuilder {
+    TestServer::builder_for(server_binary())
+        .shards(2)
+        .config("value_bytes_max", 65536)
+        .config("pool_bytes_max", 67108864)
+        .append_config(
+            "[durability]\nwal_segment_bytes = 2097152\ncheckpoint_wal_bytes = 2097152\ncheckpoint_interval_secs = 1\n",
+        )
+}
+
+/// Runs `ferrite-server --restore BACKUP --data-dir DATA_DIR`.
+fn restore(backup: &std::path::Path, data_dir: &std::path::Path) -> Output {
+    Command::new(server_binary())
+        .arg("--restore")
+        .arg(backup)
+        .arg("--data-dir")
+        .arg(data_dir)
+        .output()
+        .expect("run ferrite-server --restore")
+}
+
+/// The value writer `writer` stores under its `index`th key.
+fn backup_value(writer: usize, index: u64) -> Vec<u8> {
+    format!("writer {writer} value {index} ").repeat(8).into_bytes()
+}
+
+/// `ferrite backup` copies a running server while writers keep going: `ferrite check` passes on
+/// the copy, `ferrite-server --restore` makes a data directory of it, and a server on that
+/// directory holds every write acknowledged before the backup began and, per writer, an unbroken
+/// prefix of its later writes (a shard is copied as of one moment), each with its exact value.
+#[test]
+fn a_backup_under_load_restores_every_write_acknowledged_before_it() {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use std::sync::Arc;
+
+    const WRITERS: usize = 4;
+    let dir = common::fresh_dir("backup");
+    let server = checkpointing_server().start();
+    let session = ferrite_client::blocking::Session::connect(&server.addr_string()).expect("connect");
+    let stop = Arc::new(AtomicBool::new(false));
+    let acknowledged: Vec<Arc<AtomicU64>> = (0..WRITERS).map(|_| Arc::default()).collect();
+    let writers: Vec<_> = (0..WRITERS)
+        .map(|writer| {
+            let pool = session.create_pool(&format!("backup-{writer}"), Default::default()).expect("create a pool");
+            let (stop, acknowledged) = (Arc::clone(&stop), Arc::clone(&acknowledged[writer]));
+            std::thread::spawn(move || {
+                let mut index = 0;
+                while !stop.load(Ordering::Relaxed) {
+                    pool.put(format!("key-{index}"), backup_value(writer, index)).expect("put");
+                    index += 1;
+                    acknowledged.store(index, Ordering::Release);
+                }
+            })
+        })
+        .collect();
+    // Let every shard complete a checkpoint first, so the backup has page files to copy.
+    common::wait_until("a checkpoint on every shard", Duration::from_secs(30), || {
+        let shards = session.statistics().expect("statistics");
+        shards.iter().all(|shard| shard.get("checkpoints").unwrap_or(0) >= 1).then_some(())
+    });
+    let before: Vec<u64> = acknowledged.iter().map(|count| count.load(Ordering::Acquire)).collect();
+    let backup = dir.join("backup");
+    let backed_up = ferrite(&server, &["--json", "backup", backup.to_str().expect("UTF-8 path")]);
+    let report = json(&backed_up);
+    assert_eq!(report["shards"].as_array().map(Vec::len), Some(2), "{report}");
+    std::thread::sleep(Duration::from_millis(200));
+    stop.store(true, Ordering::Relaxed);
+    for writer in writers {
+        writer.join().expect("a writer");
+    }
+    let after: Vec<u64> = acknowledged.iter().map(|count| count.load(Ordering::Acquire)).collect();
+    assert!(
+        backup.join("shard-0/checkpoint/MANIFEST").exists() || backup.join("shard-1/checkpoint/MANIFEST").exists(),
+        "a checkpoint was copied"
+    );
+    let again = ferrite(&server, &["backup", backup.to_str().expect("UTF-8 path")]);
+    assert!(fails(&again).contains("already exists"), "a backup never overwrites another");
+    server.stop_gracefully();
+
+    let checked = ferrite_offline(&["check", backup.to_str().expect("UTF-8 path")]);
+    assert!(checked.status.success(), "ferrite check passes on the backup: {checked:?}");
+    let restored_dir = dir.join("restored");
+    let restored = restore(&backup, &restored_dir);
+    assert!(restored.status.success(), "{restored:?}");
+    assert!(text(&restored.stdout).contains("shard 1: restored"), "{restored:?}");
+    let refused = restore(&backup, &restored_dir);
+    assert!(text(&refused.stderr).contains("not empty"), "a restore never writes over data: {refused:?}");
+    assert!(text(&checked.stdout).contains("backup up to LSN"), "{checked:?}");
+    // A shard whose copy did not finish has no descriptor: check and restore both refuse it.
+    let unfinished = dir.join("unfinished");
+    std::fs::rename(&backup, &unfinished).expect("move the backup");
+    std::fs::remove_file(unfinished.join("shard-1/BACKUP")).expect("remove a descriptor");
+    let checked = ferrite_offline(&["check", unfinished.to_str().expect("UTF-8 path")]);
+    assert_eq!(checked.status.code(), Some(1), "{checked:?}");
+    assert!(text(&checked.stdout).contains("unfinished backup"), "{checked:?}");
+    let refused = restore(&unfinished, &dir.join("never"));
+    assert!(text(&refused.stderr).contains("incomplete"), "{refused:?}");
+
+    let server = checkpointing_server().data_dir(&restored_dir).start();
+    let session = ferrite_client::blocking::Session::connect(&server.addr_string()).expect("connect");
+    for writer in 0..WRITERS {
+        let pool = session.open_pool(&format!("backup-{writer}")).expect("the pool was restored");
+        let held = pool.count().expect("count");
+        assert!(
+            (before[writer]..=after[writer]).contains(&held),
+            "writer {writer}: {held} keys restored, {} acknowledged before the backup, {} in all",
+            before[writer],
+            after[writer]
+        );
+        for index in 0..held {
+            let value = pool
+                .get(format!("key-{index}"))
+                .unwrap_or_else(|error| panic!("writer {writer} key {index}, in an unbroken prefix: {error}"));
+            assert_eq!(value, backup_value(writer, index), "writer {writer} key {index}");
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

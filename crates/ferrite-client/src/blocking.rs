@@ -121,6 +121,10 @@ impl Session {
         self.runtime.block_on(self.inner.statistics())
     }
 
+    pub fn back_up(&self, dir: &str) -> Result<Vec<crate::ShardBackup>> {
+        self.runtime.block_on(self.inner.back_up(dir))
+    }
+
     /// The async session underneath, for code that mixes both styles.
     pub fn as_async(&self) -> &crate::Session {
         &self.inner

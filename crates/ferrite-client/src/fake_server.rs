@@ -220,6 +220,10 @@ pub(crate) async fn serve_memory_shard_stalling(
                 log.push("find".to_owned());
                 error(ErrorCode::InvalidArgument, "the fake shard keeps no secondary index")
             }
+            Request::Backup { dir } => {
+                log.push(format!("backup {dir}"));
+                Response::BackedUp(ferrite_proto::BackupReport { lsn: u64::from(shard_index), files: 1, bytes: 1 })
+            }
             Request::GetStatistics => {
                 log.push("get_statistics".to_owned());
                 Response::Statistics(vec![

@@ -49,6 +49,7 @@ pub(crate) enum Reply {
     Found { keys: Vec<Bytes>, next: Option<Bytes> },
     Statistics(Vec<(String, u64)>),
     Invoked(Vec<InvokeResponse>),
+    BackedUp(ferrite_proto::BackupReport),
 }
 
 impl Reply {
@@ -106,6 +107,7 @@ impl Reply {
                 keys: keys.into_iter().map(|key| body.slice_ref(key)).collect(),
                 next: next.map(|key| body.slice_ref(key)),
             },
+            Response::BackedUp(report) => Reply::BackedUp(report),
             Response::Statistics(stats) => {
                 Reply::Statistics(stats.into_iter().map(|s| (s.name.to_owned(), s.value)).collect())
             }
@@ -135,6 +137,7 @@ impl Reply {
             Reply::Found { .. } => "found",
             Reply::Statistics(_) => "statistics",
             Reply::Invoked(_) => "invoked",
+            Reply::BackedUp(_) => "backed_up",
         }
     }
 

@@ -31,6 +31,17 @@ impl Default for ClientOptions {
     }
 }
 
+/// What one shard's backup copied ([`Session::back_up`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ShardBackup {
+    pub shard: u16,
+    /// The last log record the backup holds: every write the shard had applied when the backup
+    /// began is in it.
+    pub lsn: u64,
+    pub files: u64,
+    pub bytes: u64,
+}
+
 /// How to create a pool.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PoolOptions {
@@ -277,6 +288,25 @@ impl Session {
             .map(|(shard, reply)| match reply {
                 Reply::Statistics(counters) => Ok(ShardStatistics { shard, counters }),
                 other => Err(other.unexpected("statistics")),
+            })
+            .collect()
+    }
+
+    /// Backs up every shard into `dir` on the server's file system (an absolute path; each shard
+    /// writes `dir/shard-N`) while the server keeps serving: each shard copies its last
+    /// checkpoint and its log up to the last record it had applied, durably. Returns each shard's
+    /// report, in shard order. See `docs/deployment.md`, "Backups".
+    pub async fn back_up(&self, dir: &str) -> Result<Vec<ShardBackup>> {
+        let request = Request::Backup { dir };
+        request.check(&self.limits())?;
+        self.ask_every_shard(&request)
+            .await?
+            .into_iter()
+            .map(|(shard, reply)| match reply {
+                Reply::BackedUp(report) => {
+                    Ok(ShardBackup { shard, lsn: report.lsn, files: report.files, bytes: report.bytes })
+                }
+                other => Err(other.unexpected("backup")),
             })
             .collect()
     }

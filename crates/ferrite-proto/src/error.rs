@@ -194,6 +194,8 @@ pub enum ProtocolError {
     InvalidInvocation { reason: &'static str },
     #[error("plugin chain {chain:?} is invalid: {reason}")]
     InvalidPluginChain { chain: String, reason: &'static str },
+    #[error("backup directory {dir:?} is not an absolute path")]
+    RelativeBackupDir { dir: String },
 }
 
 impl ProtocolError {
@@ -211,6 +213,7 @@ impl ProtocolError {
             | ProtocolError::UnknownFindKind(_)
             | ProtocolError::InvalidFindLimit(_)
             | ProtocolError::InvalidPluginChain { .. }
+            | ProtocolError::RelativeBackupDir { .. }
             | ProtocolError::InvalidInvocation { .. } => ErrorCode::InvalidArgument,
             ProtocolError::Truncated { .. }
             | ProtocolError::TrailingBytes { .. }

@@ -38,12 +38,13 @@ pub enum Opcode {
     GetStatistics = 0x0030,
     InvokeAdo = 0x0040,
     InvokePutAdo = 0x0041,
+    Backup = 0x0050,
     Error = 0xFFFF,
 }
 
 impl Opcode {
     /// Every request opcode.
-    pub const REQUESTS: [Opcode; 15] = [
+    pub const REQUESTS: [Opcode; 16] = [
         Opcode::Hello,
         Opcode::CreatePool,
         Opcode::OpenPool,
@@ -59,6 +60,7 @@ impl Opcode {
         Opcode::GetStatistics,
         Opcode::InvokeAdo,
         Opcode::InvokePutAdo,
+        Opcode::Backup,
     ];
 
     pub fn from_request(raw: u16) -> Option<Opcode> {
@@ -462,6 +464,12 @@ pub enum Request<'a> {
         value: &'a [u8],
         payload: &'a [u8],
     },
+    /// Copies the shard's durable state (its last checkpoint and its log up to the last record
+    /// applied) into `dir/shard-N` on the server's file system while it keeps serving, and
+    /// answers [`Response::BackedUp`] once the copy is durable. `dir` is an absolute path.
+    Backup {
+        dir: &'a str,
+    },
 }
 
 /// Most plugins in a pool's chain.
@@ -498,6 +506,29 @@ fn check_plugin_chain(chain: &str) -> Result<(), ProtocolError> {
     }
     if count > PLUGINS_MAX {
         return invalid("a chain has at most 8 plugins");
+    }
+    Ok(())
+}
+
+/// What a shard's backup copied: the last log record it holds, and its files and bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BackupReport {
+    pub lsn: u64,
+    pub files: u64,
+    pub bytes: u64,
+}
+
+/// Longest backup directory path a request may carry.
+pub const BACKUP_DIR_BYTES_MAX: usize = 4096;
+
+/// A backup directory is an absolute path of at most [`BACKUP_DIR_BYTES_MAX`] bytes: the server
+/// resolves it on its own file system, where the client's working directory means nothing.
+fn check_backup_dir(dir: &str) -> Result<(), ProtocolError> {
+    if dir.len() > BACKUP_DIR_BYTES_MAX {
+        return Err(ProtocolError::FrameTooLarge { len: dir.len(), max: BACKUP_DIR_BYTES_MAX });
+    }
+    if !dir.starts_with('/') {
+        return Err(ProtocolError::RelativeBackupDir { dir: dir.to_owned() });
     }
     Ok(())
 }
@@ -633,6 +664,7 @@ impl<'a> Request<'a> {
             Request::GetStatistics => Opcode::GetStatistics,
             Request::InvokeAdo { .. } => Opcode::InvokeAdo,
             Request::InvokePutAdo { .. } => Opcode::InvokePutAdo,
+            Request::Backup { .. } => Opcode::Backup,
         }
     }
 
@@ -668,6 +700,7 @@ impl<'a> Request<'a> {
                 Ok(())
             }
             Request::ClosePool { .. } | Request::ListPools | Request::Count { .. } | Request::GetStatistics => Ok(()),
+            Request::Backup { dir } => check_backup_dir(dir),
             Request::InvokeAdo { flags, key, payload, value_size, .. } => {
                 check_key(key, limits)?;
                 check_value(payload, limits)?;
@@ -766,6 +799,12 @@ impl<'a> Request<'a> {
                 no_flags(header, "get_statistics")?;
                 Request::GetStatistics
             }
+            Opcode::Backup => {
+                no_flags(header, "backup")?;
+                let dir = r.str16("backup directory")?;
+                check_backup_dir(dir)?;
+                Request::Backup { dir }
+            }
             Opcode::InvokeAdo => {
                 let flags = InvokeFlags::from_bits(header.flags)?;
                 let pool = PoolHandle(r.u64()?);
@@ -831,6 +870,7 @@ impl<'a> Request<'a> {
                 }
             }
             Request::OpenPool { name } | Request::DeletePool { name } => put_str16(out, name),
+            Request::Backup { dir } => put_str16(out, dir),
             Request::ClosePool { pool } | Request::Count { pool } => out.put_u64_le(pool.0),
             Request::ListPools | Request::GetStatistics => {}
             Request::Put { pool, key, value, .. } => {
@@ -993,6 +1033,8 @@ pub enum Response<'a> {
     Invoked {
         buffers: Vec<InvokeBuffer<'a>>,
     },
+    /// The shard's backup is complete and durable.
+    BackedUp(BackupReport),
     Error {
         code: ErrorCode,
         message: &'a str,
@@ -1018,6 +1060,7 @@ impl<'a> Response<'a> {
             Response::Statistics(_) => Opcode::GetStatistics,
             // Also answers invoke_put_ado; see `encode_answer`.
             Response::Invoked { .. } => Opcode::InvokeAdo,
+            Response::BackedUp(_) => Opcode::Backup,
             Response::Error { .. } => Opcode::Error,
         }
     }
@@ -1096,6 +1139,11 @@ impl<'a> Response<'a> {
                         out.put_slice(next);
                     }
                 }
+            }
+            Response::BackedUp(report) => {
+                out.put_u64_le(report.lsn);
+                out.put_u64_le(report.files);
+                out.put_u64_le(report.bytes);
             }
             Response::Statistics(stats) => {
                 out.put_u16_le(u16::try_from(stats.len()).expect("statistics fit u16"));
@@ -1206,6 +1254,7 @@ impl<'a> Response<'a> {
                 };
                 Response::Found { keys, next }
             }
+            Opcode::Backup => Response::BackedUp(BackupReport { lsn: r.u64()?, files: r.u64()?, bytes: r.u64()? }),
             Opcode::GetStatistics => {
                 let count = r.u16()?;
                 let mut stats = Vec::with_capacity(usize::from(count).min(1024));

@@ -249,6 +249,7 @@ fn request<'f>(f: &'f Fields<'_>) -> Result<Request<'f>, String> {
             limit: f.u32("limit")?,
         },
         "get_statistics" => Request::GetStatistics,
+        "backup" => Request::Backup { dir: f.str("dir")? },
         "invoke_ado" => Request::InvokeAdo {
             pool: f.pool()?,
             flags: invoke_flags(f)?,
@@ -354,6 +355,11 @@ fn response<'f>(f: &'f Fields<'_>) -> Result<Response<'f>, String> {
                 .map(|entry| Ok(Statistic { name: entry_str(entry, "name")?, value: entry_u64(entry, "value")? }))
                 .collect::<Result<_, String>>()?,
         ),
+        "backed_up" => Response::BackedUp(ferrite_proto::BackupReport {
+            lsn: f.u64("lsn")?,
+            files: f.u64("files")?,
+            bytes: f.u64("bytes")?,
+        }),
         "invoked" => Response::Invoked {
             buffers: f.buffers.iter().map(|(layer, data)| InvokeBuffer { layer: *layer, data }).collect(),
         },

@@ -185,6 +185,38 @@ impl DataDir {
     }
 }
 
+/// Stamps `dir` (a backup directory) with the identity file of a data directory of `shard_count`
+/// shards, so that a backup is laid out as a data directory (`ferrite check` reads it as one). The
+/// shards of a server back up at once, each calling this: each writes its own temporary file and
+/// renames it into place, and every copy is the same text.
+pub(crate) fn stamp_backup_dir(dir: &Path, shard_count: usize, shard: usize) -> std::io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    let file = dir.join(IDENTITY_NAME);
+    if let Ok(text) = std::fs::read_to_string(&file) {
+        return match parse_identity(&text) {
+            Ok(found) if found == shard_count => Ok(()),
+            _ => Err(std::io::Error::other(format!(
+                "{} holds another server's backup ({} does not name {shard_count} shards)",
+                dir.display(),
+                file.display()
+            ))),
+        };
+    }
+    let temp = dir.join(format!("{IDENTITY_TEMP_NAME}.{shard}"));
+    let mut out = File::create(&temp)?;
+    out.write_all(identity_text(shard_count).as_bytes())?;
+    out.sync_all()?;
+    std::fs::rename(&temp, &file)?;
+    sync_dir(dir)
+}
+
+/// The shard count a backup directory (or a data directory) was stamped with.
+pub(crate) fn stamped_shard_count(dir: &Path) -> Result<usize, String> {
+    let file = dir.join(IDENTITY_NAME);
+    let text = std::fs::read_to_string(&file).map_err(|error| format!("cannot read {}: {error}", file.display()))?;
+    parse_identity(&text).map_err(|reason| format!("{} is not a valid identity file: {reason}", file.display()))
+}
+
 /// The identity file: three `key = value` lines and a CRC-32C of them, readable by a person.
 fn identity_text(shard_count: usize) -> String {
     let body = format!("format = {IDENTITY_MAGIC}\nversion = {IDENTITY_VERSION}\nshards = {shard_count}\n");

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-use ferrite_store::persistence::ssd::{Checkpointer, SharedLog, SyncThread};
+use ferrite_store::persistence::ssd::{Checkpointer, ShardPaths, SharedLog, SyncThread};
 use ferrite_store::persistence::wal::Lsn;
 use tokio::sync::{watch, Notify};
 
@@ -133,6 +133,8 @@ impl DurabilityTask {
 /// The durability machinery of one shard.
 #[derive(Debug)]
 pub(crate) struct ShardDurability {
+    /// Where the shard's log and checkpoints live.
+    pub paths: ShardPaths,
     pub log: SharedLog,
     pub gate: DurableGate,
     pub checkpointer: Checkpointer,
@@ -144,6 +146,9 @@ pub(crate) struct ShardDurability {
     pub last_checkpoint: Instant,
     /// Checkpoints completed since the server started.
     pub checkpoints: u64,
+    /// A backup is copying the checkpoint and log: no checkpoint may start (it would remove the
+    /// page files and recycle the segments the copy reads).
+    pub backing_up: bool,
     /// Stopped (after a last commit) when the shard stops.
     sync_thread: Option<SyncThread>,
 }
@@ -152,6 +157,7 @@ impl ShardDurability {
     /// Starts the sync thread of shard `index` over `log`.
     pub fn start(
         index: usize,
+        paths: ShardPaths,
         log: SharedLog,
         checkpointer: Checkpointer,
         config: DurabilityConfig,
@@ -184,6 +190,8 @@ impl ShardDurability {
             to_connections,
         };
         Ok(ShardDurability {
+            paths,
+            backing_up: false,
             gate: DurableGate { durable, wanted },
             task: Some(task),
             log,
@@ -225,7 +233,7 @@ impl ShardDurability {
     /// A checkpoint is due: enough log has accumulated, or enough time has passed and something
     /// changed since the last one.
     pub fn checkpoint_due(&self) -> bool {
-        if self.checkpointer.in_progress() {
+        if self.checkpointer.in_progress() || self.backing_up {
             return false;
         }
         let changed = self.log.last_lsn() >= self.checkpointer.manifest().replay_from.max(1);

@@ -56,7 +56,7 @@ pub(crate) struct Failure {
 }
 
 impl Failure {
-    fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+    pub(crate) fn new(code: ErrorCode, message: impl Into<String>) -> Self {
         Failure { code, message: message.into(), close: false }
     }
 
@@ -179,6 +179,10 @@ pub(crate) struct ShardState {
     pub calls_queued: Arc<tokio::sync::Notify>,
     /// Hosts asked to stop, kept until they exit or their grace runs out (then killed).
     pub retiring: Vec<(ferrite_ado::AdoLink, std::time::Instant)>,
+    /// Backups asked for and not yet begun: the directory and the caller's answer.
+    pub backups: Vec<crate::backup::PendingBackup>,
+    /// Told when a backup is asked for, for the shard's backup task.
+    pub backups_queued: Arc<tokio::sync::Notify>,
 }
 
 impl ShardState {
@@ -415,6 +419,11 @@ impl ShardState {
         session: &mut Session,
         now_ns: u64,
     ) -> Option<Result<Accepted, Failure>> {
+        if let Request::Backup { dir } = *request {
+            return Some(
+                self.checked(request, session).and_then(|()| self.queue_backup(dir, header.request_id, session)),
+            );
+        }
         if let Some(invoke) = Invoke::of(request, header.request_id) {
             return Some(self.checked(request, session).and_then(|()| self.invoke(invoke, session, now_ns)));
         }
@@ -559,6 +568,10 @@ impl ShardState {
             Request::GetStatistics => {
                 let durability = self.durability.as_ref().map(ShardDurability::report);
                 Ok(Response::Statistics(self.stats.report(self.index, self.pools.totals(), durability)))
+            }
+            // Taken by `answer_later` on native connections; no other front sends it.
+            Request::Backup { .. } => {
+                Err(Failure::new(ErrorCode::InvalidArgument, "a backup is asked for on a native connection"))
             }
         }
     }

@@ -5,6 +5,7 @@
 //! `docs/configuration.md`.
 
 mod ado;
+pub mod backup;
 mod buffered;
 mod checkpointing;
 mod completion;

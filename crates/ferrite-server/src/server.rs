@@ -203,6 +203,8 @@ impl BoundServer {
                 to_submit: Vec::new(),
                 host_started: Default::default(),
                 calls_queued: Default::default(),
+                backups: Vec::new(),
+                backups_queued: Default::default(),
             };
             let resp = resp_listeners.next().map(|(listener, address)| resp::Listener {
                 listener,
@@ -330,8 +332,9 @@ fn recover_one(
         "shard recovered from {}",
         dir.display()
     );
-    let durability = ShardDurability::start(index, log, recovered.checkpointer, config.durability)
-        .map_err(|source| ServerError::SyncThread { shard: index, source })?;
+    let durability =
+        ShardDurability::start(index, ShardPaths::new(&dir), log, recovered.checkpointer, config.durability)
+            .map_err(|source| ServerError::SyncThread { shard: index, source })?;
     Ok((pools, Some(durability)))
 }
 

@@ -14,6 +14,7 @@ use tokio::task::JoinSet;
 use tracing::{info, warn};
 
 use crate::ado;
+use crate::backup;
 use crate::checkpointing;
 use crate::connection;
 use crate::handler::ShardState;
@@ -103,6 +104,7 @@ async fn serve(
     let plugins = tokio::task::spawn_local(ado::supervise(Rc::clone(&shard), stop.clone()));
     let submitting = tokio::task::spawn_local(ado::submit_queued_calls(Rc::clone(&shard), stop.clone()));
     let scrapes = tokio::task::spawn_local(metrics::answer_snapshots(Rc::clone(&shard), snapshots));
+    let backups = tokio::task::spawn_local(backup::run(Rc::clone(&shard), stop.clone()));
     loop {
         tokio::select! {
             _ = stopping.wait_for(|stop| *stop) => break,
@@ -161,6 +163,7 @@ async fn serve(
     let _ = plugins.await;
     let _ = submitting.await;
     scrapes.abort();
+    let _ = backups.await;
     ado::stop_hosts(&shard).await;
     if let Some(durability) = shard.borrow_mut().durability.as_mut() {
         // Async writes acknowledged before the stop become durable now (a failed log takes none).

@@ -264,6 +264,7 @@ fn respond_native(header: &Header, body: &[u8], script: &Script, shard: u16, out
         Ok(Request::Find { .. }) => Response::Found { keys: Vec::new(), next: None },
         Ok(Request::GetStatistics) => Response::Statistics(Vec::new()),
         Ok(Request::InvokeAdo { .. } | Request::InvokePutAdo { .. }) => Response::Invoked { buffers: Vec::new() },
+        Ok(Request::Backup { .. }) => Response::BackedUp(ferrite_proto::BackupReport { lsn: 0, files: 0, bytes: 0 }),
         Err(error) => {
             message = error.to_string();
             Response::Error { code: error.code(), message: &message }

@@ -25,7 +25,8 @@ fn durable_shard(tag: &str) -> (ShardState, std::path::PathBuf) {
         recover_shard(&ShardPaths::new(&dir), WalConfig { segment_bytes: config.wal_segment_bytes }).expect("recover");
     let log = SharedLog::new(recovered.writer);
     let pools = Pools::logged(log.clone(), 16, recovered.next_pool_id);
-    let durability = ShardDurability::start(0, log, recovered.checkpointer, config).expect("sync thread");
+    let durability =
+        ShardDurability::start(0, ShardPaths::new(&dir), log, recovered.checkpointer, config).expect("sync thread");
     let state = ShardState {
         index: 0,
         shard_addresses: Arc::from(vec!["127.0.0.1:1".to_string()]),
@@ -48,6 +49,8 @@ fn durable_shard(tag: &str) -> (ShardState, std::path::PathBuf) {
         to_submit: Vec::new(),
         host_started: Default::default(),
         calls_queued: Default::default(),
+        backups: Vec::new(),
+        backups_queued: Default::default(),
     };
     (state, dir)
 }

@@ -10,6 +10,7 @@
 //! - [`checkpoint`]: page files, the manifest, the checkpoint state machine.
 //! - [`recovery`]: checkpoint + log replay after a restart.
 
+pub mod backup;
 pub mod checkpoint;
 pub mod log;
 pub mod logged;
@@ -23,6 +24,7 @@ mod growth_tests;
 #[cfg(test)]
 mod tests;
 
+pub use backup::{back_up_shard, restore_shard, BackupDescriptor, BackupError, ShardBackup, BACKUP_NAME};
 pub use checkpoint::{CheckpointError, CheckpointPool, Checkpointer, Manifest, Step};
 pub use log::{LogCounters, SharedLog, SyncThread};
 pub use logged::{LoggedMemory, UNLOGGED};

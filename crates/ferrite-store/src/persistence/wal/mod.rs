@@ -12,6 +12,7 @@
 //! log stays usable when space returns. Any write or sync failure poisons the writer: fsync errors
 //! are not transient, and retrying could report as durable a write the kernel already dropped.
 
+mod copy;
 mod format;
 mod reader;
 pub(crate) mod storage;
@@ -22,6 +23,7 @@ pub(crate) mod sim;
 #[cfg(test)]
 mod tests;
 
+pub use copy::{copy_until, CopiedLog};
 pub use format::{encode_record, record_bytes, Lsn, RecordPlace, SEGMENT_HEADER_BYTES};
 pub use reader::{recover, Recovered, SegmentState, TornCommit};
 pub use storage::{FsSegment, FsStorage, LogStorage, SegmentFile};

@@ -71,7 +71,7 @@ fn io_error(context: String) -> impl FnOnce(std::io::Error) -> WalError {
     move |source| WalError::Io { context, source }
 }
 
-fn read_segment<S: LogStorage>(storage: &S, name: &str) -> Result<Vec<u8>, WalError> {
+pub(super) fn read_segment<S: LogStorage>(storage: &S, name: &str) -> Result<Vec<u8>, WalError> {
     let file = storage.open(name).map_err(io_error(format!("opening {name}")))?;
     let len = file.size_bytes().map_err(io_error(format!("reading the size of {name}")))?;
     let mut bytes = vec![0u8; usize::try_from(len).expect("segments fit in memory")];
@@ -245,7 +245,7 @@ fn is_format_1_header(raw: &[u8]) -> bool {
 /// Splits the segment files into started ones (a valid header naming their own sequence), with
 /// their headers, and unstarted ones, both in sequence order. Segments start in sequence order, so
 /// an unstarted segment before a started one means the log was damaged.
-fn classify_segments<S: LogStorage>(storage: &S) -> Result<Classified, WalError> {
+pub(super) fn classify_segments<S: LogStorage>(storage: &S) -> Result<Classified, WalError> {
     let mut seqs: Vec<u64> = storage
         .list()
         .map_err(io_error("listing the log directory".into()))?

@@ -538,3 +538,50 @@ fn a_segment_of_the_first_format_is_refused() {
         other => panic!("a format-1 segment must be refused, got {other:?}"),
     }
 }
+
+/// A backup's copy of a log ends exactly at the chosen record, whatever follows it in the source:
+/// more committed records, or (mid-append) a damaged record followed by intact ones.
+#[test]
+fn a_copy_ends_at_its_record_whatever_follows_in_the_source() {
+    use super::format::decode_record;
+    use super::storage::{LogStorage, SegmentFile};
+    let source = SimStorage::default();
+    let mut writer = open_writer(&source, 1);
+    let expected: Vec<(Lsn, Vec<u8>)> =
+        (1..=230u64).map(|lsn| (lsn, payload(lsn, (lsn as usize * 13) % 200))).collect();
+    for (lsn, record) in &expected {
+        writer.append(record).expect("append");
+        if lsn % 9 == 0 {
+            writer.commit().expect("commit");
+        }
+    }
+    writer.commit().expect("commit");
+    for until in [0, 1, 57, 200, 230] {
+        let target = SimStorage::default();
+        super::copy_until(&source, &target, until).expect("copy");
+        assert_eq!(
+            replay(&target, 1).expect("the copy recovers"),
+            expected[..until as usize].to_vec(),
+            "until {until}"
+        );
+        assert_eq!(recover(&target, 1, |_, _| {}).expect("recover").next_lsn, until + 1);
+    }
+    // Damage record 201 in the source, as a copy taken while it is being written could see it.
+    let recovered = recover(&source, 1, |_, _| {}).expect("recover");
+    let holding = recovered.segments.iter().find(|s| s.first_lsn <= 201 && s.last_lsn >= Some(201)).expect("a segment");
+    let name = segment_name(holding.seq);
+    let file = source.open(&name).expect("open");
+    let mut bytes = vec![0u8; file.size_bytes().expect("size") as usize];
+    file.read_exact_at(0, &mut bytes).expect("read");
+    let mut position = SEGMENT_HEADER_BYTES as usize;
+    while let Some(record) = decode_record(&bytes[position..], holding.salt).filter(|record| record.lsn < 201) {
+        position += record.size as usize;
+    }
+    file.write_all_at(position as u64 + 40, &[0xFF; 8]).expect("damage record 201");
+    assert!(replay(&source, 1).is_err(), "the damaged source is refused");
+    let target = SimStorage::default();
+    super::copy_until(&source, &target, 200).expect("copy up to the damage");
+    assert_eq!(replay(&target, 1).expect("the copy recovers"), expected[..200].to_vec());
+    let error = super::copy_until(&source, &SimStorage::default(), 230).expect_err("record 201 is gone");
+    assert!(error.to_string().contains("ends at LSN 200"), "{error}");
+}

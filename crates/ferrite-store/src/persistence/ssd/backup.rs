@@ -1,0 +1,233 @@
+//! Online backups of a shard on the `ssd` backing, and restoring them.
+//!
+//! A backup of a shard is its last checkpoint (the manifest and the page files it names: immutable
+//! once written) and its log from the checkpoint's replay point up to a *backup LSN*, copied so
+//! that it ends exactly there ([`copy_until`]). The shard makes everything up to that LSN durable
+//! before the copy starts and starts no checkpoint until it ends, so neither the page files nor
+//! the log segments the copy reads are removed or recycled under it, while writes go on. The
+//! result is the shard as it was when record `lsn` was the last one: recovery from it (checkpoint
+//! plus replay) gives exactly the acknowledged state at that point.
+//!
+//! A backup directory is laid out like a data directory (`shard-N/checkpoint`, `shard-N/wal`),
+//! so `ferrite check` verifies it as it is, and each shard's copy ends with a descriptor,
+//! `shard-N/BACKUP`, written last: a shard directory without one is an unfinished copy. Like the
+//! data directory's identity file, it is `key = value` text with a CRC-32C of the lines above it:
+//!
+//! ```text
+//! format = ferrite-backup
+//! version = 1
+//! shard = 0
+//! shards = 2
+//! lsn = 12345
+//! crc32c = 1a2b3c4d
+//! ```
+
+use std::fs::File;
+use std::io::Write;
+use std::path::Path;
+
+use super::checkpoint::{sync_dir, Manifest, MANIFEST_NAME};
+use super::recovery::ShardPaths;
+use crate::persistence::wal::{copy_until, FsStorage, Lsn, WalError};
+
+/// The descriptor's file name in a shard's backup directory.
+pub const BACKUP_NAME: &str = "BACKUP";
+const BACKUP_TEMP_NAME: &str = "BACKUP.tmp";
+const BACKUP_MAGIC: &str = "ferrite-backup";
+const BACKUP_VERSION: u32 = 1;
+
+/// Why a backup or a restore failed. A failed backup leaves a shard directory without its
+/// descriptor, which a restore refuses.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum BackupError {
+    #[error("{context}: {source}")]
+    Io { context: String, source: std::io::Error },
+    #[error(transparent)]
+    Wal(#[from] WalError),
+    #[error(transparent)]
+    Checkpoint(#[from] super::CheckpointError),
+    #[error("{file} is not a valid backup descriptor: {reason}")]
+    Descriptor { file: String, reason: String },
+    #[error("{0}")]
+    Refused(String),
+}
+
+fn io_error(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> BackupError {
+    let context = context.into();
+    move |source| BackupError::Io { context, source }
+}
+
+/// What a shard's backup holds: which shard of how many, and up to which log record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BackupDescriptor {
+    pub shard: u16,
+    pub shards: u16,
+    /// The last log record the backup holds.
+    pub lsn: Lsn,
+}
+
+impl BackupDescriptor {
+    fn text(&self) -> String {
+        let body = format!(
+            "format = {BACKUP_MAGIC}\nversion = {BACKUP_VERSION}\nshard = {}\nshards = {}\nlsn = {}\n",
+            self.shard, self.shards, self.lsn
+        );
+        format!("{body}crc32c = {:08x}\n", crc32c::crc32c(body.as_bytes()))
+    }
+
+    fn parse(text: &str) -> Result<BackupDescriptor, String> {
+        let (body, crc_line) = text.trim_end_matches('\n').rsplit_once('\n').ok_or("too short")?;
+        let body = format!("{body}\n");
+        let stored = crc_line.strip_prefix("crc32c = ").ok_or("the last line is not its checksum")?;
+        if u32::from_str_radix(stored, 16).ok() != Some(crc32c::crc32c(body.as_bytes())) {
+            return Err("its checksum does not match".into());
+        }
+        let field = |key: &str| {
+            body.lines()
+                .find_map(|line| line.strip_prefix(key).and_then(|rest| rest.strip_prefix(" = ")))
+                .ok_or_else(|| format!("it has no `{key}` line"))
+        };
+        if field("format")? != BACKUP_MAGIC {
+            return Err(format!("it is not a `{BACKUP_MAGIC}` descriptor"));
+        }
+        let number = |key: &str| field(key)?.parse::<u64>().map_err(|_| format!("`{key}` is not a number"));
+        if number("version")? != u64::from(BACKUP_VERSION) {
+            return Err(format!("version {} (this build reads {BACKUP_VERSION})", number("version")?));
+        }
+        let small = |key: &str| u16::try_from(number(key)?).map_err(|_| format!("`{key}` is out of range"));
+        let descriptor = BackupDescriptor { shard: small("shard")?, shards: small("shards")?, lsn: number("lsn")? };
+        if descriptor.shard >= descriptor.shards {
+            return Err(format!("shard {} of {} shards", descriptor.shard, descriptor.shards));
+        }
+        Ok(descriptor)
+    }
+
+    /// The descriptor of the shard backup in `shard_dir`, or `None` if it has none (the copy
+    /// did not finish).
+    pub fn read(shard_dir: &Path) -> Result<Option<BackupDescriptor>, BackupError> {
+        let path = shard_dir.join(BACKUP_NAME);
+        match std::fs::read_to_string(&path) {
+            Ok(text) => BackupDescriptor::parse(&text)
+                .map(Some)
+                .map_err(|reason| BackupError::Descriptor { file: path.display().to_string(), reason }),
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(error) => Err(io_error(format!("reading {}", path.display()))(error)),
+        }
+    }
+
+    /// Writes the descriptor into `shard_dir` durably: the last step of a shard's backup.
+    fn write(&self, shard_dir: &Path) -> Result<(), BackupError> {
+        let temp = shard_dir.join(BACKUP_TEMP_NAME);
+        let context = format!("writing {}", temp.display());
+        let mut file = File::create(&temp).map_err(io_error(&context))?;
+        file.write_all(self.text().as_bytes()).map_err(io_error(&context))?;
+        file.sync_all().map_err(io_error(&context))?;
+        std::fs::rename(&temp, shard_dir.join(BACKUP_NAME)).map_err(io_error(&context))?;
+        sync_dir(shard_dir).map_err(io_error(format!("syncing {}", shard_dir.display())))
+    }
+}
+
+/// What a shard's backup copied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ShardBackup {
+    pub lsn: Lsn,
+    pub files: u64,
+    pub bytes: u64,
+}
+
+/// Copies `file` into `to` (a directory) and syncs the copy; returns its size.
+fn copy_file(file: &Path, to: &Path) -> Result<u64, BackupError> {
+    let name = file.file_name().expect("a file name");
+    let target = to.join(name);
+    let bytes = std::fs::copy(file, &target).map_err(io_error(format!("copying {}", file.display())))?;
+    File::open(&target).and_then(|copy| copy.sync_all()).map_err(io_error(format!("syncing {}", target.display())))?;
+    Ok(bytes)
+}
+
+fn create_dir(dir: &Path) -> Result<(), BackupError> {
+    std::fs::create_dir(dir).map_err(io_error(format!("creating {}", dir.display())))?;
+    if let Some(parent) = dir.parent() {
+        sync_dir(parent).map_err(io_error(format!("syncing {}", parent.display())))?;
+    }
+    Ok(())
+}
+
+/// Backs up the shard whose files are in `source` into `target` (a shard directory that must not
+/// exist yet), up to log record `descriptor.lsn`. The caller guarantees that every record up to
+/// it is durable and that no checkpoint runs until this returns.
+pub fn back_up_shard(
+    source: &ShardPaths,
+    target: &Path,
+    descriptor: BackupDescriptor,
+) -> Result<ShardBackup, BackupError> {
+    if target.exists() {
+        return Err(BackupError::Refused(format!(
+            "{} already exists: a backup goes into a new directory (or one without this shard)",
+            target.display()
+        )));
+    }
+    create_dir(target)?;
+    let copied = ShardPaths::new(target);
+    create_dir(&copied.checkpoint)?;
+    create_dir(&copied.wal)?;
+    let mut backup = ShardBackup { lsn: descriptor.lsn, files: 0, bytes: 0 };
+    if let Some(manifest) = Manifest::read(&source.checkpoint)? {
+        for name in std::iter::once(MANIFEST_NAME.to_owned()).chain(manifest.files()) {
+            backup.bytes += copy_file(&source.checkpoint.join(name), &copied.checkpoint)?;
+            backup.files += 1;
+        }
+    }
+    let log = copy_until(
+        &FsStorage::open_dir(&source.wal).map_err(io_error(format!("opening {}", source.wal.display())))?,
+        &FsStorage::open_dir(&copied.wal).map_err(io_error(format!("opening {}", copied.wal.display())))?,
+        descriptor.lsn,
+    )?;
+    backup.files += log.segments;
+    backup.bytes += log.bytes;
+    for dir in [&copied.checkpoint, &copied.wal] {
+        sync_dir(dir).map_err(io_error(format!("syncing {}", dir.display())))?;
+    }
+    descriptor.write(target)?;
+    Ok(backup)
+}
+
+/// Copies the shard backup in `backup` (which must have its descriptor) into a new shard's
+/// directories `target`; returns the files and bytes copied.
+pub fn restore_shard(backup: &Path, target: &ShardPaths) -> Result<(u64, u64), BackupError> {
+    if BackupDescriptor::read(backup)?.is_none() {
+        return Err(BackupError::Refused(format!(
+            "{} has no {BACKUP_NAME} descriptor: its backup did not finish",
+            backup.display()
+        )));
+    }
+    let copied = ShardPaths::new(backup);
+    let (mut files, mut bytes) = (0, 0);
+    for (from, to) in [(&copied.checkpoint, &target.checkpoint), (&copied.wal, &target.wal)] {
+        create_dir(to)?;
+        let entries = std::fs::read_dir(from).map_err(io_error(format!("listing {}", from.display())))?;
+        for entry in entries {
+            let path = entry.map_err(io_error(format!("listing {}", from.display())))?.path();
+            bytes += copy_file(&path, to)?;
+            files += 1;
+        }
+        sync_dir(to).map_err(io_error(format!("syncing {}", to.display())))?;
+    }
+    Ok((files, bytes))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn descriptors_read_back_and_refuse_damage() {
+        let descriptor = BackupDescriptor { shard: 1, shards: 4, lsn: 987_654 };
+        assert_eq!(BackupDescriptor::parse(&descriptor.text()), Ok(descriptor));
+        let damaged = descriptor.text().replace("lsn = 987654", "lsn = 987655");
+        assert!(BackupDescriptor::parse(&damaged).expect_err("checksum").contains("checksum"));
+        let body = "format = ferrite-backup\nversion = 1\nshard = 4\nshards = 4\nlsn = 1\n";
+        let bad = format!("{body}crc32c = {:08x}\n", crc32c::crc32c(body.as_bytes()));
+        assert!(BackupDescriptor::parse(&bad).expect_err("shard out of range").contains("shard 4 of 4"));
+    }
+}
