@@ -53,6 +53,21 @@ def test_counters_match_the_operations_sent(metrics_server):
         return after[key] - before[key]
 
     assert (grew("put"), grew("get"), grew("erase")) == (37, 23, 3)
+
+    def grew_by(name, **labels):
+        key = (name, frozenset(labels.items()))
+        return after[key] - before.get(key, 0)
+
+    # Per pool, and the latency histograms: one observation per request, each bucket cumulative.
+    assert grew_by("ferrite_pool_requests_total", shard="1", pool="@1/redis", op="put") == 37
+    assert grew_by("ferrite_pool_requests_total", shard="1", pool="@1/redis", op="get") == 23
+    assert grew_by("ferrite_request_seconds_count", shard="1", op="put") == 37
+    assert grew_by("ferrite_request_seconds_bucket", shard="1", op="get", le="+Inf") == 23
+    assert value(after, "ferrite_request_seconds_sum", shard="1", op="put") > 0
+    sent = 37 * len("SET k00 vvvv") + 23 * len("GET k00")
+    assert grew_by("ferrite_received_bytes_total", shard="1") >= sent
+    assert grew_by("ferrite_sent_bytes_total", shard="1") >= 37 * len("+OK\r\n")
+    assert value(after, "ferrite_recovery_seconds", shard="1") >= 0
     assert value(after, "ferrite_operations_total", shard="0", op="put") == 0, "shard 0 saw none of it"
     assert value(after, "ferrite_pool_objects", shard="1", pool="@1/redis") == 34
     assert value(after, "ferrite_connections", shard="1") >= 1

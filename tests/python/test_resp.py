@@ -98,6 +98,15 @@ def test_info(r):
     assert info["connected_clients"] >= 1
     assert info["db0"]["keys"] == 2
     assert r.info("keyspace") == {"db0": {"keys": 2, "expires": 0, "avg_ttl": 0}}
+    persistence = r.info("persistence")
+    assert persistence["aof_enabled"] == 1, "the default pool is durable: its log takes the AOF's place"
+    assert persistence["loading"] == 0
+    assert persistence["ferrite_wal_commits"] >= 1 and persistence["ferrite_durable_lsn"] >= 1
+    # One field of each of Redis's default sections: server, clients, memory, persistence, stats,
+    # keyspace.
+    everything = r.info()
+    for field in ("redis_version", "connected_clients", "used_memory", "aof_enabled", "total_commands_processed", "db0"):
+        assert field in everything, field
 
 
 def test_pipeline_without_transaction(r):

@@ -62,7 +62,7 @@ impl ShardState {
                 format!("shard {}: a backup is already running; wait for it to finish", self.index),
             ));
         }
-        let answer = Completion::telling(session.answers.clone());
+        let answer = Completion::telling(session.answers.clone(), crate::stats::Op::Other);
         self.backups.push(PendingBackup { dir: PathBuf::from(dir), request_id, answer: Arc::clone(&answer) });
         self.backups_queued.notify_one();
         Ok(Accepted::Later(answer))

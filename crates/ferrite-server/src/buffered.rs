@@ -11,6 +11,7 @@
 
 use std::cell::RefCell;
 use std::sync::Arc;
+use std::time::Instant;
 
 use bytes::BytesMut;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -19,6 +20,7 @@ use tokio::sync::{watch, Notify};
 
 use crate::completion::Completion;
 use crate::durability::DurableGate;
+use crate::stats::{BatchOps, Traffic};
 use ferrite_store::persistence::wal::Lsn;
 
 /// Responses are flushed once this much is buffered, so a client that pipelines many large reads
@@ -53,6 +55,8 @@ const DEFERRED_MAX: usize = 256;
 pub(crate) struct Deferred {
     pub notify: Arc<Notify>,
     pub pending: RefCell<Vec<Arc<Completion>>>,
+    /// The answers being written, for their latencies; kept to reuse its allocation.
+    sent: RefCell<Vec<(crate::stats::Op, Instant)>>,
 }
 
 /// How a connection's loop ended.
@@ -94,18 +98,28 @@ impl Buffers {
     }
 }
 
+/// The socket a connection drives, and what it counts there.
+pub(crate) struct Socket<'a> {
+    pub stream: &'a mut TcpStream,
+    pub traffic: &'a Traffic,
+}
+
 /// Runs the loop until the peer hangs up, `answer` says to close, or the shard stops. `answer`
 /// consumes complete requests from `buffers.read`, appends their responses to `buffers.write`,
-/// and says which LSN must be durable before they are sent (0: none); `gate` waits for it.
+/// and says which LSN must be durable before they are sent (0: none), and how many requests of
+/// each kind it answered; `gate` waits for the LSN. A batch's latency runs from the read that
+/// brought its requests to the write of its responses.
 pub(crate) async fn drive(
-    stream: &mut TcpStream,
+    socket: Socket<'_>,
     shutdown: &mut watch::Receiver<bool>,
     buffers: &mut Buffers,
     mut gate: Option<DurableGate>,
     deferred: &Deferred,
-    mut answer: impl FnMut(&mut Buffers) -> (Next, Lsn),
+    mut answer: impl FnMut(&mut Buffers) -> (Next, Lsn, BatchOps),
 ) -> std::io::Result<Ended> {
+    let Socket { stream, traffic } = socket;
     let mut next = Next::Read;
+    let mut batch_read = Instant::now();
     loop {
         if matches!(next, Next::Read) {
             if buffers.read.capacity() - buffers.read.len() < buffers.read_chunk_bytes / 4 {
@@ -120,20 +134,24 @@ pub(crate) async fn drive(
             };
             match read {
                 Some(0) => return Ok(Ended::PeerClosed),
-                Some(_) => {}
+                Some(bytes) => {
+                    traffic.read(bytes);
+                    batch_read = Instant::now();
+                }
                 None => {
-                    if let Some(ended) = send_ready(stream, shutdown, gate.as_mut(), deferred).await? {
+                    if let Some(ended) = send_ready(stream, traffic, shutdown, gate.as_mut(), deferred).await? {
                         return Ok(ended);
                     }
                     continue;
                 }
             }
         }
-        let wait_lsn;
-        (next, wait_lsn) = answer(buffers);
-        if let Some(ended) = send(stream, shutdown, gate.as_mut(), wait_lsn, &mut buffers.write).await? {
+        let (wait_lsn, ops);
+        (next, wait_lsn, ops) = answer(buffers);
+        if let Some(ended) = send(stream, traffic, shutdown, gate.as_mut(), wait_lsn, &mut buffers.write).await? {
             return Ok(ended);
         }
+        traffic.answered(&ops, batch_read.elapsed());
         if let Next::Wait(completion) = &next {
             tokio::select! {
                 biased;
@@ -141,8 +159,11 @@ pub(crate) async fn drive(
                 () = completion.wait() => {}
             }
             let (mut response, wait_lsn) = completion.take();
-            if let Some(ended) = send(stream, shutdown, gate.as_mut(), wait_lsn, &mut response).await? {
+            if let Some(ended) = send(stream, traffic, shutdown, gate.as_mut(), wait_lsn, &mut response).await? {
                 return Ok(ended);
+            }
+            if let Some((op, read)) = completion.timed() {
+                traffic.answered_one(op, read.elapsed());
             }
             // Answer what is already buffered before reading more.
             next = Next::Flush;
@@ -150,7 +171,7 @@ pub(crate) async fn drive(
         if matches!(next, Next::Close) {
             return Ok(Ended::Closed);
         }
-        if let Some(ended) = send_ready(stream, shutdown, gate.as_mut(), deferred).await? {
+        if let Some(ended) = send_ready(stream, traffic, shutdown, gate.as_mut(), deferred).await? {
             return Ok(ended);
         }
         buffers.shrink_idle();
@@ -160,12 +181,15 @@ pub(crate) async fn drive(
 /// Writes every deferred answer that is ready, once the log is durable as far as they need.
 async fn send_ready(
     stream: &mut TcpStream,
+    traffic: &Traffic,
     shutdown: &mut watch::Receiver<bool>,
     gate: Option<&mut DurableGate>,
     deferred: &Deferred,
 ) -> std::io::Result<Option<Ended>> {
     let mut out = BytesMut::new();
     let mut wait_lsn = 0;
+    // Taken out of its cell for the write: the cell is never borrowed across an await.
+    let mut sent = std::mem::take(&mut *deferred.sent.borrow_mut());
     deferred.pending.borrow_mut().retain(|completion| {
         if !completion.is_done() {
             return true;
@@ -173,15 +197,22 @@ async fn send_ready(
         let (response, lsn) = completion.take();
         out.extend_from_slice(&response);
         wait_lsn = wait_lsn.max(lsn);
+        sent.extend(completion.timed());
         false
     });
-    send(stream, shutdown, gate, wait_lsn, &mut out).await
+    let ended = send(stream, traffic, shutdown, gate, wait_lsn, &mut out).await?;
+    for (op, read) in sent.drain(..) {
+        traffic.answered_one(op, read.elapsed());
+    }
+    *deferred.sent.borrow_mut() = sent;
+    Ok(ended)
 }
 
 /// Writes `out` once the log is durable up to `wait_lsn` (0: at once) and clears it; `Some` if
 /// the connection must end instead.
 async fn send(
     stream: &mut TcpStream,
+    traffic: &Traffic,
     shutdown: &mut watch::Receiver<bool>,
     gate: Option<&mut DurableGate>,
     wait_lsn: Lsn,
@@ -202,6 +233,7 @@ async fn send(
             _ = shutdown.wait_for(|stop| *stop) => return Ok(Some(Ended::ShuttingDown)),
             written = stream.write_all(out) => written?,
         }
+        traffic.wrote(out.len());
         out.clear();
     }
     Ok(None)

@@ -114,6 +114,9 @@ async fn checkpoint(shard: &Rc<RefCell<ShardState>>, shutdown: &mut watch::Recei
                         let completed = durability.checkpointer.complete(Ok(manifest));
                         durability.last_checkpoint = Instant::now();
                         durability.checkpoints += 1;
+                        durability.last_checkpoint_took = started.elapsed();
+                        durability.last_checkpoint_pages = pages_written;
+                        durability.checkpoint_pages_total += pages_written;
                         break completed.map(|_| (seq, recycled));
                     }
                     Err(error) => {

@@ -7,10 +7,13 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Instant;
 
 use bytes::BytesMut;
 use ferrite_store::persistence::wal::Lsn;
 use tokio::sync::Notify;
+
+use crate::stats::Op;
 
 #[derive(Debug, Default)]
 pub(crate) struct Completion {
@@ -23,6 +26,9 @@ pub(crate) struct Completion {
     response: Mutex<BytesMut>,
     /// What must be durable before the response leaves (0: nothing).
     wait_lsn: AtomicU64,
+    /// For an answer a client waits for: the kind of its request and when it was read, for the
+    /// latency metrics.
+    timed: Option<(Op, Instant)>,
 }
 
 impl Completion {
@@ -30,9 +36,15 @@ impl Completion {
         Arc::new(Completion::default())
     }
 
-    /// A completion that also tells `connection` (if any) when it completes.
-    pub(crate) fn telling(connection: Option<Arc<Notify>>) -> Arc<Completion> {
-        Arc::new(Completion { connection, ..Completion::default() })
+    /// The answer to a request of kind `op` read now, which also tells `connection` (if any)
+    /// when it completes.
+    pub(crate) fn telling(connection: Option<Arc<Notify>>, op: Op) -> Arc<Completion> {
+        Arc::new(Completion { connection, timed: Some((op, Instant::now())), ..Completion::default() })
+    }
+
+    /// The kind of request this answers and when it was read, if it answers one.
+    pub(crate) fn timed(&self) -> Option<(Op, Instant)> {
+        self.timed
     }
 
     /// Completes with `encode`'s frames, to be sent once the log is durable up to `wait_lsn`.

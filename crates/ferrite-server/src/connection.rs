@@ -40,13 +40,16 @@ pub(crate) async fn serve(mut stream: TcpStream, shard: Rc<RefCell<ShardState>>,
     let gate = shard.borrow().durable_gate();
     let deferred = Deferred::default();
     framing.session.answers = Some(Arc::clone(&deferred.notify));
-    let ended = buffered::drive(&mut stream, &mut shutdown, &mut buffers, gate, &deferred, |buffers| {
+    let traffic = Arc::clone(&shard.borrow().traffic);
+    let socket = buffered::Socket { stream: &mut stream, traffic: &traffic };
+    let ended = buffered::drive(socket, &mut shutdown, &mut buffers, gate, &deferred, |buffers| {
         let mut shard = shard.borrow_mut();
         let next = framing.answer_buffered(&mut shard, buffers);
         shard.submit_soon();
         shard.low_load_poll.answered();
         deferred.pending.borrow_mut().append(&mut framing.session.deferred);
-        (next, std::mem::take(&mut framing.session.wait_lsn))
+        let session = &mut framing.session;
+        (next, std::mem::take(&mut session.wait_lsn), std::mem::take(&mut session.batch_ops))
     })
     .await;
     match ended {

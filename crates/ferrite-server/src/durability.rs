@@ -149,6 +149,13 @@ pub(crate) struct ShardDurability {
     /// A backup is copying the checkpoint and log: no checkpoint may start (it would remove the
     /// page files and recycle the segments the copy reads).
     pub backing_up: bool,
+    /// How long the last checkpoint took and how many pages it wrote, and the pages written
+    /// since start, for the metrics endpoint.
+    pub last_checkpoint_took: std::time::Duration,
+    pub last_checkpoint_pages: u64,
+    pub checkpoint_pages_total: u64,
+    /// How long the shard took to recover from its files at start.
+    pub recovered_in: std::time::Duration,
     /// Stopped (after a last commit) when the shard stops.
     sync_thread: Option<SyncThread>,
 }
@@ -192,6 +199,10 @@ impl ShardDurability {
         Ok(ShardDurability {
             paths,
             backing_up: false,
+            last_checkpoint_took: std::time::Duration::ZERO,
+            last_checkpoint_pages: 0,
+            checkpoint_pages_total: 0,
+            recovered_in: std::time::Duration::ZERO,
             gate: DurableGate { durable, wanted },
             task: Some(task),
             log,

@@ -30,7 +30,7 @@ use crate::low_load_poll::LowLoadPoll;
 use crate::plugins::PluginRegistry;
 use crate::pools::{CreateRefused, NewPool, Pool, Pools};
 use crate::session::Session;
-use crate::stats::ShardStats;
+use crate::stats::{Op, ShardStats, Traffic};
 pub(crate) use invoke::{Accepted, Invoke};
 
 /// Whether a connection goes on after a request.
@@ -183,6 +183,10 @@ pub(crate) struct ShardState {
     pub backups: Vec<crate::backup::PendingBackup>,
     /// Told when a backup is asked for, for the shard's backup task.
     pub backups_queued: Arc<tokio::sync::Notify>,
+    /// Bytes and latencies its connections count.
+    pub traffic: Arc<Traffic>,
+    /// The pool of the request being answered, if it names one: its failure is counted there.
+    pub current_pool: Option<PoolHandle>,
 }
 
 impl ShardState {
@@ -277,6 +281,7 @@ impl ShardState {
         out: &mut BytesMut,
     ) -> Flow {
         self.stats.requests += 1;
+        self.current_pool = None;
         let outcome = match Request::decode(header, body) {
             Ok(request) => match self.answer_later(&request, header, session, now_ns) {
                 Some(Ok(Accepted::Later(completion))) => {
@@ -343,9 +348,26 @@ impl ShardState {
         self.answer_error(&failure, header.request_id, out)
     }
 
+    /// Counts a request on `pool` (if it names one), whose failure, if it fails, is then counted
+    /// there too ([`Self::count_failure`]).
+    pub(crate) fn count_pool_request(&mut self, pool: Option<PoolHandle>, op: Op) {
+        self.current_pool = pool;
+        if let Some(pool) = pool.and_then(|pool| self.pools.get_mut(pool)) {
+            pool.counters.ops[op as usize] += 1;
+        }
+    }
+
+    /// Counts a request answered with an error, on the shard and on its pool.
+    pub(crate) fn count_failure(&mut self) {
+        self.stats.failures += 1;
+        if let Some(pool) = self.current_pool.take().and_then(|pool| self.pools.get_mut(pool)) {
+            pool.counters.failures += 1;
+        }
+    }
+
     /// Answers a request that failed with its error frame; closes the connection if it must.
     fn answer_error(&mut self, failure: &Failure, request_id: u64, out: &mut BytesMut) -> Flow {
-        self.stats.failures += 1;
+        self.count_failure();
         Response::Error { code: failure.code, message: &failure.message }.encode(request_id, out);
         if failure.close {
             Flow::Close
@@ -462,6 +484,9 @@ impl ShardState {
             ));
         }
         request.check(&self.limits)?;
+        let op = Op::of(&request);
+        session.batch_ops[op as usize] += 1;
+        self.count_pool_request(pool_of(&request), op);
         match request {
             Request::Hello { version, .. } => self.hello(version, session),
             Request::CreatePool { name, size_bytes, expected_objects, flags, plugins } => {
@@ -805,6 +830,22 @@ fn find<'p>(pool: &'p Pool, step: FindStep<'_>, cursor_slot: &'p mut [u8; 8]) ->
         None => None,
     };
     Ok(Response::Found { keys: page.keys, next })
+}
+
+/// The pool a request works on, if it names one by handle.
+fn pool_of(request: &Request<'_>) -> Option<PoolHandle> {
+    match *request {
+        Request::Put { pool, .. }
+        | Request::Get { pool, .. }
+        | Request::Erase { pool, .. }
+        | Request::Count { pool }
+        | Request::GetAttribute { pool, .. }
+        | Request::Find { pool, .. }
+        | Request::ClosePool { pool }
+        | Request::InvokeAdo { pool, .. }
+        | Request::InvokePutAdo { pool, .. } => Some(pool),
+        _ => None,
+    }
 }
 
 #[cfg(test)]

@@ -12,15 +12,17 @@ use std::net::TcpListener;
 use std::time::Duration;
 
 use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, NoLabelSet};
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{mpsc, oneshot};
 use tracing::warn;
 
 use crate::handler::ShardState;
+use crate::stats::{LatencySnapshot, Op, PoolCounters, OPS};
 
 /// How long a scrape waits for a shard's snapshot before leaving that shard out.
 const SHARD_ANSWER_TIMEOUT: Duration = Duration::from_secs(2);
@@ -37,12 +39,13 @@ const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset
 /// A request for a shard's snapshot: the shard answers on the sender.
 pub(crate) type SnapshotRequest = oneshot::Sender<ShardSnapshot>;
 
-/// One pool's gauges.
+/// One pool's gauges and counters.
 #[derive(Debug, Clone)]
 pub(crate) struct PoolSnapshot {
     pub name: String,
     pub objects: u64,
     pub memory_bytes: u64,
+    pub counters: PoolCounters,
 }
 
 /// A shard's durable log, on the `ssd` backing.
@@ -53,6 +56,10 @@ pub(crate) struct LogSnapshot {
     pub appended_lsn: u64,
     pub durable_lsn: u64,
     pub checkpoints: u64,
+    pub checkpoint_pages: u64,
+    pub last_checkpoint_seconds: f64,
+    pub last_checkpoint_pages: u64,
+    pub recovery_seconds: f64,
 }
 
 /// Everything one shard reports to a scrape.
@@ -71,6 +78,10 @@ pub(crate) struct ShardSnapshot {
     pub connections: u64,
     pub connections_accepted: u64,
     pub connections_refused: u64,
+    pub bytes_in: u64,
+    pub bytes_out: u64,
+    /// Request latencies, by [`Op`] kind in [`Op::ALL`] order.
+    pub latency: [LatencySnapshot; OPS],
     pub pools: Vec<PoolSnapshot>,
     pub log: Option<LogSnapshot>,
 }
@@ -87,6 +98,10 @@ impl ShardState {
                 appended_lsn: durability.log.last_lsn(),
                 durable_lsn: durability.gate.durable_lsn(),
                 checkpoints: durability.checkpoints,
+                checkpoint_pages: durability.checkpoint_pages_total,
+                last_checkpoint_seconds: durability.last_checkpoint_took.as_secs_f64(),
+                last_checkpoint_pages: durability.last_checkpoint_pages,
+                recovery_seconds: durability.recovered_in.as_secs_f64(),
             }
         });
         ShardSnapshot {
@@ -103,10 +118,18 @@ impl ShardState {
             connections: stats.clients,
             connections_accepted: stats.clients_total,
             connections_refused: stats.clients_refused,
+            bytes_in: self.traffic.bytes().0,
+            bytes_out: self.traffic.bytes().1,
+            latency: Op::ALL.map(|op| self.traffic.latency(op)),
             pools: self
                 .pools
                 .each()
-                .map(|(name, objects, memory_bytes)| PoolSnapshot { name: name.to_owned(), objects, memory_bytes })
+                .map(|pool| PoolSnapshot {
+                    name: pool.name.clone(),
+                    objects: pool.store.count(),
+                    memory_bytes: pool.memory().total_bytes(),
+                    counters: pool.counters,
+                })
                 .collect(),
             log,
         }
@@ -162,6 +185,13 @@ impl Collector for Scrape {
         self.family(&mut encoder, "ferrite_failures", "Requests answered with an error.", |s| {
             vec![(shard_labels(s), counter(s.failures))]
         })?;
+        self.family(&mut encoder, "ferrite_received_bytes", "Bytes read from client connections.", |s| {
+            vec![(shard_labels(s), counter(s.bytes_in))]
+        })?;
+        self.family(&mut encoder, "ferrite_sent_bytes", "Bytes written to client connections.", |s| {
+            vec![(shard_labels(s), counter(s.bytes_out))]
+        })?;
+        self.latency(&mut encoder)?;
         self.family(
             &mut encoder,
             "ferrite_invocation_failures",
@@ -199,6 +229,29 @@ impl Collector for Scrape {
             }
         };
         self.family(&mut encoder, "ferrite_pool_objects", "Key-value pairs in the pool.", per_pool(|p| p.objects))?;
+        self.family(&mut encoder, "ferrite_pool_requests", "Requests on the pool, by kind.", |s| {
+            s.pools
+                .iter()
+                .flat_map(|pool| {
+                    Op::ALL.into_iter().map(|op| {
+                        let mut labels = shard_labels(s);
+                        labels.push(("pool", pool.name.clone()));
+                        labels.push(("op", op.name().to_owned()));
+                        (labels, counter(pool.counters.ops[op as usize]))
+                    })
+                })
+                .collect()
+        })?;
+        self.family(&mut encoder, "ferrite_pool_failures", "Requests on the pool answered with an error.", |s| {
+            s.pools
+                .iter()
+                .map(|pool| {
+                    let mut labels = shard_labels(s);
+                    labels.push(("pool", pool.name.clone()));
+                    (labels, counter(pool.counters.failures))
+                })
+                .collect()
+        })?;
         self.family(
             &mut encoder,
             "ferrite_pool_memory_bytes",
@@ -216,6 +269,40 @@ impl Collector for Scrape {
             per_log(|l| l.commits),
         )?;
         self.family(&mut encoder, "ferrite_checkpoints", "Checkpoints completed.", per_log(|l| l.checkpoints))?;
+        self.family(
+            &mut encoder,
+            "ferrite_checkpoint_pages",
+            "Pages written by checkpoints.",
+            per_log(|l| l.checkpoint_pages),
+        )?;
+        let seconds_gauge = |value: fn(&LogSnapshot) -> f64| {
+            move |s: &ShardSnapshot| {
+                s.log.map(|log| (shard_labels(s), ConstGauge::new(value(&log)))).into_iter().collect()
+            }
+        };
+        self.family(
+            &mut encoder,
+            "ferrite_last_checkpoint_seconds",
+            "How long the last checkpoint took.",
+            seconds_gauge(|l| l.last_checkpoint_seconds),
+        )?;
+        self.family(
+            &mut encoder,
+            "ferrite_recovery_seconds",
+            "How long the shard took to recover its pools at start.",
+            seconds_gauge(|l| l.recovery_seconds),
+        )?;
+        self.family(
+            &mut encoder,
+            "ferrite_last_checkpoint_pages",
+            "Pages the last checkpoint wrote.",
+            |s: &ShardSnapshot| {
+                s.log
+                    .map(|log| (shard_labels(s), ConstGauge::new(log.last_checkpoint_pages as i64)))
+                    .into_iter()
+                    .collect()
+            },
+        )?;
         let lsn_gauge = |value: fn(&LogSnapshot) -> u64| {
             move |s: &ShardSnapshot| {
                 s.log.map(|log| (shard_labels(s), ConstGauge::new(value(&log) as i64))).into_iter().collect()
@@ -239,6 +326,33 @@ impl Collector for Scrape {
             "Records appended but not yet on stable storage.",
             lsn_gauge(|l| l.appended_lsn.saturating_sub(l.durable_lsn)),
         )?;
+        Ok(())
+    }
+}
+
+impl Scrape {
+    /// `ferrite_request_seconds`: per shard and operation kind, from the read of a request to the
+    /// write of its answer (its group commit's `fdatasync` included for a `sync` write).
+    fn latency(&self, encoder: &mut DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
+        let mut family = encoder.encode_descriptor(
+            "ferrite_request_seconds",
+            "Time from reading a request to writing its answer, by operation kind.",
+            None,
+            MetricType::Histogram,
+        )?;
+        for shard in &self.shards {
+            for (op, histogram) in Op::ALL.iter().zip(&shard.latency) {
+                let mut labels = shard_labels(shard);
+                labels.push(("op", op.name().to_owned()));
+                let mut buckets = family.encode_family(&labels)?;
+                buckets.encode_histogram::<NoLabelSet>(
+                    histogram.sum_seconds,
+                    histogram.count,
+                    &histogram.buckets,
+                    None,
+                )?;
+            }
+        }
         Ok(())
     }
 }

@@ -46,6 +46,8 @@ pub(crate) struct Pool {
     pub plugin_chain: String,
     /// `None` on the `memory` backing.
     pub persisted: Option<Persisted>,
+    /// Requests and failures, for the metrics endpoint.
+    pub counters: crate::stats::PoolCounters,
 }
 
 impl Pool {
@@ -194,6 +196,7 @@ impl Pools {
             async_default: new.async_default,
             plugin_chain: new.plugins.join(","),
             persisted,
+            counters: Default::default(),
         };
         self.by_handle.insert(handle, pool);
         self.by_name.insert(name.to_string(), handle);
@@ -305,6 +308,7 @@ impl Pools {
             async_default: descriptor.async_default,
             plugin_chain: descriptor.plugins.join(","),
             persisted,
+            counters: Default::default(),
         };
         self.by_name.insert(pool.name.clone(), handle);
         self.by_handle.insert(handle, pool);
@@ -385,9 +389,9 @@ impl Pools {
     }
 
     /// What the shard's pools hold together, for its statistics.
-    /// Each pool's name, objects and memory in use, for the metrics endpoint.
-    pub fn each(&self) -> impl Iterator<Item = (&str, u64, u64)> {
-        self.by_handle.values().map(|pool| (pool.name.as_str(), pool.store.count(), pool.memory().total_bytes()))
+    /// Every pool, for the metrics endpoint.
+    pub fn each(&self) -> impl Iterator<Item = &Pool> {
+        self.by_handle.values()
     }
 
     pub fn totals(&self) -> PoolTotals {

@@ -205,6 +205,8 @@ impl BoundServer {
                 calls_queued: Default::default(),
                 backups: Vec::new(),
                 backups_queued: Default::default(),
+                traffic: Default::default(),
+                current_pool: None,
             };
             let resp = resp_listeners.next().map(|(listener, address)| resp::Listener {
                 listener,
@@ -297,6 +299,7 @@ fn recover_one(
     if shard.backing == Backing::Pmem {
         return recover_pmem(&dir.join("pmem"), index, pools_max).map(|pools| (pools, None));
     }
+    let started = std::time::Instant::now();
     let wal_config = WalConfig { segment_bytes: config.durability.wal_segment_bytes };
     let recovered = recover_shard(&ShardPaths::new(&dir), wal_config)
         .map_err(|source| ServerError::Recovery { shard: index, source })?;
@@ -332,9 +335,10 @@ fn recover_one(
         "shard recovered from {}",
         dir.display()
     );
-    let durability =
+    let mut durability =
         ShardDurability::start(index, ShardPaths::new(&dir), log, recovered.checkpointer, config.durability)
             .map_err(|source| ServerError::SyncThread { shard: index, source })?;
+    durability.recovered_in = started.elapsed();
     Ok((pools, Some(durability)))
 }
 

@@ -9,6 +9,7 @@ use ferrite_proto::PoolHandle;
 use ferrite_store::persistence::wal::Lsn;
 
 use crate::completion::Completion;
+use crate::stats::BatchOps;
 
 #[derive(Debug, Default)]
 pub(crate) struct Session {
@@ -22,6 +23,9 @@ pub(crate) struct Session {
     /// come later tell, and those answers, taken by the connection after each batch.
     pub answers: Option<Arc<Notify>>,
     pub deferred: Vec<Arc<Completion>>,
+    /// Requests of each kind answered in the current batch, for the latency metrics; taken by
+    /// the connection once per batch.
+    pub batch_ops: BatchOps,
 }
 
 impl Session {

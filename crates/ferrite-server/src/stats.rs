@@ -1,6 +1,8 @@
-//! Per-shard counters. A shard is single-threaded, so plain integers suffice.
+//! Per-shard counters. A shard is single-threaded, so plain integers suffice for what the shard
+//! counts; what its connections count while they await ([`Traffic`]) uses uncontended atomics.
 
-use std::time::Instant;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use ferrite_proto::Statistic;
 
@@ -102,5 +104,171 @@ impl ShardStats {
         .chain(durable.into_iter().flatten())
         .map(|(name, value)| Statistic { name, value })
         .collect()
+    }
+}
+
+/// The kinds of operation metrics break counts and latencies down by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Op {
+    Put,
+    Get,
+    Erase,
+    Find,
+    Invoke,
+    /// Pool management, counts, attributes, statistics, handshakes.
+    Other,
+}
+
+/// How many [`Op`] kinds there are.
+pub(crate) const OPS: usize = 6;
+
+impl Op {
+    pub const ALL: [Op; OPS] = [Op::Put, Op::Get, Op::Erase, Op::Find, Op::Invoke, Op::Other];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Op::Put => "put",
+            Op::Get => "get",
+            Op::Erase => "erase",
+            Op::Find => "find",
+            Op::Invoke => "invoke",
+            Op::Other => "other",
+        }
+    }
+
+    /// The kind of a request.
+    pub fn of(request: &ferrite_proto::Request<'_>) -> Op {
+        use ferrite_proto::Request;
+        match request {
+            Request::Put { .. } => Op::Put,
+            Request::Get { .. } => Op::Get,
+            Request::Erase { .. } => Op::Erase,
+            Request::Find { .. } => Op::Find,
+            Request::InvokeAdo { .. } | Request::InvokePutAdo { .. } => Op::Invoke,
+            _ => Op::Other,
+        }
+    }
+}
+
+/// Upper bounds of the latency histograms' buckets, in microseconds (a last bucket takes the
+/// rest): from a fast in-memory read to a stalled disk.
+pub(crate) const LATENCY_BOUNDS_US: [u64; 14] =
+    [25, 50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000, 1_000_000];
+
+/// One operation kind's latencies: a count per bucket (the last for anything above the last
+/// bound) and their sum.
+#[derive(Debug, Default)]
+pub(crate) struct LatencyHistogram {
+    buckets: [AtomicU64; LATENCY_BOUNDS_US.len() + 1],
+    sum_ns: AtomicU64,
+}
+
+/// A histogram as read by a scrape: the count of each bucket by its upper bound in seconds (the
+/// last bucket's bound is `f64::MAX`, Prometheus's `+Inf`), the count and the sum (seconds).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct LatencySnapshot {
+    pub buckets: Vec<(f64, u64)>,
+    pub count: u64,
+    pub sum_seconds: f64,
+}
+
+impl LatencyHistogram {
+    fn record(&self, latency: Duration, requests: u64) {
+        let us = u64::try_from(latency.as_micros()).unwrap_or(u64::MAX);
+        let bucket = LATENCY_BOUNDS_US.partition_point(|bound| *bound < us);
+        self.buckets[bucket].fetch_add(requests, Ordering::Relaxed);
+        let ns = u64::try_from(latency.as_nanos()).unwrap_or(u64::MAX);
+        self.sum_ns.fetch_add(ns.saturating_mul(requests), Ordering::Relaxed);
+    }
+
+    fn snapshot(&self) -> LatencySnapshot {
+        let buckets: Vec<(f64, u64)> = self
+            .buckets
+            .iter()
+            .enumerate()
+            .map(|(index, bucket)| {
+                let bound = LATENCY_BOUNDS_US.get(index).map_or(f64::MAX, |us| *us as f64 / 1e6);
+                (bound, bucket.load(Ordering::Relaxed))
+            })
+            .collect();
+        let count = buckets.iter().map(|(_, count)| count).sum();
+        LatencySnapshot { buckets, count, sum_seconds: self.sum_ns.load(Ordering::Relaxed) as f64 / 1e9 }
+    }
+}
+
+/// What a shard's connections count between their awaits: bytes in and out, and request
+/// latencies by operation. Shared by the shard's connections (which hold it without borrowing
+/// the shard) and read by metrics scrapes; every update is a relaxed atomic add on the shard's
+/// own thread, never contended.
+#[derive(Debug, Default)]
+pub(crate) struct Traffic {
+    bytes_in: AtomicU64,
+    bytes_out: AtomicU64,
+    latency: [LatencyHistogram; OPS],
+}
+
+/// What one pool has been asked since the server started.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct PoolCounters {
+    /// Requests on the pool, by [`Op`] kind.
+    pub ops: [u64; OPS],
+    /// Those answered with an error.
+    pub failures: u64,
+}
+
+/// Requests of each [`Op`] kind in one batch of a connection.
+pub(crate) type BatchOps = [u32; OPS];
+
+impl Traffic {
+    pub fn read(&self, bytes: usize) {
+        self.bytes_in.fetch_add(bytes as u64, Ordering::Relaxed);
+    }
+
+    pub fn wrote(&self, bytes: usize) {
+        self.bytes_out.fetch_add(bytes as u64, Ordering::Relaxed);
+    }
+
+    /// A batch's responses left `latency` after its requests were read.
+    pub fn answered(&self, ops: &BatchOps, latency: Duration) {
+        for (histogram, requests) in self.latency.iter().zip(ops).filter(|(_, requests)| **requests > 0) {
+            histogram.record(latency, u64::from(*requests));
+        }
+    }
+
+    /// One request of kind `op` was answered `latency` after it was read.
+    pub fn answered_one(&self, op: Op, latency: Duration) {
+        self.latency[op as usize].record(latency, 1);
+    }
+
+    pub fn bytes(&self) -> (u64, u64) {
+        (self.bytes_in.load(Ordering::Relaxed), self.bytes_out.load(Ordering::Relaxed))
+    }
+
+    pub fn latency(&self, op: Op) -> LatencySnapshot {
+        self.latency[op as usize].snapshot()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Latencies land in the first bucket whose bound is at or above them; the last bucket takes
+    /// the rest.
+    #[test]
+    fn latencies_fill_cumulative_buckets() {
+        let traffic = Traffic::default();
+        let mut ops = BatchOps::default();
+        ops[Op::Put as usize] = 3;
+        traffic.answered(&ops, Duration::from_micros(25));
+        traffic.answered(&ops, Duration::from_micros(700));
+        traffic.answered_one(Op::Put, Duration::from_secs(5));
+        let put = traffic.latency(Op::Put);
+        assert_eq!(put.count, 7);
+        assert_eq!(put.buckets[0], (25e-6, 3), "25 us is within the first bound");
+        assert_eq!(put.buckets[5], (1e-3, 3));
+        assert_eq!(put.buckets.last(), Some(&(f64::MAX, 1)));
+        assert!((put.sum_seconds - (3.0 * 25e-6 + 3.0 * 700e-6 + 5.0)).abs() < 1e-9);
+        assert_eq!(traffic.latency(Op::Get).count, 0);
     }
 }

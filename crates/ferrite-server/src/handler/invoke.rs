@@ -35,6 +35,7 @@ use super::{key_not_found, open_pool, store_failure, Failure, ShardState};
 use crate::ado::{Answer, Call, HeldAnswer, Running, Signals, StagedAllocation, Target, CALLS_IN_FLIGHT_MAX};
 use crate::completion::Completion;
 use crate::session::Session;
+use crate::stats::Op;
 
 /// An invocation as the shard runs it, whichever message carried it.
 #[derive(Debug, Clone)]
@@ -106,6 +107,7 @@ impl ShardState {
         session: &mut Session,
         now_ns: u64,
     ) -> Result<Accepted, Failure> {
+        self.count_pool_request(Some(invoke.pool), Op::Invoke);
         let pool = open_pool(&self.pools, session, invoke.pool)?;
         if pool.plugin_chain.is_empty() {
             return Err(Failure::new(
@@ -144,7 +146,7 @@ impl ShardState {
                 work_flags |= flag;
             }
         }
-        let completion = Completion::telling(session.answers.clone());
+        let completion = Completion::telling(session.answers.clone(), Op::Invoke);
         let caller = if invoke.fire_and_forget {
             completion.complete(session.wait_lsn, |out| invoke.answer.success(&[], out));
             None
@@ -184,7 +186,13 @@ impl ShardState {
     /// the chain has handled every one of them. The pool's host runs already
     /// ([`Self::ensure_host`]).
     pub(crate) fn signal(&mut self, signals: Signals, held: BytesMut, session: &Session) -> Arc<Completion> {
-        let completion = Completion::telling(session.answers.clone());
+        let op = match signals.signal {
+            "post-put" => Op::Put,
+            "post-get" => Op::Get,
+            "post-erase" => Op::Erase,
+            _ => Op::Other,
+        };
+        let completion = Completion::telling(session.answers.clone(), op);
         let answer = Answer::Held(Arc::new(HeldAnswer::new(held, signals.keys.len())));
         for key in signals.keys {
             let call = Call {

@@ -51,6 +51,8 @@ fn durable_shard(tag: &str) -> (ShardState, std::path::PathBuf) {
         calls_queued: Default::default(),
         backups: Vec::new(),
         backups_queued: Default::default(),
+        traffic: Default::default(),
+        current_pool: None,
     };
     (state, dir)
 }

@@ -247,6 +247,7 @@ pub(crate) fn execute(
     out: &mut BytesMut,
 ) -> Flow {
     debug_assert!(args.len() > 0, "the parser never yields an empty command");
+    shard.current_pool = None;
     if client.transaction.is_some() && !TRANSACTION_CONTROL.iter().any(|name| is(args.get(0), name)) {
         queue(args, client, shard, out);
         return Flow::Continue;
@@ -303,7 +304,7 @@ fn queue(args: Args<'_>, client: &mut Client, shard: &mut ShardState, out: &mut 
     shard.stats.requests += 1;
     match refusal {
         Some(RespError(text)) => {
-            shard.stats.failures += 1;
+            shard.count_failure();
             transaction.failed = true;
             reply::error(out, &text);
         }
@@ -351,7 +352,7 @@ fn dispatch(
     match outcome {
         Ok(flow) => flow,
         Err(RespError(text)) => {
-            shard.stats.failures += 1;
+            shard.count_failure();
             reply::error(out, &text);
             Flow::Continue
         }
@@ -411,7 +412,7 @@ fn signal_or_reply(
             flow
         }
         Err(RespError(text)) => {
-            shard.stats.failures += 1;
+            shard.count_failure();
             reply::error(out, &text);
             Flow::Continue
         }
@@ -786,6 +787,21 @@ fn info(call: &mut Call<'_, '_>) -> Result<Flow, RespError> {
         text.push_str(&format!(
             "# Memory\r\nused_memory:{used}\r\nmaxmemory:{size}\r\nmaxmemory_policy:noeviction\r\n\
              ferrite_pool_memory:{memory}\r\nferrite_pool_bytes_per_key:{bytes_per_key:.2}\r\n\r\n"
+        ));
+    }
+    if wanted("persistence") {
+        // Redis's fields for what Ferrite does instead: every write goes to the write-ahead log
+        // (the AOF's place), group-committed; checkpoints take the place of RDB snapshots.
+        let durable = statistics.iter().any(|(name, _)| name == "wal_commits");
+        text.push_str(&format!(
+            "# Persistence\r\nloading:0\r\nasync_loading:0\r\naof_enabled:{}\r\naof_rewrite_in_progress:0\r\n\
+             rdb_bgsave_in_progress:0\r\nferrite_wal_bytes:{}\r\nferrite_wal_commits:{}\r\n\
+             ferrite_durable_lsn:{}\r\nferrite_checkpoints:{}\r\n\r\n",
+            u8::from(durable),
+            stat("wal_bytes"),
+            stat("wal_commits"),
+            stat("durable_lsn"),
+            stat("checkpoints"),
         ));
     }
     if wanted("stats") {

@@ -73,12 +73,15 @@ pub(crate) async fn serve(
     // RESP replies leave in order: a plugin call's is waited for in line (`Next::Wait`), never
     // deferred past later commands.
     let in_order = Deferred::default();
-    let ended = buffered::drive(&mut stream, &mut shutdown, &mut buffers, gate, &in_order, |buffers| {
+    let traffic = std::sync::Arc::clone(&shard.borrow().traffic);
+    let socket = buffered::Socket { stream: &mut stream, traffic: &traffic };
+    let ended = buffered::drive(socket, &mut shutdown, &mut buffers, gate, &in_order, |buffers| {
         let mut shard = shard.borrow_mut();
         let next = connection.answer_buffered(&mut shard, &settings, buffers);
         shard.submit_soon();
         shard.low_load_poll.answered();
-        (next, std::mem::take(&mut connection.client.session.wait_lsn))
+        let session = &mut connection.client.session;
+        (next, std::mem::take(&mut session.wait_lsn), std::mem::take(&mut session.batch_ops))
     })
     .await;
     match ended {
@@ -146,7 +149,7 @@ impl Connection {
                 }
                 Err(error) => {
                     shard.stats.requests += 1;
-                    shard.stats.failures += 1;
+                    shard.count_failure();
                     reply::error(write, &format!("ERR Protocol error: {error}"));
                     return Next::Close;
                 }
