@@ -30,6 +30,9 @@ Scenarios:
              and over 16 and 128 connections with one each: `ferrite bench --workload invoke --plugin
              passthru` against `--workload get`, and counter increments (`add 1`) against puts, both
              sync; needs the ferrite-ado host and the shipped plugins beside ferrite-server
+  metrics    what the Prometheus endpoint costs: GET and SET from redis-benchmark at 64 connections,
+             pipeline 1 and 16, against Ferrite RESP scraped every second and against the same
+             server without the endpoint, in turn at each point
   memory     bytes per key at 1, 4 and 10 million keys, each system fresh per count: Ferrite's
              RESP default pool and Redis (no persistence) loaded with the same pipelined MSETs of
              16-byte keys and 16-byte values; a native pool sized for the keys (8-byte keys,
@@ -53,7 +56,9 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+import urllib.request
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "bench"))
@@ -116,6 +121,12 @@ FULL["poll"] = {"seconds": 3, "keys": 100_000, "value_size": 16, "connections": 
 FULL["ado"] = {"seconds": 3, "in_flight": [1, 16, 128], "connections": [16, 128], "keys": 100_000, "key_size": 8,
                "value_size": 8}
 FULL["restart"] = {"keys": [1_000_000, 10_000_000], "key_size": 8, "value_size": 16}
+# What the metrics endpoint costs: redis-benchmark GET and SET over `connections` at each of
+# `pipelines`, against two Ferrite RESP servers of the default configuration, one also serving
+# metrics and scraped every `scrape_s` seconds while it is measured, one without the endpoint, in
+# turn at each point.
+FULL["metrics"] = {"seconds": 3, "keys": 100_000, "value_size": 16, "connections": [64], "pipelines": [1, 16],
+                   "scrape_s": 1.0}
 # Memory per key. Measured once (`repeat`): a byte count does not improve with another try, and
 # every point loads millions of keys into a fresh server. The RESP path loads `resp_key_size`-byte
 # keys (redis-benchmark's `key:` and 12 digits) by pipelined MSETs of `batch` pairs with
@@ -143,6 +154,7 @@ QUICK = {
     "restart": dict(FULL["restart"], keys=[20_000]),
     "memory": dict(FULL["memory"], keys=[20_000]),
     "ado": dict(FULL["ado"], seconds=0.5, in_flight=[1, 16], connections=[16], keys=5_000),
+    "metrics": dict(FULL["metrics"], seconds=0.5, keys=10_000, pipelines=[1], scrape_s=0.2),
 }
 SCENARIOS = list(FULL)
 
@@ -280,6 +292,17 @@ class Run:
             argv += ["--resp-listen", "127.0.0.1:0"]
         proc, lines = self.start(name or f"ferrite-server-{shards}", argv, announced)
         return proc, lines["native"], lines["resp"]
+
+    def start_ferrite_with_metrics(self, name):
+        """A one-shard ferrite-server with RESP and the metrics endpoint on free ports, on a fresh
+        data directory; returns (process, RESP port, metrics URL)."""
+        data = os.path.join(self.work, f"{name}-data")
+        argv = [*self.server_wrap, self.bin["ferrite-server"], "--listen", "127.0.0.1:0", "--data-dir", data,
+                "--log-level", "warn", "--resp-listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"]
+        proc, lines = self.start(name, argv, announced)
+        if not lines["resp"] or not lines["metrics"]:
+            raise Failure("ferrite-server announced no RESP listener or no metrics endpoint")
+        return proc, int(lines["resp"][0].rsplit(":", 1)[1]), lines["metrics"][0]
 
     def start_echo(self, shards=1, pinned=True, get_value_size=0):
         argv = [*(self.server_wrap if pinned else []), self.bin["ferrite-echo"], "--listen", "127.0.0.1:0",
@@ -423,10 +446,11 @@ class Run:
 
 
 def announced(text):
-    """The `shard N: native|resp ADDRESS` lines of ferrite-server and ferrite-echo, once `ready.`."""
+    """The `shard N: native|resp ADDRESS` lines of ferrite-server and ferrite-echo, and the
+    `metrics: URL` line, once `ready.`."""
     if "\nready." not in "\n" + text:
         return None
-    lines = {"native": [], "resp": []}
+    lines = {"native": [], "resp": [], "metrics": re.findall(r"^metrics: (\S+)$", text, re.M)}
     for match in re.finditer(r"^shard (\d+): (native|resp) (\S+)$", text, re.M):
         lines[match.group(2)].append(match.group(3))
     return lines
@@ -817,6 +841,75 @@ def ferrite_config(run, name, changes):
     run.commands.append(f"{display([run.bin['ferrite-server'], '--print-default-config'])} | sed -E "
                         f"{shlex.quote(edits)} > {path}")
     return path
+
+
+class Scraper:
+    """Scrapes a metrics endpoint every `interval_s` seconds on a thread of its own, as Prometheus
+    would, until stopped; counts the scrapes and fails the point if one fails."""
+
+    def __init__(self, url, interval_s):
+        self.url, self.interval_s = url, interval_s
+        self.scrapes, self.error = 0, None
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self.run, daemon=True)
+        self.thread.start()
+
+    def run(self):
+        while not self.done.wait(self.interval_s):
+            try:
+                with urllib.request.urlopen(self.url, timeout=10) as response:
+                    response.read()
+                self.scrapes += 1
+            except OSError as error:
+                self.error = error
+                return
+
+    def stop(self):
+        self.done.set()
+        self.thread.join()
+        if self.error:
+            raise Failure(f"scraping {self.url} failed: {self.error}")
+        return self.scrapes
+
+
+def metrics(run, servers):
+    """What the metrics endpoint costs: redis-benchmark GET and SET against Ferrite RESP with the
+    endpoint on and scraped every `scrape_s` seconds, and against the same server without it, in
+    turn at each point."""
+    s = run.settings["metrics"]
+    if "metrics" not in servers:
+        targets = {}
+        for system in ("ferrite-metrics-off", "ferrite-metrics-scraped"):
+            def start(system=system):
+                if system == "ferrite-metrics-off":
+                    proc, _, resp = run.start_ferrite(name=system, data=os.path.join(run.work, f"{system}-data"))
+                    targets[system] = (proc, int(resp[0].rsplit(":", 1)[1]), None)
+                else:
+                    targets[system] = run.start_ferrite_with_metrics(system)
+                resp_preload(targets[system][1], s["keys"], s["value_size"])
+            run.attempt(f"metrics: starting and preloading {system}", start)
+        servers["metrics"] = targets
+    targets = servers["metrics"]
+    if run.repetition == 0 and "ferrite-metrics-scraped" in targets:
+        run.commands.append(f"# python: GET {targets['ferrite-metrics-scraped'][2]} every {s['scrape_s']} s during "
+                            "each redis-benchmark run against ferrite-metrics-scraped")
+    for clients in s["connections"]:
+        for pipeline in s["pipelines"]:
+            for test, op in (("get", "get"), ("set", "put")):
+                for system, (_, port, url) in targets.items():
+                    def measure(system=system, port=port, url=url, clients=clients, pipeline=pipeline, test=test,
+                                op=op):
+                        scraper = Scraper(url, s["scrape_s"]) if url else None
+                        try:
+                            point = run.redis_benchmark(port, pipeline, s["value_size"], s["keys"], s["seconds"],
+                                                        clients=clients, tests=test)[test.upper()]
+                        finally:
+                            scrapes = scraper.stop() if scraper else 0
+                        point["scrapes"] = scrapes
+                        run.add("metrics", system, "redis-benchmark", point, op=op, clients=clients,
+                                pipeline=pipeline)
+                    run.attempt(f"metrics: {system}, {test.upper()}, {clients} connection(s), pipeline {pipeline}",
+                                measure)
 
 
 def poll_servers(run, s):
@@ -1358,8 +1451,8 @@ def main():
             servers["memcached"] = f"127.0.0.1:{mc_port}"
 
         scenarios = [("small-ops", small_ops), ("ycsb", ycsb), ("values", values), ("shards", shards),
-                     ("durability", durability), ("poll", poll), ("ado", ado), ("restart", restart),
-                     ("memory", memory)]
+                     ("durability", durability), ("poll", poll), ("ado", ado), ("metrics", metrics),
+                     ("restart", restart), ("memory", memory)]
         for name, scenario in scenarios:
             if name not in only:
                 continue

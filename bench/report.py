@@ -19,6 +19,8 @@ SYSTEMS = {
     "ferrite-resp": "Ferrite RESP",
     "ferrite-poll-on": "Ferrite RESP, poll on",
     "ferrite-poll-off": "Ferrite RESP, poll off",
+    "ferrite-metrics-off": "Ferrite RESP, no metrics endpoint",
+    "ferrite-metrics-scraped": "Ferrite RESP, metrics scraped",
     "redis": "Redis",
     "redis-everysec": "Redis AOF everysec",
     "redis-always": "Redis AOF always",
@@ -567,6 +569,32 @@ def fmt_cpu(value):
     return "-" if value is None else f"{value:,.3f}"
 
 
+def section_metrics(doc):
+    """The metrics endpoint's cost: Ferrite RESP scraped every second against no endpoint."""
+    rows, s = doc["rows"], doc["settings"].get("metrics")
+    lines = ["## Metrics endpoint cost", ""]
+    if not s or not any(row["scenario"] == "metrics" for row in rows):
+        return lines + ["Not measured: this run is older than this scenario, or every point of it failed.", ""]
+    lines += [f"`redis-benchmark` GET and SET, {s['value_size']}-byte values over {s['keys']:,} keys (every key stored "
+              f"first), {s['seconds']} s per point, against two Ferrite RESP servers of the default configuration: one "
+              f"serving `GET /metrics` and scraped every {s['scrape_s']} s while measured, one without the endpoint; "
+              "the two in turn at each point. Shards count every request either way; the scrape is what differs.", ""]
+    body = []
+    for clients in s["connections"]:
+        for pipeline in s["pipelines"]:
+            for op, test in (("get", "GET"), ("put", "SET")):
+                off = find(rows, "metrics", "ferrite-metrics-off", tool="redis-benchmark", op=op, clients=clients,
+                           pipeline=pipeline)
+                on = find(rows, "metrics", "ferrite-metrics-scraped", tool="redis-benchmark", op=op, clients=clients,
+                          pipeline=pipeline)
+                body.append([test, clients, pipeline, fmt_rate(rate_of(off)), fmt_rate(rate_of(on)),
+                             f"**{fmt_ratio(ratio(rate_of(on), rate_of(off)))}**", (on or {}).get("scrapes", "-"),
+                             fmt_us((off or {}).get("p50_us")), fmt_us((on or {}).get("p50_us"))])
+    lines += table(["test", "connections", "pipeline", "no endpoint ops/s", "scraped ops/s", "scraped ÷ none",
+                    "scrapes", "none p50", "scraped p50"], body)
+    return lines + [""]
+
+
 def section_ado(doc):
     """Active Data Objects: passthru invocations against gets, counter increments against durable
     puts, at each point of connections x requests in flight."""
@@ -731,8 +759,8 @@ def markdown(doc, plots):
         for title_, path in plots:
             lines += [f"![{title_}]({os.path.basename(path)})", ""]
     sections = {"small-ops": section_small_ops, "ycsb": section_ycsb, "values": section_values, "shards": section_shards,
-                "durability": section_durability, "poll": section_poll, "ado": section_ado, "restart": section_restart,
-                "memory": section_memory}
+                "durability": section_durability, "poll": section_poll, "ado": section_ado,
+                "metrics": section_metrics, "restart": section_restart, "memory": section_memory}
     for name in doc["scenarios"]:
         if name in sections:
             lines += sections[name](doc)

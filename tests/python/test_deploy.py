@@ -5,6 +5,7 @@ import json
 import re
 import shutil
 import subprocess
+import sys
 import urllib.request
 from pathlib import Path
 
@@ -57,8 +58,15 @@ def test_the_dockerfile_runs_as_a_user_with_a_volume_and_a_health_check():
     dockerfile = (DEPLOY / "Dockerfile").read_text()
     stages = re.findall(r"^FROM ", dockerfile, re.MULTILINE)
     assert len(stages) == 2, "a build stage and a small runtime stage"
-    for instruction in ("USER ferrite", 'VOLUME ["/var/lib/ferrite"]', "HEALTHCHECK", "COPY deploy/ferrite.toml"):
+    for instruction in ("USER 10001:10001", 'VOLUME ["/var/lib/ferrite"]', "HEALTHCHECK", "COPY deploy/ferrite.toml"):
         assert instruction in dockerfile, instruction
+
+
+def test_the_dockerfile_passes_hadolint():
+    hadolint = Path(sys.executable).with_name("hadolint")
+    result = subprocess.run([str(hadolint), "--no-color", str(DEPLOY / "Dockerfile")], capture_output=True, text=True,
+                            timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr
 
 
 def test_every_metric_the_dashboard_plots_is_served():

@@ -6,6 +6,7 @@ import urllib.error
 import urllib.request
 
 import pytest
+import redis
 from prometheus_client.openmetrics.parser import text_string_to_metric_families
 
 from conftest import Server
@@ -46,6 +47,8 @@ def test_counters_match_the_operations_sent(metrics_server):
     for i in range(23):
         assert client.get(f"k{i}") == b"v" * i
     assert client.delete("k0", "k1", "k2") == 3
+    with pytest.raises(redis.ResponseError):
+        client.get("k" * 70_000)  # over the key limit: a failed get on the pool
     after = samples(scrape(metrics_server))
 
     def grew(op):
@@ -60,9 +63,12 @@ def test_counters_match_the_operations_sent(metrics_server):
 
     # Per pool, and the latency histograms: one observation per request, each bucket cumulative.
     assert grew_by("ferrite_pool_requests_total", shard="1", pool="@1/redis", op="put") == 37
-    assert grew_by("ferrite_pool_requests_total", shard="1", pool="@1/redis", op="get") == 23
+    assert grew_by("ferrite_pool_requests_total", shard="1", pool="@1/redis", op="get") == 24
+    assert grew_by("ferrite_pool_failures_total", shard="1", pool="@1/redis", op="get") == 1
+    assert grew_by("ferrite_failures_total", shard="1", op="get") == 1
+    assert grew_by("ferrite_failures_total", shard="1", op="put") == 0
     assert grew_by("ferrite_request_seconds_count", shard="1", op="put") == 37
-    assert grew_by("ferrite_request_seconds_bucket", shard="1", op="get", le="+Inf") == 23
+    assert grew_by("ferrite_request_seconds_bucket", shard="1", op="get", le="+Inf") == 24
     assert value(after, "ferrite_request_seconds_sum", shard="1", op="put") > 0
     sent = 37 * len("SET k00 vvvv") + 23 * len("GET k00")
     assert grew_by("ferrite_received_bytes_total", shard="1") >= sent

@@ -185,8 +185,10 @@ pub(crate) struct ShardState {
     pub backups_queued: Arc<tokio::sync::Notify>,
     /// Bytes and latencies its connections count.
     pub traffic: Arc<Traffic>,
-    /// The pool of the request being answered, if it names one: its failure is counted there.
+    /// The pool of the request being answered, if it names one, and its kind: its failure is
+    /// counted there.
     pub current_pool: Option<PoolHandle>,
+    pub current_op: Op,
 }
 
 impl ShardState {
@@ -281,7 +283,7 @@ impl ShardState {
         out: &mut BytesMut,
     ) -> Flow {
         self.stats.requests += 1;
-        self.current_pool = None;
+        self.begin_request();
         let outcome = match Request::decode(header, body) {
             Ok(request) => match self.answer_later(&request, header, session, now_ns) {
                 Some(Ok(Accepted::Later(completion))) => {
@@ -352,6 +354,7 @@ impl ShardState {
     /// there too ([`Self::count_failure`]).
     pub(crate) fn count_pool_request(&mut self, pool: Option<PoolHandle>, op: Op) {
         self.current_pool = pool;
+        self.current_op = op;
         if let Some(pool) = pool.and_then(|pool| self.pools.get_mut(pool)) {
             pool.counters.ops[op as usize] += 1;
         }
@@ -359,10 +362,18 @@ impl ShardState {
 
     /// Counts a request answered with an error, on the shard and on its pool.
     pub(crate) fn count_failure(&mut self) {
+        let op = std::mem::replace(&mut self.current_op, Op::Other) as usize;
         self.stats.failures += 1;
+        self.stats.failures_by_op[op] += 1;
         if let Some(pool) = self.current_pool.take().and_then(|pool| self.pools.get_mut(pool)) {
-            pool.counters.failures += 1;
+            pool.counters.failures[op] += 1;
         }
+    }
+
+    /// A new request begins: nothing is known of it yet.
+    pub(crate) fn begin_request(&mut self) {
+        self.current_pool = None;
+        self.current_op = Op::Other;
     }
 
     /// Answers a request that failed with its error frame; closes the connection if it must.
@@ -483,10 +494,10 @@ impl ShardState {
                 "the first message on a connection must be hello",
             ));
         }
-        request.check(&self.limits)?;
         let op = Op::of(&request);
         session.batch_ops[op as usize] += 1;
         self.count_pool_request(pool_of(&request), op);
+        request.check(&self.limits)?;
         match request {
             Request::Hello { version, .. } => self.hello(version, session),
             Request::CreatePool { name, size_bytes, expected_objects, flags, plugins } => {

@@ -73,7 +73,7 @@ pub(crate) struct ShardSnapshot {
     pub erases: u64,
     pub finds: u64,
     pub invocations: u64,
-    pub failures: u64,
+    pub failures: [u64; OPS],
     pub invocation_failures: u64,
     pub connections: u64,
     pub connections_accepted: u64,
@@ -113,7 +113,7 @@ impl ShardState {
             erases: stats.erases,
             finds: stats.finds,
             invocations: stats.invocations,
-            failures: stats.failures,
+            failures: stats.failures_by_op,
             invocation_failures: stats.invocation_failures,
             connections: stats.clients,
             connections_accepted: stats.clients_total,
@@ -142,8 +142,30 @@ struct Scrape {
     shards: Vec<ShardSnapshot>,
 }
 
+/// A series' labels: name and value pairs.
+type Labels = Vec<(&'static str, String)>;
+
+/// A family's series of one counter per pool and operation kind, read by `counts` from a pool's
+/// counters.
+fn per_pool_and_op(counts: fn(&PoolCounters) -> &[u64; OPS]) -> impl Fn(&ShardSnapshot) -> Vec<(Labels, ConstCounter)> {
+    move |shard| {
+        shard
+            .pools
+            .iter()
+            .flat_map(|pool| {
+                Op::ALL.into_iter().map(|op| {
+                    let mut labels = shard_labels(shard);
+                    labels.push(("pool", pool.name.clone()));
+                    labels.push(("op", op.name().to_owned()));
+                    (labels, ConstCounter::new(counts(&pool.counters)[op as usize]))
+                })
+            })
+            .collect()
+    }
+}
+
 /// Labels of a shard's series.
-fn shard_labels(shard: &ShardSnapshot) -> Vec<(&'static str, String)> {
+fn shard_labels(shard: &ShardSnapshot) -> Labels {
     vec![("shard", shard.index.to_string())]
 }
 
@@ -154,7 +176,7 @@ impl Scrape {
         encoder: &mut DescriptorEncoder<'_>,
         name: &str,
         help: &str,
-        series: impl Fn(&ShardSnapshot) -> Vec<(Vec<(&'static str, String)>, M)>,
+        series: impl Fn(&ShardSnapshot) -> Vec<(Labels, M)>,
     ) -> Result<(), std::fmt::Error> {
         let all: Vec<_> = self.shards.iter().flat_map(&series).collect();
         let Some((_, first)) = all.first() else { return Ok(()) };
@@ -182,8 +204,15 @@ impl Collector for Scrape {
                 })
                 .collect()
         })?;
-        self.family(&mut encoder, "ferrite_failures", "Requests answered with an error.", |s| {
-            vec![(shard_labels(s), counter(s.failures))]
+        self.family(&mut encoder, "ferrite_failures", "Requests answered with an error, by kind.", |s| {
+            Op::ALL
+                .into_iter()
+                .map(|op| {
+                    let mut labels = shard_labels(s);
+                    labels.push(("op", op.name().to_owned()));
+                    (labels, counter(s.failures[op as usize]))
+                })
+                .collect()
         })?;
         self.family(&mut encoder, "ferrite_received_bytes", "Bytes read from client connections.", |s| {
             vec![(shard_labels(s), counter(s.bytes_in))]
@@ -229,29 +258,18 @@ impl Collector for Scrape {
             }
         };
         self.family(&mut encoder, "ferrite_pool_objects", "Key-value pairs in the pool.", per_pool(|p| p.objects))?;
-        self.family(&mut encoder, "ferrite_pool_requests", "Requests on the pool, by kind.", |s| {
-            s.pools
-                .iter()
-                .flat_map(|pool| {
-                    Op::ALL.into_iter().map(|op| {
-                        let mut labels = shard_labels(s);
-                        labels.push(("pool", pool.name.clone()));
-                        labels.push(("op", op.name().to_owned()));
-                        (labels, counter(pool.counters.ops[op as usize]))
-                    })
-                })
-                .collect()
-        })?;
-        self.family(&mut encoder, "ferrite_pool_failures", "Requests on the pool answered with an error.", |s| {
-            s.pools
-                .iter()
-                .map(|pool| {
-                    let mut labels = shard_labels(s);
-                    labels.push(("pool", pool.name.clone()));
-                    (labels, counter(pool.counters.failures))
-                })
-                .collect()
-        })?;
+        self.family(
+            &mut encoder,
+            "ferrite_pool_requests",
+            "Requests on the pool, by kind.",
+            per_pool_and_op(|counters| &counters.ops),
+        )?;
+        self.family(
+            &mut encoder,
+            "ferrite_pool_failures",
+            "Requests on the pool answered with an error, by kind.",
+            per_pool_and_op(|counters| &counters.failures),
+        )?;
         self.family(
             &mut encoder,
             "ferrite_pool_memory_bytes",

@@ -207,6 +207,7 @@ impl BoundServer {
                 backups_queued: Default::default(),
                 traffic: Default::default(),
                 current_pool: None,
+                current_op: crate::stats::Op::Other,
             };
             let resp = resp_listeners.next().map(|(listener, address)| resp::Listener {
                 listener,

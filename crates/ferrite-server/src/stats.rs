@@ -36,6 +36,8 @@ pub(crate) struct ShardStats {
     pub erases: u64,
     pub finds: u64,
     pub failures: u64,
+    /// The same failures, by the kind of request that failed.
+    pub failures_by_op: [u64; OPS],
     pub clients: u64,
     pub clients_total: u64,
     /// Connections turned away at the connection limit.
@@ -55,6 +57,7 @@ impl ShardStats {
             erases: 0,
             finds: 0,
             failures: 0,
+            failures_by_op: [0; OPS],
             clients: 0,
             clients_total: 0,
             clients_refused: 0,
@@ -212,8 +215,8 @@ pub(crate) struct Traffic {
 pub(crate) struct PoolCounters {
     /// Requests on the pool, by [`Op`] kind.
     pub ops: [u64; OPS],
-    /// Those answered with an error.
-    pub failures: u64,
+    /// Those answered with an error, by kind.
+    pub failures: [u64; OPS],
 }
 
 /// Requests of each [`Op`] kind in one batch of a connection.

@@ -53,6 +53,7 @@ fn durable_shard(tag: &str) -> (ShardState, std::path::PathBuf) {
         backups_queued: Default::default(),
         traffic: Default::default(),
         current_pool: None,
+        current_op: crate::stats::Op::Other,
     };
     (state, dir)
 }

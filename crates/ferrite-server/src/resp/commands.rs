@@ -247,7 +247,7 @@ pub(crate) fn execute(
     out: &mut BytesMut,
 ) -> Flow {
     debug_assert!(args.len() > 0, "the parser never yields an empty command");
-    shard.current_pool = None;
+    shard.begin_request();
     if client.transaction.is_some() && !TRANSACTION_CONTROL.iter().any(|name| is(args.get(0), name)) {
         queue(args, client, shard, out);
         return Flow::Continue;
