@@ -286,6 +286,18 @@ impl Collector for Scrape {
             "Group commits of the write-ahead log, each with one fdatasync per segment it touches.",
             per_log(|l| l.commits),
         )?;
+        self.family(
+            &mut encoder,
+            "ferrite_wal_puts_per_commit",
+            "Puts since start over group commits since start: how many writes one fdatasync carries.",
+            |s: &ShardSnapshot| {
+                s.log
+                    .filter(|log| log.commits > 0)
+                    .map(|log| (shard_labels(s), ConstGauge::new(s.puts as f64 / log.commits as f64)))
+                    .into_iter()
+                    .collect()
+            },
+        )?;
         self.family(&mut encoder, "ferrite_checkpoints", "Checkpoints completed.", per_log(|l| l.checkpoints))?;
         self.family(
             &mut encoder,
