@@ -697,3 +697,14 @@ fn a_backup_under_load_restores_every_write_acknowledged_before_it() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A shard that keeps no log (the `memory` backing) has nothing durable to copy: the backup is
+/// refused with the reason, and nothing is written.
+#[test]
+fn a_backup_of_a_memory_shard_is_refused() {
+    let server = TestServer::builder_for(server_binary()).config("backing", "\"memory\"").start();
+    let dir = common::fresh_dir("backup-memory").join("backup");
+    let refused = ferrite(&server, &["backup", dir.to_str().expect("UTF-8 path")]);
+    assert!(fails(&refused).contains("only shards on the ssd backing"), "{refused:?}");
+    assert!(!dir.join("shard-0").exists(), "nothing was copied");
+}
