@@ -14,8 +14,35 @@ pub struct Cli {
     #[arg(long, global = true)]
     pub json: bool,
 
+    /// Speak TLS to the server (servers configured with `[tls]` require it); needs --ca.
+    #[arg(long, global = true, requires = "ca")]
+    pub tls: bool,
+
+    /// PEM file with the CA certificate the server's certificate must chain to (implies --tls).
+    #[arg(long, global = true, env = "FERRITE_CA", value_name = "FILE")]
+    pub ca: Option<std::path::PathBuf>,
+
+    /// PEM files with this client's certificate and its key, for a server that requires client
+    /// certificates (mutual TLS).
+    #[arg(long, global = true, value_name = "FILE", requires_all = ["ca", "key"])]
+    pub cert: Option<std::path::PathBuf>,
+
+    /// The private key of --cert, in PEM.
+    #[arg(long, global = true, value_name = "FILE", requires = "cert")]
+    pub key: Option<std::path::PathBuf>,
+
     #[command(subcommand)]
     pub command: Command,
+}
+
+impl Cli {
+    /// TLS as the options ask for it: with a CA file (given or from `FERRITE_CA`), or none.
+    pub fn tls_options(&self) -> Option<ferrite_client::TlsOptions> {
+        self.ca.as_ref().map(|ca| ferrite_client::TlsOptions {
+            ca_file: ca.clone(),
+            client_cert: self.cert.clone().zip(self.key.clone()),
+        })
+    }
 }
 
 #[derive(Debug, Subcommand)]

@@ -37,6 +37,7 @@ pub fn run(cli: &Cli) -> Result<Report> {
     }
     let options = ClientOptions {
         client_name: concat!("ferrite-cli/", env!("CARGO_PKG_VERSION")).to_owned(),
+        tls: cli.tls_options(),
         ..ClientOptions::default()
     };
     let session = blocking::Session::connect_with(&cli.addr, options).map_err(|error| match error {

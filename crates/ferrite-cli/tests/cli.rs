@@ -7,6 +7,8 @@
 
 #[path = "../../ferrite-server/tests/common/mod.rs"]
 mod common;
+#[path = "../../ferrite-server/tests/pki/mod.rs"]
+mod pki;
 
 use std::io::{Read, Write};
 use std::path::PathBuf;
@@ -707,4 +709,23 @@ fn a_backup_of_a_memory_shard_is_refused() {
     let refused = ferrite(&server, &["backup", dir.to_str().expect("UTF-8 path")]);
     assert!(fails(&refused).contains("only shards on the ssd backing"), "{refused:?}");
     assert!(!dir.join("shard-0").exists(), "nothing was copied");
+}
+
+/// `--ca` (or `FERRITE_CA`) makes the CLI speak TLS; a CA that did not sign the server's
+/// certificate is a clear error, and a TLS server is not reached in clear.
+#[test]
+fn the_cli_speaks_tls_with_the_ca_it_is_given() {
+    let pki = pki::Pki::new("cli-tls");
+    let other = pki::Pki::new("cli-tls-other");
+    let server = TestServer::builder_for(server_binary())
+        .args(&["--tls-cert", &pki.path("server.pem"), "--tls-key", &pki.path("server-key.pem")])
+        .start();
+    ok(&ferrite(&server, &["--tls", "--ca", &pki.path("ca.pem"), "pool", "create", "sealed"]));
+    let mut command = Command::new(env!("CARGO_BIN_EXE_ferrite"));
+    command.env("FERRITE_CA", pki.path("ca.pem")).arg("--addr").arg(server.addr_string()).args(["pool", "list"]);
+    assert!(text(&run(command, b"").stdout).contains("sealed"), "FERRITE_CA alone is enough");
+    let wrong = fails(&ferrite(&server, &["--ca", &other.path("ca.pem"), "pool", "list"]));
+    assert!(wrong.contains("TLS handshake") && wrong.contains("certificate"), "{wrong}");
+    let clear = ferrite(&server, &["pool", "list"]);
+    assert!(!clear.status.success(), "{clear:?}");
 }

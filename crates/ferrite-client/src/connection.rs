@@ -21,8 +21,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use bytes::{Bytes, BytesMut};
 use ferrite_proto::{ErrorCode, Header, Limits, Request, PROTOCOL_VERSION};
 use foldhash::HashMap;
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
 use tokio::sync::{oneshot, Notify};
 use tokio::task::AbortHandle;
@@ -231,7 +231,11 @@ impl PendingReply {
 impl Connection {
     /// Connects to `address` and performs the hello handshake. Must run inside a Tokio runtime:
     /// the reader and writer tasks are spawned onto it.
-    pub(crate) async fn open(address: &str, client_name: &str) -> Result<(Connection, Hello)> {
+    pub(crate) async fn open(
+        address: &str,
+        client_name: &str,
+        tls: Option<&tokio_rustls::TlsConnector>,
+    ) -> Result<(Connection, Hello)> {
         let stream =
             TcpStream::connect(address).await.map_err(|error| Error::io(format!("connecting to {address}"), error))?;
         // We batch writes ourselves; Nagle would only add latency to the last frame of a batch.
@@ -239,7 +243,17 @@ impl Connection {
             .set_nodelay(true)
             .map_err(|error| Error::io(format!("configuring the connection to {address}"), error))?;
         let peer_ip = stream.peer_addr().map_err(|error| Error::io(format!("connecting to {address}"), error))?.ip();
-        let mut connection = Connection::start(stream, address.into(), peer_ip);
+        let mut connection = match tls {
+            None => {
+                let (read_half, write_half) = stream.into_split();
+                Connection::start(read_half, write_half, address.into(), peer_ip)
+            }
+            Some(connector) => {
+                let stream = crate::tls::handshake(connector, address, stream).await?;
+                let (read_half, write_half) = tokio::io::split(stream);
+                Connection::start(read_half, write_half, address.into(), peer_ip)
+            }
+        };
 
         let hello = Request::Hello { version: PROTOCOL_VERSION, client_name, auth: &[] };
         let hello = match connection.call(&hello).await? {
@@ -253,8 +267,12 @@ impl Connection {
         Ok((connection, hello))
     }
 
-    /// Spawns the reader and writer tasks for an established stream.
-    fn start(stream: TcpStream, address: Arc<str>, peer_ip: IpAddr) -> Connection {
+    /// Spawns the reader and writer tasks for an established stream's two halves.
+    fn start<R, W>(read_half: R, write_half: W, address: Arc<str>, peer_ip: IpAddr) -> Connection
+    where
+        R: AsyncRead + Unpin + Send + 'static,
+        W: AsyncWrite + Unpin + Send + 'static,
+    {
         let shared = Arc::new(Shared {
             state: Mutex::new(State {
                 next_request_id: FIRST_REQUEST_ID,
@@ -266,7 +284,6 @@ impl Connection {
             drained: Notify::new(),
             address,
         });
-        let (read_half, write_half) = stream.into_split();
         let reader = tokio::spawn(read_loop(Arc::clone(&shared), read_half)).abort_handle();
         let writer = tokio::spawn(write_loop(Arc::clone(&shared), write_half, reader.clone())).abort_handle();
         Connection { shared, _tasks: Arc::new(Tasks { reader, writer }), limits: Limits::MAX, peer_ip }
@@ -319,7 +336,7 @@ impl Connection {
     }
 }
 
-async fn read_loop(shared: Arc<Shared>, mut socket: OwnedReadHalf) {
+async fn read_loop(shared: Arc<Shared>, mut socket: impl AsyncRead + Unpin) {
     let mut frames = FrameReader::new();
     let cause = 'read: loop {
         loop {
@@ -348,7 +365,7 @@ async fn read_loop(shared: Arc<Shared>, mut socket: OwnedReadHalf) {
     shared.close(cause);
 }
 
-async fn write_loop(shared: Arc<Shared>, mut socket: OwnedWriteHalf, reader: AbortHandle) {
+async fn write_loop(shared: Arc<Shared>, mut socket: impl AsyncWrite + Unpin, reader: AbortHandle) {
     // Swapped with the shared buffer each round, so both allocations are reused.
     let mut batch = BytesMut::new();
     loop {

@@ -39,6 +39,7 @@ pub mod plugins;
 mod pool;
 mod reply;
 mod session;
+mod tls;
 
 #[cfg(test)]
 mod fake_server;
@@ -51,3 +52,4 @@ pub use ferrite_proto::{
 };
 pub use pool::{FindPage, InvokeOptions, InvokePutOptions, InvokeResponse, Pool, PoolAttributes, ValueAttributes};
 pub use session::{ClientOptions, PoolInfo, PoolOptions, Session, ShardBackup, ShardStatistics};
+pub use tls::TlsOptions;

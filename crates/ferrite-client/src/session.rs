@@ -20,6 +20,8 @@ pub struct ClientOptions {
     /// Limit on connecting plus the handshake, per shard connection. A server that accepts but
     /// never answers would otherwise hang `connect` forever.
     pub connect_timeout: Duration,
+    /// Speak TLS to every shard (servers configured with `[tls]` require it).
+    pub tls: Option<crate::TlsOptions>,
 }
 
 impl Default for ClientOptions {
@@ -27,6 +29,7 @@ impl Default for ClientOptions {
         ClientOptions {
             client_name: concat!("ferrite-client/", env!("CARGO_PKG_VERSION")).to_owned(),
             connect_timeout: Duration::from_secs(10),
+            tls: None,
         }
     }
 }
@@ -353,7 +356,9 @@ impl Session {
 }
 
 async fn open_with_timeout(address: &str, options: &ClientOptions) -> Result<(Connection, Hello)> {
-    match tokio::time::timeout(options.connect_timeout, Connection::open(address, &options.client_name)).await {
+    let connector = options.tls.as_ref().map(crate::tls::connector).transpose()?;
+    let opening = Connection::open(address, &options.client_name, connector.as_ref());
+    match tokio::time::timeout(options.connect_timeout, opening).await {
         Ok(result) => result,
         Err(_) => Err(Error::io(
             format!("connecting to {address}"),

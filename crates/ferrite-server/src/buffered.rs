@@ -15,12 +15,12 @@ use std::time::Instant;
 
 use bytes::BytesMut;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 use tokio::sync::{watch, Notify};
 
 use crate::completion::Completion;
 use crate::durability::DurableGate;
 use crate::stats::{BatchOps, Traffic};
+use crate::stream::ClientStream;
 use ferrite_store::persistence::wal::Lsn;
 
 /// Responses are flushed once this much is buffered, so a client that pipelines many large reads
@@ -100,7 +100,7 @@ impl Buffers {
 
 /// The socket a connection drives, and what it counts there.
 pub(crate) struct Socket<'a> {
-    pub stream: &'a mut TcpStream,
+    pub stream: &'a mut ClientStream,
     pub traffic: &'a Traffic,
 }
 
@@ -180,7 +180,7 @@ pub(crate) async fn drive(
 
 /// Writes every deferred answer that is ready, once the log is durable as far as they need.
 async fn send_ready(
-    stream: &mut TcpStream,
+    stream: &mut ClientStream,
     traffic: &Traffic,
     shutdown: &mut watch::Receiver<bool>,
     gate: Option<&mut DurableGate>,
@@ -211,7 +211,7 @@ async fn send_ready(
 /// Writes `out` once the log is durable up to `wait_lsn` (0: at once) and clears it; `Some` if
 /// the connection must end instead.
 async fn send(
-    stream: &mut TcpStream,
+    stream: &mut ClientStream,
     traffic: &Traffic,
     shutdown: &mut watch::Receiver<bool>,
     gate: Option<&mut DurableGate>,

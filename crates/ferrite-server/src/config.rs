@@ -53,6 +53,31 @@ pub struct Config {
     pub ado: AdoConfig,
     /// The Prometheus metrics endpoint.
     pub metrics: MetricsConfig,
+    /// TLS for both client listeners.
+    pub tls: TlsConfig,
+}
+
+/// The `[tls]` table: with a certificate and its key, both listeners (native and RESP) speak TLS
+/// only; with a client CA as well, clients must present a certificate it signed (mutual TLS).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TlsConfig {
+    /// PEM file with the server's certificate chain, leaf first.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cert_file: Option<PathBuf>,
+    /// PEM file with the certificate's private key.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub key_file: Option<PathBuf>,
+    /// PEM file with the CA certificates that sign client certificates.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub client_ca_file: Option<PathBuf>,
+}
+
+impl TlsConfig {
+    /// Whether the listeners speak TLS.
+    pub fn enabled(&self) -> bool {
+        self.cert_file.is_some()
+    }
 }
 
 /// The `[metrics]` table: an HTTP endpoint serving every shard's counters in the Prometheus text
@@ -82,6 +107,7 @@ impl Default for Config {
             plugin_config: std::collections::BTreeMap::new(),
             ado: AdoConfig::default(),
             metrics: MetricsConfig::default(),
+            tls: TlsConfig::default(),
         }
     }
 }
@@ -334,6 +360,10 @@ pub struct Overrides {
     pub plugins: Vec<(String, PathBuf)>,
     /// `HOST:PORT`: serve the metrics endpoint there.
     pub metrics_listen: Option<std::net::SocketAddr>,
+    /// `--tls-cert`, `--tls-key`, `--tls-client-ca`: replace the `[tls]` table's files.
+    pub tls_cert: Option<PathBuf>,
+    pub tls_key: Option<PathBuf>,
+    pub tls_client_ca: Option<PathBuf>,
 }
 
 impl Config {
@@ -402,6 +432,15 @@ impl Config {
         self.plugins.extend(overrides.plugins.iter().cloned());
         if let Some(listen) = overrides.metrics_listen {
             self.metrics.listen = Some(listen);
+        }
+        for (file, given) in [
+            (&mut self.tls.cert_file, &overrides.tls_cert),
+            (&mut self.tls.key_file, &overrides.tls_key),
+            (&mut self.tls.client_ca_file, &overrides.tls_client_ca),
+        ] {
+            if given.is_some() {
+                file.clone_from(given);
+            }
         }
         self.validate()?;
         Ok(self)
@@ -472,6 +511,18 @@ impl Config {
         ports.sort_unstable();
         if let Some(pair) = ports.windows(2).find(|pair| pair[0] == pair[1]) {
             return invalid(format!("two shards are configured on port {}", pair[0]));
+        }
+        let tls = &self.tls;
+        if tls.cert_file.is_some() != tls.key_file.is_some() {
+            return invalid("tls.cert_file and tls.key_file (--tls-cert, --tls-key) go together".into());
+        }
+        if tls.client_ca_file.is_some() && tls.cert_file.is_none() {
+            return invalid("tls.client_ca_file (--tls-client-ca) needs tls.cert_file and tls.key_file".into());
+        }
+        if let Some(missing) =
+            [&tls.cert_file, &tls.key_file, &tls.client_ca_file].into_iter().flatten().find(|path| !path.is_file())
+        {
+            return invalid(format!("TLS file {} is not a file", missing.display()));
         }
         if let Some(unknown) = self.ado.signals.iter().find(|name| !SIGNALS.contains(&name.as_str())) {
             return invalid(format!("ado.signals: unknown signal {unknown:?}; expected any of {SIGNALS:?}"));
@@ -583,6 +634,23 @@ mod tests {
         assert_eq!(Config { durability: DurabilityConfig::default(), ..config }, Config::embedded_default());
         let config = Config::from_toml("[limits]\nkey_bytes_max = 1024\n", "t").expect("one limit");
         assert_eq!(config.limits, LimitsConfig { key_bytes_max: 1024, ..LimitsConfig::default() });
+    }
+
+    /// A certificate needs its key and the reverse, a client CA needs a certificate, and every
+    /// file named must exist; each refusal names the setting or the file.
+    #[test]
+    fn tls_files_are_checked_together() {
+        let file = std::env::current_exe().expect("the test binary is a file").display().to_string();
+        let with = |table: String| Config::from_toml(&format!("[tls]\n{table}"), "t");
+        let error = with(format!("cert_file = {file:?}\n")).expect_err("no key").to_string();
+        assert!(error.contains("tls.cert_file and tls.key_file"), "{error}");
+        let error = with(format!("client_ca_file = {file:?}\n")).expect_err("no certificate").to_string();
+        assert!(error.contains("tls.client_ca_file"), "{error}");
+        let error = with("cert_file = \"/no/cert.pem\"\nkey_file = \"/no/key.pem\"\n".into()).expect_err("missing");
+        assert!(error.to_string().contains("/no/cert.pem"), "{error}");
+        let config = with(format!("cert_file = {file:?}\nkey_file = {file:?}\n")).expect("both files exist");
+        assert!(config.tls.enabled());
+        assert!(!Config::embedded_default().tls.enabled(), "TLS is off by default");
     }
 
     /// Shard tables without a port take consecutive ports from the default one.

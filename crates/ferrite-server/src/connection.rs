@@ -9,13 +9,13 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::Buf;
 use ferrite_proto::{Header, HEADER_BYTES};
-use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tracing::debug;
 
 use crate::buffered::{self, Buffers, Deferred, Next, WRITE_FLUSH_BYTES};
 use crate::handler::{Flow, ShardState};
 use crate::session::Session;
+use crate::stream::ClientStream;
 
 /// How much room a read asks for.
 const READ_CHUNK_BYTES: usize = 64 * 1024;
@@ -28,12 +28,12 @@ struct Framing {
 }
 
 /// Serves one client until it disconnects, misbehaves beyond recovery, or the shard shuts down.
-pub(crate) async fn serve(mut stream: TcpStream, shard: Rc<RefCell<ShardState>>, mut shutdown: watch::Receiver<bool>) {
+pub(crate) async fn serve(
+    mut stream: ClientStream,
+    shard: Rc<RefCell<ShardState>>,
+    mut shutdown: watch::Receiver<bool>,
+) {
     let peer = stream.peer_addr().ok();
-    // Responses are small and latency matters more than packet count.
-    if let Err(error) = stream.set_nodelay(true) {
-        debug!(?peer, %error, "cannot disable Nagle's algorithm");
-    }
     let frame_body_max = shard.borrow().limits.frame_body_bytes_max();
     let mut framing = Framing { session: Session::default(), discard: 0, frame_body_max };
     let mut buffers = Buffers::new(READ_CHUNK_BYTES);

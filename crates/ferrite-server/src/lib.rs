@@ -23,5 +23,7 @@ mod server;
 mod session;
 mod shard;
 mod stats;
+mod stream;
+mod tls;
 
 pub use server::{BoundServer, ServerError};

@@ -36,6 +36,17 @@ struct Args {
     /// plugins installed beside the server).
     #[arg(long = "plugin", value_name = "NAME=PATH", value_parser = parse_plugin)]
     plugins: Vec<(String, PathBuf)>,
+    /// Speak TLS on every listener (native and RESP) with the certificate chain in this PEM file
+    /// (needs --tls-key; replaces `[tls] cert_file`).
+    #[arg(long, value_name = "FILE")]
+    tls_cert: Option<PathBuf>,
+    /// The private key of --tls-cert, in PEM (replaces `[tls] key_file`).
+    #[arg(long, value_name = "FILE")]
+    tls_key: Option<PathBuf>,
+    /// Require clients to present a certificate signed by a CA in this PEM file: mutual TLS
+    /// (replaces `[tls] client_ca_file`).
+    #[arg(long, value_name = "FILE")]
+    tls_client_ca: Option<PathBuf>,
     /// Serve Prometheus metrics on HOST:PORT (`GET /metrics`); port 0 picks a free port.
     #[arg(long, value_name = "HOST:PORT")]
     metrics_listen: Option<SocketAddr>,
@@ -198,6 +209,9 @@ fn effective_config(path: Option<&PathBuf>, args: &Args) -> Result<Config, Strin
             resp_listen: args.resp_listen,
             plugins: args.plugins.clone(),
             metrics_listen: args.metrics_listen,
+            tls_cert: args.tls_cert.clone(),
+            tls_key: args.tls_key.clone(),
+            tls_client_ca: args.tls_client_ca.clone(),
         })
     })
     .map_err(|e| e.to_string())

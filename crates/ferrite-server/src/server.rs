@@ -47,6 +47,8 @@ pub enum ServerError {
     ShardFailed { shard: usize, reason: String },
     #[error("cannot serve metrics on {address}: {source}")]
     BindMetrics { address: SocketAddr, source: std::io::Error },
+    #[error("cannot set up TLS: {0}")]
+    Tls(String),
     #[error("cannot start the signal handler: {0}")]
     Runtime(std::io::Error),
 }
@@ -63,6 +65,8 @@ pub struct BoundServer {
     resp_addresses: Vec<SocketAddr>,
     /// The metrics endpoint's listener, when `[metrics] listen` is set.
     metrics_listener: Option<(TcpListener, SocketAddr)>,
+    /// TLS for every shard's listeners, when `[tls]` names a certificate.
+    tls: Option<Arc<rustls::ServerConfig>>,
     /// Each shard's pools and durability, recovered from the data directory.
     shards: Vec<(Pools, Option<ShardDurability>)>,
     /// The plugins pools' chains may name, shared by every shard.
@@ -115,6 +119,17 @@ impl BoundServer {
                 resp_listeners.push(listener);
             }
         }
+        let tls = crate::tls::server_config(&config.tls).map_err(ServerError::Tls)?;
+        if tls.is_none() {
+            let resp_ip = config.resp.enabled.then(|| config.resp.listen.unwrap_or(config.listen));
+            for ip in std::iter::once(config.listen).chain(resp_ip).filter(|ip| !ip.is_loopback()) {
+                warn!(
+                    %ip,
+                    "listening in clear on a non-loopback address: anyone on the network can read and change the \
+                     traffic; configure [tls] (docs/security.md)"
+                );
+            }
+        }
         let metrics_listener = match config.metrics.listen {
             Some(address) => {
                 let error = |source| ServerError::BindMetrics { address, source };
@@ -137,6 +152,7 @@ impl BoundServer {
             resp_listeners,
             resp_addresses,
             metrics_listener,
+            tls,
             shards,
             plugins,
             _data_dir: data_dir,
@@ -214,6 +230,7 @@ impl BoundServer {
                 settings: resp::Settings::new(&self.config.resp, index, address.port(), &limits.protocol_limits()),
             });
             let core = shard_config.core;
+            let tls = self.tls.clone().map(tokio_rustls::TlsAcceptor::from);
             let snapshots = std::mem::replace(&mut snapshot_requests[index], tokio::sync::mpsc::unbounded_channel().1);
             let stop = stop_rx.clone();
             let exits = exit_tx.clone();
@@ -225,7 +242,7 @@ impl BoundServer {
                         pin_to_core(index, core);
                     }
                     report.outcome =
-                        Some(shard::run(listener, resp, state, snapshots, stop).map_err(|e| e.to_string()));
+                        Some(shard::run(listener, resp, tls, state, snapshots, stop).map_err(|e| e.to_string()));
                 })
                 .map_err(|source| ServerError::Spawn { shard: index, source })?;
             threads.push(thread);

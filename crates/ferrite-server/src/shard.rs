@@ -11,7 +11,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
-use tracing::{info, warn};
+use tokio_rustls::TlsAcceptor;
+use tracing::{debug, info, warn};
 
 use crate::ado;
 use crate::backup;
@@ -21,6 +22,8 @@ use crate::handler::ShardState;
 use crate::low_load_poll;
 use crate::metrics::{self, SnapshotRequest};
 use crate::resp;
+use crate::stream::ClientStream;
+use crate::tls;
 
 /// How long a refused connection gets to receive its `too_many_connections` error and hang up.
 const REFUSAL_TIMEOUT: Duration = Duration::from_secs(1);
@@ -36,13 +39,14 @@ const ACCEPT_RETRY_DELAY: Duration = Duration::from_millis(50);
 pub(crate) fn run(
     listener: std::net::TcpListener,
     resp: Option<resp::Listener>,
+    tls: Option<TlsAcceptor>,
     state: ShardState,
     snapshots: tokio::sync::mpsc::UnboundedReceiver<SnapshotRequest>,
     shutdown: watch::Receiver<bool>,
 ) -> std::io::Result<()> {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let local = tokio::task::LocalSet::new();
-    local.block_on(&runtime, serve(listener, resp, state, snapshots, shutdown))
+    local.block_on(&runtime, serve(listener, resp, tls, state, snapshots, shutdown))
 }
 
 /// Counts a new connection against the shard's limit; false if it is over the limit (and counted
@@ -70,6 +74,7 @@ async fn accept_resp(
 async fn serve(
     listener: std::net::TcpListener,
     resp: Option<resp::Listener>,
+    tls: Option<TlsAcceptor>,
     mut state: ShardState,
     snapshots: tokio::sync::mpsc::UnboundedReceiver<SnapshotRequest>,
     mut shutdown: watch::Receiver<bool>,
@@ -116,7 +121,12 @@ async fn serve(
                         connections.spawn_local(refuse(stream, refusal(max)));
                         continue;
                     }
-                    connections.spawn_local(connection::serve(stream, Rc::clone(&shard), stop.clone()));
+                    let (shard, stop, tls) = (Rc::clone(&shard), stop.clone(), tls.clone());
+                    connections.spawn_local(async move {
+                        if let Some(stream) = handshake(stream, tls.as_ref(), &shard).await {
+                            connection::serve(stream, shard, stop).await;
+                        }
+                    });
                 }
                 Err(error) => {
                     warn!(shard = index, %error, "accept failed");
@@ -130,7 +140,12 @@ async fn serve(
                         continue;
                     }
                     let id = shard.borrow().stats.clients_total;
-                    connections.spawn_local(resp::serve(stream, Rc::clone(&shard), settings, id, stop.clone()));
+                    let (shard, stop, tls) = (Rc::clone(&shard), stop.clone(), tls.clone());
+                    connections.spawn_local(async move {
+                        if let Some(stream) = handshake(stream, tls.as_ref(), &shard).await {
+                            resp::serve(stream, shard, settings, id, stop).await;
+                        }
+                    });
                 }
                 Err(error) => {
                     warn!(shard = index, %error, "RESP accept failed");
@@ -173,6 +188,24 @@ async fn serve(
     match halted {
         Some(reason) => Err(std::io::Error::other(format!("shard {index} stopped itself: {reason}"))),
         None => Ok(()),
+    }
+}
+
+/// A new client's stream, after its TLS handshake when the shard speaks TLS; `None` (and the
+/// client no longer counted) if the handshake fails or times out.
+async fn handshake(
+    stream: TcpStream,
+    tls: Option<&TlsAcceptor>,
+    shard: &Rc<RefCell<ShardState>>,
+) -> Option<ClientStream> {
+    let peer = stream.peer_addr().ok();
+    match tls::accept(stream, tls).await {
+        Ok(stream) => Some(stream),
+        Err(error) => {
+            debug!(?peer, %error, "client connection failed before it was served");
+            shard.borrow_mut().stats.clients -= 1;
+            None
+        }
     }
 }
 

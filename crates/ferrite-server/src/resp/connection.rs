@@ -9,9 +9,9 @@ use std::cell::RefCell;
 use std::rc::Rc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use crate::stream::ClientStream;
 use bytes::{Buf, BytesMut};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tracing::debug;
 
@@ -36,16 +36,13 @@ struct Connection {
 /// Serves one RESP client until it disconnects, sends something unparseable, says `QUIT`, or the
 /// shard shuts down. `id` is unique among the shard's connections.
 pub(crate) async fn serve(
-    mut stream: TcpStream,
+    mut stream: ClientStream,
     shard: Rc<RefCell<ShardState>>,
     settings: Rc<Settings>,
     id: u64,
     mut shutdown: watch::Receiver<bool>,
 ) {
     let peer = stream.peer_addr().ok();
-    if let Err(error) = stream.set_nodelay(true) {
-        debug!(?peer, %error, "cannot disable Nagle's algorithm");
-    }
     // A RESP client has no handshake of its own: the connection is its session's hello.
     let mut session = Session::default();
     session.handshaken = true;
@@ -96,7 +93,7 @@ pub(crate) async fn serve(
 /// Closes after a last reply (`QUIT`, a protocol error) so the client can read it: closing a socket
 /// with unread input makes the kernel send a reset that can destroy the reply in flight, so our
 /// side is shut down and the client's input discarded until it hangs up, for a moment at most.
-async fn close_gently(stream: &mut TcpStream, shutdown: &mut watch::Receiver<bool>) {
+async fn close_gently(stream: &mut ClientStream, shutdown: &mut watch::Receiver<bool>) {
     let drain = async {
         stream.shutdown().await?;
         let mut sink = [0u8; 4096];

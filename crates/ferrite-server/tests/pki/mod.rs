@@ -1,0 +1,38 @@
+//! Certificates for TLS tests, made by the test (rcgen): a CA, a server certificate for
+//! `localhost` and 127.0.0.1 that it signed, and a client certificate it signed, as PEM files.
+//! Shared like `common` (the CLI's tests include it with `#[path]`); it needs `rcgen` and `common`.
+
+use std::path::PathBuf;
+
+use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
+
+use crate::common::fresh_dir;
+
+/// A CA, a server certificate for `localhost` and 127.0.0.1 it signed, and a client certificate it
+/// signed, as PEM files in a directory.
+pub struct Pki {
+    pub dir: PathBuf,
+}
+
+impl Pki {
+    pub fn new(label: &str) -> Pki {
+        let dir = fresh_dir(label);
+        let mut ca_params = CertificateParams::new(Vec::<String>::new()).expect("CA params");
+        ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate().expect("CA key")).expect("CA");
+        std::fs::write(dir.join("ca.pem"), ca.pem()).expect("write the CA");
+        for (name, names) in [("server", vec!["localhost".to_owned(), "127.0.0.1".to_owned()]), ("client", vec![])] {
+            let key = KeyPair::generate().expect("key");
+            let certificate = CertificateParams::new(names).expect("params").signed_by(&key, &ca).expect("sign");
+            std::fs::write(dir.join(format!("{name}.pem")), certificate.pem()).expect("write a certificate");
+            std::fs::write(dir.join(format!("{name}-key.pem")), key.serialize_pem()).expect("write a key");
+        }
+        Pki { dir }
+    }
+
+    /// The path of one of the files (`ca.pem`, `server.pem`, `server-key.pem`, `client.pem`,
+    /// `client-key.pem`), as an argument.
+    pub fn path(&self, name: &str) -> String {
+        self.dir.join(name).display().to_string()
+    }
+}

@@ -1,0 +1,126 @@
+//! TLS on both listeners, against certificates the test makes (rcgen): clients that trust the
+//! server's CA are served; a client trusting another CA, a client speaking in clear, and (with
+//! mutual TLS) a client without a certificate all fail cleanly and leave the server serving.
+
+mod common;
+mod pki;
+
+use std::io::{Read, Write};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::TestServer;
+use ferrite_client::blocking::Session;
+use ferrite_client::{ClientOptions, PoolOptions, TlsOptions};
+use pki::Pki;
+
+fn options(tls: Option<TlsOptions>) -> ClientOptions {
+    ClientOptions { tls, connect_timeout: Duration::from_secs(5), ..ClientOptions::default() }
+}
+
+fn clients(server: &TestServer, ca: &Path) -> u64 {
+    let session =
+        Session::connect_with(&server.addr_string(), options(Some(TlsOptions::with_ca(ca)))).expect("connect");
+    session.statistics().expect("statistics")[0].get("clients").expect("a clients counter")
+}
+
+#[test]
+fn tls_serves_clients_that_trust_its_ca_and_turns_away_the_rest() {
+    let pki = Pki::new("tls");
+    let other = Pki::new("tls-other");
+    let server = TestServer::builder()
+        .args(&["--tls-cert", &pki.path("server.pem"), "--tls-key", &pki.path("server-key.pem")])
+        .start();
+    let trusted = options(Some(TlsOptions::with_ca(pki.dir.join("ca.pem"))));
+    let session = Session::connect_with(&server.addr_string(), trusted).expect("a client trusting the CA connects");
+    let pool = session.create_pool("secret", PoolOptions::default()).expect("create a pool");
+    pool.put(b"key", b"sealed").expect("put over TLS");
+    assert_eq!(pool.get(b"key").expect("get over TLS"), b"sealed");
+
+    let error =
+        Session::connect_with(&server.addr_string(), options(Some(TlsOptions::with_ca(other.dir.join("ca.pem")))))
+            .expect_err("another CA's client is refused")
+            .to_string();
+    assert!(error.contains("TLS handshake") && error.contains("certificate"), "{error}");
+    let error = Session::connect_with(&server.addr_string(), options(None)).expect_err("a clear client is refused");
+    assert!(!error.to_string().is_empty());
+    let mut garbled = std::net::TcpStream::connect(server.addr(0)).expect("connect in clear");
+    garbled.write_all(b"hello? ").expect("write");
+    garbled.set_read_timeout(Some(Duration::from_secs(10))).expect("timeout");
+    let mut answer = Vec::new();
+    garbled.read_to_end(&mut answer).expect("a client that speaks no TLS is hung up on");
+    assert!(answer.is_empty() || answer[0] == 0x15, "at most a TLS alert: {answer:?}");
+    let silent = std::net::TcpStream::connect(server.addr(0)).expect("connect in clear");
+
+    assert_eq!(pool.get(b"key").expect("the first client is still served"), b"sealed");
+    // The first client, the one counting, and the silent one (until its handshake times out);
+    // the refused ones are gone.
+    common::wait_until("refused clients no longer counted", Duration::from_secs(20), || {
+        (clients(&server, &pki.dir.join("ca.pem")) == 3).then_some(())
+    });
+    drop(silent);
+    common::wait_until("a silent client no longer counted", Duration::from_secs(20), || {
+        (clients(&server, &pki.dir.join("ca.pem")) == 2).then_some(())
+    });
+}
+
+#[test]
+fn mutual_tls_requires_a_client_certificate_the_ca_signed() {
+    let pki = Pki::new("mtls");
+    let server = TestServer::builder()
+        .args(&[
+            "--tls-cert",
+            &pki.path("server.pem"),
+            "--tls-key",
+            &pki.path("server-key.pem"),
+            "--tls-client-ca",
+            &pki.path("ca.pem"),
+        ])
+        .start();
+    let anonymous = options(Some(TlsOptions::with_ca(pki.dir.join("ca.pem"))));
+    Session::connect_with(&server.addr_string(), anonymous).expect_err("no client certificate, no service");
+    let identified = TlsOptions {
+        ca_file: pki.dir.join("ca.pem"),
+        client_cert: Some((pki.dir.join("client.pem"), pki.dir.join("client-key.pem"))),
+    };
+    let session = Session::connect_with(&server.addr_string(), options(Some(identified))).expect("a signed client");
+    session.list_pools().expect("served");
+}
+
+/// RESP clients (redis-cli --tls, redis-py with ssl=True) reach the same listener over TLS.
+#[test]
+fn resp_speaks_tls_too() {
+    let pki = Pki::new("tls-resp");
+    let server = TestServer::builder()
+        .resp()
+        .args(&["--tls-cert", &pki.path("server.pem"), "--tls-key", &pki.path("server-key.pem")])
+        .start();
+    let mut roots = rustls::RootCertStore::empty();
+    let ca = std::fs::read(pki.dir.join("ca.pem")).expect("read the CA");
+    for certificate in rustls_pki_types::pem::PemObject::pem_slice_iter(&ca) {
+        roots.add(certificate.expect("a PEM certificate")).expect("a CA certificate");
+    }
+    let config = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        .with_safe_default_protocol_versions()
+        .expect("TLS versions")
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let name = rustls_pki_types::ServerName::try_from("localhost").expect("a name");
+    let connection = rustls::ClientConnection::new(Arc::new(config), name).expect("a TLS client");
+    let socket = std::net::TcpStream::connect(server.resp_addr(0)).expect("connect");
+    let mut tls = rustls::StreamOwned::new(connection, socket);
+    tls.write_all(b"*1\r\n$4\r\nPING\r\n").expect("PING");
+    let mut reply = [0u8; 7];
+    tls.read_exact(&mut reply).expect("the reply");
+    assert_eq!(&reply, b"+PONG\r\n");
+}
+
+/// A server listening in clear beyond the loopback interface says so in its log.
+#[test]
+fn listening_in_clear_on_the_network_is_warned_about() {
+    let server = TestServer::builder().listen_ip("0.0.0.0").start();
+    assert!(server.stderr().contains("listening in clear"), "{}", server.stderr());
+    let local = TestServer::builder().start();
+    assert!(!local.stderr().contains("listening in clear"), "{}", local.stderr());
+}
