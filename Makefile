@@ -51,12 +51,26 @@ test-bench: deps
 	$(CARGO) build -p ferrite-server -p ferrite-cli -p ferrite-ado -p ferrite-plugin-passthru -p ferrite-plugin-counter
 	bench/compare --quick --debug --no-build
 
-## test-fuzz: build the cargo-fuzz targets (WAL replay, checkpoint loading) and feed each a few
-## thousand random inputs; real fuzzing needs nightly: `cargo +nightly fuzz run wal_replay`
+## test-fuzz: build the cargo-fuzz targets with libFuzzer's coverage instrumentation (stable Rust:
+## the sanitizer-coverage passes cargo-fuzz uses) and fuzz each for FUZZ_SECONDS (default 15):
+## write-ahead log replay, checkpoint loading, native protocol frames, RESP commands. Corpora grow in
+## fuzz/corpus/TARGET (not committed); a longer run: `make test-fuzz FUZZ_SECONDS=3600`.
+FUZZ_SECONDS ?= 15
+FUZZ_TARGETS := wal_replay checkpoint_load frame_decode resp_parse
+FUZZ_TRIPLE := $(shell rustc -vV | sed -n 's/^host: //p')
+FUZZ_RUSTFLAGS := -Cpasses=sancov-module -Cllvm-args=-sanitizer-coverage-level=4 \
+	-Cllvm-args=-sanitizer-coverage-inline-8bit-counters -Cllvm-args=-sanitizer-coverage-pc-table \
+	-Cllvm-args=-sanitizer-coverage-trace-compares --cfg fuzzing
 test-fuzz:
-	$(CARGO) build --manifest-path fuzz/Cargo.toml
-	fuzz/target/debug/wal_replay -runs=3000 -max_len=4096
-	fuzz/target/debug/checkpoint_load -runs=3000 -max_len=16384
+	RUSTFLAGS="$(FUZZ_RUSTFLAGS)" $(CARGO) build --manifest-path fuzz/Cargo.toml --target $(FUZZ_TRIPLE)
+	@for target in $(FUZZ_TARGETS); do \
+		mkdir -p fuzz/corpus/$$target; \
+		if ! fuzz/target/$(FUZZ_TRIPLE)/debug/$$target -max_total_time=$(FUZZ_SECONDS) -max_len=16384 \
+			fuzz/corpus/$$target > fuzz/target/$$target.log 2>&1; then \
+			tail -40 fuzz/target/$$target.log; echo "$$target: FAILED (crash input in the current directory)"; exit 1; \
+		fi; \
+		echo "$$target: $$(grep -E '^Done' fuzz/target/$$target.log), 0 crashes"; \
+	done
 
 ## bench: the full comparison with Redis and memcached (about 24 minutes; run it on a quiet
 ## machine): writes bench/results/<date>.md, .json and plots. See docs/benchmarks.md.

@@ -599,6 +599,13 @@ def error_vectors():
     flags = INVOKE_FLAGS
     backup = REQUEST_OPCODES["backup"]
     return [
+        _invalid(
+            "create_pool_plugins_flag_with_empty_chain",
+            "request",
+            22,
+            "invalid_argument",
+            frame(create_pool, 0x0008, 22, str16("pool") + u64(1 << 20) + u64(16) + str16("")),
+        ),
         _invalid("backup_relative_dir", "request", 21, "invalid_argument", frame(backup, 0, 21, str16("backups/today"))),
         _invalid("backup_flags", "request", 21, "invalid_argument", frame(backup, 0x0001, 21, str16("/backups"))),
         _invalid("invoke_ado_unknown_flag", "request", 40, "invalid_argument", frame(invoke, 0x0040, 40, invoke_body(key, b"p"))),

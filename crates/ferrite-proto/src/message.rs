@@ -736,6 +736,14 @@ impl<'a> Request<'a> {
                 let size_bytes = r.u64()?;
                 let expected_objects = r.u64()?;
                 let plugins = if flags.contains(CreatePoolFlags::PLUGINS) { r.str16("plugin chain")? } else { "" };
+                if flags.contains(CreatePoolFlags::PLUGINS) && plugins.is_empty() {
+                    // The flag says a chain follows; an empty one would decode to a request that
+                    // encodes differently (without the flag).
+                    return Err(ProtocolError::InvalidPluginChain {
+                        chain: String::new(),
+                        reason: "the plugins flag is set but the chain is empty",
+                    });
+                }
                 Request::CreatePool { name, size_bytes, expected_objects, flags, plugins }
             }
             Opcode::OpenPool => {

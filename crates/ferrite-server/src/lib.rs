@@ -27,3 +27,14 @@ mod stream;
 mod tls;
 
 pub use server::{BoundServer, ServerError};
+
+/// Entry points for the fuzz targets in `fuzz/`: the parsers of bytes a peer controls that are
+/// not public otherwise.
+#[doc(hidden)]
+pub mod fuzzing {
+    /// The RESP commands (arguments) a connection parses from `input` arriving in two reads, the
+    /// first of `first_read` bytes; an empty command marks a refusal, after which nothing is read.
+    pub fn resp_commands(input: &[u8], first_read: usize) -> Vec<Vec<Vec<u8>>> {
+        crate::resp::parse_in_two_reads(input, first_read)
+    }
+}

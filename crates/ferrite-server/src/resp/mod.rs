@@ -128,3 +128,35 @@ pub(crate) fn refusal() -> BytesMut {
     reply::error(&mut out, "ERR max number of clients reached");
     out
 }
+
+/// What a RESP connection parses from `input` when its bytes arrive in two reads, the first of
+/// `first_read` bytes: each whole command's arguments, in order, until the parser needs more
+/// bytes or refuses them (then an empty command marks the refusal). For the `resp_parse` fuzz
+/// target, through [`crate::fuzzing`].
+pub(crate) fn parse_in_two_reads(input: &[u8], first_read: usize) -> Vec<Vec<Vec<u8>>> {
+    let limits = parser::ParseLimits::for_server(ferrite_proto::KEY_BYTES_MAX, ferrite_proto::VALUE_INLINE_BYTES_MAX);
+    let mut parser = parser::Parser::new(limits);
+    let mut buffer: Vec<u8> = input[..first_read].to_vec();
+    let mut rest = &input[first_read..];
+    let mut commands = Vec::new();
+    loop {
+        match parser.parse(&buffer) {
+            Ok(parser::Parsed::Command { consumed }) => {
+                commands.push(parser.args(&buffer).iter().map(<[u8]>::to_vec).collect());
+                buffer.drain(..consumed);
+            }
+            Ok(parser::Parsed::Skip { consumed }) => {
+                buffer.drain(..consumed);
+            }
+            Ok(parser::Parsed::Incomplete { .. }) if !rest.is_empty() => {
+                buffer.extend_from_slice(rest);
+                rest = &[];
+            }
+            Ok(parser::Parsed::Incomplete { .. }) => return commands,
+            Err(_) => {
+                commands.push(Vec::new());
+                return commands;
+            }
+        }
+    }
+}
