@@ -22,14 +22,14 @@ pub struct Cli {
     #[arg(long, global = true, env = "FERRITE_CA", value_name = "FILE")]
     pub ca: Option<std::path::PathBuf>,
 
-    /// PEM files with this client's certificate and its key, for a server that requires client
-    /// certificates (mutual TLS).
-    #[arg(long, global = true, value_name = "FILE", requires_all = ["ca", "key"])]
-    pub cert: Option<std::path::PathBuf>,
+    /// PEM file with this client's certificate, for a server that requires client certificates
+    /// (mutual TLS); needs --client-key.
+    #[arg(long, global = true, value_name = "FILE", requires_all = ["ca", "client_key"])]
+    pub client_cert: Option<std::path::PathBuf>,
 
-    /// The private key of --cert, in PEM.
-    #[arg(long, global = true, value_name = "FILE", requires = "cert")]
-    pub key: Option<std::path::PathBuf>,
+    /// The private key of --client-cert, in PEM.
+    #[arg(long, global = true, value_name = "FILE", requires = "client_cert")]
+    pub client_key: Option<std::path::PathBuf>,
 
     #[command(subcommand)]
     pub command: Command,
@@ -40,7 +40,7 @@ impl Cli {
     pub fn tls_options(&self) -> Option<ferrite_client::TlsOptions> {
         self.ca.as_ref().map(|ca| ferrite_client::TlsOptions {
             ca_file: ca.clone(),
-            client_cert: self.cert.clone().zip(self.key.clone()),
+            client_cert: self.client_cert.clone().zip(self.client_key.clone()),
         })
     }
 }

@@ -9,9 +9,9 @@
 //! Every wait races the shard's shutdown signal, so neither a silent client nor one that stops
 //! reading its responses can hold a stopping shard hostage.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -68,6 +68,8 @@ pub(crate) enum Ended {
     Closed,
     /// The shard's log failed while responses waited for durability; they were not sent.
     LogFailed,
+    /// The client missed its handshake deadline, or sent nothing for the idle timeout.
+    TimedOut,
 }
 
 /// A connection's input and output buffers.
@@ -98,10 +100,28 @@ impl Buffers {
     }
 }
 
-/// The socket a connection drives, and what it counts there.
+/// The socket a connection drives, what it counts there, and how long the client may stay
+/// silent.
 pub(crate) struct Socket<'a> {
     pub stream: &'a mut ClientStream,
     pub traffic: &'a Traffic,
+    /// Until the connection says its client has shaken hands (`handshaken`), reading must bring
+    /// the handshake before this instant.
+    pub handshake_deadline: Instant,
+    pub handshaken: &'a Cell<bool>,
+    /// After the handshake, the longest a client may send nothing (`None`: no limit).
+    pub idle_timeout: Option<Duration>,
+}
+
+impl Socket<'_> {
+    /// When the read under way must have brought something, if ever.
+    fn read_deadline(&self) -> Option<Instant> {
+        if self.handshaken.get() {
+            self.idle_timeout.map(|idle| Instant::now() + idle)
+        } else {
+            Some(self.handshake_deadline)
+        }
+    }
 }
 
 /// Runs the loop until the peer hangs up, `answer` says to close, or the shard stops. `answer`
@@ -117,7 +137,6 @@ pub(crate) async fn drive(
     deferred: &Deferred,
     mut answer: impl FnMut(&mut Buffers) -> (Next, Lsn, BatchOps),
 ) -> std::io::Result<Ended> {
-    let Socket { stream, traffic } = socket;
     let mut next = Next::Read;
     let mut batch_read = Instant::now();
     loop {
@@ -126,20 +145,25 @@ pub(crate) async fn drive(
                 buffers.read.reserve(buffers.read_chunk_bytes);
             }
             let waiting = deferred.pending.borrow().len();
+            // A client waiting for its answers (plugin calls) is not idle.
+            let deadline = socket.read_deadline().filter(|_| waiting == 0);
             let read = tokio::select! {
                 biased;
                 _ = shutdown.wait_for(|stop| *stop) => return Ok(Ended::ShuttingDown),
                 () = deferred.notify.notified(), if waiting > 0 => None,
-                read = stream.read_buf(&mut buffers.read), if waiting < DEFERRED_MAX => Some(read?),
+                read = socket.stream.read_buf(&mut buffers.read), if waiting < DEFERRED_MAX => Some(read?),
+                () = sleep_until(deadline), if deadline.is_some() => return Ok(Ended::TimedOut),
             };
             match read {
                 Some(0) => return Ok(Ended::PeerClosed),
                 Some(bytes) => {
-                    traffic.read(bytes);
+                    socket.traffic.read(bytes);
                     batch_read = Instant::now();
                 }
                 None => {
-                    if let Some(ended) = send_ready(stream, traffic, shutdown, gate.as_mut(), deferred).await? {
+                    if let Some(ended) =
+                        send_ready(socket.stream, socket.traffic, shutdown, gate.as_mut(), deferred).await?
+                    {
                         return Ok(ended);
                     }
                     continue;
@@ -148,10 +172,12 @@ pub(crate) async fn drive(
         }
         let (wait_lsn, ops);
         (next, wait_lsn, ops) = answer(buffers);
-        if let Some(ended) = send(stream, traffic, shutdown, gate.as_mut(), wait_lsn, &mut buffers.write).await? {
+        if let Some(ended) =
+            send(socket.stream, socket.traffic, shutdown, gate.as_mut(), wait_lsn, &mut buffers.write).await?
+        {
             return Ok(ended);
         }
-        traffic.answered(&ops, batch_read.elapsed());
+        socket.traffic.answered(&ops, batch_read.elapsed());
         if let Next::Wait(completion) = &next {
             tokio::select! {
                 biased;
@@ -159,11 +185,13 @@ pub(crate) async fn drive(
                 () = completion.wait() => {}
             }
             let (mut response, wait_lsn) = completion.take();
-            if let Some(ended) = send(stream, traffic, shutdown, gate.as_mut(), wait_lsn, &mut response).await? {
+            if let Some(ended) =
+                send(socket.stream, socket.traffic, shutdown, gate.as_mut(), wait_lsn, &mut response).await?
+            {
                 return Ok(ended);
             }
             if let Some((op, read)) = completion.timed() {
-                traffic.answered_one(op, read.elapsed());
+                socket.traffic.answered_one(op, read.elapsed());
             }
             // Answer what is already buffered before reading more.
             next = Next::Flush;
@@ -171,10 +199,18 @@ pub(crate) async fn drive(
         if matches!(next, Next::Close) {
             return Ok(Ended::Closed);
         }
-        if let Some(ended) = send_ready(stream, traffic, shutdown, gate.as_mut(), deferred).await? {
+        if let Some(ended) = send_ready(socket.stream, socket.traffic, shutdown, gate.as_mut(), deferred).await? {
             return Ok(ended);
         }
         buffers.shrink_idle();
+    }
+}
+
+/// Completes at `deadline`; never without one.
+async fn sleep_until(deadline: Option<Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline.into()).await,
+        None => std::future::pending().await,
     }
 }
 

@@ -238,6 +238,11 @@ pub struct LimitsConfig {
     pub connections_per_shard_max: u32,
     /// Largest pool a client may create, in bytes.
     pub pool_bytes_max: u64,
+    /// A native client must complete its hello (and a TLS client its handshake) within this;
+    /// otherwise it is disconnected, so a silent or trickling client cannot hold a connection slot.
+    pub handshake_timeout_ms: u64,
+    /// A connection that sends nothing for this long is closed (0: never, as Redis's default).
+    pub idle_timeout_ms: u64,
 }
 
 impl Default for LimitsConfig {
@@ -251,6 +256,8 @@ impl Default for LimitsConfig {
             pools_per_shard_max: 1024,
             connections_per_shard_max: 1024,
             pool_bytes_max: 16 << 30,
+            handshake_timeout_ms: 10_000,
+            idle_timeout_ms: 0,
         }
     }
 }
@@ -484,6 +491,9 @@ impl Config {
         }
         if limits.connections_per_shard_max == 0 {
             return invalid("limits.connections_per_shard_max must be at least 1".into());
+        }
+        if limits.handshake_timeout_ms == 0 {
+            return invalid("limits.handshake_timeout_ms must be at least 1".into());
         }
         if let Some((index, _)) =
             self.shards.iter().enumerate().find(|(_, s)| s.store == StoreName::Mapstore && s.backing != Backing::Memory)

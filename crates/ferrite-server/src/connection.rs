@@ -2,17 +2,17 @@
 //! (`buffered.rs`). Lengths come from the peer, so each header is checked against the frame limit
 //! before any buffer grows for its body; an oversized body is skipped, not buffered.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Buf;
 use ferrite_proto::{Header, HEADER_BYTES};
 use tokio::sync::watch;
 use tracing::debug;
 
-use crate::buffered::{self, Buffers, Deferred, Next, WRITE_FLUSH_BYTES};
+use crate::buffered::{self, Buffers, Deferred, Ended, Next, WRITE_FLUSH_BYTES};
 use crate::handler::{Flow, ShardState};
 use crate::session::Session;
 use crate::stream::ClientStream;
@@ -40,11 +40,22 @@ pub(crate) async fn serve(
     let gate = shard.borrow().durable_gate();
     let deferred = Deferred::default();
     framing.session.answers = Some(Arc::clone(&deferred.notify));
-    let traffic = Arc::clone(&shard.borrow().traffic);
-    let socket = buffered::Socket { stream: &mut stream, traffic: &traffic };
+    let (traffic, admission) = {
+        let shard = shard.borrow();
+        (Arc::clone(&shard.traffic), shard.admission)
+    };
+    let handshaken = Cell::new(false);
+    let socket = buffered::Socket {
+        stream: &mut stream,
+        traffic: &traffic,
+        handshake_deadline: Instant::now() + admission.handshake_timeout,
+        handshaken: &handshaken,
+        idle_timeout: admission.idle_timeout,
+    };
     let ended = buffered::drive(socket, &mut shutdown, &mut buffers, gate, &deferred, |buffers| {
         let mut shard = shard.borrow_mut();
         let next = framing.answer_buffered(&mut shard, buffers);
+        handshaken.set(framing.session.handshaken);
         shard.submit_soon();
         shard.low_load_poll.answered();
         deferred.pending.borrow_mut().append(&mut framing.session.deferred);
@@ -52,6 +63,9 @@ pub(crate) async fn serve(
         (next, std::mem::take(&mut session.wait_lsn), std::mem::take(&mut session.batch_ops))
     })
     .await;
+    if matches!(ended, Ok(Ended::TimedOut)) {
+        shard.borrow_mut().stats.clients_timed_out += 1;
+    }
     match ended {
         Ok(ended) => debug!(?peer, ?ended, "connection closed"),
         Err(error) => debug!(?peer, %error, "connection failed"),

@@ -30,7 +30,7 @@ use crate::low_load_poll::LowLoadPoll;
 use crate::plugins::PluginRegistry;
 use crate::pools::{CreateRefused, NewPool, Pool, Pools};
 use crate::session::Session;
-use crate::stats::{Op, ShardStats, Traffic};
+use crate::stats::{Admission, Op, ShardStats, Traffic};
 pub(crate) use invoke::{Accepted, Invoke};
 
 /// Whether a connection goes on after a request.
@@ -143,6 +143,8 @@ pub(crate) struct ShardState {
     pub shard_addresses: Arc<[String]>,
     pub limits: Limits,
     pub connections_max: u64,
+    /// The connection limit and timeouts, as `ferrite stats` shows them.
+    pub admission: Admission,
     /// Largest pool a client may create: engines reserve memory in proportion to a pool's size
     /// (hstore several times it), so the size a client asks for is bounded before anything is
     /// allocated.
@@ -603,7 +605,7 @@ impl ShardState {
             }
             Request::GetStatistics => {
                 let durability = self.durability.as_ref().map(ShardDurability::report);
-                Ok(Response::Statistics(self.stats.report(self.index, self.pools.totals(), durability)))
+                Ok(Response::Statistics(self.stats.report(self.index, self.pools.totals(), durability, self.admission)))
             }
             // Taken by `answer_later` on native connections; no other front sends it.
             Request::Backup { .. } => {

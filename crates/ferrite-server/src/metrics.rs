@@ -78,6 +78,7 @@ pub(crate) struct ShardSnapshot {
     pub connections: u64,
     pub connections_accepted: u64,
     pub connections_refused: u64,
+    pub connections_timed_out: u64,
     pub bytes_in: u64,
     pub bytes_out: u64,
     /// Request latencies, by [`Op`] kind in [`Op::ALL`] order.
@@ -118,6 +119,7 @@ impl ShardState {
             connections: stats.clients,
             connections_accepted: stats.clients_total,
             connections_refused: stats.clients_refused,
+            connections_timed_out: stats.clients_timed_out,
             bytes_in: self.traffic.bytes().0,
             bytes_out: self.traffic.bytes().1,
             latency: Op::ALL.map(|op| self.traffic.latency(op)),
@@ -235,6 +237,12 @@ impl Collector for Scrape {
             "ferrite_connections_refused",
             "Client connections turned away at the connection limit.",
             |s| vec![(shard_labels(s), counter(s.connections_refused))],
+        )?;
+        self.family(
+            &mut encoder,
+            "ferrite_connections_timed_out",
+            "Client connections closed for missing the handshake deadline or idling past the idle timeout.",
+            |s| vec![(shard_labels(s), counter(s.connections_timed_out))],
         )?;
         self.family(&mut encoder, "ferrite_connections", "Client connections open now.", |s| {
             vec![(shard_labels(s), ConstGauge::new(s.connections as i64))]

@@ -202,6 +202,11 @@ impl BoundServer {
                 shard_addresses: Arc::clone(&shard_addresses),
                 limits: limits.protocol_limits(),
                 connections_max: u64::from(limits.connections_per_shard_max),
+                admission: crate::stats::Admission {
+                    connections_max: u64::from(limits.connections_per_shard_max),
+                    handshake_timeout: Duration::from_millis(limits.handshake_timeout_ms),
+                    idle_timeout: (limits.idle_timeout_ms > 0).then(|| Duration::from_millis(limits.idle_timeout_ms)),
+                },
                 pool_bytes_max: limits.pool_bytes_max,
                 pools,
                 stats: ShardStats::new(),

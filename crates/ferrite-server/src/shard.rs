@@ -199,7 +199,8 @@ async fn handshake(
     shard: &Rc<RefCell<ShardState>>,
 ) -> Option<ClientStream> {
     let peer = stream.peer_addr().ok();
-    match tls::accept(stream, tls).await {
+    let timeout = shard.borrow().admission.handshake_timeout;
+    match tls::accept(stream, tls, timeout).await {
         Ok(stream) => Some(stream),
         Err(error) => {
             debug!(?peer, %error, "client connection failed before it was served");

@@ -6,6 +6,19 @@ use std::time::{Duration, Instant};
 
 use ferrite_proto::Statistic;
 
+/// How a shard admits and keeps connections (`[limits]`): the connection limit, how long a client
+/// has to complete its handshake, and how long one may idle (`None`: forever).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Admission {
+    pub connections_max: u64,
+    pub handshake_timeout: Duration,
+    pub idle_timeout: Option<Duration>,
+}
+
+fn duration_ms(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
 /// What a durable shard adds to its statistics.
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct DurabilityReport {
@@ -42,6 +55,8 @@ pub(crate) struct ShardStats {
     pub clients_total: u64,
     /// Connections turned away at the connection limit.
     pub clients_refused: u64,
+    /// Connections closed for missing their handshake deadline or for idling too long.
+    pub clients_timed_out: u64,
     /// Plugin calls accepted, and those that failed (plugin error, crash, timeout).
     pub invocations: u64,
     pub invocation_failures: u64,
@@ -61,6 +76,7 @@ impl ShardStats {
             clients: 0,
             clients_total: 0,
             clients_refused: 0,
+            clients_timed_out: 0,
             invocations: 0,
             invocation_failures: 0,
         }
@@ -72,6 +88,7 @@ impl ShardStats {
         shard_index: u16,
         pools: PoolTotals,
         durability: Option<DurabilityReport>,
+        admission: Admission,
     ) -> Vec<Statistic<'static>> {
         let uptime_ms = u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX);
         let durable = durability.map(|d| {
@@ -96,6 +113,10 @@ impl ShardStats {
             ("clients", self.clients),
             ("clients_total", self.clients_total),
             ("clients_refused", self.clients_refused),
+            ("clients_timed_out", self.clients_timed_out),
+            ("connections_max", admission.connections_max),
+            ("handshake_timeout_ms", duration_ms(admission.handshake_timeout)),
+            ("idle_timeout_ms", admission.idle_timeout.map_or(0, duration_ms)),
             ("invocations", self.invocations),
             ("invocation_failures", self.invocation_failures),
             ("pools", pools.pools),

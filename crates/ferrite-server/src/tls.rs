@@ -1,8 +1,8 @@
 //! TLS for the client listeners: the server's certificate and key, and optionally the CA that
 //! signs client certificates (mutual TLS), loaded once at start into a `rustls` configuration with
-//! the `ring` provider. The handshake runs in each connection's task, bounded by
-//! [`HANDSHAKE_TIMEOUT`], so a client that connects and says nothing holds no more than its socket
-//! for that long and never delays another.
+//! the `ring` provider. The handshake runs in each connection's task, bounded by the shard's
+//! handshake timeout (`[limits] handshake_timeout_ms`), so a client that connects and says nothing
+//! holds no more than its socket for that long and never delays another.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -17,9 +17,6 @@ use tokio_rustls::TlsAcceptor;
 
 use crate::config::TlsConfig;
 use crate::stream::ClientStream;
-
-/// Longest a client may take to complete its TLS handshake.
-pub(crate) const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 fn certificates(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
     let certificates = CertificateDer::pem_file_iter(path)
@@ -62,13 +59,17 @@ pub(crate) fn server_config(config: &TlsConfig) -> Result<Option<Arc<ServerConfi
 }
 
 /// The stream a client is served on: plain, or after a TLS handshake (which must complete
-/// within [`HANDSHAKE_TIMEOUT`]).
-pub(crate) async fn accept(stream: TcpStream, acceptor: Option<&TlsAcceptor>) -> std::io::Result<ClientStream> {
+/// within `timeout`).
+pub(crate) async fn accept(
+    stream: TcpStream,
+    acceptor: Option<&TlsAcceptor>,
+    timeout: Duration,
+) -> std::io::Result<ClientStream> {
     // Responses are small and latency matters more than packet count.
     stream.set_nodelay(true)?;
     match acceptor {
         None => Ok(ClientStream::Plain(stream)),
-        Some(acceptor) => match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
+        Some(acceptor) => match tokio::time::timeout(timeout, acceptor.accept(stream)).await {
             Ok(Ok(stream)) => Ok(ClientStream::Tls(Box::new(stream))),
             Ok(Err(error)) => Err(error),
             Err(_) => Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "TLS handshake timed out")),

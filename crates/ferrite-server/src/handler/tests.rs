@@ -32,6 +32,11 @@ fn durable_shard(tag: &str) -> (ShardState, std::path::PathBuf) {
         shard_addresses: Arc::from(vec!["127.0.0.1:1".to_string()]),
         limits: Limits::MAX,
         connections_max: 16,
+        admission: crate::stats::Admission {
+            connections_max: 16,
+            handshake_timeout: std::time::Duration::from_secs(10),
+            idle_timeout: None,
+        },
         pool_bytes_max: 1 << 30,
         pools,
         stats: ShardStats::new(),

@@ -70,17 +70,34 @@ pub(crate) async fn serve(
     // RESP replies leave in order: a plugin call's is waited for in line (`Next::Wait`), never
     // deferred past later commands.
     let in_order = Deferred::default();
-    let traffic = std::sync::Arc::clone(&shard.borrow().traffic);
-    let socket = buffered::Socket { stream: &mut stream, traffic: &traffic };
+    let (traffic, admission) = {
+        let shard = shard.borrow();
+        (std::sync::Arc::clone(&shard.traffic), shard.admission)
+    };
+    // RESP has no hello: the first command answered counts as the handshake.
+    let handshaken = std::cell::Cell::new(false);
+    let socket = buffered::Socket {
+        stream: &mut stream,
+        traffic: &traffic,
+        handshake_deadline: std::time::Instant::now() + admission.handshake_timeout,
+        handshaken: &handshaken,
+        idle_timeout: admission.idle_timeout,
+    };
     let ended = buffered::drive(socket, &mut shutdown, &mut buffers, gate, &in_order, |buffers| {
         let mut shard = shard.borrow_mut();
         let next = connection.answer_buffered(&mut shard, &settings, buffers);
+        if !buffers.write.is_empty() {
+            handshaken.set(true);
+        }
         shard.submit_soon();
         shard.low_load_poll.answered();
         let session = &mut connection.client.session;
         (next, std::mem::take(&mut session.wait_lsn), std::mem::take(&mut session.batch_ops))
     })
     .await;
+    if matches!(ended, Ok(Ended::TimedOut)) {
+        shard.borrow_mut().stats.clients_timed_out += 1;
+    }
     match ended {
         // `QUIT` or a protocol error: the client gets to read the last reply before the close.
         Ok(Ended::Closed) => close_gently(&mut stream, &mut shutdown).await,
