@@ -729,3 +729,25 @@ fn the_cli_speaks_tls_with_the_ca_it_is_given() {
     let clear = ferrite(&server, &["pool", "list"]);
     assert!(!clear.status.success(), "{clear:?}");
 }
+
+/// With mutual TLS the CLI presents its certificate (`--client-cert`, `--client-key`); without
+/// one the server refuses it.
+#[test]
+fn the_cli_presents_a_client_certificate_for_mutual_tls() {
+    let pki = pki::Pki::new("cli-mtls");
+    let server = TestServer::builder_for(server_binary())
+        .args(&[
+            "--tls-cert",
+            &pki.path("server.pem"),
+            "--tls-key",
+            &pki.path("server-key.pem"),
+            "--tls-client-ca",
+            &pki.path("ca.pem"),
+        ])
+        .start();
+    let ca = pki.path("ca.pem");
+    let (cert, key) = (pki.path("client.pem"), pki.path("client-key.pem"));
+    ok(&ferrite(&server, &["--ca", &ca, "--client-cert", &cert, "--client-key", &key, "pool", "create", "m"]));
+    ok(&ferrite(&server, &["--ca", &ca, "--client-cert", &cert, "--client-key", &key, "put", "m", "k", "v"]));
+    assert!(!ferrite(&server, &["--ca", &ca, "pool", "list"]).status.success(), "no certificate, no service");
+}
