@@ -18,7 +18,7 @@ fn main() -> ExitCode {
     // clap prints usage errors itself and exits with status 2.
     let cli = args::Cli::parse();
     if let args::Command::Bench(options) = &cli.command {
-        return bench::main(&cli.addr, cli.json, options);
+        return bench::main(&cli.addr, cli.json, options, cli.tls_options());
     }
     if let args::Command::Check { data_dir } = &cli.command {
         return match check::run(data_dir, cli.json) {

@@ -724,6 +724,8 @@ fn the_cli_speaks_tls_with_the_ca_it_is_given() {
     let mut command = Command::new(env!("CARGO_BIN_EXE_ferrite"));
     command.env("FERRITE_CA", pki.path("ca.pem")).arg("--addr").arg(server.addr_string()).args(["pool", "list"]);
     assert!(text(&run(command, b"").stdout).contains("sealed"), "FERRITE_CA alone is enough");
+    let bench = ok(&ferrite(&server, &["--ca", &pki.path("ca.pem"), "bench", "--workload", "put", "--ops", "200"]));
+    assert!(bench.contains("put"), "bench speaks TLS too: {bench}");
     let wrong = fails(&ferrite(&server, &["--ca", &other.path("ca.pem"), "pool", "list"]));
     assert!(wrong.contains("TLS handshake") && wrong.contains("certificate"), "{wrong}");
     let clear = ferrite(&server, &["pool", "list"]);

@@ -262,9 +262,19 @@ pub struct Plan {
     pub invoke: Option<Invoke>,
     pub seed: u64,
     pub addr: String,
+    /// TLS to the server (`--ca`, native target only).
+    pub tls: Option<ferrite_client::TlsOptions>,
 }
 
 impl Plan {
+    /// Speaks TLS to the server (the CLI's `--ca`): the native target only.
+    pub fn with_tls(self, tls: Option<ferrite_client::TlsOptions>) -> Result<Plan, String> {
+        if tls.is_some() && self.target != TargetKind::Native {
+            return Err("TLS (--ca) is supported by the native target only".into());
+        }
+        Ok(Plan { tls, ..self })
+    }
+
     pub fn new(addr: &str, args: &BenchArgs) -> Result<Plan, String> {
         let mix = match (args.workload, args.read_percent) {
             (WorkloadKind::Mixed, percent) => Mix::reads(percent.unwrap_or(DEFAULT_READ_PERCENT)),
@@ -354,6 +364,7 @@ impl Plan {
             invoke,
             seed: args.seed,
             addr: addr.to_owned(),
+            tls: None,
         };
         if plan.inserts() && plan.insert_end() <= plan.keys {
             return Err(format!(
@@ -471,8 +482,8 @@ fn parse_seconds(text: &str) -> Result<Duration, String> {
 
 /// Runs `ferrite bench` and prints its report. Owns its exit status, unlike the other commands,
 /// because a run whose every request failed still has a report worth printing before failing.
-pub fn main(addr: &str, json: bool, args: &BenchArgs) -> ExitCode {
-    let plan = match Plan::new(addr, args) {
+pub fn main(addr: &str, json: bool, args: &BenchArgs, tls: Option<ferrite_client::TlsOptions>) -> ExitCode {
+    let plan = match Plan::new(addr, args).and_then(|plan| plan.with_tls(tls)) {
         Ok(plan) => plan,
         Err(message) => {
             eprintln!("error: {message}");
@@ -529,6 +540,15 @@ mod tests {
             Command::Bench(args) => Plan::new(&cli.addr, &args),
             other => panic!("parsed as {other:?}"),
         }
+    }
+
+    /// TLS reaches the native target only: the RESP and memcache ones speak in clear.
+    #[test]
+    fn tls_is_for_the_native_target() {
+        let tls = || Some(ferrite_client::TlsOptions::with_ca("ca.pem"));
+        assert!(parse(&[]).and_then(|plan| plan.with_tls(tls())).is_ok_and(|plan| plan.tls.is_some()));
+        let error = parse(&["--target", "resp"]).and_then(|plan| plan.with_tls(tls())).expect_err("resp in clear");
+        assert!(error.contains("native target only"), "{error}");
     }
 
     #[test]

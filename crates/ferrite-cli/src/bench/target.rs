@@ -165,7 +165,7 @@ impl Native {
         let options = ClientOptions {
             client_name: concat!("ferrite-bench/", env!("CARGO_PKG_VERSION")).to_owned(),
             connect_timeout: CONNECT_TIMEOUT,
-            tls: None,
+            tls: plan.tls.clone(),
         };
         let mut sessions = Vec::with_capacity(plan.clients as usize);
         for _ in 0..plan.clients {
