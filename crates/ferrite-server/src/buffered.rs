@@ -45,9 +45,6 @@ pub(crate) enum Next {
     Wait(Arc<Completion>),
 }
 
-/// Most answers a connection may have coming (plugin calls in flight) before it reads no more
-/// requests: a client cannot pile up calls without bound.
-const DEFERRED_MAX: usize = 256;
 
 /// The answers a connection has coming while it goes on answering other requests (native
 /// plugin calls): written as each is ready, whatever the order.
@@ -111,6 +108,9 @@ pub(crate) struct Socket<'a> {
     pub handshaken: &'a Cell<bool>,
     /// After the handshake, the longest a client may send nothing (`None`: no limit).
     pub idle_timeout: Option<Duration>,
+    /// Most answers the connection may have coming (plugin calls in flight) before it reads no
+    /// more requests: a client cannot pile up calls without bound.
+    pub in_flight_max: usize,
 }
 
 impl Socket<'_> {
@@ -151,7 +151,7 @@ pub(crate) async fn drive(
                 biased;
                 _ = shutdown.wait_for(|stop| *stop) => return Ok(Ended::ShuttingDown),
                 () = deferred.notify.notified(), if waiting > 0 => None,
-                read = socket.stream.read_buf(&mut buffers.read), if waiting < DEFERRED_MAX => Some(read?),
+                read = socket.stream.read_buf(&mut buffers.read), if waiting < socket.in_flight_max => Some(read?),
                 () = sleep_until(deadline), if deadline.is_some() => return Ok(Ended::TimedOut),
             };
             match read {

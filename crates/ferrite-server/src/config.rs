@@ -243,6 +243,9 @@ pub struct LimitsConfig {
     pub handshake_timeout_ms: u64,
     /// A connection that sends nothing for this long is closed (0: never, as Redis's default).
     pub idle_timeout_ms: u64,
+    /// Most requests one connection may have in flight whose answers come later (plugin calls);
+    /// past it the connection reads nothing more until answers leave.
+    pub requests_in_flight_per_connection_max: u32,
 }
 
 impl Default for LimitsConfig {
@@ -258,6 +261,7 @@ impl Default for LimitsConfig {
             pool_bytes_max: 16 << 30,
             handshake_timeout_ms: 10_000,
             idle_timeout_ms: 0,
+            requests_in_flight_per_connection_max: 256,
         }
     }
 }
@@ -491,6 +495,9 @@ impl Config {
         }
         if limits.connections_per_shard_max == 0 {
             return invalid("limits.connections_per_shard_max must be at least 1".into());
+        }
+        if limits.requests_in_flight_per_connection_max == 0 {
+            return invalid("limits.requests_in_flight_per_connection_max must be at least 1".into());
         }
         if limits.handshake_timeout_ms == 0 {
             return invalid("limits.handshake_timeout_ms must be at least 1".into());

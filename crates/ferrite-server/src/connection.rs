@@ -51,6 +51,7 @@ pub(crate) async fn serve(
         handshake_deadline: Instant::now() + admission.handshake_timeout,
         handshaken: &handshaken,
         idle_timeout: admission.idle_timeout,
+        in_flight_max: usize::try_from(admission.in_flight_max).unwrap_or(usize::MAX),
     };
     let ended = buffered::drive(socket, &mut shutdown, &mut buffers, gate, &deferred, |buffers| {
         let mut shard = shard.borrow_mut();

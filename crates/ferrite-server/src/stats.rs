@@ -13,6 +13,8 @@ pub(crate) struct Admission {
     pub connections_max: u64,
     pub handshake_timeout: Duration,
     pub idle_timeout: Option<Duration>,
+    /// Most answers one connection may have pending (plugin calls) before it reads on.
+    pub in_flight_max: u64,
 }
 
 fn duration_ms(duration: Duration) -> u64 {
@@ -117,6 +119,7 @@ impl ShardStats {
             ("connections_max", admission.connections_max),
             ("handshake_timeout_ms", duration_ms(admission.handshake_timeout)),
             ("idle_timeout_ms", admission.idle_timeout.map_or(0, duration_ms)),
+            ("requests_in_flight_per_connection_max", admission.in_flight_max),
             ("invocations", self.invocations),
             ("invocation_failures", self.invocation_failures),
             ("pools", pools.pools),

@@ -38,6 +38,7 @@ fn clients_that_do_not_complete_their_hello_in_time_are_disconnected() {
     assert_eq!(counter(&stats, "clients_timed_out"), 2, "{stats:?}");
     assert_eq!(counter(&stats, "clients"), 1, "only the good client is counted");
     assert_eq!(counter(&stats, "handshake_timeout_ms"), 300, "ferrite stats shows the setting");
+    assert_eq!(counter(&stats, "requests_in_flight_per_connection_max"), 256, "and the default in-flight limit");
 }
 
 #[test]

@@ -36,6 +36,7 @@ fn durable_shard(tag: &str) -> (ShardState, std::path::PathBuf) {
             connections_max: 16,
             handshake_timeout: std::time::Duration::from_secs(10),
             idle_timeout: None,
+            in_flight_max: 256,
         },
         pool_bytes_max: 1 << 30,
         pools,
