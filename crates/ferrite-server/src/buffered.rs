@@ -45,7 +45,6 @@ pub(crate) enum Next {
     Wait(Arc<Completion>),
 }
 
-
 /// The answers a connection has coming while it goes on answering other requests (native
 /// plugin calls): written as each is ready, whatever the order.
 #[derive(Debug, Default)]
