@@ -717,9 +717,7 @@ fn a_backup_of_a_memory_shard_is_refused() {
 fn the_cli_speaks_tls_with_the_ca_it_is_given() {
     let pki = pki::Pki::new("cli-tls");
     let other = pki::Pki::new("cli-tls-other");
-    let server = TestServer::builder_for(server_binary())
-        .args(&["--tls-cert", &pki.path("server.pem"), "--tls-key", &pki.path("server-key.pem")])
-        .start();
+    let server = TestServer::builder_for(server_binary()).args(&pki.server_args(false)).start();
     ok(&ferrite(&server, &["--tls", "--ca", &pki.path("ca.pem"), "pool", "create", "sealed"]));
     let mut command = Command::new(env!("CARGO_BIN_EXE_ferrite"));
     command.env("FERRITE_CA", pki.path("ca.pem")).arg("--addr").arg(server.addr_string()).args(["pool", "list"]);
@@ -737,19 +735,29 @@ fn the_cli_speaks_tls_with_the_ca_it_is_given() {
 #[test]
 fn the_cli_presents_a_client_certificate_for_mutual_tls() {
     let pki = pki::Pki::new("cli-mtls");
-    let server = TestServer::builder_for(server_binary())
-        .args(&[
-            "--tls-cert",
-            &pki.path("server.pem"),
-            "--tls-key",
-            &pki.path("server-key.pem"),
-            "--tls-client-ca",
-            &pki.path("ca.pem"),
-        ])
-        .start();
+    let server = TestServer::builder_for(server_binary()).args(&pki.server_args(true)).start();
     let ca = pki.path("ca.pem");
     let (cert, key) = (pki.path("client.pem"), pki.path("client-key.pem"));
     ok(&ferrite(&server, &["--ca", &ca, "--client-cert", &cert, "--client-key", &key, "pool", "create", "m"]));
     ok(&ferrite(&server, &["--ca", &ca, "--client-cert", &cert, "--client-key", &key, "put", "m", "k", "v"]));
     assert!(!ferrite(&server, &["--ca", &ca, "pool", "list"]).status.success(), "no certificate, no service");
+}
+
+/// With `[backup] root`, a client can have backups written beneath it only: another directory,
+/// or one that climbs out with `..`, is refused and nothing is written there.
+#[test]
+fn backups_stay_beneath_the_configured_root() {
+    let dir = common::fresh_dir("backup-root");
+    let root = dir.join("allowed");
+    std::fs::create_dir_all(&root).expect("make the root");
+    let server = TestServer::builder_for(server_binary())
+        .append_config(&format!("[backup]\nroot = {:?}\n", root.display().to_string()))
+        .start();
+    ok(&ferrite(&server, &["backup", root.join("nightly").to_str().expect("UTF-8 path")]));
+    assert!(root.join("nightly/shard-0/BACKUP").exists());
+    for outside in [dir.join("elsewhere"), root.join("../elsewhere")] {
+        let refused = fails(&ferrite(&server, &["backup", outside.to_str().expect("UTF-8 path")]));
+        assert!(refused.contains("[backup] root"), "{refused}");
+    }
+    assert!(!dir.join("elsewhere").exists(), "nothing was written outside the root");
 }

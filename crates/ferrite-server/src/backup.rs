@@ -56,6 +56,17 @@ impl ShardState {
                 ),
             ));
         };
+        let dir = PathBuf::from(dir);
+        if let Some(root) = &self.backup_root {
+            // A `..` could climb out of the root after the prefix matched.
+            let escapes = dir.components().any(|part| part == std::path::Component::ParentDir);
+            if escapes || !dir.starts_with(root) {
+                return Err(Failure::new(
+                    ErrorCode::InvalidArgument,
+                    format!("backups go beneath {} ([backup] root), not to {}", root.display(), dir.display()),
+                ));
+            }
+        }
         if durability.backing_up || !self.backups.is_empty() {
             return Err(Failure::new(
                 ErrorCode::InvalidArgument,
@@ -63,7 +74,7 @@ impl ShardState {
             ));
         }
         let answer = Completion::telling(session.answers.clone(), crate::stats::Op::Other);
-        self.backups.push(PendingBackup { dir: PathBuf::from(dir), request_id, answer: Arc::clone(&answer) });
+        self.backups.push(PendingBackup { dir, request_id, answer: Arc::clone(&answer) });
         self.backups_queued.notify_one();
         Ok(Accepted::Later(answer))
     }

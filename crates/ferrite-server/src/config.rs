@@ -55,6 +55,19 @@ pub struct Config {
     pub metrics: MetricsConfig,
     /// TLS for both client listeners.
     pub tls: TlsConfig,
+    /// Where online backups may be written.
+    pub backup: BackupConfig,
+}
+
+/// The `[backup]` table. A backup's directory comes from the client: without a root, any client
+/// can make the server write a backup wherever the server's user may write; with one, only
+/// beneath it.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct BackupConfig {
+    /// An absolute directory that every backup directory must lie beneath.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub root: Option<PathBuf>,
 }
 
 /// The `[tls]` table: with a certificate and its key, both listeners (native and RESP) speak TLS
@@ -108,6 +121,7 @@ impl Default for Config {
             ado: AdoConfig::default(),
             metrics: MetricsConfig::default(),
             tls: TlsConfig::default(),
+            backup: BackupConfig::default(),
         }
     }
 }
@@ -529,6 +543,9 @@ impl Config {
         if let Some(pair) = ports.windows(2).find(|pair| pair[0] == pair[1]) {
             return invalid(format!("two shards are configured on port {}", pair[0]));
         }
+        if self.backup.root.as_ref().is_some_and(|root| !root.is_absolute()) {
+            return invalid("backup.root must be an absolute path".into());
+        }
         let tls = &self.tls;
         if tls.cert_file.is_some() != tls.key_file.is_some() {
             return invalid("tls.cert_file and tls.key_file (--tls-cert, --tls-key) go together".into());
@@ -668,6 +685,14 @@ mod tests {
         let config = with(format!("cert_file = {file:?}\nkey_file = {file:?}\n")).expect("both files exist");
         assert!(config.tls.enabled());
         assert!(!Config::embedded_default().tls.enabled(), "TLS is off by default");
+    }
+
+    #[test]
+    fn a_backup_root_must_be_absolute() {
+        let error = Config::from_toml("[backup]\nroot = \"backups\"\n", "t").expect_err("relative").to_string();
+        assert!(error.contains("backup.root"), "{error}");
+        let config = Config::from_toml("[backup]\nroot = \"/srv/backups\"\n", "t").expect("absolute");
+        assert_eq!(config.backup.root, Some(PathBuf::from("/srv/backups")));
     }
 
     /// Shard tables without a port take consecutive ports from the default one.

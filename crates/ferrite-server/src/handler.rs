@@ -185,6 +185,8 @@ pub(crate) struct ShardState {
     pub backups: Vec<crate::backup::PendingBackup>,
     /// Told when a backup is asked for, for the shard's backup task.
     pub backups_queued: Arc<tokio::sync::Notify>,
+    /// Where backups may go (`[backup] root`): anywhere when `None`.
+    pub backup_root: Option<std::path::PathBuf>,
     /// Bytes and latencies its connections count.
     pub traffic: Arc<Traffic>,
     /// The pool of the request being answered, if it names one, and its kind: its failure is

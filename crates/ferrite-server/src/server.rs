@@ -227,6 +227,7 @@ impl BoundServer {
                 calls_queued: Default::default(),
                 backups: Vec::new(),
                 backups_queued: Default::default(),
+                backup_root: self.config.backup.root.clone(),
                 traffic: Default::default(),
                 current_pool: None,
                 current_op: crate::stats::Op::Other,

@@ -29,9 +29,7 @@ fn clients(server: &TestServer, ca: &Path) -> u64 {
 fn tls_serves_clients_that_trust_its_ca_and_turns_away_the_rest() {
     let pki = Pki::new("tls");
     let other = Pki::new("tls-other");
-    let server = TestServer::builder()
-        .args(&["--tls-cert", &pki.path("server.pem"), "--tls-key", &pki.path("server-key.pem")])
-        .start();
+    let server = TestServer::builder().args(&pki.server_args(false)).start();
     let trusted = options(Some(TlsOptions::with_ca(pki.dir.join("ca.pem"))));
     let session = Session::connect_with(&server.addr_string(), trusted).expect("a client trusting the CA connects");
     let pool = session.create_pool("secret", PoolOptions::default()).expect("create a pool");
@@ -68,16 +66,7 @@ fn tls_serves_clients_that_trust_its_ca_and_turns_away_the_rest() {
 #[test]
 fn mutual_tls_requires_a_client_certificate_the_ca_signed() {
     let pki = Pki::new("mtls");
-    let server = TestServer::builder()
-        .args(&[
-            "--tls-cert",
-            &pki.path("server.pem"),
-            "--tls-key",
-            &pki.path("server-key.pem"),
-            "--tls-client-ca",
-            &pki.path("ca.pem"),
-        ])
-        .start();
+    let server = TestServer::builder().args(&pki.server_args(true)).start();
     let anonymous = options(Some(TlsOptions::with_ca(pki.dir.join("ca.pem"))));
     Session::connect_with(&server.addr_string(), anonymous).expect_err("no client certificate, no service");
     let identified = TlsOptions {
@@ -92,10 +81,7 @@ fn mutual_tls_requires_a_client_certificate_the_ca_signed() {
 #[test]
 fn resp_speaks_tls_too() {
     let pki = Pki::new("tls-resp");
-    let server = TestServer::builder()
-        .resp()
-        .args(&["--tls-cert", &pki.path("server.pem"), "--tls-key", &pki.path("server-key.pem")])
-        .start();
+    let server = TestServer::builder().resp().args(&pki.server_args(false)).start();
     let mut roots = rustls::RootCertStore::empty();
     let ca = std::fs::read(pki.dir.join("ca.pem")).expect("read the CA");
     for certificate in rustls_pki_types::pem::PemObject::pem_slice_iter(&ca) {

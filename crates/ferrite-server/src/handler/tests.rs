@@ -57,6 +57,7 @@ fn durable_shard(tag: &str) -> (ShardState, std::path::PathBuf) {
         calls_queued: Default::default(),
         backups: Vec::new(),
         backups_queued: Default::default(),
+        backup_root: None,
         traffic: Default::default(),
         current_pool: None,
         current_op: crate::stats::Op::Other,

@@ -103,8 +103,8 @@ impl ServerBuilder {
         self
     }
 
-    pub fn args(mut self, args: &[&str]) -> Self {
-        self.args.extend(args.iter().map(|a| (*a).to_owned()));
+    pub fn args(mut self, args: &[impl AsRef<str>]) -> Self {
+        self.args.extend(args.iter().map(|a| a.as_ref().to_owned()));
         self
     }
 

@@ -35,4 +35,15 @@ impl Pki {
     pub fn path(&self, name: &str) -> String {
         self.dir.join(name).display().to_string()
     }
+
+    /// The server arguments that make it speak TLS with this PKI's server certificate; with
+    /// `mutual`, also requiring client certificates its CA signed.
+    pub fn server_args(&self, mutual: bool) -> Vec<String> {
+        let mut args =
+            vec!["--tls-cert".into(), self.path("server.pem"), "--tls-key".into(), self.path("server-key.pem")];
+        if mutual {
+            args.extend(["--tls-client-ca".into(), self.path("ca.pem")]);
+        }
+        args
+    }
 }
