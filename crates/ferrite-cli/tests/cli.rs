@@ -761,3 +761,20 @@ fn backups_stay_beneath_the_configured_root() {
     }
     assert!(!dir.join("elsewhere").exists(), "nothing was written outside the root");
 }
+
+/// A backup that cannot be written (here a directory the kernel refuses to create, as a full or
+/// read-only disk would refuse the copy) fails with its reason; the shard goes on serving and
+/// takes the next backup, so the failed one left nothing held.
+#[test]
+fn a_failed_backup_reports_why_and_the_next_one_succeeds() {
+    let server = TestServer::builder_for(server_binary()).start();
+    ok(&ferrite(&server, &["pool", "create", "kept"]));
+    ok(&ferrite(&server, &["put", "kept", "k", "v"]));
+    let refused = fails(&ferrite(&server, &["backup", "/proc/ferrite-backup"]));
+    assert!(refused.contains("backup into /proc/ferrite-backup failed"), "{refused}");
+    let dir = common::fresh_dir("backup-after-failure").join("backup");
+    ok(&ferrite(&server, &["backup", dir.to_str().expect("UTF-8 path")]));
+    let checked = ferrite_offline(&["check", dir.to_str().expect("UTF-8 path")]);
+    assert!(text(&checked.stdout).contains("1 object(s)"), "{checked:?}");
+    assert_eq!(ok(&ferrite(&server, &["get", "kept", "k"])), "v");
+}
