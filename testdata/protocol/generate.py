@@ -132,7 +132,15 @@ ERROR_CODES = {
     "storage_failed": 22,
     "ado_failed": 23,
     "ado_timeout": 24,
+    "authentication_failed": 25,
+    "permission_denied": 26,
+    "quota_exceeded": 27,
 }
+
+
+def credentials(user, password):
+    """The `auth` bytes of a hello with a user name and password (method 1)."""
+    return (u8(1) + str16(user) + bytes16(password)).hex()
 
 
 # --- routing -------------------------------------------------------------------------------
@@ -359,6 +367,11 @@ def request_vectors():
         req("hello", 0, {"type": "hello", "version": 3, "client_name": "ferrite-cli/0.1.0", "auth": ""}),
         req("hello_with_auth", 1, {"type": "hello", "version": 3, "client_name": "", "auth": "00ff7f80"}),
         req(
+            "hello_with_password",
+            1,
+            {"type": "hello", "version": 3, "client_name": "app", "auth": credentials("alice", b"s3cret\x00pw")},
+        ),
+        req(
             "create_pool",
             2,
             {"type": "create_pool", "name": "users", "flags": [], "size_bytes": 1 << 30, "expected_objects": 100_000, "plugins": ""},
@@ -577,6 +590,17 @@ def response_vectors():
         resp("put_invoked", 44, {"type": "invoked", "answers": "invoke_put_ado", "buffers": [{"layer": 7, "data": "00ff"}]}),
         resp("error_ado_failed", 40, {"type": "error", "code": "ado_failed", "message": "plugin 'counter' panicked"}),
         resp("error_ado_timeout", 41, {"type": "error", "code": "ado_timeout", "message": ""}),
+        resp(
+            "error_authentication_failed",
+            0,
+            {"type": "error", "code": "authentication_failed", "message": "wrong user or password"},
+        ),
+        resp(
+            "error_permission_denied",
+            9,
+            {"type": "error", "code": "permission_denied", "message": "user 'bob' has no write right on pool 'orders'"},
+        ),
+        resp("error_quota_exceeded", 10, {"type": "error", "code": "quota_exceeded", "message": ""}),
     ]
 
 

@@ -1,6 +1,7 @@
 //! The command line: what `ferrite` accepts, and parsing of its values.
 
 use clap::{Args, Parser, Subcommand};
+use ferrite_auth::{PoolPattern, Rights};
 
 /// Command-line client for a Ferrite server.
 #[derive(Debug, Parser)]
@@ -31,11 +32,39 @@ pub struct Cli {
     #[arg(long, global = true, value_name = "FILE", requires = "client_cert")]
     pub client_key: Option<std::path::PathBuf>,
 
+    /// Authenticate as this user, on a server with users (`ferrite-server --users`). The
+    /// password comes from FERRITE_PASSWORD or, on a terminal, a prompt; never from the command
+    /// line. Over mutual TLS a client certificate the users file names needs no user.
+    #[arg(long, global = true, env = "FERRITE_USER", value_name = "NAME")]
+    pub user: Option<String>,
+
     #[command(subcommand)]
     pub command: Command,
 }
 
+/// Where `--user`'s password comes from when no terminal can be asked.
+pub const PASSWORD_ENV: &str = "FERRITE_PASSWORD";
+
 impl Cli {
+    /// The credentials `--user` asks for: the password from `FERRITE_PASSWORD`, or asked for on
+    /// the terminal; `None` without `--user`.
+    pub fn credentials(&self) -> Result<Option<ferrite_client::UserCredentials>, String> {
+        let Some(user) = &self.user else { return Ok(None) };
+        let password = match std::env::var(PASSWORD_ENV) {
+            Ok(password) => password,
+            Err(_) if std::io::IsTerminal::is_terminal(&std::io::stdin()) => {
+                rpassword::prompt_password(format!("Password for {user}: "))
+                    .map_err(|error| format!("cannot read the password: {error}"))?
+            }
+            Err(_) => {
+                return Err(format!(
+                    "--user {user} needs a password: set {PASSWORD_ENV} (it is never taken from the command line)"
+                ))
+            }
+        };
+        Ok(Some(ferrite_client::UserCredentials::new(user.clone(), password)))
+    }
+
     /// TLS as the options ask for it: with a CA file (given or from `FERRITE_CA`), or none.
     pub fn tls_options(&self) -> Option<ferrite_client::TlsOptions> {
         self.ca.as_ref().map(|ca| ferrite_client::TlsOptions {
@@ -117,6 +146,11 @@ pub enum Command {
         /// The server's data directory (its `data_dir` setting).
         data_dir: std::path::PathBuf,
     },
+
+    /// Add, change and remove the users of a server's users file (`ferrite-server --users FILE`).
+    /// Works on the file alone, with no server: a running server applies the edit on SIGHUP.
+    #[command(subcommand)]
+    User(UserCommand),
 }
 
 /// How `find` matches keys; at most one may be given.
@@ -215,6 +249,98 @@ pub enum PoolCommand {
 
     /// List the pools of every shard.
     List,
+}
+
+/// `ferrite user`. Secrets never come from the command line, where `ps` and shell history would
+/// keep them: they are asked for at a terminal, or read as one line of standard input.
+#[derive(Debug, Subcommand)]
+pub enum UserCommand {
+    /// Add a user, with a password (asked twice at a terminal, otherwise one line of standard
+    /// input) and/or a client certificate. Creates the file if it does not exist.
+    Add {
+        /// The user's name: 1 to 64 letters, digits, '_', '-', '.' or '@'.
+        name: String,
+        #[command(flatten)]
+        file: UsersFileArg,
+        /// PEM file with the client certificate that identifies the user over mutual TLS; its
+        /// SHA-256 fingerprint is stored.
+        #[arg(long, value_name = "CERT.pem")]
+        certificate: Option<std::path::PathBuf>,
+        /// Give the user no password: it proves itself with its certificate alone.
+        #[arg(long, requires = "certificate")]
+        no_password: bool,
+    },
+
+    /// Replace a user's password (read as for `add`).
+    Passwd {
+        /// The user's name.
+        name: String,
+        #[command(flatten)]
+        file: UsersFileArg,
+    },
+
+    /// Delete a user.
+    Del {
+        /// The user's name.
+        name: String,
+        #[command(flatten)]
+        file: UsersFileArg,
+    },
+
+    /// Give a user rights on the pools a pattern names, added to those it has there already.
+    Grant(GrantArgs),
+
+    /// Take rights back from the grant on exactly this pattern (revoking `orders` leaves
+    /// `orders*`); a grant left with no rights goes.
+    Revoke(GrantArgs),
+
+    /// Set a user's quota, replacing the one it had; a limit not given is no limit.
+    Quota {
+        /// The user's name.
+        name: String,
+        #[command(flatten)]
+        file: UsersFileArg,
+        /// Connections open at once, over every shard and both protocols.
+        #[arg(long, value_name = "N")]
+        connections: Option<u64>,
+        /// Pools it created that still exist.
+        #[arg(long, value_name = "N")]
+        pools: Option<u64>,
+        /// The sizes of those pools, added up (suffixes as for `pool create`).
+        #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+        pool_bytes: Option<u64>,
+    },
+
+    /// List the users: how each proves itself, its grants and its quota (never a password hash).
+    List {
+        #[command(flatten)]
+        file: UsersFileArg,
+    },
+}
+
+/// A user, a pool pattern and rights: what `ferrite user grant` gives and `revoke` takes back.
+#[derive(Debug, Args)]
+pub struct GrantArgs {
+    /// The user's name.
+    pub name: String,
+    /// A pool name, a prefix ending in `*` (`orders*`), or `*` for every pool; a revoke names
+    /// the pattern exactly as it was granted.
+    #[arg(value_parser = PoolPattern::new)]
+    pub pools: PoolPattern,
+    /// Comma-separated: read, write, invoke, admin, or all.
+    #[arg(value_parser = Rights::parse_list)]
+    pub rights: Rights,
+    #[command(flatten)]
+    pub file: UsersFileArg,
+}
+
+/// The users file every `ferrite user` command works on. Required rather than defaulted: editing
+/// a file the server does not read would look like success and change nothing.
+#[derive(Debug, Args)]
+pub struct UsersFileArg {
+    /// The users file (the server's `--users FILE` or `[auth] users_file`).
+    #[arg(long = "file", value_name = "FILE")]
+    pub path: std::path::PathBuf,
 }
 
 /// Parses a byte count such as `4096`, `64M`, `64MiB` or `2GB` (whole numbers only).

@@ -38,6 +38,7 @@ pub fn run(cli: &Cli) -> Result<Report> {
     let options = ClientOptions {
         client_name: concat!("ferrite-cli/", env!("CARGO_PKG_VERSION")).to_owned(),
         tls: cli.tls_options(),
+        credentials: cli.credentials().map_err(CliError)?,
         ..ClientOptions::default()
     };
     let session = blocking::Session::connect_with(&cli.addr, options).map_err(|error| match error {
@@ -60,6 +61,7 @@ pub fn run(cli: &Cli) -> Result<Report> {
         Command::Backup { dir } => back_up(&session, dir),
         Command::Bench(_) => unreachable!("main runs `bench` itself, on its own runtime"),
         Command::Check { .. } => unreachable!("main runs `check` itself: it needs no server"),
+        Command::User(_) => unreachable!("main runs `user` itself: it needs no server"),
     }
 }
 

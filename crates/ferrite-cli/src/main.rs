@@ -1,13 +1,14 @@
 //! `ferrite`: the command-line client for a Ferrite server.
 //!
 //! `args` defines the command line, `commands` carries each command out with the blocking
-//! client, and `output` renders the result as text or JSON.
+//! client, `users` edits the server's users file, and `output` renders the result as text or JSON.
 
 mod args;
 mod bench;
 mod check;
 mod commands;
 mod output;
+mod users;
 
 use std::io::ErrorKind;
 use std::process::ExitCode;
@@ -18,7 +19,14 @@ fn main() -> ExitCode {
     // clap prints usage errors itself and exits with status 2.
     let cli = args::Cli::parse();
     if let args::Command::Bench(options) = &cli.command {
-        return bench::main(&cli.addr, cli.json, options, cli.tls_options());
+        let credentials = match cli.credentials() {
+            Ok(credentials) => credentials,
+            Err(error) => {
+                eprintln!("error: {error}");
+                return ExitCode::FAILURE;
+            }
+        };
+        return bench::main(&cli.addr, cli.json, options, cli.tls_options(), credentials);
     }
     if let args::Command::Check { data_dir } = &cli.command {
         return match check::run(data_dir, cli.json) {
@@ -30,7 +38,12 @@ fn main() -> ExitCode {
             }
         };
     }
-    let report = match commands::run(&cli) {
+    let outcome = match &cli.command {
+        // `user` edits a file and needs no server, so it never connects.
+        args::Command::User(command) => users::run(command),
+        _ => commands::run(&cli).map_err(|error| error.to_string()),
+    };
+    let report = match outcome {
         Ok(report) => report,
         Err(error) => {
             eprintln!("error: {error}");

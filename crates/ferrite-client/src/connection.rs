@@ -234,6 +234,7 @@ impl Connection {
     pub(crate) async fn open(
         address: &str,
         client_name: &str,
+        auth: &[u8],
         tls: Option<&tokio_rustls::TlsConnector>,
     ) -> Result<(Connection, Hello)> {
         let stream =
@@ -255,7 +256,7 @@ impl Connection {
             }
         };
 
-        let hello = Request::Hello { version: PROTOCOL_VERSION, client_name, auth: &[] };
+        let hello = Request::Hello { version: PROTOCOL_VERSION, client_name, auth };
         let hello = match connection.call(&hello).await? {
             Reply::Hello(hello) => hello,
             other => return Err(other.unexpected("hello")),

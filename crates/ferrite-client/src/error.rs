@@ -105,6 +105,22 @@ impl Error {
         self.code() == Some(ErrorCode::AdoTimeout)
     }
 
+    /// The server requires a user and the handshake named none, an unknown one, or the wrong
+    /// password.
+    pub fn is_authentication_failed(&self) -> bool {
+        self.code() == Some(ErrorCode::AuthenticationFailed)
+    }
+
+    /// The user has no grant for this operation on this pool; nothing was changed.
+    pub fn is_permission_denied(&self) -> bool {
+        self.code() == Some(ErrorCode::PermissionDenied)
+    }
+
+    /// The user's quota (connections, pools or pool bytes) does not allow this.
+    pub fn is_quota_exceeded(&self) -> bool {
+        self.code() == Some(ErrorCode::QuotaExceeded)
+    }
+
     /// The connection to the shard failed or was closed.
     pub fn is_connection_closed(&self) -> bool {
         matches!(self, Error::ConnectionClosed(_))

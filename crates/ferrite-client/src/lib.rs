@@ -51,5 +51,5 @@ pub use ferrite_proto::{
     Attribute, Durability, ErrorCode, FindKind, Limits, PoolHandle, PoolMemory, ProtocolError, PutFlags, FIND_KEYS_MAX,
 };
 pub use pool::{FindPage, InvokeOptions, InvokePutOptions, InvokeResponse, Pool, PoolAttributes, ValueAttributes};
-pub use session::{ClientOptions, PoolInfo, PoolOptions, Session, ShardBackup, ShardStatistics};
+pub use session::{ClientOptions, PoolInfo, PoolOptions, Session, ShardBackup, ShardStatistics, UserCredentials};
 pub use tls::TlsOptions;

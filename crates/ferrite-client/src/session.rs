@@ -22,6 +22,35 @@ pub struct ClientOptions {
     pub connect_timeout: Duration,
     /// Speak TLS to every shard (servers configured with `[tls]` require it).
     pub tls: Option<crate::TlsOptions>,
+    /// Who this client is, on a server with users (`--users`); every shard connection
+    /// authenticates with them. Over mutual TLS a client certificate may identify the user
+    /// instead.
+    pub credentials: Option<UserCredentials>,
+}
+
+/// A user name and its password, sent in each shard connection's handshake.
+#[derive(Clone, PartialEq, Eq)]
+pub struct UserCredentials {
+    pub user: String,
+    pub password: String,
+}
+
+impl UserCredentials {
+    pub fn new(user: impl Into<String>, password: impl Into<String>) -> UserCredentials {
+        UserCredentials { user: user.into(), password: password.into() }
+    }
+
+    /// The handshake's `auth` bytes.
+    pub(crate) fn encode(&self) -> Vec<u8> {
+        ferrite_proto::Credentials { user: &self.user, password: self.password.as_bytes() }.encode()
+    }
+}
+
+impl std::fmt::Debug for UserCredentials {
+    /// Names the user, never shows the password.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UserCredentials").field("user", &self.user).finish_non_exhaustive()
+    }
 }
 
 impl Default for ClientOptions {
@@ -30,6 +59,7 @@ impl Default for ClientOptions {
             client_name: concat!("ferrite-client/", env!("CARGO_PKG_VERSION")).to_owned(),
             connect_timeout: Duration::from_secs(10),
             tls: None,
+            credentials: None,
         }
     }
 }
@@ -357,7 +387,8 @@ impl Session {
 
 async fn open_with_timeout(address: &str, options: &ClientOptions) -> Result<(Connection, Hello)> {
     let connector = options.tls.as_ref().map(crate::tls::connector).transpose()?;
-    let opening = Connection::open(address, &options.client_name, connector.as_ref());
+    let auth = options.credentials.as_ref().map(UserCredentials::encode).unwrap_or_default();
+    let opening = Connection::open(address, &options.client_name, &auth, connector.as_ref());
     match tokio::time::timeout(options.connect_timeout, opening).await {
         Ok(result) => result,
         Err(_) => Err(Error::io(
@@ -373,6 +404,16 @@ async fn open_with_timeout(address: &str, options: &ClientOptions) -> Result<(Co
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn credentials_encode_for_the_handshake_and_never_show_their_password() {
+        let credentials = UserCredentials::new("alice", "hunter22 secret");
+        let auth = credentials.encode();
+        let decoded = ferrite_proto::Credentials::decode(&auth).expect("decodes").expect("present");
+        assert_eq!((decoded.user, decoded.password), ("alice", &b"hunter22 secret"[..]));
+        let shown = format!("{:?}", ClientOptions { credentials: Some(credentials), ..ClientOptions::default() });
+        assert!(shown.contains("alice") && !shown.contains("hunter22"), "{shown}");
+    }
 
     #[test]
     fn pool_options_default_to_the_documented_sizes() {

@@ -50,11 +50,19 @@ pub enum ErrorCode {
     /// An invocation passed its deadline. Its host process was stopped and the pool is as it was
     /// before the call.
     AdoTimeout = 24,
+    /// The `hello` named no user, an unknown one, or the wrong password, on a server that
+    /// requires authentication. The connection is closed.
+    AuthenticationFailed = 25,
+    /// The session's user has no grant for this operation on this pool; nothing was changed.
+    PermissionDenied = 26,
+    /// The operation would take the session's user past its quota (connections, pools or pool
+    /// bytes); nothing was changed.
+    QuotaExceeded = 27,
 }
 
 impl ErrorCode {
     /// Every code, in numeric order.
-    pub const ALL: [ErrorCode; 24] = [
+    pub const ALL: [ErrorCode; 27] = [
         ErrorCode::MalformedFrame,
         ErrorCode::UnknownOpcode,
         ErrorCode::FrameTooLarge,
@@ -79,6 +87,9 @@ impl ErrorCode {
         ErrorCode::StorageFailed,
         ErrorCode::AdoFailed,
         ErrorCode::AdoTimeout,
+        ErrorCode::AuthenticationFailed,
+        ErrorCode::PermissionDenied,
+        ErrorCode::QuotaExceeded,
     ];
 
     pub fn as_u16(self) -> u16 {
@@ -116,6 +127,9 @@ impl ErrorCode {
             ErrorCode::StorageFailed => "storage_failed",
             ErrorCode::AdoFailed => "ado_failed",
             ErrorCode::AdoTimeout => "ado_timeout",
+            ErrorCode::AuthenticationFailed => "authentication_failed",
+            ErrorCode::PermissionDenied => "permission_denied",
+            ErrorCode::QuotaExceeded => "quota_exceeded",
         }
     }
 
@@ -146,6 +160,9 @@ impl ErrorCode {
             ErrorCode::StorageFailed => "the shard's write-ahead log failed; writes are refused until restart",
             ErrorCode::AdoFailed => "the plugin failed; the pool is as before the call",
             ErrorCode::AdoTimeout => "the invocation passed its deadline; the pool is as before the call",
+            ErrorCode::AuthenticationFailed => "authentication failed: unknown user or wrong password",
+            ErrorCode::PermissionDenied => "the user has no grant for this operation on this pool",
+            ErrorCode::QuotaExceeded => "the user's quota does not allow this",
         }
     }
 }
@@ -196,6 +213,8 @@ pub enum ProtocolError {
     InvalidPluginChain { chain: String, reason: &'static str },
     #[error("backup directory {dir:?} is not an absolute path")]
     RelativeBackupDir { dir: String },
+    #[error("unknown {field} {value}")]
+    InvalidField { field: &'static str, value: u64 },
 }
 
 impl ProtocolError {
@@ -219,6 +238,7 @@ impl ProtocolError {
             | ProtocolError::TrailingBytes { .. }
             | ProtocolError::InvalidUtf8 { .. }
             | ProtocolError::UnknownErrorCode(_)
+            | ProtocolError::InvalidField { .. }
             | ProtocolError::BadMagic => ErrorCode::MalformedFrame,
         }
     }

@@ -8,6 +8,7 @@
 //! This crate does no I/O. Decoding borrows from the caller's buffer so the server can parse a
 //! request and store its value without an intermediate copy.
 
+mod credentials;
 mod error;
 mod frame;
 mod limits;
@@ -15,6 +16,7 @@ mod message;
 mod routing;
 mod wire;
 
+pub use credentials::Credentials;
 pub use error::{ErrorCode, ProtocolError};
 pub use frame::{Header, HEADER_BYTES};
 pub use limits::{

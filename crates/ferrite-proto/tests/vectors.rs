@@ -469,3 +469,14 @@ fn error_vectors_fail_to_decode_with_their_code() {
 fn routing_cases_match_shard_for_pool() {
     check_all("routing cases", &load("routing.json"), check_routing_case);
 }
+
+#[test]
+fn the_password_hello_vector_carries_its_credentials() {
+    let vectors = vectors_where(Some("request"));
+    let vector = vectors.iter().find(|v| item_name(v) == "hello_with_password").expect("the vector exists");
+    let auth = vector["message"]["auth"].as_str().expect("auth is hex");
+    let auth = unhex(auth).expect("valid hex");
+    let credentials = ferrite_proto::Credentials::decode(&auth).expect("decodes").expect("carries credentials");
+    assert_eq!((credentials.user, credentials.password), ("alice", &b"s3cret\x00pw"[..]));
+    assert_eq!(ferrite_proto::Credentials { user: "alice", password: b"s3cret\x00pw" }.encode(), auth);
+}

@@ -57,6 +57,18 @@ pub struct Config {
     pub tls: TlsConfig,
     /// Where online backups may be written.
     pub backup: BackupConfig,
+    /// Users, their grants and quotas.
+    pub auth: AuthConfig,
+}
+
+/// The `[auth]` table. Without a users file every client may do everything; with one, clients
+/// must authenticate and may do only what their grants allow (see `docs/security.md`).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AuthConfig {
+    /// The users file (edited with `ferrite user`; reloaded on SIGHUP).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub users_file: Option<PathBuf>,
 }
 
 /// The `[backup]` table. A backup's directory comes from the client: without a root, any client
@@ -122,6 +134,7 @@ impl Default for Config {
             metrics: MetricsConfig::default(),
             tls: TlsConfig::default(),
             backup: BackupConfig::default(),
+            auth: AuthConfig::default(),
         }
     }
 }
@@ -389,6 +402,8 @@ pub struct Overrides {
     pub tls_cert: Option<PathBuf>,
     pub tls_key: Option<PathBuf>,
     pub tls_client_ca: Option<PathBuf>,
+    /// `--users FILE`: replaces `[auth] users_file`.
+    pub users_file: Option<PathBuf>,
 }
 
 impl Config {
@@ -466,6 +481,9 @@ impl Config {
             if given.is_some() {
                 file.clone_from(given);
             }
+        }
+        if overrides.users_file.is_some() {
+            self.auth.users_file.clone_from(&overrides.users_file);
         }
         self.validate()?;
         Ok(self)

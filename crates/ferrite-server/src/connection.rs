@@ -36,6 +36,8 @@ pub(crate) async fn serve(
     let peer = stream.peer_addr().ok();
     let frame_body_max = shard.borrow().limits.frame_body_bytes_max();
     let mut framing = Framing { session: Session::default(), discard: 0, frame_body_max };
+    // Checked against the users when the client says hello.
+    framing.session.certificate = stream.peer_certificate_fingerprint();
     let mut buffers = Buffers::new(READ_CHUNK_BYTES);
     let gate = shard.borrow().durable_gate();
     let deferred = Deferred::default();

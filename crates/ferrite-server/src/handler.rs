@@ -3,6 +3,7 @@
 //! Everything here is synchronous and runs on the shard's thread: the connection task decodes the
 //! frames it has buffered, calls [`ShardState::handle`] for each, and writes the responses once.
 
+mod authorize;
 mod invoke;
 mod invoke_commit;
 mod invoke_hosts;
@@ -31,6 +32,7 @@ use crate::plugins::PluginRegistry;
 use crate::pools::{CreateRefused, NewPool, Pool, Pools};
 use crate::session::Session;
 use crate::stats::{Admission, Op, ShardStats, Traffic};
+pub(crate) use authorize::{Authenticating, WRONG_PASSWORD_MESSAGE};
 pub(crate) use invoke::{Accepted, Invoke};
 
 /// Whether a connection goes on after a request.
@@ -193,6 +195,8 @@ pub(crate) struct ShardState {
     /// counted there.
     pub current_pool: Option<PoolHandle>,
     pub current_op: Op,
+    /// Users, their rights and their quotas, shared by every shard.
+    pub auth: Arc<crate::auth::Auth>,
 }
 
 impl ShardState {
@@ -412,6 +416,9 @@ impl ShardState {
             }
             self.stop_idle_host(handle);
         }
+        if let Some(user) = session.identity.user() {
+            self.auth.usage.disconnect(user);
+        }
         self.stats.clients -= 1;
     }
 
@@ -429,6 +436,7 @@ impl ShardState {
         limits: ScanLimits,
     ) -> Result<(u64, Vec<&'s [u8]>), Failure> {
         self.refuse_if_halted()?;
+        self.require(session, pool, ferrite_auth::Rights::READ)?;
         self.reading(session);
         self.stats.finds += 1;
         let store = open_pool(&self.pools, session, pool)?.store.as_ref();
@@ -456,6 +464,9 @@ impl ShardState {
         session: &mut Session,
         now_ns: u64,
     ) -> Option<Result<Accepted, Failure>> {
+        if let Request::Hello { version, auth, .. } = *request {
+            return self.authenticate_hello(version, auth, session);
+        }
         if let Request::Backup { dir } = *request {
             return Some(
                 self.checked(request, session).and_then(|()| self.queue_backup(dir, header.request_id, session)),
@@ -473,7 +484,7 @@ impl ShardState {
     }
 
     /// The checks `execute` makes of every request, for those answered elsewhere.
-    fn checked(&self, request: &Request<'_>, session: &Session) -> Result<(), Failure> {
+    fn checked(&mut self, request: &Request<'_>, session: &mut Session) -> Result<(), Failure> {
         self.refuse_if_halted()?;
         if !session.handshaken {
             return Err(Failure::closing(
@@ -482,7 +493,7 @@ impl ShardState {
             ));
         }
         request.check(&self.limits)?;
-        Ok(())
+        self.authorize(request, session)
     }
 
     pub(crate) fn execute<'s>(
@@ -502,6 +513,7 @@ impl ShardState {
         session.batch_ops[op as usize] += 1;
         self.count_pool_request(pool_of(&request), op);
         request.check(&self.limits)?;
+        self.authorize(&request, session)?;
         match request {
             Request::Hello { version, .. } => self.hello(version, session),
             Request::CreatePool { name, size_bytes, expected_objects, flags, plugins } => {
@@ -530,7 +542,11 @@ impl ShardState {
             Request::DeletePool { name } => self.delete_pool(name, session),
             Request::ListPools => {
                 self.reading(session);
-                Ok(Response::Pools(self.pools.infos()))
+                let mut infos = self.pools.infos();
+                if session.identity.user().is_some() {
+                    infos.retain(|info| !self.rights_on(&session.identity, info.name).is_empty());
+                }
+                Ok(Response::Pools(infos))
             }
             Request::Put { pool, flags, key, value } => {
                 if put_mode(flags) != PutMode::Upsert {
@@ -607,7 +623,11 @@ impl ShardState {
             }
             Request::GetStatistics => {
                 let durability = self.durability.as_ref().map(ShardDurability::report);
-                Ok(Response::Statistics(self.stats.report(self.index, self.pools.totals(), durability, self.admission)))
+                let mut report = self.stats.report(self.index, self.pools.totals(), durability, self.admission);
+                // 0: no users file, every client may do everything.
+                let users = if self.auth.enabled() { self.auth.users().users.len() as u64 } else { 0 };
+                report.push(ferrite_proto::Statistic { name: "users", value: users });
+                Ok(Response::Statistics(report))
             }
             // Taken by `answer_later` on native connections; no other front sends it.
             Request::Backup { .. } => {
@@ -616,12 +636,18 @@ impl ShardState {
         }
     }
 
-    fn hello(&self, version: u16, session: &mut Session) -> Result<Response<'_>, Failure> {
+    fn hello(&mut self, version: u16, session: &mut Session) -> Result<Response<'_>, Failure> {
         if version != PROTOCOL_VERSION {
             return Err(Failure::closing(
                 ErrorCode::UnsupportedVersion,
                 format!("client speaks protocol version {version}; this server speaks {PROTOCOL_VERSION}"),
             ));
+        }
+        if !self.auth.enabled() {
+            self.set_identity(session, crate::session::Identity::Everyone)?;
+        } else if session.identity.user().is_none() {
+            // `authenticate_hello` runs first; this guards against any path around it.
+            return Err(Failure::closing(ErrorCode::AuthenticationFailed, "this server requires a user"));
         }
         session.handshaken = true;
         Ok(Response::Hello(HelloReply {
@@ -655,9 +681,13 @@ impl ShardState {
     }
 
     fn record_open(&mut self, handle: PoolHandle, session: &mut Session) {
+        let rights = match self.pools.get(handle) {
+            Some(pool) => self.rights_on(&session.identity, &pool.name),
+            None => return,
+        };
         if let Some(pool) = self.pools.get_mut(handle) {
             pool.open_count += 1;
-            session.record_open(handle);
+            session.record_open(handle, rights);
         }
     }
 
@@ -687,13 +717,30 @@ impl ShardState {
             .plugins
             .resolve(plugins)
             .map_err(|message| Failure::new(ErrorCode::InvalidArgument, format!("pool '{name}': {message}")))?;
+        let owner = session.identity.user().map(str::to_owned);
+        let reserved = match &owner {
+            Some(owner) if self.pools.find(name).is_none() => {
+                let quota = self.auth.users().user(owner).map(|user| user.quota.clone()).unwrap_or_default();
+                self.auth
+                    .usage
+                    .reserve_pool(owner, &quota, spec.size_bytes)
+                    .map_err(|message| Failure::new(ErrorCode::QuotaExceeded, message))?;
+                true
+            }
+            _ => false,
+        };
         let new = NewPool {
             spec,
             indexed: flags.contains(CreatePoolFlags::INDEXED),
             async_default: flags.durability() == Durability::Async,
             plugins,
+            owner: owner.clone(),
         };
-        let (handle, created) = match self.pools.create(name, new) {
+        let outcome = self.pools.create(name, new);
+        if let (true, Some(owner), Err(_)) = (reserved, &owner, &outcome) {
+            self.auth.usage.release_pool(owner, spec.size_bytes);
+        }
+        let (handle, created) = match outcome {
             Ok(handle) => (handle, true),
             Err(CreateRefused::Exists) if flags.contains(CreatePoolFlags::CREATE_ONLY) => {
                 return Err(Failure::new(ErrorCode::PoolExists, format!("pool '{name}' already exists")));
@@ -749,6 +796,9 @@ impl ShardState {
         // started now (it maps the pool's memory, so it must start before the pool goes).
         let host = self.host_for_deletion(handle);
         let removed = self.pools.remove(handle).map_err(|error| log_failure(self.index, &error));
+        if let Ok(Some(Pool { owner: Some(owner), store, .. })) = &removed {
+            self.auth.usage.release_pool(owner, store.capacity_bytes());
+        }
         let logged = removed.and_then(|_| self.logged(true, session));
         if let Some(mut host) = host {
             if logged.is_ok() {

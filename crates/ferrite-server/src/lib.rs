@@ -5,6 +5,7 @@
 //! `docs/configuration.md`.
 
 mod ado;
+mod auth;
 pub mod backup;
 mod buffered;
 mod checkpointing;

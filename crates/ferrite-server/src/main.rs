@@ -47,6 +47,11 @@ struct Args {
     /// (replaces `[tls] client_ca_file`).
     #[arg(long, value_name = "FILE")]
     tls_client_ca: Option<PathBuf>,
+    /// Require clients to authenticate as a user of this users file, and allow each only what
+    /// its grants say (replaces `[auth] users_file`). Edit it with `ferrite user`; SIGHUP
+    /// reloads it.
+    #[arg(long = "users", value_name = "FILE")]
+    users_file: Option<PathBuf>,
     /// Serve Prometheus metrics on HOST:PORT (`GET /metrics`); port 0 picks a free port.
     #[arg(long, value_name = "HOST:PORT")]
     metrics_listen: Option<SocketAddr>,
@@ -212,6 +217,7 @@ fn effective_config(path: Option<&PathBuf>, args: &Args) -> Result<Config, Strin
             tls_cert: args.tls_cert.clone(),
             tls_key: args.tls_key.clone(),
             tls_client_ca: args.tls_client_ca.clone(),
+            users_file: args.users_file.clone(),
         })
     })
     .map_err(|e| e.to_string())

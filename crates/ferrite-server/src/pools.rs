@@ -44,6 +44,8 @@ pub(crate) struct Pool {
     /// The pool's chain of Active Data Object plugins, comma-separated as listings carry it
     /// (durable in its descriptor).
     pub plugin_chain: String,
+    /// The user who created the pool, whose quota counts it (durable in its descriptor).
+    pub owner: Option<String>,
     /// `None` on the `memory` backing.
     pub persisted: Option<Persisted>,
     /// Requests and failures, for the metrics endpoint.
@@ -103,6 +105,8 @@ pub(crate) struct NewPool {
     pub async_default: bool,
     /// Plugin names, already checked against the server's plugins.
     pub plugins: Vec<String>,
+    /// The user creating it, on a server with users.
+    pub owner: Option<String>,
 }
 
 #[derive(Debug)]
@@ -195,6 +199,7 @@ impl Pools {
             open_count: 0,
             async_default: new.async_default,
             plugin_chain: new.plugins.join(","),
+            owner: new.owner.clone(),
             persisted,
             counters: Default::default(),
         };
@@ -229,6 +234,7 @@ impl Pools {
             indexed: new.indexed,
             async_default: new.async_default,
             plugins: new.plugins.clone(),
+            owner: new.owner.clone(),
         };
         let pages = PageTracker::try_new(region_bytes)
             .map_err(|error| CreateRefused::Memory(std::io::Error::other(error.to_string())))?;
@@ -269,6 +275,7 @@ impl Pools {
             indexed: new.indexed,
             async_default: new.async_default,
             plugins: new.plugins.clone(),
+            owner: new.owner.clone(),
         };
         let mut catalog = pmem.catalog.clone();
         catalog.seq += 1;
@@ -307,6 +314,7 @@ impl Pools {
             open_count: 0,
             async_default: descriptor.async_default,
             plugin_chain: descriptor.plugins.join(","),
+            owner: descriptor.owner.clone(),
             persisted,
             counters: Default::default(),
         };

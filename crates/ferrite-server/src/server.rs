@@ -12,6 +12,7 @@ use tokio::sync::{mpsc, watch};
 use tracing::{error, info, warn};
 
 use crate::ado::AdoSettings;
+use crate::auth::Auth;
 use crate::config::{Backing, Config};
 use crate::data_dir::{DataDir, DataDirError};
 use crate::durability::ShardDurability;
@@ -49,6 +50,8 @@ pub enum ServerError {
     BindMetrics { address: SocketAddr, source: std::io::Error },
     #[error("cannot set up TLS: {0}")]
     Tls(String),
+    #[error("cannot use the users file: {0}")]
+    Users(String),
     #[error("cannot start the signal handler: {0}")]
     Runtime(std::io::Error),
 }
@@ -71,6 +74,8 @@ pub struct BoundServer {
     shards: Vec<(Pools, Option<ShardDurability>)>,
     /// The plugins pools' chains may name, shared by every shard.
     plugins: Arc<PluginRegistry>,
+    /// Users, rights and quotas, shared by every shard.
+    auth: Arc<Auth>,
     /// Held (locked) while the server runs.
     _data_dir: DataDir,
 }
@@ -140,6 +145,21 @@ impl BoundServer {
             }
             None => None,
         };
+        let auth = match &config.auth.users_file {
+            Some(path) => Auth::load(path).map_err(ServerError::Users)?,
+            None => Auth::open(),
+        };
+        if let Some(path) = auth.users_file() {
+            info!(users = auth.users().users.len(), file = %path.display(), "clients must authenticate");
+        }
+        // Pools created by users count against their quotas from the start.
+        for (pools, _) in &shards {
+            for pool in pools.each() {
+                if let Some(owner) = &pool.owner {
+                    auth.usage.count_pool(owner, pool.store.capacity_bytes());
+                }
+            }
+        }
         let plugins = Arc::new(PluginRegistry::new(
             PluginRegistry::shipped_dir().as_deref(),
             &config.plugins,
@@ -155,6 +175,7 @@ impl BoundServer {
             tls,
             shards,
             plugins,
+            auth: Arc::new(auth),
             _data_dir: data_dir,
         })
     }
@@ -231,6 +252,7 @@ impl BoundServer {
                 traffic: Default::default(),
                 current_pool: None,
                 current_op: crate::stats::Op::Other,
+                auth: Arc::clone(&self.auth),
             };
             let resp = resp_listeners.next().map(|(listener, address)| resp::Listener {
                 listener,
@@ -263,6 +285,9 @@ impl BoundServer {
             if let Some(listener) = metrics_listener {
                 tokio::spawn(metrics::serve(listener, metrics_links));
             }
+            if self.auth.enabled() {
+                tokio::spawn(reload_users_on_hangup(Arc::clone(&self.auth)));
+            }
             tokio::select! {
                 () = shutdown => None,
                 Some((shard, outcome)) = exit_rx.recv() => Some(ServerError::ShardFailed {
@@ -288,6 +313,24 @@ impl BoundServer {
                 info!("server stopped");
                 Ok(())
             }
+        }
+    }
+}
+
+/// Reads the users file again on every SIGHUP. A file that does not load changes nothing: the
+/// server goes on with the users it has and says why.
+async fn reload_users_on_hangup(auth: Arc<Auth>) {
+    let mut hangups = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
+        Ok(hangups) => hangups,
+        Err(error) => {
+            warn!(%error, "cannot watch for SIGHUP: the users file is read only at start");
+            return;
+        }
+    };
+    while hangups.recv().await.is_some() {
+        match auth.reload() {
+            Ok(users) => info!(users, "reloaded the users file"),
+            Err(error) => warn!(%error, "kept the previous users: the users file did not load"),
         }
     }
 }

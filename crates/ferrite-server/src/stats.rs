@@ -62,6 +62,10 @@ pub(crate) struct ShardStats {
     /// Plugin calls accepted, and those that failed (plugin error, crash, timeout).
     pub invocations: u64,
     pub invocation_failures: u64,
+    /// Authentications refused for a wrong user or password (or none, where one is required).
+    pub authentication_failures: u64,
+    /// Requests refused for want of a grant.
+    pub requests_denied: u64,
 }
 
 impl ShardStats {
@@ -81,6 +85,8 @@ impl ShardStats {
             clients_timed_out: 0,
             invocations: 0,
             invocation_failures: 0,
+            authentication_failures: 0,
+            requests_denied: 0,
         }
     }
 
@@ -120,6 +126,8 @@ impl ShardStats {
             ("handshake_timeout_ms", duration_ms(admission.handshake_timeout)),
             ("idle_timeout_ms", admission.idle_timeout.map_or(0, duration_ms)),
             ("requests_in_flight_per_connection_max", admission.in_flight_max),
+            ("authentication_failures", self.authentication_failures),
+            ("requests_denied", self.requests_denied),
             ("invocations", self.invocations),
             ("invocation_failures", self.invocation_failures),
             ("pools", pools.pools),

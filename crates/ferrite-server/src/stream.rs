@@ -22,6 +22,19 @@ impl ClientStream {
             ClientStream::Tls(stream) => stream.get_ref().0.peer_addr(),
         }
     }
+
+    /// The fingerprint (`ferrite_auth::secret::certificate_fingerprint`) of the certificate the
+    /// client presented in the TLS handshake, which the server's client CA verified; `None` on
+    /// plain TCP or without a client certificate.
+    pub fn peer_certificate_fingerprint(&self) -> Option<String> {
+        match self {
+            ClientStream::Plain(_) => None,
+            ClientStream::Tls(stream) => {
+                let leaf = stream.get_ref().1.peer_certificates()?.first()?;
+                Some(ferrite_auth::secret::certificate_fingerprint(leaf))
+            }
+        }
+    }
 }
 
 impl AsyncRead for ClientStream {

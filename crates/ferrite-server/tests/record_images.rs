@@ -60,6 +60,7 @@ fn forged_images(salts: &[u64], next_lsn: u64) -> Vec<u8> {
         indexed: false,
         async_default: false,
         plugins: Vec::new(),
+        owner: None,
     };
     let memory = vec![0xa5u8; 1 << 13];
     let mut payloads = Vec::new();

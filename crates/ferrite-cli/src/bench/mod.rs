@@ -264,15 +264,22 @@ pub struct Plan {
     pub addr: String,
     /// TLS to the server (`--ca`, native target only).
     pub tls: Option<ferrite_client::TlsOptions>,
+    /// The user every connection authenticates as (`--user`, native target only).
+    pub credentials: Option<ferrite_client::UserCredentials>,
 }
 
 impl Plan {
-    /// Speaks TLS to the server (the CLI's `--ca`): the native target only.
-    pub fn with_tls(self, tls: Option<ferrite_client::TlsOptions>) -> Result<Plan, String> {
-        if tls.is_some() && self.target != TargetKind::Native {
-            return Err("TLS (--ca) is supported by the native target only".into());
+    /// Speaks TLS to the server (the CLI's `--ca`) and authenticates as a user (`--user`): the
+    /// native target only.
+    pub fn with_security(
+        self,
+        tls: Option<ferrite_client::TlsOptions>,
+        credentials: Option<ferrite_client::UserCredentials>,
+    ) -> Result<Plan, String> {
+        if (tls.is_some() || credentials.is_some()) && self.target != TargetKind::Native {
+            return Err("TLS (--ca) and users (--user) are supported by the native target only".into());
         }
-        Ok(Plan { tls, ..self })
+        Ok(Plan { tls, credentials, ..self })
     }
 
     pub fn new(addr: &str, args: &BenchArgs) -> Result<Plan, String> {
@@ -365,6 +372,7 @@ impl Plan {
             seed: args.seed,
             addr: addr.to_owned(),
             tls: None,
+            credentials: None,
         };
         if plan.inserts() && plan.insert_end() <= plan.keys {
             return Err(format!(
@@ -482,8 +490,14 @@ fn parse_seconds(text: &str) -> Result<Duration, String> {
 
 /// Runs `ferrite bench` and prints its report. Owns its exit status, unlike the other commands,
 /// because a run whose every request failed still has a report worth printing before failing.
-pub fn main(addr: &str, json: bool, args: &BenchArgs, tls: Option<ferrite_client::TlsOptions>) -> ExitCode {
-    let plan = match Plan::new(addr, args).and_then(|plan| plan.with_tls(tls)) {
+pub fn main(
+    addr: &str,
+    json: bool,
+    args: &BenchArgs,
+    tls: Option<ferrite_client::TlsOptions>,
+    credentials: Option<ferrite_client::UserCredentials>,
+) -> ExitCode {
+    let plan = match Plan::new(addr, args).and_then(|plan| plan.with_security(tls, credentials)) {
         Ok(plan) => plan,
         Err(message) => {
             eprintln!("error: {message}");
@@ -542,13 +556,19 @@ mod tests {
         }
     }
 
-    /// TLS reaches the native target only: the RESP and memcache ones speak in clear.
+    /// TLS and users reach the native target only: the RESP and memcache ones speak in clear,
+    /// unauthenticated.
     #[test]
-    fn tls_is_for_the_native_target() {
+    fn tls_and_users_are_for_the_native_target() {
         let tls = || Some(ferrite_client::TlsOptions::with_ca("ca.pem"));
-        assert!(parse(&[]).and_then(|plan| plan.with_tls(tls())).is_ok_and(|plan| plan.tls.is_some()));
-        let error = parse(&["--target", "resp"]).and_then(|plan| plan.with_tls(tls())).expect_err("resp in clear");
-        assert!(error.contains("native target only"), "{error}");
+        let user = || Some(ferrite_client::UserCredentials::new("alice", "a password"));
+        let native = parse(&[]).and_then(|plan| plan.with_security(tls(), user())).expect("native");
+        assert!(native.tls.is_some() && native.credentials.is_some());
+        for (tls, user) in [(tls(), None), (None, user())] {
+            let error =
+                parse(&["--target", "resp"]).and_then(|plan| plan.with_security(tls, user)).expect_err("resp in clear");
+            assert!(error.contains("native target only"), "{error}");
+        }
     }
 
     #[test]

@@ -166,6 +166,7 @@ impl Native {
             client_name: concat!("ferrite-bench/", env!("CARGO_PKG_VERSION")).to_owned(),
             connect_timeout: CONNECT_TIMEOUT,
             tls: plan.tls.clone(),
+            credentials: plan.credentials.clone(),
         };
         let mut sessions = Vec::with_capacity(plan.clients as usize);
         for _ in 0..plan.clients {

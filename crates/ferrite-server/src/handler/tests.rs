@@ -58,6 +58,7 @@ fn durable_shard(tag: &str) -> (ShardState, std::path::PathBuf) {
         backups: Vec::new(),
         backups_queued: Default::default(),
         backup_root: None,
+        auth: Arc::new(crate::auth::Auth::open()),
         traffic: Default::default(),
         current_pool: None,
         current_op: crate::stats::Op::Other,

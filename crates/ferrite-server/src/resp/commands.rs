@@ -18,8 +18,9 @@ use super::reply::{self, Protocol};
 use super::Settings;
 use crate::ado::{Answer, Signals};
 use crate::completion::Completion;
-use crate::handler::{Accepted, Failure, Flow, Invoke, ScanLimits, ShardState};
-use crate::session::Session;
+use crate::handler::{Accepted, Authenticating, Failure, Flow, Invoke, ScanLimits, ShardState, WRONG_PASSWORD_MESSAGE};
+use crate::session::{Identity, Session};
+use ferrite_auth::Rights;
 
 /// The Redis version the listener claims in `INFO` and `HELLO`. Clients read it to decide which
 /// commands they may send; 7.0.0 is the oldest that has every command they send on connect here.
@@ -117,6 +118,11 @@ impl From<Failure> for RespError {
             // Redis refuses writes past `maxmemory` with OOM; clients map it to an out-of-memory
             // error rather than a bug.
             ErrorCode::PoolFull => RespError(format!("OOM {}", failure.message)),
+            // Redis's words for a command the user may not run, and for failed authentication.
+            ErrorCode::PermissionDenied => RespError(format!("NOPERM {}", failure.message)),
+            ErrorCode::AuthenticationFailed if failure.message == WRONG_PASSWORD_MESSAGE => {
+                RespError("WRONGPASS invalid username-password pair or user is disabled.".into())
+            }
             _ => RespError::err(failure.message),
         }
     }
@@ -248,8 +254,18 @@ pub(crate) fn execute(
 ) -> Flow {
     debug_assert!(args.len() > 0, "the parser never yields an empty command");
     shard.begin_request();
-    if client.transaction.is_some() && !TRANSACTION_CONTROL.iter().any(|name| is(args.get(0), name)) {
+    if client.transaction.is_some()
+        && client.session.identity != Identity::Nobody
+        && !TRANSACTION_CONTROL.iter().any(|name| is(args.get(0), name))
+    {
         queue(args, client, shard, out);
+        return Flow::Continue;
+    }
+    if client.session.identity == Identity::Nobody && !BEFORE_AUTHENTICATION.iter().any(|name| is(args.get(0), name)) {
+        shard.stats.requests += 1;
+        shard.stats.requests_denied += 1;
+        shard.count_failure();
+        reply::error(out, "NOAUTH Authentication required.");
         return Flow::Continue;
     }
     if let Some(waiting) = waits_for_plugin_call(args, client, shard) {
@@ -257,6 +273,9 @@ pub(crate) fn execute(
     }
     dispatch(args, client, shard, settings, now_ns, out, true)
 }
+
+/// What a session may say before it authenticates, on a server with users.
+const BEFORE_AUTHENTICATION: [&str; 3] = ["auth", "hello", "quit"];
 
 /// If the command names a key of the default pool that a plugin call holds: a completion woken
 /// when the call ends, for the command to run then (`EXEC` waits for every queued command's).
@@ -859,11 +878,12 @@ fn hello(call: &mut Call<'_, '_>) -> Result<Flow, RespError> {
     }
     let options = call.args.skip(2);
     let mut name = None;
+    let mut credentials = None;
     let mut i = 0;
     while i < options.len() {
         let option = options.get(i);
         if is(option, "AUTH") && i + 2 < options.len() {
-            // Authentication is not enforced yet (as on the native protocol): any credentials pass.
+            credentials = Some((options.get(i + 1), options.get(i + 2)));
             i += 3;
         } else if is(option, "SETNAME") && i + 1 < options.len() {
             let value = options.get(i + 1);
@@ -873,6 +893,22 @@ fn hello(call: &mut Call<'_, '_>) -> Result<Flow, RespError> {
         } else {
             return Err(RespError::err(format!("Syntax error in HELLO option '{}'", lossy(option, 128))));
         }
+    }
+    match credentials {
+        Some((user, password)) => {
+            if let Some(waiting) = authenticate(call, user, password)? {
+                return Ok(waiting);
+            }
+        }
+        None if call.client.session.identity == Identity::Nobody => {
+            return Err(RespError(
+                "NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH \
+                 <user> <pass> option can be used to authenticate the client and select the RESP protocol version at \
+                 the same time"
+                    .into(),
+            ));
+        }
+        None => {}
     }
     if let Some(name) = name {
         set_client_name(call.client, name);
@@ -911,19 +947,51 @@ fn quit(call: &mut Call<'_, '_>) -> Result<Flow, RespError> {
     Ok(Flow::Close)
 }
 
-/// No passwords are configured (authentication is not enforced yet); the replies are Redis's when
-/// the default user has none.
+/// `AUTH [user] password`: on a server with users, authenticates the connection as `user`
+/// (`default` when only a password is given, as in Redis). Without users the replies are
+/// Redis's when the default user has no password.
 fn auth(call: &mut Call<'_, '_>) -> Result<Flow, RespError> {
-    match call.args.len() {
-        2 => Err(RespError::err(
-            "AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?",
-        )),
-        3 if is(call.args.get(1), "default") => {
-            reply::ok(call.out);
-            Ok(Flow::Continue)
+    let (user, password) = match call.args.len() {
+        2 => (&b"default"[..], call.args.get(1)),
+        3 => (call.args.get(1), call.args.get(2)),
+        _ => return Err(RespError::syntax()),
+    };
+    if !call.shard.auth.enabled() {
+        return match call.args.len() {
+            2 => Err(RespError::err(
+                "AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?",
+            )),
+            _ if user == b"default" => {
+                reply::ok(call.out);
+                Ok(Flow::Continue)
+            }
+            _ => Err(RespError("WRONGPASS invalid username-password pair or user is disabled.".into())),
+        };
+    }
+    if let Some(waiting) = authenticate(call, user, password)? {
+        return Ok(waiting);
+    }
+    reply::ok(call.out);
+    Ok(Flow::Continue)
+}
+
+/// Authenticates the connection as `user`: `None` once done, the wait while the password is
+/// verified (the command then runs again), or why not.
+fn authenticate(call: &mut Call<'_, '_>, user: &[u8], password: &[u8]) -> Result<Option<Flow>, RespError> {
+    if !call.deferrable {
+        return Err(RespError::err("authentication cannot run inside MULTI"));
+    }
+    let Ok(user) = std::str::from_utf8(user) else {
+        return Err(RespError("WRONGPASS invalid username-password pair or user is disabled.".into()));
+    };
+    match call.shard.authenticate(&mut call.client.session, user, password) {
+        Authenticating::Done => Ok(None),
+        Authenticating::Refused(failure) => Err(failure.into()),
+        Authenticating::Pending(completion) => {
+            // Counted when it runs again.
+            call.shard.stats.requests -= 1;
+            Ok(Some(Flow::Wait { completion, consumed: false }))
         }
-        3 => Err(RespError("WRONGPASS invalid username-password pair or user is disabled.".into())),
-        _ => Err(RespError::syntax()),
     }
 }
 
@@ -1109,6 +1177,8 @@ fn invoke(
     if !call.deferrable {
         return Err(RespError::err("plugin calls cannot run inside MULTI"));
     }
+    // A plugin acts with its caller's rights: this call may write.
+    call.shard.require(&mut call.client.session, call.client.pool, Rights::INVOKE.union(Rights::WRITE))?;
     let invoke = Invoke {
         answer,
         pool: call.client.pool,

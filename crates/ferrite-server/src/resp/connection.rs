@@ -44,9 +44,15 @@ pub(crate) async fn serve(
 ) {
     let peer = stream.peer_addr().ok();
     // A RESP client has no handshake of its own: the connection is its session's hello.
-    let mut session = Session::default();
-    session.handshaken = true;
-    let opened = super::open_pool(&mut shard.borrow_mut(), &settings, &mut session);
+    let mut session = Session::for_server();
+    session.certificate = stream.peer_certificate_fingerprint();
+    // The shard opens its default pool for the connection, then the session acts for whoever the
+    // client turns out to be (nobody, on a server with users, until it authenticates).
+    let opened = {
+        let mut shard = shard.borrow_mut();
+        super::open_pool(&mut shard, &settings, &mut session)
+            .and_then(|pool| shard.begin_identity(&mut session).map(|()| pool).map_err(|failure| failure.message))
+    };
     let pool = match opened {
         Ok(pool) => pool,
         Err(message) => {

@@ -93,8 +93,7 @@ fn open_pool(shard: &mut ShardState, settings: &Settings, session: &mut Session)
 /// configured) before the first RESP client arrives. The shard's own session closes it again at
 /// once: a pool held open cannot be deleted, and the shard has no reason to hold it.
 pub(crate) fn create_pool(shard: &mut ShardState, settings: &Settings) -> Result<(), String> {
-    let mut session = Session::default();
-    session.handshaken = true;
+    let mut session = Session::for_server();
     let pool = open_pool(shard, settings, &mut session)
         .map_err(|message| format!("cannot create the RESP pool '{}': {message}", settings.pool))?;
     shard

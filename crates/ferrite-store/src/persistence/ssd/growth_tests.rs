@@ -69,6 +69,7 @@ impl LoggedPool {
             indexed: false,
             async_default: false,
             plugins: Vec::new(),
+            owner: None,
         };
         let pages = Arc::new(Mutex::new(PageTracker::try_new(region_bytes).expect("small")));
         let region = SharedRegion::zeroed("growth", region_bytes).expect("memfd");

@@ -29,6 +29,11 @@ const FLAG_INDEXED: u8 = 1;
 const FLAG_ASYNC: u8 = 2;
 /// The descriptor ends with the pool's plugin chain.
 const FLAG_PLUGINS: u8 = 4;
+/// The descriptor ends (after the chain, if any) with the name of the user who created the pool.
+const FLAG_OWNER: u8 = 8;
+
+/// Longest owner (user) name, in bytes.
+pub const OWNER_BYTES_MAX: usize = 64;
 
 /// Most plugins in a pool's chain.
 pub const PLUGINS_MAX: usize = 8;
@@ -98,6 +103,9 @@ pub struct PoolDescriptor {
     /// The pool's chain of Active Data Object plugins, by name, in the order they run; each
     /// name [`is_plugin_name`], at most [`PLUGINS_MAX`].
     pub plugins: Vec<String>,
+    /// The user who created the pool, on a server with users: its pool quota counts it. At most
+    /// [`OWNER_BYTES_MAX`] bytes.
+    pub owner: Option<String>,
 }
 
 /// Ranges of new bytes of a pool's memory: offset, length, and the bytes (`None`: zeros).
@@ -135,7 +143,8 @@ pub fn encode_descriptor(descriptor: &PoolDescriptor, out: &mut Vec<u8>) {
     out.extend_from_slice(&descriptor.region_bytes.to_le_bytes());
     let flags = if descriptor.indexed { FLAG_INDEXED } else { 0 }
         | if descriptor.async_default { FLAG_ASYNC } else { 0 }
-        | if descriptor.plugins.is_empty() { 0 } else { FLAG_PLUGINS };
+        | if descriptor.plugins.is_empty() { 0 } else { FLAG_PLUGINS }
+        | if descriptor.owner.is_some() { FLAG_OWNER } else { 0 };
     out.push(flags);
     let name = descriptor.name.as_bytes();
     let len = u16::try_from(name.len()).expect("pool names are at most 255 bytes");
@@ -149,6 +158,14 @@ pub fn encode_descriptor(descriptor: &PoolDescriptor, out: &mut Vec<u8>) {
             out.push(plugin.len() as u8);
             out.extend_from_slice(plugin.as_bytes());
         }
+    }
+    if let Some(owner) = &descriptor.owner {
+        assert!(
+            !owner.is_empty() && owner.len() <= OWNER_BYTES_MAX,
+            "owner names are checked before a pool is created"
+        );
+        out.push(owner.len() as u8);
+        out.extend_from_slice(owner.as_bytes());
     }
 }
 
@@ -315,7 +332,7 @@ fn read_descriptor(reader: &mut Reader<'_>) -> Result<PoolDescriptor, RecordErro
     let spec = PoolSpec { size_bytes: reader.u64()?, expected_objects: reader.u64()? };
     let region_bytes = reader.u64()?;
     let flags = reader.u8()?;
-    if flags & !(FLAG_INDEXED | FLAG_ASYNC | FLAG_PLUGINS) != 0 {
+    if flags & !(FLAG_INDEXED | FLAG_ASYNC | FLAG_PLUGINS | FLAG_OWNER) != 0 {
         return reader.fail("unknown pool flags");
     }
     let len = usize::from(reader.u16()?);
@@ -336,6 +353,14 @@ fn read_descriptor(reader: &mut Reader<'_>) -> Result<PoolDescriptor, RecordErro
             }
         }
     }
+    let mut owner = None;
+    if flags & FLAG_OWNER != 0 {
+        let len = usize::from(reader.u8()?);
+        match std::str::from_utf8(reader.take(len)?) {
+            Ok(name) if !name.is_empty() && len <= OWNER_BYTES_MAX => owner = Some(name.to_string()),
+            _ => return reader.fail("invalid owner name"),
+        }
+    }
     Ok(PoolDescriptor {
         id,
         name: name.to_string(),
@@ -344,6 +369,7 @@ fn read_descriptor(reader: &mut Reader<'_>) -> Result<PoolDescriptor, RecordErro
         indexed: flags & FLAG_INDEXED != 0,
         async_default: flags & FLAG_ASYNC != 0,
         plugins,
+        owner,
     })
 }
 
@@ -405,7 +431,31 @@ mod tests {
             indexed: true,
             async_default: false,
             plugins: Vec::new(),
+            owner: None,
         }
+    }
+
+    /// A pool's owner is part of its descriptor, after its chain; a descriptor without one
+    /// encodes exactly as before owners existed, and a damaged owner is refused.
+    #[test]
+    fn owners_round_trip_and_bad_ones_are_refused() {
+        let mut plain_bytes = Vec::new();
+        encode_descriptor(&descriptor(), &mut plain_bytes);
+        let owned = PoolDescriptor { plugins: vec!["counter".into()], owner: Some("alice".into()), ..descriptor() };
+        let mut bytes = Vec::new();
+        encode_descriptor(&owned, &mut bytes);
+        assert_eq!(decode_descriptor(&bytes), Ok((owned.clone(), bytes.len())));
+        assert_eq!(&bytes[bytes.len() - 6..], b"\x05alice", "the owner ends the descriptor");
+        let mut empty_owner = bytes[..bytes.len() - 5].to_vec();
+        *empty_owner.last_mut().expect("bytes") = 0;
+        assert!(decode_descriptor(&empty_owner).is_err(), "an empty owner is refused");
+        let mut long = bytes[..bytes.len() - 6].to_vec();
+        long.push(65);
+        long.extend(std::iter::repeat_n(b'a', 65));
+        assert!(decode_descriptor(&long).is_err(), "an owner past the limit is refused");
+        let mut bad_utf8 = bytes.clone();
+        *bad_utf8.last_mut().expect("bytes") = 0xff;
+        assert!(decode_descriptor(&bad_utf8).is_err());
     }
 
     /// A pool's plugin chain is part of its descriptor, in order; a descriptor without one

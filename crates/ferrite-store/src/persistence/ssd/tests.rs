@@ -513,6 +513,7 @@ fn descriptor_of(id: u64, name: &str, spec: PoolSpec) -> PoolDescriptor {
         indexed: false,
         async_default: false,
         plugins: Vec::new(),
+        owner: None,
     }
 }
 
@@ -533,6 +534,7 @@ fn a_power_cut_during_pool_creation_leaves_no_pool_or_a_whole_one() {
         indexed: false,
         async_default: false,
         plugins: Vec::new(),
+        owner: None,
     };
     let other = PoolDescriptor { id: 1, name: "other".into(), ..descriptor.clone() };
     let checkpoint = temp_dir("create-cut");

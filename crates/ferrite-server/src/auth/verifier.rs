@@ -1,0 +1,103 @@
+//! Password verification off the shards' threads. argon2 costs tens of milliseconds and 19 MiB
+//! by design; a shard that ran it would stall every client it serves. Verifications queue for a
+//! few threads of their own instead, the session's request waits on a [`Completion`] (its
+//! connection reads nothing more meanwhile), and the request runs again once the outcome is known.
+//!
+//! The queue is bounded and so are the threads: a flood of logins (or guesses) gets refused
+//! quickly with "too many authentications in progress" instead of taking the server's memory.
+
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+
+use ferrite_auth::secret;
+
+use crate::completion::Completion;
+
+/// Threads verifying at once: each holds argon2's 19 MiB while it works.
+const VERIFIER_THREADS: usize = 2;
+
+/// Verifications that may wait for a thread; more are refused.
+const QUEUE_MAX: usize = 64;
+
+/// One verification under way: its outcome, once known, and the completion its request waits on.
+#[derive(Debug)]
+pub(crate) struct Verification {
+    pub completion: Arc<Completion>,
+    user: String,
+    outcome: OnceLock<bool>,
+}
+
+impl Verification {
+    /// Whether this verification is of `user`'s password (the request that started it is the
+    /// one running again).
+    pub(crate) fn is_for(&self, user: &str) -> bool {
+        self.user == user
+    }
+
+    /// Whether the password matched, once known.
+    pub(crate) fn outcome(&self) -> Option<bool> {
+        self.outcome.get().copied()
+    }
+}
+
+type Job = Box<dyn FnOnce() + Send>;
+
+/// The verifying threads and their queue.
+#[derive(Debug)]
+pub(super) struct Verifier {
+    jobs: SyncSender<Job>,
+    decoy: Arc<str>,
+}
+
+impl Verifier {
+    pub(super) fn start() -> std::io::Result<Verifier> {
+        let (jobs, queue) = sync_channel::<Job>(QUEUE_MAX);
+        let queue = Arc::new(Mutex::new(queue));
+        for index in 0..VERIFIER_THREADS {
+            let queue = Arc::clone(&queue);
+            std::thread::Builder::new().name(format!("ferrite-auth-{index}")).spawn(move || work(&queue))?;
+        }
+        Ok(Verifier { jobs, decoy: Arc::from(super::decoy_hash()) })
+    }
+
+    /// Queues a check of `password` against `hash` (`None`: the user does not exist, and the
+    /// decoy is checked so that this takes as long). `then` runs on the verifier's thread with the
+    /// outcome before the completion is woken.
+    pub(super) fn submit(
+        &self,
+        user: &str,
+        hash: Option<String>,
+        password: Vec<u8>,
+        then: impl FnOnce(bool) + Send + 'static,
+    ) -> Result<Arc<Verification>, String> {
+        let verification =
+            Arc::new(Verification { completion: Completion::new(), user: user.to_owned(), outcome: OnceLock::new() });
+        let exists = hash.is_some();
+        let hash = hash.unwrap_or_else(|| self.decoy.to_string());
+        let job = {
+            let verification = Arc::clone(&verification);
+            Box::new(move || {
+                let matched = secret::verify_secret(&hash, &password) && exists;
+                then(matched);
+                // Set once, by this job only.
+                let _ = verification.outcome.set(matched);
+                verification.completion.wake();
+            })
+        };
+        match self.jobs.try_send(job) {
+            Ok(()) => Ok(verification),
+            Err(TrySendError::Full(_)) => Err("too many authentications in progress; try again".into()),
+            Err(TrySendError::Disconnected(_)) => Err("the password verifier has stopped".into()),
+        }
+    }
+}
+
+fn work(queue: &Mutex<Receiver<Job>>) {
+    loop {
+        let job = queue.lock().unwrap_or_else(PoisonError::into_inner).recv();
+        match job {
+            Ok(job) => job(),
+            Err(_) => return,
+        }
+    }
+}

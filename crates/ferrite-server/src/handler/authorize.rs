@@ -1,0 +1,253 @@
+//! Authentication and authorization of requests, on the shard's thread. Rights come from the
+//! shared [`Auth`](crate::auth::Auth); a session keeps what it may do on each pool it has open, so
+//! checking a request is a lookup, and recomputes it when the users file is reloaded.
+//!
+//! What each request needs: `read` for get, count, attributes and find; `write` for put and
+//! erase; `invoke` plus `read` (read-only calls) or `write` (others) for plugin calls, since a
+//! plugin acts with its caller's rights; `admin` for creating and deleting pools, and `admin` on
+//! every pool (`*`) for a backup. Opening a pool needs any right on it; listing shows only the
+//! pools the user has rights on.
+
+use std::sync::Arc;
+
+use ferrite_auth::Rights;
+use ferrite_proto::{Credentials, ErrorCode, InvokeFlags, PoolHandle, Request, PROTOCOL_VERSION};
+
+use super::{Accepted, Failure, ShardState};
+use crate::session::{Identity, Session};
+
+/// What a refused password is told: the same for an unknown user and a wrong password, so
+/// that the answer does not reveal which users exist.
+pub(crate) const WRONG_PASSWORD_MESSAGE: &str = "wrong user or password";
+
+/// Where an authentication stands.
+pub(crate) enum Authenticating {
+    /// The session now acts for the user.
+    Done,
+    Refused(Failure),
+    /// The password is being verified; the request runs again once this completes.
+    Pending(Arc<crate::completion::Completion>),
+}
+
+impl ShardState {
+    /// What `identity` may do on the pool named `pool`.
+    pub(crate) fn rights_on(&self, identity: &Identity, pool: &str) -> Rights {
+        match identity {
+            Identity::Everyone | Identity::Server => Rights::ALL,
+            Identity::Nobody => Rights::NONE,
+            Identity::User(name) => self.auth.users().user(name).map_or(Rights::NONE, |user| user.rights_on(pool)),
+        }
+    }
+
+    /// What `identity` may do on every pool, present and future.
+    fn rights_everywhere(&self, identity: &Identity) -> Rights {
+        match identity {
+            Identity::Everyone | Identity::Server => Rights::ALL,
+            Identity::Nobody => Rights::NONE,
+            Identity::User(name) => self.auth.users().user(name).map_or(Rights::NONE, |user| user.rights_everywhere()),
+        }
+    }
+
+    /// Recomputes the rights `session` holds on its open pools if its identity or the users
+    /// changed since they were computed.
+    pub(crate) fn refresh_rights(&self, session: &mut Session) {
+        let generation = self.auth.generation();
+        let identity = session.identity.clone();
+        session.refresh_rights(|pool| match self.pools.get(pool) {
+            Some(pool) => self.rights_on(&identity, &pool.name),
+            None => Rights::NONE,
+        });
+        session.rights_generation = generation;
+    }
+
+    /// Sets who `session` acts for, moving its connection count from its old user to the new one
+    /// (refused past the new user's connection quota, leaving the session as it was).
+    pub(crate) fn set_identity(&mut self, session: &mut Session, identity: Identity) -> Result<(), Failure> {
+        if session.identity == identity {
+            return Ok(());
+        }
+        if let Identity::User(name) = &identity {
+            let quota = self.auth.users().user(name).map(|user| user.quota.clone()).unwrap_or_default();
+            self.auth.usage.connect(name, &quota).map_err(|message| Failure::new(ErrorCode::QuotaExceeded, message))?;
+        }
+        if let Some(name) = session.identity.user() {
+            self.auth.usage.disconnect(name);
+        }
+        session.identity = identity;
+        self.refresh_rights(session);
+        Ok(())
+    }
+
+    /// The identity a RESP session starts with (it has no hello): everyone on a server without
+    /// users; otherwise the user its client certificate names, or nobody until it authenticates.
+    pub(crate) fn begin_identity(&mut self, session: &mut Session) -> Result<(), Failure> {
+        let identity = if !self.auth.enabled() {
+            Identity::Everyone
+        } else {
+            match session.certificate.as_deref().and_then(|fingerprint| self.auth.user_for_certificate(fingerprint)) {
+                Some(user) => Identity::User(user),
+                None => Identity::Nobody,
+            }
+        };
+        self.set_identity(session, identity)
+    }
+
+    /// Authenticates `session` as `user` with `password`: at once if this secret was verified
+    /// before, otherwise on the verifier's threads (then [`Authenticating::Pending`], and the
+    /// caller runs its request again when the completion wakes it).
+    pub(crate) fn authenticate(&mut self, session: &mut Session, user: &str, password: &[u8]) -> Authenticating {
+        if !self.auth.enabled() {
+            return Authenticating::Refused(Failure::new(
+                ErrorCode::AuthenticationFailed,
+                "this server has no users to authenticate as (it was started without --users)",
+            ));
+        }
+        let matched = match session.verification.take() {
+            Some(verification) if verification.is_for(user) => match verification.outcome() {
+                Some(matched) => matched,
+                None => {
+                    let completion = Arc::clone(&verification.completion);
+                    session.verification = Some(verification);
+                    return Authenticating::Pending(completion);
+                }
+            },
+            _ if self.auth.verified_before(user, password) => true,
+            _ => match self.auth.verify(user, password) {
+                Ok(verification) => {
+                    let completion = Arc::clone(&verification.completion);
+                    session.verification = Some(verification);
+                    return Authenticating::Pending(completion);
+                }
+                Err(message) => return Authenticating::Refused(Failure::new(ErrorCode::AuthenticationFailed, message)),
+            },
+        };
+        if !matched {
+            self.stats.authentication_failures += 1;
+            tracing::warn!(shard = self.index, user, "authentication failed");
+            return Authenticating::Refused(Failure::new(ErrorCode::AuthenticationFailed, WRONG_PASSWORD_MESSAGE));
+        }
+        match self.set_identity(session, Identity::User(Arc::from(user))) {
+            Ok(()) => Authenticating::Done,
+            Err(failure) => Authenticating::Refused(failure),
+        }
+    }
+
+    /// Authenticates a native `hello` on a server with users: `None` once the session acts for a
+    /// user (the hello is then answered as usual), the refusal (which closes the connection), or
+    /// the wait for the verifier.
+    pub(super) fn authenticate_hello(
+        &mut self,
+        version: u16,
+        auth: &[u8],
+        session: &mut Session,
+    ) -> Option<Result<Accepted, Failure>> {
+        if !self.auth.enabled() || version != PROTOCOL_VERSION {
+            return None;
+        }
+        let refused = |failure: Failure| Some(Err(Failure { close: true, ..failure }));
+        let credentials = match Credentials::decode(auth) {
+            Ok(credentials) => credentials,
+            Err(error) => {
+                return refused(Failure::new(
+                    ErrorCode::AuthenticationFailed,
+                    format!("malformed credentials: {error}"),
+                ))
+            }
+        };
+        let Some(credentials) = credentials else {
+            let by_certificate =
+                session.certificate.as_deref().and_then(|fingerprint| self.auth.user_for_certificate(fingerprint));
+            if let Some(user) = by_certificate {
+                return match self.set_identity(session, Identity::User(user)) {
+                    Ok(()) => None,
+                    Err(failure) => refused(failure),
+                };
+            }
+            self.stats.authentication_failures += 1;
+            return refused(Failure::new(
+                ErrorCode::AuthenticationFailed,
+                "this server requires a user: connect with a user name and password, or a client certificate the \
+                 users file names",
+            ));
+        };
+        match self.authenticate(session, credentials.user, credentials.password) {
+            Authenticating::Done => None,
+            Authenticating::Refused(failure) => refused(failure),
+            Authenticating::Pending(completion) => Some(Ok(Accepted::Blocked(completion))),
+        }
+    }
+
+    /// Refuses `request` unless the session's identity may make it. Requests on a pool handle
+    /// the session has not open pass here and fail where the handle is looked up.
+    pub(crate) fn authorize(&mut self, request: &Request<'_>, session: &mut Session) -> Result<(), Failure> {
+        if matches!(session.identity, Identity::Everyone | Identity::Server) {
+            return Ok(());
+        }
+        if session.rights_generation != self.auth.generation() {
+            self.refresh_rights(session);
+        }
+        let denied = match *request {
+            Request::Hello { .. } | Request::ClosePool { .. } | Request::ListPools | Request::GetStatistics => {
+                return match session.identity {
+                    Identity::Nobody if !matches!(request, Request::Hello { .. }) => Err(self.deny(session, "", "")),
+                    _ => Ok(()),
+                }
+            }
+            Request::CreatePool { name, .. } | Request::DeletePool { name } => {
+                (!self.rights_on(&session.identity, name).contains(Rights::ADMIN)).then(|| ("admin", name.to_owned()))
+            }
+            Request::OpenPool { name } => {
+                self.rights_on(&session.identity, name).is_empty().then(|| ("any", name.to_owned()))
+            }
+            Request::Backup { .. } => {
+                (!self.rights_everywhere(&session.identity).contains(Rights::ADMIN)).then(|| ("admin", "*".to_owned()))
+            }
+            Request::Put { pool, .. } | Request::Erase { pool, .. } => self.lacks(session, pool, Rights::WRITE),
+            Request::Get { pool, .. }
+            | Request::GetAttribute { pool, .. }
+            | Request::Count { pool }
+            | Request::Find { pool, .. } => self.lacks(session, pool, Rights::READ),
+            Request::InvokeAdo { pool, flags, .. } => {
+                let data = if flags.contains(InvokeFlags::READ_ONLY) { Rights::READ } else { Rights::WRITE };
+                self.lacks(session, pool, Rights::INVOKE.union(data))
+            }
+            Request::InvokePutAdo { pool, .. } => self.lacks(session, pool, Rights::INVOKE.union(Rights::WRITE)),
+        };
+        match denied {
+            None => Ok(()),
+            Some((right, pool)) => Err(self.deny(session, &format!("{right} right"), &format!("pool '{pool}'"))),
+        }
+    }
+
+    /// The right (by name) and pool `session` lacks for `needed` on `pool`, if it lacks one.
+    pub(crate) fn lacks(&self, session: &Session, pool: PoolHandle, needed: Rights) -> Option<(&'static str, String)> {
+        let held = session.rights(pool)?;
+        if held.contains(needed) {
+            return None;
+        }
+        let missing = needed.without(held).names().next().unwrap_or("any");
+        Some((missing, self.pools.get(pool).map_or_else(String::new, |pool| pool.name.clone())))
+    }
+
+    /// Refuses unless the session holds `needed` on its open pool `pool` (for requests answered
+    /// outside [`Self::execute`], such as RESP `SCAN` steps).
+    pub(crate) fn require(&mut self, session: &mut Session, pool: PoolHandle, needed: Rights) -> Result<(), Failure> {
+        if session.rights_generation != self.auth.generation() {
+            self.refresh_rights(session);
+        }
+        match self.lacks(session, pool, needed) {
+            None => Ok(()),
+            Some((right, name)) => Err(self.deny(session, &format!("{right} right"), &format!("pool '{name}'"))),
+        }
+    }
+
+    /// Counts and describes a refused request.
+    fn deny(&mut self, session: &Session, what: &str, on: &str) -> Failure {
+        self.stats.requests_denied += 1;
+        let message = match session.identity.user() {
+            Some(user) => format!("user '{user}' has no {what} on {on}"),
+            None => "authenticate first: this session acts for no user, and may do nothing else".to_owned(),
+        };
+        Failure::new(ErrorCode::PermissionDenied, message)
+    }
+}

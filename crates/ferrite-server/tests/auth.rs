@@ -1,0 +1,329 @@
+//! Users, grants and quotas through the real server (`--users FILE`), over the native protocol in
+//! clear and over TLS: every operation by users with different grants on their own and others'
+//! pools (allowed ones succeed, denied ones fail with `permission_denied` and change nothing),
+//! authentication by password and by client certificate, reloading the users file on SIGHUP, and
+//! quotas on connections, pools and pool bytes (which survive a restart). The RESP side is
+//! covered by `tests/python/test_auth.py`.
+
+mod common;
+mod pki;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use common::{fresh_dir, TestServer};
+use ferrite_auth::{secret, PoolPattern, Quota, Rights, UsersFile};
+use ferrite_client::blocking::{Pool, Session};
+use ferrite_client::{
+    Attribute, ClientOptions, Error, ErrorCode, FindKind, InvokeOptions, PoolOptions, TlsOptions, UserCredentials,
+};
+use pki::Pki;
+
+const PASSWORD: &str = "correct horse battery";
+
+/// A users file in a fresh directory, edited through `ferrite_auth` as `ferrite user` does.
+struct Users {
+    path: PathBuf,
+    file: UsersFile,
+}
+
+impl Users {
+    fn new(label: &str) -> Users {
+        Users { path: fresh_dir(label).join("users.toml"), file: UsersFile::default() }
+    }
+
+    fn add(&mut self, name: &str) -> &mut Self {
+        let hash = secret::hash_secret(PASSWORD.as_bytes()).expect("hash");
+        self.file.add(name, Some(hash), None).expect("add a user");
+        self
+    }
+
+    fn grant(&mut self, name: &str, pools: &str, rights: &str) -> &mut Self {
+        let pattern = PoolPattern::new(pools).expect("pattern");
+        self.file.grant(name, pattern, Rights::parse_list(rights).expect("rights")).expect("grant");
+        self
+    }
+
+    fn save(&self) -> &Path {
+        self.file.save(&self.path).expect("save the users file");
+        &self.path
+    }
+}
+
+fn options(user: Option<(&str, &str)>, tls: Option<TlsOptions>) -> ClientOptions {
+    ClientOptions {
+        tls,
+        credentials: user.map(|(name, password)| UserCredentials::new(name, password)),
+        connect_timeout: Duration::from_secs(10),
+        ..ClientOptions::default()
+    }
+}
+
+fn connect_as(server: &TestServer, user: &str, tls: Option<TlsOptions>) -> Session {
+    Session::connect_with(&server.addr_string(), options(Some((user, PASSWORD)), tls))
+        .unwrap_or_else(|error| panic!("{user} connects: {error}"))
+}
+
+fn code<T: std::fmt::Debug>(outcome: Result<T, Error>) -> Option<ErrorCode> {
+    outcome.err().and_then(|error| error.code())
+}
+
+/// `root` administers everything; `alice` owns `alice*` (all rights, admin included) and may read
+/// `shared`; `bob` may read and invoke `shared` and write `drop*`, nothing more.
+fn matrix_users(label: &str) -> Users {
+    let mut users = Users::new(label);
+    users.add("root").grant("root", "*", "all");
+    users.add("alice").grant("alice", "alice*", "all").grant("alice", "shared", "read");
+    users.add("bob").grant("bob", "shared", "read,invoke").grant("bob", "drop*", "write");
+    users
+}
+
+/// What the matrix expects `user` may do on `pool`.
+fn rights_of(users: &UsersFile, user: &str, pool: &str) -> Rights {
+    users.user(user).expect("a matrix user").rights_on(pool)
+}
+
+/// Runs every operation of `user` on every pool, checking each against its grants; a denied write
+/// must leave the pool as `root` sees it.
+fn run_matrix(server: &TestServer, users: &UsersFile, tls: Option<TlsOptions>) {
+    let root = connect_as(server, "root", tls.clone());
+    let pools = ["alice-data", "shared", "drop-box", "secret"];
+    for name in pools {
+        let pool = root.create_pool(name, PoolOptions { plugins: vec!["counter".into()], ..PoolOptions::default() });
+        let pool = pool.expect("root creates every pool");
+        pool.put(b"key", b"original").expect("seed");
+        let counter = InvokeOptions { create_size: Some(8), ..InvokeOptions::default() };
+        pool.invoke(b"counter", b"add 1", counter).expect("seed the counter");
+        pool.close().expect("close");
+    }
+    for user in ["alice", "bob"] {
+        let session = connect_as(server, user, tls.clone());
+        let listed: Vec<String> = session.list_pools().expect("list").into_iter().map(|info| info.name).collect();
+        let visible: Vec<&str> =
+            pools.iter().copied().filter(|pool| !rights_of(users, user, pool).is_empty()).collect();
+        let mut listed_known: Vec<&str> =
+            listed.iter().map(String::as_str).filter(|name| pools.contains(name)).collect();
+        listed_known.sort_unstable();
+        let mut expected = visible.clone();
+        expected.sort_unstable();
+        assert_eq!(listed_known, expected, "{user} lists only the pools it has rights on");
+        for name in pools {
+            check_pool(&session, &root, users, user, name);
+        }
+        let created = session.create_pool(&format!("{user}-new"), PoolOptions::default());
+        let may_admin = rights_of(users, user, &format!("{user}-new")).contains(Rights::ADMIN);
+        assert_eq!(created.is_ok(), may_admin, "{user} creating {user}-new");
+        if let Ok(pool) = created {
+            pool.close().expect("close");
+            session.delete_pool(&format!("{user}-new")).expect("the creator with admin deletes");
+        } else {
+            assert_eq!(code(created), Some(ErrorCode::PermissionDenied));
+        }
+        let deleted = session.delete_pool("secret");
+        assert_eq!(code(deleted), Some(ErrorCode::PermissionDenied), "{user} deleting secret");
+        let backup = session.back_up(&fresh_dir("auth-backup").join("b").display().to_string());
+        assert_eq!(code(backup), Some(ErrorCode::PermissionDenied), "{user} backing the server up");
+    }
+    let survivors: Vec<String> = root.list_pools().expect("list").into_iter().map(|info| info.name).collect();
+    assert!(survivors.contains(&"secret".to_owned()), "denied deletes deleted nothing");
+}
+
+fn check_pool(session: &Session, root: &Session, users: &UsersFile, user: &str, name: &str) {
+    let rights = rights_of(users, user, name);
+    let opened = session.open_pool(name);
+    if rights.is_empty() {
+        assert_eq!(code(opened), Some(ErrorCode::PermissionDenied), "{user} opening {name}");
+        return;
+    }
+    let pool = opened.unwrap_or_else(|error| panic!("{user} opens {name}: {error}"));
+    let allowed = |needed: Rights| rights.contains(needed);
+    let expect = |what: &str, needed: Rights, outcome: Option<ErrorCode>| {
+        if allowed(needed) {
+            assert_eq!(outcome, None, "{user} may {what} on {name}");
+        } else {
+            assert_eq!(outcome, Some(ErrorCode::PermissionDenied), "{user} may not {what} on {name}");
+        }
+    };
+    expect("get", Rights::READ, code(pool.get(b"key")));
+    expect("count", Rights::READ, code(pool.count()));
+    expect("read attributes", Rights::READ, code(pool.attribute(Attribute::ValueLength, b"key")));
+    expect("find", Rights::READ, code(pool.find(FindKind::Prefix, b"", None, 10)));
+    let read_only = InvokeOptions { read_only: true, ..InvokeOptions::default() };
+    expect("invoke read-only", Rights::INVOKE.union(Rights::READ), code(pool.invoke(b"counter", b"get", read_only)));
+    let writing = InvokeOptions { create_size: Some(8), ..InvokeOptions::default() };
+    expect("invoke", Rights::INVOKE.union(Rights::WRITE), code(pool.invoke(b"counter", b"add 1", writing)));
+    expect("put", Rights::WRITE, code(pool.put(b"key", b"changed")));
+    expect("erase", Rights::WRITE, code(pool.erase(b"other")).filter(|code| *code != ErrorCode::KeyNotFound));
+    if !allowed(Rights::WRITE) {
+        let seen = root.open_pool(name).expect("root opens");
+        assert_eq!(seen.get(b"key").expect("root reads"), b"original", "a denied write changed {name}");
+        seen.close().expect("close");
+    }
+    pool.close().expect("close");
+}
+
+fn plugin_server(builder: common::ServerBuilder) -> common::ServerBuilder {
+    let binary_dir = Path::new(env!("CARGO_BIN_EXE_ferrite-server")).parent().expect("a directory");
+    assert!(binary_dir.join("libferrite_plugin_counter.so").exists(), "run `cargo build --workspace` first");
+    builder
+}
+
+#[test]
+fn grants_decide_every_operation_in_clear() {
+    let users = matrix_users("auth-matrix");
+    let server = plugin_server(TestServer::builder().arg("--users").arg(users.save().display().to_string())).start();
+    run_matrix(&server, &users.file, None);
+    let statistics = connect_as(&server, "root", None).statistics().expect("statistics");
+    assert_eq!(statistics[0].get("users"), Some(3));
+    assert!(statistics[0].get("requests_denied").is_some_and(|denied| denied > 10));
+}
+
+#[test]
+fn grants_decide_every_operation_over_tls() {
+    let users = matrix_users("auth-matrix-tls");
+    let pki = Pki::new("auth-matrix-tls");
+    let server = plugin_server(
+        TestServer::builder().args(&pki.server_args(false)).arg("--users").arg(users.save().display().to_string()),
+    )
+    .start();
+    run_matrix(&server, &users.file, Some(TlsOptions::with_ca(pki.dir.join("ca.pem"))));
+}
+
+#[test]
+fn only_the_right_password_authenticates_and_nothing_else_is_possible_before() {
+    let mut users = Users::new("auth-passwords");
+    users.add("alice").grant("alice", "*", "all");
+    let server = TestServer::builder().arg("--users").arg(users.save().display().to_string()).start();
+    let refused = |user: Option<(&str, &str)>| {
+        let error = Session::connect_with(&server.addr_string(), options(user, None)).expect_err("refused");
+        assert_eq!(error.code(), Some(ErrorCode::AuthenticationFailed), "{error}");
+        error.to_string()
+    };
+    let wrong = refused(Some(("alice", "not the password")));
+    let unknown = refused(Some(("mallory", PASSWORD)));
+    assert_eq!(wrong, unknown, "an unknown user and a wrong password are told apart by nothing");
+    assert!(refused(None).contains("requires a user"));
+
+    // A raw client that skips the handshake gets nothing either.
+    let session = connect_as(&server, "alice", None);
+    let statistics = session.statistics().expect("statistics");
+    assert_eq!(statistics[0].get("authentication_failures"), Some(3));
+    // Several connections of one user share one argon2 run: the others find it verified.
+    for _ in 0..4 {
+        connect_as(&server, "alice", None).list_pools().expect("served");
+    }
+}
+
+#[test]
+fn a_client_certificate_named_in_the_users_file_identifies_its_user() {
+    let pki = Pki::new("auth-certificate");
+    use rustls_pki_types::pem::PemObject;
+    let der = rustls_pki_types::CertificateDer::pem_file_iter(pki.dir.join("client.pem"))
+        .expect("read")
+        .next()
+        .expect("one certificate")
+        .expect("valid PEM");
+    let mut users = Users::new("auth-certificate");
+    users.file.add("agent", None, Some(secret::certificate_fingerprint(&der))).expect("add by certificate");
+    users.grant("agent", "agent*", "read,write,admin");
+    let server = TestServer::builder()
+        .args(&pki.server_args(true))
+        .arg("--users")
+        .arg(users.save().display().to_string())
+        .start();
+    let tls = TlsOptions {
+        ca_file: pki.dir.join("ca.pem"),
+        client_cert: Some((pki.dir.join("client.pem"), pki.dir.join("client-key.pem"))),
+    };
+    let session =
+        Session::connect_with(&server.addr_string(), options(None, Some(tls))).expect("the certificate names agent");
+    let pool = session.create_pool("agent-pool", PoolOptions::default()).expect("agent creates its pool");
+    pool.put(b"k", b"v").expect("agent writes");
+    assert_eq!(code(session.create_pool("other", PoolOptions::default())), Some(ErrorCode::PermissionDenied));
+}
+
+/// Sends SIGHUP to the server and waits until its log says the users file was read again (or not).
+fn hang_up(server: &TestServer, expected_in_log: &str) {
+    let before = server.stderr().matches(expected_in_log).count();
+    let status = std::process::Command::new("kill").args(["-HUP", &server.pid().to_string()]).status().expect("kill");
+    assert!(status.success());
+    common::wait_until("the server to reread its users file", Duration::from_secs(20), || {
+        (server.stderr().matches(expected_in_log).count() > before).then_some(())
+    });
+}
+
+#[test]
+fn sighup_reloads_the_users_file_and_open_sessions_follow_it() {
+    let mut users = Users::new("auth-reload");
+    users.add("root").grant("root", "*", "all");
+    users.add("alice").grant("alice", "notes", "read");
+    let server = TestServer::builder().arg("--users").arg(users.save().display().to_string()).start();
+    connect_as(&server, "root", None)
+        .create_pool("notes", PoolOptions::default())
+        .expect("create")
+        .close()
+        .expect("close");
+    let alice = connect_as(&server, "alice", None);
+    let notes: Pool = alice.open_pool("notes").expect("alice may read notes");
+    assert_eq!(code(notes.put(b"k", b"v")), Some(ErrorCode::PermissionDenied));
+
+    users.grant("alice", "notes", "write");
+    users.save();
+    hang_up(&server, "reloaded the users file");
+    notes.put(b"k", b"v").expect("the new grant applies to the open pool");
+
+    users.file.revoke("alice", &PoolPattern::new("notes").expect("pattern"), Rights::ALL).expect("revoke");
+    users.save();
+    hang_up(&server, "reloaded the users file");
+    assert_eq!(code(notes.get(b"k")), Some(ErrorCode::PermissionDenied), "a revoked grant applies at once");
+
+    std::fs::write(&users.path, "[users.alice]\npassword = \"not a hash\"\n").expect("break the file");
+    hang_up(&server, "kept the previous users");
+    connect_as(&server, "root", None).list_pools().expect("the previous users still authenticate");
+
+    users.file.remove("alice").expect("remove");
+    users.save();
+    hang_up(&server, "reloaded the users file");
+    assert_eq!(code(notes.count()), Some(ErrorCode::PermissionDenied), "a removed user keeps no rights");
+    let error = Session::connect_with(&server.addr_string(), options(Some(("alice", PASSWORD)), None))
+        .expect_err("a removed user cannot log in");
+    assert_eq!(error.code(), Some(ErrorCode::AuthenticationFailed));
+}
+
+#[test]
+fn quotas_bound_connections_pools_and_pool_bytes_across_restarts() {
+    let mut users = Users::new("auth-quota");
+    users.add("alice").grant("alice", "alice*", "all");
+    users
+        .file
+        .set_quota("alice", Quota { connections: Some(2), pools: Some(2), pool_bytes: Some(8 << 20) })
+        .expect("quota");
+    let data_dir = fresh_dir("auth-quota-data");
+    let users_path = users.save().display().to_string();
+    let start = || TestServer::builder().data_dir(&data_dir).arg("--users").arg(users_path.clone()).start();
+    let mut server = start();
+    let first = connect_as(&server, "alice", None);
+    let second = connect_as(&server, "alice", None);
+    let third = Session::connect_with(&server.addr_string(), options(Some(("alice", PASSWORD)), None));
+    assert_eq!(third.expect_err("a third connection").code(), Some(ErrorCode::QuotaExceeded));
+    drop(second);
+    common::wait_until("a closed connection to leave the quota", Duration::from_secs(20), || {
+        Session::connect_with(&server.addr_string(), options(Some(("alice", PASSWORD)), None)).ok()
+    });
+
+    let sized = |bytes: u64| PoolOptions { size_bytes: bytes, ..PoolOptions::default() };
+    first.create_pool("alice-a", sized(4 << 20)).expect("first pool").close().expect("close");
+    let too_big = first.create_pool("alice-b", sized(5 << 20));
+    assert_eq!(code(too_big), Some(ErrorCode::QuotaExceeded), "past pool_bytes");
+    first.create_pool("alice-b", sized(4 << 20)).expect("up to the quota").close().expect("close");
+    first.open_pool("alice-b").expect("opening an existing pool costs nothing").close().expect("close");
+    drop(first);
+
+    server.kill9();
+    let server = start();
+    let alice = connect_as(&server, "alice", None);
+    let third_pool = alice.create_pool("alice-c", sized(1 << 20));
+    assert_eq!(code(third_pool), Some(ErrorCode::QuotaExceeded), "pools created before the restart still count");
+    alice.delete_pool("alice-a").expect("delete");
+    alice.create_pool("alice-c", sized(1 << 20)).expect("a deleted pool frees its quota").close().expect("close");
+}
