@@ -778,3 +778,48 @@ fn a_failed_backup_reports_why_and_the_next_one_succeeds() {
     assert!(text(&checked.stdout).contains("1 object(s)"), "{checked:?}");
     assert_eq!(ok(&ferrite(&server, &["get", "kept", "k"])), "v");
 }
+
+/// Runs `ferrite --addr <shard 0> ARGS` as `user` with `password` in `FERRITE_PASSWORD` (none if
+/// `None`), with standard input not a terminal.
+fn ferrite_as(server: &TestServer, user: &str, password: Option<&str>, args: &[&str]) -> Output {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_ferrite"));
+    command.env_remove("FERRITE_ADDR").env_remove("FERRITE_PASSWORD").env("FERRITE_USER", user);
+    if let Some(password) = password {
+        command.env("FERRITE_PASSWORD", password);
+    }
+    command.arg("--addr").arg(server.addr_string()).args(args);
+    run(command, b"")
+}
+
+#[test]
+fn users_authenticate_from_the_environment_and_grants_are_enforced() {
+    let dir = common::fresh_dir("cli-users");
+    let users = dir.join("users.toml");
+    let users_arg = users.display().to_string();
+    let mut add = Command::new(env!("CARGO_BIN_EXE_ferrite"));
+    add.args(["user", "add", "alice", "--file", &users_arg]);
+    ok(&run(add, b"alice's long secret\n"));
+    let mut grant = Command::new(env!("CARGO_BIN_EXE_ferrite"));
+    grant.args(["user", "grant", "alice", "alice*", "read,write,admin", "--file", &users_arg]);
+    ok(&run(grant, b""));
+    let server = TestServer::builder_for(server_binary()).arg("--users").arg(users_arg).start();
+
+    let password = Some("alice's long secret");
+    ok(&ferrite_as(&server, "alice", password, &["pool", "create", "alice-notes"]));
+    ok(&ferrite_as(&server, "alice", password, &["put", "alice-notes", "k", "v"]));
+    assert_eq!(ok(&ferrite_as(&server, "alice", password, &["get", "alice-notes", "k"])), "v");
+    let denied = fails(&ferrite_as(&server, "alice", password, &["pool", "create", "bobs"]));
+    assert!(denied.contains("permission_denied") && denied.contains("user 'alice' has no admin right"), "{denied}");
+
+    let wrong = fails(&ferrite_as(&server, "alice", Some("not it at all"), &["pool", "list"]));
+    assert!(wrong.contains("authentication_failed") && wrong.contains("wrong user or password"), "{wrong}");
+    let missing = fails(&ferrite_as(&server, "alice", None, &["pool", "list"]));
+    assert!(
+        missing.contains("FERRITE_PASSWORD"),
+        "without a terminal the password must come from the environment: {missing}"
+    );
+    let mut anonymous = Command::new(env!("CARGO_BIN_EXE_ferrite"));
+    anonymous.env_remove("FERRITE_USER").arg("--addr").arg(server.addr_string()).args(["pool", "list"]);
+    let anonymous = fails(&run(anonymous, b""));
+    assert!(anonymous.contains("requires a user"), "{anonymous}");
+}
