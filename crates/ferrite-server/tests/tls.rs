@@ -77,6 +77,34 @@ fn mutual_tls_requires_a_client_certificate_the_ca_signed() {
     session.list_pools().expect("served");
 }
 
+/// Expired certificates fail the handshake on either side, with an error that says so, and the
+/// server goes on serving valid clients.
+#[test]
+fn expired_certificates_are_refused_on_both_sides() {
+    let pki = Pki::new("tls-expired");
+    let expired_server = TestServer::builder()
+        .args(&["--tls-cert", &pki.path("expired-server.pem"), "--tls-key", &pki.path("expired-server-key.pem")])
+        .start();
+    let error = Session::connect_with(
+        &expired_server.addr_string(),
+        options(Some(TlsOptions::with_ca(pki.dir.join("ca.pem")))),
+    )
+    .expect_err("a server certificate that expired is not trusted")
+    .to_string();
+    assert!(error.contains("TLS handshake") && error.to_lowercase().contains("expired"), "{error}");
+
+    let server = TestServer::builder().args(&pki.server_args(true)).start();
+    let with_client = |name: &str| TlsOptions {
+        ca_file: pki.dir.join("ca.pem"),
+        client_cert: Some((pki.dir.join(format!("{name}.pem")), pki.dir.join(format!("{name}-key.pem")))),
+    };
+    let refused = Session::connect_with(&server.addr_string(), options(Some(with_client("expired-client"))))
+        .and_then(|session| session.list_pools());
+    assert!(refused.is_err(), "a client certificate that expired is refused");
+    let session = Session::connect_with(&server.addr_string(), options(Some(with_client("client")))).expect("valid");
+    session.list_pools().expect("a valid client is served after the refusal");
+}
+
 /// RESP clients (redis-cli --tls, redis-py with ssl=True) reach the same listener over TLS.
 #[test]
 fn resp_speaks_tls_too() {

@@ -9,7 +9,8 @@ use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair}
 use crate::common::fresh_dir;
 
 /// A CA, a server certificate for `localhost` and 127.0.0.1 it signed, and a client certificate it
-/// signed, as PEM files in a directory.
+/// signed, as PEM files in a directory; and the same two expired (valid in 2020 only), as
+/// `expired-server.pem` and `expired-client.pem`.
 pub struct Pki {
     pub dir: PathBuf,
 }
@@ -21,9 +22,21 @@ impl Pki {
         ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
         let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate().expect("CA key")).expect("CA");
         std::fs::write(dir.join("ca.pem"), ca.pem()).expect("write the CA");
-        for (name, names) in [("server", vec!["localhost".to_owned(), "127.0.0.1".to_owned()]), ("client", vec![])] {
+        let server_names = || vec!["localhost".to_owned(), "127.0.0.1".to_owned()];
+        let certificates = [
+            ("server", server_names(), false),
+            ("client", vec![], false),
+            ("expired-server", server_names(), true),
+            ("expired-client", vec![], true),
+        ];
+        for (name, names, expired) in certificates {
             let key = KeyPair::generate().expect("key");
-            let certificate = CertificateParams::new(names).expect("params").signed_by(&key, &ca).expect("sign");
+            let mut params = CertificateParams::new(names).expect("params");
+            if expired {
+                params.not_before = rcgen::date_time_ymd(2020, 1, 1);
+                params.not_after = rcgen::date_time_ymd(2021, 1, 1);
+            }
+            let certificate = params.signed_by(&key, &ca).expect("sign");
             std::fs::write(dir.join(format!("{name}.pem")), certificate.pem()).expect("write a certificate");
             std::fs::write(dir.join(format!("{name}-key.pem")), key.serialize_pem()).expect("write a key");
         }
