@@ -75,6 +75,8 @@ pub(crate) struct ShardSnapshot {
     pub invocations: u64,
     pub failures: [u64; OPS],
     pub invocation_failures: u64,
+    pub authentication_failures: u64,
+    pub requests_denied: u64,
     pub connections: u64,
     pub connections_accepted: u64,
     pub connections_refused: u64,
@@ -116,6 +118,8 @@ impl ShardState {
             invocations: stats.invocations,
             failures: stats.failures_by_op,
             invocation_failures: stats.invocation_failures,
+            authentication_failures: stats.authentication_failures,
+            requests_denied: stats.requests_denied,
             connections: stats.clients,
             connections_accepted: stats.clients_total,
             connections_refused: stats.clients_refused,
@@ -229,6 +233,15 @@ impl Collector for Scrape {
             "Plugin calls that failed: plugin error, crash or timeout.",
             |s| vec![(shard_labels(s), counter(s.invocation_failures))],
         )?;
+        self.family(
+            &mut encoder,
+            "ferrite_authentication_failures",
+            "Authentications refused: a wrong, unknown or missing user or password.",
+            |s| vec![(shard_labels(s), counter(s.authentication_failures))],
+        )?;
+        self.family(&mut encoder, "ferrite_requests_denied", "Requests refused for want of a grant.", |s| {
+            vec![(shard_labels(s), counter(s.requests_denied))]
+        })?;
         self.family(&mut encoder, "ferrite_connections_accepted", "Client connections accepted.", |s| {
             vec![(shard_labels(s), counter(s.connections_accepted))]
         })?;
