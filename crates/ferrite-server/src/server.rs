@@ -285,8 +285,11 @@ impl BoundServer {
             if let Some(listener) = metrics_listener {
                 tokio::spawn(metrics::serve(listener, metrics_links));
             }
-            if self.auth.enabled() {
-                tokio::spawn(reload_users_on_hangup(Arc::clone(&self.auth)));
+            // Registered before `shutdown` first runs (it announces readiness), so no SIGHUP after
+            // the announcement can meet the default action, which would end the server.
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
+                Ok(hangups) => drop(tokio::spawn(reload_users_on_hangup(hangups, Arc::clone(&self.auth)))),
+                Err(error) => warn!(%error, "cannot watch for SIGHUP: the users file is read only at start"),
             }
             tokio::select! {
                 () = shutdown => None,
@@ -318,16 +321,14 @@ impl BoundServer {
 }
 
 /// Reads the users file again on every SIGHUP. A file that does not load changes nothing: the
-/// server goes on with the users it has and says why.
-async fn reload_users_on_hangup(auth: Arc<Auth>) {
-    let mut hangups = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
-        Ok(hangups) => hangups,
-        Err(error) => {
-            warn!(%error, "cannot watch for SIGHUP: the users file is read only at start");
-            return;
-        }
-    };
+/// server goes on with the users it has and says why. Without a users file there is nothing to
+/// read, and SIGHUP is only logged.
+async fn reload_users_on_hangup(mut hangups: tokio::signal::unix::Signal, auth: Arc<Auth>) {
     while hangups.recv().await.is_some() {
+        if !auth.enabled() {
+            info!("SIGHUP: nothing to reload (the server has no users file)");
+            continue;
+        }
         match auth.reload() {
             Ok(users) => info!(users, "reloaded the users file"),
             Err(error) => warn!(%error, "kept the previous users: the users file did not load"),

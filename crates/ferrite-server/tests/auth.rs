@@ -290,6 +290,15 @@ fn sighup_reloads_the_users_file_and_open_sessions_follow_it() {
     assert_eq!(error.code(), Some(ErrorCode::AuthenticationFailed));
 }
 
+/// SIGHUP never ends a server: without a users file there is nothing to reread, and it says so.
+#[test]
+fn sighup_without_users_only_logs() {
+    let mut server = TestServer::builder().start();
+    hang_up(&server, "nothing to reload");
+    assert!(server.is_alive(), "SIGHUP stopped the server");
+    Session::connect(&server.addr_string()).expect("connect").list_pools().expect("still served");
+}
+
 #[test]
 fn quotas_bound_connections_pools_and_pool_bytes_across_restarts() {
     let mut users = Users::new("auth-quota");
