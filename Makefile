@@ -6,7 +6,7 @@ PYTHON := $(VENV)/bin/python
 # Extra arguments for `make run`, e.g. `make run ARGS="--shards 2"`.
 ARGS ?=
 
-.PHONY: run build test test-rust test-python test-bench test-fuzz bench lint deps clean
+.PHONY: run build test test-rust test-python test-c test-bench test-fuzz bench lint deps clean
 
 ## run: build the release binaries and start a server on the embedded default configuration
 run: build
@@ -20,7 +20,7 @@ build:
 		-p ferrite-plugin-tabulator -p ferrite-plugin-versioning
 
 ## test: install what the tests need, check formatting and lints, run every test suite
-test: deps lint test-rust test-python test-bench test-fuzz
+test: deps lint test-rust test-python test-c test-bench test-fuzz
 
 ## deps: Python venv with the pinned test packages, and redis-cli (Debian's redis-tools)
 deps: $(VENV)/.installed
@@ -44,6 +44,11 @@ test-rust:
 test-python: deps
 	$(CARGO) build -p ferrite-server
 	$(PYTHON) -m pytest testdata/protocol tests/python -q
+
+## test-c: the C client (libferrite) against real servers, under AddressSanitizer and valgrind, and
+## the C and C++ examples built through pkg-config
+test-c: deps
+	clients/c/tests/run.sh
 
 ## test-bench: the benchmark comparison in its quick form (every scenario, ~1 s per point, debug
 ## binaries, results in a temporary directory): proves bench/compare works; fails if any point fails

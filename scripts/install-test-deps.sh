@@ -7,11 +7,18 @@ venv=${1:-.venv}
 cd "$(dirname "$0")/.."
 
 # Debian packages: redis-cli (redis-tools) for the RESP listener's tests; redis-server,
-# redis-benchmark (redis-tools) and memcached for `bench/compare --quick` (make test-bench).
+# redis-benchmark (redis-tools) and memcached for `bench/compare --quick` (make test-bench); the C
+# toolchain, valgrind and pkg-config for the C client's tests (make test-c).
 missing=""
 command -v redis-cli >/dev/null 2>&1 && command -v redis-benchmark >/dev/null 2>&1 || missing="$missing redis-tools"
 command -v redis-server >/dev/null 2>&1 || missing="$missing redis-server"
 command -v memcached >/dev/null 2>&1 || missing="$missing memcached"
+# The C client's tests (make test-c): compilers, valgrind, pkg-config and openssl.
+command -v gcc >/dev/null 2>&1 || missing="$missing gcc"
+command -v g++ >/dev/null 2>&1 || missing="$missing g++"
+command -v valgrind >/dev/null 2>&1 || missing="$missing valgrind"
+command -v pkg-config >/dev/null 2>&1 || missing="$missing pkg-config"
+command -v openssl >/dev/null 2>&1 || missing="$missing openssl"
 if [ -n "$missing" ]; then
     echo "installing$missing from Debian"
     sudo=""

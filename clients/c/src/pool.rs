@@ -1,0 +1,404 @@
+//! An open pool and its blocking key-value calls.
+
+use std::sync::Arc;
+
+use ferrite_client::{FindKind, InvokeOptions, InvokePutOptions, Pool, PutFlags};
+
+use crate::args;
+use crate::memory::{ferrite_buffer, ferrite_key_list, ferrite_response_list};
+use crate::runtime::Runtime;
+use crate::status::{ferrite_status, guard, Failure};
+
+/// An open pool. Made by `ferrite_pool_create` or `ferrite_pool_open`, closed and freed by
+/// `ferrite_pool_close`. May be used from several threads at once.
+#[derive(Debug)]
+pub struct ferrite_pool {
+    pub(crate) pool: Pool,
+    pub(crate) runtime: Arc<Runtime>,
+}
+
+impl ferrite_pool {
+    pub(crate) fn new(pool: Pool, runtime: Arc<Runtime>) -> ferrite_pool {
+        ferrite_pool { pool, runtime }
+    }
+}
+
+/// Flags of `ferrite_put` and `ferrite_put_async`, or-ed together. The values are the wire's.
+pub type ferrite_put_flags = u32;
+/// Fail with `FERRITE_KEY_EXISTS` instead of replacing a present key.
+pub const FERRITE_PUT_CREATE_ONLY: ferrite_put_flags = 1;
+/// Fail with `FERRITE_KEY_NOT_FOUND` instead of inserting an absent key.
+pub const FERRITE_PUT_UPDATE_ONLY: ferrite_put_flags = 2;
+/// Acknowledge once on stable storage, whatever the pool's default durability.
+pub const FERRITE_PUT_SYNC: ferrite_put_flags = 4;
+/// Acknowledge once applied in memory, whatever the pool's default durability.
+pub const FERRITE_PUT_ASYNC: ferrite_put_flags = 8;
+
+/// What `ferrite_find` matches keys against its pattern with. The values are the wire's.
+pub type ferrite_find_kind = u32;
+/// Keys equal to the pattern.
+pub const FERRITE_FIND_EXACT: ferrite_find_kind = 1;
+/// Keys starting with the pattern.
+pub const FERRITE_FIND_PREFIX: ferrite_find_kind = 2;
+/// Keys matched anywhere by the pattern, a regular expression (Rust `regex` syntax, over bytes).
+pub const FERRITE_FIND_REGEX: ferrite_find_kind = 3;
+/// Keys matched whole by the pattern, a Redis-style glob (`*`, `?`, `[a-z]`, `[^x]`, `\`).
+pub const FERRITE_FIND_GLOB: ferrite_find_kind = 4;
+
+/// Flags of `ferrite_invoke` and `ferrite_invoke_put`, or-ed together.
+pub type ferrite_invoke_flags = u32;
+/// `ferrite_invoke`: run the plugins under a read lock; they may not write.
+pub const FERRITE_INVOKE_READ_ONLY: ferrite_invoke_flags = 1;
+/// Both: return as soon as the server accepts the call, with no responses; the plugins' answer
+/// is dropped and their failure goes unreported.
+pub const FERRITE_INVOKE_FIRE_AND_FORGET: ferrite_invoke_flags = 2;
+/// `ferrite_invoke_put`: keep an existing value instead of replacing it; the plugins run on it.
+pub const FERRITE_INVOKE_NO_OVERWRITE: ferrite_invoke_flags = 4;
+/// `ferrite_invoke_put`: put the value in unattached pool memory, whose location the plugins are
+/// told, instead of making it the key's value.
+pub const FERRITE_INVOKE_DETACHED: ferrite_invoke_flags = 8;
+
+/// The Rust client's put flags for C's. Contradictions (create-only with update-only, sync with
+/// async) are refused here, as the server would refuse them.
+pub(crate) fn put_flags(flags: ferrite_put_flags) -> Result<PutFlags, Failure> {
+    u16::try_from(flags).ok().and_then(|bits| PutFlags::from_bits(bits).ok()).ok_or_else(|| {
+        Failure::invalid(format!(
+            "put flags {flags:#x}: unknown bits, or both of create-only/update-only or sync/async"
+        ))
+    })
+}
+
+/// # Safety
+/// `pool` is NULL or a live pool.
+pub(crate) unsafe fn pool<'a>(pool: *const ferrite_pool) -> Result<&'a ferrite_pool, Failure> {
+    // SAFETY: passed on from our caller.
+    unsafe { args::object(pool, "pool") }
+}
+
+/// Whether the `ferrite_pool_create` call that returned `pool` created it (true) or opened an
+/// existing one (false; always false for `ferrite_pool_open`).
+///
+/// # Safety
+/// `pool` is NULL or a live pool; `created` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn ferrite_pool_created(pool: *const ferrite_pool, created: *mut bool) -> ferrite_status {
+    guard(|| {
+        let created = args::out(created, "created")?;
+        // SAFETY: the caller promises a live pool, and `created` was checked non-null.
+        unsafe { created.write(self::pool(pool)?.pool.created()) };
+        Ok(())
+    })
+}
+
+/// Closes the pool on the server and frees the handle. The handle is freed whatever the status,
+/// so never use it again. Asynchronous operations still in flight on it complete normally.
+/// NULL is a no-op.
+///
+/// # Safety
+/// `pool` is NULL or a pool not closed before; no other thread may use it during or after this
+/// call.
+#[no_mangle]
+pub unsafe extern "C" fn ferrite_pool_close(pool: *mut ferrite_pool) -> ferrite_status {
+    guard(|| {
+        if pool.is_null() {
+            return Ok(());
+        }
+        // SAFETY: the caller hands back a pool we allocated, once.
+        let pool = unsafe { Box::from_raw(pool) };
+        let ferrite_pool { pool, runtime } = *pool;
+        runtime.block_on(pool.close())?;
+        Ok(())
+    })
+}
+
+/// Stores `value` under `key`. `flags` is 0 or an or of `FERRITE_PUT_*`: create-only fails with
+/// `FERRITE_KEY_EXISTS`, update-only with `FERRITE_KEY_NOT_FOUND`; without a durability flag the
+/// pool's default applies. The bytes are copied before the call returns.
+///
+/// # Safety
+/// `pool` is NULL or a live pool; `key` and `value` are NULL or point to `key_len` and
+/// `value_len` readable bytes (NULL only with length 0).
+#[no_mangle]
+pub unsafe extern "C" fn ferrite_put(
+    pool: *const ferrite_pool,
+    key: *const u8,
+    key_len: usize,
+    value: *const u8,
+    value_len: usize,
+    flags: ferrite_put_flags,
+) -> ferrite_status {
+    guard(|| {
+        // SAFETY: the caller promises a live pool and readable bytes.
+        let (pool, key, value) =
+            unsafe { (self::pool(pool)?, args::bytes(key, key_len, "key")?, args::bytes(value, value_len, "value")?) };
+        let flags = put_flags(flags)?;
+        pool.runtime.block_on(pool.pool.put_with(key, value, flags))?;
+        Ok(())
+    })
+}
+
+/// Fetches the value stored under `key` into `*out`, a buffer the library allocates, to be freed
+/// with `ferrite_buffer_free`. On failure `*out` is empty (`{NULL, 0}`). Fails with
+/// `FERRITE_KEY_NOT_FOUND`.
+///
+/// # Safety
+/// `pool` is NULL or a live pool; `key` is NULL or points to `key_len` readable bytes (NULL only
+/// with length 0); `out` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn ferrite_get(
+    pool: *const ferrite_pool,
+    key: *const u8,
+    key_len: usize,
+    out: *mut ferrite_buffer,
+) -> ferrite_status {
+    guard(|| {
+        // SAFETY: `out` is NULL or writable, as the caller promises.
+        unsafe { args::clear(out, ferrite_buffer::EMPTY) };
+        let out = args::out(out, "out")?;
+        // SAFETY: the caller promises a live pool and readable bytes.
+        let (pool, key) = unsafe { (self::pool(pool)?, args::bytes(key, key_len, "key")?) };
+        let value = pool.runtime.block_on(pool.pool.get(key))?;
+        // SAFETY: checked non-null above; writable as the caller promises.
+        unsafe { out.write(ferrite_buffer::from_vec(value)) };
+        Ok(())
+    })
+}
+
+/// Fetches the value stored under `key` into the caller's buffer `buf` of `capacity` bytes, and
+/// stores its length in `*len_out`. If the value does not fit, nothing is copied, `*len_out` is
+/// the length needed and the status is `FERRITE_ERR_BUFFER_TOO_SMALL`, so a caller may ask with
+/// `capacity` 0 (and `buf` NULL) to learn the size. Fails with `FERRITE_KEY_NOT_FOUND`.
+///
+/// # Safety
+/// `pool` is NULL or a live pool; `key` is NULL or points to `key_len` readable bytes (NULL only
+/// with length 0); `buf` is NULL or points to `capacity` writable bytes (NULL only with capacity
+/// 0); `len_out` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn ferrite_get_into(
+    pool: *const ferrite_pool,
+    key: *const u8,
+    key_len: usize,
+    buf: *mut u8,
+    capacity: usize,
+    len_out: *mut usize,
+) -> ferrite_status {
+    guard(|| {
+        // SAFETY: `len_out` is NULL or writable, as the caller promises.
+        unsafe { args::clear(len_out, 0) };
+        let len_out = args::out(len_out, "len_out")?;
+        if buf.is_null() && capacity > 0 {
+            return Err(Failure::invalid(format!("buf is NULL but its capacity is {capacity}")));
+        }
+        // SAFETY: the caller promises a live pool and readable bytes.
+        let (pool, key) = unsafe { (self::pool(pool)?, args::bytes(key, key_len, "key")?) };
+        let value = pool.runtime.block_on(pool.pool.get(key))?;
+        // SAFETY: checked non-null above; writable as the caller promises.
+        unsafe { len_out.write(value.len()) };
+        if value.len() > capacity {
+            return Err(Failure {
+                status: ferrite_status::FERRITE_ERR_BUFFER_TOO_SMALL,
+                message: format!("the value of {} bytes does not fit the buffer of {capacity} bytes", value.len()),
+            });
+        }
+        if !value.is_empty() {
+            // SAFETY: `buf` is non-null (capacity >= value.len() > 0) and holds `capacity`
+            // writable bytes, which cannot overlap a vector we just allocated.
+            unsafe { std::ptr::copy_nonoverlapping(value.as_ptr(), buf, value.len()) };
+        }
+        Ok(())
+    })
+}
+
+/// Removes `key` and its value. Fails with `FERRITE_KEY_NOT_FOUND` if absent.
+///
+/// # Safety
+/// `pool` is NULL or a live pool; `key` is NULL or points to `key_len` readable bytes (NULL only
+/// with length 0).
+#[no_mangle]
+pub unsafe extern "C" fn ferrite_erase(pool: *const ferrite_pool, key: *const u8, key_len: usize) -> ferrite_status {
+    guard(|| {
+        // SAFETY: the caller promises a live pool and readable bytes.
+        let (pool, key) = unsafe { (self::pool(pool)?, args::bytes(key, key_len, "key")?) };
+        pool.runtime.block_on(pool.pool.erase(key))?;
+        Ok(())
+    })
+}
+
+/// Stores the number of key-value pairs in the pool in `*count`.
+///
+/// # Safety
+/// `pool` is NULL or a live pool; `count` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn ferrite_count(pool: *const ferrite_pool, count: *mut u64) -> ferrite_status {
+    guard(|| {
+        let count = args::out(count, "count")?;
+        // SAFETY: the caller promises a live pool.
+        let pool = unsafe { self::pool(pool)? };
+        let objects = pool.runtime.block_on(pool.pool.count())?;
+        // SAFETY: checked non-null above; writable as the caller promises.
+        unsafe { count.write(objects) };
+        Ok(())
+    })
+}
+
+/// Every key matching `pattern` as `kind` (`FERRITE_FIND_*`) says, once each, in key order, into
+/// `*out`, to be freed with `ferrite_key_list_free`. On failure `*out` is empty. A regular
+/// expression that does not compile fails with `FERRITE_INVALID_ARGUMENT`.
+///
+/// # Safety
+/// `pool` is NULL or a live pool; `pattern` is NULL or points to `pattern_len` readable bytes
+/// (NULL only with length 0); `out` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn ferrite_find(
+    pool: *const ferrite_pool,
+    kind: ferrite_find_kind,
+    pattern: *const u8,
+    pattern_len: usize,
+    out: *mut ferrite_key_list,
+) -> ferrite_status {
+    guard(|| {
+        // SAFETY: `out` is NULL or writable, as the caller promises.
+        unsafe { args::clear(out, ferrite_key_list::EMPTY) };
+        let out = args::out(out, "out")?;
+        // SAFETY: the caller promises a live pool and readable bytes.
+        let (pool, pattern) = unsafe { (self::pool(pool)?, args::bytes(pattern, pattern_len, "pattern")?) };
+        let kind = u16::try_from(kind)
+            .ok()
+            .and_then(|raw| FindKind::from_u16(raw).ok())
+            .ok_or_else(|| Failure::invalid(format!("find kind {kind} is none of FERRITE_FIND_*")))?;
+        let keys = pool.runtime.block_on(pool.pool.find_all(kind, pattern))?;
+        // SAFETY: checked non-null above; writable as the caller promises.
+        unsafe { out.write(ferrite_key_list::from_keys(keys)) };
+        Ok(())
+    })
+}
+
+/// Runs the pool's plugin chain on `key`'s value with `payload` and stores the chain's buffers,
+/// in chain order, in `*out`, to be freed with `ferrite_response_list_free` (on failure it is
+/// empty).
+///
+/// - `flags`: `FERRITE_INVOKE_READ_ONLY`, `FERRITE_INVOKE_FIRE_AND_FORGET` (then `*out` is empty).
+/// - `create_size`: if not 0, an absent key is created with a zeroed value of this many bytes
+///   first; if 0, an absent key fails with `FERRITE_KEY_NOT_FOUND`.
+///
+/// Fails with `FERRITE_INVALID_ARGUMENT` on a pool without plugins, `FERRITE_ADO_FAILED` or
+/// `FERRITE_ADO_TIMEOUT` when a plugin fails or overruns (the pool is then as before the call).
+/// An empty key (`NULL, 0`) runs the chain on the pool itself.
+///
+/// # Safety
+/// `pool` is NULL or a live pool; `key` and `payload` are NULL or point to `key_len` and
+/// `payload_len` readable bytes (NULL only with length 0); `out` is NULL or writable.
+#[no_mangle]
+#[allow(clippy::too_many_arguments)] // A C signature: each byte string is a pointer and a length.
+pub unsafe extern "C" fn ferrite_invoke(
+    pool: *const ferrite_pool,
+    key: *const u8,
+    key_len: usize,
+    payload: *const u8,
+    payload_len: usize,
+    flags: ferrite_invoke_flags,
+    create_size: u64,
+    out: *mut ferrite_response_list,
+) -> ferrite_status {
+    guard(|| {
+        // SAFETY: `out` is NULL or writable, as the caller promises.
+        unsafe { args::clear(out, ferrite_response_list::EMPTY) };
+        let out = args::out(out, "out")?;
+        // SAFETY: the caller promises a live pool and readable bytes.
+        let (pool, key, payload) = unsafe {
+            (self::pool(pool)?, args::bytes(key, key_len, "key")?, args::bytes(payload, payload_len, "payload")?)
+        };
+        let flags =
+            args::flags(flags, FERRITE_INVOKE_READ_ONLY | FERRITE_INVOKE_FIRE_AND_FORGET, "ferrite_invoke flags")?;
+        let options = InvokeOptions {
+            create_size: (create_size > 0).then_some(create_size),
+            read_only: flags & FERRITE_INVOKE_READ_ONLY != 0,
+            fire_and_forget: flags & FERRITE_INVOKE_FIRE_AND_FORGET != 0,
+        };
+        let responses = pool.runtime.block_on(pool.pool.invoke(key, payload, options))?;
+        // SAFETY: checked non-null above; writable as the caller promises.
+        unsafe { out.write(ferrite_response_list::from_responses(responses)) };
+        Ok(())
+    })
+}
+
+/// Stores `value` under `key`, then runs the pool's plugin chain on it with `payload`, in one
+/// request under one lock of the key; the chain's buffers go to `*out` as for `ferrite_invoke`.
+/// `flags`: `FERRITE_INVOKE_NO_OVERWRITE`, `FERRITE_INVOKE_DETACHED`,
+/// `FERRITE_INVOKE_FIRE_AND_FORGET`. Fails like `ferrite_invoke`; a failed call leaves the pool as
+/// before it, the put included.
+///
+/// # Safety
+/// `pool` is NULL or a live pool; `key`, `value` and `payload` are NULL or point to `key_len`,
+/// `value_len` and `payload_len` readable bytes (NULL only with length 0); `out` is NULL or
+/// writable.
+#[no_mangle]
+#[allow(clippy::too_many_arguments)] // A C signature: each byte string is a pointer and a length.
+pub unsafe extern "C" fn ferrite_invoke_put(
+    pool: *const ferrite_pool,
+    key: *const u8,
+    key_len: usize,
+    value: *const u8,
+    value_len: usize,
+    payload: *const u8,
+    payload_len: usize,
+    flags: ferrite_invoke_flags,
+    out: *mut ferrite_response_list,
+) -> ferrite_status {
+    guard(|| {
+        // SAFETY: `out` is NULL or writable, as the caller promises.
+        unsafe { args::clear(out, ferrite_response_list::EMPTY) };
+        let out = args::out(out, "out")?;
+        // SAFETY: the caller promises a live pool and readable bytes.
+        let (pool, key, value, payload) = unsafe {
+            (
+                self::pool(pool)?,
+                args::bytes(key, key_len, "key")?,
+                args::bytes(value, value_len, "value")?,
+                args::bytes(payload, payload_len, "payload")?,
+            )
+        };
+        let known = FERRITE_INVOKE_NO_OVERWRITE | FERRITE_INVOKE_DETACHED | FERRITE_INVOKE_FIRE_AND_FORGET;
+        let flags = args::flags(flags, known, "ferrite_invoke_put flags")?;
+        let options = InvokePutOptions {
+            no_overwrite: flags & FERRITE_INVOKE_NO_OVERWRITE != 0,
+            detached: flags & FERRITE_INVOKE_DETACHED != 0,
+            fire_and_forget: flags & FERRITE_INVOKE_FIRE_AND_FORGET != 0,
+        };
+        let responses = pool.runtime.block_on(pool.pool.invoke_put(key, value, payload, options))?;
+        // SAFETY: checked non-null above; writable as the caller promises.
+        unsafe { out.write(ferrite_response_list::from_responses(responses)) };
+        Ok(())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// C code passes the documented constants; they must be the wire's bits, which `put_flags`
+    /// hands to the protocol unchanged.
+    #[test]
+    fn put_flag_constants_are_the_wire_bits() {
+        assert_eq!(put_flags(FERRITE_PUT_CREATE_ONLY).ok(), Some(PutFlags::CREATE_ONLY));
+        assert_eq!(put_flags(FERRITE_PUT_UPDATE_ONLY).ok(), Some(PutFlags::UPDATE_ONLY));
+        assert_eq!(put_flags(FERRITE_PUT_SYNC).ok(), Some(PutFlags::SYNC));
+        assert_eq!(put_flags(FERRITE_PUT_ASYNC).ok(), Some(PutFlags::ASYNC));
+        assert!(put_flags(FERRITE_PUT_CREATE_ONLY | FERRITE_PUT_UPDATE_ONLY).is_err());
+        assert!(put_flags(FERRITE_PUT_SYNC | FERRITE_PUT_ASYNC).is_err());
+        assert!(put_flags(0x10).is_err());
+        assert!(put_flags(0x1_0001).is_err(), "bits beyond 16 are not silently dropped");
+    }
+
+    #[test]
+    fn find_kind_constants_are_the_wire_kinds() {
+        for (constant, kind) in [
+            (FERRITE_FIND_EXACT, FindKind::Exact),
+            (FERRITE_FIND_PREFIX, FindKind::Prefix),
+            (FERRITE_FIND_REGEX, FindKind::Regex),
+            (FERRITE_FIND_GLOB, FindKind::Glob),
+        ] {
+            assert_eq!(constant, kind as u32);
+        }
+    }
+}
