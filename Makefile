@@ -33,17 +33,23 @@ $(VENV)/.installed: requirements-test.txt scripts/install-test-deps.sh
 lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) fmt --manifest-path fuzz/Cargo.toml -- --check
+	$(CARGO) fmt --manifest-path clients/python/Cargo.toml -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	cd clients/python && $(CARGO) clippy --all-targets -- -D warnings
 
 ## test-rust: every Rust crate's unit and integration tests (integration tests start real servers)
 test-rust:
 	$(CARGO) build --workspace
 	$(CARGO) test --workspace
 
-## test-python: the language-neutral protocol test vectors, and the RESP listener through redis-py
+## test-python: the language-neutral protocol test vectors, the RESP listener through redis-py, and
+## the Python client (clients/python, built with maturin and installed into the venv) against real
+## servers; its suite runs on its own, as it has a conftest of its own
 test-python: deps
-	$(CARGO) build -p ferrite-server
+	$(CARGO) build --workspace
 	$(PYTHON) -m pytest testdata/protocol tests/python -q
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check ./clients/python
+	$(PYTHON) -m pytest clients/python/tests -q
 
 ## test-c: the C client (libferrite) against real servers, under AddressSanitizer and valgrind, and
 ## the C and C++ examples built through pkg-config

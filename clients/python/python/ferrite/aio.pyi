@@ -1,0 +1,115 @@
+"""Type stubs of the asyncio API; the docstrings live in the extension (``help(ferrite.aio.Pool)``)."""
+
+import asyncio
+from types import TracebackType
+
+from typing import final
+
+from typing_extensions import Buffer, Self
+
+from . import _Bytes, _Durability, _FindKind, Limits, PoolAttributes, PoolInfo, _StrPath, ValueAttributes
+
+async def connect(
+    address: str,
+    *,
+    client_name: str | None = None,
+    timeout: float = 10.0,
+    tls_ca: _StrPath | None = None,
+    tls_cert: _StrPath | None = None,
+    tls_key: _StrPath | None = None,
+    user: str | None = None,
+    password: str | None = None,
+) -> Session: ...
+
+@final
+class Session:
+    @property
+    def limits(self) -> Limits: ...
+    @property
+    def shard_count(self) -> int: ...
+    @property
+    def shard_addresses(self) -> list[str]: ...
+    def shard_for_pool(self, name: str) -> int: ...
+    def create_pool(
+        self,
+        name: str,
+        size: int = 67108864,
+        expected_count: int = 1024,
+        create_only: bool = False,
+        durability: _Durability = "sync",
+        plugins: list[str] | None = None,
+        indexed: bool = False,
+    ) -> asyncio.Future[Pool]: ...
+    def open_pool(self, name: str) -> asyncio.Future[Pool]: ...
+    def delete_pool(self, name: str) -> asyncio.Future[None]: ...
+    def pools(self) -> asyncio.Future[list[PoolInfo]]: ...
+    def stats(self) -> asyncio.Future[list[dict[str, int]]]: ...
+    def backup(self, directory: str) -> asyncio.Future[list[dict[str, int]]]: ...
+    def close(self) -> asyncio.Future[None]: ...
+    def __aenter__(self) -> asyncio.Future[Self]: ...
+    def __aexit__(
+        self,
+        _exc_type: type[BaseException] | None = None,
+        _exc_value: BaseException | None = None,
+        _traceback: TracebackType | None = None,
+    ) -> asyncio.Future[None]: ...
+
+@final
+class Pool:
+    @property
+    def name(self) -> str: ...
+    @property
+    def shard(self) -> int: ...
+    @property
+    def created(self) -> bool: ...
+    @property
+    def closed(self) -> bool: ...
+    def put(
+        self,
+        key: _Bytes,
+        value: _Bytes,
+        *,
+        create_only: bool = False,
+        update_only: bool = False,
+        durability: _Durability | None = None,
+    ) -> asyncio.Future[None]: ...
+    def get(self, key: _Bytes) -> asyncio.Future[bytes]: ...
+    def get_into(self, key: _Bytes, buffer: Buffer) -> asyncio.Future[int]: ...
+    def erase(self, key: _Bytes) -> asyncio.Future[None]: ...
+    def count(self) -> asyncio.Future[int]: ...
+    def attributes(self, key: _Bytes | None = None) -> asyncio.Future[ValueAttributes | PoolAttributes]: ...
+    def find(
+        self, pattern: _Bytes, kind: _FindKind = "prefix", limit: int | None = None
+    ) -> asyncio.Future[list[bytes]]: ...
+    def invoke(
+        self,
+        key: _Bytes,
+        payload: _Bytes,
+        *,
+        create_size: int | None = None,
+        read_only: bool = False,
+        fire_and_forget: bool = False,
+    ) -> asyncio.Future[list[tuple[int, bytes]]]: ...
+    def invoke_pool(
+        self, payload: _Bytes, *, read_only: bool = False, fire_and_forget: bool = False
+    ) -> asyncio.Future[list[tuple[int, bytes]]]: ...
+    def invoke_put(
+        self,
+        key: _Bytes,
+        value: _Bytes,
+        payload: _Bytes,
+        *,
+        no_overwrite: bool = False,
+        detached: bool = False,
+        fire_and_forget: bool = False,
+    ) -> asyncio.Future[list[tuple[int, bytes]]]: ...
+    def close(self) -> asyncio.Future[None]: ...
+    def __aenter__(self) -> asyncio.Future[Self]: ...
+    def __aexit__(
+        self,
+        _exc_type: type[BaseException] | None = None,
+        _exc_value: BaseException | None = None,
+        _traceback: TracebackType | None = None,
+    ) -> asyncio.Future[None]: ...
+
+__all__ = ["Pool", "Session", "connect"]

@@ -1,0 +1,280 @@
+"""The blocking API (`ferrite.connect`, `Session`, `Pool`) against a real two-shard server.
+
+Proves every call does what its docstring says: pools are created, opened, listed and deleted on
+the shard that owns their name; keys and values of every accepted type round-trip; put's flags,
+attributes, find and invoke behave; and every failure raises the class of its wire error code
+(KeyNotFound, KeyExists, PoolExists, PoolNotFound, PoolInUse, PoolNotOpen, ValueTooLarge,
+KeyTooLarge, InvalidArgument) or of its client-side cause (ConnectionFailed, ConnectionClosed),
+with `.code`, `.number` and `.message` set.
+"""
+
+import socket
+import time
+import zlib
+
+import pytest
+
+import ferrite
+from ferrite import _ferrite
+from ferrite_servers import unique_name
+
+
+def test_connect_learns_shards_and_limits(server, session):
+    assert session.shard_count == 2
+    assert session.shard_addresses == [server.shards[0], server.shards[1]]
+    limits = session.limits
+    assert (limits.key_bytes_max, limits.value_bytes_max) == (64 * 1024, 2 * 1024 * 1024)
+    assert "value_bytes_max=2097152" in repr(limits)
+    for name in ["a", "b", "users", "@1/pinned"]:
+        assert session.shard_for_pool(name) == _ferrite._shard_for_pool(name, 2)
+    assert repr(session).startswith("<ferrite.Session open")
+
+
+def test_pools_are_created_opened_listed_and_deleted_on_their_shard(session):
+    name = unique_name()
+    pool = session.create_pool(name, size=1 << 20, expected_count=100)
+    assert (pool.name, pool.created, pool.closed) == (name, True, False)
+    assert pool.shard == session.shard_for_pool(name)
+    again = session.create_pool(name)
+    assert again.created is False, "create_pool opens an existing pool"
+    opened = session.open_pool(name)
+    opened.put("k", "v")
+    assert pool.get("k") == b"v", "every open of a pool sees the same pairs"
+
+    [info] = [p for p in session.pools() if p.name == name]
+    assert (info.shard, info.objects, info.size, info.open_count) == (pool.shard, 1, 1 << 20, 3)
+    assert info.used > 0 and info.plugins == [] and info.memory_bytes > 0
+    assert set(info.memory) == {"table_buckets", "table_bytes", "slab_bytes", "large_bytes", "other_bytes", "index_bytes"}
+    assert info.bytes_per_key == info.memory_bytes / 1
+    assert repr(info).startswith(f"PoolInfo(name='{name}'")
+
+    with pytest.raises(ferrite.PoolInUse):
+        session.delete_pool(name)
+    for handle in (pool, again, opened):
+        handle.close()
+    session.delete_pool(name)
+    assert name not in [p.name for p in session.pools()]
+
+
+def test_pool_errors(session):
+    name = unique_name()
+    with session.create_pool(name):
+        with pytest.raises(ferrite.PoolExists) as raised:
+            session.create_pool(name, create_only=True)
+        assert raised.value.code == "pool_exists" and raised.value.number == 9
+    session.delete_pool(name)
+    with pytest.raises(ferrite.PoolNotFound):
+        session.open_pool(name)
+    with pytest.raises(ferrite.PoolNotFound):
+        session.delete_pool(name)
+    with pytest.raises(ferrite.InvalidArgument):
+        session.create_pool(name, size=0)
+    with pytest.raises(ferrite.InvalidArgument):
+        session.create_pool("")
+    with pytest.raises(ferrite.InvalidArgument):
+        session.create_pool(name, durability="sometimes")
+    with pytest.raises(ferrite.InvalidArgument):
+        session.create_pool(name, plugins=["no-such-plugin"])
+    with pytest.raises(TypeError):
+        session.create_pool(name, plugins="counter")  # a list of names, not a string
+
+
+def test_keys_and_values_of_every_accepted_type(pool):
+    pool.put(b"bytes-key", b"bytes value")
+    assert pool.get(b"bytes-key") == b"bytes value"
+    pool.put("str-key \u00e9", "str value \u2713")
+    assert pool.get("str-key \u00e9".encode()) == "str value \u2713".encode(), "str is stored as UTF-8"
+    assert pool.get("str-key \u00e9") == "str value \u2713".encode()
+    pool.put(bytearray(b"ba"), bytearray(b"from a bytearray"))
+    assert pool.get(b"ba") == b"from a bytearray"
+    pool.put(memoryview(b"xxmvxx")[2:4], memoryview(b"--from a memoryview--")[2:-2])
+    assert pool.get("mv") == b"from a memoryview"
+    pool.put("empty", b"")
+    assert pool.get("empty") == b""
+    pool.put(b"\x00\xff", bytes(range(256)))
+    assert pool.get(b"\x00\xff") == bytes(range(256))
+    assert pool.count() == 6
+    with pytest.raises(TypeError, match="key must be bytes, str or an object supporting the buffer protocol"):
+        pool.put(42, b"v")
+    with pytest.raises(TypeError, match="value must be"):
+        pool.put("k", 4.2)
+
+
+def test_put_get_erase_and_their_errors(pool):
+    with pytest.raises(ferrite.KeyNotFound) as raised:
+        pool.get("absent")
+    error = raised.value
+    assert isinstance(error, ferrite.FerriteError)
+    assert (error.code, error.number) == ("key_not_found", ferrite.ErrorCode.key_not_found)
+    assert error.message and str(error).startswith("key_not_found: ")
+
+    pool.put("k", "one")
+    pool.put("k", "two")
+    assert pool.get("k") == b"two", "put replaces"
+    with pytest.raises(ferrite.KeyExists):
+        pool.put("k", "three", create_only=True)
+    with pytest.raises(ferrite.KeyNotFound):
+        pool.put("other", "x", update_only=True)
+    pool.put("k", "four", update_only=True)
+    pool.put("new", "x", create_only=True)
+    pool.put("fast", "x", durability="async")
+    pool.put("safe", "x", durability="sync")
+    with pytest.raises(ferrite.InvalidArgument, match="exclude each other"):
+        pool.put("k", "v", create_only=True, update_only=True)
+    with pytest.raises(ValueError):  # InvalidArgument is a ValueError too
+        pool.put("k", "v", durability="later")
+    assert pool.get("k") == b"four"
+    pool.erase("k")
+    with pytest.raises(ferrite.KeyNotFound):
+        pool.erase("k")
+    assert pool.count() == 3
+
+
+def test_values_beyond_the_inline_limit_fail_before_sending(session, pool):
+    limit = session.limits.value_bytes_max
+    pool.put("largest", bytes(limit))
+    assert len(pool.get("largest")) == limit
+    with pytest.raises(ferrite.ValueTooLarge) as raised:
+        pool.put("too-large", bytes(limit + 1))
+    assert raised.value.number == ferrite.ErrorCode.value_too_large
+    assert str(limit + 1) in raised.value.message
+    with pytest.raises(ferrite.KeyTooLarge):
+        pool.put(bytes(session.limits.key_bytes_max + 1), b"v")
+    with pytest.raises(ferrite.KeyNotFound):
+        pool.get("too-large")
+
+
+def test_attributes_of_a_value_and_of_the_pool(pool):
+    before = time.time()
+    pool.put("k", b"attribute me")
+    attributes = pool.attributes("k")
+    assert attributes.length == len(b"attribute me")
+    assert attributes.crc32 == zlib.crc32(b"attribute me")
+    assert before - 5 <= attributes.write_time <= time.time() + 5
+    assert attributes.write_time_ns // 1_000_000_000 == int(attributes.write_time)
+    with pytest.raises(ferrite.KeyNotFound):
+        pool.attributes("absent")
+    pool.put("k2", b"x")
+    whole = pool.attributes()
+    assert (whole.objects, whole.size) == (2, 32 << 20)
+    assert 0 < whole.used <= whole.size
+    assert "objects=2" in repr(whole)
+
+
+def test_find_by_prefix_exact_regex_and_glob(pool):
+    for key in ["user:1", "user:2", "user:10", "order:1", "userless"]:
+        pool.put(key, b"v")
+    assert pool.find("user:") == [b"user:1", b"user:10", b"user:2"]
+    assert pool.find(b"user:", kind="prefix") == [b"user:1", b"user:10", b"user:2"]
+    assert pool.find("order:1", kind="exact") == [b"order:1"]
+    assert pool.find("^user:[0-9]$", kind="regex") == [b"user:1", b"user:2"]
+    assert pool.find("user:?", kind="glob") == [b"user:1", b"user:2"]
+    assert pool.find("nobody") == []
+    assert len(pool.find("", limit=3)) == 3
+    assert len(pool.find("")) == 5
+    with pytest.raises(ferrite.InvalidArgument, match="unknown find kind"):
+        pool.find("x", kind="fuzzy")
+    with pytest.raises(ferrite.InvalidArgument, match="at least 1"):
+        pool.find("x", limit=0)
+
+
+def test_find_pages_through_many_keys_of_an_indexed_pool(session):
+    name = unique_name()
+    with session.create_pool(name, indexed=True, expected_count=5000) as pool:
+        keys = [f"k{i:05}".encode() for i in range(3000)]
+        for key in keys:
+            pool.put(key, b"")
+        assert pool.find("k") == keys, "three pages of 1,024, each key once, in order"
+        assert pool.find("k", limit=1500) == keys[:1500]
+    session.delete_pool(name)
+
+
+def test_stats_and_backup(session, pool, tmp_path):
+    pool.put("counted", b"v")
+    stats = session.stats()
+    assert [shard["shard"] for shard in stats] == [0, 1]
+    assert all(shard["puts"] >= 0 and "requests" in shard for shard in stats)
+    assert stats[pool.shard]["puts"] >= 1
+    reports = session.backup(str(tmp_path / "backup"))
+    assert [report["shard"] for report in reports] == [0, 1]
+    assert all(report["files"] >= 1 and report["bytes"] > 0 for report in reports)
+    assert (tmp_path / "backup" / "shard-0").is_dir()
+
+
+def test_closed_pools_and_sessions_refuse_calls(server):
+    session = ferrite.connect(server.address)
+    name = unique_name()
+    pool = session.create_pool(name)
+    pool.put("k", "v")
+    pool.close()
+    pool.close()  # twice is fine
+    assert pool.closed and "closed" in repr(pool)
+    with pytest.raises(ferrite.PoolNotOpen, match="is closed"):
+        pool.get("k")
+
+    other = session.open_pool(name)
+    session.close()
+    assert other.closed, "closing the session closes its pools"
+    with pytest.raises(ferrite.PoolNotOpen):
+        other.get("k")
+    with pytest.raises(ferrite.ConnectionClosed):
+        session.open_pool(name)
+    session.close()  # twice is fine
+
+    with ferrite.connect(server.address) as session:
+        with session.open_pool(name) as pool:
+            assert pool.get("k") == b"v"
+        assert pool.closed
+        session.delete_pool(name)
+    with pytest.raises(ferrite.ConnectionClosed):
+        session.pools()
+
+
+def test_connect_failures(server):
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    with pytest.raises(ferrite.ConnectionFailed) as raised:
+        ferrite.connect(f"127.0.0.1:{port}", timeout=5)
+    assert isinstance(raised.value, ConnectionError), "a ConnectionFailed is a ConnectionError too"
+    assert raised.value.code == "connection_failed" and raised.value.number is None
+    assert str(port) in str(raised.value)
+    with pytest.raises(ferrite.InvalidArgument, match="timeout"):
+        ferrite.connect(server.address, timeout=0)
+    with pytest.raises(ferrite.InvalidArgument, match="timeout"):
+        ferrite.connect(server.address, timeout=-1)
+    with pytest.raises(ferrite.InvalidArgument, match="tls_cert and tls_key"):
+        ferrite.connect(server.address, tls_ca="ca.pem", tls_cert="c.pem")
+    with pytest.raises(ferrite.InvalidArgument, match="password needs a user"):
+        ferrite.connect(server.address, password="secret")
+    with pytest.raises(ferrite.ConnectionFailed, match="invalid socket address"):
+        ferrite.connect("no port here")
+    with pytest.raises(ferrite.ConnectionFailed, match="TLS"):
+        ferrite.connect(server.address, tls_ca="/nonexistent/ca.pem")
+
+
+def test_invoke_on_a_pool_without_plugins_is_an_invalid_argument(pool):
+    with pytest.raises(ferrite.InvalidArgument):
+        pool.invoke("k", "add 1", create_size=8)
+
+
+def test_every_wire_error_code_has_its_class():
+    assert len(ferrite.ErrorCode) == len(_ferrite.ERROR_CODES) >= 27
+    for code in ferrite.ErrorCode:
+        cls = ferrite.error_class(code.name)
+        assert cls is ferrite.error_class(int(code))
+        assert issubclass(cls, ferrite.FerriteError)
+        assert cls.__module__ == "ferrite"
+        assert (cls.code, cls.number) == (code.name, code.value)
+        assert cls.__name__ == "".join(word.capitalize() for word in code.name.split("_"))
+        assert getattr(ferrite, cls.__name__) is cls and cls.__name__ in ferrite.__all__
+        assert cls.__doc__ and code.name in cls.__doc__
+    for name in ["KeyNotFound", "PoolExists", "PoolNotFound", "NoSpace", "PermissionDenied", "AuthenticationFailed",
+                 "QuotaExceeded", "AdoFailed", "AdoTimeout", "ValueTooLarge", "InvalidArgument"]:
+        assert issubclass(getattr(ferrite, name), ferrite.FerriteError), name
+    assert issubclass(ferrite.InvalidArgument, ValueError)
+    assert issubclass(ferrite.BufferTooSmall, ferrite.InvalidArgument)
+    assert issubclass(ferrite.ConnectionClosed, ferrite.ConnectionFailed)
+    assert issubclass(ferrite.ConnectionFailed, ConnectionError)
+    assert issubclass(ferrite.UnexpectedResponse, ferrite.FerriteError)
+    assert ferrite.ErrorCode.key_not_found == 13 and ferrite.ErrorCode["quota_exceeded"] == 27

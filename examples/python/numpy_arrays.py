@@ -1,0 +1,58 @@
+"""Storing numpy arrays in Ferrite and loading them back without copies.
+
+`put` reads any buffer-protocol object in place (here a memoryview of the array: no bytes object
+is made), and `get_into` writes the value straight into an existing array, which is how a
+preallocated buffer is refilled again and again without allocating.
+
+    python examples/python/numpy_arrays.py     # FERRITE_ADDR=host:port, default 127.0.0.1:11911
+"""
+
+import os
+
+import numpy as np
+
+import ferrite
+
+ADDRESS = os.environ.get("FERRITE_ADDR", "127.0.0.1:11911")
+
+
+def main():
+    with ferrite.connect(ADDRESS, client_name="examples/numpy_arrays.py") as session:
+        limit = session.limits.value_bytes_max
+        with session.create_pool("example-numpy", size=64 << 20) as pool:
+            weights = np.random.default_rng(7).standard_normal((256, 512), dtype=np.float32)
+            assert weights.nbytes <= limit, "values travel inline, up to the server's limit"
+            pool.put("weights", memoryview(weights))
+            print(f"stored a {weights.shape} {weights.dtype} array ({weights.nbytes} bytes)")
+
+            loaded = np.empty_like(weights)
+            pointer = loaded.__array_interface__["data"][0]
+            written = pool.get_into("weights", loaded)
+            assert loaded.__array_interface__["data"][0] == pointer, "filled in place"
+            assert np.array_equal(loaded, weights)
+            print(f"loaded {written} bytes into the existing array: equal = {np.array_equal(loaded, weights)}")
+
+            # One buffer reused for many values of the same shape.
+            batch = np.empty(1024, dtype=np.int64)
+            for step in range(3):
+                pool.put(f"batch-{step}", np.arange(step, step + 1024, dtype=np.int64))
+            for step in range(3):
+                pool.get_into(f"batch-{step}", batch)
+                print(f"batch-{step}: first {batch[0]}, last {batch[-1]}")
+
+            # A buffer too small says how much it needs.
+            try:
+                pool.get_into("weights", np.empty(16, dtype=np.float32))
+            except ferrite.BufferTooSmall as error:
+                print(f"too small: needed {error.needed} bytes")
+
+            # Values larger than the inline limit need direct transfers (a later server version).
+            try:
+                pool.put("too-big", np.zeros(limit // 8 + 1))
+            except ferrite.ValueTooLarge as error:
+                print(f"a {limit // 8 + 1} x float64 array is over the {limit}-byte inline limit: {error.message}")
+        session.delete_pool("example-numpy")
+
+
+if __name__ == "__main__":
+    main()
