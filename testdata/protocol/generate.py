@@ -43,6 +43,7 @@ REQUEST_OPCODES = {
     "open_pool": 0x0011,
     "close_pool": 0x0012,
     "delete_pool": 0x0013,
+    "configure_pool": 0x0015,
     "list_pools": 0x0014,
     "put": 0x0020,
     "get": 0x0021,
@@ -63,6 +64,7 @@ RESPONSE_TO_REQUEST = {
     "pool_opened": "open_pool",
     "pool_closed": "close_pool",
     "pool_deleted": "delete_pool",
+    "pool_configured": "configure_pool",
     "pools": "list_pools",
     "stored": "put",
     "value": "get",
@@ -91,9 +93,11 @@ REQUEST_FLAGS = {
     "put": {"create_only": 0x0001, "update_only": 0x0002, "sync": 0x0004, "async": 0x0008},
     "invoke_ado": INVOKE_FLAGS,
     "invoke_put_ado": INVOKE_FLAGS,
+    # Exactly one setting.
+    "configure_pool": {"add_index": 0x0001, "remove_index": 0x0002},
 }
 
-FIND_KINDS = {"exact": 1, "prefix": 2, "regex": 3, "glob": 4}
+FIND_KINDS = {"exact": 1, "prefix": 2, "regex": 3, "glob": 4, "next": 5}
 
 # The memory figures of a `pools` entry, in wire order after `open_count`, each a u64.
 POOL_MEMORY_FIELDS = ("table_buckets", "table_bytes", "slab_bytes", "large_bytes", "other_bytes", "index_bytes")
@@ -229,7 +233,7 @@ def request_body(msg):
     if kind == "create_pool":
         chain = str16(msg["plugins"]) if msg["plugins"] else b""
         return str16(msg["name"]) + u64(msg["size_bytes"]) + u64(msg["expected_objects"]) + chain
-    if kind in ("open_pool", "delete_pool"):
+    if kind in ("open_pool", "delete_pool", "configure_pool"):
         return str16(msg["name"])
     if kind == "backup":
         return str16(msg["dir"])
@@ -285,7 +289,7 @@ def response_body(msg):
         return u64(msg["pool"]) + u8(1 if msg["created"] else 0)
     if kind == "pool_opened":
         return u64(msg["pool"])
-    if kind in ("pool_closed", "pool_deleted", "stored", "erased"):
+    if kind in ("pool_closed", "pool_deleted", "pool_configured", "stored", "erased"):
         return b""
     if kind == "pools":
         entries = msg["pools"]
@@ -402,6 +406,9 @@ def request_vectors():
         req("open_pool_non_ascii_name", 6, {"type": "open_pool", "name": "café/日本"}),
         req("close_pool", 7, {"type": "close_pool", "pool": 1}),
         req("delete_pool", 8, {"type": "delete_pool", "name": "sessions"}),
+        req("configure_pool_add_index", 45, {"type": "configure_pool", "name": "users", "flags": ["add_index"]}),
+        req("configure_pool_remove_index", 46, {"type": "configure_pool", "name": "users", "flags": ["remove_index"]}),
+        req("find_next", 47, {"type": "find", "pool": 1, "kind": "next", "limit": 1, "pattern": "6b31", "after": None}),
         req("list_pools", 9, {"type": "list_pools"}),
         req("put", 10, {"type": "put", "pool": 1, "flags": [], "key": "6b6579", "value": "76616c7565"}),
         req("put_create_only", 7, {"type": "put", "pool": 1, "flags": ["create_only"], "key": "6b6579", "value": "76616c7565"}),
@@ -509,6 +516,7 @@ def response_vectors():
         resp("pool_opened", 5, {"type": "pool_opened", "pool": 1}),
         resp("pool_closed", 7, {"type": "pool_closed"}),
         resp("pool_deleted", 8, {"type": "pool_deleted"}),
+        resp("pool_configured", 45, {"type": "pool_configured"}),
         resp("pools_empty", 9, {"type": "pools", "pools": []}),
         resp(
             "pools_two",
@@ -632,6 +640,20 @@ def error_vectors():
         ),
         _invalid("backup_relative_dir", "request", 21, "invalid_argument", frame(backup, 0, 21, str16("backups/today"))),
         _invalid("backup_flags", "request", 21, "invalid_argument", frame(backup, 0x0001, 21, str16("/backups"))),
+        _invalid(
+            "configure_pool_both_settings",
+            "request",
+            45,
+            "invalid_argument",
+            frame(REQUEST_OPCODES["configure_pool"], 0x0003, 45, str16("users")),
+        ),
+        _invalid(
+            "configure_pool_no_setting",
+            "request",
+            46,
+            "invalid_argument",
+            frame(REQUEST_OPCODES["configure_pool"], 0x0000, 46, str16("users")),
+        ),
         _invalid("invoke_ado_unknown_flag", "request", 40, "invalid_argument", frame(invoke, 0x0040, 40, invoke_body(key, b"p"))),
         _invalid(
             "invoke_ado_no_overwrite",

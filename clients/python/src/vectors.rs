@@ -10,8 +10,8 @@ use bytes::BytesMut;
 use ferrite_client::Error;
 use ferrite_proto::{
     shard_for_pool, Attribute, BackupReport, CreatePoolFlags, ErrorCode, FindKind, Header, HelloReply, InvokeBuffer,
-    InvokeFlags, Limits, Opcode, PoolHandle, PoolInfo, PoolMemory, ProtocolError, PutFlags, Request, Response,
-    Statistic, HEADER_BYTES,
+    InvokeFlags, Limits, Opcode, PoolHandle, PoolInfo, PoolMemory, PoolSetting, ProtocolError, PutFlags, Request,
+    Response, Statistic, HEADER_BYTES,
 };
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -194,6 +194,13 @@ fn request<'f>(f: &'f Fields<'_>) -> Result<Request<'f>, String> {
         "open_pool" => Request::OpenPool { name: f.str("name")? },
         "close_pool" => Request::ClosePool { pool: f.pool()? },
         "delete_pool" => Request::DeletePool { name: f.str("name")? },
+        "configure_pool" => {
+            let bits = f.flags(&[("add_index", 0x0001), ("remove_index", 0x0002)])?;
+            Request::ConfigurePool {
+                name: f.str("name")?,
+                setting: PoolSetting::from_flags(bits).map_err(|e| e.to_string())?,
+            }
+        }
         "list_pools" => Request::ListPools,
         "put" => Request::Put {
             pool: f.pool()?,
@@ -248,6 +255,9 @@ fn request_json(request: &Request<'_>) -> Value {
         Request::OpenPool { name } => json!({"type": "open_pool", "name": name}),
         Request::ClosePool { pool } => json!({"type": "close_pool", "pool": pool.0}),
         Request::DeletePool { name } => json!({"type": "delete_pool", "name": name}),
+        Request::ConfigurePool { name, setting } => {
+            json!({"type": "configure_pool", "name": name, "flags": [setting.name()]})
+        }
         Request::ListPools => json!({"type": "list_pools"}),
         Request::Put { pool, flags, key, value } => json!({
             "type": "put", "pool": pool.0, "flags": flag_names(flags.bits(), &bits(&PUT_FLAGS, PutFlags::bits)),
@@ -303,6 +313,7 @@ fn response<'f>(f: &'f Fields<'_>) -> Result<(Response<'f>, Option<Opcode>), Str
         "pool_opened" => Response::PoolOpened { pool: f.pool()? },
         "pool_closed" => Response::PoolClosed,
         "pool_deleted" => Response::PoolDeleted,
+        "pool_configured" => Response::PoolConfigured,
         "pools" => Response::Pools(
             f.array("pools")?
                 .iter()
@@ -372,6 +383,7 @@ fn response_json(response: &Response<'_>, header: &Header) -> Value {
         Response::PoolOpened { pool } => json!({"type": "pool_opened", "pool": pool.0}),
         Response::PoolClosed => json!({"type": "pool_closed"}),
         Response::PoolDeleted => json!({"type": "pool_deleted"}),
+        Response::PoolConfigured => json!({"type": "pool_configured"}),
         Response::Pools(pools) => json!({
             "type": "pools",
             "pools": pools.iter().map(|p| json!({

@@ -169,6 +169,22 @@ pub struct FindPattern {
     /// The key equal to KEY, if present.
     #[arg(long)]
     pub exact: Option<String>,
+    /// The keys after KEY in key order (MCAS `next:`; with `--limit 1`, the first one). Needs
+    /// a pool with a secondary index.
+    #[arg(long, value_name = "KEY")]
+    pub next: Option<String>,
+}
+
+/// What `pool configure` changes: exactly one setting.
+#[derive(Debug, Args)]
+#[group(required = true, multiple = false)]
+pub struct PoolSettingArg {
+    /// Build a secondary index over the pool's keys.
+    #[arg(long)]
+    pub add_index: bool,
+    /// Drop the pool's secondary index.
+    #[arg(long)]
+    pub remove_index: bool,
 }
 
 #[derive(Debug, Args)]
@@ -246,6 +262,15 @@ pub enum PoolCommand {
 
     /// Delete a pool and all its pairs. Refused while any session has it open.
     Delete { name: String },
+
+    /// Add or remove an existing pool's secondary index (which `find` searches in key order and
+    /// `find --next` needs). The server builds an index in steps while it serves; the command
+    /// returns once it is whole.
+    Configure {
+        name: String,
+        #[command(flatten)]
+        setting: PoolSettingArg,
+    },
 
     /// List the pools of every shard.
     List,

@@ -6,7 +6,7 @@ use std::io::Read;
 
 use ferrite_client::{
     blocking, ClientOptions, Error, ErrorCode, FindKind, InvokeOptions, InvokePutOptions, InvokeResponse, PoolInfo,
-    PoolOptions, PutFlags, FIND_KEYS_MAX,
+    PoolOptions, PoolSetting, PutFlags, FIND_KEYS_MAX,
 };
 use serde_json::json;
 
@@ -138,6 +138,18 @@ fn run_pool_command(session: &blocking::Session, command: &PoolCommand) -> Resul
                 _ => error.into(),
             })?;
             Ok(Report::text(format!("deleted pool '{name}'"), json!({ "pool": name, "deleted": true })))
+        }
+        PoolCommand::Configure { name, setting } => {
+            let (setting, done) = if setting.add_index {
+                (PoolSetting::AddIndex, "has a secondary index")
+            } else {
+                (PoolSetting::RemoveIndex, "has no secondary index")
+            };
+            session.configure_pool(name, setting).map_err(|error| match error.code() {
+                Some(ErrorCode::PoolNotFound) => CliError(format!("pool '{name}' does not exist")),
+                _ => error.into(),
+            })?;
+            Ok(Report::text(format!("pool '{name}' {done}"), json!({ "pool": name, "configured": setting.name() })))
         }
         PoolCommand::List => {
             let mut pools = session.list_pools()?;
@@ -327,6 +339,7 @@ fn find(session: &blocking::Session, pool_name: &str, pattern: &FindPattern, lim
         FindPattern { regex: Some(text), .. } => (FindKind::Regex, text.as_str()),
         FindPattern { glob: Some(text), .. } => (FindKind::Glob, text.as_str()),
         FindPattern { exact: Some(text), .. } => (FindKind::Exact, text.as_str()),
+        FindPattern { next: Some(text), .. } => (FindKind::Next, text.as_str()),
         _ => (FindKind::Prefix, ""),
     };
     let pool = open_pool(session, pool_name)?;

@@ -823,3 +823,24 @@ fn users_authenticate_from_the_environment_and_grants_are_enforced() {
     let anonymous = fails(&run(anonymous, b""));
     assert!(anonymous.contains("requires a user"), "{anonymous}");
 }
+
+#[test]
+fn pool_configure_adds_and_removes_an_index_that_find_next_uses() {
+    let server = start_server(1);
+    ok(&ferrite(&server, &["pool", "create", "catalog"]));
+    for key in ["b", "a", "d", "c"] {
+        ok(&ferrite(&server, &["put", "catalog", key, "v"]));
+    }
+    let refused = fails(&ferrite(&server, &["find", "catalog", "--next", "b"]));
+    assert!(refused.contains("no secondary index") && refused.contains("--add-index"), "{refused}");
+    assert!(ok(&ferrite(&server, &["pool", "configure", "catalog", "--add-index"])).contains("has a secondary index"));
+    assert_eq!(ok(&ferrite(&server, &["find", "catalog", "--next", "b"])), "c\nd\n");
+    assert_eq!(ok(&ferrite(&server, &["find", "catalog", "--next", "a", "--limit", "1"])), "b\n");
+    let configured = json(&ferrite(&server, &["--json", "pool", "configure", "catalog", "--remove-index"]));
+    assert_eq!(configured["configured"], "remove_index");
+    fails(&ferrite(&server, &["find", "catalog", "--next", "b"]));
+    let missing = fails(&ferrite(&server, &["pool", "configure", "nosuch", "--add-index"]));
+    assert!(missing.contains("does not exist"), "{missing}");
+    let usage = ferrite(&server, &["pool", "configure", "catalog"]);
+    assert_eq!(usage.status.code(), Some(2), "a setting is required");
+}

@@ -113,6 +113,11 @@ impl Session {
         self.runtime.block_on(self.inner.delete_pool(name))
     }
 
+    /// See [`crate::Session::configure_pool`].
+    pub fn configure_pool(&self, name: &str, setting: crate::PoolSetting) -> Result<()> {
+        self.runtime.block_on(self.inner.configure_pool(name, setting))
+    }
+
     pub fn list_pools(&self) -> Result<Vec<PoolInfo>> {
         self.runtime.block_on(self.inner.list_pools())
     }

@@ -194,6 +194,14 @@ pub(crate) async fn serve_memory_shard_stalling(
                     error(ErrorCode::PoolNotFound, "no such pool")
                 }
             }
+            Request::ConfigurePool { name, setting } => {
+                log.push(format!("configure_pool {name} {}", setting.name()));
+                if pools.contains_key(name) {
+                    Response::PoolConfigured
+                } else {
+                    error(ErrorCode::PoolNotFound, "no such pool")
+                }
+            }
             Request::ListPools => {
                 log.push("list_pools".to_owned());
                 let rows = pools

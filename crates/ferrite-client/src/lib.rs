@@ -48,7 +48,8 @@ mod tests;
 
 pub use error::{Error, Result};
 pub use ferrite_proto::{
-    Attribute, Durability, ErrorCode, FindKind, Limits, PoolHandle, PoolMemory, ProtocolError, PutFlags, FIND_KEYS_MAX,
+    Attribute, Durability, ErrorCode, FindKind, Limits, PoolHandle, PoolMemory, PoolSetting, ProtocolError, PutFlags,
+    FIND_KEYS_MAX,
 };
 pub use pool::{FindPage, InvokeOptions, InvokePutOptions, InvokeResponse, Pool, PoolAttributes, ValueAttributes};
 pub use session::{ClientOptions, PoolInfo, PoolOptions, Session, ShardBackup, ShardStatistics, UserCredentials};

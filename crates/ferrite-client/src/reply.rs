@@ -40,6 +40,7 @@ pub(crate) enum Reply {
     PoolOpened { pool: PoolHandle },
     PoolClosed,
     PoolDeleted,
+    PoolConfigured,
     Pools(Vec<PoolRow>),
     Stored,
     Value(Bytes),
@@ -84,6 +85,7 @@ impl Reply {
             Response::PoolOpened { pool } => Reply::PoolOpened { pool },
             Response::PoolClosed => Reply::PoolClosed,
             Response::PoolDeleted => Reply::PoolDeleted,
+            Response::PoolConfigured => Reply::PoolConfigured,
             Response::Pools(pools) => Reply::Pools(
                 pools
                     .into_iter()
@@ -128,6 +130,7 @@ impl Reply {
             Reply::PoolOpened { .. } => "pool_opened",
             Reply::PoolClosed => "pool_closed",
             Reply::PoolDeleted => "pool_deleted",
+            Reply::PoolConfigured => "pool_configured",
             Reply::Pools(_) => "pools",
             Reply::Stored => "stored",
             Reply::Value(_) => "value",

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use ferrite_proto::{shard_for_pool, CreatePoolFlags, Durability, Limits, PoolMemory, Request};
+use ferrite_proto::{shard_for_pool, CreatePoolFlags, Durability, Limits, PoolMemory, PoolSetting, Request};
 use tokio::sync::Mutex;
 
 use crate::address::resolve_shard_address;
@@ -289,6 +289,20 @@ impl Session {
         match connection.call(&Request::DeletePool { name }).await? {
             Reply::PoolDeleted => Ok(()),
             other => Err(other.unexpected("pool_deleted")),
+        }
+    }
+
+    /// Changes a setting of the existing pool `name` (MCAS `configure_pool`; needs `admin` on a
+    /// server with users). [`PoolSetting::AddIndex`] builds a secondary index over its keys,
+    /// which [`Pool::find`](crate::Pool::find) then searches in key order (and `next:`
+    /// searches need); the server builds it in steps while it serves, and answers once it is
+    /// whole and its setting durable. [`PoolSetting::RemoveIndex`] drops it. Adding an index the
+    /// pool has, or removing one it has not, changes nothing.
+    pub async fn configure_pool(&self, name: &str, setting: PoolSetting) -> Result<()> {
+        let connection = self.connection(self.shard_for_pool(name)).await?;
+        match connection.call(&Request::ConfigurePool { name, setting }).await? {
+            Reply::PoolConfigured => Ok(()),
+            other => Err(other.unexpected("pool_configured")),
         }
     }
 

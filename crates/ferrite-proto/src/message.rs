@@ -29,6 +29,7 @@ pub enum Opcode {
     ClosePool = 0x0012,
     DeletePool = 0x0013,
     ListPools = 0x0014,
+    ConfigurePool = 0x0015,
     Put = 0x0020,
     Get = 0x0021,
     Erase = 0x0022,
@@ -44,13 +45,14 @@ pub enum Opcode {
 
 impl Opcode {
     /// Every request opcode.
-    pub const REQUESTS: [Opcode; 16] = [
+    pub const REQUESTS: [Opcode; 17] = [
         Opcode::Hello,
         Opcode::CreatePool,
         Opcode::OpenPool,
         Opcode::ClosePool,
         Opcode::DeletePool,
         Opcode::ListPools,
+        Opcode::ConfigurePool,
         Opcode::Put,
         Opcode::Get,
         Opcode::Erase,
@@ -318,10 +320,13 @@ pub enum FindKind {
     Regex = 3,
     /// Keys matched whole by the pattern, a Redis-style glob (`*`, `?`, `[a-z]`, `[^x]`, `\`).
     Glob = 4,
+    /// The first key after the pattern in key order (MCAS's `next:` expression); the pattern
+    /// need not be a key of the pool. Needs a secondary index.
+    Next = 5,
 }
 
 impl FindKind {
-    pub const ALL: [FindKind; 4] = [FindKind::Exact, FindKind::Prefix, FindKind::Regex, FindKind::Glob];
+    pub const ALL: [FindKind; 5] = [FindKind::Exact, FindKind::Prefix, FindKind::Regex, FindKind::Glob, FindKind::Next];
 
     pub fn from_u16(raw: u16) -> Result<FindKind, ProtocolError> {
         FindKind::ALL.iter().copied().find(|k| *k as u16 == raw).ok_or(ProtocolError::UnknownFindKind(raw))
@@ -333,6 +338,34 @@ impl FindKind {
             FindKind::Prefix => "prefix",
             FindKind::Regex => "regex",
             FindKind::Glob => "glob",
+            FindKind::Next => "next",
+        }
+    }
+}
+
+/// What `configure_pool` changes (MCAS `configure_pool`), carried in the header's flags.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u16)]
+pub enum PoolSetting {
+    /// Build a secondary index over the pool's keys (in bounded steps; answered once built).
+    AddIndex = 0x0001,
+    /// Drop the pool's secondary index.
+    RemoveIndex = 0x0002,
+}
+
+impl PoolSetting {
+    pub fn from_flags(flags: u16) -> Result<PoolSetting, ProtocolError> {
+        match flags {
+            0x0001 => Ok(PoolSetting::AddIndex),
+            0x0002 => Ok(PoolSetting::RemoveIndex),
+            _ => Err(ProtocolError::UnknownFlags { message: "configure_pool (exactly one setting)", flags }),
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            PoolSetting::AddIndex => "add_index",
+            PoolSetting::RemoveIndex => "remove_index",
         }
     }
 }
@@ -411,6 +444,11 @@ pub enum Request<'a> {
     },
     DeletePool {
         name: &'a str,
+    },
+    /// Changes a setting of an existing pool (MCAS `configure_pool`).
+    ConfigurePool {
+        name: &'a str,
+        setting: PoolSetting,
     },
     ListPools,
     Put {
@@ -654,6 +692,7 @@ impl<'a> Request<'a> {
             Request::OpenPool { .. } => Opcode::OpenPool,
             Request::ClosePool { .. } => Opcode::ClosePool,
             Request::DeletePool { .. } => Opcode::DeletePool,
+            Request::ConfigurePool { .. } => Opcode::ConfigurePool,
             Request::ListPools => Opcode::ListPools,
             Request::Put { .. } => Opcode::Put,
             Request::Get { .. } => Opcode::Get,
@@ -677,7 +716,9 @@ impl<'a> Request<'a> {
                 check_pool_name(name)?;
                 check_plugin_chain(plugins)
             }
-            Request::OpenPool { name } | Request::DeletePool { name } => check_pool_name(name),
+            Request::OpenPool { name } | Request::DeletePool { name } | Request::ConfigurePool { name, .. } => {
+                check_pool_name(name)
+            }
             Request::Put { key, value, .. } => {
                 check_key(key, limits)?;
                 check_value(value, limits)
@@ -761,6 +802,10 @@ impl<'a> Request<'a> {
             Opcode::ListPools => {
                 no_flags(header, "list_pools")?;
                 Request::ListPools
+            }
+            Opcode::ConfigurePool => {
+                let setting = PoolSetting::from_flags(header.flags)?;
+                Request::ConfigurePool { name: read_pool_name(&mut r)?, setting }
             }
             Opcode::Put => {
                 let flags = PutFlags::from_bits(header.flags)?;
@@ -860,6 +905,7 @@ impl<'a> Request<'a> {
             }
             Request::Put { flags, .. } => flags.bits(),
             Request::InvokeAdo { flags, .. } | Request::InvokePutAdo { flags, .. } => flags.bits(),
+            Request::ConfigurePool { setting, .. } => *setting as u16,
             _ => 0,
         };
         write_frame(out, self.opcode() as u16, flags, request_id, |out| match self {
@@ -877,7 +923,9 @@ impl<'a> Request<'a> {
                     put_str16(out, plugins);
                 }
             }
-            Request::OpenPool { name } | Request::DeletePool { name } => put_str16(out, name),
+            Request::OpenPool { name } | Request::DeletePool { name } | Request::ConfigurePool { name, .. } => {
+                put_str16(out, name)
+            }
             Request::Backup { dir } => put_str16(out, dir),
             Request::ClosePool { pool } | Request::Count { pool } => out.put_u64_le(pool.0),
             Request::ListPools | Request::GetStatistics => {}
@@ -1021,6 +1069,7 @@ pub enum Response<'a> {
     },
     PoolClosed,
     PoolDeleted,
+    PoolConfigured,
     Pools(Vec<PoolInfo<'a>>),
     Stored,
     Value(&'a [u8]),
@@ -1058,6 +1107,7 @@ impl<'a> Response<'a> {
             Response::PoolOpened { .. } => Opcode::OpenPool,
             Response::PoolClosed => Opcode::ClosePool,
             Response::PoolDeleted => Opcode::DeletePool,
+            Response::PoolConfigured => Opcode::ConfigurePool,
             Response::Pools(_) => Opcode::ListPools,
             Response::Stored => Opcode::Put,
             Response::Value(_) => Opcode::Get,
@@ -1105,7 +1155,11 @@ impl<'a> Response<'a> {
                 out.put_u8(u8::from(*created));
             }
             Response::PoolOpened { pool } => out.put_u64_le(pool.0),
-            Response::PoolClosed | Response::PoolDeleted | Response::Stored | Response::Erased => {}
+            Response::PoolClosed
+            | Response::PoolDeleted
+            | Response::PoolConfigured
+            | Response::Stored
+            | Response::Erased => {}
             Response::Pools(pools) => {
                 out.put_u16_le(u16::try_from(pools.len()).expect("pools per shard fit u16"));
                 for pool in pools {
@@ -1216,6 +1270,7 @@ impl<'a> Response<'a> {
             Opcode::OpenPool => Response::PoolOpened { pool: PoolHandle(r.u64()?) },
             Opcode::ClosePool => Response::PoolClosed,
             Opcode::DeletePool => Response::PoolDeleted,
+            Opcode::ConfigurePool => Response::PoolConfigured,
             Opcode::ListPools => {
                 let count = r.u16()?;
                 let mut pools = Vec::with_capacity(usize::from(count).min(1024));

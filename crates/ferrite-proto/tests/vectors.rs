@@ -12,7 +12,8 @@ use std::path::PathBuf;
 use bytes::BytesMut;
 use ferrite_proto::{
     shard_for_pool, Attribute, CreatePoolFlags, ErrorCode, FindKind, Header, HelloReply, InvokeBuffer, InvokeFlags,
-    Limits, Opcode, PoolHandle, PoolInfo, PoolMemory, PutFlags, Request, Response, Statistic, HEADER_BYTES,
+    Limits, Opcode, PoolHandle, PoolInfo, PoolMemory, PoolSetting, PutFlags, Request, Response, Statistic,
+    HEADER_BYTES,
 };
 use serde_json::{Map, Value};
 
@@ -220,6 +221,13 @@ fn request<'f>(f: &'f Fields<'_>) -> Result<Request<'f>, String> {
         "open_pool" => Request::OpenPool { name: f.str("name")? },
         "close_pool" => Request::ClosePool { pool: f.pool()? },
         "delete_pool" => Request::DeletePool { name: f.str("name")? },
+        "configure_pool" => {
+            let bits = f.flags(&[("add_index", 0x0001), ("remove_index", 0x0002)])?;
+            Request::ConfigurePool {
+                name: f.str("name")?,
+                setting: PoolSetting::from_flags(bits).map_err(|e| e.to_string())?,
+            }
+        }
         "list_pools" => Request::ListPools,
         "put" => {
             let bits = f.flags(&[
@@ -318,6 +326,7 @@ fn response<'f>(f: &'f Fields<'_>) -> Result<Response<'f>, String> {
         "pool_opened" => Response::PoolOpened { pool: f.pool()? },
         "pool_closed" => Response::PoolClosed,
         "pool_deleted" => Response::PoolDeleted,
+        "pool_configured" => Response::PoolConfigured,
         "pools" => Response::Pools(
             f.array("pools")?
                 .iter()

@@ -4,6 +4,7 @@
 //! frames it has buffered, calls [`ShardState::handle`] for each, and writes the responses once.
 
 mod authorize;
+pub(crate) mod configure;
 mod invoke;
 mod invoke_commit;
 mod invoke_hosts;
@@ -197,6 +198,10 @@ pub(crate) struct ShardState {
     pub current_op: Op,
     /// Users, their rights and their quotas, shared by every shard.
     pub auth: Arc<crate::auth::Auth>,
+    /// Pools whose secondary index is being built (`configure_pool`), and the signal of the
+    /// shard's index task.
+    pub index_builds: Vec<PoolHandle>,
+    pub index_builds_queued: Arc<tokio::sync::Notify>,
 }
 
 impl ShardState {
@@ -467,6 +472,12 @@ impl ShardState {
         if let Request::Hello { version, auth, .. } = *request {
             return self.authenticate_hello(version, auth, session);
         }
+        if let Request::ConfigurePool { name, setting } = *request {
+            return Some(
+                self.checked(request, session)
+                    .and_then(|()| self.configure_pool(name, setting, header.request_id, session)),
+            );
+        }
         if let Request::Backup { dir } = *request {
             return Some(
                 self.checked(request, session).and_then(|()| self.queue_backup(dir, header.request_id, session)),
@@ -629,9 +640,12 @@ impl ShardState {
                 report.push(ferrite_proto::Statistic { name: "users", value: users });
                 Ok(Response::Statistics(report))
             }
-            // Taken by `answer_later` on native connections; no other front sends it.
+            // Taken by `answer_later` on native connections; no other front sends them.
             Request::Backup { .. } => {
                 Err(Failure::new(ErrorCode::InvalidArgument, "a backup is asked for on a native connection"))
+            }
+            Request::ConfigurePool { .. } => {
+                Err(Failure::new(ErrorCode::InvalidArgument, "a pool is configured on a native connection"))
             }
         }
     }
@@ -795,9 +809,14 @@ impl ShardState {
         // Its plugins are told once the deletion is logged, through its idle host or one
         // started now (it maps the pool's memory, so it must start before the pool goes).
         let host = self.host_for_deletion(handle);
-        let removed = self.pools.remove(handle).map_err(|error| log_failure(self.index, &error));
-        if let Ok(Some(Pool { owner: Some(owner), store, .. })) = &removed {
-            self.auth.usage.release_pool(owner, store.capacity_bytes());
+        let mut removed = self.pools.remove(handle).map_err(|error| log_failure(self.index, &error));
+        if let Ok(Some(pool)) = &mut removed {
+            if let Some(owner) = &pool.owner {
+                self.auth.usage.release_pool(owner, pool.store.capacity_bytes());
+            }
+            if let Some(build) = pool.index_build.take() {
+                build.refuse(ErrorCode::PoolNotFound, &format!("pool '{name}' was deleted while its index was built"));
+            }
         }
         let logged = removed.and_then(|_| self.logged(true, session));
         if let Some(mut host) = host {
@@ -851,7 +870,19 @@ struct FindStep<'r> {
 /// page resuming from an opaque 8-byte cursor, written into `cursor_slot` for the response to
 /// borrow.
 fn find<'p>(pool: &'p Pool, step: FindStep<'_>, cursor_slot: &'p mut [u8; 8]) -> Result<Response<'p>, Failure> {
+    let index = pool.index.as_ref().filter(|_| pool.index_build.is_none());
     let query = match step.kind {
+        FindKind::Next if index.is_none() => {
+            return Err(Failure::new(
+                ErrorCode::InvalidArgument,
+                format!(
+                    "pool '{}' has no secondary index, which a next: search needs (add one with `ferrite pool \
+                     configure {} --add-index`, or wait for the one being built)",
+                    pool.name, pool.name
+                ),
+            ));
+        }
+        FindKind::Next => FindQuery::After(step.pattern),
         FindKind::Exact => FindQuery::Exact(step.pattern),
         FindKind::Prefix => FindQuery::Prefix(step.pattern),
         FindKind::Glob => FindQuery::Glob(step.pattern),
@@ -864,7 +895,7 @@ fn find<'p>(pool: &'p Pool, step: FindStep<'_>, cursor_slot: &'p mut [u8; 8]) ->
         key_bytes_max: FIND_REPLY_KEY_BYTES_MAX,
         scan_keys_max: FIND_SCAN_KEYS_MAX,
     };
-    if let Some(index) = &pool.index {
+    if let Some(index) = index {
         let page = index.find(&query, step.after, budget);
         return Ok(Response::Found { keys: page.keys, next: page.next });
     }

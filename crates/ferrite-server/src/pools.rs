@@ -15,7 +15,7 @@ use std::path::PathBuf;
 use ferrite_store::hstore::{self, HStore};
 use ferrite_store::persistence::pmem::{self, PmemMemory};
 use ferrite_store::persistence::ssd::checkpoint::{Manifest, ManifestPool};
-use ferrite_store::persistence::ssd::record::encode_pool_deleted;
+use ferrite_store::persistence::ssd::record::{encode_pool_configured, encode_pool_deleted};
 use ferrite_store::persistence::ssd::{
     CheckpointPool, LoggedMemory, PageTracker, PoolDescriptor, RecoveredPool, SharedLog, SharedRegion,
 };
@@ -23,6 +23,9 @@ use ferrite_store::persistence::wal::WalError;
 use ferrite_store::{CreateStoreError, PoolSpec, SecondaryIndex, Store, StoreKind};
 
 use crate::stats::PoolTotals;
+
+/// Bytes of a `configure_pool` log record: its kind, the pool's id, the setting.
+const POOL_CONFIGURED_PAYLOAD_BYTES: u64 = 1 + 8 + 1;
 
 /// What a durable pool keeps so the checkpointer can copy its memory.
 #[derive(Debug)]
@@ -35,8 +38,12 @@ pub(crate) struct Persisted {
 pub(crate) struct Pool {
     pub name: String,
     pub store: Box<dyn Store>,
-    /// The ordered key index `find` searches, if the pool was created with one.
+    /// The ordered key index `find` searches, if the pool has one (or one is being built).
     pub index: Option<SecondaryIndex>,
+    /// While `configure_pool` builds the index: where its walk of the hash table stands. Writes
+    /// keep the partial index up to date meanwhile, but `find` does not use it until it is
+    /// whole.
+    pub index_build: Option<crate::handler::configure::IndexBuild>,
     /// Opens held across all sessions; a pool with opens cannot be deleted.
     pub open_count: u32,
     /// Writes that do not choose a durability are acknowledged before they are durable.
@@ -200,6 +207,7 @@ impl Pools {
             async_default: new.async_default,
             plugin_chain: new.plugins.join(","),
             owner: new.owner.clone(),
+            index_build: None,
             persisted,
             counters: Default::default(),
         };
@@ -315,6 +323,7 @@ impl Pools {
             async_default: descriptor.async_default,
             plugin_chain: descriptor.plugins.join(","),
             owner: descriptor.owner.clone(),
+            index_build: None,
             persisted,
             counters: Default::default(),
         };
@@ -362,6 +371,35 @@ impl Pools {
         let Some(pool) = self.by_handle.remove(&handle) else { return Ok(None) };
         self.by_name.remove(&pool.name);
         Ok(Some(pool))
+    }
+
+    /// Records whether the pool keeps a secondary index (`configure_pool`), so a restart rebuilds
+    /// it or not: logged on the `ssd` backing (a log without room, or failed, changes nothing),
+    /// written to the catalog on `pmem`. The caller adds or drops the index itself.
+    pub fn set_indexed(&mut self, handle: PoolHandle, indexed: bool) -> Result<(), WalError> {
+        if let (Some(log), Some(Pool { persisted: Some(_), .. })) = (&self.log, self.by_handle.get(&handle)) {
+            // The record is the size of a deletion's plus one byte.
+            log.ensure_room(POOL_CONFIGURED_PAYLOAD_BYTES)?;
+            self.scratch.clear();
+            encode_pool_configured(handle.0, indexed, &mut self.scratch);
+            log.append(&self.scratch)?;
+        }
+        if let Some(pmem) = &mut self.pmem {
+            let mut catalog = pmem.catalog.clone();
+            catalog.seq += 1;
+            for pool in catalog.pools.iter_mut().filter(|pool| pool.descriptor.id == handle.0) {
+                pool.descriptor.indexed = indexed;
+            }
+            catalog.write(&pmem.dir).map_err(|error| WalError::Io {
+                context: format!("recording pool {}'s index setting in the pmem catalog", handle.0),
+                source: std::io::Error::other(error.to_string()),
+            })?;
+            pmem.catalog = catalog;
+        }
+        if let Some(persisted) = self.by_handle.get_mut(&handle).and_then(|pool| pool.persisted.as_mut()) {
+            persisted.descriptor.indexed = indexed;
+        }
+        Ok(())
     }
 
     /// What a checkpoint needs of every durable pool.

@@ -248,6 +248,8 @@ impl BoundServer {
                 calls_queued: Default::default(),
                 backups: Vec::new(),
                 backups_queued: Default::default(),
+                index_builds: Vec::new(),
+                index_builds_queued: Default::default(),
                 backup_root: self.config.backup.root.clone(),
                 traffic: Default::default(),
                 current_pool: None,

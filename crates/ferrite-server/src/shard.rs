@@ -110,6 +110,7 @@ async fn serve(
     let submitting = tokio::task::spawn_local(ado::submit_queued_calls(Rc::clone(&shard), stop.clone()));
     let scrapes = tokio::task::spawn_local(metrics::answer_snapshots(Rc::clone(&shard), snapshots));
     let backups = tokio::task::spawn_local(backup::run(Rc::clone(&shard), stop.clone()));
+    let index_builds = tokio::task::spawn_local(crate::handler::configure::run(Rc::clone(&shard), stop.clone()));
     loop {
         tokio::select! {
             _ = stopping.wait_for(|stop| *stop) => break,
@@ -179,6 +180,7 @@ async fn serve(
     let _ = submitting.await;
     scrapes.abort();
     let _ = backups.await;
+    let _ = index_builds.await;
     ado::stop_hosts(&shard).await;
     if let Some(durability) = shard.borrow_mut().durability.as_mut() {
         // Async writes acknowledged before the stop become durable now (a failed log takes none).

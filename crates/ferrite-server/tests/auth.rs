@@ -15,7 +15,8 @@ use common::{fresh_dir, TestServer};
 use ferrite_auth::{secret, PoolPattern, Quota, Rights, UsersFile};
 use ferrite_client::blocking::{Pool, Session};
 use ferrite_client::{
-    Attribute, ClientOptions, Error, ErrorCode, FindKind, InvokeOptions, PoolOptions, TlsOptions, UserCredentials,
+    Attribute, ClientOptions, Error, ErrorCode, FindKind, InvokeOptions, PoolOptions, PoolSetting, TlsOptions,
+    UserCredentials,
 };
 use pki::Pki;
 
@@ -121,6 +122,12 @@ fn run_matrix(server: &TestServer, users: &UsersFile, tls: Option<TlsOptions>) {
         }
         let deleted = session.delete_pool("secret");
         assert_eq!(code(deleted), Some(ErrorCode::PermissionDenied), "{user} deleting secret");
+        for name in pools {
+            let configured = session.configure_pool(name, PoolSetting::AddIndex);
+            let may = rights_of(users, user, name).contains(Rights::ADMIN);
+            let expected = if may { None } else { Some(ErrorCode::PermissionDenied) };
+            assert_eq!(code(configured), expected, "{user} configuring {name}");
+        }
         let backup = session.back_up(&fresh_dir("auth-backup").join("b").display().to_string());
         assert_eq!(code(backup), Some(ErrorCode::PermissionDenied), "{user} backing the server up");
     }

@@ -27,6 +27,8 @@ pub enum FindQuery<'a> {
     Prefix(&'a [u8]),
     Regex(regex::bytes::Regex),
     Glob(&'a [u8]),
+    /// Every key after this one in key order (MCAS's `next:`): meaningful in an index only.
+    After(&'a [u8]),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -51,13 +53,14 @@ impl<'a> FindQuery<'a> {
             FindQuery::Prefix(prefix) => key.starts_with(prefix),
             FindQuery::Regex(regex) => regex.is_match(key),
             FindQuery::Glob(pattern) => glob_match(pattern, key),
+            FindQuery::After(after) => key > *after,
         }
     }
 
     /// The smallest key that can match; the scan starts there.
     fn lower_bound(&self) -> &[u8] {
         match self {
-            FindQuery::Exact(key) | FindQuery::Prefix(key) => key,
+            FindQuery::Exact(key) | FindQuery::Prefix(key) | FindQuery::After(key) => key,
             FindQuery::Regex(_) | FindQuery::Glob(_) => &[],
         }
     }
@@ -67,7 +70,7 @@ impl<'a> FindQuery<'a> {
         match self {
             FindQuery::Exact(wanted) => key > *wanted,
             FindQuery::Prefix(prefix) => !key.starts_with(prefix) && key > *prefix,
-            FindQuery::Regex(_) | FindQuery::Glob(_) => false,
+            FindQuery::Regex(_) | FindQuery::Glob(_) | FindQuery::After(_) => false,
         }
     }
 }
@@ -255,6 +258,21 @@ mod tests {
 
     fn strings(page: &FindPage<'_>) -> Vec<String> {
         page.keys.iter().map(|k| String::from_utf8_lossy(k).into_owned()).collect()
+    }
+
+    /// `next:` gives the keys after a key, in order, whether or not that key is present, and
+    /// pages like every other query.
+    #[test]
+    fn after_gives_the_keys_following_a_key_in_order() {
+        let index = index(&["a", "b", "c", "d"]);
+        assert_eq!(strings(&index.find(&FindQuery::After(b"b"), None, ROOMY)), ["c", "d"]);
+        assert_eq!(strings(&index.find(&FindQuery::After(b"bb"), None, ROOMY)), ["c", "d"]);
+        assert_eq!(strings(&index.find(&FindQuery::After(b""), None, ROOMY)), ["a", "b", "c", "d"]);
+        assert!(index.find(&FindQuery::After(b"d"), None, ROOMY).keys.is_empty());
+        let one = FindBudget { keys_max: 1, ..ROOMY };
+        let first = index.find(&FindQuery::After(b"a"), None, one);
+        assert_eq!((strings(&first), first.next), (vec!["b".to_owned()], Some(&b"b"[..])));
+        assert_eq!(strings(&index.find(&FindQuery::After(b"a"), first.next, one)), ["c"]);
     }
 
     #[test]

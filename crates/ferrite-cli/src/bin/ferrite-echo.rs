@@ -255,6 +255,7 @@ fn respond_native(header: &Header, body: &[u8], script: &Script, shard: u16, out
         Ok(Request::OpenPool { .. }) => Response::PoolOpened { pool },
         Ok(Request::ClosePool { .. }) => Response::PoolClosed,
         Ok(Request::DeletePool { .. }) => Response::PoolDeleted,
+        Ok(Request::ConfigurePool { .. }) => Response::PoolConfigured,
         Ok(Request::ListPools) => Response::Pools(Vec::new()),
         Ok(Request::Put { .. }) => Response::Stored,
         Ok(Request::Get { .. }) => Response::Value(&script.value),

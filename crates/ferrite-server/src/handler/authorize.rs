@@ -193,7 +193,7 @@ impl ShardState {
                     _ => Ok(()),
                 }
             }
-            Request::CreatePool { name, .. } | Request::DeletePool { name } => {
+            Request::CreatePool { name, .. } | Request::DeletePool { name } | Request::ConfigurePool { name, .. } => {
                 (!self.rights_on(&session.identity, name).contains(Rights::ADMIN)).then(|| ("admin", name.to_owned()))
             }
             Request::OpenPool { name } => {

@@ -57,6 +57,8 @@ fn durable_shard(tag: &str) -> (ShardState, std::path::PathBuf) {
         calls_queued: Default::default(),
         backups: Vec::new(),
         backups_queued: Default::default(),
+        index_builds: Vec::new(),
+        index_builds_queued: Default::default(),
         backup_root: None,
         auth: Arc::new(crate::auth::Auth::open()),
         traffic: Default::default(),

@@ -23,6 +23,7 @@ use crate::store::{PoolSpec, WriteFootprint};
 const KIND_POOL_CREATED: u8 = 1;
 const KIND_POOL_DELETED: u8 = 2;
 const KIND_TRANSACTION: u8 = 3;
+const KIND_POOL_CONFIGURED: u8 = 4;
 const FORM_BYTES: u8 = 0;
 const FORM_ZEROS: u8 = 1;
 const FLAG_INDEXED: u8 = 1;
@@ -122,6 +123,11 @@ pub enum LogRecord<'a> {
     PoolDeleted {
         id: u64,
     },
+    /// A pool's settings changed (`configure_pool`): whether it keeps a secondary index.
+    PoolConfigured {
+        id: u64,
+        indexed: bool,
+    },
     Transaction {
         pool: u64,
         ranges: Ranges<'a>,
@@ -180,6 +186,12 @@ pub fn encode_pool_created(
     out.push(KIND_POOL_CREATED);
     encode_descriptor(descriptor, out);
     encode_ranges(ranges, memory, out);
+}
+
+pub fn encode_pool_configured(id: u64, indexed: bool, out: &mut Vec<u8>) {
+    out.push(KIND_POOL_CONFIGURED);
+    out.extend_from_slice(&id.to_le_bytes());
+    out.push(u8::from(indexed));
 }
 
 pub fn encode_pool_deleted(id: u64, out: &mut Vec<u8>) {
@@ -406,6 +418,15 @@ pub fn decode(payload: &[u8]) -> Result<LogRecord<'_>, RecordError> {
             LogRecord::PoolCreated { descriptor, ranges: read_ranges(&mut reader)? }
         }
         KIND_POOL_DELETED => LogRecord::PoolDeleted { id: reader.u64()? },
+        KIND_POOL_CONFIGURED => {
+            let id = reader.u64()?;
+            let indexed = match reader.u8()? {
+                0 => false,
+                1 => true,
+                _ => return reader.fail("a pool's index setting is neither 0 nor 1"),
+            };
+            LogRecord::PoolConfigured { id, indexed }
+        }
         KIND_TRANSACTION => {
             let pool = reader.u64()?;
             LogRecord::Transaction { pool, ranges: read_ranges(&mut reader)? }
@@ -497,6 +518,13 @@ mod tests {
         out.clear();
         encode_pool_deleted(7, &mut out);
         assert_eq!(decode(&out), Ok(LogRecord::PoolDeleted { id: 7 }));
+        for indexed in [false, true] {
+            let mut configured = Vec::new();
+            encode_pool_configured(9, indexed, &mut configured);
+            assert_eq!(decode(&configured), Ok(LogRecord::PoolConfigured { id: 9, indexed }));
+            *configured.last_mut().expect("bytes") = 2;
+            assert!(decode(&configured).is_err(), "an index setting other than 0 or 1 is refused");
+        }
     }
 
     #[test]

@@ -105,6 +105,13 @@ impl Replay {
             LogRecord::PoolDeleted { id } => {
                 self.pools.remove(&id).ok_or_else(|| bad(format!("deletes pool {id}, which does not exist")))?;
             }
+            LogRecord::PoolConfigured { id, indexed } => {
+                let pool = self
+                    .pools
+                    .get_mut(&id)
+                    .ok_or_else(|| bad(format!("configures pool {id}, which does not exist")))?;
+                pool.descriptor.indexed = indexed;
+            }
             LogRecord::Transaction { pool, ranges } => {
                 let target = self
                     .pools
