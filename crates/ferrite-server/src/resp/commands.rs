@@ -64,12 +64,29 @@ pub(crate) struct Client {
     name: Option<Vec<u8>>,
     /// Commands queued since `MULTI`.
     transaction: Option<Transaction>,
+    /// Where a many-key command stands between its steps.
+    progress: Option<Progress>,
 }
 
 impl Client {
     pub fn new(session: Session, pool: PoolHandle, id: u64) -> Client {
-        Client { session, pool, id, protocol: Protocol::Resp2, name: None, transaction: None }
+        Client { session, pool, id, protocol: Protocol::Resp2, name: None, transaction: None, progress: None }
     }
+}
+
+/// Keys (or pairs) a many-key command (`MGET`, `MSET`, `DEL`, `EXISTS`) handles per step. A
+/// command with more runs in steps, the shard serving every other connection between two, so a
+/// million-key command never holds the shard for more than a step: it is not isolated from other
+/// clients (each key's read or write is atomic, and its keys are handled in order).
+const KEYS_PER_STEP: usize = 1024;
+
+/// A many-key command's state between its steps: how many keys it has handled, how many of
+/// them succeeded (`DEL`, `EXISTS`), and its reply so far (`MGET`), written out whole at the end.
+#[derive(Debug, Default)]
+struct Progress {
+    done: usize,
+    succeeded: i64,
+    reply: BytesMut,
 }
 
 /// A `MULTI` transaction being queued: the commands' arguments, copied (the read buffer moves on).
@@ -233,6 +250,9 @@ struct Call<'a, 'b> {
     out: &'b mut BytesMut,
     /// Whether the answer may come later (see [`dispatch`]).
     deferrable: bool,
+    /// Whether a many-key command may run in steps: not inside `EXEC` (a transaction runs whole)
+    /// nor when its keys are signalled to plugins (signals are taken before it runs).
+    steppable: bool,
 }
 
 /// Runs one native request in the client's session. A macro rather than a method so the response,
@@ -361,13 +381,21 @@ fn dispatch(
         Some(spec) => match signal_of(spec, args, client, shard).filter(|_| deferrable) {
             Some(signal) => {
                 let mut held = BytesMut::new();
-                let outcome =
-                    (spec.run)(&mut Call { args, client, shard, settings, now_ns, out: &mut held, deferrable });
+                let call =
+                    &mut Call { args, client, shard, settings, now_ns, out: &mut held, deferrable, steppable: false };
+                let outcome = (spec.run)(call);
                 return signal_or_reply(signal, outcome, held, client, shard, out);
             }
-            None => (spec.run)(&mut Call { args, client, shard, settings, now_ns, out, deferrable }),
+            None => {
+                let steppable = deferrable;
+                (spec.run)(&mut Call { args, client, shard, settings, now_ns, out, deferrable, steppable })
+            }
         },
     };
+    if !matches!(outcome, Ok(Flow::Wait { .. })) {
+        // Whatever the command was, it is over: a stepped one finished or failed.
+        client.progress = None;
+    }
     match outcome {
         Ok(flow) => flow,
         Err(RespError(text)) => {
@@ -538,29 +566,64 @@ fn set(call: &mut Call<'_, '_>) -> Result<Flow, RespError> {
 fn mget(call: &mut Call<'_, '_>) -> Result<Flow, RespError> {
     let pool = call.client.pool;
     let keys = call.args.skip(1);
-    check_all(call.shard, keys.iter().map(|key| Request::Get { pool, key }))?;
-    let start = call.out.len();
-    reply::array(call.out, keys.len());
-    for key in keys.iter() {
-        match run!(call, Request::Get { pool, key }) {
-            Ok(Response::Value(value)) => reply::bulk(call.out, value),
-            Err(failure) if failure.code == ErrorCode::KeyNotFound => reply::null(call.out, call.client.protocol),
-            outcome => {
-                call.out.truncate(start);
-                return Err(match outcome {
-                    Ok(other) => RespError::unexpected(&other),
-                    Err(failure) => failure.into(),
-                });
-            }
+    let steps = Steps::begin(call, keys.len());
+    if steps.first {
+        check_all(call.shard, keys.iter().map(|key| Request::Get { pool, key }))?;
+    }
+    let mut reply = call.client.progress.take().map(|progress| progress.reply).unwrap_or_default();
+    if steps.first {
+        reply::array(&mut reply, keys.len());
+    }
+    for i in steps.range.clone() {
+        match run!(call, Request::Get { pool, key: keys.get(i) }) {
+            Ok(Response::Value(value)) => reply::bulk(&mut reply, value),
+            Err(failure) if failure.code == ErrorCode::KeyNotFound => reply::null(&mut reply, call.client.protocol),
+            Ok(other) => return Err(RespError::unexpected(&other)),
+            Err(failure) => return Err(failure.into()),
         }
-        if call.out.len() - start > REPLY_BYTES_MAX {
-            call.out.truncate(start);
+        if reply.len() > REPLY_BYTES_MAX {
             return Err(RespError::err(format!(
                 "MGET reply would exceed {REPLY_BYTES_MAX} bytes; ask for fewer keys at a time"
             )));
         }
     }
+    if steps.range.end < keys.len() {
+        return Ok(steps.next(call, 0, reply));
+    }
+    call.out.extend_from_slice(&reply);
     Ok(Flow::Continue)
+}
+
+/// The part of a many-key command one step handles (see [`KEYS_PER_STEP`]).
+struct Steps {
+    /// This is the command's first step (or its only one).
+    first: bool,
+    range: Range<usize>,
+}
+
+impl Steps {
+    /// The step of a command over `total` keys or pairs that this run handles.
+    fn begin(call: &Call<'_, '_>, total: usize) -> Steps {
+        let done = call.client.progress.as_ref().map_or(0, |progress| progress.done);
+        let end = if call.steppable { total.min(done + KEYS_PER_STEP) } else { total };
+        Steps { first: done == 0, range: done..end }
+    }
+
+    /// Saves the command's state and lets every other connection of the shard run before its
+    /// next step: the command runs again (it is not consumed) once a task spawned now has had
+    /// its turn on the shard's event loop.
+    fn next(self, call: &mut Call<'_, '_>, succeeded: i64, reply: BytesMut) -> Flow {
+        call.client.progress = Some(Progress { done: self.range.end, succeeded, reply });
+        // Counted once, when its last step runs.
+        call.shard.stats.requests -= 1;
+        let completion = Completion::new();
+        let turn = Arc::clone(&completion);
+        tokio::task::spawn_local(async move {
+            tokio::task::yield_now().await;
+            turn.wake();
+        });
+        Flow::Wait { completion, consumed: false }
+    }
 }
 
 /// `MSET k v [k v ...]`. Every pair is checked against the limits first; a pool that fills up
@@ -573,13 +636,19 @@ fn mset(call: &mut Call<'_, '_>) -> Result<Flow, RespError> {
     let pool = call.client.pool;
     let put =
         |i: usize| Request::Put { pool, flags: PutFlags::NONE, key: pairs.get(2 * i), value: pairs.get(2 * i + 1) };
-    check_all(call.shard, (0..pairs.len() / 2).map(put))?;
-    for i in 0..pairs.len() / 2 {
+    let steps = Steps::begin(call, pairs.len() / 2);
+    if steps.first {
+        check_all(call.shard, (0..pairs.len() / 2).map(put))?;
+    }
+    for i in steps.range.clone() {
         match run!(call, put(i)) {
             Ok(Response::Stored) => {}
             Ok(other) => return Err(RespError::unexpected(&other)),
             Err(failure) => return Err(failure.into()),
         }
+    }
+    if steps.range.end < pairs.len() / 2 {
+        return Ok(steps.next(call, 0, BytesMut::new()));
     }
     reply::ok(call.out);
     Ok(Flow::Continue)
@@ -600,14 +669,20 @@ fn exists(call: &mut Call<'_, '_>) -> Result<Flow, RespError> {
 /// zero. All requests are checked against the limits first, so an oversized key changes nothing.
 fn count_keys_where<'k>(call: &mut Call<'k, '_>, request: impl Fn(&'k [u8]) -> Request<'k>) -> Result<Flow, RespError> {
     let keys = call.args.skip(1);
-    check_all(call.shard, keys.iter().map(&request))?;
-    let mut succeeded = 0;
-    for key in keys.iter() {
-        match run!(call, request(key)) {
+    let steps = Steps::begin(call, keys.len());
+    if steps.first {
+        check_all(call.shard, keys.iter().map(&request))?;
+    }
+    let mut succeeded = call.client.progress.as_ref().map_or(0, |progress| progress.succeeded);
+    for i in steps.range.clone() {
+        match run!(call, request(keys.get(i))) {
             Ok(_) => succeeded += 1,
             Err(failure) if failure.code == ErrorCode::KeyNotFound => {}
             Err(failure) => return Err(failure.into()),
         }
+    }
+    if steps.range.end < keys.len() {
+        return Ok(steps.next(call, succeeded, BytesMut::new()));
     }
     reply::integer(call.out, succeeded);
     Ok(Flow::Continue)
