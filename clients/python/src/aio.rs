@@ -133,6 +133,20 @@ impl AsyncSession {
         self.bridge.spawn(py, async move { session.delete_pool(&name).await }, none)
     }
 
+    /// Adds or drops the pool's secondary index; see `ferrite.Session.configure_pool`.
+    #[pyo3(signature = (name, *, add_index = false, remove_index = false))]
+    fn configure_pool<'py>(
+        &self,
+        py: Python<'py>,
+        name: String,
+        add_index: bool,
+        remove_index: bool,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let setting = types::pool_setting(add_index, remove_index)?;
+        let session = self.session()?;
+        self.bridge.spawn(py, async move { session.configure_pool(&name, setting).await }, none)
+    }
+
     /// Every pool of every shard, as `ferrite.PoolInfo` objects.
     fn pools<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         let session = self.session()?;

@@ -127,6 +127,16 @@ impl Session {
         py.detach(|| session.delete_pool(name)).map_err(failed)
     }
 
+    /// Adds a secondary index to the existing pool `name` (`add_index=True`), which `find`
+    /// then searches in key order and `kind="next"` needs, or drops it (`remove_index=True`).
+    /// The server builds the index while it serves; the call returns once it is whole.
+    #[pyo3(signature = (name, *, add_index = false, remove_index = false))]
+    fn configure_pool(&self, py: Python<'_>, name: &str, add_index: bool, remove_index: bool) -> PyResult<()> {
+        let setting = types::pool_setting(add_index, remove_index)?;
+        let session = self.session()?;
+        py.detach(|| session.configure_pool(name, setting)).map_err(failed)
+    }
+
     /// Every pool of every shard, as `PoolInfo` objects.
     fn pools(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
         let session = self.session()?;
@@ -333,7 +343,8 @@ impl Pool {
 
     /// The keys matching `pattern`, sorted, each once: up to `limit` of them, or all with
     /// `limit=None`. `kind` is "prefix" (keys starting with the pattern), "exact", "regex" (Rust
-    /// regex syntax, matched anywhere in the key) or "glob" (Redis-style, matched whole).
+    /// regex syntax, matched anywhere in the key), "glob" (Redis-style, matched whole) or "next"
+    /// (the keys after the pattern in key order; needs a secondary index).
     /// Searches page by page (1,024 keys a round trip).
     #[pyo3(signature = (pattern, kind = "prefix", limit = None))]
     fn find(&self, py: Python<'_>, pattern: &Bound<'_, PyAny>, kind: &str, limit: Option<i64>) -> PyResult<Py<PyAny>> {

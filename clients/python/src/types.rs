@@ -248,6 +248,17 @@ pub(crate) fn durability(name: &str) -> PyResult<Durability> {
     name.parse::<Durability>().map_err(invalid_argument)
 }
 
+/// The setting `configure_pool`'s keyword arguments name: exactly one of them.
+pub(crate) fn pool_setting(add_index: bool, remove_index: bool) -> PyResult<ferrite_client::PoolSetting> {
+    match (add_index, remove_index) {
+        (true, false) => Ok(ferrite_client::PoolSetting::AddIndex),
+        (false, true) => Ok(ferrite_client::PoolSetting::RemoveIndex),
+        _ => Err(crate::errors::invalid_argument(
+            "configure_pool takes exactly one of add_index=True, remove_index=True",
+        )),
+    }
+}
+
 pub(crate) fn find_kind(name: &str) -> PyResult<FindKind> {
     FindKind::ALL.into_iter().find(|kind| kind.name() == name).ok_or_else(|| {
         let names: Vec<&str> = FindKind::ALL.iter().map(|kind| kind.name()).collect();

@@ -65,6 +65,12 @@ def test_every_async_call(server):
         assert (await pool.attributes()).objects == 2
         assert await pool.find("k") == [b"k", b"k2"]
         assert await pool.find("k", kind="exact", limit=1) == [b"k"]
+        assert await pool.find("k", kind="next") == [b"k2"]
+        await session.configure_pool(name, remove_index=True)
+        with pytest.raises(ferrite.InvalidArgument):
+            await pool.find("k", kind="next")
+        await session.configure_pool(name, add_index=True)
+        assert await pool.find("k", kind="next") == [b"k2"]
         assert await pool.count() == 2
         await pool.erase("k2")
         assert await pool.count() == 1

@@ -189,6 +189,23 @@ def test_find_pages_through_many_keys_of_an_indexed_pool(session):
     session.delete_pool(name)
 
 
+def test_an_index_added_to_an_existing_pool_serves_next(session, pool, pool_name):
+    for key in ("b", "a", "d", "c"):
+        pool.put(key, b"v")
+    with pytest.raises(ferrite.InvalidArgument, match="secondary index"):
+        pool.find("b", kind="next")
+    session.configure_pool(pool_name, add_index=True)
+    assert pool.find("b", kind="next") == [b"c", b"d"]
+    assert pool.find("a", kind="next", limit=1) == [b"b"]
+    session.configure_pool(pool_name, remove_index=True)
+    with pytest.raises(ferrite.InvalidArgument):
+        pool.find("b", kind="next")
+    with pytest.raises(ferrite.InvalidArgument, match="exactly one"):
+        session.configure_pool(pool_name, add_index=True, remove_index=True)
+    with pytest.raises(ferrite.PoolNotFound):
+        session.configure_pool(unique_name("absent"), add_index=True)
+
+
 def test_stats_and_backup(session, pool, tmp_path):
     pool.put("counted", b"v")
     stats = session.stats()
