@@ -113,3 +113,33 @@ def test_other_paths_and_methods_are_refused(metrics_server):
     with pytest.raises(urllib.error.HTTPError) as posted:
         urllib.request.urlopen(urllib.request.Request(metrics_server.metrics_url, data=b"x"), timeout=10)
     assert posted.value.code == 405
+
+
+def test_each_users_holdings_against_its_quota(tmp_path):
+    """With users, the endpoint shows what each holds: connections over every shard, pools it
+    created and their bytes."""
+    import os
+    import subprocess
+
+    from test_auth import CLI_BINARY, PASSWORDS, add_user
+
+    users_file = tmp_path / "users.toml"
+    add_user(users_file, "writer", [("*", "all")])
+    server = Server(shards=2, extra_args=("--metrics-listen", "127.0.0.1:0", "--users", str(users_file)))
+    try:
+        clients = [server.client(2, shard=shard, username="writer", password=PASSWORDS["writer"]) for shard in (0, 1)]
+        for client in clients:
+            assert client.ping()
+        environment = {**os.environ, "FERRITE_USER": "writer", "FERRITE_PASSWORD": PASSWORDS["writer"]}
+        address = "{}:{}".format(*server.native[0])
+        created = subprocess.run([str(CLI_BINARY), "--addr", address, "pool", "create", "owned",
+                                  "--size", "8MiB"], env=environment, capture_output=True, text=True, timeout=60)
+        assert created.returncode == 0, created.stderr
+        parsed = samples(scrape(server))
+        assert value(parsed, "ferrite_user_connections", user="writer") == 2
+        assert value(parsed, "ferrite_user_pools", user="writer") == 1
+        assert value(parsed, "ferrite_user_pool_bytes", user="writer") == 8 << 20
+        for client in clients:
+            client.close()
+    finally:
+        server.stop()

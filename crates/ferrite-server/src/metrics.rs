@@ -87,6 +87,9 @@ pub(crate) struct ShardSnapshot {
     pub latency: [LatencySnapshot; OPS],
     pub pools: Vec<PoolSnapshot>,
     pub log: Option<LogSnapshot>,
+    /// What every user holds against its quota: reported by shard 0 alone, as the counts are
+    /// the server's, not a shard's.
+    pub users: Vec<(String, crate::auth::Held)>,
 }
 
 impl ShardState {
@@ -127,6 +130,7 @@ impl ShardState {
             bytes_in: self.traffic.bytes().0,
             bytes_out: self.traffic.bytes().1,
             latency: Op::ALL.map(|op| self.traffic.latency(op)),
+            users: if self.index == 0 { self.auth.usage.snapshot() } else { Vec::new() },
             pools: self
                 .pools
                 .each()
@@ -279,6 +283,30 @@ impl Collector for Scrape {
             }
         };
         self.family(&mut encoder, "ferrite_pool_objects", "Key-value pairs in the pool.", per_pool(|p| p.objects))?;
+        let per_user = |value: fn(&crate::auth::Held) -> u64| {
+            move |shard: &ShardSnapshot| -> Vec<(Labels, ConstGauge)> {
+                let user = |name: &String| vec![("user", name.clone())];
+                shard.users.iter().map(|(name, held)| (user(name), ConstGauge::new(value(held) as i64))).collect()
+            }
+        };
+        self.family(
+            &mut encoder,
+            "ferrite_user_connections",
+            "Connections the user has open, over every shard (its quota: quota.connections).",
+            per_user(|held| held.connections),
+        )?;
+        self.family(
+            &mut encoder,
+            "ferrite_user_pools",
+            "Pools the user created that exist (its quota: quota.pools).",
+            per_user(|held| held.pools),
+        )?;
+        self.family(
+            &mut encoder,
+            "ferrite_user_pool_bytes",
+            "The sizes of the user's pools, added up (its quota: quota.pool_bytes).",
+            per_user(|held| held.pool_bytes),
+        )?;
         self.family(
             &mut encoder,
             "ferrite_pool_requests",

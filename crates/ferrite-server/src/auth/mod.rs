@@ -20,7 +20,7 @@ use ferrite_auth::{secret, UsersFile};
 use foldhash::HashMap;
 use ring::hmac;
 
-pub(crate) use usage::Usage;
+pub(crate) use usage::{Held, Usage};
 pub(crate) use verifier::Verification;
 use verifier::Verifier;
 

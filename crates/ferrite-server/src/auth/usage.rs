@@ -8,11 +8,12 @@ use std::sync::{Mutex, PoisonError};
 use ferrite_auth::Quota;
 use foldhash::HashMap;
 
+/// What one user holds now.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-struct Held {
-    connections: u64,
-    pools: u64,
-    pool_bytes: u64,
+pub(crate) struct Held {
+    pub connections: u64,
+    pub pools: u64,
+    pub pool_bytes: u64,
 }
 
 /// Every user's holdings.
@@ -25,6 +26,14 @@ impl Usage {
     fn with<T>(&self, user: &str, change: impl FnOnce(&mut Held) -> T) -> T {
         let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
         change(held.entry(user.to_owned()).or_default())
+    }
+
+    /// Every user's holdings, by name, for the metrics endpoint.
+    pub(crate) fn snapshot(&self) -> Vec<(String, Held)> {
+        let held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut users: Vec<(String, Held)> = held.iter().map(|(user, held)| (user.clone(), *held)).collect();
+        users.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        users
     }
 
     /// Counts a connection of `user`, unless it holds `quota.connections` already.
@@ -100,5 +109,8 @@ mod tests {
         usage.reserve_pool("alice", &quota, 60).expect("room again");
         usage.count_pool("alice", 1000);
         assert!(usage.reserve_pool("alice", &Quota::default(), 1).is_ok(), "no quota, no limit");
+        let snapshot = usage.snapshot();
+        assert_eq!(snapshot.iter().map(|(user, _)| user.as_str()).collect::<Vec<_>>(), ["alice", "bob"]);
+        assert_eq!(snapshot[0].1, Held { connections: 1, pools: 3, pool_bytes: 1101 });
     }
 }
