@@ -111,6 +111,6 @@ mod tests {
         assert!(usage.reserve_pool("alice", &Quota::default(), 1).is_ok(), "no quota, no limit");
         let snapshot = usage.snapshot();
         assert_eq!(snapshot.iter().map(|(user, _)| user.as_str()).collect::<Vec<_>>(), ["alice", "bob"]);
-        assert_eq!(snapshot[0].1, Held { connections: 1, pools: 3, pool_bytes: 1101 });
+        assert_eq!(snapshot[0].1, Held { connections: 1, pools: 4, pool_bytes: 1101 });
     }
 }
