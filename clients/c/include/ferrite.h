@@ -186,6 +186,9 @@ typedef struct ferrite_options {
 // Flags of `ferrite_pool_create`, or-ed together.
 typedef uint32_t ferrite_pool_flags;
 
+// What `ferrite_pool_configure` changes. The values are the wire's.
+typedef uint32_t ferrite_pool_setting;
+
 // One pool, as `ferrite_pool_list` reports it. The strings belong to the list.
 typedef struct ferrite_pool_info {
     // The pool's name, NUL-terminated.
@@ -257,6 +260,13 @@ typedef struct ferrite_response_list {
 // once on stable storage). Fixed at creation.
 #define FERRITE_POOL_ASYNC 4
 
+// Build a secondary index over the pool's keys (which `ferrite_find` then searches in key
+// order, and `FERRITE_FIND_NEXT` needs).
+#define FERRITE_POOL_ADD_INDEX 1
+
+// Drop the pool's secondary index.
+#define FERRITE_POOL_REMOVE_INDEX 2
+
 // Fail with `FERRITE_KEY_EXISTS` instead of replacing a present key.
 #define FERRITE_PUT_CREATE_ONLY 1
 
@@ -280,6 +290,9 @@ typedef struct ferrite_response_list {
 
 // Keys matched whole by the pattern, a Redis-style glob (`*`, `?`, `[a-z]`, `[^x]`, `\`).
 #define FERRITE_FIND_GLOB 4
+
+// The keys after the pattern in key order (MCAS `next:`); needs a pool with a secondary index.
+#define FERRITE_FIND_NEXT 5
 
 // `ferrite_invoke`: run the plugins under a read lock; they may not write.
 #define FERRITE_INVOKE_READ_ONLY 1
@@ -378,6 +391,17 @@ enum ferrite_status ferrite_pool_open(const struct ferrite_session *session,
 // `session` is NULL or a live session; `name` is NULL or NUL-terminated.
 enum ferrite_status ferrite_pool_delete(const struct ferrite_session *session,
                                         const char *name);
+
+// Changes a setting of the existing pool `name`: `FERRITE_POOL_ADD_INDEX` or
+// `FERRITE_POOL_REMOVE_INDEX`. The server builds an index in steps while it serves, and this
+// returns once it is whole and the setting durable. Fails with `FERRITE_POOL_NOT_FOUND`, and
+// `FERRITE_PERMISSION_DENIED` without `admin` on the pool.
+//
+// # Safety
+// `session` is NULL or a live session; `name` is NULL or NUL-terminated.
+enum ferrite_status ferrite_pool_configure(const struct ferrite_session *session,
+                                           const char *name,
+                                           ferrite_pool_setting setting);
 
 // Lists the pools of every shard into `*out`, to be freed with `ferrite_pool_info_list_free`.
 // On failure `*out` is empty.

@@ -44,6 +44,8 @@ pub const FERRITE_FIND_PREFIX: ferrite_find_kind = 2;
 pub const FERRITE_FIND_REGEX: ferrite_find_kind = 3;
 /// Keys matched whole by the pattern, a Redis-style glob (`*`, `?`, `[a-z]`, `[^x]`, `\`).
 pub const FERRITE_FIND_GLOB: ferrite_find_kind = 4;
+/// The keys after the pattern in key order (MCAS `next:`); needs a pool with a secondary index.
+pub const FERRITE_FIND_NEXT: ferrite_find_kind = 5;
 
 /// Flags of `ferrite_invoke` and `ferrite_invoke_put`, or-ed together.
 pub type ferrite_invoke_flags = u32;
@@ -397,6 +399,7 @@ mod tests {
             (FERRITE_FIND_PREFIX, FindKind::Prefix),
             (FERRITE_FIND_REGEX, FindKind::Regex),
             (FERRITE_FIND_GLOB, FindKind::Glob),
+            (FERRITE_FIND_NEXT, FindKind::Next),
         ] {
             assert_eq!(constant, kind as u32);
         }

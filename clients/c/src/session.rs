@@ -5,7 +5,7 @@ use std::ptr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ferrite_client::{ClientOptions, Durability, PoolOptions, Session, TlsOptions, UserCredentials};
+use ferrite_client::{ClientOptions, Durability, PoolOptions, PoolSetting, Session, TlsOptions, UserCredentials};
 
 use crate::args;
 use crate::memory::ferrite_pool_info_list;
@@ -258,6 +258,41 @@ pub unsafe extern "C" fn ferrite_pool_delete(session: *const ferrite_session, na
         // SAFETY: the caller promises a live session and a string.
         let (session, name) = unsafe { (args::object(session, "session")?, args::text(name, "name")?) };
         session.runtime.block_on(session.session.delete_pool(name))?;
+        Ok(())
+    })
+}
+
+/// What `ferrite_pool_configure` changes. The values are the wire's.
+pub type ferrite_pool_setting = u32;
+/// Build a secondary index over the pool's keys (which `ferrite_find` then searches in key
+/// order, and `FERRITE_FIND_NEXT` needs).
+pub const FERRITE_POOL_ADD_INDEX: ferrite_pool_setting = 1;
+/// Drop the pool's secondary index.
+pub const FERRITE_POOL_REMOVE_INDEX: ferrite_pool_setting = 2;
+
+/// Changes a setting of the existing pool `name`: `FERRITE_POOL_ADD_INDEX` or
+/// `FERRITE_POOL_REMOVE_INDEX`. The server builds an index in steps while it serves, and this
+/// returns once it is whole and the setting durable. Fails with `FERRITE_POOL_NOT_FOUND`, and
+/// `FERRITE_PERMISSION_DENIED` without `admin` on the pool.
+///
+/// # Safety
+/// `session` is NULL or a live session; `name` is NULL or NUL-terminated.
+#[no_mangle]
+pub unsafe extern "C" fn ferrite_pool_configure(
+    session: *const ferrite_session,
+    name: *const c_char,
+    setting: ferrite_pool_setting,
+) -> ferrite_status {
+    guard(|| {
+        // SAFETY: the caller promises a live session and a string.
+        let (session, name) = unsafe { (args::object(session, "session")?, args::text(name, "name")?) };
+        let setting =
+            u16::try_from(setting).ok().and_then(|setting| PoolSetting::from_flags(setting).ok()).ok_or_else(|| {
+                Failure::invalid(format!(
+                    "setting {setting} is none of FERRITE_POOL_ADD_INDEX, FERRITE_POOL_REMOVE_INDEX"
+                ))
+            })?;
+        session.runtime.block_on(session.session.configure_pool(name, setting))?;
         Ok(())
     })
 }

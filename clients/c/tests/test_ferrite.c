@@ -480,6 +480,32 @@ static void test_find(void) {
     CHECK_OK(ferrite_session_close(session));
 }
 
+/* An index added to a pool that has none serves FERRITE_FIND_NEXT; removed, it no longer does. */
+static void test_configure_index(void) {
+    ferrite_session *session = connect_plain();
+    REQUIRE(session != NULL);
+    ferrite_pool *pool = new_pool(session, "configure", 0, NULL);
+    REQUIRE(pool != NULL);
+    char name[128];
+    pool_name(name, sizeof name, "configure");
+    CHECK(put_text(pool, "b", "v") && put_text(pool, "a", "v") && put_text(pool, "d", "v") && put_text(pool, "c", "v"));
+    ferrite_key_list keys = {0};
+    CHECK_STATUS(ferrite_find(pool, FERRITE_FIND_NEXT, KEY("b"), &keys), FERRITE_INVALID_ARGUMENT);
+    CHECK(strstr(ferrite_last_error(), "secondary index") != NULL);
+    CHECK_OK(ferrite_pool_configure(session, name, FERRITE_POOL_ADD_INDEX));
+    const char *after_b[] = {"c", "d"};
+    CHECK_OK(ferrite_find(pool, FERRITE_FIND_NEXT, KEY("b"), &keys));
+    CHECK(keys_are(&keys, after_b, 2));
+    ferrite_key_list_free(&keys);
+    CHECK_OK(ferrite_pool_configure(session, name, FERRITE_POOL_REMOVE_INDEX));
+    CHECK_STATUS(ferrite_find(pool, FERRITE_FIND_NEXT, KEY("b"), &keys), FERRITE_INVALID_ARGUMENT);
+    CHECK_STATUS(ferrite_pool_configure(session, name, 3), FERRITE_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(ferrite_pool_configure(session, "no-such-pool-here", FERRITE_POOL_ADD_INDEX), FERRITE_POOL_NOT_FOUND);
+    CHECK_STATUS(ferrite_pool_configure(NULL, name, FERRITE_POOL_ADD_INDEX), FERRITE_ERR_INVALID_ARGUMENT);
+    drop_pool(session, pool, "configure");
+    CHECK_OK(ferrite_session_close(session));
+}
+
 static uint64_t le64(ferrite_buffer buffer) {
     uint64_t value = 0;
     for (size_t i = 0; i < buffer.len && i < 8; i++) value |= (uint64_t)buffer.data[i] << (8 * i);
@@ -908,6 +934,7 @@ static const struct test tests[] = {
     {"get_into", test_get_into},
     {"erase_and_count", test_erase_and_count},
     {"find", test_find},
+    {"configure_index", test_configure_index},
     {"invoke", test_invoke},
     {"async_many_in_flight", test_async_many_in_flight},
     {"ops_outlive_their_pool_and_session", test_ops_outlive_their_pool_and_session},
