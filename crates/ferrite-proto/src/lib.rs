@@ -14,6 +14,8 @@ mod frame;
 mod limits;
 mod message;
 mod routing;
+#[cfg(feature = "vectors")]
+pub mod vectors;
 mod wire;
 
 pub use credentials::Credentials;
