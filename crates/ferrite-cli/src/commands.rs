@@ -423,13 +423,27 @@ fn statistics(session: &blocking::Session) -> Result<Report> {
     let shards = session.statistics()?;
     let mut pools = session.list_pools()?;
     pools.sort_by(|a, b| a.name.cmp(&b.name));
+    let users = user_quotas(&shards);
     let mut text = statistics_table(&shards);
+    if !users.is_empty() {
+        text.push('\n');
+        text.push_str(&user_quota_table(&users));
+    }
     if !pools.is_empty() {
         text.push('\n');
         text.push_str(&pool_memory_table(&pools));
     }
     let mut json = statistics_json(&shards);
     json["pools"] = json!(pools_json(&pools));
+    json["users"] = users
+        .iter()
+        .map(|(user, fields)| {
+            let fields: serde_json::Map<String, serde_json::Value> =
+                fields.iter().map(|(field, value)| ((*field).to_owned(), json!(value))).collect();
+            (user.clone(), serde_json::Value::Object(fields))
+        })
+        .collect::<serde_json::Map<_, _>>()
+        .into();
     Ok(Report::text(text, json))
 }
 
@@ -540,10 +554,56 @@ fn pools_json(pools: &[PoolInfo]) -> Vec<serde_json::Value> {
 /// One row per counter, one column per shard: counters are many and shards few, so this shape
 /// stays narrow. Counters appear in the order the server sent them; a counter one shard lacks
 /// shows as `-`.
+/// The fields of a user's quota counters (`user.NAME.FIELD`), in the order they are shown.
+const USER_QUOTA_FIELDS: [&str; 6] =
+    ["connections", "connections_max", "pools", "pools_max", "pool_bytes", "pool_bytes_max"];
+
+/// Each user's holdings and quota, from the `user.NAME.FIELD` counters a server with users
+/// reports (on shard 0), by user name.
+fn user_quotas(
+    shards: &[ferrite_client::ShardStatistics],
+) -> std::collections::BTreeMap<String, Vec<(&'static str, u64)>> {
+    let mut users: std::collections::BTreeMap<String, Vec<(&'static str, u64)>> = Default::default();
+    for (name, value) in shards.iter().flat_map(|shard| &shard.counters) {
+        // A user's name may hold dots; a field never does.
+        let Some((user, field)) = name.strip_prefix("user.").and_then(|rest| rest.rsplit_once('.')) else { continue };
+        if let Some(field) = USER_QUOTA_FIELDS.iter().find(|known| **known == field) {
+            users.entry(user.to_owned()).or_default().push((field, *value));
+        }
+    }
+    users
+}
+
+/// One row per user: what it holds, against its quota (`-`: no limit).
+fn user_quota_table(users: &std::collections::BTreeMap<String, Vec<(&'static str, u64)>>) -> String {
+    let mut table = Table::new(&[("USER", false), ("CONNECTIONS", true), ("POOLS", true), ("POOL BYTES", true)]);
+    for (user, fields) in users {
+        let field = |name: &str| fields.iter().find(|(field, _)| *field == name).map(|(_, value)| *value);
+        let against = |held: &str, max: &str, show: fn(u64) -> String| {
+            let held = field(held).map_or_else(|| "0".to_owned(), show);
+            match field(max) {
+                Some(max) => format!("{held} / {}", show(max)),
+                None => format!("{held} / -"),
+            }
+        };
+        table.row(vec![
+            user.clone(),
+            against("connections", "connections_max", |n| n.to_string()),
+            against("pools", "pools_max", |n| n.to_string()),
+            against("pool_bytes", "pool_bytes_max", format_bytes),
+        ]);
+    }
+    table.render()
+}
+
 fn statistics_table(shards: &[ferrite_client::ShardStatistics]) -> String {
     let mut names: Vec<&str> = Vec::new();
     for shard in shards {
         for (name, _) in &shard.counters {
+            if name.starts_with("user.") {
+                // Shown in the table of users.
+                continue;
+            }
             if !names.contains(&name.as_str()) {
                 names.push(name);
             }

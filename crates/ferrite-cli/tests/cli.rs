@@ -802,6 +802,12 @@ fn users_authenticate_from_the_environment_and_grants_are_enforced() {
     let mut grant = Command::new(env!("CARGO_BIN_EXE_ferrite"));
     grant.args(["user", "grant", "alice", "alice*", "read,write,admin", "--file", &users_arg]);
     ok(&run(grant, b""));
+    let mut quota = Command::new(env!("CARGO_BIN_EXE_ferrite"));
+    quota.args(["user", "quota", "alice", "--pools", "3", "--file", &users_arg]);
+    ok(&run(quota, b""));
+    let mut bob = Command::new(env!("CARGO_BIN_EXE_ferrite"));
+    bob.args(["user", "add", "bob", "--file", &users_arg]);
+    ok(&run(bob, b"bob's long secret\n"));
     let server = TestServer::builder_for(server_binary()).arg("--users").arg(users_arg).start();
 
     let password = Some("alice's long secret");
@@ -810,6 +816,18 @@ fn users_authenticate_from_the_environment_and_grants_are_enforced() {
     assert_eq!(ok(&ferrite_as(&server, "alice", password, &["get", "alice-notes", "k"])), "v");
     let denied = fails(&ferrite_as(&server, "alice", password, &["pool", "create", "bobs"]));
     assert!(denied.contains("permission_denied") && denied.contains("user 'alice' has no admin right"), "{denied}");
+
+    // `ferrite stats` shows what a user holds against its quota, and only its own.
+    let stats = json(&ferrite_as(&server, "alice", password, &["--json", "stats"]));
+    assert_eq!(stats["users"]["alice"]["pools"], 1, "{stats}");
+    assert_eq!(stats["users"]["alice"]["pools_max"], 3, "{stats}");
+    assert_eq!(stats["users"]["alice"]["pool_bytes"], 64 << 20, "{stats}");
+    assert!(stats["users"].get("bob").is_none(), "alice sees only her own: {stats}");
+    let table = ok(&ferrite_as(&server, "alice", password, &["stats"]));
+    assert!(table.contains("USER") && table.contains("1 / 3"), "{table}");
+    let bobs = json(&ferrite_as(&server, "bob", Some("bob's long secret"), &["--json", "stats"]));
+    assert_eq!(bobs["users"]["bob"]["pools"], 0, "{bobs}");
+    assert!(bobs["users"].get("alice").is_none(), "{bobs}");
 
     let wrong = fails(&ferrite_as(&server, "alice", Some("not it at all"), &["pool", "list"]));
     assert!(wrong.contains("authentication_failed") && wrong.contains("wrong user or password"), "{wrong}");

@@ -202,6 +202,9 @@ pub(crate) struct ShardState {
     /// shard's index task.
     pub index_builds: Vec<PoolHandle>,
     pub index_builds_queued: Arc<tokio::sync::Notify>,
+    /// Each user's holdings and quota as named counters, for the `get_statistics` response that
+    /// borrows them (see `gather_user_statistics`).
+    pub user_statistics: Vec<(String, u64)>,
 }
 
 impl ShardState {
@@ -638,6 +641,10 @@ impl ShardState {
                 // 0: no users file, every client may do everything.
                 let users = if self.auth.enabled() { self.auth.users().users.len() as u64 } else { 0 };
                 report.push(ferrite_proto::Statistic { name: "users", value: users });
+                self.gather_user_statistics(session);
+                let per_user =
+                    self.user_statistics.iter().map(|(name, value)| ferrite_proto::Statistic { name, value: *value });
+                report.extend(per_user);
                 Ok(Response::Statistics(report))
             }
             // Taken by `answer_later` on native connections; no other front sends them.

@@ -250,6 +250,7 @@ impl BoundServer {
                 backups_queued: Default::default(),
                 index_builds: Vec::new(),
                 index_builds_queued: Default::default(),
+                user_statistics: Vec::new(),
                 backup_root: self.config.backup.root.clone(),
                 traffic: Default::default(),
                 current_pool: None,

@@ -241,6 +241,41 @@ impl ShardState {
         }
     }
 
+    /// Every user's holdings and quota as `get_statistics` counters (`user.NAME.connections`,
+    /// `user.NAME.connections_max` where the quota sets one, and the same for `pools` and
+    /// `pool_bytes`), kept in `user_statistics` for the response to borrow. Shard 0 reports them
+    /// (the counts are the server's); a session acting for a user sees only its own unless it
+    /// has `admin` on every pool.
+    pub(crate) fn gather_user_statistics(&mut self, session: &Session) {
+        self.user_statistics.clear();
+        if self.index != 0 || !self.auth.enabled() {
+            return;
+        }
+        let everyone = match &session.identity {
+            Identity::User(_) => self.rights_everywhere(&session.identity).contains(Rights::ADMIN),
+            _ => true,
+        };
+        let users = self.auth.users();
+        let held: foldhash::HashMap<String, crate::auth::Held> = self.auth.usage.snapshot().into_iter().collect();
+        for (name, user) in &users.users {
+            if !everyone && session.identity.user() != Some(name.as_str()) {
+                continue;
+            }
+            let now = held.get(name).copied().unwrap_or_default();
+            let quota = &user.quota;
+            for (field, value, max) in [
+                ("connections", now.connections, quota.connections),
+                ("pools", now.pools, quota.pools),
+                ("pool_bytes", now.pool_bytes, quota.pool_bytes),
+            ] {
+                self.user_statistics.push((format!("user.{name}.{field}"), value));
+                if let Some(max) = max {
+                    self.user_statistics.push((format!("user.{name}.{field}_max"), max));
+                }
+            }
+        }
+    }
+
     /// Counts and describes a refused request.
     fn deny(&mut self, session: &Session, what: &str, on: &str) -> Failure {
         self.stats.requests_denied += 1;

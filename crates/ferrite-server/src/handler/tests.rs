@@ -59,6 +59,7 @@ fn durable_shard(tag: &str) -> (ShardState, std::path::PathBuf) {
         backups_queued: Default::default(),
         index_builds: Vec::new(),
         index_builds_queued: Default::default(),
+        user_statistics: Vec::new(),
         backup_root: None,
         auth: Arc::new(crate::auth::Auth::open()),
         traffic: Default::default(),
