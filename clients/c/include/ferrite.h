@@ -189,6 +189,21 @@ typedef uint32_t ferrite_pool_flags;
 // What `ferrite_pool_configure` changes. The values are the wire's.
 typedef uint32_t ferrite_pool_setting;
 
+// One counter of one shard (`ferrite_statistics`): see `get_statistics` in `docs/protocol.md`
+// for the names.
+typedef struct ferrite_statistic {
+    uint16_t shard;
+    // The counter's name, NUL-terminated (`"puts"`, `"clients"`, ...).
+    char *name;
+    uint64_t value;
+} ferrite_statistic;
+
+// Every shard's counters (`ferrite_statistics`). Free it with `ferrite_statistic_list_free`.
+typedef struct ferrite_statistic_list {
+    struct ferrite_statistic *items;
+    size_t len;
+} ferrite_statistic_list;
+
 // One pool, as `ferrite_pool_list` reports it. The strings belong to the list.
 typedef struct ferrite_pool_info {
     // The pool's name, NUL-terminated.
@@ -223,6 +238,27 @@ typedef struct ferrite_buffer {
     uint8_t *data;
     size_t len;
 } ferrite_buffer;
+
+// What the server knows of one value (`ferrite_get_attributes`).
+typedef struct ferrite_value_attributes {
+    // Length of the value in bytes.
+    uint64_t length;
+    // CRC-32 (IEEE 802.3, as zlib's `crc32`) of the value, computed by the server, so a value
+    // can be verified without fetching it.
+    uint32_t crc32;
+    // When the value was last written, in nanoseconds since the Unix epoch.
+    uint64_t write_time_ns;
+} ferrite_value_attributes;
+
+// What the server knows of a pool (`ferrite_get_pool_attributes`).
+typedef struct ferrite_pool_attributes {
+    // Key-value pairs in the pool.
+    uint64_t objects;
+    // Capacity in bytes, fixed at creation.
+    uint64_t size_bytes;
+    // Bytes of capacity in use.
+    uint64_t used_bytes;
+} ferrite_pool_attributes;
 
 // What `ferrite_find` matches keys against its pattern with. The values are the wire's.
 typedef uint32_t ferrite_find_kind;
@@ -403,6 +439,14 @@ enum ferrite_status ferrite_pool_configure(const struct ferrite_session *session
                                            const char *name,
                                            ferrite_pool_setting setting);
 
+// Every shard's counters into `*out` (one entry per shard and counter), to be freed with
+// `ferrite_statistic_list_free`. On failure `*out` is empty.
+//
+// # Safety
+// `session` is NULL or a live session; `out` is NULL or writable.
+enum ferrite_status ferrite_statistics(const struct ferrite_session *session,
+                                       struct ferrite_statistic_list *out);
+
 // Lists the pools of every shard into `*out`, to be freed with `ferrite_pool_info_list_free`.
 // On failure `*out` is empty.
 //
@@ -485,6 +529,24 @@ enum ferrite_status ferrite_erase(const struct ferrite_pool *pool,
 // `pool` is NULL or a live pool; `count` is NULL or writable.
 enum ferrite_status ferrite_count(const struct ferrite_pool *pool,
                                   uint64_t *count);
+
+// Stores the length, CRC-32 and write time of the value under `key` in `*out`, without
+// fetching the value. Fails with `FERRITE_KEY_NOT_FOUND` if there is none.
+//
+// # Safety
+// `pool` is NULL or a live pool; `key` is NULL or `key_len` readable bytes; `out` is NULL or
+// writable.
+enum ferrite_status ferrite_get_attributes(const struct ferrite_pool *pool,
+                                           const uint8_t *key,
+                                           size_t key_len,
+                                           struct ferrite_value_attributes *out);
+
+// Stores the pool's pair count, capacity and bytes in use in `*out`.
+//
+// # Safety
+// `pool` is NULL or a live pool; `out` is NULL or writable.
+enum ferrite_status ferrite_get_pool_attributes(const struct ferrite_pool *pool,
+                                                struct ferrite_pool_attributes *out);
 
 // Every key matching `pattern` as `kind` (`FERRITE_FIND_*`) says, once each, in key order, into
 // `*out`, to be freed with `ferrite_key_list_free`. On failure `*out` is empty. A regular
@@ -644,6 +706,13 @@ void ferrite_response_list_free(struct ferrite_response_list *list);
 // `list` is NULL or points to a `ferrite_pool_info_list` that is empty or that this library
 // filled in and the caller has not changed.
 void ferrite_pool_info_list_free(struct ferrite_pool_info_list *list);
+
+// Frees a statistics list and its names, and resets it to `{NULL, 0}`. NULL is a no-op.
+//
+// # Safety
+// `list` is NULL or points to a `ferrite_statistic_list` that is empty or that this library
+// filled in and the caller has not changed.
+void ferrite_statistic_list_free(struct ferrite_statistic_list *list);
 
 #ifdef __cplusplus
 }  // extern "C"

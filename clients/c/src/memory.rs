@@ -138,6 +138,44 @@ impl ferrite_pool_info_list {
     }
 }
 
+/// One counter of one shard (`ferrite_statistics`): see `get_statistics` in `docs/protocol.md`
+/// for the names.
+#[repr(C)]
+#[derive(Debug)]
+pub struct ferrite_statistic {
+    pub shard: u16,
+    /// The counter's name, NUL-terminated (`"puts"`, `"clients"`, ...).
+    pub name: *mut c_char,
+    pub value: u64,
+}
+
+/// Every shard's counters (`ferrite_statistics`). Free it with `ferrite_statistic_list_free`.
+#[repr(C)]
+#[derive(Debug)]
+pub struct ferrite_statistic_list {
+    pub items: *mut ferrite_statistic,
+    pub len: usize,
+}
+
+impl ferrite_statistic_list {
+    pub(crate) const EMPTY: ferrite_statistic_list = ferrite_statistic_list { items: ptr::null_mut(), len: 0 };
+
+    pub(crate) fn from_shards(shards: Vec<ferrite_client::ShardStatistics>) -> ferrite_statistic_list {
+        let items = shards
+            .into_iter()
+            .flat_map(|shard| {
+                shard.counters.into_iter().map(move |(name, value)| ferrite_statistic {
+                    shard: shard.shard,
+                    name: give_text(&name),
+                    value,
+                })
+            })
+            .collect();
+        let (items, len) = give(items);
+        ferrite_statistic_list { items, len }
+    }
+}
+
 /// Hands a vector to C as pointer and length; NULL for an empty one.
 fn give<T>(items: Vec<T>) -> (*mut T, usize) {
     if items.is_empty() {
@@ -251,6 +289,26 @@ pub unsafe extern "C" fn ferrite_pool_info_list_free(list: *mut ferrite_pool_inf
                 }
             }
             *list = ferrite_pool_info_list::EMPTY;
+        }
+        Ok(())
+    });
+}
+
+/// Frees a statistics list and its names, and resets it to `{NULL, 0}`. NULL is a no-op.
+///
+/// # Safety
+/// `list` is NULL or points to a `ferrite_statistic_list` that is empty or that this library
+/// filled in and the caller has not changed.
+#[no_mangle]
+pub unsafe extern "C" fn ferrite_statistic_list_free(list: *mut ferrite_statistic_list) {
+    guard_void(|| {
+        // SAFETY: the caller promises a valid list when non-null.
+        if let Some(list) = unsafe { list.as_mut() } {
+            // SAFETY: the list and its strings are ours and unchanged.
+            for statistic in unsafe { take_back(list.items, list.len) } {
+                unsafe { take_back_text(statistic.name) };
+            }
+            *list = ferrite_statistic_list::EMPTY;
         }
         Ok(())
     });

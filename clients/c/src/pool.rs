@@ -243,6 +243,85 @@ pub unsafe extern "C" fn ferrite_count(pool: *const ferrite_pool, count: *mut u6
     })
 }
 
+/// What the server knows of one value (`ferrite_get_attributes`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ferrite_value_attributes {
+    /// Length of the value in bytes.
+    pub length: u64,
+    /// CRC-32 (IEEE 802.3, as zlib's `crc32`) of the value, computed by the server, so a value
+    /// can be verified without fetching it.
+    pub crc32: u32,
+    /// When the value was last written, in nanoseconds since the Unix epoch.
+    pub write_time_ns: u64,
+}
+
+/// What the server knows of a pool (`ferrite_get_pool_attributes`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ferrite_pool_attributes {
+    /// Key-value pairs in the pool.
+    pub objects: u64,
+    /// Capacity in bytes, fixed at creation.
+    pub size_bytes: u64,
+    /// Bytes of capacity in use.
+    pub used_bytes: u64,
+}
+
+/// Stores the length, CRC-32 and write time of the value under `key` in `*out`, without
+/// fetching the value. Fails with `FERRITE_KEY_NOT_FOUND` if there is none.
+///
+/// # Safety
+/// `pool` is NULL or a live pool; `key` is NULL or `key_len` readable bytes; `out` is NULL or
+/// writable.
+#[no_mangle]
+pub unsafe extern "C" fn ferrite_get_attributes(
+    pool: *const ferrite_pool,
+    key: *const u8,
+    key_len: usize,
+    out: *mut ferrite_value_attributes,
+) -> ferrite_status {
+    guard(|| {
+        let out = args::out(out, "out")?;
+        // SAFETY: the caller promises a live pool and readable bytes.
+        let (pool, key) = unsafe { (self::pool(pool)?, args::bytes(key, key_len, "key")?) };
+        let attributes = pool.runtime.block_on(pool.pool.value_attributes(key))?;
+        let attributes = ferrite_value_attributes {
+            length: attributes.length,
+            crc32: attributes.crc32,
+            write_time_ns: attributes.write_time_ns,
+        };
+        // SAFETY: checked non-null above; writable as the caller promises.
+        unsafe { out.write(attributes) };
+        Ok(())
+    })
+}
+
+/// Stores the pool's pair count, capacity and bytes in use in `*out`.
+///
+/// # Safety
+/// `pool` is NULL or a live pool; `out` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn ferrite_get_pool_attributes(
+    pool: *const ferrite_pool,
+    out: *mut ferrite_pool_attributes,
+) -> ferrite_status {
+    guard(|| {
+        let out = args::out(out, "out")?;
+        // SAFETY: the caller promises a live pool.
+        let pool = unsafe { self::pool(pool)? };
+        let attributes = pool.runtime.block_on(pool.pool.pool_attributes())?;
+        let attributes = ferrite_pool_attributes {
+            objects: attributes.objects,
+            size_bytes: attributes.size_bytes,
+            used_bytes: attributes.used_bytes,
+        };
+        // SAFETY: checked non-null above; writable as the caller promises.
+        unsafe { out.write(attributes) };
+        Ok(())
+    })
+}
+
 /// Every key matching `pattern` as `kind` (`FERRITE_FIND_*`) says, once each, in key order, into
 /// `*out`, to be freed with `ferrite_key_list_free`. On failure `*out` is empty. A regular
 /// expression that does not compile fails with `FERRITE_INVALID_ARGUMENT`.

@@ -8,7 +8,7 @@ use std::time::Duration;
 use ferrite_client::{ClientOptions, Durability, PoolOptions, PoolSetting, Session, TlsOptions, UserCredentials};
 
 use crate::args;
-use crate::memory::ferrite_pool_info_list;
+use crate::memory::{ferrite_pool_info_list, ferrite_statistic_list};
 use crate::pool::ferrite_pool;
 use crate::runtime::Runtime;
 use crate::status::{ferrite_status, guard, Failure};
@@ -293,6 +293,29 @@ pub unsafe extern "C" fn ferrite_pool_configure(
                 ))
             })?;
         session.runtime.block_on(session.session.configure_pool(name, setting))?;
+        Ok(())
+    })
+}
+
+/// Every shard's counters into `*out` (one entry per shard and counter), to be freed with
+/// `ferrite_statistic_list_free`. On failure `*out` is empty.
+///
+/// # Safety
+/// `session` is NULL or a live session; `out` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn ferrite_statistics(
+    session: *const ferrite_session,
+    out: *mut ferrite_statistic_list,
+) -> ferrite_status {
+    guard(|| {
+        // SAFETY: `out` is NULL or writable, as the caller promises.
+        unsafe { args::clear(out, ferrite_statistic_list::EMPTY) };
+        let out = args::out(out, "out")?;
+        // SAFETY: the caller promises a live session.
+        let session = unsafe { args::object(session, "session")? };
+        let shards = session.runtime.block_on(session.session.statistics())?;
+        // SAFETY: checked non-null above; writable as the caller promises.
+        unsafe { out.write(ferrite_statistic_list::from_shards(shards)) };
         Ok(())
     })
 }

@@ -506,6 +506,37 @@ static void test_configure_index(void) {
     CHECK_OK(ferrite_session_close(session));
 }
 
+/* Attributes of a value and of its pool, and every shard's counters. */
+static void test_attributes_and_statistics(void) {
+    ferrite_session *session = connect_plain();
+    REQUIRE(session != NULL);
+    ferrite_pool *pool = new_pool(session, "attributes", 0, NULL);
+    REQUIRE(pool != NULL);
+    CHECK(put_text(pool, "greeting", "hello"));
+    ferrite_value_attributes value = {0};
+    CHECK_OK(ferrite_get_attributes(pool, KEY("greeting"), &value));
+    CHECK(value.length == 5 && value.crc32 == 0x3610a686u && value.write_time_ns > 0);
+    CHECK_STATUS(ferrite_get_attributes(pool, KEY("absent"), &value), FERRITE_KEY_NOT_FOUND);
+    CHECK_STATUS(ferrite_get_attributes(pool, KEY("greeting"), NULL), FERRITE_ERR_INVALID_ARGUMENT);
+    ferrite_pool_attributes attributes = {0};
+    CHECK_OK(ferrite_get_pool_attributes(pool, &attributes));
+    CHECK(attributes.objects == 1 && attributes.size_bytes == 1 << 20 && attributes.used_bytes > 0);
+
+    ferrite_statistic_list counters = {0};
+    CHECK_OK(ferrite_statistics(session, &counters));
+    int puts_seen = 0, shards_seen = 0;
+    for (size_t i = 0; i < counters.len; i++) {
+        if (strcmp(counters.items[i].name, "puts") == 0) puts_seen += counters.items[i].value > 0;
+        if (strcmp(counters.items[i].name, "shard") == 0) shards_seen++;
+    }
+    CHECK(puts_seen >= 1 && shards_seen == 2);
+    ferrite_statistic_list_free(&counters);
+    CHECK(counters.items == NULL && counters.len == 0);
+    ferrite_statistic_list_free(NULL);
+    drop_pool(session, pool, "attributes");
+    CHECK_OK(ferrite_session_close(session));
+}
+
 static uint64_t le64(ferrite_buffer buffer) {
     uint64_t value = 0;
     for (size_t i = 0; i < buffer.len && i < 8; i++) value |= (uint64_t)buffer.data[i] << (8 * i);
@@ -935,6 +966,7 @@ static const struct test tests[] = {
     {"erase_and_count", test_erase_and_count},
     {"find", test_find},
     {"configure_index", test_configure_index},
+    {"attributes_and_statistics", test_attributes_and_statistics},
     {"invoke", test_invoke},
     {"async_many_in_flight", test_async_many_in_flight},
     {"ops_outlive_their_pool_and_session", test_ops_outlive_their_pool_and_session},
