@@ -193,7 +193,8 @@ pub unsafe extern "C" fn ferrite_get_into(
         }
         // SAFETY: the caller promises a live pool and readable bytes.
         let (pool, key) = unsafe { (self::pool(pool)?, args::bytes(key, key_len, "key")?) };
-        let value = pool.runtime.block_on(pool.pool.get(key))?;
+        // The frame's own bytes: the value is copied once, into `buf`.
+        let value = pool.runtime.block_on(pool.pool.get_bytes(key))?;
         // SAFETY: checked non-null above; writable as the caller promises.
         unsafe { len_out.write(value.len()) };
         if value.len() > capacity {
@@ -204,7 +205,7 @@ pub unsafe extern "C" fn ferrite_get_into(
         }
         if !value.is_empty() {
             // SAFETY: `buf` is non-null (capacity >= value.len() > 0) and holds `capacity`
-            // writable bytes, which cannot overlap a vector we just allocated.
+            // writable bytes, which cannot overlap the response frame we just received.
             unsafe { std::ptr::copy_nonoverlapping(value.as_ptr(), buf, value.len()) };
         }
         Ok(())

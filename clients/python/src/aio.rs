@@ -304,7 +304,7 @@ impl AsyncPool {
     fn get<'py>(&self, py: Python<'py>, key: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
         let key = Owned::copied(key, "key")?;
         let pool = self.pool()?;
-        self.bridge.spawn(py, async move { pool.get(&key).await }, |py, result| {
+        self.bridge.spawn(py, async move { pool.get_bytes(&key).await }, |py, result| {
             let value = result.map_err(|error| to_py(py, error))?;
             Ok(PyBytes::new(py, &value).into_any().unbind())
         })
@@ -321,7 +321,7 @@ impl AsyncPool {
         let target = Writable::from_object(buffer)?;
         let key = Owned::copied(key, "key")?;
         let pool = self.pool()?;
-        self.bridge.spawn(py, async move { pool.get(&key).await }, move |py, result| {
+        self.bridge.spawn(py, async move { pool.get_bytes(&key).await }, move |py, result| {
             let value = result.map_err(|error| to_py(py, error))?;
             target.fill(py, &value)?;
             Ok(value.len().into_pyobject(py)?.into_any().unbind())

@@ -294,7 +294,7 @@ impl Pool {
     fn get<'py>(&self, py: Python<'py>, key: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyBytes>> {
         let key = Borrowed::from_object(key, "key")?;
         let pool = self.pool()?;
-        let value = py.detach(|| pool.get(key.as_slice())).map_err(failed)?;
+        let value = py.detach(|| pool.get_bytes(key.as_slice())).map_err(failed)?;
         Ok(PyBytes::new(py, &value))
     }
 
@@ -307,7 +307,7 @@ impl Pool {
         let target = Writable::from_object(buffer)?;
         let key = Borrowed::from_object(key, "key")?;
         let pool = self.pool()?;
-        let value = py.detach(|| pool.get(key.as_slice())).map_err(failed)?;
+        let value = py.detach(|| pool.get_bytes(key.as_slice())).map_err(failed)?;
         target.fill(py, &value)?;
         Ok(value.len())
     }

@@ -177,6 +177,11 @@ impl Pool {
         self.runtime.block_on(self.inner.get(key))
     }
 
+    /// See [`crate::Pool::get_bytes`].
+    pub fn get_bytes(&self, key: impl AsRef<[u8]>) -> Result<bytes::Bytes> {
+        self.runtime.block_on(self.inner.get_bytes(key))
+    }
+
     pub fn erase(&self, key: impl AsRef<[u8]>) -> Result<()> {
         self.runtime.block_on(self.inner.erase(key))
     }

@@ -158,8 +158,14 @@ impl Pool {
 
     /// The value stored under `key`. Fails with `key_not_found` ([`Error::is_key_not_found`]).
     pub async fn get(&self, key: impl AsRef<[u8]>) -> Result<Vec<u8>> {
+        self.get_bytes(key).await.map(|value| value.to_vec())
+    }
+
+    /// The value stored under `key` as the response frame's own bytes, without copying them out
+    /// (what the bindings use to fill a caller's buffer with one copy). Fails like [`Pool::get`].
+    pub async fn get_bytes(&self, key: impl AsRef<[u8]>) -> Result<bytes::Bytes> {
         match self.call(&Request::Get { pool: self.inner.handle, key: key.as_ref() }).await? {
-            Reply::Value(value) => Ok(value.to_vec()),
+            Reply::Value(value) => Ok(value),
             other => Err(other.unexpected("value")),
         }
     }
