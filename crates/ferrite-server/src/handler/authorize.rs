@@ -189,7 +189,7 @@ impl ShardState {
         let denied = match *request {
             Request::Hello { .. } | Request::ClosePool { .. } | Request::ListPools | Request::GetStatistics => {
                 return match session.identity {
-                    Identity::Nobody if !matches!(request, Request::Hello { .. }) => Err(self.deny(session, "", "")),
+                    Identity::Nobody if !matches!(request, Request::Hello { .. }) => Err(self.deny_unauthenticated()),
                     _ => Ok(()),
                 }
             }
@@ -253,7 +253,8 @@ impl ShardState {
         }
         let everyone = match &session.identity {
             Identity::User(_) => self.rights_everywhere(&session.identity).contains(Rights::ADMIN),
-            _ => true,
+            Identity::Everyone | Identity::Server => true,
+            Identity::Nobody => return,
         };
         let users = self.auth.users();
         let held: foldhash::HashMap<String, crate::auth::Held> = self.auth.usage.snapshot().into_iter().collect();
@@ -276,13 +277,23 @@ impl ShardState {
         }
     }
 
-    /// Counts and describes a refused request.
+    /// Counts and describes a request refused for want of `what` (a right) on `on` (a pool).
     fn deny(&mut self, session: &Session, what: &str, on: &str) -> Failure {
+        match session.identity.user() {
+            Some(user) => {
+                self.stats.requests_denied += 1;
+                Failure::new(ErrorCode::PermissionDenied, format!("user '{user}' has no {what} on {on}"))
+            }
+            None => self.deny_unauthenticated(),
+        }
+    }
+
+    /// Counts and describes a request of a session that acts for no user yet.
+    fn deny_unauthenticated(&mut self) -> Failure {
         self.stats.requests_denied += 1;
-        let message = match session.identity.user() {
-            Some(user) => format!("user '{user}' has no {what} on {on}"),
-            None => "authenticate first: this session acts for no user, and may do nothing else".to_owned(),
-        };
-        Failure::new(ErrorCode::PermissionDenied, message)
+        Failure::new(
+            ErrorCode::PermissionDenied,
+            "authenticate first: this session acts for no user, and may do nothing else",
+        )
     }
 }
