@@ -13,7 +13,7 @@ use std::process::Command;
 
 use common::{fresh_dir, TestServer};
 use ferrite_client::blocking::Session;
-use ferrite_client::{ErrorCode, PoolOptions};
+use ferrite_client::{ErrorCode, FindKind, PoolOptions, PoolSetting};
 
 const TMPFS_BYTES: u64 = 8 << 20;
 const BALLAST_BYTES: u64 = 3 << 20;
@@ -80,6 +80,31 @@ fn a_full_disk_refuses_writes_cleanly_and_recovers_when_space_returns() {
     assert!(pool.get(format!("key-{stored}")).expect_err("never written").is_key_not_found());
     assert_eq!(pool.count().expect("count"), stored as u64);
 
+    // Filled with small writes too, the log still has room for a pool setting's small record:
+    // adding and removing the index in turn uses it up, until one of them is refused for want of
+    // room. The refused one changes nothing: the pool has an index exactly if the refused change
+    // was its removal.
+    let mut small = 0;
+    for size in [16 * 1024, 1024, 64, 1] {
+        while pool.put(format!("small-{small}"), vec![b's'; size]).is_ok() {
+            small += 1;
+            assert!(small < 100_000, "the log never filled up");
+        }
+    }
+    let has_index = || pool.find(FindKind::Next, b"key-", None, 1).is_ok();
+    let mut changes = 0;
+    let refused = loop {
+        let setting = if changes % 2 == 0 { PoolSetting::AddIndex } else { PoolSetting::RemoveIndex };
+        match session.configure_pool("filler", setting) {
+            Ok(()) => assert_eq!(has_index(), setting == PoolSetting::AddIndex, "{setting:?} applied"),
+            Err(error) => break (setting, error),
+        }
+        changes += 1;
+        assert!(changes < 100_000, "pool settings never filled the log");
+    };
+    assert_eq!(refused.1.code(), Some(ErrorCode::NoSpace), "{}", refused.1);
+    assert_eq!(has_index(), refused.0 == PoolSetting::RemoveIndex, "a refused {:?} changed nothing", refused.0);
+
     // Free space inside the server's mount namespace, through its /proc root.
     let ballast = Path::new("/proc")
         .join(server.pid().to_string())
@@ -88,6 +113,9 @@ fn a_full_disk_refuses_writes_cleanly_and_recovers_when_space_returns() {
         .join("ballast");
     std::fs::remove_file(&ballast).unwrap_or_else(|e| panic!("remove {}: {e}", ballast.display()));
     pool.put(format!("key-{stored}"), value(stored)).expect("space is back: the write succeeds");
+    session.configure_pool("filler", PoolSetting::AddIndex).expect("space is back: the index is added");
+    let next = pool.find(FindKind::Next, b"key-0", None, 1).expect("the index serves next:");
+    assert_eq!(next.keys, [b"key-1".to_vec()]);
     for i in 0..=stored {
         assert_eq!(pool.get(format!("key-{i}")).expect("every acknowledged value"), value(i), "key-{i}");
     }

@@ -162,19 +162,37 @@ fn an_index_built_while_clients_write_answers_every_find_as_the_model_does() {
     assert_eq!(walked, users, "without the index, find walks the table");
 }
 
+/// A checkpoint after every 4 MiB of log (the smallest segment size the default limits allow),
+/// so a test can make one happen.
+const SMALL_CHECKPOINTS: &str = "[durability]\nwal_segment_bytes = 4194304\ncheckpoint_wal_bytes = 4194304\n";
+
 #[test]
 fn the_index_setting_survives_kill_9() {
     let data_dir = fresh_dir("index-on-demand-crash");
-    let mut server = TestServer::builder().data_dir(&data_dir).start();
+    let start = || TestServer::builder().data_dir(&data_dir).append_config(SMALL_CHECKPOINTS).start();
+    let mut server = start();
     let session = blocking::Session::connect(&server.addr_string()).expect("connect");
     let pool = plain_pool(&session, "kept");
     for i in 0..2_000 {
         pool.put(format!("k{i:05}"), b"v").expect("put");
     }
     session.configure_pool("kept", PoolSetting::AddIndex).expect("add an index");
+    // A checkpoint after the setting: the restart reads it from the checkpoint's descriptor, not
+    // from the log record, which the checkpoint has made unnecessary.
+    let checkpoints = || session.statistics().expect("statistics")[0].get("checkpoints").expect("a durable shard");
+    let before = checkpoints();
+    let filler = plain_pool(&session, "filler");
+    let mut i = 0;
+    common::wait_until("a checkpoint after the setting", std::time::Duration::from_secs(60), || {
+        for _ in 0..200 {
+            filler.put(format!("f{i}"), [0u8; 4096]).expect("put");
+            i += 1;
+        }
+        (checkpoints() > before).then_some(())
+    });
     server.kill9();
 
-    let mut server = TestServer::builder().data_dir(&data_dir).start();
+    let mut server = start();
     let session = blocking::Session::connect(&server.addr_string()).expect("connect");
     let pool = session.open_pool("kept").expect("open");
     let next = pool.find(FindKind::Next, b"k00041", None, 3).expect("the index came back with the pool");
@@ -182,7 +200,7 @@ fn the_index_setting_survives_kill_9() {
     session.configure_pool("kept", PoolSetting::RemoveIndex).expect("remove the index");
     server.kill9();
 
-    let server = TestServer::builder().data_dir(&data_dir).start();
+    let server = start();
     let session = blocking::Session::connect(&server.addr_string()).expect("connect");
     let pool = session.open_pool("kept").expect("open");
     let error = pool.find(FindKind::Next, b"k", None, 1).expect_err("the removal came back too");

@@ -570,27 +570,42 @@ fn mget(call: &mut Call<'_, '_>) -> Result<Flow, RespError> {
     if steps.first {
         check_all(call.shard, keys.iter().map(|key| Request::Get { pool, key }))?;
     }
-    let mut reply = call.client.progress.take().map(|progress| progress.reply).unwrap_or_default();
-    if steps.first {
-        reply::array(&mut reply, keys.len());
-    }
-    for i in steps.range.clone() {
-        match run!(call, Request::Get { pool, key: keys.get(i) }) {
-            Ok(Response::Value(value)) => reply::bulk(&mut reply, value),
-            Err(failure) if failure.code == ErrorCode::KeyNotFound => reply::null(&mut reply, call.client.protocol),
-            Ok(other) => return Err(RespError::unexpected(&other)),
-            Err(failure) => return Err(failure.into()),
+    // A command done in one step replies straight into the output; one in several assembles its
+    // reply between the steps, and writes it whole at the end.
+    let whole = steps.first && steps.range.end == keys.len();
+    let mut held = match whole {
+        true => BytesMut::new(),
+        false => call.client.progress.take().map(|progress| progress.reply).unwrap_or_default(),
+    };
+    let start = call.out.len();
+    let (out, base) = if whole { (&mut *call.out, start) } else { (&mut held, 0) };
+    let filled: Result<(), RespError> = 'fill: {
+        if steps.first {
+            reply::array(out, keys.len());
         }
-        if reply.len() > REPLY_BYTES_MAX {
-            return Err(RespError::err(format!(
-                "MGET reply would exceed {REPLY_BYTES_MAX} bytes; ask for fewer keys at a time"
-            )));
+        for i in steps.range.clone() {
+            match run!(call, Request::Get { pool, key: keys.get(i) }) {
+                Ok(Response::Value(value)) => reply::bulk(out, value),
+                Err(failure) if failure.code == ErrorCode::KeyNotFound => reply::null(out, call.client.protocol),
+                Ok(other) => break 'fill Err(RespError::unexpected(&other)),
+                Err(failure) => break 'fill Err(failure.into()),
+            }
+            if out.len() - base > REPLY_BYTES_MAX {
+                break 'fill Err(RespError::err(format!(
+                    "MGET reply would exceed {REPLY_BYTES_MAX} bytes; ask for fewer keys at a time"
+                )));
+            }
         }
+        Ok(())
+    };
+    if let Err(error) = filled {
+        call.out.truncate(start);
+        return Err(error);
     }
     if steps.range.end < keys.len() {
-        return Ok(steps.next(call, 0, reply));
+        return Ok(steps.next(call, 0, held));
     }
-    call.out.extend_from_slice(&reply);
+    call.out.extend_from_slice(&held);
     Ok(Flow::Continue)
 }
 
