@@ -56,3 +56,20 @@ def test_a_huge_mset_lets_other_clients_in_between_its_steps(server):
         thread.join(timeout=120)
     assert reader.get(last) == b"x"
     assert reader.exists(first, last) == 2
+
+
+@pytest.mark.parametrize("keys, value_bytes", [(20, 2 << 20), (1_100, 32 << 10)], ids=["one-step", "many-steps"])
+def test_an_mget_past_the_reply_limit_is_refused_and_the_connection_goes_on(server, keys, value_bytes):
+    """Over 32 MiB of reply, whether found in one step or in several, MGET answers one error and
+    nothing of the partial reply; the next command is answered normally."""
+    client = server.client(2)
+    names = [f"large{i:05d}" for i in range(keys)]
+    pipe = client.pipeline(transaction=False)
+    for name in names:
+        pipe.set(name, b"v" * value_bytes)
+    pipe.execute()
+    with pytest.raises(redis.ResponseError, match="MGET reply would exceed"):
+        client.mget(names)
+    assert client.get(names[-1]) == b"v" * value_bytes
+    assert client.mget(names[:2]) == [b"v" * value_bytes] * 2
+    client.close()
