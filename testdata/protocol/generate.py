@@ -51,6 +51,12 @@ REQUEST_OPCODES = {
     "count": 0x0023,
     "get_attribute": 0x0024,
     "find": 0x0025,
+    "put_direct": 0x0026,
+    "direct_write": 0x0027,
+    "get_direct": 0x0028,
+    "direct_read": 0x0029,
+    "end_transfer": 0x002A,
+    "put_offset": 0x002B,
     "get_statistics": 0x0030,
     "invoke_ado": 0x0040,
     "invoke_put_ado": 0x0041,
@@ -74,8 +80,15 @@ RESPONSE_TO_REQUEST = {
     "found": "find",
     "statistics": "get_statistics",
     "backed_up": "backup",
-    # "invoked" answers both invocations; its vector names which one in "answers".
+    "written": "direct_write",
+    "transfer_ended": "end_transfer",
+    # "invoked" answers both invocations and "transfer_opened" both put_direct and get_direct; their
+    # vectors name which one in "answers".
 }
+
+# Responses that also answer a second request: a vector naming that request in "answers" gets its
+# opcode; without "answers" the response answers the request RESPONSE_TO_REQUEST names.
+ALSO_ANSWERS = {"value": ("direct_read",), "stored": ("put_offset",)}
 
 # Both invocations share one flag table; which flags each accepts is the decoder's to check.
 INVOKE_FLAGS = {
@@ -87,10 +100,18 @@ INVOKE_FLAGS = {
     "fire_and_forget": 0x0020,
 }
 
+# put_direct and put_offset carry a put's flags; put_offset accepts only sync or async, which is
+# the decoder's to check.
+PUT_FLAGS = {"create_only": 0x0001, "update_only": 0x0002, "sync": 0x0004, "async": 0x0008}
+
 # Flag bits per request; a request absent here defines no flags.
 REQUEST_FLAGS = {
     "create_pool": {"create_only": 0x0001, "indexed": 0x0002, "async": 0x0004, "plugins": 0x0008},
-    "put": {"create_only": 0x0001, "update_only": 0x0002, "sync": 0x0004, "async": 0x0008},
+    "put": PUT_FLAGS,
+    "put_direct": PUT_FLAGS,
+    "put_offset": PUT_FLAGS,
+    # No flag (an empty list) commits a direct put or releases a direct read.
+    "end_transfer": {"abort": 0x0001},
     "invoke_ado": INVOKE_FLAGS,
     "invoke_put_ado": INVOKE_FLAGS,
     # Exactly one setting.
@@ -261,6 +282,22 @@ def request_body(msg):
         key, value, payload = unhex(msg["key"]), unhex(msg["value"]), unhex(msg["payload"])
         lengths = u32(len(key)) + u32(len(value)) + u32(len(payload))
         return u64(msg["pool"]) + lengths + key + value + payload
+    if kind == "put_direct":
+        key = unhex(msg["key"])
+        return u64(msg["pool"]) + u64(msg["transfer"]) + u64(msg["length"]) + u32(len(key)) + key
+    if kind == "direct_write":
+        data = unhex(msg["data"])
+        return u64(msg["transfer"]) + u64(msg["offset"]) + u32(len(data)) + data
+    if kind == "get_direct":
+        key = unhex(msg["key"])
+        return u64(msg["pool"]) + u64(msg["transfer"]) + u32(len(key)) + key
+    if kind == "direct_read":
+        return u64(msg["transfer"]) + u64(msg["offset"]) + u32(msg["length"])
+    if kind == "end_transfer":
+        return u64(msg["transfer"])
+    if kind == "put_offset":
+        key, data = unhex(msg["key"]), unhex(msg["data"])
+        return u64(msg["pool"]) + u64(msg["offset"]) + u32(len(key)) + u32(len(data)) + key + data
     raise ValueError(f"unknown request type {kind!r}")
 
 
@@ -289,7 +326,7 @@ def response_body(msg):
         return u64(msg["pool"]) + u8(1 if msg["created"] else 0)
     if kind == "pool_opened":
         return u64(msg["pool"])
-    if kind in ("pool_closed", "pool_deleted", "pool_configured", "stored", "erased"):
+    if kind in ("pool_closed", "pool_deleted", "pool_configured", "stored", "erased", "written", "transfer_ended"):
         return b""
     if kind == "pools":
         entries = msg["pools"]
@@ -308,6 +345,8 @@ def response_body(msg):
         return u32(len(value)) + value
     if kind == "count":
         return u64(msg["count"])
+    if kind == "transfer_opened":
+        return u64(msg["length"])
     if kind == "attribute":
         return u64(msg["value"])
     if kind == "found":
@@ -331,6 +370,14 @@ def encode_response(request_id, msg):
     if kind == "error":
         opcode = ERROR_OPCODE
     elif kind == "invoked":
+        opcode = REQUEST_OPCODES[msg["answers"]] | RESPONSE_BIT
+    elif kind == "transfer_opened":
+        if msg["answers"] not in ("put_direct", "get_direct"):
+            raise ValueError("transfer_opened answers put_direct or get_direct")
+        opcode = REQUEST_OPCODES[msg["answers"]] | RESPONSE_BIT
+    elif "answers" in msg:
+        if msg["answers"] not in ALSO_ANSWERS.get(kind, ()):
+            raise ValueError(f"{kind} does not answer {msg['answers']!r}")
         opcode = REQUEST_OPCODES[msg["answers"]] | RESPONSE_BIT
     else:
         opcode = REQUEST_OPCODES[RESPONSE_TO_REQUEST[kind]] | RESPONSE_BIT
@@ -490,6 +537,26 @@ def request_vectors():
                 "payload": "",
             },
         ),
+        req(
+            "put_direct",
+            60,
+            {"type": "put_direct", "pool": 1, "flags": [], "transfer": 1, "length": 8_388_608, "key": "6b6579"},
+        ),
+        req(
+            "put_direct_update_only_sync",
+            61,
+            {"type": "put_direct", "pool": 2, "flags": ["update_only", "sync"], "transfer": U64_MAX, "length": 0, "key": "626967"},
+        ),
+        req("direct_write", 62, {"type": "direct_write", "transfer": 1, "offset": 0, "data": "00010203"}),
+        req("direct_write_later_piece", 63, {"type": "direct_write", "transfer": 1, "offset": 2_097_152, "data": "ff"}),
+        req("get_direct", 64, {"type": "get_direct", "pool": 1, "transfer": 2, "key": "6b6579"}),
+        req("direct_read", 65, {"type": "direct_read", "transfer": 2, "offset": 0, "length": VALUE_INLINE_BYTES_MAX}),
+        req("direct_read_last_piece", 66, {"type": "direct_read", "transfer": 2, "offset": 8_388_607, "length": 1}),
+        req("end_transfer", 67, {"type": "end_transfer", "transfer": 1, "flags": []}),
+        req("end_transfer_abort", 68, {"type": "end_transfer", "transfer": U64_MAX, "flags": ["abort"]}),
+        req("put_offset", 69, {"type": "put_offset", "pool": 1, "flags": [], "offset": 4, "key": "6b6579", "data": "7878"}),
+        req("put_offset_sync", 70, {"type": "put_offset", "pool": 3, "flags": ["sync"], "offset": 0, "key": "6b", "data": ""}),
+        req("put_offset_async", 71, {"type": "put_offset", "pool": 3, "flags": ["async"], "offset": 2**40, "key": "6b", "data": "00"}),
     ]
 
 
@@ -609,6 +676,15 @@ def response_vectors():
             {"type": "error", "code": "permission_denied", "message": "user 'bob' has no write right on pool 'orders'"},
         ),
         resp("error_quota_exceeded", 10, {"type": "error", "code": "quota_exceeded", "message": ""}),
+        resp("transfer_opened_put_direct", 60, {"type": "transfer_opened", "answers": "put_direct", "length": 8_388_608}),
+        resp("transfer_opened_get_direct", 64, {"type": "transfer_opened", "answers": "get_direct", "length": 8_388_608}),
+        resp("transfer_opened_get_direct_empty", 72, {"type": "transfer_opened", "answers": "get_direct", "length": 0}),
+        resp("written", 62, {"type": "written"}),
+        resp("transfer_ended", 67, {"type": "transfer_ended"}),
+        resp("value_direct_read", 66, {"type": "value", "answers": "direct_read", "value": "ff"}),
+        resp("value_direct_read_empty", 73, {"type": "value", "answers": "direct_read", "value": ""}),
+        resp("stored_put_offset", 69, {"type": "stored", "answers": "put_offset"}),
+        resp("error_direct_read_past_end", 74, {"type": "error", "code": "invalid_argument", "message": "offset 9 is past the end of a value of 8 bytes"}),
     ]
 
 
@@ -630,7 +706,71 @@ def error_vectors():
 
     flags = INVOKE_FLAGS
     backup = REQUEST_OPCODES["backup"]
+    put_direct = REQUEST_OPCODES["put_direct"]
+    direct_write = REQUEST_OPCODES["direct_write"]
+    get_direct = REQUEST_OPCODES["get_direct"]
+    direct_read = REQUEST_OPCODES["direct_read"]
+    end_transfer = REQUEST_OPCODES["end_transfer"]
+    put_offset = REQUEST_OPCODES["put_offset"]
+
+    def put_offset_body(key, data):
+        return u64(1) + u64(0) + u32(len(key)) + u32(len(data)) + key + data
+
     return [
+        _invalid(
+            "direct_read_length_too_large",
+            "request",
+            80,
+            "value_too_large",
+            frame(direct_read, 0, 80, u64(1) + u64(0) + u32(VALUE_INLINE_BYTES_MAX + 1)),
+        ),
+        _invalid(
+            "direct_write_data_too_large",
+            "request",
+            81,
+            "value_too_large",
+            # The length is checked against the limit before the bytes are sliced from the body.
+            frame(direct_write, 0, 81, u64(1) + u64(0) + u32(VALUE_INLINE_BYTES_MAX + 1)),
+        ),
+        _invalid("direct_write_flags", "request", 82, "invalid_argument", frame(direct_write, 0x0001, 82, u64(1) + u64(0) + u32(1) + b"v")),
+        _invalid(
+            "put_offset_create_only",
+            "request",
+            83,
+            "invalid_argument",
+            frame(put_offset, PUT_FLAGS["create_only"], 83, put_offset_body(key, b"v")),
+        ),
+        _invalid(
+            "put_offset_update_only",
+            "request",
+            84,
+            "invalid_argument",
+            frame(put_offset, PUT_FLAGS["update_only"], 84, put_offset_body(key, b"v")),
+        ),
+        _invalid("end_transfer_unknown_flag", "request", 85, "invalid_argument", frame(end_transfer, 0x0002, 85, u64(1))),
+        _invalid("end_transfer_trailing_bytes", "request", 86, "malformed_frame", frame(end_transfer, 0, 86, u64(1) + b"\x00")),
+        _invalid(
+            "put_direct_sync_and_async",
+            "request",
+            87,
+            "invalid_argument",
+            frame(put_direct, 0x000C, 87, u64(1) + u64(1) + u64(5) + u32(len(key)) + key),
+        ),
+        _invalid(
+            "put_direct_key_too_large",
+            "request",
+            88,
+            "key_too_large",
+            frame(put_direct, 0, 88, u64(1) + u64(1) + u64(5) + u32(KEY_BYTES_MAX + 1)),
+        ),
+        _invalid("get_direct_with_flags", "request", 89, "invalid_argument", frame(get_direct, 0x0001, 89, u64(1) + u64(1) + u32(len(key)) + key)),
+        _invalid(
+            "transfer_opened_response_truncated",
+            "response",
+            90,
+            "malformed_frame",
+            frame(get_direct | RESPONSE_BIT, 0, 90, u32(5)),
+        ),
         _invalid(
             "create_pool_plugins_flag_with_empty_chain",
             "request",

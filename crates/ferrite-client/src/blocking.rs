@@ -182,6 +182,63 @@ impl Pool {
         self.runtime.block_on(self.inner.get_bytes(key))
     }
 
+    /// See [`crate::Pool::put_direct`].
+    pub fn put_direct(&self, key: impl AsRef<[u8]>, value: &[u8]) -> Result<()> {
+        self.runtime.block_on(self.inner.put_direct(key, value))
+    }
+
+    /// See [`crate::Pool::put_direct_with`].
+    pub fn put_direct_with(&self, key: impl AsRef<[u8]>, value: &[u8], flags: PutFlags) -> Result<()> {
+        self.runtime.block_on(self.inner.put_direct_with(key, value, flags))
+    }
+
+    /// See [`crate::Pool::get_direct`].
+    pub fn get_direct(&self, key: impl AsRef<[u8]>) -> Result<Vec<u8>> {
+        self.runtime.block_on(self.inner.get_direct(key))
+    }
+
+    /// See [`crate::Pool::get_direct_into`].
+    pub fn get_direct_into(&self, key: impl AsRef<[u8]>, buffer: &mut [u8]) -> Result<usize> {
+        self.runtime.block_on(self.inner.get_direct_into(key, buffer))
+    }
+
+    /// See [`crate::Pool::get_direct_into_memory`].
+    pub fn get_direct_into_memory(&self, key: impl AsRef<[u8]>, memory: &mut crate::DirectMemory) -> Result<usize> {
+        self.runtime.block_on(self.inner.get_direct_into_memory(key, memory))
+    }
+
+    /// See [`crate::Pool::get_direct_offset`].
+    pub fn get_direct_offset(&self, key: impl AsRef<[u8]>, offset: u64, buffer: &mut [u8]) -> Result<usize> {
+        self.runtime.block_on(self.inner.get_direct_offset(key, offset, buffer))
+    }
+
+    /// See [`crate::Pool::get_direct_to`].
+    pub fn get_direct_to(
+        &self,
+        key: impl AsRef<[u8]>,
+        offset: u64,
+        length: Option<u64>,
+        sink: impl FnMut(u64, &[u8]) -> std::io::Result<()>,
+    ) -> Result<u64> {
+        self.runtime.block_on(self.inner.get_direct_to(key, offset, length, sink))
+    }
+
+    /// See [`crate::Pool::put_direct_offset`].
+    pub fn put_direct_offset(&self, key: impl AsRef<[u8]>, offset: u64, bytes: &[u8]) -> Result<()> {
+        self.runtime.block_on(self.inner.put_direct_offset(key, offset, bytes))
+    }
+
+    /// See [`crate::Pool::put_direct_offset_with`].
+    pub fn put_direct_offset_with(
+        &self,
+        key: impl AsRef<[u8]>,
+        offset: u64,
+        bytes: &[u8],
+        flags: PutFlags,
+    ) -> Result<()> {
+        self.runtime.block_on(self.inner.put_direct_offset_with(key, offset, bytes, flags))
+    }
+
     pub fn erase(&self, key: impl AsRef<[u8]>) -> Result<()> {
         self.runtime.block_on(self.inner.erase(key))
     }

@@ -240,6 +240,16 @@ pub(crate) async fn serve_memory_shard_stalling(
                 ])
             }
             Request::Hello { .. } => error(ErrorCode::MalformedFrame, "second hello"),
+            // The real server's direct transfers are tested against it (`crates/ferrite-server/tests/direct.rs`).
+            Request::PutDirect { .. }
+            | Request::DirectWrite { .. }
+            | Request::GetDirect { .. }
+            | Request::DirectRead { .. }
+            | Request::EndTransfer { .. }
+            | Request::PutOffset { .. } => {
+                log.push("direct".to_owned());
+                error(ErrorCode::InvalidArgument, "the fake shard has no direct transfers")
+            }
             Request::Put { pool, .. }
             | Request::Get { pool, .. }
             | Request::Erase { pool, .. }

@@ -33,6 +33,7 @@
 mod address;
 pub mod blocking;
 mod connection;
+mod direct;
 mod error;
 mod frame_reader;
 pub mod plugins;
@@ -46,6 +47,7 @@ mod fake_server;
 #[cfg(test)]
 mod tests;
 
+pub use direct::{DirectMemory, DIRECT_THRESHOLD_BYTES, PIECES_IN_FLIGHT, PIECE_BYTES_MAX};
 pub use error::{Error, Result};
 pub use ferrite_proto::{
     Attribute, Durability, ErrorCode, FindKind, Limits, PoolHandle, PoolMemory, PoolSetting, ProtocolError, PutFlags,

@@ -148,8 +148,16 @@ impl Pool {
 
     /// Stores `value` under `key`. [`PutFlags::CREATE_ONLY`] fails with `key_exists` instead of
     /// replacing; [`PutFlags::UPDATE_ONLY`] fails with `key_not_found` instead of inserting.
+    ///
+    /// A value longer than [`crate::DIRECT_THRESHOLD_BYTES`] (or than the server's inline limit)
+    /// goes as a direct put ([`Pool::put_direct_with`]), up to the server's direct limit.
     pub async fn put_with(&self, key: impl AsRef<[u8]>, value: impl AsRef<[u8]>, flags: PutFlags) -> Result<()> {
-        let request = Request::Put { pool: self.inner.handle, flags, key: key.as_ref(), value: value.as_ref() };
+        let value = value.as_ref();
+        let inline_max = (self.connection().limits().value_bytes_max as usize).min(crate::DIRECT_THRESHOLD_BYTES);
+        if value.len() > inline_max {
+            return self.put_direct_with(key, value, flags).await;
+        }
+        let request = Request::Put { pool: self.inner.handle, flags, key: key.as_ref(), value };
         match self.call(&request).await? {
             Reply::Stored => Ok(()),
             other => Err(other.unexpected("stored")),
@@ -163,10 +171,16 @@ impl Pool {
 
     /// The value stored under `key` as the response frame's own bytes, without copying them out
     /// (what the bindings use to fill a caller's buffer with one copy). Fails like [`Pool::get`].
+    /// A value too long to come inline is read with a direct read ([`Pool::get_direct`]).
     pub async fn get_bytes(&self, key: impl AsRef<[u8]>) -> Result<bytes::Bytes> {
-        match self.call(&Request::Get { pool: self.inner.handle, key: key.as_ref() }).await? {
-            Reply::Value(value) => Ok(value),
-            other => Err(other.unexpected("value")),
+        let key = key.as_ref();
+        match self.call(&Request::Get { pool: self.inner.handle, key }).await {
+            Ok(Reply::Value(value)) => Ok(value),
+            Ok(other) => Err(other.unexpected("value")),
+            Err(error) if error.code() == Some(ferrite_proto::ErrorCode::ValueTooLarge) => {
+                self.get_direct(key).await.map(bytes::Bytes::from)
+            }
+            Err(error) => Err(error),
         }
     }
 
@@ -324,6 +338,11 @@ impl Pool {
 
     async fn call(&self, request: &Request<'_>) -> Result<Reply> {
         self.inner.connection.call(request).await
+    }
+
+    /// The pool's shard connection, for the direct transfers (`direct.rs`).
+    pub(crate) fn connection(&self) -> &Connection {
+        &self.inner.connection
     }
 
     async fn send_attribute(&self, attribute: Attribute, key: &[u8]) -> Result<PendingAttribute> {

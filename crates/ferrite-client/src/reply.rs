@@ -51,6 +51,9 @@ pub(crate) enum Reply {
     Statistics(Vec<(String, u64)>),
     Invoked(Vec<InvokeResponse>),
     BackedUp(ferrite_proto::BackupReport),
+    TransferOpened { length: u64 },
+    Written,
+    TransferEnded,
 }
 
 impl Reply {
@@ -110,6 +113,9 @@ impl Reply {
                 next: next.map(|key| body.slice_ref(key)),
             },
             Response::BackedUp(report) => Reply::BackedUp(report),
+            Response::TransferOpened { length } => Reply::TransferOpened { length },
+            Response::Written => Reply::Written,
+            Response::TransferEnded => Reply::TransferEnded,
             Response::Statistics(stats) => {
                 Reply::Statistics(stats.into_iter().map(|s| (s.name.to_owned(), s.value)).collect())
             }
@@ -141,6 +147,9 @@ impl Reply {
             Reply::Statistics(_) => "statistics",
             Reply::Invoked(_) => "invoked",
             Reply::BackedUp(_) => "backed_up",
+            Reply::TransferOpened { .. } => "transfer_opened",
+            Reply::Written => "written",
+            Reply::TransferEnded => "transfer_ended",
         }
     }
 

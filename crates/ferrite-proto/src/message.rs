@@ -36,6 +36,12 @@ pub enum Opcode {
     Count = 0x0023,
     GetAttribute = 0x0024,
     Find = 0x0025,
+    PutDirect = 0x0026,
+    DirectWrite = 0x0027,
+    GetDirect = 0x0028,
+    DirectRead = 0x0029,
+    EndTransfer = 0x002A,
+    PutOffset = 0x002B,
     GetStatistics = 0x0030,
     InvokeAdo = 0x0040,
     InvokePutAdo = 0x0041,
@@ -45,7 +51,7 @@ pub enum Opcode {
 
 impl Opcode {
     /// Every request opcode.
-    pub const REQUESTS: [Opcode; 17] = [
+    pub const REQUESTS: [Opcode; 23] = [
         Opcode::Hello,
         Opcode::CreatePool,
         Opcode::OpenPool,
@@ -59,6 +65,12 @@ impl Opcode {
         Opcode::Count,
         Opcode::GetAttribute,
         Opcode::Find,
+        Opcode::PutDirect,
+        Opcode::DirectWrite,
+        Opcode::GetDirect,
+        Opcode::DirectRead,
+        Opcode::EndTransfer,
+        Opcode::PutOffset,
         Opcode::GetStatistics,
         Opcode::InvokeAdo,
         Opcode::InvokePutAdo,
@@ -174,6 +186,33 @@ impl PutFlags {
             Durability::Sync => PutFlags(bits | PutFlags::SYNC.0),
             Durability::Async => PutFlags(bits | PutFlags::ASYNC.0),
         }
+    }
+}
+
+/// Flags of `end_transfer`, carried in the header's flag field.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct EndTransferFlags(u16);
+
+impl EndTransferFlags {
+    /// Commit a direct put (its value replaces the key's), or end a direct read.
+    pub const COMMIT: EndTransferFlags = EndTransferFlags(0);
+    /// Drop a direct put: the key keeps its value and the staged bytes are freed.
+    pub const ABORT: EndTransferFlags = EndTransferFlags(0x0001);
+    const KNOWN: u16 = 0x0001;
+
+    pub fn bits(self) -> u16 {
+        self.0
+    }
+
+    pub fn from_bits(bits: u16) -> Result<EndTransferFlags, ProtocolError> {
+        if bits & !EndTransferFlags::KNOWN != 0 {
+            return Err(ProtocolError::UnknownFlags { message: "end_transfer", flags: bits });
+        }
+        Ok(EndTransferFlags(bits))
+    }
+
+    pub fn aborts(self) -> bool {
+        self.0 & EndTransferFlags::ABORT.0 != 0
     }
 }
 
@@ -482,6 +521,54 @@ pub enum Request<'a> {
         after: Option<&'a [u8]>,
         limit: u32,
     },
+    /// Opens direct transfer `transfer` of this session: a value of `length` bytes for `key`,
+    /// sent in [`Request::DirectWrite`] pieces and made the key's value at once by
+    /// [`Request::EndTransfer`] (MCAS `put_direct`). `flags` are a put's.
+    PutDirect {
+        pool: PoolHandle,
+        flags: PutFlags,
+        transfer: u64,
+        length: u64,
+        key: &'a [u8],
+    },
+    /// The next piece of direct put `transfer`: `bytes` land at `offset` of the staged value.
+    /// Pieces come in order, each at most the inline value limit.
+    DirectWrite {
+        transfer: u64,
+        offset: u64,
+        bytes: &'a [u8],
+    },
+    /// Opens direct transfer `transfer` of this session for reading `key`'s value in
+    /// [`Request::DirectRead`] pieces (MCAS `get_direct`). Writers of the key wait until the
+    /// transfer ends, so every piece comes from the same value.
+    GetDirect {
+        pool: PoolHandle,
+        transfer: u64,
+        key: &'a [u8],
+    },
+    /// `length` bytes (at most the inline value limit) at `offset` of the value that direct read
+    /// `transfer` holds; fewer at the value's end.
+    DirectRead {
+        transfer: u64,
+        offset: u64,
+        length: u32,
+    },
+    /// Ends direct transfer `transfer`: commits (or with [`EndTransferFlags::ABORT`], drops) a
+    /// direct put, or releases a direct read.
+    EndTransfer {
+        transfer: u64,
+        flags: EndTransferFlags,
+    },
+    /// Writes `bytes` at `offset` inside `key`'s existing value, atomically and durably like a
+    /// put (MCAS `put_direct_offset`); the value keeps its length, so the range must lie inside
+    /// it. `flags` may carry a durability, nothing else.
+    PutOffset {
+        pool: PoolHandle,
+        flags: PutFlags,
+        offset: u64,
+        key: &'a [u8],
+        bytes: &'a [u8],
+    },
     GetStatistics,
     /// Runs the pool's plugin chain on `key`'s value (MCAS `invoke_ado`). An empty key invokes
     /// the chain on the pool itself. `value_size` is the size of the zeroed value that
@@ -677,6 +764,15 @@ fn check_find_limit(limit: u32) -> Result<(), ProtocolError> {
     Ok(())
 }
 
+/// `put_offset` changes a value that exists and keeps its length: only a durability may be
+/// asked for.
+fn check_put_offset_flags(flags: PutFlags) -> Result<(), ProtocolError> {
+    if flags.contains(PutFlags::CREATE_ONLY) || flags.contains(PutFlags::UPDATE_ONLY) {
+        return Err(ProtocolError::UnknownFlags { message: "put_offset (only sync or async)", flags: flags.bits() });
+    }
+    Ok(())
+}
+
 fn no_flags(header: &Header, message: &'static str) -> Result<(), ProtocolError> {
     match header.flags {
         0 => Ok(()),
@@ -700,6 +796,12 @@ impl<'a> Request<'a> {
             Request::Count { .. } => Opcode::Count,
             Request::GetAttribute { .. } => Opcode::GetAttribute,
             Request::Find { .. } => Opcode::Find,
+            Request::PutDirect { .. } => Opcode::PutDirect,
+            Request::DirectWrite { .. } => Opcode::DirectWrite,
+            Request::GetDirect { .. } => Opcode::GetDirect,
+            Request::DirectRead { .. } => Opcode::DirectRead,
+            Request::EndTransfer { .. } => Opcode::EndTransfer,
+            Request::PutOffset { .. } => Opcode::PutOffset,
             Request::GetStatistics => Opcode::GetStatistics,
             Request::InvokeAdo { .. } => Opcode::InvokeAdo,
             Request::InvokePutAdo { .. } => Opcode::InvokePutAdo,
@@ -723,9 +825,25 @@ impl<'a> Request<'a> {
                 check_key(key, limits)?;
                 check_value(value, limits)
             }
-            Request::Get { key, .. } | Request::Erase { key, .. } | Request::GetAttribute { key, .. } => {
-                check_key(key, limits)
+            Request::Get { key, .. }
+            | Request::Erase { key, .. }
+            | Request::GetAttribute { key, .. }
+            | Request::PutDirect { key, .. }
+            | Request::GetDirect { key, .. } => check_key(key, limits),
+            Request::DirectWrite { bytes, .. } => check_value(bytes, limits),
+            Request::DirectRead { length, .. } => {
+                let max = limits.value_bytes_max as usize;
+                match *length as usize {
+                    len if len > max => Err(ProtocolError::ValueTooLarge { len, max }),
+                    _ => Ok(()),
+                }
             }
+            Request::PutOffset { key, bytes, flags, .. } => {
+                check_key(key, limits)?;
+                check_value(bytes, limits)?;
+                check_put_offset_flags(*flags)
+            }
+            Request::EndTransfer { .. } => Ok(()),
             Request::Find { pattern, after, limit, .. } => {
                 check_key(pattern, limits)?;
                 check_key(after.unwrap_or_default(), limits)?;
@@ -848,6 +966,50 @@ impl<'a> Request<'a> {
                 };
                 Request::Find { pool, kind, pattern, after, limit }
             }
+            Opcode::PutDirect => {
+                let flags = PutFlags::from_bits(header.flags)?;
+                let pool = PoolHandle(r.u64()?);
+                let transfer = r.u64()?;
+                let length = r.u64()?;
+                Request::PutDirect { pool, flags, transfer, length, key: read_key(&mut r)? }
+            }
+            Opcode::DirectWrite => {
+                no_flags(header, "direct_write")?;
+                let transfer = r.u64()?;
+                let offset = r.u64()?;
+                let len = read_sized(&mut r, VALUE_INLINE_BYTES_MAX, value_too_large)?;
+                Request::DirectWrite { transfer, offset, bytes: r.bytes(len)? }
+            }
+            Opcode::GetDirect => {
+                no_flags(header, "get_direct")?;
+                let pool = PoolHandle(r.u64()?);
+                let transfer = r.u64()?;
+                Request::GetDirect { pool, transfer, key: read_key(&mut r)? }
+            }
+            Opcode::DirectRead => {
+                no_flags(header, "direct_read")?;
+                let transfer = r.u64()?;
+                let offset = r.u64()?;
+                let length = r.u32()?;
+                if length as usize > VALUE_INLINE_BYTES_MAX {
+                    return Err(value_too_large(length as usize, VALUE_INLINE_BYTES_MAX));
+                }
+                Request::DirectRead { transfer, offset, length }
+            }
+            Opcode::EndTransfer => {
+                let flags = EndTransferFlags::from_bits(header.flags)?;
+                Request::EndTransfer { transfer: r.u64()?, flags }
+            }
+            Opcode::PutOffset => {
+                let flags = PutFlags::from_bits(header.flags)?;
+                check_put_offset_flags(flags)?;
+                let pool = PoolHandle(r.u64()?);
+                let offset = r.u64()?;
+                let key_len = read_sized(&mut r, KEY_BYTES_MAX, key_too_large)?;
+                let len = read_sized(&mut r, VALUE_INLINE_BYTES_MAX, value_too_large)?;
+                let key = r.bytes(key_len)?;
+                Request::PutOffset { pool, flags, offset, key, bytes: r.bytes(len)? }
+            }
             Opcode::GetStatistics => {
                 no_flags(header, "get_statistics")?;
                 Request::GetStatistics
@@ -903,7 +1065,10 @@ impl<'a> Request<'a> {
                 let chain = if plugins.is_empty() { 0 } else { CreatePoolFlags::PLUGINS.0 };
                 flags.0 & !CreatePoolFlags::PLUGINS.0 | chain
             }
-            Request::Put { flags, .. } => flags.bits(),
+            Request::Put { flags, .. } | Request::PutDirect { flags, .. } | Request::PutOffset { flags, .. } => {
+                flags.bits()
+            }
+            Request::EndTransfer { flags, .. } => flags.bits(),
             Request::InvokeAdo { flags, .. } | Request::InvokePutAdo { flags, .. } => flags.bits(),
             Request::ConfigurePool { setting, .. } => *setting as u16,
             _ => 0,
@@ -940,6 +1105,39 @@ impl<'a> Request<'a> {
                 out.put_u64_le(pool.0);
                 put_len32(out, key.len());
                 out.put_slice(key);
+            }
+            Request::PutDirect { pool, transfer, length, key, .. } => {
+                out.put_u64_le(pool.0);
+                out.put_u64_le(*transfer);
+                out.put_u64_le(*length);
+                put_len32(out, key.len());
+                out.put_slice(key);
+            }
+            Request::DirectWrite { transfer, offset, bytes } => {
+                out.put_u64_le(*transfer);
+                out.put_u64_le(*offset);
+                put_len32(out, bytes.len());
+                out.put_slice(bytes);
+            }
+            Request::GetDirect { pool, transfer, key } => {
+                out.put_u64_le(pool.0);
+                out.put_u64_le(*transfer);
+                put_len32(out, key.len());
+                out.put_slice(key);
+            }
+            Request::DirectRead { transfer, offset, length } => {
+                out.put_u64_le(*transfer);
+                out.put_u64_le(*offset);
+                out.put_u32_le(*length);
+            }
+            Request::EndTransfer { transfer, .. } => out.put_u64_le(*transfer),
+            Request::PutOffset { pool, offset, key, bytes, .. } => {
+                out.put_u64_le(pool.0);
+                out.put_u64_le(*offset);
+                put_len32(out, key.len());
+                put_len32(out, bytes.len());
+                out.put_slice(key);
+                out.put_slice(bytes);
             }
             Request::GetAttribute { pool, attribute, key } => {
                 out.put_u64_le(pool.0);
@@ -1092,6 +1290,16 @@ pub enum Response<'a> {
     },
     /// The shard's backup is complete and durable.
     BackedUp(BackupReport),
+    /// A direct transfer is open: the answer to `put_direct` (echoing the length to come) and to
+    /// `get_direct` (the value's length). Encode it with [`Response::encode_answer`].
+    TransferOpened {
+        length: u64,
+    },
+    /// A direct put's piece is staged.
+    Written,
+    /// A direct transfer ended: a put's value is the key's (durable as its flags asked), or it
+    /// was dropped; a read's key is released.
+    TransferEnded,
     Error {
         code: ErrorCode,
         message: &'a str,
@@ -1119,6 +1327,10 @@ impl<'a> Response<'a> {
             // Also answers invoke_put_ado; see `encode_answer`.
             Response::Invoked { .. } => Opcode::InvokeAdo,
             Response::BackedUp(_) => Opcode::Backup,
+            // Also answers put_direct; see `encode_answer`.
+            Response::TransferOpened { .. } => Opcode::GetDirect,
+            Response::Written => Opcode::DirectWrite,
+            Response::TransferEnded => Opcode::EndTransfer,
             Response::Error { .. } => Opcode::Error,
         }
     }
@@ -1131,11 +1343,17 @@ impl<'a> Response<'a> {
     }
 
     /// Appends this response as one frame to `out`, as the answer to a request of opcode
-    /// `request`. This matters only for [`Response::Invoked`], which answers both invocation
-    /// messages with their own response opcodes; any other response keeps its own opcode.
+    /// `request`. This matters for the responses that answer more than one request, each with
+    /// its own response opcode: [`Response::Invoked`] (both invocations),
+    /// [`Response::TransferOpened`] (`put_direct`, `get_direct`), [`Response::Value`] (`get`,
+    /// `direct_read`) and [`Response::Stored`] (`put`, `put_offset`); any other response keeps
+    /// its own opcode.
     pub fn encode_answer(&self, request: Opcode, request_id: u64, out: &mut BytesMut) {
         let opcode = match (self, request) {
-            (Response::Invoked { .. }, Opcode::InvokeAdo | Opcode::InvokePutAdo) => request,
+            (Response::Invoked { .. }, Opcode::InvokeAdo | Opcode::InvokePutAdo)
+            | (Response::TransferOpened { .. }, Opcode::PutDirect | Opcode::GetDirect)
+            | (Response::Value(_), Opcode::DirectRead)
+            | (Response::Stored, Opcode::PutOffset) => request,
             _ => self.request_opcode(),
         };
         write_frame(out, opcode.response_code(), 0, request_id, |out| match self {
@@ -1159,7 +1377,10 @@ impl<'a> Response<'a> {
             | Response::PoolDeleted
             | Response::PoolConfigured
             | Response::Stored
-            | Response::Erased => {}
+            | Response::Erased
+            | Response::Written
+            | Response::TransferEnded => {}
+            Response::TransferOpened { length } => out.put_u64_le(*length),
             Response::Pools(pools) => {
                 out.put_u16_le(u16::try_from(pools.len()).expect("pools per shard fit u16"));
                 for pool in pools {
@@ -1294,8 +1515,11 @@ impl<'a> Response<'a> {
                 }
                 Response::Pools(pools)
             }
-            Opcode::Put => Response::Stored,
-            Opcode::Get => {
+            Opcode::Put | Opcode::PutOffset => Response::Stored,
+            Opcode::PutDirect | Opcode::GetDirect => Response::TransferOpened { length: r.u64()? },
+            Opcode::DirectWrite => Response::Written,
+            Opcode::EndTransfer => Response::TransferEnded,
+            Opcode::Get | Opcode::DirectRead => {
                 let len = read_sized(r, VALUE_INLINE_BYTES_MAX, value_too_large)?;
                 Response::Value(r.bytes(len)?)
             }
@@ -1498,5 +1722,112 @@ mod tests {
         let body = [0xFF, 0xFF, 0xFF, 0xFF, 0, 0, 0, 0, 0, 0];
         let header = Header { body_len: 10, opcode: 0x8040, flags: 0, request_id: 1 };
         assert!(matches!(Response::decode(&header, &body), Err(ProtocolError::Truncated { .. })));
+    }
+
+    /// Decodes a request frame built by hand: `body` under a header of `opcode` and `flags`.
+    fn decode_raw(opcode: Opcode, flags: u16, body: &[u8]) -> Result<Request<'_>, ProtocolError> {
+        let header = Header { body_len: body.len() as u32, opcode: opcode as u16, flags, request_id: 1 };
+        Request::decode(&header, body)
+    }
+
+    /// Proves every direct-transfer request and `put_offset` passes the client's check and
+    /// decodes back to itself, flags included.
+    #[test]
+    fn direct_transfer_requests_round_trip() {
+        let requests = [
+            Request::PutDirect { pool: PoolHandle(1), flags: PutFlags::NONE, transfer: 1, length: 8 << 20, key: b"k" },
+            Request::PutDirect {
+                pool: PoolHandle(2),
+                flags: PutFlags::UPDATE_ONLY.with_durability(Durability::Sync),
+                transfer: u64::MAX,
+                length: 0,
+                key: b"key",
+            },
+            Request::DirectWrite { transfer: 1, offset: 2 << 20, bytes: b"piece" },
+            Request::DirectWrite { transfer: 1, offset: 0, bytes: b"" },
+            Request::GetDirect { pool: PoolHandle(1), transfer: 2, key: b"k" },
+            Request::DirectRead { transfer: 2, offset: u64::MAX, length: VALUE_INLINE_BYTES_MAX as u32 },
+            Request::EndTransfer { transfer: 1, flags: EndTransferFlags::COMMIT },
+            Request::EndTransfer { transfer: 2, flags: EndTransferFlags::ABORT },
+            Request::PutOffset { pool: PoolHandle(1), flags: PutFlags::NONE, offset: 4, key: b"k", bytes: b"xy" },
+            Request::PutOffset { pool: PoolHandle(3), flags: PutFlags::SYNC, offset: 0, key: b"k", bytes: b"" },
+            Request::PutOffset { pool: PoolHandle(3), flags: PutFlags::ASYNC, offset: 1 << 40, key: b"k", bytes: b"0" },
+        ];
+        for request in &requests {
+            assert_eq!(request.check(&Limits::MAX), Ok(()), "{request:?}");
+            assert_eq!(decode(&encode(request)).as_ref(), Ok(request));
+        }
+        assert!(EndTransferFlags::ABORT.aborts() && !EndTransferFlags::COMMIT.aborts());
+    }
+
+    /// Proves what the decoder refuses of the new messages: `put_offset` with a flag other than a
+    /// durability, an unknown `end_transfer` bit, flags on `direct_write` and `get_direct`, and a
+    /// `direct_read` or `direct_write` over the value limit (checked before anything is sliced).
+    /// The client's check refuses the same before sending, against the server's own limits.
+    #[test]
+    fn direct_transfer_requests_refuse_bad_flags_and_lengths() {
+        let unknown_flags = |result: Result<Request<'_>, ProtocolError>| {
+            let error = result.expect_err("refused");
+            matches!(error, ProtocolError::UnknownFlags { .. }) && error.code() == ErrorCode::InvalidArgument
+        };
+        let put_offset_body =
+            [&1u64.to_le_bytes()[..], &0u64.to_le_bytes(), &1u32.to_le_bytes(), &1u32.to_le_bytes(), b"kv"].concat();
+        for flags in [PutFlags::CREATE_ONLY, PutFlags::UPDATE_ONLY.with_durability(Durability::Sync)] {
+            let request = Request::PutOffset { pool: PoolHandle(1), flags, offset: 0, key: b"k", bytes: b"v" };
+            assert!(matches!(request.check(&Limits::MAX), Err(ProtocolError::UnknownFlags { .. })), "{request:?}");
+            assert!(unknown_flags(decode(&encode(&request))), "{request:?}");
+            assert!(unknown_flags(decode_raw(Opcode::PutOffset, flags.bits(), &put_offset_body)));
+        }
+        assert!(unknown_flags(decode_raw(Opcode::PutOffset, 0x000C, &put_offset_body)), "sync with async");
+
+        let transfer = 7u64.to_le_bytes();
+        assert!(unknown_flags(decode_raw(Opcode::EndTransfer, 0x0002, &transfer)));
+        assert!(matches!(EndTransferFlags::from_bits(0x8001), Err(ProtocolError::UnknownFlags { flags: 0x8001, .. })));
+        let piece = [&transfer[..], &0u64.to_le_bytes(), &1u32.to_le_bytes(), b"v"].concat();
+        assert!(unknown_flags(decode_raw(Opcode::DirectWrite, 0x0001, &piece)));
+        let open = [&1u64.to_le_bytes()[..], &transfer, &1u32.to_le_bytes(), b"k"].concat();
+        assert!(unknown_flags(decode_raw(Opcode::GetDirect, 0x0001, &open)));
+
+        let over = (VALUE_INLINE_BYTES_MAX + 1) as u32;
+        let too_large = Err(ProtocolError::ValueTooLarge { len: over as usize, max: VALUE_INLINE_BYTES_MAX });
+        let read = [&transfer[..], &0u64.to_le_bytes(), &over.to_le_bytes()].concat();
+        assert_eq!(decode_raw(Opcode::DirectRead, 0, &read), too_large);
+        let write = [&transfer[..], &0u64.to_le_bytes(), &over.to_le_bytes()].concat();
+        assert_eq!(decode_raw(Opcode::DirectWrite, 0, &write), too_large);
+
+        let limits = Limits { key_bytes_max: 4, value_bytes_max: 10 };
+        let read = Request::DirectRead { transfer: 1, offset: 0, length: 11 };
+        assert_eq!(read.check(&limits), Err(ProtocolError::ValueTooLarge { len: 11, max: 10 }));
+        let write = Request::DirectWrite { transfer: 1, offset: 0, bytes: b"12345678901" };
+        assert_eq!(write.check(&limits), Err(ProtocolError::ValueTooLarge { len: 11, max: 10 }));
+        let open = Request::GetDirect { pool: PoolHandle(1), transfer: 1, key: b"keyss" };
+        assert_eq!(open.check(&limits), Err(ProtocolError::KeyTooLarge { len: 5, max: 4 }));
+    }
+
+    /// Proves the responses of direct transfers carry the opcode of the request they answer:
+    /// `TransferOpened` both opens, `Value` a `direct_read`, `Stored` a `put_offset`; and that
+    /// each decodes back to itself.
+    #[test]
+    fn direct_transfer_answers_carry_the_request_opcode() {
+        let answers = [
+            (Response::TransferOpened { length: 8 << 20 }, Opcode::PutDirect, 0x8026),
+            (Response::TransferOpened { length: 0 }, Opcode::GetDirect, 0x8028),
+            (Response::Written, Opcode::DirectWrite, 0x8027),
+            (Response::Value(b"piece"), Opcode::DirectRead, 0x8029),
+            (Response::TransferEnded, Opcode::EndTransfer, 0x802A),
+            (Response::Stored, Opcode::PutOffset, 0x802B),
+        ];
+        for (response, request, opcode) in &answers {
+            let mut frame = BytesMut::new();
+            response.encode_answer(*request, 5, &mut frame);
+            let header = Header::parse(&frame).expect("an encoded frame has a header");
+            assert_eq!(header.opcode, *opcode, "{response:?}");
+            assert_eq!(Response::decode(&header, &frame[HEADER_BYTES..]).as_ref(), Ok(response));
+        }
+        let mut frame = BytesMut::new();
+        Response::TransferOpened { length: 1 }.encode(5, &mut frame);
+        assert_eq!(Header::parse(&frame).map(|h| h.opcode), Some(0x8028), "on its own it answers get_direct");
+        let truncated = Header { body_len: 4, opcode: 0x8026, flags: 0, request_id: 5 };
+        assert!(matches!(Response::decode(&truncated, &[0; 4]), Err(ProtocolError::Truncated { .. })));
     }
 }

@@ -7,8 +7,8 @@
 use serde_json::{json, Map, Value};
 
 use crate::{
-    Attribute, BackupReport, CreatePoolFlags, ErrorCode, FindKind, Header, HelloReply, InvokeBuffer, InvokeFlags,
-    Limits, Opcode, PoolHandle, PoolInfo, PoolMemory, PoolSetting, PutFlags, Request, Response, Statistic,
+    Attribute, BackupReport, CreatePoolFlags, EndTransferFlags, ErrorCode, FindKind, Header, HelloReply, InvokeBuffer,
+    InvokeFlags, Limits, Opcode, PoolHandle, PoolInfo, PoolMemory, PoolSetting, PutFlags, Request, Response, Statistic,
 };
 
 const PUT_FLAGS: [(&str, PutFlags); 4] = [
@@ -17,6 +17,8 @@ const PUT_FLAGS: [(&str, PutFlags); 4] = [
     ("sync", PutFlags::SYNC),
     ("async", PutFlags::ASYNC),
 ];
+
+const END_TRANSFER_FLAGS: [(&str, EndTransferFlags); 1] = [("abort", EndTransferFlags::ABORT)];
 
 const CREATE_POOL_FLAGS: [(&str, CreatePoolFlags); 4] = [
     ("create_only", CreatePoolFlags::CREATE_ONLY),
@@ -75,7 +77,7 @@ impl<'j> Fields<'j> {
     pub fn new(message: &'j Value) -> Result<Fields<'j>, String> {
         let object = message.as_object().ok_or("the message is not a JSON object")?;
         let mut bytes = Vec::new();
-        for field in ["key", "value", "auth", "pattern", "after", "next", "payload"] {
+        for field in ["key", "value", "auth", "pattern", "after", "next", "payload", "data"] {
             if let Some(Value::String(text)) = object.get(field) {
                 bytes.push((field, unhex(text)?));
             }
@@ -175,6 +177,7 @@ fn by_name<T: Copy>(all: &[T], name: &str, name_of: fn(T) -> &'static str, what:
 pub fn request<'f>(f: &'f Fields<'_>) -> Result<Request<'f>, String> {
     let invoke_flags =
         || InvokeFlags::from_bits(f.flags(&bits(&INVOKE_FLAGS, InvokeFlags::bits))?).map_err(|e| e.to_string());
+    let put_flags = || PutFlags::from_bits(f.flags(&bits(&PUT_FLAGS, PutFlags::bits))?).map_err(|e| e.to_string());
     Ok(match f.str("type")? {
         "hello" => {
             Request::Hello { version: f.u16("version")?, client_name: f.str("client_name")?, auth: f.bytes("auth")? }
@@ -198,12 +201,7 @@ pub fn request<'f>(f: &'f Fields<'_>) -> Result<Request<'f>, String> {
             }
         }
         "list_pools" => Request::ListPools,
-        "put" => Request::Put {
-            pool: f.pool()?,
-            flags: PutFlags::from_bits(f.flags(&bits(&PUT_FLAGS, PutFlags::bits))?).map_err(|e| e.to_string())?,
-            key: f.bytes("key")?,
-            value: f.bytes("value")?,
-        },
+        "put" => Request::Put { pool: f.pool()?, flags: put_flags()?, key: f.bytes("key")?, value: f.bytes("value")? },
         "get" => Request::Get { pool: f.pool()?, key: f.bytes("key")? },
         "erase" => Request::Erase { pool: f.pool()?, key: f.bytes("key")? },
         "count" => Request::Count { pool: f.pool()? },
@@ -234,6 +232,32 @@ pub fn request<'f>(f: &'f Fields<'_>) -> Result<Request<'f>, String> {
             key: f.bytes("key")?,
             value: f.bytes("value")?,
             payload: f.bytes("payload")?,
+        },
+        "put_direct" => Request::PutDirect {
+            pool: f.pool()?,
+            flags: put_flags()?,
+            transfer: f.u64("transfer")?,
+            length: f.u64("length")?,
+            key: f.bytes("key")?,
+        },
+        "direct_write" => {
+            Request::DirectWrite { transfer: f.u64("transfer")?, offset: f.u64("offset")?, bytes: f.bytes("data")? }
+        }
+        "get_direct" => Request::GetDirect { pool: f.pool()?, transfer: f.u64("transfer")?, key: f.bytes("key")? },
+        "direct_read" => {
+            Request::DirectRead { transfer: f.u64("transfer")?, offset: f.u64("offset")?, length: f.u32("length")? }
+        }
+        "end_transfer" => Request::EndTransfer {
+            transfer: f.u64("transfer")?,
+            flags: EndTransferFlags::from_bits(f.flags(&bits(&END_TRANSFER_FLAGS, EndTransferFlags::bits))?)
+                .map_err(|e| e.to_string())?,
+        },
+        "put_offset" => Request::PutOffset {
+            pool: f.pool()?,
+            flags: put_flags()?,
+            offset: f.u64("offset")?,
+            key: f.bytes("key")?,
+            bytes: f.bytes("data")?,
         },
         other => return Err(format!("unknown request type {other:?}")),
     })
@@ -281,12 +305,42 @@ pub fn request_json(request: &Request<'_>) -> Value {
             "flags": flag_names(flags.bits(), &bits(&INVOKE_FLAGS, InvokeFlags::bits)),
             "key": hex(key), "value": hex(value), "payload": hex(payload),
         }),
+        Request::PutDirect { pool, flags, transfer, length, key } => json!({
+            "type": "put_direct", "pool": pool.0, "flags": flag_names(flags.bits(), &bits(&PUT_FLAGS, PutFlags::bits)),
+            "transfer": transfer, "length": length, "key": hex(key),
+        }),
+        Request::DirectWrite { transfer, offset, bytes } => {
+            json!({"type": "direct_write", "transfer": transfer, "offset": offset, "data": hex(bytes)})
+        }
+        Request::GetDirect { pool, transfer, key } => {
+            json!({"type": "get_direct", "pool": pool.0, "transfer": transfer, "key": hex(key)})
+        }
+        Request::DirectRead { transfer, offset, length } => {
+            json!({"type": "direct_read", "transfer": transfer, "offset": offset, "length": length})
+        }
+        Request::EndTransfer { transfer, flags } => json!({
+            "type": "end_transfer", "transfer": transfer,
+            "flags": flag_names(flags.bits(), &bits(&END_TRANSFER_FLAGS, EndTransferFlags::bits)),
+        }),
+        Request::PutOffset { pool, flags, offset, key, bytes } => json!({
+            "type": "put_offset", "pool": pool.0, "flags": flag_names(flags.bits(), &bits(&PUT_FLAGS, PutFlags::bits)),
+            "offset": offset, "key": hex(key), "data": hex(bytes),
+        }),
     }
 }
 
 /// The response a vector's message describes, and the request it answers where the response
-/// alone does not say (an `invoked` response answers either invocation).
+/// alone does not say (an `invoked` response answers either invocation, a `transfer_opened` one
+/// either `put_direct` or `get_direct`; a `value` or `stored` one names `direct_read` or
+/// `put_offset` in `answers` when it answers that instead of `get` or `put`).
 pub fn response<'f>(f: &'f Fields<'_>) -> Result<(Response<'f>, Option<Opcode>), String> {
+    // The request a response that may answer another one names in `answers`, if any.
+    let answers = |allowed: &[(&str, Opcode)]| -> Result<Option<Opcode>, String> {
+        let Some(answers) = f.object.get("answers") else { return Ok(None) };
+        let answers = answers.as_str().ok_or("\"answers\" is not a string")?;
+        let found = allowed.iter().find(|(name, _)| *name == answers).map(|(_, opcode)| *opcode);
+        found.map(Some).ok_or_else(|| format!("\"answers\" names {answers:?}, which this response does not answer"))
+    };
     let response = match f.str("type")? {
         "hello" => {
             let shard_addresses = f
@@ -335,8 +389,8 @@ pub fn response<'f>(f: &'f Fields<'_>) -> Result<(Response<'f>, Option<Opcode>),
                 })
                 .collect::<Result<_, String>>()?,
         ),
-        "stored" => Response::Stored,
-        "value" => Response::Value(f.bytes("value")?),
+        "stored" => return Ok((Response::Stored, answers(&[("put_offset", Opcode::PutOffset)])?)),
+        "value" => return Ok((Response::Value(f.bytes("value")?), answers(&[("direct_read", Opcode::DirectRead)])?)),
         "erased" => Response::Erased,
         "count" => Response::Count(f.u64("count")?),
         "attribute" => Response::Attribute(f.u64("value")?),
@@ -361,6 +415,16 @@ pub fn response<'f>(f: &'f Fields<'_>) -> Result<(Response<'f>, Option<Opcode>),
             let buffers = f.buffers.iter().map(|(layer, data)| InvokeBuffer { layer: *layer, data }).collect();
             return Ok((Response::Invoked { buffers }, Some(answers)));
         }
+        "transfer_opened" => {
+            let opened = Response::TransferOpened { length: f.u64("length")? };
+            let answers = answers(&[("put_direct", Opcode::PutDirect), ("get_direct", Opcode::GetDirect)])?;
+            return Ok((
+                opened,
+                Some(answers.ok_or("a transfer_opened response names put_direct or get_direct in \"answers\"")?),
+            ));
+        }
+        "written" => Response::Written,
+        "transfer_ended" => Response::TransferEnded,
         "error" => Response::Error {
             code: by_name(&ErrorCode::ALL, f.str("code")?, ErrorCode::name, "error code")?,
             message: f.str("message")?,
@@ -370,8 +434,11 @@ pub fn response<'f>(f: &'f Fields<'_>) -> Result<(Response<'f>, Option<Opcode>),
     Ok((response, None))
 }
 
-/// A response as a vector's message; `header` tells which invocation an `invoked` one answers.
+/// A response as a vector's message; `header` tells which request a response that answers more
+/// than one answers (which invocation an `invoked` one, which direct transfer a `transfer_opened`
+/// one, and whether a `value` or `stored` one answers `direct_read` or `put_offset`).
 pub fn response_json(response: &Response<'_>, header: &Header) -> Value {
+    let answers = |opcode: Opcode| header.opcode == opcode.response_code();
     match response {
         Response::Hello(reply) => json!({
             "type": "hello", "version": reply.version, "shard_index": reply.shard_index,
@@ -393,7 +460,11 @@ pub fn response_json(response: &Response<'_>, header: &Header) -> Value {
                 "index_bytes": p.memory.index_bytes, "plugins": p.plugins,
             })).collect::<Vec<_>>(),
         }),
+        Response::Stored if answers(Opcode::PutOffset) => json!({"type": "stored", "answers": "put_offset"}),
         Response::Stored => json!({"type": "stored"}),
+        Response::Value(value) if answers(Opcode::DirectRead) => {
+            json!({"type": "value", "answers": "direct_read", "value": hex(value)})
+        }
         Response::Value(value) => json!({"type": "value", "value": hex(value)}),
         Response::Erased => json!({"type": "erased"}),
         Response::Count(count) => json!({"type": "count", "count": count}),
@@ -409,13 +480,18 @@ pub fn response_json(response: &Response<'_>, header: &Header) -> Value {
             json!({"type": "backed_up", "lsn": report.lsn, "files": report.files, "bytes": report.bytes})
         }
         Response::Invoked { buffers } => {
-            let answers =
-                if header.opcode == Opcode::InvokePutAdo.response_code() { "invoke_put_ado" } else { "invoke_ado" };
+            let answers = if answers(Opcode::InvokePutAdo) { "invoke_put_ado" } else { "invoke_ado" };
             json!({
                 "type": "invoked", "answers": answers,
                 "buffers": buffers.iter().map(|b| json!({"layer": b.layer, "data": hex(b.data)})).collect::<Vec<_>>(),
             })
         }
+        Response::TransferOpened { length } => {
+            let answers = if answers(Opcode::PutDirect) { "put_direct" } else { "get_direct" };
+            json!({"type": "transfer_opened", "answers": answers, "length": length})
+        }
+        Response::Written => json!({"type": "written"}),
+        Response::TransferEnded => json!({"type": "transfer_ended"}),
         Response::Error { code, message } => json!({"type": "error", "code": code.name(), "message": message}),
     }
 }

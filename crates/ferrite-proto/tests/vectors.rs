@@ -1,16 +1,17 @@
 //! Conformance of this crate to the language-neutral test vectors in `testdata/protocol/`.
 //!
 //! Proves that, for every vector in `vectors.json`, encoding the JSON message produces exactly the
-//! vector's frame and decoding the frame gives back the same message; that every error vector is
-//! rejected with its named error code; and that `shard_for_pool` agrees with every case in
-//! `routing.json`. The vectors are generated from `docs/protocol.md` by an independent encoder
+//! vector's frame and decoding the frame gives back the same message, which maps back to exactly
+//! the vector's JSON (as the clients' bindings read it); that every error vector is rejected with
+//! its named error code; and that `shard_for_pool` agrees with every case in `routing.json`. The
+//! vectors are generated from `docs/protocol.md` by an independent encoder
 //! (`testdata/protocol/generate.py`), so a failure here means the crate and the specification
 //! disagree. Each test checks every vector and names all the failing ones.
 
 use std::path::PathBuf;
 
 use bytes::BytesMut;
-use ferrite_proto::vectors::{hex, request, response, unhex, Fields};
+use ferrite_proto::vectors::{hex, request, request_json, response, response_json, unhex, Fields};
 use ferrite_proto::{shard_for_pool, Header, Request, Response, HEADER_BYTES};
 use serde_json::Value;
 
@@ -93,6 +94,15 @@ fn check_request_vector(vector: &Value) -> Result<(), String> {
     if decoded != expected {
         return Err(format!("decode gave {decoded:?}, expected {expected:?}"));
     }
+    compare_json(&request_json(&decoded), &vector["message"])
+}
+
+/// Checks that a decoded message maps back to exactly the vector's JSON message, as the clients'
+/// bindings read it.
+fn compare_json(mapped: &Value, message: &Value) -> Result<(), String> {
+    if mapped != message {
+        return Err(format!("the decoded message maps to {mapped}, expected {message}"));
+    }
     Ok(())
 }
 
@@ -107,7 +117,7 @@ fn check_response_vector(vector: &Value) -> Result<(), String> {
     if decoded != expected {
         return Err(format!("decode gave {decoded:?}, expected {expected:?}"));
     }
-    Ok(())
+    compare_json(&response_json(&decoded, &header), &vector["message"])
 }
 
 fn check_error_vector(vector: &Value) -> Result<(), String> {

@@ -256,11 +256,21 @@ impl RespConfig {
     }
 }
 
+/// The default largest direct value: 1 GiB.
+pub const DIRECT_VALUE_BYTES_DEFAULT: u64 = 1 << 30;
+
+/// The largest direct value any configuration may allow: what an hstore entry records of a
+/// value's length (32 bits).
+pub const DIRECT_VALUE_BYTES_CEILING: u64 = u32::MAX as u64;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct LimitsConfig {
     pub key_bytes_max: u32,
     pub value_bytes_max: u32,
+    /// Largest value a direct put may store (`put_direct`), in bytes: values past the inline
+    /// limit travel in pieces, up to this.
+    pub direct_value_bytes_max: u64,
     pub pools_per_shard_max: u32,
     pub connections_per_shard_max: u32,
     /// Largest pool a client may create, in bytes.
@@ -283,6 +293,7 @@ impl Default for LimitsConfig {
         LimitsConfig {
             key_bytes_max: KEY_BYTES_MAX as u32,
             value_bytes_max: VALUE_INLINE_BYTES_MAX as u32,
+            direct_value_bytes_max: DIRECT_VALUE_BYTES_DEFAULT,
             pools_per_shard_max: 1024,
             connections_per_shard_max: 1024,
             pool_bytes_max: 16 << 30,
@@ -518,6 +529,9 @@ impl Config {
         }
         if limits.value_bytes_max as usize > VALUE_INLINE_BYTES_MAX {
             return invalid(format!("limits.value_bytes_max must be at most {VALUE_INLINE_BYTES_MAX}"));
+        }
+        if limits.direct_value_bytes_max > DIRECT_VALUE_BYTES_CEILING {
+            return invalid(format!("limits.direct_value_bytes_max must be at most {DIRECT_VALUE_BYTES_CEILING}"));
         }
         if limits.pools_per_shard_max == 0 || limits.pools_per_shard_max as usize > POOLS_PER_SHARD_MAX {
             return invalid(format!("limits.pools_per_shard_max must be between 1 and {POOLS_PER_SHARD_MAX}"));

@@ -5,6 +5,7 @@
 
 mod authorize;
 pub(crate) mod configure;
+mod direct;
 mod invoke;
 mod invoke_commit;
 mod invoke_hosts;
@@ -17,7 +18,7 @@ use foldhash::HashMap;
 
 use bytes::BytesMut;
 use ferrite_proto::{
-    shard_for_pool, Attribute, CreatePoolFlags, Durability, ErrorCode, FindKind, Header, HelloReply, Limits,
+    shard_for_pool, Attribute, CreatePoolFlags, Durability, ErrorCode, FindKind, Header, HelloReply, Limits, Opcode,
     PoolHandle, ProtocolError, PutFlags, Request, Response, FIND_REPLY_KEY_BYTES_MAX, FIND_SCAN_KEYS_MAX,
     PROTOCOL_VERSION,
 };
@@ -34,6 +35,7 @@ use crate::pools::{CreateRefused, NewPool, Pool, Pools};
 use crate::session::Session;
 use crate::stats::{Admission, Op, ShardStats, Traffic};
 pub(crate) use authorize::{Authenticating, WRONG_PASSWORD_MESSAGE};
+pub(crate) use direct::Transfers;
 pub(crate) use invoke::{Accepted, Invoke};
 
 /// Whether a connection goes on after a request.
@@ -135,6 +137,18 @@ fn log_failure(shard: u16, error: &WalError) -> Failure {
     }
 }
 
+/// A value stored by a direct put, longer than a response frame may carry.
+pub(crate) fn value_too_long_for_a_frame(pool: &Pool, len: usize, inline_max: u32) -> Failure {
+    Failure::new(
+        ErrorCode::ValueTooLarge,
+        format!(
+            "pool '{}': the value is {len} bytes, longer than the inline limit of {inline_max}; read it with a \
+             direct read (get_direct)",
+            pool.name
+        ),
+    )
+}
+
 fn key_not_found(pool: &Pool) -> Failure {
     Failure::new(ErrorCode::KeyNotFound, format!("pool '{}': key not found", pool.name))
 }
@@ -205,6 +219,10 @@ pub(crate) struct ShardState {
     /// Each user's holdings and quota as named counters, for the `get_statistics` response that
     /// borrows them (see `gather_user_statistics`).
     pub user_statistics: Vec<(String, u64)>,
+    /// Largest value a direct put may store.
+    pub direct_value_bytes_max: u64,
+    /// Keys held by open direct reads, and the writers waiting for them.
+    pub direct_reads: direct::DirectReads,
 }
 
 impl ShardState {
@@ -300,6 +318,7 @@ impl ShardState {
     ) -> Flow {
         self.stats.requests += 1;
         self.begin_request();
+        let mut opcode = Opcode::Error;
         let outcome = match Request::decode(header, body) {
             Ok(request) => match self.answer_later(&request, header, session, now_ns) {
                 Some(Ok(Accepted::Later(completion))) => {
@@ -315,7 +334,10 @@ impl ShardState {
                 Some(Err(failure)) => Err(failure),
                 None => match self.signal_of(&request, session) {
                     Some(signal) => return self.answer_signalled(signal, request, header, session, now_ns, out),
-                    None => self.execute(request, session, now_ns),
+                    None => {
+                        opcode = request.opcode();
+                        self.execute(request, session, now_ns)
+                    }
                 },
             },
             // Before the handshake we do not know the peer speaks our protocol at all.
@@ -324,7 +346,7 @@ impl ShardState {
         };
         match outcome {
             Ok(response) => {
-                response.encode(header.request_id, out);
+                response.encode_answer(opcode, header.request_id, out);
                 Flow::Continue
             }
             Err(failure) => self.answer_error(&failure, header.request_id, out),
@@ -418,6 +440,9 @@ impl ShardState {
 
     /// Releases every pool a finished session still held open.
     pub fn end_session(&mut self, session: &mut Session) {
+        if !session.transfers.is_empty() {
+            self.end_transfers(session);
+        }
         for (handle, opens) in session.drain_opens() {
             if let Some(pool) = self.pools.get_mut(handle) {
                 pool.open_count -= opens;
@@ -490,11 +515,22 @@ impl ShardState {
             return Some(self.checked(request, session).and_then(|()| self.invoke(invoke, session, now_ns)));
         }
         let (pool, key, writes) = match *request {
-            Request::Put { pool, key, .. } | Request::Erase { pool, key } => (pool, key, true),
-            Request::Get { pool, key } | Request::GetAttribute { pool, key, .. } => (pool, key, false),
+            Request::Put { pool, key, .. } | Request::Erase { pool, key } | Request::PutOffset { pool, key, .. } => {
+                (pool, key, true)
+            }
+            Request::Get { pool, key }
+            | Request::GetAttribute { pool, key, .. }
+            | Request::GetDirect { pool, key, .. } => (pool, key, false),
+            Request::EndTransfer { transfer, flags } if !flags.aborts() => {
+                let (pool, key) = session.transfers.put_target(transfer)?;
+                let own_reads = session.transfers.reads_of(pool, key);
+                let key = key.to_vec();
+                return self.wait_for_key(pool, &key, true, own_reads).map(|waiting| Ok(Accepted::Blocked(waiting)));
+            }
             _ => return None,
         };
-        self.wait_for_key(pool, key, writes).map(|waiting| Ok(Accepted::Blocked(waiting)))
+        let own_reads = session.transfers.reads_of(pool, key);
+        self.wait_for_key(pool, key, writes, own_reads).map(|waiting| Ok(Accepted::Blocked(waiting)))
     }
 
     /// The checks `execute` makes of every request, for those answered elsewhere.
@@ -597,6 +633,9 @@ impl ShardState {
                 self.reading(session);
                 let pool = open_pool(&self.pools, session, pool)?;
                 let value = pool.store.get(key).ok_or_else(|| key_not_found(pool))?;
+                if value.len() > self.limits.value_bytes_max as usize {
+                    return Err(value_too_long_for_a_frame(pool, value.len(), self.limits.value_bytes_max));
+                }
                 self.stats.gets += 1;
                 Ok(Response::Value(value))
             }
@@ -629,6 +668,16 @@ impl ShardState {
                 let found = find(pool, FindStep { kind, pattern, after, limit }, &mut self.find_cursor)?;
                 self.stats.finds += 1;
                 Ok(found)
+            }
+            Request::PutDirect { pool, flags, transfer, length, key } => {
+                self.put_direct(pool, flags, transfer, length, key, session)
+            }
+            Request::DirectWrite { transfer, offset, bytes } => self.direct_write(transfer, offset, bytes, session),
+            Request::GetDirect { pool, transfer, key } => self.get_direct(pool, transfer, key, session),
+            Request::DirectRead { transfer, offset, length } => self.direct_read(transfer, offset, length, session),
+            Request::EndTransfer { transfer, flags } => self.end_transfer(transfer, flags, session, now_ns),
+            Request::PutOffset { pool, flags, offset, key, bytes } => {
+                self.put_offset(direct::RangeWrite { pool, flags, offset, key, bytes }, session, now_ns)
             }
             // The native connection takes invocations before they get here (`answer_later`); no
             // other path sends them.
@@ -946,7 +995,10 @@ fn pool_of(request: &Request<'_>) -> Option<PoolHandle> {
         | Request::Find { pool, .. }
         | Request::ClosePool { pool }
         | Request::InvokeAdo { pool, .. }
-        | Request::InvokePutAdo { pool, .. } => Some(pool),
+        | Request::InvokePutAdo { pool, .. }
+        | Request::PutDirect { pool, .. }
+        | Request::GetDirect { pool, .. }
+        | Request::PutOffset { pool, .. } => Some(pool),
         _ => None,
     }
 }

@@ -230,6 +230,8 @@ impl BoundServer {
                     in_flight_max: u64::from(limits.requests_in_flight_per_connection_max),
                 },
                 pool_bytes_max: limits.pool_bytes_max,
+                direct_value_bytes_max: limits.direct_value_bytes_max,
+                direct_reads: Default::default(),
                 pools,
                 stats: ShardStats::new(),
                 durability,

@@ -68,6 +68,8 @@ pub(crate) struct Session {
     /// Requests of each kind answered in the current batch, for the latency metrics; taken by
     /// the connection once per batch.
     pub batch_ops: BatchOps,
+    /// The direct transfers the session has open.
+    pub transfers: crate::handler::Transfers,
 }
 
 impl Session {

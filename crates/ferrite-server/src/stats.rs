@@ -66,6 +66,10 @@ pub(crate) struct ShardStats {
     pub authentication_failures: u64,
     /// Requests refused for want of a grant.
     pub requests_denied: u64,
+    /// Direct transfers opened, and the value bytes they carried in (put) and out (read).
+    pub direct_transfers: u64,
+    pub direct_bytes_in: u64,
+    pub direct_bytes_out: u64,
 }
 
 impl ShardStats {
@@ -87,6 +91,9 @@ impl ShardStats {
             invocation_failures: 0,
             authentication_failures: 0,
             requests_denied: 0,
+            direct_transfers: 0,
+            direct_bytes_in: 0,
+            direct_bytes_out: 0,
         }
     }
 
@@ -130,6 +137,9 @@ impl ShardStats {
             ("requests_denied", self.requests_denied),
             ("invocations", self.invocations),
             ("invocation_failures", self.invocation_failures),
+            ("direct_transfers", self.direct_transfers),
+            ("direct_bytes_in", self.direct_bytes_in),
+            ("direct_bytes_out", self.direct_bytes_out),
             ("pools", pools.pools),
             ("objects", pools.objects),
             ("memory_bytes", pools.memory_bytes),

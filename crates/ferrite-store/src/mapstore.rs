@@ -14,7 +14,8 @@ use foldhash::HashMapExt;
 
 use crate::memory::{btree_set_node_bytes, heap_allocation_bytes, MemoryUsage};
 use crate::store::{
-    PoolSpec, PutMode, PutOutcome, Store, StoreError, ValueAttributes, WriteFootprint, ENTRY_OVERHEAD_BYTES,
+    PoolSpec, PutMode, PutOutcome, StagedValue, Store, StoreError, ValueAttributes, WriteFootprint,
+    ENTRY_OVERHEAD_BYTES,
 };
 
 /// Up-front index capacity is capped so a pool that claims to expect billions of objects cannot
@@ -137,6 +138,64 @@ impl Store for MapStore {
 
     fn get(&self, key: &[u8]) -> Option<&[u8]> {
         self.entries.get(key).map(|entry| entry.value.as_slice())
+    }
+
+    /// The staged bytes become the entry's value as they are: a direct put of a large value
+    /// costs no second copy.
+    fn commit_staged(
+        &mut self,
+        key: &[u8],
+        staged: StagedValue,
+        mode: PutMode,
+        write_time_ns: u64,
+    ) -> Result<PutOutcome, StoreError> {
+        let value = staged.into_owned_bytes().expect("mapstore stages values in process memory");
+        let new_charge = charge(key.len(), value.len());
+        if let Some(entry) = self.entries.get_mut(key) {
+            if mode == PutMode::CreateOnly {
+                return Err(StoreError::KeyExists);
+            }
+            let used_after = self.used_bytes - charge(key.len(), entry.value.len()) + new_charge;
+            if used_after > self.capacity_bytes && new_charge > charge(key.len(), entry.value.len()) {
+                return Err(StoreError::PoolFull {
+                    needed: new_charge - charge(key.len(), entry.value.len()),
+                    free: self.capacity_bytes.saturating_sub(self.used_bytes),
+                    capacity: self.capacity_bytes,
+                });
+            }
+            self.used_bytes = used_after;
+            let old_heap_bytes = value_heap_bytes(entry.value.capacity());
+            entry.value = value;
+            entry.write_time_ns = write_time_ns;
+            self.pair_heap_bytes = self.pair_heap_bytes - old_heap_bytes + value_heap_bytes(entry.value.capacity());
+            return Ok(PutOutcome::Replaced);
+        }
+        if mode == PutMode::UpdateOnly {
+            return Err(StoreError::KeyNotFound);
+        }
+        self.used_bytes = self.reserve(0, new_charge)?;
+        let key: Arc<[u8]> = Arc::from(key);
+        self.pair_heap_bytes += key_heap_bytes(key.len()) + value_heap_bytes(value.capacity());
+        self.order.insert((scan_hash(&key), Arc::clone(&key)));
+        self.entries.insert(key, Entry { value, write_time_ns });
+        Ok(PutOutcome::Inserted)
+    }
+
+    /// In place: the value keeps its allocation.
+    fn write_value_range(
+        &mut self,
+        key: &[u8],
+        offset: u64,
+        bytes: &[u8],
+        write_time_ns: u64,
+    ) -> Result<(), StoreError> {
+        let entry = self.entries.get_mut(key).ok_or(StoreError::KeyNotFound)?;
+        let value_len = entry.value.len() as u64;
+        let end = offset.checked_add(bytes.len() as u64).filter(|end| *end <= value_len);
+        let end = end.ok_or(StoreError::RangeOutside { offset, len: bytes.len() as u64, value_len })?;
+        entry.value[offset as usize..end as usize].copy_from_slice(bytes);
+        entry.write_time_ns = write_time_ns;
+        Ok(())
     }
 
     fn stored_key(&self, key: &[u8]) -> Option<&[u8]> {

@@ -53,6 +53,8 @@ pub enum StoreError {
     KeyTooLarge { bytes: u64, max: u64 },
     #[error("a value of {bytes} bytes is longer than the engine's limit of {max}")]
     ValueTooLarge { bytes: u64, max: u64 },
+    #[error("{len} bytes at offset {offset} pass the end of a value of {value_len} bytes")]
+    RangeOutside { offset: u64, len: u64, value_len: u64 },
 }
 
 /// Where a value lies in a store's memory region.
@@ -82,6 +84,68 @@ pub struct KeptAllocation {
 pub struct WriteFootprint {
     pub bytes: u64,
     pub ranges: u64,
+}
+
+/// A value a direct put writes in pieces before it replaces its key's value at once
+/// ([`Store::stage_value`]). Nothing refers to it until [`Store::commit_staged`], so a crash or a
+/// restart frees it and the key keeps its old value.
+#[derive(Debug)]
+pub enum StagedValue {
+    /// In the store's memory region at `offset`: each piece is logged as it is written, so the
+    /// commit logs only the index change.
+    Region { offset: u64, len: u64 },
+    /// In process memory: for engines without a region (mapstore), and for values short enough
+    /// to lie inside an index entry, which the commit then copies (and logs) like a put.
+    Owned { bytes: Vec<u8>, len: u64 },
+}
+
+impl StagedValue {
+    /// The value's full length, however much of it is written yet.
+    pub fn len(&self) -> u64 {
+        match self {
+            StagedValue::Region { len, .. } | StagedValue::Owned { len, .. } => *len,
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// A staged value held in process memory, filled by [`Self::write_owned`].
+    pub fn owned(len: u64) -> StagedValue {
+        StagedValue::Owned { bytes: Vec::new(), len }
+    }
+
+    /// Writes `bytes` at `offset` of an owned staged value; pieces in order append without
+    /// zero-filling. False for a region value.
+    pub(crate) fn write_owned(&mut self, offset: u64, piece: &[u8]) -> bool {
+        let StagedValue::Owned { bytes, len } = self else { return false };
+        let (start, end) = (offset as usize, offset as usize + piece.len());
+        debug_assert!(end as u64 <= *len, "pieces lie inside the value");
+        if start == bytes.len() {
+            if bytes.capacity() == 0 {
+                bytes.reserve_exact(*len as usize);
+            }
+            bytes.extend_from_slice(piece);
+        } else {
+            if bytes.len() < end {
+                bytes.resize(end, 0);
+            }
+            bytes[start..end].copy_from_slice(piece);
+        }
+        true
+    }
+
+    /// An owned value's bytes, zero-filled to its full length (pieces never written read as zeros).
+    pub fn into_owned_bytes(self) -> Option<Vec<u8>> {
+        match self {
+            StagedValue::Owned { mut bytes, len } => {
+                bytes.resize(len as usize, 0);
+                Some(bytes)
+            }
+            StagedValue::Region { .. } => None,
+        }
+    }
 }
 
 /// What a pool knows about one stored value.
@@ -231,6 +295,94 @@ pub trait Store: Send {
     fn kept_containing(&self, offset: u64, len: u64) -> Option<KeptAllocation> {
         let _ = (offset, len);
         None
+    }
+
+    /// Sets aside room for a value of `len` bytes for `key_len`-byte key, written in pieces by
+    /// [`write_staged`](Store::write_staged) and made the key's value at once by
+    /// [`commit_staged`](Store::commit_staged): a direct put. `PoolFull` if the pool's capacity
+    /// or memory cannot hold it beside what it holds now; `ValueTooLarge` past the engine's limit.
+    /// By default the value is staged in process memory.
+    fn stage_value(&mut self, key_len: u64, len: u64) -> Result<StagedValue, StoreError> {
+        let needed = key_len + len + ENTRY_OVERHEAD_BYTES;
+        let free = self.capacity_bytes().saturating_sub(self.used_bytes());
+        if needed > free {
+            return Err(StoreError::PoolFull { needed, free, capacity: self.capacity_bytes() });
+        }
+        Ok(StagedValue::owned(len))
+    }
+
+    /// Writes `bytes` at `offset` of a staged value; for one in the region, logged as its own
+    /// transaction (the caller reserved [`staged_write_footprint`](Store::staged_write_footprint)
+    /// of log room). The range lies inside the value.
+    fn write_staged(&mut self, staged: &mut StagedValue, offset: u64, bytes: &[u8]) {
+        let written = staged.write_owned(offset, bytes);
+        assert!(written, "this engine stages values in process memory only");
+    }
+
+    /// The most a [`write_staged`](Store::write_staged) of `len` bytes changes.
+    fn staged_write_footprint(&self, len: u64) -> WriteFootprint {
+        WriteFootprint { bytes: len, ranges: 1 }
+    }
+
+    /// Makes a staged value `key`'s value, as one transaction: a reader sees the old value or
+    /// this one. On failure (`mode` refused, no room in the index) the staged value is freed and
+    /// the key keeps its value.
+    fn commit_staged(
+        &mut self,
+        key: &[u8],
+        staged: StagedValue,
+        mode: PutMode,
+        write_time_ns: u64,
+    ) -> Result<PutOutcome, StoreError> {
+        let bytes = staged.into_owned_bytes().expect("this engine stages values in process memory only");
+        self.put(key, &bytes, mode, write_time_ns)
+    }
+
+    /// The most a [`commit_staged`](Store::commit_staged) changes.
+    fn staged_commit_footprint(&self, key_len: u64, staged: &StagedValue) -> WriteFootprint {
+        match staged {
+            StagedValue::Owned { len, .. } => self.put_footprint(key_len, *len),
+            StagedValue::Region { .. } => self.put_footprint(key_len, 0),
+        }
+    }
+
+    /// Frees a staged value that will not be committed.
+    fn discard_staged(&mut self, staged: StagedValue) {
+        drop(staged);
+    }
+
+    /// `len` bytes at `offset` of `key`'s value, if the key is present and the range lies inside
+    /// it: a piece of a direct read.
+    fn read_value(&self, key: &[u8], offset: u64, len: u64) -> Option<&[u8]> {
+        let value = self.get(key)?;
+        let start = usize::try_from(offset).ok()?;
+        value.get(start..start.checked_add(usize::try_from(len).ok()?)?)
+    }
+
+    /// Writes `bytes` at `offset` inside `key`'s value, which keeps its length, as one
+    /// transaction (a `put_offset`). `KeyNotFound` if the key is absent; `ValueTooLarge` if the
+    /// range passes the value's end (nothing changed then).
+    fn write_value_range(
+        &mut self,
+        key: &[u8],
+        offset: u64,
+        bytes: &[u8],
+        write_time_ns: u64,
+    ) -> Result<(), StoreError> {
+        let value = self.get(key).ok_or(StoreError::KeyNotFound)?;
+        let end = offset.checked_add(bytes.len() as u64).filter(|end| *end <= value.len() as u64);
+        let end =
+            end.ok_or(StoreError::RangeOutside { offset, len: bytes.len() as u64, value_len: value.len() as u64 })?;
+        let mut new = value.to_vec();
+        new[offset as usize..end as usize].copy_from_slice(bytes);
+        self.put(key, &new, PutMode::UpdateOnly, write_time_ns).map(|_| ())
+    }
+
+    /// The most a [`write_value_range`](Store::write_value_range) of `len` bytes into a value of
+    /// `value_len` bytes changes.
+    fn value_range_footprint(&self, key_len: u64, value_len: u64, len: u64) -> WriteFootprint {
+        let _ = len;
+        self.update_footprint(key_len, value_len)
     }
 
     /// Starts a transaction: the puts, erases and external writes that follow, until
@@ -387,5 +539,74 @@ mod tests {
         assert_eq!(StoreKind::HStore.name(), "hstore");
         let huge = PoolSpec { size_bytes: u64::MAX, expected_objects: 0 };
         assert!(matches!(StoreKind::HStore.try_create(huge), Err(CreateStoreError::HStore(_))));
+    }
+
+    /// Both engines stage a value in pieces, show nothing of it before the commit, replace the
+    /// key's value whole at the commit, and give everything back when a staged value is dropped
+    /// or its commit refused.
+    #[test]
+    fn every_kind_stages_commits_and_discards_values() {
+        for kind in [StoreKind::MapStore, StoreKind::HStore] {
+            let mut store =
+                kind.try_create(PoolSpec { size_bytes: 4 << 20, expected_objects: 8 }).expect("a pool is created");
+            store.put(b"k", b"old", PutMode::Upsert, 1).expect("room");
+            let used = store.used_bytes();
+            for len in [0usize, 7, 5000, 1_000_000] {
+                let value: Vec<u8> = (0..len).map(|i| (i * 7 % 251) as u8).collect();
+                let mut staged = store.stage_value(1, len as u64).expect("room");
+                assert_eq!(staged.len(), len as u64);
+                for (n, piece) in value.chunks(65_536).enumerate() {
+                    store.write_staged(&mut staged, (n * 65_536) as u64, piece);
+                }
+                assert_eq!(store.get(b"k"), Some(&b"old"[..]), "{}: nothing shows before the commit", kind.name());
+                store.discard_staged(staged);
+                assert_eq!(store.used_bytes(), used, "{}", kind.name());
+
+                let mut staged = store.stage_value(1, len as u64).expect("room");
+                for (n, piece) in value.chunks(65_536).enumerate() {
+                    store.write_staged(&mut staged, (n * 65_536) as u64, piece);
+                }
+                let refused = store.commit_staged(b"k", staged, PutMode::CreateOnly, 2);
+                assert_eq!(refused, Err(StoreError::KeyExists), "{}", kind.name());
+                assert_eq!(store.get(b"k"), Some(&b"old"[..]));
+
+                let mut staged = store.stage_value(1, len as u64).expect("room");
+                for (n, piece) in value.chunks(65_536).enumerate() {
+                    store.write_staged(&mut staged, (n * 65_536) as u64, piece);
+                }
+                assert_eq!(store.commit_staged(b"k", staged, PutMode::Upsert, 2), Ok(PutOutcome::Replaced));
+                assert_eq!(store.get(b"k"), Some(&value[..]), "{} at {len} bytes", kind.name());
+                assert_eq!(store.read_value(b"k", len as u64 / 2, (len - len / 2) as u64), Some(&value[len / 2..]));
+                assert_eq!(store.read_value(b"k", len as u64, 1), None, "past the end");
+                store.put(b"k", b"old", PutMode::Upsert, 3).expect("room");
+                assert_eq!(store.used_bytes(), used, "{}: the replaced value was freed", kind.name());
+            }
+            let too_large = store.stage_value(1, 5 << 20);
+            assert!(matches!(too_large, Err(StoreError::PoolFull { .. })), "{}: {too_large:?}", kind.name());
+        }
+    }
+
+    /// `write_value_range` changes bytes inside a value, inline or out of line, and refuses a
+    /// range past its end or an absent key, changing nothing.
+    #[test]
+    fn every_kind_writes_ranges_inside_values() {
+        for kind in [StoreKind::MapStore, StoreKind::HStore] {
+            let mut store = kind.try_create(PoolSpec { size_bytes: 1 << 20, expected_objects: 8 }).expect("pool");
+            for len in [10usize, 100_000] {
+                let mut value = vec![b'a'; len];
+                store.put(b"k", &value, PutMode::Upsert, 1).expect("room");
+                store.write_value_range(b"k", len as u64 - 3, b"xyz", 2).expect("inside");
+                value[len - 3..].copy_from_slice(b"xyz");
+                assert_eq!(store.get(b"k"), Some(&value[..]), "{}", kind.name());
+                assert_eq!(store.attributes(b"k").map(|a| a.write_time_ns), Some(2));
+                let past = store.write_value_range(b"k", len as u64 - 2, b"xyz", 3);
+                assert_eq!(
+                    past,
+                    Err(StoreError::RangeOutside { offset: len as u64 - 2, len: 3, value_len: len as u64 })
+                );
+                assert_eq!(store.get(b"k"), Some(&value[..]));
+                assert_eq!(store.write_value_range(b"absent", 0, b"x", 3), Err(StoreError::KeyNotFound));
+            }
+        }
     }
 }

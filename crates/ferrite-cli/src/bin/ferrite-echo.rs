@@ -52,6 +52,9 @@ struct Args {
     /// Length of the value every get returns.
     #[arg(long, value_name = "BYTES", default_value_t = 0)]
     get_value_size: usize,
+    /// Length of the value every direct read (`get_direct`) announces; its pieces are zeros.
+    #[arg(long, value_name = "BYTES", default_value_t = 0)]
+    direct_value_size: u64,
 }
 
 /// What every connection of the process answers with.
@@ -62,6 +65,9 @@ struct Script {
     value: Vec<u8>,
     /// The RESP reply to GET: the value as a bulk string.
     resp_value: Vec<u8>,
+    /// What `get_direct` announces, and zeros its `direct_read` pieces are cut from.
+    direct_value_size: u64,
+    pieces: Vec<u8>,
 }
 
 fn main() -> ExitCode {
@@ -101,7 +107,8 @@ fn run(args: &Args) -> Result<(), String> {
     let mut resp_value = format!("${}\r\n", value.len()).into_bytes();
     resp_value.extend_from_slice(&value);
     resp_value.extend_from_slice(b"\r\n");
-    let script = Arc::new(Script { addresses, value, resp_value });
+    let pieces = vec![0; ferrite_proto::VALUE_INLINE_BYTES_MAX];
+    let script = Arc::new(Script { addresses, value, resp_value, direct_value_size: args.direct_value_size, pieces });
 
     println!(
         "ferrite-echo {} with {} shard(s): answers without storing anything",
@@ -266,6 +273,15 @@ fn respond_native(header: &Header, body: &[u8], script: &Script, shard: u16, out
         Ok(Request::GetStatistics) => Response::Statistics(Vec::new()),
         Ok(Request::InvokeAdo { .. } | Request::InvokePutAdo { .. }) => Response::Invoked { buffers: Vec::new() },
         Ok(Request::Backup { .. }) => Response::BackedUp(ferrite_proto::BackupReport { lsn: 0, files: 0, bytes: 0 }),
+        Ok(Request::PutDirect { length, .. }) => Response::TransferOpened { length },
+        Ok(Request::GetDirect { .. }) => Response::TransferOpened { length: script.direct_value_size },
+        Ok(Request::DirectWrite { .. }) => Response::Written,
+        Ok(Request::DirectRead { offset, length, .. }) => {
+            let take = u64::from(length).min(script.direct_value_size.saturating_sub(offset));
+            Response::Value(&script.pieces[..take as usize])
+        }
+        Ok(Request::EndTransfer { .. }) => Response::TransferEnded,
+        Ok(Request::PutOffset { .. }) => Response::Stored,
         Err(error) => {
             message = error.to_string();
             Response::Error { code: error.code(), message: &message }
@@ -383,7 +399,13 @@ mod tests {
     use super::*;
 
     fn script() -> Script {
-        Script { addresses: vec!["127.0.0.1:1".into()], value: b"vv".to_vec(), resp_value: b"$2\r\nvv\r\n".to_vec() }
+        Script {
+            addresses: vec!["127.0.0.1:1".into()],
+            value: b"vv".to_vec(),
+            resp_value: b"$2\r\nvv\r\n".to_vec(),
+            direct_value_size: 3,
+            pieces: vec![0; 8],
+        }
     }
 
     #[test]

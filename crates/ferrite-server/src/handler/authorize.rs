@@ -202,7 +202,18 @@ impl ShardState {
             Request::Backup { .. } => {
                 (!self.rights_everywhere(&session.identity).contains(Rights::ADMIN)).then(|| ("admin", "*".to_owned()))
             }
-            Request::Put { pool, .. } | Request::Erase { pool, .. } => self.lacks(session, pool, Rights::WRITE),
+            Request::Put { pool, .. }
+            | Request::Erase { pool, .. }
+            | Request::PutDirect { pool, .. }
+            | Request::PutOffset { pool, .. } => self.lacks(session, pool, Rights::WRITE),
+            Request::GetDirect { pool, .. } => self.lacks(session, pool, Rights::READ),
+            // Their rights were checked when the transfer opened.
+            Request::DirectWrite { .. } | Request::DirectRead { .. } | Request::EndTransfer { .. } => {
+                return match session.identity {
+                    Identity::Nobody => Err(self.deny_unauthenticated()),
+                    _ => Ok(()),
+                }
+            }
             Request::Get { pool, .. }
             | Request::GetAttribute { pool, .. }
             | Request::Count { pool }

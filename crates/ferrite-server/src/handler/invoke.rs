@@ -128,7 +128,8 @@ impl ShardState {
         // A call on a held key queues behind the calls holding it, which keeps their order; one
         // that must store its value first (`invoke_put_ado`) waits for them, as a put would.
         if invoke.value.is_some() {
-            if let Some(waiting) = self.wait_for_key(invoke.pool, invoke.key, true) {
+            let own_reads = session.transfers.reads_of(invoke.pool, invoke.key);
+            if let Some(waiting) = self.wait_for_key(invoke.pool, invoke.key, true, own_reads) {
                 return Ok(Accepted::Blocked(waiting));
             }
         }
@@ -212,7 +213,17 @@ impl ShardState {
 
     /// If a plugin call holds `key` of `pool` against a request that `writes` (or reads): a
     /// completion woken when a call of the pool ends, for the request to run again then.
-    pub(crate) fn wait_for_key(&mut self, pool: PoolHandle, key: &[u8], writes: bool) -> Option<Arc<Completion>> {
+    pub(crate) fn wait_for_key(
+        &mut self,
+        pool: PoolHandle,
+        key: &[u8],
+        writes: bool,
+        own_reads: u32,
+    ) -> Option<Arc<Completion>> {
+        // A write waits for other sessions' direct reads of the key.
+        if writes && self.direct_reads.holds_any(pool) && self.direct_reads.holders(pool, key) > own_reads {
+            return Some(self.direct_reads.wait());
+        }
         let calls = self.calls.get_mut(&pool)?;
         if key.is_empty() || !calls.holds(key, writes) {
             return None;

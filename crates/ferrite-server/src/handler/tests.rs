@@ -39,6 +39,8 @@ fn durable_shard(tag: &str) -> (ShardState, std::path::PathBuf) {
             in_flight_max: 256,
         },
         pool_bytes_max: 1 << 30,
+        direct_value_bytes_max: 1 << 30,
+        direct_reads: Default::default(),
         pools,
         stats: ShardStats::new(),
         durability: Some(durability),

@@ -468,10 +468,35 @@ impl Occupant {
         key_at: Option<u64>,
         value_at: Option<u64>,
     ) -> Occupant {
+        Occupant::with_value_len(tag, write_time_ns, key, value.len() as u64, value, key_at, value_at)
+    }
+
+    /// [`Occupant::new`] for a value of `value_len` bytes that lies out of line at `value_at`
+    /// already (a staged value), whose bytes the occupant does not need.
+    pub(crate) fn placed(
+        tag: u32,
+        write_time_ns: u64,
+        key: &[u8],
+        value_len: u64,
+        key_at: Option<u64>,
+        value_at: u64,
+    ) -> Occupant {
+        Occupant::with_value_len(tag, write_time_ns, key, value_len, &[], key_at, Some(value_at))
+    }
+
+    fn with_value_len(
+        tag: u32,
+        write_time_ns: u64,
+        key: &[u8],
+        value_len: u64,
+        value: &[u8],
+        key_at: Option<u64>,
+        value_at: Option<u64>,
+    ) -> Occupant {
         let key_len = u32::try_from(key.len()).ok().filter(|len| u64::from(*len) <= KEY_BYTES_MAX);
         let key_len = key_len.expect("callers refuse keys longer than KEY_BYTES_MAX");
-        let value_len = u32::try_from(value.len()).expect("callers refuse values longer than VALUE_BYTES_MAX");
-        let placement = Placement::of(key.len() as u64, value.len() as u64);
+        let placement = Placement::of(key.len() as u64, value_len);
+        let value_len = u32::try_from(value_len).expect("callers refuse values longer than VALUE_BYTES_MAX");
         let mut payload = [0; PAYLOAD_BYTES];
         match (placement.key_inline, key_at) {
             (true, None) => payload[..key.len()].copy_from_slice(key),

@@ -85,8 +85,8 @@ use table::{plan_insert, Image, Move, Overlay, Source, Subtable, MOVES_MAX};
 use crate::memory::MemoryUsage;
 use crate::persistence::PoolMemory;
 use crate::store::{
-    KeptAllocation, PoolSpec, PutMode, PutOutcome, Store, StoreError, ValueAttributes, ValueLocation, WriteFootprint,
-    ENTRY_OVERHEAD_BYTES,
+    KeptAllocation, PoolSpec, PutMode, PutOutcome, StagedValue, Store, StoreError, ValueAttributes, ValueLocation,
+    WriteFootprint, ENTRY_OVERHEAD_BYTES,
 };
 
 /// Why [`HStore::create`] refused.
@@ -172,6 +172,31 @@ enum TablePlan {
     /// By writing its subtable anew at `grown` (a growth, or a subtable's first buckets), with
     /// the new pair already placed in the image.
     Rewrite { grown: Subtable, image: Image },
+}
+
+/// Where a put's value comes from.
+#[derive(Debug, Clone, Copy)]
+enum NewValue<'v> {
+    /// Bytes to copy into the pair.
+    Bytes(&'v [u8]),
+    /// A staged value already out of line at `at`, its bytes logged as they were written.
+    Placed { at: u64, len: u64 },
+}
+
+impl NewValue<'_> {
+    fn len(self) -> u64 {
+        match self {
+            NewValue::Bytes(bytes) => bytes.len() as u64,
+            NewValue::Placed { len, .. } => len,
+        }
+    }
+
+    fn placed_at(self) -> Option<u64> {
+        match self {
+            NewValue::Placed { at, .. } => Some(at),
+            NewValue::Bytes(_) => None,
+        }
+    }
 }
 
 /// Everything an insert decided before writing.
@@ -461,11 +486,15 @@ impl<M: PoolMemory> HStore<M> {
         index: usize,
         tag: u32,
         key_len: u64,
-        value_len: u64,
+        value: NewValue<'_>,
     ) -> Option<InsertPlan> {
-        let placement = Placement::of(key_len, value_len);
+        let placement = Placement::of(key_len, value.len());
         let key_at = if placement.key_inline { None } else { Some(txn.alloc(&mut self.heap, key_len)?) };
-        let value_at = if placement.value_inline { None } else { Some(txn.alloc(&mut self.heap, value_len)?) };
+        let value_at = match (placement.value_inline, value.placed_at()) {
+            (true, _) => None,
+            (false, Some(at)) => Some(at),
+            (false, None) => Some(txn.alloc(&mut self.heap, value.len())?),
+        };
         let table = self.plan_table(txn, index, tag)?;
         Some(InsertPlan { key_at, value_at, table })
     }
@@ -516,22 +545,19 @@ impl<M: PoolMemory> HStore<M> {
         index: usize,
         tag: u32,
         key: &[u8],
-        value: &[u8],
+        value: NewValue<'_>,
         write_time_ns: u64,
     ) -> Result<(), StoreError> {
         let mut txn = AllocTxn::default();
-        let Some(plan) = self.plan_insert(&mut txn, index, tag, key.len() as u64, value.len() as u64) else {
+        let Some(plan) = self.plan_insert(&mut txn, index, tag, key.len() as u64, value) else {
             txn.rollback(&mut self.heap);
-            return Err(self.pool_full(charge(key.len() as u64, value.len() as u64)));
+            return Err(self.pool_full(charge(key.len() as u64, value.len())));
         };
         // Nothing below can fail.
         if let Some(at) = plan.key_at {
             self.memory.modify(at, key.len()).copy_from_slice(key);
         }
-        if let Some(at) = plan.value_at {
-            self.memory.modify(at, value.len()).copy_from_slice(value);
-        }
-        let occupant = Occupant::new(tag, write_time_ns, key, value, plan.key_at, plan.value_at).encode();
+        let occupant = self.write_value(tag, write_time_ns, key, value, plan.key_at, plan.value_at).encode();
         self.place(index, tag, plan.table, &occupant);
         self.memory.commit();
         self.pairs[index] += 1;
@@ -599,16 +625,38 @@ impl<M: PoolMemory> HStore<M> {
         self.subtables[index] = grown;
     }
 
+    /// Copies a new value's bytes to its out-of-line place (a placed one is there already) and
+    /// builds its pair's occupant.
+    fn write_value(
+        &mut self,
+        tag: u32,
+        write_time_ns: u64,
+        key: &[u8],
+        value: NewValue<'_>,
+        key_at: Option<u64>,
+        value_at: Option<u64>,
+    ) -> Occupant {
+        match value {
+            NewValue::Bytes(bytes) => {
+                if let Some(at) = value_at {
+                    self.memory.modify(at, bytes.len()).copy_from_slice(bytes);
+                }
+                Occupant::new(tag, write_time_ns, key, bytes, key_at, value_at)
+            }
+            NewValue::Placed { at, len } => Occupant::placed(tag, write_time_ns, key, len, key_at, at),
+        }
+    }
+
     fn overwrite(
         &mut self,
         index: usize,
         bucket: u64,
         old: Occupant,
         key: &[u8],
-        value: &[u8],
+        value: NewValue<'_>,
         write_time_ns: u64,
     ) -> Result<(), StoreError> {
-        let placement = Placement::of(key.len() as u64, value.len() as u64);
+        let placement = Placement::of(key.len() as u64, value.len());
         let mut txn = AllocTxn::default();
         // Frees first, so the new copies can reuse the space. The key itself is unchanged, so an
         // out-of-line key that stays out of line keeps its copy.
@@ -617,11 +665,13 @@ impl<M: PoolMemory> HStore<M> {
             txn.free(&mut self.heap, at, key.len() as u64);
             key_at = None;
         }
-        // A value of the same size class (or extent size) is overwritten in place.
+        // A value of the same size class (or extent size) is overwritten in place; a placed one
+        // brings its own place.
         let old_value_len = u64::from(old.value_len);
         let mut value_at = old.value_at();
         if let Some(at) = value_at {
-            if placement.value_inline || self.heap.backing(old_value_len) != self.heap.backing(value.len() as u64) {
+            let reusable = self.heap.backing(old_value_len) == self.heap.backing(value.len());
+            if placement.value_inline || !reusable || value.placed_at().is_some() {
                 txn.free(&mut self.heap, at, old_value_len);
                 value_at = None;
             }
@@ -631,7 +681,7 @@ impl<M: PoolMemory> HStore<M> {
             key_at = txn.alloc(&mut self.heap, key.len() as u64);
         }
         if !placement.value_inline && value_at.is_none() {
-            value_at = txn.alloc(&mut self.heap, value.len() as u64);
+            value_at = value.placed_at().or_else(|| txn.alloc(&mut self.heap, value.len()));
         }
         if key_at.is_none() == placement.key_inline && value_at.is_none() == placement.value_inline {
             // Nothing below can fail.
@@ -639,28 +689,33 @@ impl<M: PoolMemory> HStore<M> {
                 let at = key_at.expect("allocated just above");
                 self.memory.modify(at, key.len()).copy_from_slice(key);
             }
-            if let Some(at) = value_at {
-                self.memory.modify(at, value.len()).copy_from_slice(value);
-            }
-            let occupant = Occupant::new(old.tag, write_time_ns, key, value, key_at, value_at);
+            let occupant = self.write_value(old.tag, write_time_ns, key, value, key_at, value_at);
             self.write_occupant(self.subtables[index], bucket, &occupant.encode());
             self.memory.commit();
             return Ok(());
         }
         txn.rollback(&mut self.heap);
         let (old_charge, new_charge) =
-            (charge(u64::from(old.key_len), old_value_len), charge(key.len() as u64, value.len() as u64));
+            (charge(u64::from(old.key_len), old_value_len), charge(key.len() as u64, value.len()));
         Err(self.pool_full(new_charge.saturating_sub(old_charge)))
     }
 }
 
-impl<M: PoolMemory> Store for HStore<M> {
-    fn put(&mut self, key: &[u8], value: &[u8], mode: PutMode, write_time_ns: u64) -> Result<PutOutcome, StoreError> {
+impl<M: PoolMemory> HStore<M> {
+    /// A put of bytes or of a staged value. A placed value that this refuses stays allocated:
+    /// the caller frees it.
+    fn put_value(
+        &mut self,
+        key: &[u8],
+        value: NewValue<'_>,
+        mode: PutMode,
+        write_time_ns: u64,
+    ) -> Result<PutOutcome, StoreError> {
         if key.len() as u64 > KEY_BYTES_MAX {
             return Err(StoreError::KeyTooLarge { bytes: key.len() as u64, max: KEY_BYTES_MAX });
         }
-        if value.len() as u64 > VALUE_BYTES_MAX {
-            return Err(StoreError::ValueTooLarge { bytes: value.len() as u64, max: VALUE_BYTES_MAX });
+        if value.len() > VALUE_BYTES_MAX {
+            return Err(StoreError::ValueTooLarge { bytes: value.len(), max: VALUE_BYTES_MAX });
         }
         let (index, tag, found) = self.locate(key);
         match (found, mode) {
@@ -668,7 +723,7 @@ impl<M: PoolMemory> Store for HStore<M> {
             (None, PutMode::UpdateOnly) => return Err(StoreError::KeyNotFound),
             _ => {}
         }
-        let new_charge = charge(key.len() as u64, value.len() as u64);
+        let new_charge = charge(key.len() as u64, value.len());
         match found {
             Some(bucket) => {
                 let old = self.subtables[index].occupant(self.memory.bytes(), bucket);
@@ -685,6 +740,12 @@ impl<M: PoolMemory> Store for HStore<M> {
                 Ok(PutOutcome::Inserted)
             }
         }
+    }
+}
+
+impl<M: PoolMemory> Store for HStore<M> {
+    fn put(&mut self, key: &[u8], value: &[u8], mode: PutMode, write_time_ns: u64) -> Result<PutOutcome, StoreError> {
+        self.put_value(key, NewValue::Bytes(value), mode, write_time_ns)
     }
 
     fn get(&self, key: &[u8]) -> Option<&[u8]> {
@@ -923,6 +984,98 @@ impl<M: PoolMemory> Store for HStore<M> {
         let (&at, allocation) = self.allocations.range(..=offset).next_back()?;
         let inside = offset.checked_add(len).is_some_and(|end| end <= at + allocation.len);
         inside.then_some(KeptAllocation { id: allocation.id, offset: at, len: allocation.len })
+    }
+
+    /// A value that lies out of line is staged in the heap, where it will stay: the commit
+    /// only points the key's entry at it. A shorter one is staged in process memory.
+    fn stage_value(&mut self, key_len: u64, len: u64) -> Result<StagedValue, StoreError> {
+        if len > VALUE_BYTES_MAX {
+            return Err(StoreError::ValueTooLarge { bytes: len, max: VALUE_BYTES_MAX });
+        }
+        self.reserve(0, charge(key_len, len))?;
+        if Placement::of(key_len, len).value_inline {
+            return Ok(StagedValue::owned(len));
+        }
+        let offset = self.heap.alloc(len).ok_or_else(|| self.pool_full(charge(key_len, len)))?;
+        Ok(StagedValue::Region { offset, len })
+    }
+
+    fn write_staged(&mut self, staged: &mut StagedValue, offset: u64, bytes: &[u8]) {
+        match staged {
+            StagedValue::Region { offset: at, len } => {
+                assert!(offset + bytes.len() as u64 <= *len, "pieces lie inside the staged value");
+                self.memory.modify(*at + offset, bytes.len()).copy_from_slice(bytes);
+                self.memory.commit();
+            }
+            StagedValue::Owned { .. } => {
+                staged.write_owned(offset, bytes);
+            }
+        }
+    }
+
+    fn commit_staged(
+        &mut self,
+        key: &[u8],
+        staged: StagedValue,
+        mode: PutMode,
+        write_time_ns: u64,
+    ) -> Result<PutOutcome, StoreError> {
+        match staged {
+            StagedValue::Region { offset, len } => {
+                let outcome = self.put_value(key, NewValue::Placed { at: offset, len }, mode, write_time_ns);
+                if outcome.is_err() {
+                    self.heap.free(offset, len);
+                }
+                outcome
+            }
+            owned @ StagedValue::Owned { .. } => {
+                let bytes = owned.into_owned_bytes().expect("an owned staged value");
+                self.put(key, &bytes, mode, write_time_ns)
+            }
+        }
+    }
+
+    fn discard_staged(&mut self, staged: StagedValue) {
+        if let StagedValue::Region { offset, len } = staged {
+            self.heap.free(offset, len);
+        }
+    }
+
+    /// An out-of-line value is changed in place, with its occupant's write time; a value inside
+    /// its entry is put anew.
+    fn write_value_range(
+        &mut self,
+        key: &[u8],
+        offset: u64,
+        bytes: &[u8],
+        write_time_ns: u64,
+    ) -> Result<(), StoreError> {
+        let (index, _, found) = self.locate(key);
+        let bucket = found.ok_or(StoreError::KeyNotFound)?;
+        let subtable = self.subtables[index];
+        let mut occupant = subtable.occupant(self.memory.bytes(), bucket);
+        let value_len = u64::from(occupant.value_len);
+        let end = offset.checked_add(bytes.len() as u64).filter(|end| *end <= value_len);
+        if end.is_none() {
+            return Err(StoreError::RangeOutside { offset, len: bytes.len() as u64, value_len });
+        }
+        let Some(at) = occupant.value_at() else {
+            let (_, value) = subtable.pair(self.memory.bytes(), bucket, &occupant).expect("a present pair");
+            let mut new = value.to_vec();
+            new[offset as usize..offset as usize + bytes.len()].copy_from_slice(bytes);
+            return self.put(key, &new, PutMode::UpdateOnly, write_time_ns).map(|_| ());
+        };
+        self.memory.modify(at + offset, bytes.len()).copy_from_slice(bytes);
+        occupant.write_time_ns = write_time_ns;
+        self.write_occupant(subtable, bucket, &occupant.encode());
+        self.memory.commit();
+        Ok(())
+    }
+
+    fn value_range_footprint(&self, key_len: u64, value_len: u64, len: u64) -> WriteFootprint {
+        let in_place = WriteFootprint { bytes: len + OCCUPANT_BYTES as u64, ranges: 2 };
+        let rewritten = self.update_footprint(key_len, value_len);
+        WriteFootprint { bytes: in_place.bytes.max(rewritten.bytes), ranges: in_place.ranges.max(rewritten.ranges) }
     }
 
     fn begin_transaction(&mut self) -> bool {

@@ -1,0 +1,397 @@
+//! Direct transfers: values larger than a frame, moved in pieces between a client and pool memory
+//! (MCAS `put_direct`, `get_direct` and their offset forms).
+//!
+//! A transfer is opened by `put_direct` or `get_direct` under an id the client chooses (unique in
+//! its session), fed or drained by `direct_write` / `direct_read` pieces of at most the inline
+//! value limit, and closed by `end_transfer`. Each piece is one request: bounded work in one loop
+//! turn, so the shard serves every other client between the pieces of a 1 GiB value, and a client
+//! pipelines a whole transfer in one round trip.
+//!
+//! - A direct put stages its value in pool memory ([`Store::stage_value`]), where each piece is
+//!   logged as it lands; nothing points at the staged bytes until `end_transfer` commits them as
+//!   the key's value with one small record, so a reader sees the old value or the new one, and a
+//!   crash before the commit leaves the old one (the staged bytes are free memory on restart).
+//! - A direct read holds its key for the transfer's life: writers of the key from other sessions
+//!   wait ([`DirectReads`]), so every piece comes from one value. A session's own writes do not
+//!   wait for its own reads (they would wait forever); it sees what it wrote.
+//! - A session's transfers end with it: an uncommitted put is dropped, a read released.
+//!
+//! [`Store::stage_value`]: ferrite_store::Store::stage_value
+
+use std::sync::Arc;
+
+use ferrite_proto::{Durability, EndTransferFlags, ErrorCode, PoolHandle, PutFlags, Response};
+use ferrite_store::{PutMode, PutOutcome, StagedValue, StoreError};
+use foldhash::HashMap;
+
+use super::{open_pool, open_pool_mut, put_mode, store_failure, Failure, ShardState};
+use crate::completion::Completion;
+use crate::session::Session;
+
+/// Most transfers one session may have open at once: each holds a staged value or a key.
+pub(crate) const TRANSFERS_PER_SESSION_MAX: usize = 64;
+
+/// A session's open transfers, by the ids its client chose.
+#[derive(Debug, Default)]
+pub(crate) struct Transfers {
+    open: HashMap<u64, Transfer>,
+}
+
+#[derive(Debug)]
+enum Transfer {
+    Put(PutTransfer),
+    Read(ReadTransfer),
+}
+
+#[derive(Debug)]
+struct PutTransfer {
+    pool: PoolHandle,
+    key: Box<[u8]>,
+    flags: PutFlags,
+    staged: StagedValue,
+    /// Bytes received so far: pieces come in order.
+    written: u64,
+}
+
+#[derive(Debug)]
+struct ReadTransfer {
+    pool: PoolHandle,
+    key: Box<[u8]>,
+    length: u64,
+}
+
+impl Transfers {
+    pub fn is_empty(&self) -> bool {
+        self.open.is_empty()
+    }
+
+    /// How many of this session's direct reads hold `key` of `pool`.
+    pub fn reads_of(&self, pool: PoolHandle, key: &[u8]) -> u32 {
+        if self.open.is_empty() {
+            return 0;
+        }
+        let holds =
+            |transfer: &Transfer| matches!(transfer, Transfer::Read(read) if read.pool == pool && *read.key == *key);
+        self.open.values().filter(|transfer| holds(transfer)).count() as u32
+    }
+
+    /// The pool and key a commit of direct put `transfer` would write, if it is one.
+    pub fn put_target(&self, transfer: u64) -> Option<(PoolHandle, &[u8])> {
+        match self.open.get(&transfer)? {
+            Transfer::Put(put) => Some((put.pool, &put.key)),
+            Transfer::Read(_) => None,
+        }
+    }
+}
+
+/// The keys that open direct reads hold, across the shard's sessions, and the requests waiting
+/// for one of them to be released.
+#[derive(Debug, Default)]
+pub(crate) struct DirectReads {
+    held: HashMap<PoolHandle, HashMap<Box<[u8]>, u32>>,
+    waiters: Vec<Arc<Completion>>,
+}
+
+impl DirectReads {
+    /// How many direct reads hold `key` of `pool`.
+    pub fn holders(&self, pool: PoolHandle, key: &[u8]) -> u32 {
+        self.held.get(&pool).and_then(|keys| keys.get(key)).copied().unwrap_or(0)
+    }
+
+    /// Whether any key of `pool` is held: lets the hot paths skip the lookup.
+    pub fn holds_any(&self, pool: PoolHandle) -> bool {
+        self.held.contains_key(&pool)
+    }
+
+    /// A completion woken when a held key is released, for a request to run again then.
+    pub fn wait(&mut self) -> Arc<Completion> {
+        let waiting = Completion::new();
+        self.waiters.push(Arc::clone(&waiting));
+        waiting
+    }
+
+    fn hold(&mut self, pool: PoolHandle, key: &[u8]) {
+        *self.held.entry(pool).or_default().entry(key.into()).or_default() += 1;
+    }
+
+    fn release(&mut self, pool: PoolHandle, key: &[u8]) {
+        let Some(keys) = self.held.get_mut(&pool) else { return };
+        let Some(count) = keys.get_mut(key) else { return };
+        *count -= 1;
+        if *count == 0 {
+            keys.remove(key);
+            if keys.is_empty() {
+                self.held.remove(&pool);
+            }
+            for waiter in self.waiters.drain(..) {
+                waiter.wake();
+            }
+        }
+    }
+}
+
+/// A `put_offset` request's fields.
+pub(super) struct RangeWrite<'a> {
+    pub pool: PoolHandle,
+    pub flags: PutFlags,
+    pub offset: u64,
+    pub key: &'a [u8],
+    pub bytes: &'a [u8],
+}
+
+fn no_transfer(transfer: u64, kind: &str) -> Failure {
+    Failure::new(ErrorCode::InvalidArgument, format!("no direct {kind} {transfer} is open in this session"))
+}
+
+impl ShardState {
+    /// Opens direct put `transfer`: stages room for `length` bytes in the pool.
+    pub(super) fn put_direct(
+        &mut self,
+        pool: PoolHandle,
+        flags: PutFlags,
+        transfer: u64,
+        length: u64,
+        key: &[u8],
+        session: &mut Session,
+    ) -> Result<Response<'static>, Failure> {
+        if length > self.direct_value_bytes_max {
+            return Err(Failure::new(
+                ErrorCode::ValueTooLarge,
+                format!(
+                    "a direct value of {length} bytes exceeds this server's limit of {} bytes \
+                     (limits.direct_value_bytes_max)",
+                    self.direct_value_bytes_max
+                ),
+            ));
+        }
+        self.check_new_transfer(transfer, session)?;
+        let pool_ref = open_pool_mut(&mut self.pools, session, pool)?;
+        let staged = pool_ref.store.stage_value(key.len() as u64, length).map_err(|e| store_failure(e, pool_ref))?;
+        let put = PutTransfer { pool, key: key.into(), flags, staged, written: 0 };
+        session.transfers.open.insert(transfer, Transfer::Put(put));
+        self.stats.direct_transfers += 1;
+        Ok(Response::TransferOpened { length })
+    }
+
+    fn check_new_transfer(&self, transfer: u64, session: &Session) -> Result<(), Failure> {
+        if session.transfers.open.contains_key(&transfer) {
+            return Err(Failure::new(
+                ErrorCode::InvalidArgument,
+                format!("direct transfer {transfer} is already open in this session"),
+            ));
+        }
+        if session.transfers.open.len() >= TRANSFERS_PER_SESSION_MAX {
+            return Err(Failure::new(
+                ErrorCode::InvalidArgument,
+                format!("a session may have at most {TRANSFERS_PER_SESSION_MAX} direct transfers open"),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Stages the next piece of direct put `transfer`, logged as it lands.
+    pub(super) fn direct_write(
+        &mut self,
+        transfer: u64,
+        offset: u64,
+        bytes: &[u8],
+        session: &mut Session,
+    ) -> Result<Response<'static>, Failure> {
+        let Some(Transfer::Put(put)) = session.transfers.open.get(&transfer) else {
+            return Err(no_transfer(transfer, "put"));
+        };
+        if offset != put.written {
+            return Err(Failure::new(
+                ErrorCode::InvalidArgument,
+                format!("direct put {transfer}: a piece at offset {offset}, where {} was expected", put.written),
+            ));
+        }
+        let length = put.staged.len();
+        if bytes.len() as u64 > length - offset {
+            return Err(Failure::new(
+                ErrorCode::InvalidArgument,
+                format!(
+                    "direct put {transfer}: {} bytes at offset {offset} pass the value's {length} bytes",
+                    bytes.len()
+                ),
+            ));
+        }
+        let pool = open_pool(&self.pools, session, put.pool)?;
+        self.admit_write(pool.store.staged_write_footprint(bytes.len() as u64))?;
+        let Some(Transfer::Put(put)) = session.transfers.open.get_mut(&transfer) else {
+            return Err(no_transfer(transfer, "put"));
+        };
+        let pool = self.pools.get_mut(put.pool).expect("checked open just above");
+        pool.store.write_staged(&mut put.staged, offset, bytes);
+        put.written += bytes.len() as u64;
+        self.stats.direct_bytes_in += bytes.len() as u64;
+        // Pieces are acknowledged without waiting for the disk (the commit waits for all of
+        // them), unless the log's backlog grows: then the client slows to the disk's pace.
+        self.logged(false, session)?;
+        Ok(Response::Written)
+    }
+
+    /// Opens direct read `transfer` of `key`, which other sessions' writers then wait for.
+    pub(super) fn get_direct(
+        &mut self,
+        pool: PoolHandle,
+        transfer: u64,
+        key: &[u8],
+        session: &mut Session,
+    ) -> Result<Response<'static>, Failure> {
+        self.reading(session);
+        self.check_new_transfer(transfer, session)?;
+        let pool_ref = open_pool(&self.pools, session, pool)?;
+        let length = pool_ref.store.get(key).ok_or_else(|| super::key_not_found(pool_ref))?.len() as u64;
+        session.transfers.open.insert(transfer, Transfer::Read(ReadTransfer { pool, key: key.into(), length }));
+        self.direct_reads.hold(pool, key);
+        self.stats.direct_transfers += 1;
+        Ok(Response::TransferOpened { length })
+    }
+
+    /// Up to `length` bytes at `offset` of the value direct read `transfer` holds.
+    pub(super) fn direct_read(
+        &mut self,
+        transfer: u64,
+        offset: u64,
+        length: u32,
+        session: &mut Session,
+    ) -> Result<Response<'_>, Failure> {
+        let Some(Transfer::Read(read)) = session.transfers.open.get(&transfer) else {
+            return Err(no_transfer(transfer, "read"));
+        };
+        if offset > read.length {
+            return Err(Failure::new(
+                ErrorCode::InvalidArgument,
+                format!("offset {offset} is past the end of the value ({} bytes)", read.length),
+            ));
+        }
+        let take = u64::from(length).min(read.length - offset);
+        if let Some(durability) = &self.durability {
+            session.wait_lsn = session.wait_lsn.max(durability.visible_lsn);
+        }
+        let pool = open_pool(&self.pools, session, read.pool)?;
+        let bytes = pool.store.read_value(&read.key, offset, take).ok_or_else(|| {
+            Failure::new(
+                ErrorCode::KeyNotFound,
+                "the value changed under this session's own write during its direct read",
+            )
+        })?;
+        self.stats.direct_bytes_out += take;
+        Ok(Response::Value(bytes))
+    }
+
+    /// Ends `transfer`: commits or drops a direct put, releases a direct read.
+    pub(super) fn end_transfer(
+        &mut self,
+        transfer: u64,
+        flags: EndTransferFlags,
+        session: &mut Session,
+        now_ns: u64,
+    ) -> Result<Response<'static>, Failure> {
+        let Some(open) = session.transfers.open.remove(&transfer) else {
+            return Err(no_transfer(transfer, "transfer"));
+        };
+        match open {
+            Transfer::Read(read) => {
+                self.direct_reads.release(read.pool, &read.key);
+                Ok(Response::TransferEnded)
+            }
+            Transfer::Put(put) if flags.aborts() => {
+                self.discard(put);
+                Ok(Response::TransferEnded)
+            }
+            Transfer::Put(put) if put.written < put.staged.len() => {
+                let message =
+                    format!("direct put {transfer} ended after {} of its {} bytes", put.written, put.staged.len());
+                self.discard(put);
+                Err(Failure::new(ErrorCode::InvalidArgument, message))
+            }
+            Transfer::Put(put) => self.commit(put, session, now_ns),
+        }
+    }
+
+    /// Makes a whole direct put's value its key's, as one transaction.
+    fn commit(&mut self, put: PutTransfer, session: &mut Session, now_ns: u64) -> Result<Response<'static>, Failure> {
+        let mode = put_mode(put.flags);
+        if mode != PutMode::Upsert {
+            // Success or failure says whether the key was there.
+            self.reading(session);
+        }
+        let admitted = match open_pool(&self.pools, session, put.pool) {
+            Ok(pool) => self.admit_write(pool.store.staged_commit_footprint(put.key.len() as u64, &put.staged)),
+            Err(failure) => Err(failure),
+        };
+        if let Err(failure) = admitted {
+            self.discard(put);
+            return Err(failure);
+        }
+        let handle = put.pool;
+        let pool = self.pools.get_mut(handle).expect("checked open just above");
+        let length_before = match self.calls.contains_key(&handle) {
+            true => pool.store.get(&put.key).map(|value| value.len() as u64),
+            false => None,
+        };
+        let length = put.staged.len();
+        let outcome =
+            pool.store.commit_staged(&put.key, put.staged, mode, now_ns).map_err(|e| store_failure(e, pool))?;
+        if let (PutOutcome::Inserted, Some(index)) = (outcome, &mut pool.index) {
+            index.insert(&put.key);
+        }
+        let sync = match put.flags.durability() {
+            Some(durability) => durability == Durability::Sync,
+            None => !pool.async_default,
+        };
+        self.stats.puts += 1;
+        self.logged(sync, session)?;
+        if length_before.is_some_and(|before| before != length) {
+            self.tell_plugins(handle, ferrite_plugin::abi::EVENT_RESIZE, &put.key);
+        }
+        Ok(Response::TransferEnded)
+    }
+
+    fn discard(&mut self, put: PutTransfer) {
+        if let Some(pool) = self.pools.get_mut(put.pool) {
+            pool.store.discard_staged(put.staged);
+        }
+    }
+
+    /// Writes `write.bytes` at `write.offset` inside its key's value, atomically and durably
+    /// like a put.
+    pub(super) fn put_offset(
+        &mut self,
+        write: RangeWrite<'_>,
+        session: &mut Session,
+        now_ns: u64,
+    ) -> Result<Response<'static>, Failure> {
+        let RangeWrite { pool: handle, flags, offset, key, bytes } = write;
+        // Failure says whether the key was there, and how long its value is.
+        self.reading(session);
+        let pool = open_pool(&self.pools, session, handle)?;
+        let value_len = pool.store.get(key).ok_or_else(|| super::key_not_found(pool))?.len() as u64;
+        self.admit_write(pool.store.value_range_footprint(key.len() as u64, value_len, bytes.len() as u64))?;
+        let pool = open_pool_mut(&mut self.pools, session, handle)?;
+        pool.store.write_value_range(key, offset, bytes, now_ns).map_err(|error| match error {
+            StoreError::RangeOutside { .. } => {
+                Failure::new(ErrorCode::InvalidArgument, format!("pool '{}': {error}", pool.name))
+            }
+            other => store_failure(other, pool),
+        })?;
+        let sync = match flags.durability() {
+            Some(durability) => durability == Durability::Sync,
+            None => !pool.async_default,
+        };
+        self.stats.puts += 1;
+        self.logged(sync, session).map(|()| Response::Stored)
+    }
+
+    /// Ends every transfer a finished session left open.
+    pub(crate) fn end_transfers(&mut self, session: &mut Session) {
+        for (_, open) in std::mem::take(&mut session.transfers.open) {
+            match open {
+                Transfer::Read(read) => self.direct_reads.release(read.pool, &read.key),
+                Transfer::Put(put) => self.discard(put),
+            }
+        }
+    }
+}
