@@ -213,8 +213,7 @@ async fn oversized_requests_fail_locally_with_the_servers_code() {
     let too_long_key = pool.put([0u8; 9], b"v").await.expect_err("9-byte key");
     assert_eq!(too_long_key.code(), Some(ErrorCode::KeyTooLarge));
     // A put of a value past the inline limit goes direct (`direct.rs`); an invocation's cannot.
-    let too_long_value =
-        pool.invoke_put(b"k", &[0u8; 17], b"", Default::default()).await.expect_err("17-byte value");
+    let too_long_value = pool.invoke_put(b"k", &[0u8; 17], b"", Default::default()).await.expect_err("17-byte value");
     assert_eq!(too_long_value.code(), Some(ErrorCode::ValueTooLarge));
     let bad_name = session.open_pool("").await.expect_err("empty pool name");
     assert_eq!(bad_name.code(), Some(ErrorCode::InvalidArgument));

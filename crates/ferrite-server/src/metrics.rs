@@ -77,6 +77,9 @@ pub(crate) struct ShardSnapshot {
     pub invocation_failures: u64,
     pub authentication_failures: u64,
     pub requests_denied: u64,
+    pub direct_transfers: u64,
+    pub direct_bytes_in: u64,
+    pub direct_bytes_out: u64,
     pub connections: u64,
     pub connections_accepted: u64,
     pub connections_refused: u64,
@@ -123,6 +126,9 @@ impl ShardState {
             invocation_failures: stats.invocation_failures,
             authentication_failures: stats.authentication_failures,
             requests_denied: stats.requests_denied,
+            direct_transfers: stats.direct_transfers,
+            direct_bytes_in: stats.direct_bytes_in,
+            direct_bytes_out: stats.direct_bytes_out,
             connections: stats.clients,
             connections_accepted: stats.clients_total,
             connections_refused: stats.clients_refused,
@@ -245,6 +251,15 @@ impl Collector for Scrape {
         )?;
         self.family(&mut encoder, "ferrite_requests_denied", "Requests refused for want of a grant.", |s| {
             vec![(shard_labels(s), counter(s.requests_denied))]
+        })?;
+        self.family(&mut encoder, "ferrite_direct_transfers", "Direct transfers opened (large values).", |s| {
+            vec![(shard_labels(s), counter(s.direct_transfers))]
+        })?;
+        self.family(&mut encoder, "ferrite_direct_received_bytes", "Value bytes received by direct puts.", |s| {
+            vec![(shard_labels(s), counter(s.direct_bytes_in))]
+        })?;
+        self.family(&mut encoder, "ferrite_direct_sent_bytes", "Value bytes sent by direct reads.", |s| {
+            vec![(shard_labels(s), counter(s.direct_bytes_out))]
         })?;
         self.family(&mut encoder, "ferrite_connections_accepted", "Client connections accepted.", |s| {
             vec![(shard_labels(s), counter(s.connections_accepted))]

@@ -346,3 +346,40 @@ fn small_gets_are_served_while_large_transfers_stream() {
     assert!(latencies.len() >= 20, "the probe ran during the transfers");
     assert!(p99 * 4 < fastest_transfer, "p99 {p99:?} of small gets against transfers of {fastest_transfer:?}");
 }
+
+/// Every engine and backing takes direct puts, offset writes and direct reads, and the `pmem`
+/// and `ssd` backings keep them across a restart.
+#[test]
+fn every_engine_and_backing_moves_large_values() {
+    for (store, backing) in [("hstore", "ssd"), ("hstore", "pmem"), ("hstore", "memory"), ("mapstore", "memory")] {
+        let data_dir = fresh_dir("direct-backings").join("data");
+        let start = || {
+            TestServer::builder()
+                .data_dir(&data_dir)
+                .config("store", format!("\"{store}\""))
+                .config("backing", format!("\"{backing}\""))
+                .start()
+        };
+        let server = start();
+        let session = blocking::Session::connect(&server.addr_string()).expect("connect");
+        let pool = pool(&session, "engines", 64 << 20);
+        let mut value = pattern(11, (5 << 20) + 17);
+        pool.put_direct_with("big", &value, PutFlags::SYNC).expect("put_direct");
+        pool.put_direct_offset_with("big", 4 << 20, b"patched", PutFlags::SYNC).expect("an offset write");
+        value[4 << 20..(4 << 20) + 7].copy_from_slice(b"patched");
+        assert!(pool.get("big").expect("get") == value, "{store} on {backing}");
+        let mut slice = [0u8; 20];
+        let read = pool.get_direct_offset("big", value.len() as u64 - 10, &mut slice).expect("the last bytes");
+        assert_eq!(&slice[..read], &value[value.len() - 10..], "{store} on {backing}");
+        drop(pool);
+        drop(session);
+        server.stop_gracefully();
+        if backing != "memory" {
+            let server = start();
+            let session = blocking::Session::connect(&server.addr_string()).expect("connect");
+            let pool = session.open_pool("engines").expect("the pool survives");
+            assert!(pool.get_direct("big").expect("get") == value, "{store} on {backing} after a restart");
+            server.stop_gracefully();
+        }
+    }
+}

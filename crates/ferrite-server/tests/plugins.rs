@@ -4,6 +4,7 @@
 //! clients carry on, and the crash consistency of plugin writes across kill -9.
 
 mod common;
+mod wire;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -958,4 +959,35 @@ fn walkdir(dir: &std::path::Path) -> impl Iterator<Item = std::path::PathBuf> {
         }
     }
     files.into_iter()
+}
+
+/// A plugin call that may write a value waits while another session reads that value directly
+/// (so the read never sees it half changed); a read-only call and plain gets do not wait.
+#[test]
+fn plugin_writes_wait_for_direct_reads_of_their_key() {
+    let server = server_with_limits(10_000).start();
+    let (_session, pool) = open(&server, "held", &["counter"]);
+    pool.invoke(b"hits", b"add 1", created(8)).expect("create the counter");
+    let mut raw = wire::RawClient::handshaken(server.addr(0));
+    let handle = raw.open_pool(2, "held");
+    let opened = raw.call(3, &ferrite_proto::Request::GetDirect { pool: handle, transfer: 1, key: b"hits" });
+    assert_eq!(opened.response(), ferrite_proto::Response::TransferOpened { length: 8 });
+    let read_only = InvokeOptions { read_only: true, ..InvokeOptions::default() };
+    assert_eq!(texts(&pool.invoke(b"hits", b"get", read_only).expect("a read-only call")), vec![(0, "1".into())]);
+    let writer = {
+        let address = server.addr_string();
+        std::thread::spawn(move || {
+            let session = Session::connect(&address).expect("connect");
+            let pool = session.open_pool("held").expect("open");
+            let started = std::time::Instant::now();
+            pool.invoke(b"hits", b"add 1", InvokeOptions::default()).expect("the call runs once the read ends");
+            started.elapsed()
+        })
+    };
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(counter_value(&pool, b"hits"), 1, "the call waits for the direct read");
+    drop(raw);
+    let waited = writer.join().expect("writer");
+    assert!(waited >= Duration::from_millis(250), "the call waited ({waited:?})");
+    assert_eq!(counter_value(&pool, b"hits"), 2);
 }

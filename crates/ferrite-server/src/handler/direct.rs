@@ -165,6 +165,17 @@ impl ShardState {
             ));
         }
         self.check_new_transfer(transfer, session)?;
+        let mode = put_mode(flags);
+        if mode != PutMode::Upsert {
+            // Refused now rather than after the whole value has come; the commit checks again.
+            self.reading(session);
+            let pool_ref = open_pool(&self.pools, session, pool)?;
+            match (mode, pool_ref.store.get(key).is_some()) {
+                (PutMode::CreateOnly, true) => return Err(store_failure(StoreError::KeyExists, pool_ref)),
+                (PutMode::UpdateOnly, false) => return Err(store_failure(StoreError::KeyNotFound, pool_ref)),
+                _ => {}
+            }
+        }
         let pool_ref = open_pool_mut(&mut self.pools, session, pool)?;
         let staged = pool_ref.store.stage_value(key.len() as u64, length).map_err(|e| store_failure(e, pool_ref))?;
         let put = PutTransfer { pool, key: key.into(), flags, staged, written: 0 };

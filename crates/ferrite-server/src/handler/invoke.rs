@@ -132,6 +132,13 @@ impl ShardState {
             if let Some(waiting) = self.wait_for_key(invoke.pool, invoke.key, true, own_reads) {
                 return Ok(Accepted::Blocked(waiting));
             }
+        } else if !invoke.read_only && !invoke.key.is_empty() && self.direct_reads.holds_any(invoke.pool) {
+            // A call that may write its value in place waits for other sessions' direct reads of
+            // it, as a put does, so a direct read never sees a value half changed.
+            let own_reads = session.transfers.reads_of(invoke.pool, invoke.key);
+            if self.direct_reads.holders(invoke.pool, invoke.key) > own_reads {
+                return Ok(Accepted::Blocked(self.direct_reads.wait()));
+            }
         }
         // The call reads the pool's state: its answer waits for what it read to be durable.
         self.reading(session);
