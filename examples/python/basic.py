@@ -15,7 +15,8 @@ ADDRESS = os.environ.get("FERRITE_ADDR", "127.0.0.1:11911")
 def main():
     with ferrite.connect(ADDRESS, client_name="examples/basic.py") as session:
         print(f"connected to {session.shard_count} shard(s): {session.shard_addresses}")
-        print(f"limits: keys up to {session.limits.key_bytes_max} bytes, values up to {session.limits.value_bytes_max}")
+        limits = session.limits
+        print(f"limits: keys up to {limits.key_bytes_max} bytes, values inline up to {limits.value_bytes_max} (longer ones travel direct)")
 
         with session.create_pool("example-basic", size=16 << 20, expected_count=1000) as pool:
             print(f"pool {pool.name!r} on shard {pool.shard} ({'created' if pool.created else 'opened'})")

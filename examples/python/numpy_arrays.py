@@ -2,7 +2,9 @@
 
 `put` reads any buffer-protocol object in place (here a memoryview of the array: no bytes object
 is made), and `get_into` writes the value straight into an existing array, which is how a
-preallocated buffer is refilled again and again without allocating.
+preallocated buffer is refilled again and again without allocating. Arrays past the inline limit
+(2 MiB) travel as direct transfers by themselves, piece by piece from and into the arrays, and
+`get_into(..., offset=)` / `put_offset` read and write rows of a stored array in place.
 
     python examples/python/numpy_arrays.py     # FERRITE_ADDR=host:port, default 127.0.0.1:11911
 """
@@ -21,7 +23,7 @@ def main():
         limit = session.limits.value_bytes_max
         with session.create_pool("example-numpy", size=64 << 20) as pool:
             weights = np.random.default_rng(7).standard_normal((256, 512), dtype=np.float32)
-            assert weights.nbytes <= limit, "values travel inline, up to the server's limit"
+            assert weights.nbytes <= limit, "this one travels inline"
             pool.put("weights", memoryview(weights))
             print(f"stored a {weights.shape} {weights.dtype} array ({weights.nbytes} bytes)")
 
@@ -46,11 +48,23 @@ def main():
             except ferrite.BufferTooSmall as error:
                 print(f"too small: needed {error.needed} bytes")
 
-            # Values larger than the inline limit need direct transfers (a later server version).
-            try:
-                pool.put("too-big", np.zeros(limit // 8 + 1))
-            except ferrite.ValueTooLarge as error:
-                print(f"a {limit // 8 + 1} x float64 array is over the {limit}-byte inline limit: {error.message}")
+            # An array past the inline limit travels as a direct transfer, in pieces read from
+            # and written into the arrays themselves.
+            large = np.random.default_rng(8).standard_normal((2048, 1024), dtype=np.float32)
+            assert large.nbytes > limit
+            pool.put("large", large)
+            loaded = np.empty_like(large)
+            assert pool.get_into("large", loaded) == large.nbytes and np.array_equal(loaded, large)
+            print(f"a {large.nbytes >> 20} MiB array went and came back direct: equal = {np.array_equal(loaded, large)}")
+
+            # Rows of the stored array, read and written in place on the server.
+            row_bytes = large.shape[1] * large.itemsize
+            row = np.empty(large.shape[1], dtype=np.float32)
+            pool.get_into("large", row, offset=1000 * row_bytes)
+            assert np.array_equal(row, large[1000])
+            pool.put_offset("large", 1000 * row_bytes, np.zeros(large.shape[1], dtype=np.float32))
+            pool.get_into("large", row, offset=1000 * row_bytes)
+            print(f"row 1000 read alone, then zeroed in place: sum = {row.sum()}")
         session.delete_pool("example-numpy")
 
 

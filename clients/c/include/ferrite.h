@@ -7,7 +7,9 @@
  * Usage: ferrite_connect() opens a session; ferrite_pool_create() or ferrite_pool_open() opens a
  * pool; ferrite_put(), ferrite_get(), ferrite_erase(), ferrite_find(), ferrite_invoke() work on it;
  * ferrite_put_async() and friends submit without waiting, checked with ferrite_op_poll() and
- * ferrite_op_wait().
+ * ferrite_op_wait(). Values past the inline limit (2 MiB by default) travel as direct transfers
+ * by themselves, up to the server's limits.direct_value_bytes_max (1 GiB by default);
+ * ferrite_get_offset() and ferrite_put_offset() read and write inside a value.
  *
  * Errors: every operation returns a ferrite_status. FERRITE_OK is success; codes 1..999 are the
  * server's wire error codes, with the wire's numbers; codes from 1000 are client-side failures.
@@ -474,7 +476,13 @@ enum ferrite_status ferrite_pool_close(struct ferrite_pool *pool);
 
 // Stores `value` under `key`. `flags` is 0 or an or of `FERRITE_PUT_*`: create-only fails with
 // `FERRITE_KEY_EXISTS`, update-only with `FERRITE_KEY_NOT_FOUND`; without a durability flag the
-// pool's default applies. The bytes are copied before the call returns.
+// pool's default applies. The bytes are read before the call returns.
+//
+// A value longer than 1 MiB travels as a direct transfer by itself: in pipelined pieces read
+// straight from `value`, made the key's value at once when the last has arrived (a reader sees
+// the old value or the new one). Values may be as long as the server's
+// `limits.direct_value_bytes_max` (1 GiB by default); a longer one fails with
+// `FERRITE_VALUE_TOO_LARGE`, and one the pool has no room for with `FERRITE_POOL_FULL`.
 //
 // # Safety
 // `pool` is NULL or a live pool; `key` and `value` are NULL or point to `key_len` and
@@ -488,7 +496,8 @@ enum ferrite_status ferrite_put(const struct ferrite_pool *pool,
 
 // Fetches the value stored under `key` into `*out`, a buffer the library allocates, to be freed
 // with `ferrite_buffer_free`. On failure `*out` is empty (`{NULL, 0}`). Fails with
-// `FERRITE_KEY_NOT_FOUND`.
+// `FERRITE_KEY_NOT_FOUND`. A value too long to come inline (past the server's
+// `value_bytes_max`, 2 MiB by default) is read with a direct read by itself.
 //
 // # Safety
 // `pool` is NULL or a live pool; `key` is NULL or points to `key_len` readable bytes (NULL only
@@ -501,18 +510,61 @@ enum ferrite_status ferrite_get(const struct ferrite_pool *pool,
 // Fetches the value stored under `key` into the caller's buffer `buf` of `capacity` bytes, and
 // stores its length in `*len_out`. If the value does not fit, nothing is copied, `*len_out` is
 // the length needed and the status is `FERRITE_ERR_BUFFER_TOO_SMALL`, so a caller may ask with
-// `capacity` 0 (and `buf` NULL) to learn the size. Fails with `FERRITE_KEY_NOT_FOUND`.
+// `capacity` 0 (and `buf` NULL) to learn the size (that asks for the length alone and moves no
+// value). Fails with `FERRITE_KEY_NOT_FOUND`.
+//
+// A buffer larger than the server's inline limit (`value_bytes_max`, 2 MiB by default) is filled
+// with a direct read, piece by piece straight into `buf`, which is how values past the inline
+// limit (up to `limits.direct_value_bytes_max`, 1 GiB by default) are read without a second copy;
+// that costs one round trip more than an inline get, so size buffers to the values they take.
 //
 // # Safety
 // `pool` is NULL or a live pool; `key` is NULL or points to `key_len` readable bytes (NULL only
 // with length 0); `buf` is NULL or points to `capacity` writable bytes (NULL only with capacity
-// 0); `len_out` is NULL or writable.
+// 0), which nothing else uses during the call; `len_out` is NULL or writable.
 enum ferrite_status ferrite_get_into(const struct ferrite_pool *pool,
                                      const uint8_t *key,
                                      size_t key_len,
                                      uint8_t *buf,
                                      size_t capacity,
                                      size_t *len_out);
+
+// Reads up to `capacity` bytes of the value stored under `key`, from byte `offset` of it, into
+// `buf`, and stores how many it read in `*len_out`: `capacity`, or fewer at the value's end (0
+// at its very end, `offset` equal to its length). A direct read (MCAS `get_direct_offset`),
+// piece by piece straight into `buf`, so a slice of a value of any length costs no more than
+// the slice. Fails with `FERRITE_KEY_NOT_FOUND`, and with `FERRITE_INVALID_ARGUMENT` (the
+// server's code) for an offset past the value's end.
+//
+// # Safety
+// `pool` is NULL or a live pool; `key` is NULL or points to `key_len` readable bytes (NULL only
+// with length 0); `buf` is NULL or points to `capacity` writable bytes (NULL only with capacity
+// 0), which nothing else uses during the call; `len_out` is NULL or writable.
+enum ferrite_status ferrite_get_offset(const struct ferrite_pool *pool,
+                                       const uint8_t *key,
+                                       size_t key_len,
+                                       uint64_t offset,
+                                       uint8_t *buf,
+                                       size_t capacity,
+                                       size_t *len_out);
+
+// Writes the `data_len` bytes of `data` at byte `offset` inside the value stored under `key`,
+// which keeps its length (MCAS `put_direct_offset`). Each piece of up to the inline limit (2 MiB
+// by default) is written atomically and durably like a put; a longer write is several pieces,
+// applied in order. `flags` is 0, `FERRITE_PUT_SYNC` or `FERRITE_PUT_ASYNC` (other put flags do
+// not apply: the key must exist). Fails with `FERRITE_KEY_NOT_FOUND`, and with
+// `FERRITE_INVALID_ARGUMENT` (the server's code) for a range that passes the value's end.
+//
+// # Safety
+// `pool` is NULL or a live pool; `key` and `data` are NULL or point to `key_len` and `data_len`
+// readable bytes (NULL only with length 0).
+enum ferrite_status ferrite_put_offset(const struct ferrite_pool *pool,
+                                       const uint8_t *key,
+                                       size_t key_len,
+                                       uint64_t offset,
+                                       const uint8_t *data,
+                                       size_t data_len,
+                                       ferrite_put_flags flags);
 
 // Removes `key` and its value. Fails with `FERRITE_KEY_NOT_FOUND` if absent.
 //
@@ -609,7 +661,8 @@ enum ferrite_status ferrite_invoke_put(const struct ferrite_pool *pool,
 // the operation, to be freed with `ferrite_op_free`; its final status comes from
 // `ferrite_op_poll` or `ferrite_op_wait`. The submission itself fails only for invalid
 // arguments (then `*out` is NULL); every other failure is the operation's status. Key and value
-// are copied before the call returns.
+// are copied before the call returns; a value longer than 1 MiB then travels as a direct
+// transfer, as `ferrite_put`'s does.
 //
 // Operations submitted from one thread leave on the pool's connection in submission order.
 // Today's server also applies them in that order, but the protocol does not promise it: to
@@ -626,7 +679,8 @@ enum ferrite_status ferrite_put_async(const struct ferrite_pool *pool,
                                       struct ferrite_op **out);
 
 // Submits `ferrite_get(pool, key)` without waiting for it; once it finished with `FERRITE_OK`,
-// `ferrite_op_result_buffer` hands over the value. Otherwise as `ferrite_put_async`.
+// `ferrite_op_result_buffer` hands over the value (a large one read with a direct read, as
+// `ferrite_get` does). Otherwise as `ferrite_put_async`.
 //
 // # Safety
 // As for `ferrite_get`; `out` is NULL or writable.

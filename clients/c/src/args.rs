@@ -72,6 +72,23 @@ pub(crate) unsafe fn bytes<'a>(ptr: *const u8, len: usize, what: &str) -> Result
     }
 }
 
+/// A caller's buffer to fill, given as pointer and capacity. NULL is allowed with capacity 0.
+///
+/// # Safety
+/// `ptr` is NULL or points to `len` writable bytes that stay valid for `'a` and that nothing else
+/// reads or writes meanwhile.
+pub(crate) unsafe fn bytes_mut<'a>(ptr: *mut u8, len: usize, what: &str) -> Result<&'a mut [u8], Failure> {
+    if len == 0 {
+        Ok(&mut [])
+    } else if ptr.is_null() {
+        Err(Failure::invalid(format!("{what} is NULL but its capacity is {len}")))
+    } else {
+        // SAFETY: non-null, and the caller promises `len` writable bytes living for 'a, used by
+        // nothing else while the slice lives.
+        Ok(unsafe { std::slice::from_raw_parts_mut(ptr, len) })
+    }
+}
+
 /// A required pointer to a library object (a session, a pool, an operation).
 ///
 /// # Safety

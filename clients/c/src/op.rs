@@ -151,7 +151,8 @@ unsafe fn hand_out(out: *mut *mut ferrite_op, op: Box<ferrite_op>) {
 /// the operation, to be freed with `ferrite_op_free`; its final status comes from
 /// `ferrite_op_poll` or `ferrite_op_wait`. The submission itself fails only for invalid
 /// arguments (then `*out` is NULL); every other failure is the operation's status. Key and value
-/// are copied before the call returns.
+/// are copied before the call returns; a value longer than 1 MiB then travels as a direct
+/// transfer, as `ferrite_put`'s does.
 ///
 /// Operations submitted from one thread leave on the pool's connection in submission order.
 /// Today's server also applies them in that order, but the protocol does not promise it: to
@@ -187,7 +188,8 @@ pub unsafe extern "C" fn ferrite_put_async(
 }
 
 /// Submits `ferrite_get(pool, key)` without waiting for it; once it finished with `FERRITE_OK`,
-/// `ferrite_op_result_buffer` hands over the value. Otherwise as `ferrite_put_async`.
+/// `ferrite_op_result_buffer` hands over the value (a large one read with a direct read, as
+/// `ferrite_get` does). Otherwise as `ferrite_put_async`.
 ///
 /// # Safety
 /// As for `ferrite_get`; `out` is NULL or writable.
@@ -205,7 +207,9 @@ pub unsafe extern "C" fn ferrite_get_async(
         // SAFETY: the caller promises a live pool and readable bytes.
         let (pool, key) = unsafe { (pool::pool(pool)?, args::bytes(key, key_len, "key")?) };
         let (client, key) = (pool.pool.clone(), key.to_vec());
-        let op = submit(&pool.runtime, Kind::Get, async move { client.get(key).await.map(Some) });
+        // `Vec::from` takes a directly read value's own vector; an inline one is copied out of its frame.
+        let op =
+            submit(&pool.runtime, Kind::Get, async move { client.get_bytes(key).await.map(|v| Some(Vec::from(v))) });
         // SAFETY: checked non-null above.
         unsafe { hand_out(out, op) };
         Ok(())

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use ferrite_client::{FindKind, InvokeOptions, InvokePutOptions, Pool, PutFlags};
+use ferrite_client::{Attribute, Error, FindKind, InvokeOptions, InvokePutOptions, Pool, PutFlags};
 
 use crate::args;
 use crate::memory::{ferrite_buffer, ferrite_key_list, ferrite_response_list};
@@ -15,11 +15,14 @@ use crate::status::{ferrite_status, guard, Failure};
 pub struct ferrite_pool {
     pub(crate) pool: Pool,
     pub(crate) runtime: Arc<Runtime>,
+    /// The largest value the server sends inline (its announced `value_bytes_max`):
+    /// `ferrite_get_into` reads into a larger buffer with a direct read.
+    inline_max: usize,
 }
 
 impl ferrite_pool {
-    pub(crate) fn new(pool: Pool, runtime: Arc<Runtime>) -> ferrite_pool {
-        ferrite_pool { pool, runtime }
+    pub(crate) fn new(pool: Pool, runtime: Arc<Runtime>, inline_max: u32) -> ferrite_pool {
+        ferrite_pool { pool, runtime, inline_max: inline_max as usize }
     }
 }
 
@@ -107,7 +110,7 @@ pub unsafe extern "C" fn ferrite_pool_close(pool: *mut ferrite_pool) -> ferrite_
         }
         // SAFETY: the caller hands back a pool we allocated, once.
         let pool = unsafe { Box::from_raw(pool) };
-        let ferrite_pool { pool, runtime } = *pool;
+        let ferrite_pool { pool, runtime, .. } = *pool;
         runtime.block_on(pool.close())?;
         Ok(())
     })
@@ -115,7 +118,13 @@ pub unsafe extern "C" fn ferrite_pool_close(pool: *mut ferrite_pool) -> ferrite_
 
 /// Stores `value` under `key`. `flags` is 0 or an or of `FERRITE_PUT_*`: create-only fails with
 /// `FERRITE_KEY_EXISTS`, update-only with `FERRITE_KEY_NOT_FOUND`; without a durability flag the
-/// pool's default applies. The bytes are copied before the call returns.
+/// pool's default applies. The bytes are read before the call returns.
+///
+/// A value longer than 1 MiB travels as a direct transfer by itself: in pipelined pieces read
+/// straight from `value`, made the key's value at once when the last has arrived (a reader sees
+/// the old value or the new one). Values may be as long as the server's
+/// `limits.direct_value_bytes_max` (1 GiB by default); a longer one fails with
+/// `FERRITE_VALUE_TOO_LARGE`, and one the pool has no room for with `FERRITE_POOL_FULL`.
 ///
 /// # Safety
 /// `pool` is NULL or a live pool; `key` and `value` are NULL or point to `key_len` and
@@ -141,7 +150,8 @@ pub unsafe extern "C" fn ferrite_put(
 
 /// Fetches the value stored under `key` into `*out`, a buffer the library allocates, to be freed
 /// with `ferrite_buffer_free`. On failure `*out` is empty (`{NULL, 0}`). Fails with
-/// `FERRITE_KEY_NOT_FOUND`.
+/// `FERRITE_KEY_NOT_FOUND`. A value too long to come inline (past the server's
+/// `value_bytes_max`, 2 MiB by default) is read with a direct read by itself.
 ///
 /// # Safety
 /// `pool` is NULL or a live pool; `key` is NULL or points to `key_len` readable bytes (NULL only
@@ -159,22 +169,78 @@ pub unsafe extern "C" fn ferrite_get(
         let out = args::out(out, "out")?;
         // SAFETY: the caller promises a live pool and readable bytes.
         let (pool, key) = unsafe { (self::pool(pool)?, args::bytes(key, key_len, "key")?) };
-        let value = pool.runtime.block_on(pool.pool.get(key))?;
+        let value = pool.runtime.block_on(pool.pool.get_bytes(key))?;
+        // A value read directly is a vector of its own, handed over without a copy; an inline one
+        // is copied out of its response frame.
+        let value = Vec::from(value);
         // SAFETY: checked non-null above; writable as the caller promises.
         unsafe { out.write(ferrite_buffer::from_vec(value)) };
         Ok(())
     })
 }
 
+/// What [`fill`] made of a caller's buffer.
+enum Filled {
+    /// The value, this long, is at the start of the buffer.
+    Value(usize),
+    /// The value, this long, does not fit; nothing was written.
+    TooSmall(u64),
+}
+
+/// Reads `key`'s value into `buffer`, by the cheapest way the buffer allows:
+///
+/// - an empty buffer only learns the value's length (its attribute), so asking for the size
+///   never moves the value;
+/// - a buffer no larger than the inline limit takes an inline get (one round trip), copied from
+///   the response frame; a value that long is the only kind that fits;
+/// - a larger buffer is filled by a direct read, piece by piece straight into it (no second
+///   buffer holds the value); a value that does not fit is refused before any piece is read.
+async fn fill(pool: &Pool, inline_max: usize, key: &[u8], buffer: &mut [u8]) -> Result<Filled, Error> {
+    if buffer.is_empty() {
+        let length = pool.attribute(Attribute::ValueLength, key).await?;
+        return Ok(if length == 0 { Filled::Value(0) } else { Filled::TooSmall(length) });
+    }
+    if buffer.len() <= inline_max {
+        let value = pool.get_bytes(key).await?;
+        if value.len() > buffer.len() {
+            return Ok(Filled::TooSmall(value.len() as u64));
+        }
+        buffer[..value.len()].copy_from_slice(&value);
+        return Ok(Filled::Value(value.len()));
+    }
+    // A value that changes length between the refusal and the look at its length is read again.
+    for _ in 0..3 {
+        match pool.get_direct_into(key, buffer).await {
+            Ok(length) => return Ok(Filled::Value(length)),
+            // The client's own refusal (the server's errors are `Error::Server`): too long.
+            Err(Error::InvalidArgument(_)) => {
+                let length = pool.attribute(Attribute::ValueLength, key).await?;
+                if length > buffer.len() as u64 {
+                    return Ok(Filled::TooSmall(length));
+                }
+            }
+            Err(error) => return Err(error),
+        }
+    }
+    let length = pool.attribute(Attribute::ValueLength, key).await?;
+    Ok(Filled::TooSmall(length.max(buffer.len() as u64 + 1)))
+}
+
 /// Fetches the value stored under `key` into the caller's buffer `buf` of `capacity` bytes, and
 /// stores its length in `*len_out`. If the value does not fit, nothing is copied, `*len_out` is
 /// the length needed and the status is `FERRITE_ERR_BUFFER_TOO_SMALL`, so a caller may ask with
-/// `capacity` 0 (and `buf` NULL) to learn the size. Fails with `FERRITE_KEY_NOT_FOUND`.
+/// `capacity` 0 (and `buf` NULL) to learn the size (that asks for the length alone and moves no
+/// value). Fails with `FERRITE_KEY_NOT_FOUND`.
+///
+/// A buffer larger than the server's inline limit (`value_bytes_max`, 2 MiB by default) is filled
+/// with a direct read, piece by piece straight into `buf`, which is how values past the inline
+/// limit (up to `limits.direct_value_bytes_max`, 1 GiB by default) are read without a second copy;
+/// that costs one round trip more than an inline get, so size buffers to the values they take.
 ///
 /// # Safety
 /// `pool` is NULL or a live pool; `key` is NULL or points to `key_len` readable bytes (NULL only
 /// with length 0); `buf` is NULL or points to `capacity` writable bytes (NULL only with capacity
-/// 0); `len_out` is NULL or writable.
+/// 0), which nothing else uses during the call; `len_out` is NULL or writable.
 #[no_mangle]
 pub unsafe extern "C" fn ferrite_get_into(
     pool: *const ferrite_pool,
@@ -188,26 +254,90 @@ pub unsafe extern "C" fn ferrite_get_into(
         // SAFETY: `len_out` is NULL or writable, as the caller promises.
         unsafe { args::clear(len_out, 0) };
         let len_out = args::out(len_out, "len_out")?;
-        if buf.is_null() && capacity > 0 {
-            return Err(Failure::invalid(format!("buf is NULL but its capacity is {capacity}")));
+        // SAFETY: the caller promises a live pool, readable key bytes and a writable buffer.
+        let (pool, key, buffer) =
+            unsafe { (self::pool(pool)?, args::bytes(key, key_len, "key")?, args::bytes_mut(buf, capacity, "buf")?) };
+        match pool.runtime.block_on(fill(&pool.pool, pool.inline_max, key, buffer))? {
+            Filled::Value(length) => {
+                // SAFETY: checked non-null above; writable as the caller promises.
+                unsafe { len_out.write(length) };
+                Ok(())
+            }
+            Filled::TooSmall(needed) => {
+                // SAFETY: checked non-null above; writable as the caller promises.
+                unsafe { len_out.write(usize::try_from(needed).unwrap_or(usize::MAX)) };
+                Err(Failure {
+                    status: ferrite_status::FERRITE_ERR_BUFFER_TOO_SMALL,
+                    message: format!("the value of {needed} bytes does not fit the buffer of {capacity} bytes"),
+                })
+            }
         }
-        // SAFETY: the caller promises a live pool and readable bytes.
-        let (pool, key) = unsafe { (self::pool(pool)?, args::bytes(key, key_len, "key")?) };
-        // The frame's own bytes: the value is copied once, into `buf`.
-        let value = pool.runtime.block_on(pool.pool.get_bytes(key))?;
+    })
+}
+
+/// Reads up to `capacity` bytes of the value stored under `key`, from byte `offset` of it, into
+/// `buf`, and stores how many it read in `*len_out`: `capacity`, or fewer at the value's end (0
+/// at its very end, `offset` equal to its length). A direct read (MCAS `get_direct_offset`),
+/// piece by piece straight into `buf`, so a slice of a value of any length costs no more than
+/// the slice. Fails with `FERRITE_KEY_NOT_FOUND`, and with `FERRITE_INVALID_ARGUMENT` (the
+/// server's code) for an offset past the value's end.
+///
+/// # Safety
+/// `pool` is NULL or a live pool; `key` is NULL or points to `key_len` readable bytes (NULL only
+/// with length 0); `buf` is NULL or points to `capacity` writable bytes (NULL only with capacity
+/// 0), which nothing else uses during the call; `len_out` is NULL or writable.
+#[no_mangle]
+#[allow(clippy::too_many_arguments)] // A C signature: each byte string is a pointer and a length.
+pub unsafe extern "C" fn ferrite_get_offset(
+    pool: *const ferrite_pool,
+    key: *const u8,
+    key_len: usize,
+    offset: u64,
+    buf: *mut u8,
+    capacity: usize,
+    len_out: *mut usize,
+) -> ferrite_status {
+    guard(|| {
+        // SAFETY: `len_out` is NULL or writable, as the caller promises.
+        unsafe { args::clear(len_out, 0) };
+        let len_out = args::out(len_out, "len_out")?;
+        // SAFETY: the caller promises a live pool, readable key bytes and a writable buffer.
+        let (pool, key, buffer) =
+            unsafe { (self::pool(pool)?, args::bytes(key, key_len, "key")?, args::bytes_mut(buf, capacity, "buf")?) };
+        let read = pool.runtime.block_on(pool.pool.get_direct_offset(key, offset, buffer))?;
         // SAFETY: checked non-null above; writable as the caller promises.
-        unsafe { len_out.write(value.len()) };
-        if value.len() > capacity {
-            return Err(Failure {
-                status: ferrite_status::FERRITE_ERR_BUFFER_TOO_SMALL,
-                message: format!("the value of {} bytes does not fit the buffer of {capacity} bytes", value.len()),
-            });
-        }
-        if !value.is_empty() {
-            // SAFETY: `buf` is non-null (capacity >= value.len() > 0) and holds `capacity`
-            // writable bytes, which cannot overlap the response frame we just received.
-            unsafe { std::ptr::copy_nonoverlapping(value.as_ptr(), buf, value.len()) };
-        }
+        unsafe { len_out.write(read) };
+        Ok(())
+    })
+}
+
+/// Writes the `data_len` bytes of `data` at byte `offset` inside the value stored under `key`,
+/// which keeps its length (MCAS `put_direct_offset`). Each piece of up to the inline limit (2 MiB
+/// by default) is written atomically and durably like a put; a longer write is several pieces,
+/// applied in order. `flags` is 0, `FERRITE_PUT_SYNC` or `FERRITE_PUT_ASYNC` (other put flags do
+/// not apply: the key must exist). Fails with `FERRITE_KEY_NOT_FOUND`, and with
+/// `FERRITE_INVALID_ARGUMENT` (the server's code) for a range that passes the value's end.
+///
+/// # Safety
+/// `pool` is NULL or a live pool; `key` and `data` are NULL or point to `key_len` and `data_len`
+/// readable bytes (NULL only with length 0).
+#[no_mangle]
+pub unsafe extern "C" fn ferrite_put_offset(
+    pool: *const ferrite_pool,
+    key: *const u8,
+    key_len: usize,
+    offset: u64,
+    data: *const u8,
+    data_len: usize,
+    flags: ferrite_put_flags,
+) -> ferrite_status {
+    guard(|| {
+        // SAFETY: the caller promises a live pool and readable bytes.
+        let (pool, key, data) =
+            unsafe { (self::pool(pool)?, args::bytes(key, key_len, "key")?, args::bytes(data, data_len, "data")?) };
+        let flags = args::flags(flags, FERRITE_PUT_SYNC | FERRITE_PUT_ASYNC, "ferrite_put_offset flags")?;
+        let flags = put_flags(flags)?;
+        pool.runtime.block_on(pool.pool.put_direct_offset_with(key, offset, data, flags))?;
         Ok(())
     })
 }

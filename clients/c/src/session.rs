@@ -214,7 +214,7 @@ pub unsafe extern "C" fn ferrite_pool_create(
             plugins: plugins.split(',').map(str::trim).filter(|p| !p.is_empty()).map(str::to_owned).collect(),
         };
         let pool = session.runtime.block_on(session.session.create_pool(name, options))?;
-        let pool = ferrite_pool::new(pool, Arc::clone(&session.runtime));
+        let pool = ferrite_pool::new(pool, Arc::clone(&session.runtime), session.session.limits().value_bytes_max);
         // SAFETY: checked non-null above; writable as the caller promises.
         unsafe { out.write(Box::into_raw(Box::new(pool))) };
         Ok(())
@@ -240,7 +240,7 @@ pub unsafe extern "C" fn ferrite_pool_open(
         // SAFETY: the caller promises a live session and a string.
         let (session, name) = unsafe { (args::object(session, "session")?, args::text(name, "name")?) };
         let pool = session.runtime.block_on(session.session.open_pool(name))?;
-        let pool = ferrite_pool::new(pool, Arc::clone(&session.runtime));
+        let pool = ferrite_pool::new(pool, Arc::clone(&session.runtime), session.session.limits().value_bytes_max);
         // SAFETY: checked non-null above; writable as the caller promises.
         unsafe { out.write(Box::into_raw(Box::new(pool))) };
         Ok(())

@@ -5,8 +5,8 @@
 #
 # 1. builds libferrite and what the tests talk to (the server, its plugin host, the counter
 #    plugin, and the `ferrite` command for the users file);
-# 2. starts two servers on loopback with free ports: a plain one, and one with mutual TLS and
-#    users (certificates made here with openssl);
+# 2. starts two servers on loopback with free ports: a plain one (direct values up to 8 MiB),
+#    and one with mutual TLS and users (certificates made here with openssl);
 # 3. compiles tests/test_ferrite.c with gcc against libferrite.so and runs it;
 # 4. runs it again built with AddressSanitizer (and LeakSanitizer) against libferrite.a: no
 #    invalid access in C, and no leak of anything the library handed out, Rust allocations
@@ -101,13 +101,17 @@ start_server() {
 }
 
 step "starting the servers"
-start_server plain
+# The plain server takes direct values up to 8 MiB, so the test passes that limit cheaply.
+direct_max=$((8 << 20))
+printf '[limits]\ndirect_value_bytes_max = %d\n' "$direct_max" >"$work/plain.toml"
+start_server plain --config "$work/plain.toml"
 plain_address=$server_address
 start_server secure --tls-cert "$tls/server.pem" --tls-key "$tls/server-key.pem" --tls-client-ca "$tls/ca.pem" \
     --users "$work/users.toml"
 secure_address=$server_address
 
 export FERRITE_TEST_ADDR=$plain_address
+export FERRITE_TEST_DIRECT_MAX=$direct_max
 export FERRITE_TEST_TLS_ADDR=$secure_address
 export FERRITE_TEST_CA=$tls/ca.pem
 export FERRITE_TEST_CLIENT_CERT=$tls/client.pem

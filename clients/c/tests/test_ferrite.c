@@ -9,6 +9,9 @@
  *                          PEM files for the TLS server: its CA, a client certificate and key.
  *   FERRITE_TEST_USER, FERRITE_TEST_PASSWORD
  *                          a user of the TLS server, granted everything on pools named "secure*".
+ *   FERRITE_TEST_DIRECT_MAX
+ *                          the plain server's limits.direct_value_bytes_max, if set low enough to
+ *                          test a put past it; that check skips without it.
  *
  * Prints each test and ends with "N passed, N failed"; exits 1 if any failed.
  */
@@ -340,12 +343,13 @@ static void test_put_get(void) {
     CHECK(value.len == sizeof binary && memcmp(value.data, binary, sizeof binary) == 0);
     ferrite_buffer_free(&value);
 
-    /* Limits are checked before sending, with the code the server would give. */
+    /* Limits are checked before sending, with the code the server would give. A value past the
+     * inline limit goes as a direct put, which this 1 MiB pool has no room for. */
     size_t big_len = 70 * 1024;
     uint8_t *big = calloc(3 << 20, 1);
     REQUIRE(big != NULL);
     CHECK_STATUS(ferrite_put(pool, big, big_len, KEY("v"), 0), FERRITE_KEY_TOO_LARGE);
-    CHECK_STATUS(ferrite_put(pool, KEY("k"), big, 3 << 20, 0), FERRITE_VALUE_TOO_LARGE);
+    CHECK_STATUS(ferrite_put(pool, KEY("k"), big, 3 << 20, 0), FERRITE_POOL_FULL);
     CHECK_STATUS(ferrite_get(pool, big, big_len, &value), FERRITE_KEY_TOO_LARGE);
     free(big);
 
@@ -392,6 +396,204 @@ static void test_get_into(void) {
     CHECK_STATUS(ferrite_get_into(NULL, KEY("greeting"), buf, sizeof buf, &len), FERRITE_ERR_INVALID_ARGUMENT);
 
     drop_pool(session, pool, "getinto");
+    CHECK_OK(ferrite_session_close(session));
+}
+
+/* Values past the inline limit (2 MiB) travel as direct transfers by themselves: put, get,
+ * get_into (straight into the caller's buffer) and the asynchronous forms. 5 MiB keeps valgrind
+ * quick. */
+#define LARGE_LEN ((size_t)5 << 20)
+
+static void fill_pattern(uint8_t *bytes, size_t len, uint32_t seed) {
+    uint32_t x = seed * 2654435761u + 1;
+    for (size_t i = 0; i < len; i++) {
+        x ^= x << 13;
+        x ^= x >> 17;
+        x ^= x << 5;
+        bytes[i] = (uint8_t)x;
+    }
+}
+
+static ferrite_pool *new_large_pool(ferrite_session *session, const char *what) {
+    char name[128];
+    pool_name(name, sizeof name, what);
+    ferrite_pool *pool = NULL;
+    ferrite_status status =
+        ferrite_pool_create(session, name, 64 << 20, 64, FERRITE_POOL_CREATE_ONLY, NULL, &pool);
+    if (status != FERRITE_OK) {
+        fprintf(stderr, "    create pool %s: %s: %s\n", name, ferrite_status_name(status),
+                ferrite_last_error());
+    }
+    return pool;
+}
+
+static void test_large_values(void) {
+    ferrite_session *session = connect_plain();
+    REQUIRE(session != NULL);
+    ferrite_pool *pool = new_large_pool(session, "large");
+    REQUIRE(pool != NULL);
+    uint8_t *value = malloc(LARGE_LEN);
+    uint8_t *into = malloc(LARGE_LEN + 16);
+    REQUIRE(value != NULL && into != NULL);
+    fill_pattern(value, LARGE_LEN, 1);
+
+    CHECK_OK(ferrite_put(pool, KEY("large"), value, LARGE_LEN, 0));
+    ferrite_buffer got = {0};
+    CHECK_OK(ferrite_get(pool, KEY("large"), &got));
+    CHECK(got.len == LARGE_LEN && memcmp(got.data, value, LARGE_LEN) == 0);
+    ferrite_buffer_free(&got);
+    ferrite_value_attributes attributes = {0};
+    CHECK_OK(ferrite_get_attributes(pool, KEY("large"), &attributes));
+    CHECK(attributes.length == LARGE_LEN);
+
+    /* Into a larger buffer: the value at its start, the rest untouched. */
+    size_t len = 0;
+    memset(into, 0xEE, LARGE_LEN + 16);
+    CHECK_OK(ferrite_get_into(pool, KEY("large"), into, LARGE_LEN + 16, &len));
+    CHECK(len == LARGE_LEN && memcmp(into, value, LARGE_LEN) == 0);
+    CHECK(into[LARGE_LEN] == 0xEE && into[LARGE_LEN + 15] == 0xEE);
+    /* Into a buffer of exactly its length. */
+    memset(into, 0, LARGE_LEN);
+    CHECK_OK(ferrite_get_into(pool, KEY("large"), into, LARGE_LEN, &len));
+    CHECK(len == LARGE_LEN && memcmp(into, value, LARGE_LEN) == 0);
+
+    /* Too small, whether the buffer is past the inline limit or not: nothing is copied and the
+     * length needed is stored. */
+    size_t smaller[] = {LARGE_LEN - 1, 3 << 20, 1024, 0};
+    for (size_t i = 0; i < sizeof smaller / sizeof smaller[0]; i++) {
+        memset(into, 0xAB, LARGE_LEN);
+        len = 0;
+        CHECK_STATUS(ferrite_get_into(pool, KEY("large"), smaller[i] ? into : NULL, smaller[i], &len),
+                     FERRITE_ERR_BUFFER_TOO_SMALL);
+        CHECK(len == LARGE_LEN);
+        CHECK(into[0] == 0xAB && into[smaller[i] ? smaller[i] - 1 : 0] == 0xAB);
+    }
+    CHECK(strstr(ferrite_last_error(), "5242880") != NULL);
+    /* A small value in a buffer past the inline limit, and a missing key. */
+    CHECK(put_text(pool, "small", "hello world"));
+    CHECK_OK(ferrite_get_into(pool, KEY("small"), into, LARGE_LEN, &len));
+    CHECK(len == 11 && memcmp(into, "hello world", 11) == 0);
+    CHECK_STATUS(ferrite_get_into(pool, KEY("missing"), into, LARGE_LEN, &len), FERRITE_KEY_NOT_FOUND);
+    CHECK(len == 0);
+
+    /* A second large value replaces the first at once. */
+    fill_pattern(value, LARGE_LEN, 2);
+    CHECK_OK(ferrite_put(pool, KEY("large"), value, LARGE_LEN, FERRITE_PUT_UPDATE_ONLY | FERRITE_PUT_SYNC));
+    CHECK_OK(ferrite_get_into(pool, KEY("large"), into, LARGE_LEN, &len));
+    CHECK(len == LARGE_LEN && memcmp(into, value, LARGE_LEN) == 0);
+    CHECK_STATUS(ferrite_put(pool, KEY("large"), value, LARGE_LEN, FERRITE_PUT_CREATE_ONLY), FERRITE_KEY_EXISTS);
+
+    /* The asynchronous forms. */
+    ferrite_op *op = NULL;
+    CHECK_OK(ferrite_get_async(pool, KEY("large"), &op));
+    CHECK_OK(ferrite_op_wait(op, FERRITE_WAIT_FOREVER));
+    CHECK_OK(ferrite_op_result_buffer(op, &got));
+    CHECK(got.len == LARGE_LEN && memcmp(got.data, value, LARGE_LEN) == 0);
+    ferrite_buffer_free(&got);
+    ferrite_op_free(op);
+    fill_pattern(into, 3 << 20, 3);
+    CHECK_OK(ferrite_put_async(pool, KEY("async-large"), into, 3 << 20, 0, &op));
+    memset(into, 0, 3 << 20); /* the library copied it */
+    CHECK_OK(ferrite_op_wait(op, FERRITE_WAIT_FOREVER));
+    ferrite_op_free(op);
+    CHECK_OK(ferrite_get(pool, KEY("async-large"), &got));
+    fill_pattern(into, 3 << 20, 3);
+    CHECK(got.len == (size_t)3 << 20 && memcmp(got.data, into, 3 << 20) == 0);
+    ferrite_buffer_free(&got);
+
+    /* Past the server's direct limit, when run.sh set one. */
+    const char *direct_max = getenv("FERRITE_TEST_DIRECT_MAX");
+    if (direct_max != NULL && direct_max[0] != '\0') {
+        size_t too_long = (size_t)strtoull(direct_max, NULL, 10) + 1;
+        uint8_t *huge = calloc(too_long, 1);
+        REQUIRE(huge != NULL);
+        CHECK_STATUS(ferrite_put(pool, KEY("huge"), huge, too_long, 0), FERRITE_VALUE_TOO_LARGE);
+        CHECK(strstr(ferrite_last_error(), "direct_value_bytes_max") != NULL);
+        free(huge);
+        CHECK_STATUS(ferrite_get(pool, KEY("huge"), &got), FERRITE_KEY_NOT_FOUND);
+    }
+
+    free(value);
+    free(into);
+    drop_pool(session, pool, "large");
+    CHECK_OK(ferrite_session_close(session));
+}
+
+/* Reading and writing inside a value: ferrite_get_offset and ferrite_put_offset. */
+static void test_offsets(void) {
+    ferrite_session *session = connect_plain();
+    REQUIRE(session != NULL);
+    ferrite_pool *pool = new_large_pool(session, "offsets");
+    REQUIRE(pool != NULL);
+    uint8_t *value = malloc(LARGE_LEN);
+    uint8_t *buf = malloc(3 << 20);
+    REQUIRE(value != NULL && buf != NULL);
+    fill_pattern(value, LARGE_LEN, 4);
+    CHECK_OK(ferrite_put(pool, KEY("v"), value, LARGE_LEN, 0));
+
+    size_t len = 999;
+    /* The start, the end, a slice across pieces (1 MiB each), and the very end. */
+    CHECK_OK(ferrite_get_offset(pool, KEY("v"), 0, buf, 100, &len));
+    CHECK(len == 100 && memcmp(buf, value, 100) == 0);
+    CHECK_OK(ferrite_get_offset(pool, KEY("v"), LARGE_LEN - 10, buf, 100, &len));
+    CHECK(len == 10 && memcmp(buf, value + LARGE_LEN - 10, 10) == 0);
+    CHECK_OK(ferrite_get_offset(pool, KEY("v"), (1 << 20) - 50, buf, 3 << 20, &len));
+    CHECK(len == (size_t)3 << 20 && memcmp(buf, value + (1 << 20) - 50, 3 << 20) == 0);
+    CHECK_OK(ferrite_get_offset(pool, KEY("v"), LARGE_LEN, buf, 100, &len));
+    CHECK(len == 0);
+    CHECK_OK(ferrite_get_offset(pool, KEY("v"), 7, NULL, 0, &len));
+    CHECK(len == 0);
+    /* Past the end: the server's invalid_argument. */
+    len = 999;
+    CHECK_STATUS(ferrite_get_offset(pool, KEY("v"), LARGE_LEN + 1, buf, 100, &len), FERRITE_INVALID_ARGUMENT);
+    CHECK(len == 0);
+    CHECK(strstr(ferrite_last_error(), "past the end") != NULL);
+    CHECK_STATUS(ferrite_get_offset(pool, KEY("missing"), 0, buf, 100, &len), FERRITE_KEY_NOT_FOUND);
+    /* An inline value reads the same way. */
+    CHECK(put_text(pool, "small", "hello world"));
+    CHECK_OK(ferrite_get_offset(pool, KEY("small"), 6, buf, 100, &len));
+    CHECK(len == 5 && memcmp(buf, "world", 5) == 0);
+
+    /* Writes inside the value keep its length; one of 3 MiB goes in several pieces. */
+    memset(buf, 'x', 100);
+    CHECK_OK(ferrite_put_offset(pool, KEY("v"), (2 << 20) - 50, buf, 100, 0));
+    memcpy(value + (2 << 20) - 50, buf, 100);
+    fill_pattern(buf, 3 << 20, 5);
+    CHECK_OK(ferrite_put_offset(pool, KEY("v"), LARGE_LEN - (3 << 20), buf, 3 << 20, FERRITE_PUT_SYNC));
+    memcpy(value + LARGE_LEN - (3 << 20), buf, 3 << 20);
+    CHECK_OK(ferrite_put_offset(pool, KEY("v"), 0, KEY("head"), FERRITE_PUT_ASYNC));
+    memcpy(value, "head", 4);
+    ferrite_buffer got = {0};
+    CHECK_OK(ferrite_get(pool, KEY("v"), &got));
+    CHECK(got.len == LARGE_LEN && memcmp(got.data, value, LARGE_LEN) == 0);
+    ferrite_buffer_free(&got);
+    CHECK_OK(ferrite_put_offset(pool, KEY("small"), 0, KEY("HELLO"), 0));
+    CHECK_OK(ferrite_get(pool, KEY("small"), &got));
+    CHECK(buffer_is(got, "HELLO world"));
+    ferrite_buffer_free(&got);
+
+    /* Past the end, a missing key, and flags that do not apply. */
+    CHECK_STATUS(ferrite_put_offset(pool, KEY("v"), LARGE_LEN - 10, buf, 20, 0), FERRITE_INVALID_ARGUMENT);
+    CHECK_STATUS(ferrite_put_offset(pool, KEY("small"), 12, KEY("x"), 0), FERRITE_INVALID_ARGUMENT);
+    CHECK_STATUS(ferrite_put_offset(pool, KEY("missing"), 0, KEY("x"), 0), FERRITE_KEY_NOT_FOUND);
+    CHECK_STATUS(ferrite_put_offset(pool, KEY("v"), 0, KEY("x"), FERRITE_PUT_CREATE_ONLY),
+                 FERRITE_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(ferrite_put_offset(pool, KEY("v"), 0, KEY("x"), FERRITE_PUT_SYNC | FERRITE_PUT_ASYNC),
+                 FERRITE_ERR_INVALID_ARGUMENT);
+    CHECK_OK(ferrite_get(pool, KEY("small"), &got));
+    CHECK(buffer_is(got, "HELLO world"));
+    ferrite_buffer_free(&got);
+
+    /* Bad pointers. */
+    CHECK_STATUS(ferrite_get_offset(pool, KEY("v"), 0, NULL, 8, &len), FERRITE_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(ferrite_get_offset(pool, KEY("v"), 0, buf, 8, NULL), FERRITE_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(ferrite_get_offset(NULL, KEY("v"), 0, buf, 8, &len), FERRITE_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(ferrite_put_offset(pool, KEY("v"), 0, NULL, 8, 0), FERRITE_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(ferrite_put_offset(NULL, KEY("v"), 0, KEY("x"), 0), FERRITE_ERR_INVALID_ARGUMENT);
+
+    free(value);
+    free(buf);
+    drop_pool(session, pool, "offsets");
     CHECK_OK(ferrite_session_close(session));
 }
 
@@ -963,6 +1165,8 @@ static const struct test tests[] = {
     {"pool_lifecycle", test_pool_lifecycle},
     {"put_get", test_put_get},
     {"get_into", test_get_into},
+    {"large_values", test_large_values},
+    {"offsets", test_offsets},
     {"erase_and_count", test_erase_and_count},
     {"find", test_find},
     {"configure_index", test_configure_index},

@@ -17,6 +17,7 @@ use pyo3::types::PyBytes;
 use crate::bridge::Bridge;
 use crate::buffer::{Owned, Writable};
 use crate::errors::{pool_closed, session_closed, to_py};
+use crate::fill::{fill_async, slice_vec, Filled};
 use crate::types::{self, Attributes, FoundKeys, Limits};
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -55,7 +56,12 @@ impl AsyncSession {
     /// the session was closed while the pool was being opened, the pool closed again (dropping
     /// the last handle closes it) and `ConnectionClosed`.
     fn adopt(&self, pool: ferrite_client::Pool) -> PyResult<AsyncPool> {
-        let state = Arc::new(PoolState { name: pool.name().to_owned(), pool, closed: AtomicBool::new(false) });
+        let state = Arc::new(PoolState {
+            name: pool.name().to_owned(),
+            pool,
+            inline_max: self.limits.inline_max(),
+            closed: AtomicBool::new(false),
+        });
         let mut pools = lock(&self.pools);
         if lock(&self.inner).is_none() {
             return Err(session_closed());
@@ -217,6 +223,8 @@ impl AsyncSession {
 struct PoolState {
     name: String,
     pool: ferrite_client::Pool,
+    /// The server's inline value limit, which decides how `get_into` reads.
+    inline_max: usize,
     closed: AtomicBool,
 }
 
@@ -310,22 +318,93 @@ impl AsyncPool {
         })
     }
 
-    /// Writes the value under `key` into `buffer` and returns its length; see
-    /// `ferrite.Pool.get_into`. Do not touch the buffer until the call completes.
+    /// Writes the value under `key` into `buffer` and returns its length, or with `offset` a
+    /// slice of it and how many bytes were read; see `ferrite.Pool.get_into`. The runtime's
+    /// threads write into the buffer (a value past the inline limit by a direct read, piece by
+    /// piece straight into it): do not touch it until the call completes, which a cancelled
+    /// call still does.
+    #[pyo3(signature = (key, buffer, *, offset = None))]
     fn get_into<'py>(
         &self,
         py: Python<'py>,
         key: &Bound<'py, PyAny>,
         buffer: &Bound<'py, PyAny>,
+        offset: Option<u64>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let target = Writable::from_object(buffer)?;
+        let mut target = Writable::from_object(buffer)?;
         let key = Owned::copied(key, "key")?;
         let pool = self.pool()?;
-        self.bridge.spawn(py, async move { pool.get_bytes(&key).await }, move |py, result| {
-            let value = result.map_err(|error| to_py(py, error))?;
-            target.fill(py, &value)?;
-            Ok(value.len().into_pyobject(py)?.into_any().unbind())
-        })
+        let inline_max = self.state.inline_max;
+        self.bridge.spawn(
+            py,
+            async move {
+                let result = match offset {
+                    Some(offset) => {
+                        pool.get_direct_offset(&key, offset, target.as_mut_slice()).await.map(Filled::Value)
+                    }
+                    None => fill_async(&pool, inline_max, key.as_ref(), target.as_mut_slice()).await,
+                };
+                (result, target)
+            },
+            // The buffer's export is released here, on the loop's thread, under the GIL.
+            |py, (result, target)| {
+                let length = result.map_err(|error| to_py(py, error))?.into_length(target.len())?;
+                Ok(length.into_pyobject(py)?.into_any().unbind())
+            },
+        )
+    }
+
+    /// A slice of the value under `key` as bytes; see `ferrite.Pool.get_offset`.
+    #[pyo3(signature = (key, offset, length = None))]
+    fn get_offset<'py>(
+        &self,
+        py: Python<'py>,
+        key: &Bound<'py, PyAny>,
+        offset: u64,
+        length: Option<u64>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let key = Owned::copied(key, "key")?;
+        let pool = self.pool()?;
+        self.bridge.spawn(
+            py,
+            async move {
+                let mut slice = slice_vec(length);
+                let read = pool.get_direct_to(&key, offset, length, |_, bytes| {
+                    slice.extend_from_slice(bytes);
+                    Ok(())
+                });
+                read.await.map(|_| slice)
+            },
+            |py, result| {
+                let slice = result.map_err(|error| to_py(py, error))?;
+                Ok(PyBytes::new(py, &slice).into_any().unbind())
+            },
+        )
+    }
+
+    /// Writes `data` at `offset` inside the value under `key`; see `ferrite.Pool.put_offset`.
+    #[pyo3(signature = (key, offset, data, *, durability = None))]
+    fn put_offset<'py>(
+        &self,
+        py: Python<'py>,
+        key: &Bound<'py, PyAny>,
+        offset: u64,
+        data: &Bound<'py, PyAny>,
+        durability: Option<&str>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let flags = types::put_flags(false, false, durability)?;
+        let key = Owned::copied(key, "key")?;
+        let data = Owned::from_object(data, "data")?;
+        let pool = self.pool()?;
+        self.bridge.spawn(
+            py,
+            async move {
+                let result = pool.put_direct_offset_with(&key, offset, data.as_ref(), flags).await;
+                (result, data)
+            },
+            // The data's export is released here, on the loop's thread, under the GIL.
+            |py, (result, _data)| none(py, result),
+        )
     }
 
     /// Removes `key` and its value; raises `KeyNotFound` if there is none.

@@ -17,6 +17,7 @@ use pyo3::types::{PyBytes, PyType};
 
 use crate::buffer::{Borrowed, Writable};
 use crate::errors::{failed, pool_closed, session_closed};
+use crate::fill::{fill_blocking, slice_vec};
 use crate::types::{self, Attributes, FoundKeys, Limits};
 
 /// A session with a Ferrite server; create it with `ferrite.connect()`.
@@ -51,7 +52,12 @@ impl Session {
     /// the session was closed while the pool was being opened, the pool closed again (dropping
     /// the last handle closes it) and `ConnectionClosed`.
     fn adopt(&self, pool: blocking::Pool) -> PyResult<Pool> {
-        let state = Arc::new(PoolState { name: pool.name().to_owned(), pool, closed: AtomicBool::new(false) });
+        let state = Arc::new(PoolState {
+            name: pool.name().to_owned(),
+            pool,
+            inline_max: self.limits.inline_max(),
+            closed: AtomicBool::new(false),
+        });
         let mut pools = lock(&self.pools);
         if lock(&self.inner).is_none() {
             return Err(session_closed());
@@ -207,6 +213,8 @@ impl Session {
 struct PoolState {
     name: String,
     pool: blocking::Pool,
+    /// The server's inline value limit, which decides how `get_into` reads.
+    inline_max: usize,
     closed: AtomicBool,
 }
 
@@ -271,8 +279,10 @@ impl Pool {
     ///
     /// `create_only` raises `KeyExists` instead of replacing; `update_only` raises `KeyNotFound`
     /// instead of inserting; `durability` ("sync" or "async") overrides the pool's default for
-    /// this write. A value larger than `session.limits.value_bytes_max` raises `ValueTooLarge`
-    /// before anything is sent.
+    /// this write. A value longer than 1 MiB travels as a direct transfer by itself, in pipelined
+    /// pieces read straight from `value` and made the key's value at once when the last has
+    /// arrived, up to the server's `limits.direct_value_bytes_max` (1 GiB by default): a longer
+    /// one raises `ValueTooLarge`, one the pool has no room for `PoolFull`.
     #[pyo3(signature = (key, value, *, create_only = false, update_only = false, durability = None))]
     fn put(
         &self,
@@ -290,7 +300,9 @@ impl Pool {
         py.detach(|| pool.put_with(key.as_slice(), value.as_slice(), flags)).map_err(failed)
     }
 
-    /// The value stored under `key`, as bytes; raises `KeyNotFound` if there is none.
+    /// The value stored under `key`, as bytes; raises `KeyNotFound` if there is none. A value too
+    /// long to come inline (past `session.limits.value_bytes_max`) is read with a direct read by
+    /// itself; `get_into` reads one without making a bytes object.
     fn get<'py>(&self, py: Python<'py>, key: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyBytes>> {
         let key = Borrowed::from_object(key, "key")?;
         let pool = self.pool()?;
@@ -302,14 +314,83 @@ impl Pool {
     /// buffer-protocol object: bytearray, numpy array, memoryview) from its start, and returns its
     /// length; the rest of the buffer is left as it was. No bytes object is made. Raises
     /// `BufferTooSmall` (an `InvalidArgument`, whose `needed` is the value's length) if the buffer
-    /// is shorter than the value, and `KeyNotFound` if there is none.
-    fn get_into(&self, py: Python<'_>, key: &Bound<'_, PyAny>, buffer: &Bound<'_, PyAny>) -> PyResult<usize> {
-        let target = Writable::from_object(buffer)?;
+    /// is shorter than the value, writing nothing, and `KeyNotFound` if there is none.
+    ///
+    /// A buffer larger than `session.limits.value_bytes_max` is filled with a direct read, piece
+    /// by piece straight into it, which is how a value past the inline limit is read without a
+    /// second copy; that takes one round trip more than an inline get, so size buffers to the
+    /// values they take. An empty buffer only asks for the value's length.
+    ///
+    /// With `offset`, reads a slice instead: the value's bytes from `offset`, as many as the
+    /// buffer holds, into its start, and returns how many it read (fewer at the value's end, 0 at
+    /// its very end). An offset past the end raises `InvalidArgument`.
+    #[pyo3(signature = (key, buffer, *, offset = None))]
+    fn get_into(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        buffer: &Bound<'_, PyAny>,
+        offset: Option<u64>,
+    ) -> PyResult<usize> {
+        let mut target = Writable::from_object(buffer)?;
+        // A copy: the key may be a view of the very buffer the call writes.
+        let key = Borrowed::from_object(key, "key")?.as_slice().to_vec();
+        let pool = self.pool()?;
+        let inline_max = self.state.inline_max;
+        let have = target.len();
+        let buffer = target.as_mut_slice();
+        match offset {
+            Some(offset) => py.detach(|| pool.get_direct_offset(&key, offset, buffer)).map_err(failed),
+            None => py.detach(|| fill_blocking(pool, inline_max, &key, buffer)).map_err(failed)?.into_length(have),
+        }
+    }
+
+    /// `length` bytes of the value stored under `key` from byte `offset` (all the rest with
+    /// `length=None`), as bytes: fewer at the value's end, none at its very end. A direct read,
+    /// so a slice of a value of any length costs no more than the slice. Raises `KeyNotFound`,
+    /// and `InvalidArgument` for an offset past the value's end.
+    #[pyo3(signature = (key, offset, length = None))]
+    fn get_offset<'py>(
+        &self,
+        py: Python<'py>,
+        key: &Bound<'py, PyAny>,
+        offset: u64,
+        length: Option<u64>,
+    ) -> PyResult<Bound<'py, PyBytes>> {
         let key = Borrowed::from_object(key, "key")?;
         let pool = self.pool()?;
-        let value = py.detach(|| pool.get_bytes(key.as_slice())).map_err(failed)?;
-        target.fill(py, &value)?;
-        Ok(value.len())
+        let slice = py
+            .detach(|| {
+                let mut slice = slice_vec(length);
+                pool.get_direct_to(key.as_slice(), offset, length, |_, bytes| {
+                    slice.extend_from_slice(bytes);
+                    Ok(())
+                })?;
+                Ok(slice)
+            })
+            .map_err(failed)?;
+        Ok(PyBytes::new(py, &slice))
+    }
+
+    /// Writes `data` at byte `offset` inside the value stored under `key`, which keeps its
+    /// length. Each piece of up to `session.limits.value_bytes_max` bytes is written atomically
+    /// and durably like a put; longer data goes as several pieces, applied in order.
+    /// `durability` ("sync" or "async") overrides the pool's default. Raises `KeyNotFound`, and
+    /// `InvalidArgument` for a range that passes the value's end.
+    #[pyo3(signature = (key, offset, data, *, durability = None))]
+    fn put_offset(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        offset: u64,
+        data: &Bound<'_, PyAny>,
+        durability: Option<&str>,
+    ) -> PyResult<()> {
+        let flags = types::put_flags(false, false, durability)?;
+        let key = Borrowed::from_object(key, "key")?;
+        let data = Borrowed::from_object(data, "data")?;
+        let pool = self.pool()?;
+        py.detach(|| pool.put_direct_offset_with(key.as_slice(), offset, data.as_slice(), flags)).map_err(failed)
     }
 
     /// Removes `key` and its value; raises `KeyNotFound` if there is none.

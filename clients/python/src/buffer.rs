@@ -5,7 +5,8 @@
 //! buffer protocol (`bytearray`, `memoryview`, `array.array`, numpy arrays, `mmap`, ...) is held
 //! as a `Py_buffer` export for as long as the call needs its memory, and read or written through
 //! the export's pointer. That is the only unsafe code in the crate; it lives here, behind two
-//! functions, each with its argument for soundness.
+//! functions (`exported` to read, `Writable::as_mut_slice` to write), each with its argument for
+//! soundness.
 //!
 //! The contract is the one `socket.send` and `readinto` have: the exporter keeps the memory
 //! allocated and in place while the export is held (a `bytearray` cannot be resized, a numpy
@@ -19,7 +20,7 @@ use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyString};
 
-use crate::errors::{buffer_too_small, invalid_argument};
+use crate::errors::invalid_argument;
 
 /// The memory of a held export.
 fn exported(buffer: &PyUntypedBuffer) -> &[u8] {
@@ -135,22 +136,20 @@ impl Writable {
         self.0.len_bytes()
     }
 
-    /// Copies `value` to the start of the buffer; the rest is left as it was. Taking `Python`
-    /// keeps the interpreter attached, so no Python code runs meanwhile.
-    pub(crate) fn fill(&self, _py: Python<'_>, value: &[u8]) -> PyResult<()> {
-        if value.len() > self.len() {
-            return Err(buffer_too_small(value.len(), self.len()));
+    /// The buffer's memory, for a call to fill while the GIL is released (`py.detach`) or on a
+    /// Tokio thread (`ferrite.aio`), as `socket.recv_into` fills its buffer.
+    pub(crate) fn as_mut_slice(&mut self) -> &mut [u8] {
+        let len = self.len();
+        if len == 0 {
+            // An empty export may carry a dangling or null pointer, which a slice may not.
+            return &mut [];
         }
-        if value.is_empty() {
-            return Ok(());
-        }
-        // SAFETY: the export is C-contiguous (`take_export`) and writable (checked above), so
-        // `len()` bytes from `buf_ptr()` are one writable block, kept allocated and unmoved while
-        // `self` holds the export; `value.len() <= len()` was checked; `value` is Rust-owned
-        // memory, so the two cannot overlap.
-        unsafe {
-            std::ptr::copy_nonoverlapping(value.as_ptr(), self.0.buf_ptr().cast::<u8>(), value.len());
-        }
-        Ok(())
+        // SAFETY: the export is C-contiguous (`take_export`) and writable (`from_object`), so
+        // `len` bytes from `buf_ptr()` are one writable block, kept allocated and unmoved until
+        // the export is released, which happens when `self` drops; the slice borrows `self`
+        // mutably, so this binding hands out one at a time. Python code touching the same memory
+        // meanwhile (another thread, or a key taken from the same object, which the callers copy
+        // first for that reason) is the caller's race, as documented on this module.
+        unsafe { std::slice::from_raw_parts_mut(self.0.buf_ptr().cast::<u8>(), len) }
     }
 }

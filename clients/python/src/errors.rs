@@ -231,7 +231,7 @@ pub(crate) fn session_closed() -> PyErr {
 }
 
 /// `get_into`'s buffer of `have` bytes cannot hold a value of `needed` bytes.
-pub(crate) fn buffer_too_small(needed: usize, have: usize) -> PyErr {
+pub(crate) fn buffer_too_small(needed: u64, have: usize) -> PyErr {
     Python::attach(|py| {
         let classes = match classes(py) {
             Ok(classes) => classes,

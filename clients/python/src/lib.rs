@@ -12,7 +12,8 @@
 //! - [`errors`]: the exception hierarchy, one class per wire error code, generated from
 //!   `ErrorCode::ALL` so a new code gets its class without touching this crate.
 //! - [`buffer`]: keys and values read from any buffer-protocol object, and `get_into`'s writes,
-//!   without intermediate copies.
+//!   without intermediate copies; [`fill`]: how `get_into` reads a value into its buffer (inline,
+//!   or a direct read straight into it for values past the inline limit).
 //! - [`vectors`]: the protocol test vectors' encoder and decoder, for the Python tests.
 
 mod aio;
@@ -20,6 +21,7 @@ mod blocking;
 mod bridge;
 mod buffer;
 mod errors;
+mod fill;
 mod types;
 mod vectors;
 

@@ -15,19 +15,28 @@ use pyo3::IntoPyObjectExt;
 
 use crate::errors::invalid_argument;
 
-/// The key and value limits the server announced. Requests beyond them fail before they are sent,
-/// with the error the server would give (`KeyTooLarge`, `ValueTooLarge`).
+/// The key and value limits the server announced. A key beyond `key_bytes_max` fails before it
+/// is sent, with the error the server would give (`KeyTooLarge`).
 ///
-/// Values travel inline in one frame, so `value_bytes_max` is also the largest value this client
-/// can store or fetch: the server has no direct (zero-copy, out-of-band) transfers yet, and values
-/// larger than the inline limit will need the direct operations of a later server version.
+/// `value_bytes_max` is the largest value that travels inline, in one frame (2 MiB on a default
+/// server); it does not bound what may be stored. Longer values travel as direct transfers by
+/// themselves: `put` sends a value past 1 MiB in pipelined pieces, and `get` and `get_into` read a
+/// value too long to come inline the same way, up to the server's
+/// `limits.direct_value_bytes_max` (1 GiB by default; a longer put raises `ValueTooLarge`).
 #[pyclass(module = "ferrite", frozen, get_all)]
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Limits {
     /// Largest key, in bytes.
     key_bytes_max: u32,
-    /// Largest value carried inline, in bytes.
+    /// Largest value carried inline, in bytes; longer ones travel as direct transfers.
     value_bytes_max: u32,
+}
+
+impl Limits {
+    /// The largest value an inline get answers with, which decides how `get_into` reads.
+    pub(crate) fn inline_max(&self) -> usize {
+        self.value_bytes_max as usize
+    }
 }
 
 #[pymethods]

@@ -104,8 +104,8 @@ def test_async_errors_raise_the_wire_classes(server):
                 await pool.put("k", "v")
                 with pytest.raises(ferrite.KeyExists):
                     await pool.put("k", "v", create_only=True)
-                with pytest.raises(ferrite.ValueTooLarge):
-                    await pool.put("big", bytes(session.limits.value_bytes_max + 1))
+                with pytest.raises(ferrite.KeyTooLarge):
+                    await pool.put(bytes(session.limits.key_bytes_max + 1), b"v")
                 with pytest.raises(ferrite.InvalidArgument):
                     pool.put("k", "v", create_only=True, update_only=True)  # refused before any await
                 with pytest.raises(ferrite.InvalidArgument):

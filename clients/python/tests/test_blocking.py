@@ -3,9 +3,9 @@
 Proves every call does what its docstring says: pools are created, opened, listed and deleted on
 the shard that owns their name; keys and values of every accepted type round-trip; put's flags,
 attributes, find and invoke behave; and every failure raises the class of its wire error code
-(KeyNotFound, KeyExists, PoolExists, PoolNotFound, PoolInUse, PoolNotOpen, ValueTooLarge,
-KeyTooLarge, InvalidArgument) or of its client-side cause (ConnectionFailed, ConnectionClosed),
-with `.code`, `.number` and `.message` set.
+(KeyNotFound, KeyExists, PoolExists, PoolNotFound, PoolInUse, PoolNotOpen, KeyTooLarge,
+InvalidArgument; ValueTooLarge is in test_large_values.py) or of its client-side cause
+(ConnectionFailed, ConnectionClosed), with `.code`, `.number` and `.message` set.
 """
 
 import socket
@@ -130,16 +130,17 @@ def test_put_get_erase_and_their_errors(pool):
     assert pool.count() == 3
 
 
-def test_values_beyond_the_inline_limit_fail_before_sending(session, pool):
+def test_values_past_the_inline_limit_travel_direct_and_long_keys_fail_before_sending(session, pool):
+    # The direct transfers themselves are tested in test_large_values.py.
     limit = session.limits.value_bytes_max
-    pool.put("largest", bytes(limit))
-    assert len(pool.get("largest")) == limit
-    with pytest.raises(ferrite.ValueTooLarge) as raised:
-        pool.put("too-large", bytes(limit + 1))
-    assert raised.value.number == ferrite.ErrorCode.value_too_large
-    assert str(limit + 1) in raised.value.message
-    with pytest.raises(ferrite.KeyTooLarge):
+    for length in (limit, limit + 1):
+        value = bytes(range(256)) * (length // 256) + bytes(length % 256)
+        pool.put(f"value-{length}", value)
+        assert pool.get(f"value-{length}") == value
+    with pytest.raises(ferrite.KeyTooLarge) as raised:
         pool.put(bytes(session.limits.key_bytes_max + 1), b"v")
+    assert raised.value.number == ferrite.ErrorCode.key_too_large
+    assert str(session.limits.key_bytes_max + 1) in raised.value.message
     with pytest.raises(ferrite.KeyNotFound):
         pool.get("too-large")
 

@@ -66,16 +66,17 @@ fn a_key_over_the_limit_is_key_too_large() {
     assert_eq!(pool.count().expect("count"), 0, "nothing was stored");
 }
 
-/// A value of 2 MiB + 1 bytes is `value_too_large`, refused by the client locally and by the
-/// server when sent raw (the frame itself is within the frame limit).
+/// A value of 2 MiB + 1 bytes is `value_too_large` in an inline put sent raw (the frame itself is
+/// within the frame limit); the client sends it as a direct put instead, and an inline get of it
+/// is refused with a message that names the direct read, which the client then uses.
 #[test]
 fn a_value_over_the_limit_is_value_too_large() {
     let server = TestServer::start(&[]);
     let session = connect(&server);
     let pool = session.create_pool("values", options()).expect("create");
     let value = vec![b'v'; VALUE_INLINE_BYTES_MAX + 1];
-    let error = pool.put("k", &value).expect_err("put");
-    assert_eq!(error.code(), Some(ErrorCode::ValueTooLarge), "{error}");
+    pool.put("direct", &value).expect("a put past the inline limit goes direct");
+    assert!(pool.get("direct").expect("read directly") == value);
 
     let mut raw = RawClient::handshaken(server.addr(0));
     let handle = raw.create_pool(2, "values", 64 << 20);
@@ -84,6 +85,7 @@ fn a_value_over_the_limit_is_value_too_large() {
     raw.send_bytes(&frame(PUT, 0, 3, &body));
     raw.read_frame().expect_error(3, ErrorCode::ValueTooLarge);
     assert_eq!(raw.get(4, handle, b"k"), Err(ErrorCode::KeyNotFound), "nothing stored, connection usable");
+    assert_eq!(raw.get(5, handle, b"direct"), Err(ErrorCode::ValueTooLarge), "too long to come inline");
 }
 
 /// A key of exactly 65,536 bytes with a value of exactly 2,097,152 bytes is accepted and comes

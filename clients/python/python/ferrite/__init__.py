@@ -21,9 +21,12 @@ Errors raise ``FerriteError`` subclasses: one per wire error code (``KeyNotFound
 to numbers) and ``ConnectionFailed`` / ``ConnectionClosed`` / ``UnexpectedResponse`` for failures
 on the client's side.
 
-Values travel inline, so a value may be at most ``session.limits.value_bytes_max`` bytes (2 MiB
-on a default server). Larger values need the server's direct transfers, which arrive with a later
-server version.
+Values up to ``session.limits.value_bytes_max`` (2 MiB on a default server) travel inline; longer
+ones travel as direct transfers by themselves (``put`` sends a value past 1 MiB in pipelined
+pieces; ``get`` and ``get_into`` read one too long to come inline the same way, ``get_into``
+straight into its buffer), up to the server's ``limits.direct_value_bytes_max`` (1 GiB by
+default). ``Pool.get_offset`` / ``get_into(..., offset=)`` read a slice of a value and
+``Pool.put_offset`` writes bytes inside one.
 """
 
 import enum as _enum
