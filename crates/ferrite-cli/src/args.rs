@@ -80,18 +80,29 @@ pub enum Command {
     #[command(subcommand)]
     Pool(PoolCommand),
 
-    /// Store a value under a key.
+    /// Store a value under a key. Values past 1 MiB travel as direct transfers, up to the
+    /// server's `limits.direct_value_bytes_max` (1 GiB by default).
     Put {
         pool: String,
         key: String,
-        /// The value; `-` reads it from standard input as raw bytes.
+        /// The value; `-` reads it from standard input as raw bytes (at most 4 GiB).
         value: String,
         #[command(flatten)]
         mode: PutMode,
     },
 
-    /// Print a key's value: the raw bytes, with no newline added.
-    Get { pool: String, key: String },
+    /// Print a key's value, or a slice of it: the raw bytes, with no newline added. Large values
+    /// stream to standard output without being held whole in memory.
+    Get {
+        pool: String,
+        key: String,
+        /// Start at this byte of the value (0 by default); past the value's end is an error.
+        #[arg(long, value_name = "BYTES")]
+        offset: Option<u64>,
+        /// Print at most this many bytes (by default, up to the value's end).
+        #[arg(long, value_name = "BYTES")]
+        length: Option<u64>,
+    },
 
     /// Remove a key and its value.
     Erase { pool: String, key: String },

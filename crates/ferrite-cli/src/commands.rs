@@ -2,11 +2,13 @@
 //! say what to do next.
 
 use std::fmt;
-use std::io::Read;
+use std::io::{self, IsTerminal, Read, Write};
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::time::{Duration, Instant};
 
 use ferrite_client::{
-    blocking, ClientOptions, Error, ErrorCode, FindKind, InvokeOptions, InvokePutOptions, InvokeResponse, PoolInfo,
-    PoolOptions, PoolSetting, PutFlags, FIND_KEYS_MAX,
+    blocking, Attribute, ClientOptions, Error, ErrorCode, FindKind, InvokeOptions, InvokePutOptions, InvokeResponse,
+    PoolInfo, PoolOptions, PoolSetting, PutFlags, DIRECT_THRESHOLD_BYTES, FIND_KEYS_MAX,
 };
 use serde_json::json;
 
@@ -31,6 +33,26 @@ impl From<Error> for CliError {
 
 type Result<T> = std::result::Result<T, CliError>;
 
+/// Most bytes `-` reads from standard input. A direct value's length is 32 bits on the wire (and a
+/// server allows at most its `limits.direct_value_bytes_max`, 1 GiB by default), so a longer
+/// input could never be stored: it is refused rather than read into memory for nothing.
+const STDIN_BYTES_MAX: u64 = 4 << 30;
+
+/// A put or get moving more than this shows a progress line on a terminal; a smaller one is over
+/// before the line would be worth reading.
+const PROGRESS_BYTES_MIN: u64 = 64 << 20;
+
+/// The progress line is redrawn at most this often (four times a second).
+const PROGRESS_INTERVAL: Duration = Duration::from_millis(250);
+
+/// Carriage return and ANSI "erase to end of line": the progress line is redrawn in place.
+const REDRAW_LINE: &str = "\r\x1b[K";
+
+/// Buffer between a streamed value and standard output: pieces arrive 1 MiB at a time
+/// (`ferrite_client::PIECE_BYTES_MAX`) and go straight through; the buffer gathers the odd
+/// smaller ones.
+const STDOUT_BUFFER_BYTES: usize = 256 * 1024;
+
 pub fn run(cli: &Cli) -> Result<Report> {
     if let Command::Invoke { key, mode, .. } = &cli.command {
         check_invoke_key(key, mode)?;
@@ -50,7 +72,7 @@ pub fn run(cli: &Cli) -> Result<Report> {
     match &cli.command {
         Command::Pool(command) => run_pool_command(&session, command),
         Command::Put { pool, key, value, mode } => put(&session, pool, key, value, mode),
-        Command::Get { pool, key } => get(&session, pool, key),
+        Command::Get { pool, key, offset, length } => get(&session, pool, key, *offset, *length, cli.json),
         Command::Erase { pool, key } => erase(&session, pool, key),
         Command::Count { pool } => count(&session, pool),
         Command::Attr { pool, key: Some(key) } => value_attributes(&session, pool, key),
@@ -197,7 +219,15 @@ fn put(session: &blocking::Session, pool_name: &str, key: &str, value: &str, mod
         flags = flags.with_durability(durability);
     }
     let pool = open_pool(session, pool_name)?;
-    pool.put_with(key, &value, flags).map_err(|error| match error.code() {
+    let length = value.len() as u64;
+    // The client sends a large value's pieces without reporting each, so while it works the line
+    // can only show the time; the rate comes at the end.
+    let show_progress = stderr_shows_progress(Some(length));
+    let started = Instant::now();
+    let label = format!("storing {} under '{key}'", format_bytes(length));
+    let stored = while_ticking(&label, show_progress, || pool.put_with(key, &value, flags));
+    let elapsed = started.elapsed();
+    stored.map_err(|error| match error.code() {
         Some(ErrorCode::KeyExists) => {
             CliError(format!("key '{key}' already exists in pool '{pool_name}' (--create-only was given)"))
         }
@@ -210,8 +240,15 @@ fn put(session: &blocking::Session, pool_name: &str, key: &str, value: &str, mod
         _ => error.into(),
     })?;
     pool.close()?;
+    if show_progress {
+        eprintln!(
+            "stored {length} bytes in {:.2} s ({:.1} MiB/s)",
+            elapsed.as_secs_f64(),
+            mib_per_second(length, elapsed)
+        );
+    }
     Ok(Report::text(
-        format!("stored {} under '{key}' in pool '{pool_name}'", format_bytes(value.len() as u64)),
+        format!("stored {} under '{key}' in pool '{pool_name}'", format_bytes(length)),
         json!({ "pool": pool_name, "key": key, "stored": true, "length": value.len() }),
     ))
 }
@@ -221,12 +258,181 @@ fn argument_bytes(argument: &str, what: &str) -> Result<Vec<u8>> {
     if argument != "-" {
         return Ok(argument.as_bytes().to_vec());
     }
+    let stdin = io::stdin();
+    let remaining = stdin_file_remaining(&stdin);
+    let progress = Progress::on_stderr(format!("reading the {what} from standard input"), remaining);
+    let reader = ProgressReader { inner: stdin.lock(), done: 0, progress };
+    match read_bounded(reader, remaining, STDIN_BYTES_MAX) {
+        Ok(Some(bytes)) => Ok(bytes),
+        Ok(None) => Err(CliError(format!(
+            "the {what} on standard input is longer than {} ({STDIN_BYTES_MAX} bytes), more than any server \
+             stores; a server takes values up to its limits.direct_value_bytes_max (1 GiB by default)",
+            format_bytes(STDIN_BYTES_MAX)
+        ))),
+        Err(error) => Err(CliError(format!("reading the {what} from standard input: {error}"))),
+    }
+}
+
+/// Bytes left to read from standard input when it is a regular file (`< file`): its size less
+/// its position. `None` for a pipe or a terminal, whose length is known only at its end.
+fn stdin_file_remaining(stdin: &io::Stdin) -> Option<u64> {
+    let stat = rustix::fs::fstat(stdin).ok()?;
+    if rustix::fs::FileType::from_raw_mode(stat.st_mode) != rustix::fs::FileType::RegularFile {
+        return None;
+    }
+    let position = rustix::fs::seek(stdin, rustix::fs::SeekFrom::Current(0)).ok()?;
+    u64::try_from(stat.st_size).ok().map(|size| size.saturating_sub(position))
+}
+
+/// Reads `reader` to its end into one buffer, or `None` if it holds more than `limit` bytes
+/// (refused at once when `size_hint` already says so).
+///
+/// With a size hint (standard input redirected from a file) the buffer is allocated once at its
+/// exact size: `read_to_end` then probes for the end with a small read on the stack instead of
+/// growing it. A pipe's length is unknown until its end, so there the buffer grows by doubling;
+/// the copies that costs add up to about one pass over the value (and large blocks are moved by
+/// `mremap`, not copied), which is what reading it in chunks and joining them would cost too.
+fn read_bounded(reader: impl Read, size_hint: Option<u64>, limit: u64) -> io::Result<Option<Vec<u8>>> {
+    if size_hint.is_some_and(|hint| hint > limit) {
+        return Ok(None);
+    }
     let mut bytes = Vec::new();
-    std::io::stdin()
-        .lock()
-        .read_to_end(&mut bytes)
-        .map_err(|error| CliError(format!("reading the {what} from standard input: {error}")))?;
-    Ok(bytes)
+    if let Some(hint) = size_hint {
+        let cannot_allocate =
+            |reason: String| io::Error::new(io::ErrorKind::OutOfMemory, format!("cannot hold {hint} bytes: {reason}"));
+        let hint = usize::try_from(hint).map_err(|error| cannot_allocate(error.to_string()))?;
+        bytes.try_reserve_exact(hint).map_err(|error| cannot_allocate(error.to_string()))?;
+    }
+    reader.take(limit.saturating_add(1)).read_to_end(&mut bytes)?;
+    Ok((bytes.len() as u64 <= limit).then_some(bytes))
+}
+
+/// A reader that keeps a [`Progress`] line up to date with the bytes read through it.
+#[derive(Debug)]
+struct ProgressReader<R, W: Write> {
+    inner: R,
+    done: u64,
+    progress: Progress<W>,
+}
+
+impl<R: Read, W: Write> Read for ProgressReader<R, W> {
+    fn read(&mut self, buffer: &mut [u8]) -> io::Result<usize> {
+        let read = self.inner.read(buffer)?;
+        self.done += read as u64;
+        self.progress.update(self.done, Instant::now());
+        Ok(read)
+    }
+}
+
+/// Whether a transfer of `total` bytes (unknown: `None`) gets a progress line: only on a
+/// terminal, so scripts and tests never see one, and only past [`PROGRESS_BYTES_MIN`].
+fn stderr_shows_progress(total: Option<u64>) -> bool {
+    io::stderr().is_terminal() && total.is_none_or(|total| total > PROGRESS_BYTES_MIN)
+}
+
+/// Runs `work` while a line on standard error shows `label` and the seconds gone, redrawn every
+/// [`PROGRESS_INTERVAL`] from a second thread and erased when `work` returns (`show` false: just
+/// runs it).
+fn while_ticking<T>(label: &str, show: bool, work: impl FnOnce() -> T) -> T {
+    if !show {
+        return work();
+    }
+    let (done, wait) = mpsc::channel::<()>();
+    std::thread::scope(|scope| {
+        scope.spawn(move || {
+            let started = Instant::now();
+            let mut stderr = io::stderr();
+            // Ends when `done` is dropped, also if `work` panics.
+            while let Err(RecvTimeoutError::Timeout) = wait.recv_timeout(PROGRESS_INTERVAL) {
+                let _ = write!(stderr, "{REDRAW_LINE}{label}: {:.1} s", started.elapsed().as_secs_f64());
+                let _ = stderr.flush();
+            }
+            let _ = write!(stderr, "{REDRAW_LINE}");
+            let _ = stderr.flush();
+        });
+        let result = work();
+        drop(done);
+        result
+    })
+}
+
+/// One progress line on standard error for a transfer: bytes done of the total, and the rate.
+///
+/// Drawn only where [`stderr_shows_progress`] allows, and only once the transfer is known to
+/// move more than [`PROGRESS_BYTES_MIN`] (its total, or the bytes done when the total is
+/// unknown); redrawn at most every [`PROGRESS_INTERVAL`]; erased by [`Progress::finish`] or when
+/// dropped, so an error message never lands after a half-drawn line. The clock is passed in, so
+/// the rendering is tested with a `Vec` and made-up instants.
+#[derive(Debug)]
+struct Progress<W: Write> {
+    /// Where the line goes; `None` when it is never drawn.
+    out: Option<W>,
+    label: String,
+    total: Option<u64>,
+    started: Instant,
+    last_drawn: Instant,
+    drawn: bool,
+}
+
+impl Progress<io::Stderr> {
+    fn on_stderr(label: String, total: Option<u64>) -> Progress<io::Stderr> {
+        let out = stderr_shows_progress(total).then(io::stderr);
+        Progress::new(out, label, total, Instant::now())
+    }
+}
+
+impl<W: Write> Progress<W> {
+    fn new(out: Option<W>, label: String, total: Option<u64>, now: Instant) -> Progress<W> {
+        Progress { out, label, total, started: now, last_drawn: now, drawn: false }
+    }
+
+    fn update(&mut self, done: u64, now: Instant) {
+        let Some(out) = &mut self.out else { return };
+        if self.total.unwrap_or(done) <= PROGRESS_BYTES_MIN || now.duration_since(self.last_drawn) < PROGRESS_INTERVAL {
+            return;
+        }
+        self.last_drawn = now;
+        self.drawn = true;
+        let line = progress_line(&self.label, done, self.total, now.duration_since(self.started));
+        // The line is a courtesy: failing to draw it must not fail the transfer.
+        let _ = write!(out, "{REDRAW_LINE}{line}");
+        let _ = out.flush();
+    }
+
+    fn finish(&mut self) {
+        if let (true, Some(out)) = (self.drawn, &mut self.out) {
+            let _ = write!(out, "{REDRAW_LINE}");
+            let _ = out.flush();
+        }
+        self.drawn = false;
+    }
+}
+
+impl<W: Write> Drop for Progress<W> {
+    fn drop(&mut self) {
+        self.finish();
+    }
+}
+
+/// `label: 300 MiB / 1 GiB (29%), 150.0 MiB/s`, or without the total when it is unknown.
+fn progress_line(label: &str, done: u64, total: Option<u64>, elapsed: Duration) -> String {
+    let rate = mib_per_second(done, elapsed);
+    match total {
+        Some(total) => {
+            let percent = done.saturating_mul(100).checked_div(total).unwrap_or(100);
+            format!("{label}: {} / {} ({percent}%), {rate:.1} MiB/s", format_bytes(done), format_bytes(total))
+        }
+        None => format!("{label}: {}, {rate:.1} MiB/s", format_bytes(done)),
+    }
+}
+
+fn mib_per_second(bytes: u64, elapsed: Duration) -> f64 {
+    let seconds = elapsed.as_secs_f64();
+    if seconds > 0.0 {
+        bytes as f64 / f64::from(1u32 << 20) / seconds
+    } else {
+        0.0
+    }
 }
 
 fn invoke(session: &blocking::Session, pool_name: &str, key: &str, payload: &str, mode: &InvokeMode) -> Result<Report> {
@@ -301,19 +507,115 @@ fn invoke_report(buffers: &[InvokeResponse]) -> Report {
     Report::raw(raw, json!(json))
 }
 
-fn get(session: &blocking::Session, pool_name: &str, key: &str) -> Result<Report> {
+/// `ferrite get`, by one of three paths chosen so a small value prints exactly as it always did
+/// and a large one never sits whole in this process's memory:
+///
+/// - `--json` puts the value (or the slice) in one document, so it is read whole anyway: with
+///   [`blocking::Pool::get`], which reads a value too large to come inline with a direct read,
+///   or, for a slice, with a direct read gathered in memory.
+/// - Raw, the whole value, at most [`DIRECT_THRESHOLD_BYTES`]: one inline get, as before.
+/// - Raw, a larger value or any slice: a direct read streamed piece by piece to a locked,
+///   buffered standard output, with a progress line on a terminal.
+///
+/// Raw output asks for the value's length first (one attribute request: a round trip, nothing
+/// next to starting the process) to choose; rather than try an inline get and fall back, which
+/// the client's `get` would do by reading the whole value into memory. Should the value grow
+/// between the two requests, the inline get still returns it whole; should it shrink, a direct
+/// read serves any length.
+fn get(
+    session: &blocking::Session,
+    pool_name: &str,
+    key: &str,
+    offset: Option<u64>,
+    length: Option<u64>,
+    json: bool,
+) -> Result<Report> {
+    let sliced = offset.is_some() || length.is_some();
+    let offset = offset.unwrap_or(0);
     let pool = open_pool(session, pool_name)?;
-    let value = pool.get(key).map_err(|error| key_error(error, pool_name, key))?;
+    let key_error = |error| key_error(error, pool_name, key);
+    let report = if json && sliced {
+        let mut value = Vec::new();
+        let value_length = pool
+            .get_direct_to(key, offset, length, |_, piece| {
+                value.extend_from_slice(piece);
+                Ok(())
+            })
+            .map_err(key_error)?;
+        let (json_value, encoding) = bytes_json(&value);
+        let json = json!({
+            "pool": pool_name,
+            "key": key,
+            "offset": offset,
+            "length": value.len(),
+            "value_length": value_length,
+            "encoding": encoding,
+            "value": json_value,
+        });
+        Report::raw(value, json)
+    } else {
+        let value_length = if json { 0 } else { pool.attribute(Attribute::ValueLength, key).map_err(key_error)? };
+        if json || (!sliced && value_length <= DIRECT_THRESHOLD_BYTES as u64) {
+            let value = pool.get(key).map_err(key_error)?;
+            let (json_value, encoding) = bytes_json(&value);
+            let json = json!({
+                "pool": pool_name,
+                "key": key,
+                "length": value.len(),
+                "encoding": encoding,
+                "value": json_value,
+            });
+            Report::raw(value, json)
+        } else {
+            stream_value(&pool, key, offset, length, value_length).map_err(key_error)?
+        }
+    };
     pool.close()?;
-    let (json_value, encoding) = bytes_json(&value);
-    let json = json!({
-        "pool": pool_name,
-        "key": key,
-        "length": value.len(),
-        "encoding": encoding,
-        "value": json_value,
+    Ok(report)
+}
+
+/// Writes `length` bytes (to the end with `None`) of `key`'s value from `offset` to standard
+/// output as the pieces of a direct read arrive. The report it returns prints nothing more.
+///
+/// A reader that goes away early (`ferrite get p k | head -c 10`) ends the read and is not a
+/// failure, as for a small value (see `main`). `value_length` only sizes the progress line.
+fn stream_value(
+    pool: &blocking::Pool,
+    key: &str,
+    offset: u64,
+    length: Option<u64>,
+    value_length: u64,
+) -> std::result::Result<Report, Error> {
+    let rest = value_length.saturating_sub(offset);
+    let expected = length.map_or(rest, |length| length.min(rest));
+    let mut progress = Progress::on_stderr(format!("reading '{key}'"), Some(expected));
+    let stdout = io::stdout();
+    let mut out = io::BufWriter::with_capacity(STDOUT_BUFFER_BYTES, stdout.lock());
+    let mut written = 0u64;
+    let mut reader_gone = false;
+    let read = pool.get_direct_to(key, offset, length, |_, piece| {
+        out.write_all(piece).inspect_err(|error| reader_gone = error.kind() == io::ErrorKind::BrokenPipe)?;
+        written += piece.len() as u64;
+        progress.update(written, Instant::now());
+        Ok(())
     });
-    Ok(Report::raw(value, json))
+    let read = read.and_then(|value_length| match out.flush() {
+        Ok(()) => Ok(value_length),
+        Err(error) => {
+            reader_gone = error.kind() == io::ErrorKind::BrokenPipe;
+            Err(Error::Io { context: "writing the value to standard output".to_owned(), source: error })
+        }
+    });
+    progress.finish();
+    let value_length = match read {
+        Ok(value_length) => value_length,
+        Err(_) if reader_gone => value_length,
+        Err(error) => return Err(error),
+    };
+    Ok(Report::text(
+        String::new(),
+        json!({ "key": key, "offset": offset, "length": written, "value_length": value_length }),
+    ))
 }
 
 fn erase(session: &blocking::Session, pool_name: &str, key: &str) -> Result<Report> {
@@ -791,6 +1093,64 @@ mod tests {
         assert_eq!(shell_quote("demo-1"), "demo-1");
         assert_eq!(shell_quote("my pool"), "'my pool'");
         assert_eq!(shell_quote("it's"), r"'it'\''s'");
+    }
+
+    /// Standard input is read whole up to the limit and refused past it, also when a file's size
+    /// says so before any byte is read; a size hint allocates the buffer once, exactly.
+    #[test]
+    fn input_is_read_whole_up_to_the_limit() {
+        let input = b"0123456789";
+        assert_eq!(read_bounded(&input[..], None, 10).expect("read"), Some(input.to_vec()));
+        assert_eq!(read_bounded(&input[..], None, 9).expect("read"), None);
+        assert_eq!(read_bounded(&input[..], Some(11), 10).expect("read"), None, "refused by its size alone");
+        let exact = read_bounded(&input[..], Some(10), 10).expect("read").expect("within the limit");
+        assert_eq!((exact.as_slice(), exact.capacity()), (&input[..], 10), "one buffer of the exact size");
+        let grown = read_bounded(&input[..], Some(4), 10).expect("read").expect("a file that grew");
+        assert_eq!(grown, input, "a hint that falls short still reads everything");
+        assert_eq!(read_bounded(&b""[..], Some(0), 10).expect("read"), Some(Vec::new()));
+    }
+
+    #[test]
+    fn progress_lines_show_bytes_of_the_total_and_the_rate() {
+        let second = Duration::from_secs(1);
+        assert_eq!(
+            progress_line("reading 'k'", 300 << 20, Some(1 << 30), 2 * second),
+            "reading 'k': 300 MiB / 1 GiB (29%), 150.0 MiB/s"
+        );
+        assert_eq!(progress_line("reading", 96 << 20, None, second), "reading: 96 MiB, 96.0 MiB/s");
+        assert_eq!(progress_line("x", 0, Some(0), Duration::ZERO), "x: 0 B / 0 B (100%), 0.0 MiB/s");
+    }
+
+    /// The line appears only for a transfer past 64 MiB, at most four times a second, and is
+    /// erased at the end; an unknown total shows once the bytes done pass 64 MiB.
+    #[test]
+    fn progress_is_drawn_sparingly_and_erased() {
+        let start = Instant::now();
+        let at = |ms: u64| start + Duration::from_millis(ms);
+        let mut out = Vec::new();
+        let mut small = Progress::new(Some(&mut out), "r".to_owned(), Some(PROGRESS_BYTES_MIN), start);
+        small.update(PROGRESS_BYTES_MIN, at(1000));
+        small.finish();
+        drop(small);
+        assert!(out.is_empty(), "64 MiB or less shows nothing");
+
+        let mut large = Progress::new(Some(&mut out), "r".to_owned(), Some(1 << 30), start);
+        large.update(1 << 20, at(100));
+        large.update(256 << 20, at(300));
+        large.update(300 << 20, at(400));
+        large.update(512 << 20, at(600));
+        large.finish();
+        drop(large);
+        let text = String::from_utf8(out).expect("UTF-8");
+        let lines: Vec<&str> = text.split(REDRAW_LINE).collect();
+        assert_eq!(lines, ["", "r: 256 MiB / 1 GiB (25%), 853.3 MiB/s", "r: 512 MiB / 1 GiB (50%), 853.3 MiB/s", ""]);
+
+        let mut out = Vec::new();
+        let mut unknown = Progress::new(Some(&mut out), "r".to_owned(), None, start);
+        unknown.update(PROGRESS_BYTES_MIN, at(1000));
+        unknown.update(PROGRESS_BYTES_MIN + 1, at(1000));
+        drop(unknown);
+        assert_eq!(out.iter().filter(|&&byte| byte == b'\r').count(), 2, "one line, erased on drop");
     }
 
     #[test]

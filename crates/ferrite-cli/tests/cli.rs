@@ -441,21 +441,6 @@ fn an_unreachable_server_is_explained() {
     assert!(stderr.contains("--addr") && stderr.contains("FERRITE_ADDR"), "{stderr}");
 }
 
-/// A value from stdin larger than the server's limit is refused before it is sent, with exit
-/// status 1 and the limit in the message; nothing is stored.
-#[test]
-fn a_value_over_the_limit_is_refused() {
-    let server = start_server(1);
-    ok(&ferrite(&server, &["pool", "create", "p"]));
-    let value = vec![b'v'; 2 * 1024 * 1024 + 1];
-    let stderr = fails(&ferrite_with_stdin(&server, &["put", "p", "big", "-"], &value));
-    assert!(stderr.contains("2097153") && stderr.contains("2097152"), "{stderr}");
-    assert_eq!(ok(&ferrite(&server, &["count", "p"])), "0\n");
-    let value = vec![b'v'; 2 * 1024 * 1024];
-    ok(&ferrite_with_stdin(&server, &["put", "p", "big", "-"], &value));
-    assert!(ferrite(&server, &["get", "p", "big"]).stdout == value, "the largest value round-trips");
-}
-
 /// `ferrite get` into a pipe that closes early (`| head -c 10`) is not an error: exit status 0.
 #[test]
 fn get_into_a_pipe_closed_early_exits_zero() {
