@@ -7,30 +7,20 @@
 
 #[path = "../../ferrite-server/tests/common/mod.rs"]
 mod common;
+mod ferrite_process;
 #[path = "../../ferrite-server/tests/pki/mod.rs"]
 mod pki;
 
-use std::io::{Read, Write};
-use std::path::PathBuf;
+use std::io::Read;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{crc32, TestServer};
+use ferrite_process::{command, fails, ok, run, server_binary, text};
 use serde_json::Value;
 
 /// Longest one `ferrite` invocation may take before the test calls it hung.
 const CLI_TIMEOUT: Duration = Duration::from_secs(30);
-
-fn server_binary() -> PathBuf {
-    let cli = PathBuf::from(env!("CARGO_BIN_EXE_ferrite"));
-    let server = cli.with_file_name(format!("ferrite-server{}", std::env::consts::EXE_SUFFIX));
-    assert!(
-        server.exists(),
-        "{} is missing: these tests run the real server; run `cargo build -p ferrite-server` first",
-        server.display()
-    );
-    server
-}
 
 fn start_server(shards: usize) -> TestServer {
     TestServer::builder_for(server_binary()).shards(shards).start()
@@ -38,85 +28,11 @@ fn start_server(shards: usize) -> TestServer {
 
 /// Runs `ferrite --addr <shard 0> ARGS`, feeding `stdin`, and returns what it did.
 fn ferrite_with_stdin(server: &TestServer, args: &[&str], stdin: &[u8]) -> Output {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_ferrite"));
-    // An address in the test runner's environment must not matter.
-    command.env_remove("FERRITE_ADDR").arg("--addr").arg(server.addr_string()).args(args);
-    run(command, stdin)
+    run(command(&server.addr_string(), args), stdin, CLI_TIMEOUT)
 }
 
 fn ferrite(server: &TestServer, args: &[&str]) -> Output {
     ferrite_with_stdin(server, args, b"")
-}
-
-fn run(mut command: Command, stdin: &[u8]) -> Output {
-    let mut child = command
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start the ferrite binary");
-    // Fed and drained from threads so a full pipe can never deadlock the test.
-    let mut input = child.stdin.take().expect("stdin is piped");
-    let stdin = stdin.to_vec();
-    let writer = std::thread::spawn(move || {
-        // A command that does not read stdin may exit first; that is not a failure.
-        let _ = input.write_all(&stdin);
-    });
-    let drain = |mut pipe: Box<dyn Read + Send>| {
-        std::thread::spawn(move || {
-            let mut bytes = Vec::new();
-            pipe.read_to_end(&mut bytes).expect("read the command's output");
-            bytes
-        })
-    };
-    let stdout = drain(Box::new(child.stdout.take().expect("stdout is piped")));
-    let stderr = drain(Box::new(child.stderr.take().expect("stderr is piped")));
-    let deadline = Instant::now() + CLI_TIMEOUT;
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("wait for ferrite") {
-            break status;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("ferrite {command:?} did not finish within {CLI_TIMEOUT:?}");
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    };
-    writer.join().expect("stdin writer");
-    Output { status, stdout: stdout.join().expect("stdout reader"), stderr: stderr.join().expect("stderr reader") }
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
-
-/// Asserts success and returns stdout as text.
-#[track_caller]
-fn ok(output: &Output) -> String {
-    assert!(
-        output.status.success(),
-        "ferrite failed with {}\nstdout: {}\nstderr: {}",
-        output.status,
-        text(&output.stdout),
-        text(&output.stderr)
-    );
-    text(&output.stdout)
-}
-
-/// Asserts exit status 1 with nothing on stdout and `error: ...` on stderr; returns stderr.
-#[track_caller]
-fn fails(output: &Output) -> String {
-    let stderr = text(&output.stderr);
-    assert_eq!(
-        output.status.code(),
-        Some(1),
-        "expected exit status 1\nstdout: {}\nstderr: {stderr}",
-        text(&output.stdout)
-    );
-    assert!(output.stdout.is_empty(), "a failure prints nothing on stdout, got {:?}", text(&output.stdout));
-    assert!(stderr.starts_with("error: "), "errors are reported as `error: ...`: {stderr:?}");
-    stderr
 }
 
 #[track_caller]
@@ -424,7 +340,7 @@ fn ferrite_addr_chooses_the_server() {
     let server = start_server(1);
     let mut command = Command::new(env!("CARGO_BIN_EXE_ferrite"));
     command.env("FERRITE_ADDR", server.addr_string()).args(["pool", "list"]);
-    let output = run(command, b"");
+    let output = run(command, b"", CLI_TIMEOUT);
     assert_eq!(ok(&output), "no pools\n");
 }
 
@@ -436,7 +352,7 @@ fn an_unreachable_server_is_explained() {
     let port = std::net::TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("address").port();
     let mut command = Command::new(env!("CARGO_BIN_EXE_ferrite"));
     command.env_remove("FERRITE_ADDR").args(["--addr", &format!("127.0.0.1:{port}"), "pool", "list"]);
-    let stderr = fails(&run(command, b""));
+    let stderr = fails(&run(command, b"", CLI_TIMEOUT));
     assert!(stderr.contains(&format!("127.0.0.1:{port}")), "names the address: {stderr}");
     assert!(stderr.contains("--addr") && stderr.contains("FERRITE_ADDR"), "{stderr}");
 }
@@ -476,7 +392,7 @@ fn get_into_a_pipe_closed_early_exits_zero() {
 fn ferrite_offline(args: &[&str]) -> Output {
     let mut command = Command::new(env!("CARGO_BIN_EXE_ferrite"));
     command.env_remove("FERRITE_ADDR").args(args);
-    run(command, b"")
+    run(command, b"", CLI_TIMEOUT)
 }
 
 /// `ferrite check` verifies a stopped server's data directory: counts what it holds, refuses a
@@ -706,7 +622,7 @@ fn the_cli_speaks_tls_with_the_ca_it_is_given() {
     ok(&ferrite(&server, &["--tls", "--ca", &pki.path("ca.pem"), "pool", "create", "sealed"]));
     let mut command = Command::new(env!("CARGO_BIN_EXE_ferrite"));
     command.env("FERRITE_CA", pki.path("ca.pem")).arg("--addr").arg(server.addr_string()).args(["pool", "list"]);
-    assert!(text(&run(command, b"").stdout).contains("sealed"), "FERRITE_CA alone is enough");
+    assert!(text(&run(command, b"", CLI_TIMEOUT).stdout).contains("sealed"), "FERRITE_CA alone is enough");
     let bench = ok(&ferrite(&server, &["--ca", &pki.path("ca.pem"), "bench", "--workload", "put", "--ops", "200"]));
     assert!(bench.contains("put"), "bench speaks TLS too: {bench}");
     let wrong = fails(&ferrite(&server, &["--ca", &other.path("ca.pem"), "pool", "list"]));
@@ -773,7 +689,7 @@ fn ferrite_as(server: &TestServer, user: &str, password: Option<&str>, args: &[&
         command.env("FERRITE_PASSWORD", password);
     }
     command.arg("--addr").arg(server.addr_string()).args(args);
-    run(command, b"")
+    run(command, b"", CLI_TIMEOUT)
 }
 
 #[test]
@@ -783,16 +699,16 @@ fn users_authenticate_from_the_environment_and_grants_are_enforced() {
     let users_arg = users.display().to_string();
     let mut add = Command::new(env!("CARGO_BIN_EXE_ferrite"));
     add.args(["user", "add", "alice", "--file", &users_arg]);
-    ok(&run(add, b"alice's long secret\n"));
+    ok(&run(add, b"alice's long secret\n", CLI_TIMEOUT));
     let mut grant = Command::new(env!("CARGO_BIN_EXE_ferrite"));
     grant.args(["user", "grant", "alice", "alice*", "read,write,admin", "--file", &users_arg]);
-    ok(&run(grant, b""));
+    ok(&run(grant, b"", CLI_TIMEOUT));
     let mut quota = Command::new(env!("CARGO_BIN_EXE_ferrite"));
     quota.args(["user", "quota", "alice", "--pools", "3", "--file", &users_arg]);
-    ok(&run(quota, b""));
+    ok(&run(quota, b"", CLI_TIMEOUT));
     let mut bob = Command::new(env!("CARGO_BIN_EXE_ferrite"));
     bob.args(["user", "add", "bob", "--file", &users_arg]);
-    ok(&run(bob, b"bob's long secret\n"));
+    ok(&run(bob, b"bob's long secret\n", CLI_TIMEOUT));
     let server = TestServer::builder_for(server_binary()).arg("--users").arg(users_arg).start();
 
     let password = Some("alice's long secret");
@@ -823,7 +739,7 @@ fn users_authenticate_from_the_environment_and_grants_are_enforced() {
     );
     let mut anonymous = Command::new(env!("CARGO_BIN_EXE_ferrite"));
     anonymous.env_remove("FERRITE_USER").arg("--addr").arg(server.addr_string()).args(["pool", "list"]);
-    let anonymous = fails(&run(anonymous, b""));
+    let anonymous = fails(&run(anonymous, b"", CLI_TIMEOUT));
     assert!(anonymous.contains("requires a user"), "{anonymous}");
 }
 

@@ -6,13 +6,14 @@
 
 #[path = "../../ferrite-server/tests/common/mod.rs"]
 mod common;
+mod ferrite_process;
 
-use std::io::{Read, Write};
-use std::path::PathBuf;
-use std::process::{Command, Output, Stdio};
+use std::io::Read;
+use std::process::{Output, Stdio};
 use std::time::{Duration, Instant};
 
 use common::TestServer;
+use ferrite_process::{command, fails, finish, run, server_binary, text};
 use serde_json::{json, Value};
 
 /// Longest one `ferrite` invocation may take before the test calls it hung (40 MiB through debug
@@ -24,29 +25,11 @@ const MIB: usize = 1 << 20;
 /// `ferrite_client::DIRECT_THRESHOLD_BYTES`: the longest value that still travels inline.
 const THRESHOLD: usize = MIB;
 
-fn server_binary() -> PathBuf {
-    let cli = PathBuf::from(env!("CARGO_BIN_EXE_ferrite"));
-    let server = cli.with_file_name(format!("ferrite-server{}", std::env::consts::EXE_SUFFIX));
-    assert!(
-        server.exists(),
-        "{} is missing: these tests run the real server; run `cargo build -p ferrite-server` first",
-        server.display()
-    );
-    server
-}
-
 /// A one-shard server with a pool `p` large enough for every value these tests store.
 fn server_with_pool() -> TestServer {
     let server = TestServer::builder_for(server_binary()).start();
     ok(&ferrite(&server, &["pool", "create", "p", "--size", "256MiB"]));
     server
-}
-
-fn command(server: &TestServer, args: &[&str]) -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_ferrite"));
-    // An address in the test runner's environment must not matter.
-    command.env_remove("FERRITE_ADDR").arg("--addr").arg(server.addr_string()).args(args);
-    command
 }
 
 fn ferrite(server: &TestServer, args: &[&str]) -> Output {
@@ -55,61 +38,16 @@ fn ferrite(server: &TestServer, args: &[&str]) -> Output {
 
 /// Runs `ferrite --addr <shard 0> ARGS` with `stdin` fed through a pipe.
 fn ferrite_with_stdin(server: &TestServer, args: &[&str], stdin: &[u8]) -> Output {
-    let mut child = command(server, args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start the ferrite binary");
-    let mut input = child.stdin.take().expect("stdin is piped");
-    let stdin = stdin.to_vec();
-    // Fed and drained from threads so a full pipe can never deadlock the test.
-    let writer = std::thread::spawn(move || {
-        // A command that does not read stdin may exit first; that is not a failure.
-        let _ = input.write_all(&stdin);
-    });
-    let output = finish(child);
-    writer.join().expect("stdin writer");
-    output
-}
-
-/// Collects a started `ferrite`'s output, killing it if it runs past [`CLI_TIMEOUT`].
-fn finish(mut child: std::process::Child) -> Output {
-    let drain = |mut pipe: Box<dyn Read + Send>| {
-        std::thread::spawn(move || {
-            let mut bytes = Vec::new();
-            pipe.read_to_end(&mut bytes).expect("read the command's output");
-            bytes
-        })
-    };
-    let stdout = drain(Box::new(child.stdout.take().expect("stdout is piped")));
-    let stderr = drain(Box::new(child.stderr.take().expect("stderr is piped")));
-    let deadline = Instant::now() + CLI_TIMEOUT;
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("wait for ferrite") {
-            break status;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("ferrite did not finish within {CLI_TIMEOUT:?}");
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    };
-    Output { status, stdout: stdout.join().expect("stdout reader"), stderr: stderr.join().expect("stderr reader") }
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
+    run(command(&server.addr_string(), args), stdin, CLI_TIMEOUT)
 }
 
 /// Asserts success with nothing on stderr (no progress line off a terminal) and returns stdout
 /// as text.
 #[track_caller]
 fn ok(output: &Output) -> String {
-    assert!(output.status.success(), "ferrite failed with {}\nstderr: {}", output.status, text(&output.stderr));
+    let stdout = ferrite_process::ok(output);
     assert!(output.stderr.is_empty(), "nothing on stderr when it is not a terminal: {}", text(&output.stderr));
-    text(&output.stdout)
+    stdout
 }
 
 /// Asserts success and returns stdout's raw bytes.
@@ -117,16 +55,6 @@ fn ok(output: &Output) -> String {
 fn ok_bytes(output: Output) -> Vec<u8> {
     ok(&output);
     output.stdout
-}
-
-/// Asserts exit status 1 with nothing on stdout and `error: ...` on stderr; returns stderr.
-#[track_caller]
-fn fails(output: &Output) -> String {
-    let stderr = text(&output.stderr);
-    assert_eq!(output.status.code(), Some(1), "expected exit status 1; stderr: {stderr}");
-    assert!(output.stdout.is_empty(), "a failure prints nothing on stdout, got {} bytes", output.stdout.len());
-    assert!(stderr.starts_with("error: "), "errors are reported as `error: ...`: {stderr:?}");
-    stderr
 }
 
 /// `length` bytes no compressor or run-length shortcut could fake, the same for the same seed
@@ -178,13 +106,13 @@ fn large_values_round_trip_through_stdin_and_stdout() {
     let value = random_bytes(3 * MIB + 17, 3);
     let file = server.dir().join("value.bin");
     std::fs::write(&file, &value).expect("write the value to a file");
-    let child = command(&server, &["put", "p", "from-file", "-"])
+    let child = command(&server.addr_string(), &["put", "p", "from-file", "-"])
         .stdin(std::fs::File::open(&file).expect("open the value's file"))
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .expect("start the ferrite binary");
-    let stored = ok(&finish(child));
+    let stored = ok(&finish(child, CLI_TIMEOUT));
     assert_eq!(stored, "stored 3.0 MiB under 'from-file' in pool 'p'\n");
     assert_same(&ok_bytes(ferrite(&server, &["get", "p", "from-file"])), &value, "from a file");
 }
@@ -279,7 +207,7 @@ fn streamed_get_into_a_pipe_closed_early_exits_zero() {
     let server = server_with_pool();
     let value = random_bytes(8 * MIB, 8);
     ok(&ferrite_with_stdin(&server, &["put", "p", "big", "-"], &value));
-    let mut child = command(&server, &["get", "p", "big"])
+    let mut child = command(&server.addr_string(), &["get", "p", "big"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
