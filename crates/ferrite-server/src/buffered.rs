@@ -27,8 +27,10 @@ use ferrite_store::persistence::wal::Lsn;
 /// cannot make the server buffer unbounded output.
 pub(crate) const WRITE_FLUSH_BYTES: usize = 1024 * 1024;
 
-/// An idle buffer larger than this (left over from a large value) is given back to the allocator,
-/// so a thousand idle connections do not each pin megabytes.
+/// A buffer larger than this (left over from a large value) is given back to the allocator once a
+/// batch no longer needs it, so a thousand idle connections do not each pin megabytes. One that
+/// keeps needing it (a direct transfer's 1 MiB pieces) keeps it: reallocating and faulting in a
+/// megabyte per piece would cost more than the copy of the piece itself.
 const IDLE_BUFFER_BYTES_MAX: usize = 256 * 1024;
 
 /// What a connection does after answering the requests it has buffered.
@@ -75,6 +77,9 @@ pub(crate) struct Buffers {
     pub(crate) write: BytesMut,
     /// How much room a read asks for.
     read_chunk_bytes: usize,
+    /// The most each buffer held during the last batch.
+    read_peak: usize,
+    write_peak: usize,
 }
 
 impl Buffers {
@@ -83,16 +88,24 @@ impl Buffers {
             read: BytesMut::with_capacity(read_chunk_bytes),
             write: BytesMut::with_capacity(read_chunk_bytes),
             read_chunk_bytes,
+            read_peak: 0,
+            write_peak: 0,
         }
     }
 
+    /// Gives back a large buffer the last batch did not need.
     fn shrink_idle(&mut self) {
-        if self.read.is_empty() && self.read.capacity() > IDLE_BUFFER_BYTES_MAX {
+        if self.read.is_empty()
+            && self.read.capacity() > IDLE_BUFFER_BYTES_MAX
+            && self.read_peak <= IDLE_BUFFER_BYTES_MAX
+        {
             self.read = BytesMut::with_capacity(self.read_chunk_bytes);
         }
-        if self.write.capacity() > IDLE_BUFFER_BYTES_MAX {
+        if self.write.capacity() > IDLE_BUFFER_BYTES_MAX && self.write_peak <= IDLE_BUFFER_BYTES_MAX {
             self.write = BytesMut::with_capacity(self.read_chunk_bytes);
         }
+        self.read_peak = 0;
+        self.write_peak = 0;
     }
 }
 
@@ -157,6 +170,7 @@ pub(crate) async fn drive(
                 Some(0) => return Ok(Ended::PeerClosed),
                 Some(bytes) => {
                     socket.traffic.read(bytes);
+                    buffers.read_peak = buffers.read_peak.max(buffers.read.len());
                     batch_read = Instant::now();
                 }
                 None => {
@@ -171,6 +185,7 @@ pub(crate) async fn drive(
         }
         let (wait_lsn, ops);
         (next, wait_lsn, ops) = answer(buffers);
+        buffers.write_peak = buffers.write_peak.max(buffers.write.len());
         if let Some(ended) =
             send(socket.stream, socket.traffic, shutdown, gate.as_mut(), wait_lsn, &mut buffers.write).await?
         {
@@ -272,4 +287,35 @@ async fn send(
         out.clear();
     }
     Ok(None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A large buffer stays while batches keep filling it (a direct transfer's pieces) and goes
+    /// back to the allocator after the first batch that did not need it.
+    #[test]
+    fn large_buffers_stay_while_batches_need_them() {
+        let mut buffers = Buffers::new(64 * 1024);
+        for _ in 0..3 {
+            buffers.write.extend_from_slice(&[0; 1 << 20]);
+            buffers.write_peak = buffers.write.len();
+            buffers.write.clear();
+            buffers.shrink_idle();
+            assert!(buffers.write.capacity() >= 1 << 20, "kept while batches fill it");
+        }
+        buffers.write.extend_from_slice(&[0; 100]);
+        buffers.write_peak = buffers.write.len();
+        buffers.write.clear();
+        buffers.shrink_idle();
+        assert!(buffers.write.capacity() <= IDLE_BUFFER_BYTES_MAX, "given back after a small batch");
+
+        buffers.read.reserve(1 << 20);
+        buffers.read_peak = 1 << 20;
+        buffers.shrink_idle();
+        assert!(buffers.read.capacity() >= 1 << 20);
+        buffers.shrink_idle();
+        assert!(buffers.read.capacity() <= IDLE_BUFFER_BYTES_MAX);
+    }
 }
