@@ -108,9 +108,18 @@ impl MapStore {
     }
 }
 
-impl Store for MapStore {
-    fn put(&mut self, key: &[u8], value: &[u8], mode: PutMode, write_time_ns: u64) -> Result<PutOutcome, StoreError> {
-        let new_charge = charge(key.len(), value.len());
+impl MapStore {
+    /// A put of a value of `len` bytes that `fill` writes into the entry's value (emptied of the
+    /// old one, its allocation kept): what `put` and `commit_staged` share.
+    fn put_filled(
+        &mut self,
+        key: &[u8],
+        len: usize,
+        mode: PutMode,
+        write_time_ns: u64,
+        fill: impl FnOnce(&mut Vec<u8>),
+    ) -> Result<PutOutcome, StoreError> {
+        let new_charge = charge(key.len(), len);
         if let Some(entry) = self.entries.get(key) {
             if mode == PutMode::CreateOnly {
                 return Err(StoreError::KeyExists);
@@ -119,7 +128,7 @@ impl Store for MapStore {
             let entry = self.entries.get_mut(key).expect("the key was found just above");
             let old_heap_bytes = value_heap_bytes(entry.value.capacity());
             entry.value.clear();
-            entry.value.extend_from_slice(value);
+            fill(&mut entry.value);
             entry.write_time_ns = write_time_ns;
             self.pair_heap_bytes = self.pair_heap_bytes - old_heap_bytes + value_heap_bytes(entry.value.capacity());
             return Ok(PutOutcome::Replaced);
@@ -129,11 +138,18 @@ impl Store for MapStore {
         }
         self.used_bytes = self.reserve(0, new_charge)?;
         let key: Arc<[u8]> = Arc::from(key);
-        let value = value.to_vec();
+        let mut value = Vec::new();
+        fill(&mut value);
         self.pair_heap_bytes += key_heap_bytes(key.len()) + value_heap_bytes(value.capacity());
         self.order.insert((scan_hash(&key), Arc::clone(&key)));
         self.entries.insert(key, Entry { value, write_time_ns });
         Ok(PutOutcome::Inserted)
+    }
+}
+
+impl Store for MapStore {
+    fn put(&mut self, key: &[u8], value: &[u8], mode: PutMode, write_time_ns: u64) -> Result<PutOutcome, StoreError> {
+        self.put_filled(key, value.len(), mode, write_time_ns, |stored| stored.extend_from_slice(value))
     }
 
     fn get(&self, key: &[u8]) -> Option<&[u8]> {
@@ -150,35 +166,7 @@ impl Store for MapStore {
         write_time_ns: u64,
     ) -> Result<PutOutcome, StoreError> {
         let value = staged.into_owned_bytes().expect("mapstore stages values in process memory");
-        let new_charge = charge(key.len(), value.len());
-        if let Some(entry) = self.entries.get_mut(key) {
-            if mode == PutMode::CreateOnly {
-                return Err(StoreError::KeyExists);
-            }
-            let used_after = self.used_bytes - charge(key.len(), entry.value.len()) + new_charge;
-            if used_after > self.capacity_bytes && new_charge > charge(key.len(), entry.value.len()) {
-                return Err(StoreError::PoolFull {
-                    needed: new_charge - charge(key.len(), entry.value.len()),
-                    free: self.capacity_bytes.saturating_sub(self.used_bytes),
-                    capacity: self.capacity_bytes,
-                });
-            }
-            self.used_bytes = used_after;
-            let old_heap_bytes = value_heap_bytes(entry.value.capacity());
-            entry.value = value;
-            entry.write_time_ns = write_time_ns;
-            self.pair_heap_bytes = self.pair_heap_bytes - old_heap_bytes + value_heap_bytes(entry.value.capacity());
-            return Ok(PutOutcome::Replaced);
-        }
-        if mode == PutMode::UpdateOnly {
-            return Err(StoreError::KeyNotFound);
-        }
-        self.used_bytes = self.reserve(0, new_charge)?;
-        let key: Arc<[u8]> = Arc::from(key);
-        self.pair_heap_bytes += key_heap_bytes(key.len()) + value_heap_bytes(value.capacity());
-        self.order.insert((scan_hash(&key), Arc::clone(&key)));
-        self.entries.insert(key, Entry { value, write_time_ns });
-        Ok(PutOutcome::Inserted)
+        self.put_filled(key, value.len(), mode, write_time_ns, |stored| *stored = value)
     }
 
     /// In place: the value keeps its allocation.
