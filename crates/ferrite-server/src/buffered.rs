@@ -27,6 +27,12 @@ use ferrite_store::persistence::wal::Lsn;
 /// cannot make the server buffer unbounded output.
 pub(crate) const WRITE_FLUSH_BYTES: usize = 1024 * 1024;
 
+/// A connection that has moved this many bytes (requests answered and responses written) since it
+/// last let the shard's other tasks run yields before its next batch. A socket that is always ready (a client streaming
+/// a large value over loopback) would otherwise keep the loop for Tokio's whole cooperative budget,
+/// over a hundred 1 MiB pieces, while a small get of another client waited.
+const YIELD_AFTER_BYTES: usize = 1024 * 1024;
+
 /// A buffer larger than this (left over from a large value) is given back to the allocator once a
 /// batch no longer needs it, so a thousand idle connections do not each pin megabytes. One that
 /// keeps needing it (a direct transfer's 1 MiB pieces) keeps it: reallocating and faulting in a
@@ -151,7 +157,12 @@ pub(crate) async fn drive(
 ) -> std::io::Result<Ended> {
     let mut next = Next::Read;
     let mut batch_read = Instant::now();
+    let mut moved_since_yield = 0;
     loop {
+        if moved_since_yield >= YIELD_AFTER_BYTES {
+            moved_since_yield = 0;
+            tokio::task::yield_now().await;
+        }
         if matches!(next, Next::Read) {
             if buffers.read.capacity() - buffers.read.len() < buffers.read_chunk_bytes / 4 {
                 buffers.read.reserve(buffers.read_chunk_bytes);
@@ -184,8 +195,10 @@ pub(crate) async fn drive(
             }
         }
         let (wait_lsn, ops);
+        let unanswered = buffers.read.len();
         (next, wait_lsn, ops) = answer(buffers);
         buffers.write_peak = buffers.write_peak.max(buffers.write.len());
+        moved_since_yield += unanswered - buffers.read.len() + buffers.write.len();
         if let Some(ended) =
             send(socket.stream, socket.traffic, shutdown, gate.as_mut(), wait_lsn, &mut buffers.write).await?
         {
