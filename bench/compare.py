@@ -39,6 +39,17 @@ Scenarios:
              16-byte values, loaded by `ferrite bench`) against Redis with the same keys. Resident
              memory before and after, the peak during the load, INFO memory for Redis, and
              Ferrite's shard statistics and pool listing after the load
+  large-values
+             put and get throughput (GiB/s) of 4 KiB, 64 KiB, 1 MiB, 64 MiB and 1 GiB values on one
+             shard, one connection with one request in flight (and 4 connections up to 64 KiB): Ferrite
+             inline (up to 2 MiB) and direct (`ferrite bench --transfer`), each with async and sync
+             durability, against the echo inline and direct and Redis without persistence (through
+             `ferrite bench --target resp`, up to 64 MiB); the log's write amplification (`wal_bytes` and
+             the server's disk writes per value byte stored, checkpoints) of every put run; the
+             inline/direct crossover at 64 KiB to 2 MiB with 1 and 8 requests in flight; and, once, the
+             latency of 16-byte gets beside a loop of 1 GiB direct puts, then gets, on the same shard
+             (and beside the same loops against the echo, as a control). The 1 GiB points are measured
+             in the first repetition only; --skip-1gib leaves them out (about 13 minutes with them)
 The limit rows come from `ferrite-echo`, which answers without storing anything: what the protocol
 and the loopback transport allow at the same concurrency, with the same tool.
 """
@@ -134,6 +145,30 @@ FULL["metrics"] = {"seconds": 3, "keys": 100_000, "value_size": 16, "connections
 # for exactly the keys, and Redis the same keys through the same loader.
 FULL["memory"] = {"keys": [1_000_000, 4_000_000, 10_000_000], "resp_key_size": 16, "native_key_size": 8,
                   "value_size": 16, "batch": 1000, "in_flight": 8, "settle_s": 1.0, "repeat": 1}
+# Large values: put and get throughput (value bytes per second) at each of `sizes`, one connection
+# with one request in flight (and `many_clients` connections with one each up to
+# `many_clients_size_max`): Ferrite inline (up to `inline_max`) and direct, each with async and
+# sync durability, the echo inline and direct, Redis (no persistence, through `ferrite bench
+# --target resp`) up to `redis_max`. Then the inline/direct crossover at `crossover_sizes` with
+# `crossover_outstanding` requests in flight on one connection, async, Ferrite and the echo. Runs
+# last `seconds` (`seconds_large` from `large_from` bytes); at `once_from` bytes and up a run is
+# `once_ops` operations and the point is measured in the first repetition only (and skipped with
+# --skip-1gib). Each store holds `data_bytes` of values (between 1 and `keys_max` keys). Every
+# size gets a fresh Ferrite server (every point, from `large_from`), whose data directory is
+# deleted after it. Last, once: the small-get probe, `probe_seconds` of 16-byte gets on one
+# connection, one at a time, on an idle one-shard server and while a loop of `probe_loop_size`
+# direct puts, then gets (async), runs on another connection of the same shard; and, as a control,
+# while the same loops run against the echo instead.
+FULL["large-values"] = {
+    "sizes": [4 << 10, 64 << 10, 1 << 20, 64 << 20, 1 << 30],
+    "crossover_sizes": [64 << 10, 256 << 10, 512 << 10, 1 << 20, 2 << 20],
+    "crossover_outstanding": [1, 8],
+    "many_clients": 4, "many_clients_size_max": 64 << 10,
+    "inline_max": 2 << 20, "redis_max": 64 << 20,
+    "seconds": 1.5, "seconds_large": 3, "large_from": 16 << 20, "once_from": 1 << 30, "once_ops": 3,
+    "data_bytes": 256 << 20, "keys_max": 65536, "key_size": 16,
+    "probe_seconds": 5, "probe_keys": 1000, "probe_value_size": 16, "probe_loop_size": 1 << 30,
+}
 QUICK = {
     "small-ops": dict(FULL["small-ops"], seconds=0.5, outstanding=[1, 16], keys=10_000),
     "ycsb": dict(
@@ -155,6 +190,10 @@ QUICK = {
     "memory": dict(FULL["memory"], keys=[20_000]),
     "ado": dict(FULL["ado"], seconds=0.5, in_flight=[1, 16], connections=[16], keys=5_000),
     "metrics": dict(FULL["metrics"], seconds=0.5, keys=10_000, pipelines=[1], scrape_s=0.2),
+    "large-values": dict(FULL["large-values"], sizes=[4 << 10, 3 << 20], crossover_sizes=[1 << 20],
+                         crossover_outstanding=[8], many_clients_size_max=0, seconds=0.5, seconds_large=0.5,
+                         large_from=4 << 20, once_from=1 << 30, data_bytes=16 << 20, probe_seconds=0.5,
+                         probe_loop_size=8 << 20),
 }
 SCENARIOS = list(FULL)
 
@@ -304,9 +343,11 @@ class Run:
             raise Failure("ferrite-server announced no RESP listener or no metrics endpoint")
         return proc, int(lines["resp"][0].rsplit(":", 1)[1]), lines["metrics"][0]
 
-    def start_echo(self, shards=1, pinned=True, get_value_size=0):
+    def start_echo(self, shards=1, pinned=True, get_value_size=0, direct_value_size=None):
         argv = [*(self.server_wrap if pinned else []), self.bin["ferrite-echo"], "--listen", "127.0.0.1:0",
                 "--resp-listen", "127.0.0.1:0", "--shards", str(shards), "--get-value-size", str(get_value_size)]
+        if direct_value_size is not None:
+            argv += ["--direct-value-size", str(direct_value_size)]
         proc, lines = self.start(f"ferrite-echo-{shards}-{get_value_size}", argv, announced)
         return proc, lines["native"], lines["resp"]
 
@@ -343,7 +384,7 @@ class Run:
 
     def ferrite_bench(self, addr, workload, seconds, keys, key_size, value_size, clients=1, outstanding=1,
                       target="native", distribution=None, pool=None, keep_pool=False, pools=1, pinned=True,
-                      durability=None, ops=None, plugin=None):
+                      durability=None, ops=None, plugin=None, transfer=None, extra=()):
         argv = [*(self.ferrite_client_wrap if pinned else []), self.bin["ferrite"], "--addr", addr, "--json", "bench",
                 "--workload", workload, "--target", target, "--key-size", str(key_size),
                 "--value-size", str(value_size), "--keys", str(keys), "--clients", str(clients),
@@ -351,6 +392,9 @@ class Run:
         argv += ["--ops", str(ops)] if ops else ["--duration", str(seconds)]
         if durability:
             argv += ["--durability", durability]
+        if transfer:
+            argv += ["--transfer", transfer]
+        argv += list(extra)
         if plugin:
             argv += ["--plugin", plugin]
         if distribution:
@@ -465,6 +509,8 @@ def ferrite_point(result, op=None):
         "ops": source["ops"],
         "errors": source["errors"],
         "ops_per_s": source["ops_per_s"],
+        # Value bytes moved per second (absent from reports of builds before large values).
+        "bytes_per_s": source.get("bytes_per_s"),
         "p50_us": latency.get("p50"),
         "p90_us": latency.get("p90"),
         "p99_us": latency.get("p99"),
@@ -1349,6 +1395,262 @@ def memory(run):
                     lambda keys=keys: redis(keys, "native", native_format, s["native_key_size"]))
 
 
+# --- large values -------------------------------------------------------------------------------
+
+def process_write_bytes(pid):
+    """Bytes a process has caused to be written to storage (/proc/PID/io `write_bytes`): the log,
+    checkpoints and anything else; None where the kernel does not say."""
+    try:
+        with open(f"/proc/{pid}/io", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("write_bytes:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return None
+
+
+def settle(pid, quiet_s=0.3, timeout_s=60):
+    """Waits until a server has finished the background work of what it was sent (log flushes and
+    checkpoints run on threads of their own, on the same CPU as its shard when pinned): until it
+    uses at most one clock tick of CPU and writes nothing over `quiet_s`. Returns the seconds it
+    took, or None if it was still busy after `timeout_s`."""
+    started = time.monotonic()
+    last = (process_cpu_ticks(pid), process_write_bytes(pid))
+    while time.monotonic() - started < timeout_s:
+        time.sleep(quiet_s)
+        now = (process_cpu_ticks(pid), process_write_bytes(pid))
+        if now[0] - last[0] <= 1 and now[1] == last[1]:
+            return round(time.monotonic() - started - quiet_s, 2)
+        last = now
+    return None
+
+
+def large_keys(s, size):
+    """Keys for `size`-byte values: `data_bytes` of values, between 1 and `keys_max` keys."""
+    return max(1, min(s["keys_max"], s["data_bytes"] // size))
+
+
+def large_points(s, skip_gib):
+    """What the large-values scenario measures, by value size: a list of (system, transfer,
+    durability, clients, outstanding) for each size, the main table's points first, then the
+    crossover's, each once."""
+    by_size = {}
+
+    def add(size, *point):
+        points = by_size.setdefault(size, [])
+        if point not in points:
+            points.append(point)
+
+    for size in s["sizes"]:
+        if skip_gib and size >= s["once_from"]:
+            continue
+        shapes = [(1, 1)] + ([(s["many_clients"], 1)] if size <= s["many_clients_size_max"] else [])
+        for clients, outstanding in shapes:
+            for transfer in (["inline"] if size <= s["inline_max"] else []) + ["direct"]:
+                for durability in ("async", "sync"):
+                    add(size, "ferrite", transfer, durability, clients, outstanding)
+                add(size, "limit", transfer, None, clients, outstanding)
+            if size <= s["redis_max"]:
+                add(size, "redis", "resp", None, clients, outstanding)
+    for size in s["crossover_sizes"]:
+        for outstanding in s["crossover_outstanding"]:
+            for system in ("ferrite", "limit"):
+                for transfer in ("inline", "direct"):
+                    add(size, system, transfer, "async" if system == "ferrite" else None, 1, outstanding)
+    return sorted(by_size.items())
+
+
+def large_values(run, servers):
+    """Put and get throughput of large values: Ferrite inline and direct (async and sync), the
+    echo (the loopback limit) inline and direct, Redis; the inline/direct crossover; the log's
+    write amplification; then, in the first repetition, the small-get probe beside a 1 GiB loop."""
+    s = run.settings["large-values"]
+    first = run.repetition == 0
+    if "large-values-redis" not in servers:
+        port = servers["redis"].get("redis")
+        if not port:
+            port = run.attempt("large-values: starting redis", lambda: run.start_redis("redis")[1])
+        servers["large-values-redis"] = port
+    redis_port = servers["large-values-redis"]
+    for size, points in large_points(s, run.args.skip_1gib):
+        once = size >= s["once_from"]
+        if once and not first:
+            continue
+        large = size >= s["large_from"]
+        keys = large_keys(s, size)
+        timing = dict(ops=s["once_ops"]) if once else dict(seconds=s["seconds_large"] if large else s["seconds"])
+        ferrite = None  # (process, address, data directory), fresh per size (per point when large)
+        echo = None
+        try:
+            for system, transfer, durability, clients, outstanding in points:
+                if system == "redis" and not redis_port:
+                    continue
+                if system == "ferrite" and (ferrite is None or large):
+                    if ferrite:
+                        run.stop(ferrite[0])
+                        shutil.rmtree(ferrite[2], ignore_errors=True)
+                    data = os.path.join(run.work, f"large-{size}-data")
+                    shutil.rmtree(data, ignore_errors=True)
+                    ferrite = run.attempt(f"large-values: starting ferrite-server for {size_text(size)}",
+                                          lambda data=data: (*run.start_ferrite(resp=False, data=data,
+                                                                                name="ferrite-server-large")[:2], data))
+                    if ferrite is None:
+                        continue
+                    ferrite = (ferrite[0], ferrite[1][0], ferrite[2])
+                if system == "limit" and echo is None:
+                    echo = run.attempt(f"large-values: starting the echo for {size_text(size)}",
+                                       lambda: run.start_echo(get_value_size=min(size, s["inline_max"]),
+                                                              direct_value_size=size))
+                    if echo is None:
+                        continue
+                if system == "ferrite" and ferrite is None or system == "limit" and echo is None:
+                    continue
+                addr = {"ferrite": ferrite and ferrite[1], "limit": echo and echo[1][0],
+                        "redis": f"127.0.0.1:{redis_port}"}[system]
+                label = system if system != "ferrite" else f"ferrite-{durability}"
+                labels = dict(transfer=transfer, value_size=size, clients=clients, outstanding=outstanding)
+                what = (f"large-values: {label} {transfer}, {size_text(size)}, {clients} connection(s) x "
+                        f"{outstanding}")
+
+                def measure(system=system, addr=addr, transfer=transfer, durability=durability, label=label,
+                            labels=labels, clients=clients, outstanding=outstanding):
+                    common = dict(keys=keys, key_size=s["key_size"], value_size=size, clients=clients,
+                                  outstanding=outstanding, pool="large", durability=durability,
+                                  target="resp" if system == "redis" else "native",
+                                  transfer=None if system == "redis" else transfer)
+                    timed = {"seconds": 0, **timing}
+                    pid = ferrite[0].pid if system == "ferrite" else None
+                    # Store the keys (one get run of one get), let Ferrite finish the log flushes
+                    # and checkpoints that leaves, then measure gets of the stored keys, settle
+                    # again and measure puts replacing them.
+                    run.ferrite_bench(addr, "get", keep_pool=True, seconds=0, ops=1, **common)
+                    settled = [settle(pid)] if pid else []
+                    got = run.ferrite_bench(addr, "get", keep_pool=True, extra=["--no-preload"], **common, **timed)
+                    run.add("large-values", label, "ferrite bench", ferrite_point(got), op="get", **labels)
+                    before = after = None
+                    if pid:
+                        settled.append(settle(pid))
+                        before = (ferrite_stats(run, addr), process_write_bytes(pid))
+                    put = run.ferrite_bench(addr, "put", **common, **timed)
+                    point = ferrite_point(put)
+                    if pid:
+                        # What the puts left to write (async: the log's tail; checkpoints they
+                        # triggered) counts too.
+                        settled.append(settle(pid))
+                        after = (ferrite_stats(run, addr), process_write_bytes(pid))
+                        point["settle_s"] = settled
+                        stored = put.get("value_bytes") or 0
+                        grown = {name: after[0].get(name, 0) - before[0].get(name, 0)
+                                 for name in ("wal_bytes", "wal_commits", "checkpoints", "puts", "direct_bytes_in")}
+                        disk = None if after[1] is None or before[1] is None else after[1] - before[1]
+                        point.update(value_bytes=stored, wal_bytes=grown["wal_bytes"],
+                                     wal_commits=grown["wal_commits"], checkpoints=grown["checkpoints"],
+                                     direct_bytes_in=grown["direct_bytes_in"], disk_write_bytes=disk,
+                                     wal_bytes_per_value_byte=round(grown["wal_bytes"] / stored, 4) if stored else None,
+                                     disk_bytes_per_value_byte=round(disk / stored, 4) if stored and disk is not None
+                                     else None)
+                    run.add("large-values", label, "ferrite bench", point, op="put", **labels)
+                    if system != "redis":
+                        run.run([run.bin["ferrite"], "--addr", addr, "pool", "delete", "large"], "deleting the pool",
+                                timeout=120)
+                    else:
+                        resp_request(redis_port, "FLUSHALL")
+
+                run.attempt(what, measure)
+        finally:
+            if ferrite:
+                run.stop(ferrite[0])
+                shutil.rmtree(ferrite[2], ignore_errors=True)
+            if echo:
+                run.stop(echo[0])
+    if first:
+        large_values_probe(run, s)
+
+
+def large_values_probe(run, s):
+    """Small gets, one at a time on one connection, on an idle one-shard server, then while a loop
+    of large direct puts and then one of large direct gets runs on another connection of the same
+    shard; then, as a control, while the same loops run against the echo (a process of its own on
+    the server's CPU): the same CPU contention with no shard shared. Both load generators run on the
+    client CPU when pinned."""
+    data = os.path.join(run.work, "large-probe-data")
+    size = s["probe_loop_size"]
+    started = run.attempt("large-values: starting ferrite-server for the probe",
+                          lambda: run.start_ferrite(resp=False, data=data, name="ferrite-server-probe"))
+    if not started:
+        return
+    proc, native, _ = started
+    addr = native[0]
+    echo = run.attempt("large-values: starting the echo for the probe's control",
+                       lambda: run.start_echo(direct_value_size=size))
+    probe = dict(seconds=s["probe_seconds"], keys=s["probe_keys"], key_size=16, value_size=s["probe_value_size"],
+                 pool="probe", keep_pool=True)
+    try:
+        def idle():
+            # The probe's keys, stored once and kept by every probe run after this one.
+            run.ferrite_bench(addr, "get", **dict(probe, seconds=0, ops=1))
+            settle(proc.pid)
+            point = ferrite_point(run.ferrite_bench(addr, "get", extra=["--no-preload"], **probe))
+            run.add("large-values-probe", "ferrite", "ferrite bench", point, op="get", beside="idle")
+        run.attempt("large-values: probe on an idle server", idle)
+        targets = [("ferrite", addr)] + ([("echo", echo[1][0])] if echo else [])
+        for loop_target, loop_addr in targets:
+            for loop_op in ("put", "get"):
+                def busy(loop_op=loop_op, loop_target=loop_target, loop_addr=loop_addr):
+                    loop_s = s["probe_seconds"] + 4
+                    argv = [*run.ferrite_client_wrap, run.bin["ferrite"], "--addr", loop_addr, "--json", "bench",
+                            "--workload", loop_op, "--value-size", str(size), "--keys", "1", "--key-size", "16",
+                            "--transfer", "direct", "--durability", "async", "--duration", str(loop_s), "--pool",
+                            "probe-loop", "--keep-pool"]
+                    if loop_op == "get":
+                        # The loop's key is stored first, and the log flushes and checkpoint that
+                        # leaves are done before the loop and the probe start.
+                        run.ferrite_bench(loop_addr, "get", 0, 1, 16, size, ops=1, transfer="direct",
+                                          durability="async", pool="probe-loop", keep_pool=True)
+                        argv.append("--no-preload")
+                    settle(proc.pid)
+                    run.commands.append(display(argv) + " &  # then, once it measures:")
+                    err_path = os.path.join(run.work, f"probe-loop-{loop_target}-{loop_op}.err")
+                    with open(err_path, "wb") as err:
+                        loop = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=err, cwd=ROOT)
+                    try:
+                        # Its first progress line comes a second into its measured phase (after the
+                        # preload of a get loop).
+                        deadline = time.monotonic() + 120
+                        while True:
+                            with open(err_path, encoding="utf-8", errors="replace") as f:
+                                if any(line.startswith("bench:") for line in f):
+                                    break
+                            if loop.poll() is not None or time.monotonic() > deadline:
+                                raise Failure(f"the {loop_op} loop never started measuring")
+                            time.sleep(0.05)
+                        point = ferrite_point(run.ferrite_bench(addr, "get", extra=["--no-preload"], **probe))
+                        out, _ = loop.communicate(timeout=loop_s + 300)
+                    finally:
+                        if loop.poll() is None:
+                            loop.kill()
+                            loop.wait()
+                    beside = f"{loop_op} loop" + ("" if loop_target == "ferrite" else " on echo")
+                    run.add("large-values-probe", "ferrite", "ferrite bench", point, op="get", beside=beside)
+                    result = json.loads(out)
+                    result["command"] = display(argv)
+                    run.add("large-values-probe", "ferrite" if loop_target == "ferrite" else "limit", "ferrite bench",
+                            ferrite_point(result), op=loop_op, beside="loop", value_size=size)
+                where = "the same shard" if loop_target == "ferrite" else "the echo"
+                run.attempt(f"large-values: probe beside a loop of {size_text(size)} direct {loop_op}s on {where}",
+                            busy)
+    finally:
+        run.stop(proc)
+        shutil.rmtree(data, ignore_errors=True)
+        if echo:
+            run.stop(echo[0])
+
+
+def size_text(size):
+    return report.size_label(size)
+
+
 # --- the run ----------------------------------------------------------------------------------
 
 def build(run, only):
@@ -1394,6 +1696,8 @@ def main():
                         f"(default {REPEAT_FULL}, --quick {REPEAT_QUICK})")
     parser.add_argument("--pin", choices=["auto", "on", "off"], default="auto",
                         help="servers on CPU 0 and load generators on CPU 1 (default: when there are 2+ CPUs)")
+    parser.add_argument("--skip-1gib", action="store_true", help="large-values: leave out the 1 GiB points (about "
+                        "2 minutes of the scenario; the probe's loop stays at its size)")
     parser.add_argument("--render", metavar="JSON", help="only redraw the tables and plots of an earlier run from "
                         "its .json (after a change to bench/report.py or bench/plots.py); measures nothing")
     args = parser.parse_args()
@@ -1452,7 +1756,7 @@ def main():
 
         scenarios = [("small-ops", small_ops), ("ycsb", ycsb), ("values", values), ("shards", shards),
                      ("durability", durability), ("poll", poll), ("ado", ado), ("metrics", metrics),
-                     ("restart", restart), ("memory", memory)]
+                     ("restart", restart), ("memory", memory), ("large-values", large_values)]
         for name, scenario in scenarios:
             if name not in only:
                 continue

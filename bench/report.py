@@ -29,6 +29,11 @@ SYSTEMS = {
     "limit-resp": "limit RESP (echo)",
 }
 
+# The large-values target: direct transfers of this size and up reach this fraction of the echo's
+# bandwidth with async durability.
+LARGE_TARGET_FROM_BYTES = 1 << 20
+LARGE_TARGET_FRACTION = 0.8
+
 # The limit each system's figures are read against: the echo over the same protocol family and
 # with the same load generator.
 LIMIT_OF = {
@@ -114,6 +119,29 @@ NOTES = [
     "with `ferrite bench --workload get --ops 1` (its preload, async puts); Redis gets the same "
     "{memory_native_key_size}-byte keys through the MSET loader. Redis's `used_memory` counts what "
     "its allocator handed out; its RSS also counts the allocator's free pages and fragmentation.",
+    "Large values: one shard, every row driven by `ferrite bench` with one runtime thread "
+    "(Redis, without persistence, through `--target resp`: the `redis` crate, the same load generator), "
+    "{large_seconds} s per point ({large_seconds_large} s from {large_large_from_label}; at {large_once_from_label} "
+    "each run is {large_once_ops} operations, measured once). GiB/s counts the value bytes of completed "
+    "operations over the measured phase (ops/s x value size). Ferrite gets inline with `Pool::get_bytes` (the "
+    "value stays in the response frame's buffer) and directly with `Pool::get_direct_into_memory` into a "
+    "`DirectMemory` of the worker's own, allocated and touched before the clock starts; puts inline with "
+    "`Pool::put_with` up to the client's `DIRECT_THRESHOLD_BYTES` (1 MiB) and, past it, with one `put` frame on "
+    "a connection of the bench's own (the client would send them directly), directly with "
+    "`Pool::put_direct_with`. Each point first stores its keys (`--workload get --ops 1 --keep-pool`), "
+    "waits until the Ferrite server is quiet (at most one clock tick of CPU and no byte written over 0.3 s: "
+    "the log flushes and checkpoints the load left have finished; they run on the server's CPU when pinned, "
+    "and would otherwise land in the measured runs), measures gets of the stored keys (`--no-preload`), waits "
+    "again, then measures puts replacing them. "
+    "Each size runs on a fresh server (each point from {large_large_from_label}), whose data directory is "
+    "deleted after it. Write amplification: the growth of the shard's `wal_bytes` statistic over a put run "
+    "(read with `ferrite stats` just before it and once the server is quiet again after it, so the log's tail "
+    "and the checkpoints the puts triggered count) divided by the value bytes the run stored, and the server "
+    "process's `write_bytes` from /proc/PID/io over the same span (log, checkpoints, and what the filesystem "
+    "adds) divided by the same; checkpoints counts the checkpoints taken in that span. The "
+    "echo answers a direct read with pieces of a 2 MiB buffer of zeros that stays in the CPU's caches, and "
+    "at one request in flight it sleeps between requests (Ferrite polls briefly after a batch, `poll_us`), "
+    "so at small sizes Ferrite can pass the echo: there the echo is no limit.",
     "The limit rows come from `ferrite-echo`, which decodes every request like a server and answers "
     "it without storing anything, over the same loopback TCP, at the same concurrency, driven by the "
     "same tool: what protocol plus transport allow. \"÷ limit\" is a row's throughput as a fraction "
@@ -717,6 +745,178 @@ def section_memory(doc):
     return lines
 
 
+def section_large_values(doc):
+    """Large values: throughput by size against the echo and Redis, the target, what sync costs,
+    write amplification, the inline/direct crossover and the small-get probe."""
+    rows, s = doc["rows"], doc["settings"].get("large-values")
+    lines = ["## Large values", ""]
+    if not s or not any(row["scenario"] == "large-values" for row in rows):
+        return lines + ["Not measured: this run is older than this scenario, or every point of it failed.", ""]
+
+    def gib(row):
+        value = (row or {}).get("bytes_per_s")
+        return None if value is None else value / (1 << 30)
+
+    def fmt_gib(value):
+        return "-" if value is None else f"{value:.3f}"
+
+    def get(system, op, transfer, size, clients=1, outstanding=1):
+        return find(rows, "large-values", system, op=op, transfer=transfer, value_size=size, clients=clients,
+                    outstanding=outstanding)
+
+    sizes = sorted({row["value_size"] for row in rows if row["scenario"] == "large-values"})
+    main_sizes = [size for size in s["sizes"] if size in sizes]
+    lines += ["Value bytes per second (GiB/s), one shard, every row driven by `ferrite bench`; \"echo\" is the "
+              "loopback limit (`ferrite-echo`) over the same transfer, Redis runs without persistence "
+              "(`--target resp`). Ratios divide GiB/s.", ""]
+    columns = [("ferrite-async", "inline"), ("ferrite-sync", "inline"), ("ferrite-async", "direct"),
+               ("ferrite-sync", "direct"), ("limit", "inline"), ("limit", "direct"), ("redis", "resp")]
+    header = ["value", "op", "inline async", "inline sync", "direct async", "direct sync", "echo inline",
+              "echo direct", "Redis", "**direct async ÷ echo**", "direct sync ÷ echo", "inline async ÷ echo",
+              "direct async ÷ Redis", "inline async ÷ Redis"]
+    for clients in sorted({row["clients"] for row in rows if row["scenario"] == "large-values"}):
+        body = []
+        for size in main_sizes:
+            for op in ("put", "get"):
+                g = {column: gib(get(*column[:1], op, column[1], size, clients)) for column in columns}
+                if not any(value is not None for value in g.values()):
+                    continue
+                body.append([size_label(size), op, *(fmt_gib(g[column]) for column in columns),
+                             f"**{fmt_ratio(ratio(g[('ferrite-async', 'direct')], g[('limit', 'direct')]))}**",
+                             fmt_ratio(ratio(g[("ferrite-sync", "direct")], g[("limit", "direct")])),
+                             fmt_ratio(ratio(g[("ferrite-async", "inline")], g[("limit", "inline")])),
+                             fmt_ratio(ratio(g[("ferrite-async", "direct")], g[("redis", "resp")])),
+                             fmt_ratio(ratio(g[("ferrite-async", "inline")], g[("redis", "resp")]))])
+        if not body:
+            continue
+        shape = "one connection" if clients == 1 else f"{clients} connections"
+        lines += [f"### Throughput by value size, {shape}, one request in flight each (GiB/s)", ""]
+        lines += table(header, body, ["---:", "---", *["---:"] * (len(header) - 2)])
+        lines.append("")
+
+    # The target: direct, async, 1 MiB and up, every shape measured on one connection.
+    verdicts = []
+    body = []
+    for size in sizes:
+        if size < LARGE_TARGET_FROM_BYTES:
+            continue
+        for outstanding in sorted({row["outstanding"] for row in rows if row["scenario"] == "large-values"}):
+            for op in ("put", "get"):
+                ferrite = gib(get("ferrite-async", op, "direct", size, 1, outstanding))
+                echo = gib(get("limit", op, "direct", size, 1, outstanding))
+                fraction = ratio(ferrite, echo)
+                if fraction is None:
+                    continue
+                met = fraction >= LARGE_TARGET_FRACTION
+                verdicts.append(met)
+                body.append([size_label(size), outstanding, op, fmt_gib(ferrite), fmt_gib(echo),
+                             f"**{fraction:.2f}**", "yes" if met else "**no**"])
+    if body:
+        overall = "met" if all(verdicts) else f"not met ({verdicts.count(False)} of {len(verdicts)} points below)"
+        lines += [f"### Target: direct transfers from {size_label(LARGE_TARGET_FROM_BYTES)} reach "
+                  f"{LARGE_TARGET_FRACTION:.0%} of loopback bandwidth with async durability: {overall}", ""]
+        lines += table(["value", "in flight", "op", "Ferrite direct async GiB/s", "echo direct GiB/s",
+                        "Ferrite ÷ echo", f"≥ {LARGE_TARGET_FRACTION:.2f}"], body,
+                       ["---:", "---:", "---", "---:", "---:", "---:", "---"])
+        lines.append("")
+
+    # What sync costs, and the log's write amplification, on every Ferrite put point.
+    body = []
+    for row in sorted((r for r in rows if r["scenario"] == "large-values" and r["op"] == "put"
+                       and r["system"].startswith("ferrite")),
+                      key=lambda r: (r["value_size"], r["clients"], r["outstanding"], r["transfer"], r["system"])):
+        durability = row["system"].split("-", 1)[1]
+        other = get("ferrite-async", "put", row["transfer"], row["value_size"], row["clients"], row["outstanding"])
+        cost = ratio(gib(row), gib(other)) if durability == "sync" else None
+        body.append([size_label(row["value_size"]), f"{row['clients']} x {row['outstanding']}", row["transfer"],
+                     durability, fmt_gib(gib(row)), "-" if cost is None else fmt_ratio(cost),
+                     fmt_us(row.get("p50_us")), fmt_us(row.get("p99_us")), fmt_number(row.get("value_bytes")),
+                     fmt_number(row.get("wal_bytes_per_value_byte")), fmt_number(row.get("disk_bytes_per_value_byte")),
+                     fmt_number(row.get("checkpoints")), fmt_number(row.get("wal_commits"))])
+    if body:
+        lines += ["### Puts: what sync costs, and bytes written per value byte", "",
+                  "Every Ferrite put point. Sync ÷ async compares GiB/s at the same size, shape and transfer. Log "
+                  "bytes per value byte: growth of the shard's `wal_bytes` over the run ÷ value bytes stored; disk "
+                  "bytes per value byte: the server process's `write_bytes` (/proc/PID/io: log, checkpoints and the "
+                  "filesystem's own writes) over the run ÷ the same. Checkpoints and log commits taken during the run.",
+                  ""]
+        lines += table(["value", "connections x in flight", "transfer", "durability", "put GiB/s", "sync ÷ async",
+                        "p50 us", "p99 us", "value bytes stored", "log bytes / value byte", "disk bytes / value byte",
+                        "checkpoints", "log commits"], body, ["---:", "---:", "---", "---", *["---:"] * 9])
+        lines.append("")
+
+    # The crossover.
+    body = []
+    for size in s["crossover_sizes"]:
+        for outstanding in s["crossover_outstanding"]:
+            for op in ("put", "get"):
+                fi = gib(get("ferrite-async", op, "inline", size, 1, outstanding))
+                fd = gib(get("ferrite-async", op, "direct", size, 1, outstanding))
+                ei = gib(get("limit", op, "inline", size, 1, outstanding))
+                ed = gib(get("limit", op, "direct", size, 1, outstanding))
+                if fi is None and fd is None:
+                    continue
+                faster = "-" if fi is None or fd is None else ("direct" if fd > fi else "inline")
+                body.append([size_label(size), outstanding, op, fmt_gib(fi), fmt_gib(fd),
+                             f"**{fmt_ratio(ratio(fd, fi))}**", faster, fmt_gib(ei), fmt_gib(ed),
+                             fmt_ratio(ratio(ed, ei))])
+    if body:
+        lines += ["### Inline against direct (async, one connection)", "",
+                  "GiB/s with one request in flight and with several (`--outstanding`). Direct ÷ inline above 1: "
+                  "direct is faster there. The echo columns show the same comparison with no store behind the "
+                  "protocol.", ""]
+        lines += table(["value", "in flight", "op", "Ferrite inline", "Ferrite direct", "direct ÷ inline", "faster",
+                        "echo inline", "echo direct", "echo direct ÷ inline"], body,
+                       ["---:", "---:", "---", "---:", "---:", "---:", "---", "---:", "---:", "---:"])
+        lines.append("")
+
+    # The probe.
+    probe = {row["beside"]: row for row in rows if row["scenario"] == "large-values-probe" and row["op"] == "get"
+             and row.get("beside") != "loop"}
+    loops = {(row["system"], row["op"]): row for row in rows
+             if row["scenario"] == "large-values-probe" and row.get("beside") == "loop"}
+    if probe:
+        loop_size = size_label(s["probe_loop_size"])
+        lines += [f"### Small gets beside transfers of {loop_size}", "",
+                  f"{s['probe_value_size']}-byte gets, one connection, one at a time, {s['probe_seconds']} s, on a "
+                  f"one-shard server: idle, then while another connection of the same shard runs a loop of {loop_size} "
+                  "direct puts (async), then of direct gets. The control rows run the same loops against the echo "
+                  "instead (its own process on the server's CPU): the same contention for the CPUs, no shard "
+                  "shared. Latency in us.", ""]
+        body = []
+        for beside, title, loop_key in (
+                ("idle", "idle server", None),
+                ("put loop", f"beside {loop_size} direct puts, same shard", ("ferrite", "put")),
+                ("get loop", f"beside {loop_size} direct gets, same shard", ("ferrite", "get")),
+                ("put loop on echo", f"control: {loop_size} direct puts to the echo", ("limit", "put")),
+                ("get loop on echo", f"control: {loop_size} direct gets from the echo", ("limit", "get"))):
+            row = probe.get(beside)
+            if not row:
+                continue
+            loop = loops.get(loop_key) if loop_key else None
+            body.append([title, fmt_rate(row["ops_per_s"]), fmt_us(row.get("p50_us")), fmt_us(row.get("p90_us")),
+                         fmt_us(row.get("p99_us")), fmt_us(row.get("p99_9_us")), fmt_us(row.get("max_us")),
+                         "-" if loop is None else fmt_gib(gib(loop)), row.get("errors", 0)])
+        lines += table(["probe", "gets/s", "p50", "p90", "p99", "p99.9", "max", "loop GiB/s", "errors"], body,
+                       ["---", *["---:"] * 8])
+        lines.append("")
+
+    lines += ["<details><summary>Every point with its latencies</summary>", ""]
+    detail = []
+    for row in sorted((r for r in rows if r["scenario"] == "large-values"),
+                      key=lambda r: (r["value_size"], r["clients"], r["outstanding"], r["op"], r["system"],
+                                     r["transfer"])):
+        detail.append([size_label(row["value_size"]), f"{row['clients']} x {row['outstanding']}", row["op"],
+                       SYSTEMS.get(row["system"], row["system"]), row["transfer"], fmt_gib(gib(row)),
+                       fmt_rate(row["ops_per_s"]), fmt_us(row.get("p50_us")), fmt_us(row.get("p99_us")),
+                       fmt_us(row.get("p99_9_us")), fmt_us(row.get("max_us")), spread(row), row.get("errors", 0)])
+    lines += table(["value", "connections x in flight", "op", "system", "transfer", "GiB/s", "ops/s", "p50 us",
+                    "p99 us", "p99.9 us", "max us", "spread", "errors"], detail,
+                   ["---:", "---:", "---", "---", "---", *["---:"] * 8])
+    lines += ["", "</details>", ""]
+    return lines
+
+
 def fmt_bytes(value):
     return "-" if value is None else f"{value:,.1f}"
 
@@ -734,7 +934,7 @@ def fmt_number(value):
 
 
 def size_label(size):
-    for unit, scale in (("MiB", 1 << 20), ("KiB", 1 << 10)):
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
         if size >= scale and size % scale == 0:
             return f"{size // scale} {unit}"
     return f"{size} B"
@@ -760,7 +960,8 @@ def markdown(doc, plots):
             lines += [f"![{title_}]({os.path.basename(path)})", ""]
     sections = {"small-ops": section_small_ops, "ycsb": section_ycsb, "values": section_values, "shards": section_shards,
                 "durability": section_durability, "poll": section_poll, "ado": section_ado,
-                "metrics": section_metrics, "restart": section_restart, "memory": section_memory}
+                "metrics": section_metrics, "restart": section_restart, "memory": section_memory,
+                "large-values": section_large_values}
     for name in doc["scenarios"]:
         if name in sections:
             lines += sections[name](doc)
@@ -778,7 +979,8 @@ def markdown(doc, plots):
         "small_key_size": settings.get("small-ops", settings.get("values", {})).get("key_size", 16),
     }
     for prefix, name in (("ycsb", "ycsb"), ("values", "values"), ("shards", "shards"), ("durability", "durability"),
-                         ("poll", "poll"), ("ado", "ado"), ("restart", "restart"), ("memory", "memory")):
+                         ("poll", "poll"), ("ado", "ado"), ("restart", "restart"), ("memory", "memory"),
+                         ("large", "large-values")):
         for key, value in settings.get(name, {}).items():
             values[f"{prefix}_{key}"] = value
     if "poll_connections" in values:
@@ -794,6 +996,9 @@ def markdown(doc, plots):
         values["ado_keys"] = f"{values['ado_keys']:,}"
         values["ado_placement"] = ("both on CPU 0 (a host inherits the server's CPU), the load generator on CPU 1"
                                    if doc["placement"] == "pinned" else "nothing pinned")
+    for key in ("large_large_from", "large_once_from"):
+        if key in values:
+            values[key + "_label"] = size_label(values[key])
     if "values_data_bytes" in values:
         values["values_data_mib"] = values["values_data_bytes"] >> 20
     lines += ["## How to read this", ""]

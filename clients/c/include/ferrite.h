@@ -478,7 +478,7 @@ enum ferrite_status ferrite_pool_close(struct ferrite_pool *pool);
 // `FERRITE_KEY_EXISTS`, update-only with `FERRITE_KEY_NOT_FOUND`; without a durability flag the
 // pool's default applies. The bytes are read before the call returns.
 //
-// A value longer than 1 MiB travels as a direct transfer by itself: in pipelined pieces read
+// A value longer than 2 MiB travels as a direct transfer by itself: in pipelined pieces read
 // straight from `value`, made the key's value at once when the last has arrived (a reader sees
 // the old value or the new one). Values may be as long as the server's
 // `limits.direct_value_bytes_max` (1 GiB by default); a longer one fails with
@@ -661,7 +661,7 @@ enum ferrite_status ferrite_invoke_put(const struct ferrite_pool *pool,
 // the operation, to be freed with `ferrite_op_free`; its final status comes from
 // `ferrite_op_poll` or `ferrite_op_wait`. The submission itself fails only for invalid
 // arguments (then `*out` is NULL); every other failure is the operation's status. Key and value
-// are copied before the call returns; a value longer than 1 MiB then travels as a direct
+// are copied before the call returns; a value longer than 2 MiB then travels as a direct
 // transfer, as `ferrite_put`'s does.
 //
 // Operations submitted from one thread leave on the pool's connection in submission order.

@@ -151,7 +151,7 @@ unsafe fn hand_out(out: *mut *mut ferrite_op, op: Box<ferrite_op>) {
 /// the operation, to be freed with `ferrite_op_free`; its final status comes from
 /// `ferrite_op_poll` or `ferrite_op_wait`. The submission itself fails only for invalid
 /// arguments (then `*out` is NULL); every other failure is the operation's status. Key and value
-/// are copied before the call returns; a value longer than 1 MiB then travels as a direct
+/// are copied before the call returns; a value longer than 2 MiB then travels as a direct
 /// transfer, as `ferrite_put`'s does.
 ///
 /// Operations submitted from one thread leave on the pool's connection in submission order.

@@ -120,7 +120,7 @@ pub unsafe extern "C" fn ferrite_pool_close(pool: *mut ferrite_pool) -> ferrite_
 /// `FERRITE_KEY_EXISTS`, update-only with `FERRITE_KEY_NOT_FOUND`; without a durability flag the
 /// pool's default applies. The bytes are read before the call returns.
 ///
-/// A value longer than 1 MiB travels as a direct transfer by itself: in pipelined pieces read
+/// A value longer than 2 MiB travels as a direct transfer by itself: in pipelined pieces read
 /// straight from `value`, made the key's value at once when the last has arrived (a reader sees
 /// the old value or the new one). Values may be as long as the server's
 /// `limits.direct_value_bytes_max` (1 GiB by default); a longer one fails with

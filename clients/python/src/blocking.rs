@@ -279,7 +279,7 @@ impl Pool {
     ///
     /// `create_only` raises `KeyExists` instead of replacing; `update_only` raises `KeyNotFound`
     /// instead of inserting; `durability` ("sync" or "async") overrides the pool's default for
-    /// this write. A value longer than 1 MiB travels as a direct transfer by itself, in pipelined
+    /// this write. A value longer than 2 MiB travels as a direct transfer by itself, in pipelined
     /// pieces read straight from `value` and made the key's value at once when the last has
     /// arrived, up to the server's `limits.direct_value_bytes_max` (1 GiB by default): a longer
     /// one raises `ValueTooLarge`, one the pool has no room for `PoolFull`.

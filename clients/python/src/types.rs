@@ -20,7 +20,7 @@ use crate::errors::invalid_argument;
 ///
 /// `value_bytes_max` is the largest value that travels inline, in one frame (2 MiB on a default
 /// server); it does not bound what may be stored. Longer values travel as direct transfers by
-/// themselves: `put` sends a value past 1 MiB in pipelined pieces, and `get` and `get_into` read a
+/// themselves: `put` sends a value past 2 MiB in pipelined pieces, and `get` and `get_into` read a
 /// value too long to come inline the same way, up to the server's
 /// `limits.direct_value_bytes_max` (1 GiB by default; a longer put raises `ValueTooLarge`).
 #[pyclass(module = "ferrite", frozen, get_all)]

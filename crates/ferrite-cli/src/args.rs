@@ -80,7 +80,7 @@ pub enum Command {
     #[command(subcommand)]
     Pool(PoolCommand),
 
-    /// Store a value under a key. Values past 1 MiB travel as direct transfers, up to the
+    /// Store a value under a key. Values past 2 MiB travel as direct transfers, up to the
     /// server's `limits.direct_value_bytes_max` (1 GiB by default).
     Put {
         pool: String,

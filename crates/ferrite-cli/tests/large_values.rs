@@ -23,7 +23,7 @@ const CLI_TIMEOUT: Duration = Duration::from_secs(60);
 const MIB: usize = 1 << 20;
 
 /// `ferrite_client::DIRECT_THRESHOLD_BYTES`: the longest value that still travels inline.
-const THRESHOLD: usize = MIB;
+const THRESHOLD: usize = 2 * MIB;
 
 /// A one-shard server with a pool `p` large enough for every value these tests store.
 fn server_with_pool() -> TestServer {

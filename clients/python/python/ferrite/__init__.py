@@ -22,7 +22,7 @@ to numbers) and ``ConnectionFailed`` / ``ConnectionClosed`` / ``UnexpectedRespon
 on the client's side.
 
 Values up to ``session.limits.value_bytes_max`` (2 MiB on a default server) travel inline; longer
-ones travel as direct transfers by themselves (``put`` sends a value past 1 MiB in pipelined
+ones travel as direct transfers by themselves (``put`` sends a value past 2 MiB in pipelined
 pieces; ``get`` and ``get_into`` read one too long to come inline the same way, ``get_into``
 straight into its buffer), up to the server's ``limits.direct_value_bytes_max`` (1 GiB by
 default). ``Pool.get_offset`` / ``get_into(..., offset=)`` read a slice of a value and

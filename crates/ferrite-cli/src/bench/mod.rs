@@ -15,9 +15,16 @@
 //! and memcached's text protocol through a small client of our own, so a comparison between
 //! stores measures the stores, not two different load generators.
 //!
+//! Values may be up to 1 GiB (`--value-size`): past the server's inline limit the native target
+//! moves them with direct transfers, and `--transfer` chooses between inline and direct where both
+//! are possible. The value is generated once and shared by every worker, and a worker reading
+//! values directly reads them into one buffer of its own, allocated before the clock starts, so a
+//! run of large values measures the transfers rather than the allocator.
+//!
 //! `workload` and `distribution` hold the pure choices (operation mixes, YCSB's among them; which
-//! key each operation touches), `target` the three protocol clients, `runner` the async driving
-//! of a run, `report` the rendering of results as a table or one JSON document.
+//! key each operation touches), `target` the three protocol clients, `inline` the connection that
+//! sends puts inline past the client's own threshold, `runner` the async driving of a run,
+//! `report` the rendering of results as a table or one JSON document.
 
 mod distribution;
 mod memcache;
@@ -51,14 +58,22 @@ const TIMED_INSERTS_ROOM: u64 = 1_000_000;
 const POOLS_MAX: u32 = 1024;
 
 /// Value length when `--value-size` is not given.
-const DEFAULT_VALUE_SIZE: u32 = 16;
+const DEFAULT_VALUE_SIZE: u64 = 16;
+
+/// Longest value `--value-size` accepts: 1 GiB, the server's default
+/// `limits.direct_value_bytes_max`.
+pub const VALUE_SIZE_MAX: u64 = 1 << 30;
+
+/// Most direct transfers the server lets one session hold open at once (its
+/// `TRANSFERS_PER_SESSION_MAX`): a client's operations in flight when they go direct.
+const DIRECT_TRANSFERS_PER_SESSION_MAX: u32 = 64;
 
 /// What `--workload invoke` sends the shipped plugins unless `--payload` and `--value-size` say
 /// otherwise: (plugin, payload, value size). Each is the plugin's cheapest request that does its
 /// work: passthru ignores its payload, and a counter's `add 1` on its 8-byte value is the
 /// increment the benchmark is after. A plugin not listed has no payload the benchmark could guess,
 /// so `--payload` is required for it.
-const SHIPPED_PLUGIN_DEFAULTS: [(&str, &str, u32); 2] = [("passthru", "", DEFAULT_VALUE_SIZE), ("counter", "add 1", 8)];
+const SHIPPED_PLUGIN_DEFAULTS: [(&str, &str, u64); 2] = [("passthru", "", DEFAULT_VALUE_SIZE), ("counter", "add 1", 8)];
 
 /// Options of `ferrite bench`.
 #[derive(Debug, Clone, Args)]
@@ -85,10 +100,19 @@ pub struct BenchArgs {
     #[arg(long, value_name = "BYTES", default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..))]
     pub key_size: u32,
 
-    /// Value length in bytes [default: 16; 8 with --plugin counter, its 64-bit integer]. An
-    /// invoke workload creates absent keys with values of this many zero bytes.
-    #[arg(long, value_name = "BYTES")]
-    pub value_size: Option<u32>,
+    /// Value length in bytes, up to 1 GiB; KiB, MiB and GiB suffixes allowed (`64KiB`, `1GiB`)
+    /// [default: 16; 8 with --plugin counter, its 64-bit integer]. Values past the server's inline
+    /// limit (2 MiB by default) go as direct transfers (native only). An invoke workload creates
+    /// absent keys with values of this many zero bytes.
+    #[arg(long, value_name = "BYTES", value_parser = parse_value_size)]
+    pub value_size: Option<u64>,
+
+    /// How native puts and gets move their values. auto: as `Pool::put` and `Pool::get` choose
+    /// (puts past the client's DIRECT_THRESHOLD_BYTES go direct; gets go inline while the server
+    /// can send the value inline, direct beyond). inline: every put and get in one frame (values
+    /// up to the server's inline limit). direct: every put and get as a direct transfer.
+    #[arg(long, value_enum, default_value_t = Transfer::Auto)]
+    pub transfer: Transfer,
 
     /// Size of the key space: keys 0..N (YCSB's record count). Inserts add keys after it.
     #[arg(long, value_name = "N", default_value_t = 100_000, value_parser = clap::value_parser!(u64).range(1..))]
@@ -131,6 +155,13 @@ pub struct BenchArgs {
     /// Leave the pool and its keys in place at the end.
     #[arg(long)]
     pub keep_pool: bool,
+
+    /// Measure at once, without storing the key space first: the keys are already there (an
+    /// earlier run's --keep-pool). A missing key fails its get. Lets a harness wait for the
+    /// server to finish the background work a preload leaves (log flushes, checkpoints) before
+    /// it measures. An invoke run then starts its plugin hosts in the measured phase.
+    #[arg(long)]
+    pub no_preload: bool,
 
     /// Durability of every put (native only): sync waits for stable storage, async does not.
     /// Also the default of the pools the benchmark creates, which is the durability of an
@@ -205,6 +236,24 @@ impl WorkloadKind {
     }
 }
 
+/// How the native target moves values (`--transfer`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Transfer {
+    Auto,
+    Inline,
+    Direct,
+}
+
+impl Transfer {
+    pub fn name(self) -> &'static str {
+        match self {
+            Transfer::Auto => "auto",
+            Transfer::Inline => "inline",
+            Transfer::Direct => "direct",
+        }
+    }
+}
+
 /// Which protocol `ferrite bench` speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum TargetKind {
@@ -250,6 +299,7 @@ pub struct Plan {
     pub target: TargetKind,
     pub key_size: usize,
     pub value_size: usize,
+    pub transfer: Transfer,
     pub keys: u64,
     pub clients: u32,
     pub outstanding: u32,
@@ -257,6 +307,8 @@ pub struct Plan {
     pub pools: u32,
     pub pool: String,
     pub keep_pool: bool,
+    /// `--no-preload`: the key space is stored already.
+    pub no_preload: bool,
     pub durability: Option<ferrite_client::Durability>,
     /// Set exactly for `--workload invoke`.
     pub invoke: Option<Invoke>,
@@ -318,6 +370,12 @@ impl Plan {
                 args.target.name()
             ));
         }
+        if args.transfer != Transfer::Auto && args.target != TargetKind::Native {
+            return Err(format!(
+                "--transfer applies to --target native; the {} target sends every value inline",
+                args.target.name()
+            ));
+        }
         if args.pools > 1 && args.target != TargetKind::Native {
             return Err(format!(
                 "--pools applies to --target native; the {} target has no pools (to load several shards, \
@@ -334,6 +392,13 @@ impl Plan {
                 .map_or(DEFAULT_VALUE_SIZE, |&(_, _, size)| size),
             (None, None) => DEFAULT_VALUE_SIZE,
         };
+        if args.transfer == Transfer::Inline && value_size > ferrite_proto::VALUE_INLINE_BYTES_MAX as u64 {
+            return Err(format!(
+                "--transfer inline sends each value in one frame, which holds at most {} bytes \
+                 (the protocol's inline limit); --value-size {value_size} needs --transfer direct or auto",
+                ferrite_proto::VALUE_INLINE_BYTES_MAX
+            ));
+        }
         let key_size = args.key_size as usize;
         let widest = decimal_digits(args.keys - 1);
         if widest > key_size {
@@ -359,7 +424,8 @@ impl Plan {
             distribution,
             target: args.target,
             key_size,
-            value_size: value_size as usize,
+            value_size: usize::try_from(value_size).expect("--value-size is at most 1 GiB"),
+            transfer: args.transfer,
             keys: args.keys,
             clients: args.clients,
             outstanding: args.outstanding,
@@ -367,6 +433,7 @@ impl Plan {
             pools: args.pools,
             pool: args.pool.clone(),
             keep_pool: args.keep_pool,
+            no_preload: args.no_preload,
             durability: args.durability,
             invoke,
             seed: args.seed,
@@ -374,6 +441,9 @@ impl Plan {
             tls: None,
             credentials: None,
         };
+        if plan.puts_may_go_direct() {
+            plan.check_direct_outstanding()?;
+        }
         if plan.inserts() && plan.insert_end() <= plan.keys {
             return Err(format!(
                 "--workload {} inserts keys after the {} preloaded ones, and --key-size {key_size} leaves no \
@@ -429,12 +499,52 @@ impl Plan {
     /// bytes, exactly what create-on-demand makes of an absent key, so the plugin finds a
     /// preloaded key as its first invocation would have created it (a counter starts at 0,
     /// where the printable pattern would read as some large number); otherwise the printable
-    /// pattern.
+    /// pattern. A run makes it once and shares it (see `runner`): a 1 GiB value must not be
+    /// copied per worker.
     pub fn value(&self) -> Vec<u8> {
         match self.invoke {
             Some(_) => vec![0; self.value_size],
             None => workload::value_pattern(self.value_size),
         }
+    }
+
+    /// Whether this run's puts may go as direct transfers: `--transfer direct`, or auto with values
+    /// longer than the client sends inline.
+    pub fn puts_may_go_direct(&self) -> bool {
+        match self.transfer {
+            Transfer::Direct => true,
+            Transfer::Inline => false,
+            Transfer::Auto => self.value_size > ferrite_client::DIRECT_THRESHOLD_BYTES,
+        }
+    }
+
+    /// Refuses more operations in flight per client than the server lets a session hold direct
+    /// transfers open, for a plan whose operations go direct.
+    pub fn check_direct_outstanding(&self) -> Result<(), String> {
+        if self.outstanding > DIRECT_TRANSFERS_PER_SESSION_MAX {
+            return Err(format!(
+                "--outstanding {} with direct transfers: the server lets a connection hold at most \
+                 {DIRECT_TRANSFERS_PER_SESSION_MAX} open at once (spread the load with --clients)",
+                self.outstanding
+            ));
+        }
+        Ok(())
+    }
+
+    /// Puts in flight during the preload: `PRELOAD_OUTSTANDING`, or fewer where there are fewer
+    /// keys, or where the puts go direct and each client may hold only so many transfers open.
+    pub fn preload_outstanding(&self) -> u64 {
+        let mut outstanding = runner::PRELOAD_OUTSTANDING.min(self.keys);
+        if self.puts_may_go_direct() {
+            outstanding = outstanding.min(u64::from(DIRECT_TRANSFERS_PER_SESSION_MAX) * u64::from(self.clients));
+        }
+        outstanding
+    }
+
+    /// Puts that may be in flight at once, the preload's included.
+    fn puts_in_flight_max(&self) -> u64 {
+        let preload = if self.preloads() { self.preload_outstanding() } else { 0 };
+        self.workers().max(preload)
     }
 
     /// Worker futures in the measured phase.
@@ -444,7 +554,7 @@ impl Plan {
 
     /// Whether the key space is stored before the measured phase.
     pub fn preloads(&self) -> bool {
-        self.mix != Mix::ALL_PUTS
+        self.mix != Mix::ALL_PUTS && !self.no_preload
     }
 
     /// Whether the workload adds keys beyond the preloaded key space.
@@ -472,11 +582,38 @@ impl Plan {
     /// Capacity of each pool (key + value + 64 bytes of overhead per pair, the server's
     /// accounting) for its share of `pairs_max`, doubled plus a mebibyte so that stores charging
     /// a little more than the documented minimum still never report `pool_full` in a benchmark.
+    /// When puts may go direct, also room for a staged value per put in flight: a direct put
+    /// stages its whole value in the pool beside the key's old one until it commits.
     pub fn pool_size_bytes(&self) -> u64 {
         let pair = self.key_size as u64 + self.value_size as u64 + 64;
         let pairs = self.pairs_max().div_ceil(u64::from(self.pools));
-        pairs.saturating_mul(pair).saturating_mul(2).saturating_add(1 << 20)
+        let staging = if self.puts_may_go_direct() { self.puts_in_flight_max().saturating_mul(pair) } else { 0 };
+        pairs.saturating_mul(pair).saturating_mul(2).saturating_add(staging).saturating_add(1 << 20)
     }
+}
+
+/// Parses a value size: bytes, or a whole number of KiB, MiB or GiB (`64KiB`, `1GiB`; `K`, `M`,
+/// `G` and any case too), at most [`VALUE_SIZE_MAX`].
+fn parse_value_size(text: &str) -> Result<u64, String> {
+    let trimmed = text.trim();
+    let digits_end = trimmed.find(|c: char| !c.is_ascii_digit()).unwrap_or(trimmed.len());
+    let (digits, unit) = trimmed.split_at(digits_end);
+    let scale: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kib" => 1 << 10,
+        "m" | "mib" => 1 << 20,
+        "g" | "gib" => 1 << 30,
+        _ => return Err(format!("{text:?} is not a size: write bytes, or a number with KiB, MiB or GiB")),
+    };
+    let size = digits
+        .parse::<u64>()
+        .ok()
+        .and_then(|number| number.checked_mul(scale))
+        .ok_or_else(|| format!("{text:?} is not a size: write bytes, or a number with KiB, MiB or GiB"))?;
+    if size > VALUE_SIZE_MAX {
+        return Err(format!("{size} bytes is more than the largest value, {VALUE_SIZE_MAX} bytes (1 GiB)"));
+    }
+    Ok(size)
 }
 
 /// Parses seconds, decimals allowed (`10`, `0.5`), into a positive duration.
@@ -732,6 +869,80 @@ mod tests {
         assert_eq!(counter.value(), [0u8; 8]);
         let get = parse(&["--workload", "get", "--value-size", "7"]).expect("valid");
         assert_eq!(get.value(), b"ferrite");
+    }
+
+    /// Sizes up to 1 GiB, in bytes or with a binary unit; nothing larger.
+    #[test]
+    fn value_sizes_take_binary_units_up_to_a_gibibyte() {
+        let size = |text: &str| parse(&["--value-size", text]).map(|plan| plan.value_size);
+        assert_eq!(size("4096"), Ok(4096));
+        assert_eq!(size("64KiB"), Ok(64 << 10));
+        assert_eq!(size("64k"), Ok(64 << 10));
+        assert_eq!(size("2 MiB"), Ok(2 << 20));
+        assert_eq!(size("1GiB"), Ok(1 << 30));
+        assert_eq!(size("1073741824"), Ok(1 << 30));
+        assert_eq!(size("0"), Ok(0));
+        for refused in ["1073741825", "2GiB", "1.5MiB", "MiB", "12 parsecs", "-1", "99999999999999999999G"] {
+            assert!(size(refused).is_err(), "{refused}");
+        }
+    }
+
+    /// `--transfer` is native only, and inline stops at the protocol's inline limit.
+    #[test]
+    fn transfers_are_native_and_inline_fits_a_frame() {
+        assert_eq!(parse(&[]).expect("valid").transfer, Transfer::Auto);
+        let direct = parse(&["--transfer", "direct", "--value-size", "1GiB", "--keys", "2"]).expect("valid");
+        assert_eq!((direct.transfer, direct.value_size), (Transfer::Direct, 1 << 30));
+        assert!(parse(&["--transfer", "inline", "--value-size", "2MiB"]).is_ok());
+        let error = parse(&["--transfer", "inline", "--value-size", "3MiB"]).expect_err("refused");
+        assert!(error.contains("--transfer inline") && error.contains("2097152"), "{error}");
+        let error = parse(&["--transfer", "direct", "--target", "resp"]).expect_err("refused");
+        assert!(error.contains("--transfer applies to --target native"), "{error}");
+        assert!(parse(&["--transfer", "sideways"]).is_err());
+    }
+
+    /// Puts that may go direct stage a whole value beside the old one until they commit: the pool
+    /// has room for one staged value per put in flight (the preload's 128 at most).
+    #[test]
+    fn pools_for_direct_puts_have_room_to_stage() {
+        let pair = 8 + (64u64 << 20) + 64;
+        let plan = parse(&["--keys", "4", "--value-size", "64MiB", "--outstanding", "2"]).expect("valid");
+        assert!(plan.puts_may_go_direct());
+        assert_eq!(plan.pool_size_bytes(), 4 * pair * 2 + 2 * pair + (1 << 20));
+        let plan = parse(&["--keys", "4", "--value-size", "64MiB", "--workload", "get"]).expect("valid");
+        assert_eq!(plan.pool_size_bytes(), 4 * pair * 2 + 4 * pair + (1 << 20), "the preload puts 4 at once");
+        let inline = parse(&["--keys", "4", "--value-size", "2MiB", "--transfer", "inline"]).expect("valid");
+        assert!(!inline.puts_may_go_direct());
+        assert!(!parse(&["--value-size", "1MiB"]).expect("valid").puts_may_go_direct(), "auto: 1 MiB goes inline");
+        assert!(parse(&["--value-size", "1MiB", "--transfer", "direct"]).expect("valid").puts_may_go_direct());
+    }
+
+    /// `--no-preload` measures reads of a kept pool at once.
+    #[test]
+    fn no_preload_skips_storing_the_key_space() {
+        assert!(!parse(&["--workload", "get", "--no-preload"]).expect("valid").preloads());
+        assert!(!parse(&["--workload", "ycsb-b", "--no-preload"]).expect("valid").preloads());
+        assert!(!parse(&["--no-preload"]).expect("valid").preloads());
+    }
+
+    /// A server lets a session hold 64 direct transfers open: direct runs keep each client within
+    /// that, in the preload too.
+    #[test]
+    fn direct_transfers_stay_within_a_sessions_allowance() {
+        let error = parse(&["--transfer", "direct", "--outstanding", "65"]).expect_err("refused");
+        assert!(error.contains("at most 64"), "{error}");
+        let past_inline = (ferrite_client::DIRECT_THRESHOLD_BYTES + 1).to_string();
+        assert!(
+            parse(&["--value-size", &past_inline, "--outstanding", "65"]).is_err(),
+            "auto puts past 2 MiB go direct"
+        );
+        assert!(parse(&["--value-size", "2MiB", "--outstanding", "128"]).is_ok(), "auto puts of 2 MiB go inline");
+        let plan = parse(&["--transfer", "direct", "--workload", "get", "--keys", "1000"]).expect("valid");
+        assert_eq!(plan.preload_outstanding(), 64);
+        let plan = parse(&["--transfer", "direct", "--workload", "get", "--clients", "3"]).expect("valid");
+        assert_eq!(plan.preload_outstanding(), 128);
+        assert_eq!(parse(&["--workload", "get"]).expect("valid").preload_outstanding(), 128);
+        assert_eq!(parse(&["--workload", "get", "--keys", "5"]).expect("valid").preload_outstanding(), 5);
     }
 
     #[test]

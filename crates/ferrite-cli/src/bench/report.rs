@@ -7,7 +7,7 @@ use hdrhistogram::Histogram;
 use serde_json::{json, Value};
 
 use super::workload::{Mix, Op, SCAN_LENGTH_MAX};
-use super::{Plan, Stop, WorkloadKind};
+use super::{Plan, Stop, Transfer, WorkloadKind};
 use crate::output::Table;
 
 /// Significant decimal digits the latency histograms keep: 0.1% resolution at any magnitude,
@@ -21,6 +21,10 @@ const PERCENTILE_LADDER: [f64; 19] = [
     1.0, 5.0, 10.0, 25.0, 50.0, 75.0, 80.0, 85.0, 90.0, 95.0, 97.5, 99.0, 99.5, 99.75, 99.9, 99.95, 99.99, 99.999,
     100.0,
 ];
+
+/// Values from this length up are "large": the text report adds a column of value bytes per
+/// second, where bandwidth says more than operations do.
+const LARGE_VALUE_BYTES: usize = 64 * 1024;
 
 /// Highest latency a fresh histogram tracks before it resizes itself. Small so an idle worker's
 /// histogram is small (about 90 KiB), while a slower request still records exactly.
@@ -249,15 +253,35 @@ impl Outcome {
     }
 
     /// The rows of the report: one per kind of operation the workload sends, plus their sum when
-    /// it sends more than one.
-    fn rows(&self) -> Vec<(&'static str, Tally)> {
-        let mut rows: Vec<(&'static str, Tally)> =
-            self.tallies.iter().map(|(op, tally)| (op.name(), tally.clone())).collect();
+    /// it sends more than one; each with the value bytes its successful operations moved.
+    fn rows(&self, value_size: usize) -> Vec<(&'static str, Tally, u64)> {
+        let mut rows: Vec<(&'static str, Tally, u64)> = self
+            .tallies
+            .iter()
+            .map(|(op, tally)| (op.name(), tally.clone(), value_bytes(*op, tally, value_size)))
+            .collect();
         if rows.len() > 1 {
-            rows.push(("all", self.total()));
+            rows.push(("all", self.total(), self.value_bytes(value_size)));
         }
         rows
     }
+
+    /// Value bytes the run's successful operations moved.
+    pub fn value_bytes(&self, value_size: usize) -> u64 {
+        self.tallies.iter().map(|(op, tally)| value_bytes(*op, tally, value_size)).sum()
+    }
+}
+
+/// Value bytes `tally`'s successful operations of kind `op` moved: a value each for a put, an
+/// insert or a get, two for a read-modify-write, none for the others (an erase or a scan moves no
+/// value; an invocation's value stays in the server).
+fn value_bytes(op: Op, tally: &Tally, value_size: usize) -> u64 {
+    let values = match op {
+        Op::Get | Op::Put | Op::Insert => 1,
+        Op::ReadModifyWrite => 2,
+        Op::Scan | Op::Erase | Op::Invoke => 0,
+    };
+    (tally.ops - tally.errors).saturating_mul(values * value_size as u64)
 }
 
 /// The report for people: what ran, the preload if any, then the results table.
@@ -282,19 +306,14 @@ pub fn render_text(plan: &Plan, outcome: &Outcome) -> String {
         }
     }
     text.push('\n');
-    let mut table = Table::new(&[
-        ("OP", false),
-        ("OPS", true),
-        ("ERRORS", true),
-        ("ELAPSED_S", true),
-        ("OPS/S", true),
-        ("P50_US", true),
-        ("P90_US", true),
-        ("P99_US", true),
-        ("P99.9_US", true),
-        ("MAX_US", true),
-    ]);
-    for (name, tally) in outcome.rows() {
+    let large = plan.value_size >= LARGE_VALUE_BYTES;
+    let mut columns = vec![("OP", false), ("OPS", true), ("ERRORS", true), ("ELAPSED_S", true), ("OPS/S", true)];
+    if large {
+        columns.push(("GIB/S", true));
+    }
+    columns.extend([("P50_US", true), ("P90_US", true), ("P99_US", true), ("P99.9_US", true), ("MAX_US", true)]);
+    let mut table = Table::new(&columns);
+    for (name, tally, bytes) in outcome.rows(plan.value_size) {
         let mut row = vec![
             name.to_owned(),
             tally.ops.to_string(),
@@ -302,6 +321,9 @@ pub fn render_text(plan: &Plan, outcome: &Outcome) -> String {
             format!("{:.2}", outcome.elapsed.as_secs_f64()),
             format_rate(rate(tally.ops, outcome.elapsed)),
         ];
+        if large {
+            row.push(format_gib_per_s(rate(bytes, outcome.elapsed)));
+        }
         match tally.latency() {
             Some(latency) => row.extend(
                 [latency.p50_ns, latency.p90_ns, latency.p99_ns, latency.p99_9_ns, latency.max_ns].map(format_micros),
@@ -342,10 +364,30 @@ fn describe(plan: &Plan) -> String {
         (super::TargetKind::Native, pools) => format!("{pools} pools '{}-*' at {}", plan.pool, plan.addr),
         (target, _) => format!("{} server at {}", target.name(), plan.addr),
     };
+    let transfer = match plan.transfer {
+        Transfer::Auto => String::new(),
+        chosen => format!(", {} transfers", chosen.name()),
+    };
     format!(
-        "bench {workload} {stop}: {} client(s) x {} outstanding, {} keys of {} B, values of {} B, seed {}, {place}",
-        plan.clients, plan.outstanding, plan.keys, plan.key_size, plan.value_size, plan.seed
+        "bench {workload} {stop}: {} client(s) x {} outstanding, {} keys of {} B, values of {}{transfer}, seed {}, \
+         {place}",
+        plan.clients,
+        plan.outstanding,
+        plan.keys,
+        plan.key_size,
+        format_size(plan.value_size),
+        plan.seed
     )
+}
+
+/// A length for people: `16 B`, `4 KiB`, `1 GiB`; bytes unless a whole number of a larger unit.
+pub fn format_size(bytes: usize) -> String {
+    for (unit, scale) in [("GiB", 1usize << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)] {
+        if bytes >= scale && bytes.is_multiple_of(scale) {
+            return format!("{} {unit}", bytes / scale);
+        }
+    }
+    format!("{bytes} B")
 }
 
 /// The report for programs: the parameters, the preload, the totals and each kind of operation.
@@ -369,6 +411,7 @@ pub fn render_json(plan: &Plan, outcome: &Outcome) -> Value {
         "payload": plan.invoke.as_ref().map(|invoke| &invoke.payload),
         "key_size": plan.key_size,
         "value_size": plan.value_size,
+        "transfer": plan.transfer.name(),
         "keys": plan.keys,
         "clients": plan.clients,
         "outstanding": plan.outstanding,
@@ -378,6 +421,7 @@ pub fn render_json(plan: &Plan, outcome: &Outcome) -> Value {
         "pools": pools,
         "shards": outcome.shard_count,
         "keep_pool": plan.keep_pool,
+        "no_preload": plan.no_preload,
         "seed": plan.seed,
         "runtime_threads": outcome.runtime_threads,
     });
@@ -395,17 +439,23 @@ pub fn render_json(plan: &Plan, outcome: &Outcome) -> Value {
             })),
         })
     });
-    let summary = |tally: &Tally| {
+    let summary = |tally: &Tally, bytes: u64| {
         json!({
             "ops": tally.ops,
             "errors": tally.errors,
             "ops_per_s": round_to(rate(tally.ops, outcome.elapsed), 1),
+            "value_bytes": bytes,
+            "bytes_per_s": round_to(rate(bytes, outcome.elapsed), 0),
             "latency_us": tally.latency().map(|latency| latency.json(tally.percentile_ladder())),
         })
     };
-    let by_op: serde_json::Map<String, Value> =
-        outcome.tallies.iter().map(|(op, tally)| (op.name().to_owned(), summary(tally))).collect();
+    let by_op: serde_json::Map<String, Value> = outcome
+        .tallies
+        .iter()
+        .map(|(op, tally)| (op.name().to_owned(), summary(tally, value_bytes(*op, tally, plan.value_size))))
+        .collect();
     let total = outcome.total();
+    let total_bytes = outcome.value_bytes(plan.value_size);
     json!({
         "parameters": parameters,
         "preload": preload,
@@ -413,6 +463,8 @@ pub fn render_json(plan: &Plan, outcome: &Outcome) -> Value {
         "errors": total.errors,
         "elapsed_s": outcome.elapsed.as_secs_f64(),
         "ops_per_s": round_to(rate(total.ops, outcome.elapsed), 1),
+        "value_bytes": total_bytes,
+        "bytes_per_s": round_to(rate(total_bytes, outcome.elapsed), 0),
         "latency_us": total.latency().map(|latency| latency.json(total.percentile_ladder())),
         "by_op": by_op,
         "first_error": outcome.first_error,
@@ -428,6 +480,11 @@ pub fn rate(ops: u64, elapsed: Duration) -> f64 {
     } else {
         0.0
     }
+}
+
+/// Bytes per second as GiB/s for people, three significant decimals' worth at loopback speeds.
+pub fn format_gib_per_s(bytes_per_s: f64) -> String {
+    format!("{:.3}", bytes_per_s / (1u64 << 30) as f64)
 }
 
 /// Requests per second for people: whole numbers, which is all the precision a benchmark has.
@@ -463,6 +520,7 @@ mod tests {
             read_percent,
             key_size: 8,
             value_size: None,
+            transfer: Transfer::Auto,
             keys: 1000,
             clients: 2,
             outstanding: 4,
@@ -473,6 +531,7 @@ mod tests {
             pools: 1,
             pool: "bench".into(),
             keep_pool: false,
+            no_preload: false,
             durability: None,
             plugin: (workload == WorkloadKind::Invoke).then(|| "counter".to_owned()),
             payload: None,
@@ -683,16 +742,53 @@ mod tests {
         assert_eq!((&get["parameters"]["plugin"], &get["parameters"]["payload"]), (&Value::Null, &Value::Null));
     }
 
+    /// Large values add a column of value bytes per second to the table and name the transfer;
+    /// the JSON carries bytes per second for every run, failed operations moving none.
+    #[test]
+    fn large_values_report_bandwidth() {
+        let mut args_plan = plan(WorkloadKind::Put, None);
+        args_plan.value_size = 1 << 30;
+        args_plan.transfer = Transfer::Direct;
+        // Four puts of 1 GiB in 2 s, one of them failed: 1.5 GiB/s.
+        let outcome = outcome(&args_plan, tally(&[10, 20, 30, 40], 1), Tally::new());
+        let text = render_text(&args_plan, &outcome);
+        assert!(text.contains("values of 1 GiB, direct transfers, seed 9"), "{text}");
+        assert!(text.contains("OPS/S  GIB/S  P50_US"), "{text}");
+        assert!(text.contains("\nput    4       1       2.00      2  1.500"), "{text}");
+        let json = render_json(&args_plan, &outcome);
+        assert_eq!(json["parameters"]["transfer"], "direct");
+        assert_eq!(json["value_bytes"], 3u64 << 30);
+        assert_eq!(json["bytes_per_s"], 1.5 * (1u64 << 30) as f64);
+        assert_eq!(json["by_op"]["put"]["bytes_per_s"], 1.5 * (1u64 << 30) as f64);
+        assert_eq!(format_size(16), "16 B");
+        assert_eq!(format_size(1000), "1000 B");
+        assert_eq!(format_size(64 << 10), "64 KiB");
+        assert_eq!(format_size(3 << 20), "3 MiB");
+    }
+
+    /// A read-modify-write moves two values; scans, erases and invocations none.
+    #[test]
+    fn value_bytes_follow_the_operation() {
+        let ok = tally(&[1, 1, 1], 0);
+        assert_eq!(value_bytes(Op::Get, &ok, 10), 30);
+        assert_eq!(value_bytes(Op::Insert, &ok, 10), 30);
+        assert_eq!(value_bytes(Op::ReadModifyWrite, &ok, 10), 60);
+        assert_eq!(value_bytes(Op::Scan, &ok, 10), 0);
+        assert_eq!(value_bytes(Op::Erase, &ok, 10), 0);
+        assert_eq!(value_bytes(Op::Invoke, &ok, 10), 0);
+    }
+
     /// A YCSB workload reports each of its kinds and their sum; one that sends a single kind has
     /// no sum row.
     #[test]
     fn rows_follow_the_mix() {
         let f = plan(WorkloadKind::YcsbF, None);
         let outcome_f = outcome(&f, Tally::new(), tally(&[5], 0));
-        let names: Vec<&str> = outcome_f.rows().iter().map(|(name, _)| *name).collect();
+        let names: Vec<&str> = outcome_f.rows(16).iter().map(|(name, _, _)| *name).collect();
         assert_eq!(names, ["get", "rmw", "all"]);
         let c = plan(WorkloadKind::YcsbC, None);
-        let names: Vec<&str> = outcome(&c, Tally::new(), Tally::new()).rows().iter().map(|(name, _)| *name).collect();
+        let names: Vec<&str> =
+            outcome(&c, Tally::new(), Tally::new()).rows(16).iter().map(|(name, _, _)| *name).collect();
         assert_eq!(names, ["get"]);
         assert!(render_text(&f, &outcome_f).starts_with("bench ycsb-f (zipfian keys) for 2 s:"));
     }

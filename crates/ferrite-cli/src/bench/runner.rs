@@ -6,6 +6,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
+use ferrite_client::DirectMemory;
+
 use super::distribution::{Distribution, KeyChooser};
 use super::report::{format_rate, rate, HostStart, Outcome, Preload, Tallies};
 use super::target::{Client, Connections, Failure};
@@ -14,7 +17,7 @@ use super::{Plan, Stop};
 
 /// Puts in flight while preloading: enough to keep a shard busy through one connection without
 /// making the preload's own latency the point.
-const PRELOAD_OUTSTANDING: u64 = 128;
+pub(super) const PRELOAD_OUTSTANDING: u64 = 128;
 
 /// How often the progress bar is refreshed.
 const PROGRESS_INTERVAL: Duration = Duration::from_secs(1);
@@ -45,8 +48,10 @@ pub async fn run(plan: &Plan, live_progress: bool) -> Result<Outcome, String> {
     let connections = Connections::open(plan).await?;
     let pools = connections.pools();
     let shard_count = connections.shard_count();
-    let preload = if plan.preloads() { Some(preload(&connections, plan).await) } else { None };
-    let measured = measure(&connections, plan, live_progress).await;
+    // Made once and shared by every put of the run: clones of `Bytes` share one buffer.
+    let value = Bytes::from(plan.value());
+    let preload = if plan.preloads() { Some(preload(&connections, plan, &value).await) } else { None };
+    let measured = measure(&connections, plan, &value, live_progress).await;
     let pool_fate = connections.finish(plan).await;
     let (elapsed, results) = measured?;
 
@@ -70,16 +75,16 @@ pub async fn run(plan: &Plan, live_progress: bool) -> Result<Outcome, String> {
     })
 }
 
-/// Stores every key of the key space once, `PRELOAD_OUTSTANDING` puts at a time spread over the
-/// clients, so reads find every key; for an invoke workload, then starts the plugin hosts.
-async fn preload(connections: &Connections, plan: &Plan) -> (Preload, Option<String>) {
+/// Stores every key of the key space once, `Plan::preload_outstanding` puts at a time spread over
+/// the clients, so reads find every key; for an invoke workload, then starts the plugin hosts.
+async fn preload(connections: &Connections, plan: &Plan, value: &Bytes) -> (Preload, Option<String>) {
     eprintln!("preloading {} keys...", plan.keys);
-    let workers = PRELOAD_OUTSTANDING.min(plan.keys);
+    let workers = plan.preload_outstanding();
     let start = Instant::now();
     let mut tasks = Vec::with_capacity(workers as usize);
     for index in 0..workers {
         let mut client = connections.client((index % u64::from(plan.clients)) as usize);
-        let (keys, key_size, value) = (plan.keys, plan.key_size, plan.value());
+        let (keys, key_size, value) = (plan.keys, plan.key_size, value.clone());
         tasks.push(tokio::spawn(async move {
             let mut key = vec![0u8; key_size];
             let (mut ops, mut errors, mut first_error) = (0u64, 0u64, None);
@@ -154,6 +159,7 @@ async fn start_hosts(connections: &Connections, plan: &Plan) -> (HostStart, Opti
 async fn measure(
     connections: &Connections,
     plan: &Plan,
+    value: &Bytes,
     live_progress: bool,
 ) -> Result<(Duration, Vec<WorkerResult>), String> {
     let workers = plan.workers();
@@ -163,6 +169,12 @@ async fn measure(
     let inserts = plan.inserts().then(|| Arc::new(Inserts::new(plan.keys, plan.insert_end())));
     // Shared by every worker, so the hot path copies no payload.
     let payload: Arc<[u8]> = plan.invoke.as_ref().map_or(&[][..], |invoke| invoke.payload.as_bytes()).into();
+    // Each worker that reads values directly reads them into a buffer of its own, allocated and
+    // touched here, before the clock starts, and reused by every get.
+    let reads = plan.mix.sends(Op::Get) || plan.mix.sends(Op::ReadModifyWrite);
+    let mut buffers: Vec<Option<DirectMemory>> = (0..workers)
+        .map(|_| (reads && connections.gets_direct()).then(|| DirectMemory::new(plan.value_size)))
+        .collect();
     let start = Instant::now();
     let mut tasks = Vec::with_capacity(workers as usize);
     for index in 0..workers {
@@ -182,7 +194,8 @@ async fn measure(
             inserts: inserts.clone(),
             keys: plan.keys,
             key_size: plan.key_size,
-            value: plan.value(),
+            value: value.clone(),
+            read_buffer: buffers[index as usize].take(),
             payload: Arc::clone(&payload),
             rng: SplitMix64::for_worker(plan.seed, index),
             quota,
@@ -233,8 +246,11 @@ struct Job {
     inserts: Option<Arc<Inserts>>,
     keys: u64,
     key_size: usize,
-    /// What puts store; its length is also the size invocations create absent keys with.
-    value: Vec<u8>,
+    /// What puts store (shared by every worker); its length is also the size invocations create
+    /// absent keys with.
+    value: Bytes,
+    /// Where direct gets read values, if gets go direct.
+    read_buffer: Option<DirectMemory>,
     /// What invocations send (empty for the other workloads).
     payload: Arc<[u8]>,
     rng: SplitMix64,
@@ -249,7 +265,7 @@ impl Job {
     async fn run(mut self) -> WorkerResult {
         // Allocated once; every operation borrows them.
         let mut key = vec![0u8; self.key_size];
-        let value = std::mem::take(&mut self.value);
+        let value = self.value.clone();
         let create_size = value.len() as u64;
         let mut tallies = Tallies::for_mix(self.mix);
         let mut first_error = None;
@@ -287,14 +303,14 @@ impl Job {
                     let scan_length = if op == Op::Scan { 1 + self.rng.below(u64::from(SCAN_LENGTH_MAX)) } else { 0 };
                     let sent = Instant::now();
                     let result = match op {
-                        Op::Get => self.client.get(number, &key).await,
+                        Op::Get => self.client.get(number, &key, self.read_buffer.as_mut()).await,
                         Op::Put => self.client.put(number, &key, &value).await,
                         Op::Scan => {
                             let length = u32::try_from(scan_length).expect("at most SCAN_LENGTH_MAX");
                             self.client.scan(number, &key, length).await
                         }
                         Op::Invoke => self.client.invoke(number, &key, &self.payload, create_size).await,
-                        _ => match self.client.get(number, &key).await {
+                        _ => match self.client.get(number, &key, self.read_buffer.as_mut()).await {
                             Ok(()) => self.client.put(number, &key, &value).await,
                             Err(failure) => Err(failure),
                         },

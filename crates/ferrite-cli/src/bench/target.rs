@@ -2,7 +2,8 @@
 //! its way to the store, perform one operation, clean up.
 //!
 //! - native: Ferrite's protocol through `ferrite-client`, on one or more pools (`--pools`) whose
-//!   names route to every shard in turn;
+//!   names route to every shard in turn; values inline or as direct transfers (`--transfer`), and
+//!   inline puts the client would send directly through `super::inline`;
 //! - resp: the Redis protocol through the `redis` crate's multiplexed connection (which
 //!   pipelines the requests of concurrent tasks on one connection, as `ferrite-client` does);
 //! - memcache: memcached's text protocol through `super::memcache`.
@@ -13,12 +14,15 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use ferrite_client::{ClientOptions, Durability, Error, FindKind, InvokeOptions, Pool, PoolOptions, PutFlags, Session};
+use ferrite_client::{
+    ClientOptions, DirectMemory, Durability, Error, FindKind, InvokeOptions, Limits, Pool, PoolOptions, PutFlags,
+    Session,
+};
 use redis::aio::MultiplexedConnection;
 use redis::AsyncConnectionConfig;
 
 use super::memcache::{self, Reply};
-use super::{Plan, TargetKind};
+use super::{Plan, TargetKind, Transfer};
 
 /// Connecting plus the handshake, per connection.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -76,6 +80,9 @@ pub struct Native {
     sessions: Vec<Session>,
     /// Each session's handles on every pool, by pool index.
     pools: Vec<Arc<[Pool]>>,
+    /// How puts and gets move their values, resolved against the server's limits.
+    paths: Paths,
+    value_size: usize,
     names: Vec<String>,
     /// Whether this run created each pool (and so may delete it).
     created: Vec<bool>,
@@ -125,7 +132,15 @@ impl Connections {
     pub fn client(&self, index: usize) -> Client {
         match self {
             Connections::Native(native) => {
-                Client::Native(Arc::clone(&native.pools[index % native.pools.len()]), native.put_flags)
+                let session = index % native.pools.len();
+                let puts = native.paths.puts;
+                Client::Native(NativeClient {
+                    pools: Arc::clone(&native.pools[session]),
+                    put_flags: native.put_flags,
+                    puts,
+                    gets_direct: native.paths.gets_direct,
+                    value_size: native.value_size,
+                })
             }
             Connections::Resp(connections) => Client::Resp(connections[index % connections.len()].clone()),
             Connections::Memcache(connections) => Client::Memcache(connections[index % connections.len()].clone()),
@@ -138,6 +153,12 @@ impl Connections {
             Connections::Native(native) => native.names.iter().cloned().zip(native.shards.iter().copied()).collect(),
             _ => Vec::new(),
         }
+    }
+
+    /// Whether gets read values with direct transfers, so each worker that gets needs a buffer of
+    /// `--value-size` bytes.
+    pub fn gets_direct(&self) -> bool {
+        matches!(self, Connections::Native(native) if native.paths.gets_direct)
     }
 
     /// Shards of the server (native), or `None` where the protocol does not say.
@@ -179,12 +200,9 @@ impl Native {
             sessions.push(session);
         }
         let limits = sessions[0].limits();
-        if plan.key_size > limits.key_bytes_max as usize || plan.value_size > limits.value_bytes_max as usize {
-            return Err(format!(
-                "the server takes keys of at most {} bytes and values of at most {} bytes; \
-                 --key-size {} --value-size {} do not fit",
-                limits.key_bytes_max, limits.value_bytes_max, plan.key_size, plan.value_size
-            ));
+        let paths = Paths::resolve(plan, limits)?;
+        if paths.gets_direct {
+            plan.check_direct_outstanding()?;
         }
         let shard_count = sessions[0].shard_count();
         let names = pool_names(&plan.pool, plan.pools, shard_count, |name| sessions[0].shard_for_pool(name));
@@ -199,8 +217,17 @@ impl Native {
             ..PoolOptions::default()
         };
         let put_flags = plan.durability.map_or(PutFlags::NONE, |durability| PutFlags::NONE.with_durability(durability));
-        let mut native =
-            Native { sessions, pools: Vec::new(), names, created: Vec::new(), shards, shard_count, put_flags };
+        let mut native = Native {
+            sessions,
+            pools: Vec::new(),
+            paths,
+            value_size: plan.value_size,
+            names,
+            created: Vec::new(),
+            shards,
+            shard_count,
+            put_flags,
+        };
         let mut first = Vec::with_capacity(native.names.len());
         for name in &native.names {
             match native.sessions[0].create_pool(name, pool_options.clone()).await {
@@ -299,6 +326,54 @@ impl Native {
     }
 }
 
+/// How the native target's puts go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PutPath {
+    /// `Pool::put_with`: inline up to the client's threshold (the server's inline limit), direct
+    /// beyond.
+    Client,
+    /// `Pool::put_direct_with`, whatever the length.
+    Direct,
+}
+
+/// How the native target's puts and gets move values, for one plan against one server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Paths {
+    puts: PutPath,
+    /// Gets read with `Pool::get_direct_into_memory` rather than `Pool::get_bytes`.
+    gets_direct: bool,
+}
+
+impl Paths {
+    /// Resolves `--transfer` against the server's limits, refusing what the server cannot take.
+    fn resolve(plan: &Plan, limits: Limits) -> Result<Paths, String> {
+        let inline_max = limits.value_bytes_max as usize;
+        if plan.key_size > limits.key_bytes_max as usize {
+            return Err(format!(
+                "the server takes keys of at most {} bytes; --key-size {} does not fit",
+                limits.key_bytes_max, plan.key_size
+            ));
+        }
+        if plan.invoke.is_some() && plan.value_size > inline_max {
+            return Err(format!(
+                "the server takes values of at most {inline_max} bytes for plugins; --value-size {} does not fit",
+                plan.value_size
+            ));
+        }
+        match plan.transfer {
+            Transfer::Auto => Ok(Paths { puts: PutPath::Client, gets_direct: plan.value_size > inline_max }),
+            Transfer::Direct => Ok(Paths { puts: PutPath::Direct, gets_direct: true }),
+            Transfer::Inline if plan.value_size > inline_max => Err(format!(
+                "--transfer inline: the server sends and takes values of at most {inline_max} bytes inline \
+                 (its limits.value_bytes_max); --value-size {} needs --transfer direct or auto",
+                plan.value_size
+            )),
+            // `Pool::put_with` sends every value the server takes inline as one frame.
+            Transfer::Inline => Ok(Paths { puts: PutPath::Client, gets_direct: false }),
+        }
+    }
+}
+
 /// Names for `count` pools on a server with `shards` shards: `base` itself for one pool;
 /// otherwise `base-0`, `base-1`, ..., adjusted (`base-1.1`, `base-1.2`, ...) until pool i routes
 /// to shard i mod shards, so the pools cover every shard in turn. A name that cannot be steered
@@ -322,23 +397,43 @@ pub fn pool_names(base: &str, count: u32, shards: u16, shard_for: impl Fn(&str) 
 /// One worker's way to the store.
 #[derive(Debug, Clone)]
 pub enum Client {
-    /// The worker's session's handles on every pool (key number k goes to pool k mod N), and the
-    /// flags of its puts.
-    Native(Arc<[Pool]>, PutFlags),
+    Native(NativeClient),
     Resp(MultiplexedConnection),
     Memcache(memcache::Connection),
 }
 
+/// A native worker's session: its handles on every pool (key number k goes to pool k mod N),
+/// the flags of its puts, and how its puts and gets move values.
+#[derive(Debug, Clone)]
+pub struct NativeClient {
+    pools: Arc<[Pool]>,
+    put_flags: PutFlags,
+    puts: PutPath,
+    gets_direct: bool,
+    /// What a direct get must find: a value of another length is a failure, so a run against a
+    /// store holding other values (or an echo announcing another length) cannot pass unnoticed.
+    value_size: usize,
+}
+
 impl Client {
     fn pool(pools: &[Pool], number: u64) -> &Pool {
-        &pools[(number % pools.len() as u64) as usize]
+        &pools[Client::pool_index(pools.len(), number)]
+    }
+
+    fn pool_index(pools: usize, number: u64) -> usize {
+        (number % pools as u64) as usize
     }
 
     /// Stores `value` under `key` (key number `number`).
     pub async fn put(&mut self, number: u64, key: &[u8], value: &[u8]) -> Result<(), Failure> {
         match self {
-            Client::Native(pools, flags) => {
-                Client::pool(pools, number).put_with(key, value, *flags).await.map_err(|e| Failure::native(&e))
+            Client::Native(native) => {
+                let pool = Client::pool(&native.pools, number);
+                let result = match native.puts {
+                    PutPath::Client => pool.put_with(key, value, native.put_flags).await,
+                    PutPath::Direct => pool.put_direct_with(key, value, native.put_flags).await,
+                };
+                result.map_err(|e| Failure::native(&e))
             }
             Client::Resp(connection) => {
                 redis::cmd("SET").arg(key).arg(value).query_async::<()>(connection).await.map_err(|e| Failure::resp(&e))
@@ -350,13 +445,28 @@ impl Client {
         }
     }
 
-    /// Reads `key`'s value; a missing key is a failure (YCSB counts it as a failed read).
-    pub async fn get(&mut self, number: u64, key: &[u8]) -> Result<(), Failure> {
+    /// Reads `key`'s value; a missing key is a failure (YCSB counts it as a failed read). A native
+    /// worker whose gets go direct reads into `buffer`, its own, allocated before the run.
+    pub async fn get(&mut self, number: u64, key: &[u8], buffer: Option<&mut DirectMemory>) -> Result<(), Failure> {
         match self {
-            // The client returns an owned copy of the value; dropping it is the only cost here
-            // we cannot avoid without changing the client.
-            Client::Native(pools, _) => {
-                Client::pool(pools, number).get(key).await.map(drop).map_err(|e| Failure::native(&e))
+            Client::Native(native) => {
+                let pool = Client::pool(&native.pools, number);
+                if !native.gets_direct {
+                    // The value stays in the response frame's buffer: nothing is copied out.
+                    return pool.get_bytes(key).await.map(drop).map_err(|e| Failure::native(&e));
+                }
+                let length = match buffer {
+                    Some(buffer) => pool.get_direct_into_memory(key, buffer).await,
+                    None => pool.get_direct(key).await.map(|value| value.len()),
+                }
+                .map_err(|e| Failure::native(&e))?;
+                if length != native.value_size {
+                    return Err(Failure::new(format!(
+                        "the value is {length} bytes, not the {} of --value-size",
+                        native.value_size
+                    )));
+                }
+                Ok(())
             }
             Client::Resp(connection) => {
                 match redis::cmd("GET").arg(key).query_async::<Option<Vec<u8>>>(connection).await {
@@ -376,7 +486,9 @@ impl Client {
     /// Removes `key`; a missing key is a failure.
     pub async fn erase(&mut self, number: u64, key: &[u8]) -> Result<(), Failure> {
         match self {
-            Client::Native(pools, _) => Client::pool(pools, number).erase(key).await.map_err(|e| Failure::native(&e)),
+            Client::Native(native) => {
+                Client::pool(&native.pools, number).erase(key).await.map_err(|e| Failure::native(&e))
+            }
             Client::Resp(connection) => match redis::cmd("DEL").arg(key).query_async::<i64>(connection).await {
                 Ok(1) => Ok(()),
                 Ok(_) => Err(Failure::new("key not found (DEL answered 0)")),
@@ -397,7 +509,7 @@ impl Client {
         match self {
             // As for get, the client hands back owned response buffers; dropping them is the only
             // cost beyond the request itself.
-            Client::Native(pools, _) => Client::pool(pools, number)
+            Client::Native(native) => Client::pool(&native.pools, number)
                 .invoke(key, payload, options)
                 .await
                 .map(drop)
@@ -411,7 +523,7 @@ impl Client {
     /// scanning workloads on the other targets.
     pub async fn scan(&mut self, number: u64, key: &[u8], count: u32) -> Result<(), Failure> {
         match self {
-            Client::Native(pools, _) => Client::pool(pools, number)
+            Client::Native(native) => Client::pool(&native.pools, number)
                 .find(FindKind::Prefix, b"", Some(key), count)
                 .await
                 .map(drop)

@@ -272,7 +272,16 @@ pub fn format_key(n: u64, key: &mut [u8]) -> bool {
 /// with `ferrite get` is recognisable.
 pub fn value_pattern(value_size: usize) -> Vec<u8> {
     const PATTERN: &[u8] = b"ferrite-bench-value-";
-    PATTERN.iter().copied().cycle().take(value_size).collect()
+    let mut value = Vec::with_capacity(value_size);
+    value.extend_from_slice(&PATTERN[..PATTERN.len().min(value_size)]);
+    // Doubling by copies of what is there already: a 1 GiB value in a few dozen large copies
+    // rather than a billion single bytes. Every copy starts at a multiple of the pattern's length,
+    // so the pattern runs on unbroken.
+    while value.len() < value_size {
+        let take = value.len().min(value_size - value.len());
+        value.extend_from_within(..take);
+    }
+    value
 }
 
 #[cfg(test)]
@@ -341,6 +350,15 @@ mod tests {
         let mut wide = [0u8; 24];
         assert!(format_key(u64::MAX, &mut wide));
         assert_eq!(&wide, b"000018446744073709551615");
+    }
+
+    /// The doubling fill writes the same bytes as repeating the pattern one byte at a time.
+    #[test]
+    fn value_pattern_repeats_unbroken_at_any_length() {
+        let naive = |size: usize| b"ferrite-bench-value-".iter().copied().cycle().take(size).collect::<Vec<u8>>();
+        for size in [0, 1, 7, 19, 20, 21, 39, 40, 41, 1000, 4096, 65_537] {
+            assert_eq!(value_pattern(size), naive(size), "{size} bytes");
+        }
     }
 
     #[test]
