@@ -89,6 +89,11 @@ pub enum Command {
         value: String,
         #[command(flatten)]
         mode: PutMode,
+        /// Write VALUE's bytes at this byte of the key's existing value instead of replacing it
+        /// (the value keeps its length; the range must lie inside it). Each 2 MiB is written
+        /// atomically.
+        #[arg(long, value_name = "BYTES", conflicts_with_all = ["create_only", "update_only"])]
+        offset: Option<u64>,
     },
 
     /// Print a key's value, or a slice of it: the raw bytes, with no newline added. Large values

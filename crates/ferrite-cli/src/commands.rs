@@ -71,7 +71,10 @@ pub fn run(cli: &Cli) -> Result<Report> {
     })?;
     match &cli.command {
         Command::Pool(command) => run_pool_command(&session, command),
-        Command::Put { pool, key, value, mode } => put(&session, pool, key, value, mode),
+        Command::Put { pool, key, value, mode, offset: None } => put(&session, pool, key, value, mode),
+        Command::Put { pool, key, value, mode, offset: Some(offset) } => {
+            put_at(&session, pool, key, value, *offset, mode)
+        }
         Command::Get { pool, key, offset, length } => get(&session, pool, key, *offset, *length, cli.json),
         Command::Erase { pool, key } => erase(&session, pool, key),
         Command::Count { pool } => count(&session, pool),
@@ -206,6 +209,29 @@ fn run_pool_command(session: &blocking::Session, command: &PoolCommand) -> Resul
             Ok(Report::text(text, json!({ "pools": pools_json(&pools) })))
         }
     }
+}
+
+/// `put --offset`: bytes written inside an existing value (`put_direct_offset`).
+fn put_at(
+    session: &blocking::Session,
+    pool_name: &str,
+    key: &str,
+    bytes: &str,
+    offset: u64,
+    mode: &PutMode,
+) -> Result<Report> {
+    let bytes = argument_bytes(bytes, "value")?;
+    let flags = mode.durability.map_or(PutFlags::NONE, |durability| PutFlags::NONE.with_durability(durability));
+    let pool = open_pool(session, pool_name)?;
+    pool.put_direct_offset_with(key, offset, &bytes, flags).map_err(|error| match error.code() {
+        Some(ErrorCode::KeyNotFound) => CliError(format!("key '{key}' does not exist in pool '{pool_name}'")),
+        _ => error.into(),
+    })?;
+    pool.close()?;
+    Ok(Report::text(
+        format!("wrote {} at offset {offset} of '{key}' in pool '{pool_name}'", format_bytes(bytes.len() as u64)),
+        json!({ "pool": pool_name, "key": key, "offset": offset, "length": bytes.len() }),
+    ))
 }
 
 fn put(session: &blocking::Session, pool_name: &str, key: &str, value: &str, mode: &PutMode) -> Result<Report> {

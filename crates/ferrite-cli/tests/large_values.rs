@@ -167,6 +167,28 @@ fn offset_and_length_read_slices() {
     );
 }
 
+/// `put --offset` writes bytes inside an existing value, from an argument or from standard input
+/// across pieces, and refuses a range past the end or an absent key.
+#[test]
+fn put_offset_writes_inside_a_value() {
+    let server = server_with_pool();
+    let mut value = random_bytes(5 * MIB, 9);
+    ok(&ferrite_with_stdin(&server, &["put", "p", "k", "-"], &value));
+    let patch = random_bytes(3 * MIB, 10);
+    let at = MIB + 3;
+    let said = ok(&ferrite_with_stdin(&server, &["put", "p", "k", "-", "--offset", &at.to_string()], &patch));
+    assert!(said.starts_with("wrote 3 MiB at offset 1048579 of 'k'"), "{said}");
+    value[at..at + patch.len()].copy_from_slice(&patch);
+    ok(&ferrite(&server, &["put", "p", "k", "tail", "--offset", &(5 * MIB - 4).to_string(), "--durability", "sync"]));
+    value[5 * MIB - 4..].copy_from_slice(b"tail");
+    assert_same(&ok_bytes(ferrite(&server, &["get", "p", "k"])), &value, "after the offset writes");
+    let stderr = fails(&ferrite(&server, &["put", "p", "k", "tail", "--offset", &(5 * MIB - 3).to_string()]));
+    assert!(stderr.contains("pass the end"), "{stderr}");
+    let stderr = fails(&ferrite(&server, &["put", "p", "absent", "x", "--offset", "0"]));
+    assert!(stderr.contains("'absent' does not exist"), "{stderr}");
+    assert_same(&ok_bytes(ferrite(&server, &["get", "p", "k"])), &value, "refused writes change nothing");
+}
+
 /// `ferrite get p KEY ARGS`'s standard output, asserting success.
 fn slice_of(server: &TestServer, key: &str, args: &[&str]) -> Vec<u8> {
     let mut all = vec!["get", "p", key];
