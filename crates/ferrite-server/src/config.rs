@@ -271,6 +271,10 @@ pub struct LimitsConfig {
     /// Largest value a direct put may store (`put_direct`), in bytes: values past the inline
     /// limit travel in pieces, up to this.
     pub direct_value_bytes_max: u64,
+    /// A direct read that has read no piece for this long stops holding its key once a writer
+    /// waits for it (the writer goes ahead, the read's next piece fails), so a client that stops
+    /// reading cannot hold a key's writers for ever.
+    pub direct_read_idle_ms: u64,
     pub pools_per_shard_max: u32,
     pub connections_per_shard_max: u32,
     /// Largest pool a client may create, in bytes.
@@ -294,6 +298,7 @@ impl Default for LimitsConfig {
             key_bytes_max: KEY_BYTES_MAX as u32,
             value_bytes_max: VALUE_INLINE_BYTES_MAX as u32,
             direct_value_bytes_max: DIRECT_VALUE_BYTES_DEFAULT,
+            direct_read_idle_ms: 30_000,
             pools_per_shard_max: 1024,
             connections_per_shard_max: 1024,
             pool_bytes_max: 16 << 30,
@@ -529,6 +534,9 @@ impl Config {
         }
         if limits.value_bytes_max as usize > VALUE_INLINE_BYTES_MAX {
             return invalid(format!("limits.value_bytes_max must be at most {VALUE_INLINE_BYTES_MAX}"));
+        }
+        if limits.direct_read_idle_ms == 0 {
+            return invalid("limits.direct_read_idle_ms must be at least 1".into());
         }
         if limits.direct_value_bytes_max > DIRECT_VALUE_BYTES_CEILING {
             return invalid(format!("limits.direct_value_bytes_max must be at most {DIRECT_VALUE_BYTES_CEILING}"));

@@ -35,7 +35,7 @@ use crate::pools::{CreateRefused, NewPool, Pool, Pools};
 use crate::session::Session;
 use crate::stats::{Admission, Op, ShardStats, Traffic};
 pub(crate) use authorize::{Authenticating, WRONG_PASSWORD_MESSAGE};
-pub(crate) use direct::Transfers;
+pub(crate) use direct::{DirectReads, Transfers};
 pub(crate) use invoke::{Accepted, Invoke};
 
 /// Whether a connection goes on after a request.

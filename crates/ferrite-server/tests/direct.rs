@@ -384,3 +384,28 @@ fn every_engine_and_backing_moves_large_values() {
         }
     }
 }
+
+/// A direct read that stops reading holds its key's writers back for `limits.direct_read_idle_ms`
+/// at most: then the writer goes ahead, and the read's next piece says why it failed.
+#[test]
+fn an_idle_direct_read_stops_holding_its_key() {
+    let server = TestServer::builder().config("direct_read_idle_ms", 500).start();
+    let session = blocking::Session::connect(&server.addr_string()).expect("connect");
+    let pool = pool(&session, "idle", 64 << 20);
+    pool.put("k", b"old").expect("put");
+    let mut raw = RawClient::handshaken(server.addr(0));
+    let handle = raw.open_pool(2, "idle");
+    answer(&mut raw, 3, &Request::GetDirect { pool: handle, transfer: 1, key: b"k" }).expect("read opened");
+    answer(&mut raw, 4, &Request::DirectRead { transfer: 1, offset: 0, length: 3 }).expect("a piece");
+    let started = Instant::now();
+    pool.put("k", b"new").expect("the write goes ahead once the read has been idle long enough");
+    let waited = started.elapsed();
+    assert!(waited >= Duration::from_millis(400), "the write waited for the read first ({waited:?})");
+    assert!(waited < Duration::from_secs(10), "the write waited {waited:?}");
+    let broken = answer(&mut raw, 5, &Request::DirectRead { transfer: 1, offset: 0, length: 3 });
+    assert!(broken.is_err_and(|message| message.contains("no longer holds its key")), "the read is told");
+    answer(&mut raw, 6, &Request::EndTransfer { transfer: 1, flags: ferrite_proto::EndTransferFlags::COMMIT })
+        .expect("ending a broken read is fine");
+    answer(&mut raw, 7, &Request::GetDirect { pool: handle, transfer: 1, key: b"k" }).expect("a new read");
+    assert_eq!(pool.get("k").expect("get"), b"new");
+}

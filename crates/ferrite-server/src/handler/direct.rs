@@ -19,6 +19,7 @@
 //! [`Store::stage_value`]: ferrite_store::Store::stage_value
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use ferrite_proto::{Durability, EndTransferFlags, ErrorCode, PoolHandle, PutFlags, Response};
 use ferrite_store::{PutMode, PutOutcome, StagedValue, StoreError};
@@ -58,6 +59,9 @@ struct ReadTransfer {
     pool: PoolHandle,
     key: Box<[u8]>,
     length: u64,
+    /// The hold on the key this read shares ([`DirectReads`]); a hold broken for idleness is
+    /// gone, and a later one has another number.
+    hold: u64,
 }
 
 impl Transfers {
@@ -86,16 +90,34 @@ impl Transfers {
 
 /// The keys that open direct reads hold, across the shard's sessions, and the requests waiting
 /// for one of them to be released.
-#[derive(Debug, Default)]
+///
+/// A hold that has seen no piece read for `idle_max` while a writer waits is broken: the writer
+/// goes ahead and the reads that shared it fail their next piece. So a client that opens a direct
+/// read and stops reading holds the key's writers back for `idle_max` at most, not for ever.
+#[derive(Debug)]
 pub(crate) struct DirectReads {
-    held: HashMap<PoolHandle, HashMap<Box<[u8]>, u32>>,
+    held: HashMap<PoolHandle, HashMap<Box<[u8]>, Hold>>,
     waiters: Vec<Arc<Completion>>,
+    idle_max: Duration,
+    /// Numbers the holds, so a read of a broken hold never releases a later one.
+    holds_made: u64,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Hold {
+    readers: u32,
+    last_read: Instant,
+    number: u64,
 }
 
 impl DirectReads {
+    pub fn new(idle_max: Duration) -> DirectReads {
+        DirectReads { held: HashMap::default(), waiters: Vec::new(), idle_max, holds_made: 0 }
+    }
+
     /// How many direct reads hold `key` of `pool`.
     pub fn holders(&self, pool: PoolHandle, key: &[u8]) -> u32 {
-        self.held.get(&pool).and_then(|keys| keys.get(key)).copied().unwrap_or(0)
+        self.held.get(&pool).and_then(|keys| keys.get(key)).map_or(0, |hold| hold.readers)
     }
 
     /// Whether any key of `pool` is held: lets the hot paths skip the lookup.
@@ -103,29 +125,75 @@ impl DirectReads {
         self.held.contains_key(&pool)
     }
 
-    /// A completion woken when a held key is released, for a request to run again then.
-    pub fn wait(&mut self) -> Arc<Completion> {
+    /// For a writer of `key` that other sessions' direct reads hold: a completion woken when the
+    /// hold is released or has been idle for `idle_max` (the writer then runs again and finds it
+    /// broken), or `None` if it is idle already, in which case it is broken now and the writer
+    /// goes ahead.
+    pub fn wait_for(&mut self, pool: PoolHandle, key: &[u8]) -> Option<Arc<Completion>> {
+        let hold = *self.held.get(&pool)?.get(key)?;
+        let idle_until = hold.last_read + self.idle_max;
+        if Instant::now() >= idle_until {
+            tracing::warn!(pool = pool.0, "a direct read idle for {:?} no longer holds its key", self.idle_max);
+            self.remove(pool, key);
+            return None;
+        }
         let waiting = Completion::new();
         self.waiters.push(Arc::clone(&waiting));
-        waiting
+        let timer = Arc::clone(&waiting);
+        tokio::task::spawn_local(async move {
+            tokio::time::sleep_until(idle_until.into()).await;
+            timer.wake();
+        });
+        Some(waiting)
     }
 
-    fn hold(&mut self, pool: PoolHandle, key: &[u8]) {
-        *self.held.entry(pool).or_default().entry(key.into()).or_default() += 1;
+    fn hold(&mut self, pool: PoolHandle, key: &[u8]) -> u64 {
+        let fresh = self.holds_made + 1;
+        let hold = self.held.entry(pool).or_default().entry(key.into()).or_insert(Hold {
+            readers: 0,
+            last_read: Instant::now(),
+            number: fresh,
+        });
+        if hold.number == fresh {
+            self.holds_made = fresh;
+        }
+        hold.readers += 1;
+        hold.last_read = Instant::now();
+        hold.number
     }
 
-    fn release(&mut self, pool: PoolHandle, key: &[u8]) {
-        let Some(keys) = self.held.get_mut(&pool) else { return };
-        let Some(count) = keys.get_mut(key) else { return };
-        *count -= 1;
-        if *count == 0 {
+    /// Notes a piece read under hold `number`; false if that hold was broken.
+    fn read_under(&mut self, pool: PoolHandle, key: &[u8], number: u64) -> bool {
+        match self.held.get_mut(&pool).and_then(|keys| keys.get_mut(key)) {
+            Some(hold) if hold.number == number => {
+                hold.last_read = Instant::now();
+                true
+            }
+            _ => false,
+        }
+    }
+
+    fn release(&mut self, pool: PoolHandle, key: &[u8], number: u64) {
+        let Some(hold) = self.held.get_mut(&pool).and_then(|keys| keys.get_mut(key)) else { return };
+        if hold.number != number {
+            return;
+        }
+        hold.readers -= 1;
+        if hold.readers == 0 {
+            self.remove(pool, key);
+        }
+    }
+
+    /// Drops the hold on `key` and wakes every waiting writer to run again.
+    fn remove(&mut self, pool: PoolHandle, key: &[u8]) {
+        if let Some(keys) = self.held.get_mut(&pool) {
             keys.remove(key);
             if keys.is_empty() {
                 self.held.remove(&pool);
             }
-            for waiter in self.waiters.drain(..) {
-                waiter.wake();
-            }
+        }
+        for waiter in self.waiters.drain(..) {
+            waiter.wake();
         }
     }
 }
@@ -254,8 +322,8 @@ impl ShardState {
         self.check_new_transfer(transfer, session)?;
         let pool_ref = open_pool(&self.pools, session, pool)?;
         let length = pool_ref.store.get(key).ok_or_else(|| super::key_not_found(pool_ref))?.len() as u64;
-        session.transfers.open.insert(transfer, Transfer::Read(ReadTransfer { pool, key: key.into(), length }));
-        self.direct_reads.hold(pool, key);
+        let hold = self.direct_reads.hold(pool, key);
+        session.transfers.open.insert(transfer, Transfer::Read(ReadTransfer { pool, key: key.into(), length, hold }));
         self.stats.direct_transfers += 1;
         Ok(Response::TransferOpened { length })
     }
@@ -275,6 +343,16 @@ impl ShardState {
             return Err(Failure::new(
                 ErrorCode::InvalidArgument,
                 format!("offset {offset} is past the end of the value ({} bytes)", read.length),
+            ));
+        }
+        if !self.direct_reads.read_under(read.pool, &read.key, read.hold) {
+            return Err(Failure::new(
+                ErrorCode::InvalidArgument,
+                format!(
+                    "direct read {transfer} no longer holds its key: it read nothing for {:?} while a writer \
+                     waited; end it and open it again",
+                    self.direct_reads.idle_max
+                ),
             ));
         }
         let take = u64::from(length).min(read.length - offset);
@@ -305,7 +383,7 @@ impl ShardState {
         };
         match open {
             Transfer::Read(read) => {
-                self.direct_reads.release(read.pool, &read.key);
+                self.direct_reads.release(read.pool, &read.key, read.hold);
                 Ok(Response::TransferEnded)
             }
             Transfer::Put(put) if flags.aborts() => {
@@ -400,7 +478,7 @@ impl ShardState {
     pub(crate) fn end_transfers(&mut self, session: &mut Session) {
         for (_, open) in std::mem::take(&mut session.transfers.open) {
             match open {
-                Transfer::Read(read) => self.direct_reads.release(read.pool, &read.key),
+                Transfer::Read(read) => self.direct_reads.release(read.pool, &read.key, read.hold),
                 Transfer::Put(put) => self.discard(put),
             }
         }

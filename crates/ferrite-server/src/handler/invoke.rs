@@ -137,7 +137,9 @@ impl ShardState {
             // it, as a put does, so a direct read never sees a value half changed.
             let own_reads = session.transfers.reads_of(invoke.pool, invoke.key);
             if self.direct_reads.holders(invoke.pool, invoke.key) > own_reads {
-                return Ok(Accepted::Blocked(self.direct_reads.wait()));
+                if let Some(waiting) = self.direct_reads.wait_for(invoke.pool, invoke.key) {
+                    return Ok(Accepted::Blocked(waiting));
+                }
             }
         }
         // The call reads the pool's state: its answer waits for what it read to be durable.
@@ -229,7 +231,9 @@ impl ShardState {
     ) -> Option<Arc<Completion>> {
         // A write waits for other sessions' direct reads of the key.
         if writes && self.direct_reads.holds_any(pool) && self.direct_reads.holders(pool, key) > own_reads {
-            return Some(self.direct_reads.wait());
+            if let Some(waiting) = self.direct_reads.wait_for(pool, key) {
+                return Some(waiting);
+            }
         }
         let calls = self.calls.get_mut(&pool)?;
         if key.is_empty() || !calls.holds(key, writes) {
