@@ -80,6 +80,18 @@ fn a_full_disk_refuses_writes_cleanly_and_recovers_when_space_returns() {
     assert!(pool.get(format!("key-{stored}")).expect_err("never written").is_key_not_found());
     assert_eq!(pool.count().expect("count"), stored as u64);
 
+    // A direct put (values past the 256 KiB inline limit here) is refused the same way, piece by
+    // piece: the key keeps its old value, and the room staged for the new one is given back.
+    let used = pool.pool_attributes().expect("attributes").used_bytes;
+    let large = vec![b'L'; 512 << 10];
+    let direct = pool.put_direct("key-0", &large).expect_err("no room for the pieces");
+    assert_eq!(direct.code(), Some(ErrorCode::NoSpace), "{direct}");
+    assert_eq!(pool.get("key-0").expect("the old value"), value(0));
+    let direct = pool.put_direct("direct-new", &large).expect_err("no room for the pieces");
+    assert_eq!(direct.code(), Some(ErrorCode::NoSpace), "{direct}");
+    assert!(pool.get("direct-new").expect_err("never stored").is_key_not_found());
+    assert_eq!(pool.pool_attributes().expect("attributes").used_bytes, used, "nothing staged stays");
+
     // Filled with small writes too, the log still has room for a pool setting's small record:
     // adding and removing the index in turn uses it up, until one of them is refused for want of
     // room. The refused one changes nothing: the pool has an index exactly if the refused change
@@ -113,6 +125,8 @@ fn a_full_disk_refuses_writes_cleanly_and_recovers_when_space_returns() {
         .join("ballast");
     std::fs::remove_file(&ballast).unwrap_or_else(|e| panic!("remove {}: {e}", ballast.display()));
     pool.put(format!("key-{stored}"), value(stored)).expect("space is back: the write succeeds");
+    pool.put_direct("direct-new", &large).expect("space is back: a direct put succeeds");
+    assert!(pool.get("direct-new").expect("read directly") == large);
     session.configure_pool("filler", PoolSetting::AddIndex).expect("space is back: the index is added");
     let next = pool.find(FindKind::Next, b"key-0", None, 1).expect("the index serves next:");
     assert_eq!(next.keys, [b"key-1".to_vec()]);

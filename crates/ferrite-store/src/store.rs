@@ -333,10 +333,7 @@ pub trait Store: Send {
         staged: StagedValue,
         mode: PutMode,
         write_time_ns: u64,
-    ) -> Result<PutOutcome, StoreError> {
-        let bytes = staged.into_owned_bytes().expect("this engine stages values in process memory only");
-        self.put(key, &bytes, mode, write_time_ns)
-    }
+    ) -> Result<PutOutcome, StoreError>;
 
     /// The most a [`commit_staged`](Store::commit_staged) changes.
     fn staged_commit_footprint(&self, key_len: u64, staged: &StagedValue) -> WriteFootprint {
@@ -368,15 +365,7 @@ pub trait Store: Send {
         offset: u64,
         bytes: &[u8],
         write_time_ns: u64,
-    ) -> Result<(), StoreError> {
-        let value = self.get(key).ok_or(StoreError::KeyNotFound)?;
-        let end = offset.checked_add(bytes.len() as u64).filter(|end| *end <= value.len() as u64);
-        let end =
-            end.ok_or(StoreError::RangeOutside { offset, len: bytes.len() as u64, value_len: value.len() as u64 })?;
-        let mut new = value.to_vec();
-        new[offset as usize..end as usize].copy_from_slice(bytes);
-        self.put(key, &new, PutMode::UpdateOnly, write_time_ns).map(|_| ())
-    }
+    ) -> Result<(), StoreError>;
 
     /// The most a [`write_value_range`](Store::write_value_range) of `len` bytes into a value of
     /// `value_len` bytes changes.

@@ -147,16 +147,13 @@ impl DirectReads {
         Some(waiting)
     }
 
+    /// Joins the hold on `key` (making one if there is none) and returns its number.
     fn hold(&mut self, pool: PoolHandle, key: &[u8]) -> u64 {
-        let fresh = self.holds_made + 1;
-        let hold = self.held.entry(pool).or_default().entry(key.into()).or_insert(Hold {
-            readers: 0,
-            last_read: Instant::now(),
-            number: fresh,
+        let holds_made = &mut self.holds_made;
+        let hold = self.held.entry(pool).or_default().entry(key.into()).or_insert_with(|| {
+            *holds_made += 1;
+            Hold { readers: 0, last_read: Instant::now(), number: *holds_made }
         });
-        if hold.number == fresh {
-            self.holds_made = fresh;
-        }
         hold.readers += 1;
         hold.last_read = Instant::now();
         hold.number
