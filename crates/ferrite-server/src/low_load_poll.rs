@@ -9,6 +9,12 @@
 //! no request has come for a whole window the shard parks as before and uses no CPU at all (the
 //! seeds' "friendly neighbour" rule: never spin when there is nothing to do).
 //!
+//! A poll also stops while plugin calls run. A pool's plugin host usually shares the shard's CPU
+//! (it inherits the server's placement), and a woken task does not preempt one that is still
+//! running: a shard polling for its window would keep the host it waits for off the CPU for that
+//! whole window. Parked, the shard lets the host run at once; the host's answers are a batch
+//! answered, which starts the next poll.
+//!
 //! The window is `[[shards]] poll_us`; 0 turns polling off. See `docs/configuration.md` for how
 //! the default was chosen.
 
@@ -91,7 +97,7 @@ impl LowLoadPoll {
             self.looked.set(true);
             return true;
         }
-        self.polling.set(false);
+        self.end_poll();
         if self.found.get() {
             self.backoff.set(0);
         } else {
@@ -101,11 +107,16 @@ impl LowLoadPoll {
         }
         false
     }
+
+    /// Ends the running poll without judging it: nothing was waited for long enough to say.
+    fn end_poll(&self) {
+        self.polling.set(false);
+    }
 }
 
 /// The shard's polling task: parked until a batch is answered, then yields to the runtime (which
-/// polls the sockets without sleeping each time) until the window passes. Ends when the shard
-/// stops.
+/// polls the sockets without sleeping each time) until the window passes or a plugin call runs.
+/// Ends when the shard stops.
 pub(crate) async fn run(shard: Rc<RefCell<ShardState>>, mut stop: watch::Receiver<bool>) {
     let wake = Arc::clone(&shard.borrow().low_load_poll.wake);
     loop {
@@ -114,6 +125,10 @@ pub(crate) async fn run(shard: Rc<RefCell<ShardState>>, mut stop: watch::Receive
             () = wake.notified() => {}
         }
         while shard.borrow().low_load_poll.keep_polling() {
+            if shard.borrow().plugin_calls_running() {
+                shard.borrow().low_load_poll.end_poll();
+                break;
+            }
             tokio::task::yield_now().await;
         }
     }
@@ -152,6 +167,19 @@ mod tests {
         run_out(&poll);
         poll.answered();
         assert!(poll.polling.get(), "after a poll that found a request, the next batch polls at once");
+    }
+
+    /// A poll stopped for a plugin call is not judged: the next batch polls at once.
+    #[test]
+    fn a_poll_ended_for_a_plugin_call_does_not_back_off() {
+        let poll = LowLoadPoll::new(WINDOW);
+        poll.answered();
+        assert!(poll.keep_polling());
+        poll.end_poll();
+        assert!(!poll.polling.get());
+        poll.answered();
+        assert!(poll.polling.get(), "the batch after an ended poll starts another");
+        assert_eq!(poll.skip.get(), 0);
     }
 
     #[test]

@@ -139,6 +139,11 @@ impl ShardState {
         self.calls.get(&pool).is_some_and(|calls| calls.host == host)
     }
 
+    /// Whether any pool's host has calls of this shard to run.
+    pub(crate) fn plugin_calls_running(&self) -> bool {
+        self.calls.values().any(|calls| !calls.running.is_empty())
+    }
+
     /// When `pool`'s task for `host` must look at it again without a wake-up; `None` once the
     /// pool no longer has that host.
     pub(crate) fn plugin_recheck(&self, pool: PoolHandle, host: u64) -> Option<Instant> {
