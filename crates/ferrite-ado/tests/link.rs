@@ -108,7 +108,7 @@ fn memory_limit_contains_unbounded_allocation() {
 fn callbacks_round_trip_through_the_shard() {
     let mut shard = Shard::start(config(&["creator"]));
     let fresh = Location { offset: 8192, len: 16 };
-    let call = shard.link.submit(invoke("create")).expect("submit");
+    let call = shard.link.submit(&invoke("create")).expect("submit");
     let mut seen = Vec::new();
     let events = shard.run_until_done(&[call], |request| {
         seen.push(request.clone());
@@ -133,7 +133,7 @@ fn callbacks_round_trip_through_the_shard() {
     assert!(shard.pool.read(fresh.offset, &mut bytes));
     assert_eq!(bytes, [b'x'; 16]);
 
-    let call = shard.link.submit(invoke("missing")).expect("submit");
+    let call = shard.link.submit(&invoke("missing")).expect("submit");
     let events =
         shard.run_until_done(&[call], |_| CallbackReply { status: abi::ERR_NOT_FOUND, ..CallbackReply::default() });
     assert_eq!(common::done(&events).responses[0].data, abi::ERR_NOT_FOUND.to_string().into_bytes());
@@ -174,7 +174,7 @@ fn checking_mode_reports_undeclared_writes() {
 #[test]
 fn burst_crosses_in_few_wakeups() {
     let mut shard = Shard::start(config(&["counter"]));
-    let calls: Vec<_> = (0..1000).map(|_| shard.link.submit(invoke("inc")).expect("room in the ring")).collect();
+    let calls: Vec<_> = (0..1000).map(|_| shard.link.submit(&invoke("inc")).expect("room in the ring")).collect();
     let events = shard.run_until_done(&calls, |_| CallbackReply::default());
     assert_eq!(events.iter().filter(|e| matches!(e, LinkEvent::Done(d) if d.status == abi::OK)).count(), 1000);
     assert_eq!(shard.value(), 1000);

@@ -266,9 +266,9 @@ impl AdoLink {
     }
 
     /// Sends one invocation. Err(Full) is backpressure: poll, then retry.
-    pub fn submit(&mut self, invocation: Invocation) -> Result<CallId, SubmitError> {
+    pub fn submit(&mut self, invocation: &Invocation) -> Result<CallId, SubmitError> {
         let call = CallId(self.last_call + 1);
-        self.send(&ToHost::Invoke { call, invocation })?;
+        self.send(&ToHost::Invoke { call, invocation: invocation.clone() })?;
         self.last_call = call.0;
         self.in_flight.push_back((call, Instant::now() + self.config.call_deadline));
         self.counters.invocations += 1;

@@ -134,7 +134,7 @@ impl Shard {
 
     /// Submits one invocation and runs it to its end, refusing every callback.
     pub fn call(&mut self, invocation: Invocation) -> Vec<LinkEvent> {
-        let call = self.link.submit(invocation).expect("submit");
+        let call = self.link.submit(&invocation).expect("submit");
         self.run_until_done(&[call], |_| CallbackReply { status: -7, ..CallbackReply::default() })
     }
 }

@@ -417,14 +417,14 @@ impl ShardState {
             }),
         };
         let calls = self.calls.get_mut(&handle).expect("the pool's calls exist");
-        let submitted = match calls.link.submit(invocation.clone()) {
+        let submitted = match calls.link.submit(&invocation) {
             Err(ferrite_ado::SubmitError::HostDown) => {
                 // The host exited since the last call (a crash between calls): start another.
                 calls
                     .link
                     .restart()
                     .map_err(|error| error.to_string())
-                    .and_then(|()| calls.link.submit(invocation).map_err(|error| error.to_string()))
+                    .and_then(|()| calls.link.submit(&invocation).map_err(|error| error.to_string()))
             }
             other => other.map_err(|error| error.to_string()),
         };
