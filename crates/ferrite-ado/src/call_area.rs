@@ -86,6 +86,9 @@ pub struct CallAreaWriter {
     area: Arc<Mapping>,
     cursor: usize,
     committed: u64,
+    /// Each before-image passes through here on its way from the pool to the area; reused, it
+    /// never grows past the area's length, as a range is checked to fit before it is copied.
+    image: Vec<u8>,
 }
 
 impl CallAreaWriter {
@@ -96,7 +99,7 @@ impl CallAreaWriter {
         if field(&area, CAPACITY_OFFSET)?.load(Ordering::Relaxed) != area.len() as u64 {
             return Err(CallAreaError::Corrupt("capacity differs from the mapping"));
         }
-        Ok(CallAreaWriter { area, cursor: CALL_AREA_HEADER_BYTES, committed: 0 })
+        Ok(CallAreaWriter { area, cursor: CALL_AREA_HEADER_BYTES, committed: 0, image: Vec::new() })
     }
 
     /// The area's mapping, for reading back what this writer recorded.
@@ -126,10 +129,10 @@ impl CallAreaWriter {
         let mut header = [0u8; ENTRY_HEADER_BYTES];
         header[..8].copy_from_slice(&range.offset.to_le_bytes());
         header[8..].copy_from_slice(&range.len.to_le_bytes());
-        let mut image = vec![0u8; range.len as usize];
-        let read = pool.read(range.offset, &mut image);
+        self.image.resize(range.len as usize, 0);
+        let read = pool.read(range.offset, &mut self.image);
         let wrote = self.area.write(self.cursor as u64, &header)
-            && self.area.write((self.cursor + ENTRY_HEADER_BYTES) as u64, &image);
+            && self.area.write((self.cursor + ENTRY_HEADER_BYTES) as u64, &self.image);
         if !(read && wrote) {
             return Err(CallAreaError::Corrupt("entry outside its checked bounds"));
         }

@@ -16,15 +16,19 @@ pub enum DecodeError {
     OutOfRange,
 }
 
-/// Appends fields to a message.
-#[derive(Debug, Default)]
-pub struct Writer {
-    bytes: Vec<u8>,
+/// Appends fields to a message in a buffer the caller keeps: a sender encodes every message into
+/// one reused buffer instead of allocating one per message.
+#[derive(Debug)]
+pub struct Writer<'a> {
+    bytes: &'a mut Vec<u8>,
 }
 
-impl Writer {
-    pub fn new(tag: u8) -> Writer {
-        Writer { bytes: vec![tag] }
+impl<'a> Writer<'a> {
+    /// Starts a message with `tag` in `out`, replacing what `out` held (its capacity stays).
+    pub fn start(out: &'a mut Vec<u8>, tag: u8) -> Writer<'a> {
+        out.clear();
+        out.push(tag);
+        Writer { bytes: out }
     }
 
     pub fn u8(&mut self, value: u8) -> &mut Self {
@@ -52,10 +56,6 @@ impl Writer {
         self.u32(value.len() as u32);
         self.bytes.extend_from_slice(value);
         self
-    }
-
-    pub fn finish(&mut self) -> Vec<u8> {
-        std::mem::take(&mut self.bytes)
     }
 }
 
@@ -109,9 +109,19 @@ impl<'a> Reader<'a> {
         }
     }
 
-    pub fn bytes(&mut self) -> Result<Vec<u8>, DecodeError> {
+    /// A u32 length, then the bytes, borrowed from the message.
+    fn slice(&mut self) -> Result<&'a [u8], DecodeError> {
         let len = self.u32()? as usize;
-        Ok(self.take(len)?.to_vec())
+        self.take(len)
+    }
+
+    pub fn bytes(&mut self) -> Result<Vec<u8>, DecodeError> {
+        Ok(self.slice()?.to_vec())
+    }
+
+    /// Bytes as text, invalid UTF-8 replaced: text from a plugin is for people, never refused.
+    pub fn text(&mut self) -> Result<String, DecodeError> {
+        Ok(String::from_utf8_lossy(self.slice()?).into_owned())
     }
 
     /// A u32 element count, checked against the bytes left given each element's least size.

@@ -193,7 +193,7 @@ const PAIR_BYTES_MIN: usize = 4 + LOCATION_BYTES + 8;
 const KEY_BYTES_MIN: usize = 4;
 const RESPONSE_BYTES_MIN: usize = 8;
 
-fn put_location(w: &mut Writer, location: &Location) {
+fn put_location(w: &mut Writer<'_>, location: &Location) {
     w.u64(location.offset).u64(location.len);
 }
 
@@ -201,7 +201,7 @@ fn get_location(r: &mut Reader<'_>) -> Result<Location, DecodeError> {
     Ok(Location { offset: r.u64()?, len: r.u64()? })
 }
 
-fn put_locations(w: &mut Writer, locations: &[Location]) {
+fn put_locations(w: &mut Writer<'_>, locations: &[Location]) {
     w.u32(locations.len() as u32);
     for location in locations {
         put_location(w, location);
@@ -213,7 +213,7 @@ fn get_locations(r: &mut Reader<'_>) -> Result<Vec<Location>, DecodeError> {
     (0..count).map(|_| get_location(r)).collect()
 }
 
-fn put_pair(w: &mut Writer, pair: &PairRecord) {
+fn put_pair(w: &mut Writer<'_>, pair: &PairRecord) {
     w.bytes(&pair.key);
     put_location(w, &pair.value);
     w.u64(pair.write_time_ns);
@@ -231,7 +231,7 @@ fn get_call(r: &mut Reader<'_>) -> Result<CallId, DecodeError> {
 }
 
 impl CallbackRequest {
-    fn encode(&self, w: &mut Writer) {
+    fn encode(&self, w: &mut Writer<'_>) {
         match self {
             CallbackRequest::CreateKey { key, value_len } => w.u8(1).bytes(key).u64(*value_len),
             CallbackRequest::OpenKey { key, read_only } => w.u8(2).bytes(key).u8(u8::from(*read_only)),
@@ -275,7 +275,7 @@ impl CallbackRequest {
 }
 
 impl CallbackResult {
-    fn encode(&self, w: &mut Writer) {
+    fn encode(&self, w: &mut Writer<'_>) {
         match self {
             CallbackResult::Nothing => {
                 w.u8(0);
@@ -340,25 +340,59 @@ impl CallbackResult {
     }
 }
 
+/// Encodes `ToHost::Invoke { call, invocation }` into `out` from a borrowed invocation: the
+/// shard keeps its invocation (to resubmit it after a host restart), so the message is written
+/// from it rather than from a clone.
+pub fn encode_invoke(call: CallId, invocation: &Invocation, out: &mut Vec<u8>) {
+    let mut w = Writer::start(out, 1);
+    w.u64(call.0).u32(invocation.flags).u64(invocation.pool_id);
+    w.bytes(&invocation.key).bytes(&invocation.payload);
+    put_location(&mut w, &invocation.value);
+    put_location(&mut w, &invocation.detached);
+}
+
+/// Encodes `ToShard::Done` into `out` from borrowed parts: the host reports a call from its
+/// call state, whose buffers the next call reuses.
+pub fn encode_done(
+    call: CallId,
+    status: i32,
+    responses: &[Response],
+    writes: &[Location],
+    reason: &str,
+    out: &mut Vec<u8>,
+) {
+    let mut w = Writer::start(out, 1);
+    w.u64(call.0).i32(status).u32(responses.len() as u32);
+    for response in responses {
+        w.u32(response.layer).bytes(&response.data);
+    }
+    put_locations(&mut w, writes);
+    w.bytes(reason.as_bytes());
+}
+
 impl ToHost {
+    /// The message in a new buffer; senders on a hot path use [`ToHost::encode_into`].
     pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        self.encode_into(&mut out);
+        out
+    }
+
+    /// Writes the message into `out`, replacing what it held, so a sender reuses one buffer.
+    pub fn encode_into(&self, out: &mut Vec<u8>) {
         match self {
-            ToHost::Invoke { call, invocation } => {
-                let mut w = Writer::new(1);
-                w.u64(call.0).u32(invocation.flags).u64(invocation.pool_id);
-                w.bytes(&invocation.key).bytes(&invocation.payload);
-                put_location(&mut w, &invocation.value);
-                put_location(&mut w, &invocation.detached);
-                w.finish()
-            }
+            ToHost::Invoke { call, invocation } => encode_invoke(*call, invocation, out),
             ToHost::CallbackReply { call, reply } => {
-                let mut w = Writer::new(2);
+                let mut w = Writer::start(out, 2);
                 w.u64(call.0).i32(reply.status);
                 reply.result.encode(&mut w);
-                w.finish()
             }
-            ToHost::PoolEvent { event, key } => Writer::new(3).u32(*event).bytes(key).finish(),
-            ToHost::Shutdown => Writer::new(4).finish(),
+            ToHost::PoolEvent { event, key } => {
+                Writer::start(out, 3).u32(*event).bytes(key);
+            }
+            ToHost::Shutdown => {
+                Writer::start(out, 4);
+            }
         }
     }
 
@@ -392,30 +426,31 @@ impl ToHost {
 }
 
 impl ToShard {
+    /// The message in a new buffer; senders on a hot path use [`ToShard::encode_into`].
     pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        self.encode_into(&mut out);
+        out
+    }
+
+    /// Writes the message into `out`, replacing what it held, so a sender reuses one buffer.
+    pub fn encode_into(&self, out: &mut Vec<u8>) {
         match self {
             ToShard::Done(done) => {
-                let mut w = Writer::new(1);
-                w.u64(done.call.0).i32(done.status).u32(done.responses.len() as u32);
-                for response in &done.responses {
-                    w.u32(response.layer).bytes(&response.data);
-                }
-                put_locations(&mut w, &done.writes);
-                w.bytes(done.reason.as_bytes());
-                w.finish()
+                encode_done(done.call, done.status, &done.responses, &done.writes, &done.reason, out);
             }
             ToShard::Callback { call, request } => {
-                let mut w = Writer::new(2);
+                let mut w = Writer::start(out, 2);
                 w.u64(call.0);
                 request.encode(&mut w);
-                w.finish()
             }
-            ToShard::Log { level, text } => Writer::new(3).i32(*level).bytes(text.as_bytes()).finish(),
+            ToShard::Log { level, text } => {
+                Writer::start(out, 3).i32(*level).bytes(text.as_bytes());
+            }
             ToShard::Undeclared { call, ranges } => {
-                let mut w = Writer::new(4);
+                let mut w = Writer::start(out, 4);
                 w.u64(call.0);
                 put_locations(&mut w, ranges);
-                w.finish()
             }
         }
     }
@@ -431,11 +466,11 @@ impl ToShard {
                     .map(|_| Ok(Response { layer: r.u32()?, data: r.bytes()? }))
                     .collect::<Result<_, DecodeError>>()?;
                 let writes = get_locations(&mut r)?;
-                let reason = String::from_utf8_lossy(&r.bytes()?).into_owned();
+                let reason = r.text()?;
                 ToShard::Done(Done { call, status, responses, writes, reason })
             }
             2 => ToShard::Callback { call: get_call(&mut r)?, request: CallbackRequest::decode(&mut r)? },
-            3 => ToShard::Log { level: r.i32()?, text: String::from_utf8_lossy(&r.bytes()?).into_owned() },
+            3 => ToShard::Log { level: r.i32()?, text: r.text()? },
             4 => ToShard::Undeclared { call: get_call(&mut r)?, ranges: get_locations(&mut r)? },
             tag => return Err(DecodeError::UnknownTag(tag)),
         };
@@ -539,9 +574,69 @@ mod tests {
         let mut bytes = ToHost::Shutdown.encode();
         bytes.push(0);
         assert_eq!(ToHost::decode(&bytes), Err(DecodeError::Trailing(1)));
-        let zero_call = Writer::new(4).u64(0).u32(0).finish();
+        let mut zero_call = Vec::new();
+        Writer::start(&mut zero_call, 4).u64(0).u32(0);
         assert_eq!(ToShard::decode(&zero_call), Err(DecodeError::OutOfRange));
-        let huge_count = Writer::new(4).u64(1).u32(u32::MAX).finish();
+        let mut huge_count = Vec::new();
+        Writer::start(&mut huge_count, 4).u64(1).u32(u32::MAX);
         assert_eq!(ToShard::decode(&huge_count), Err(DecodeError::Truncated));
+    }
+
+    /// Encoding into a reused buffer replaces what it held: each message comes out exactly as
+    /// a fresh encoding, whatever longer or shorter message the buffer carried before.
+    #[test]
+    fn encode_into_replaces_the_buffer() {
+        let mut out = vec![0xAA; 300];
+        for message in samples_to_host().iter().chain(samples_to_host().iter().rev()) {
+            message.encode_into(&mut out);
+            assert_eq!(out, message.encode());
+        }
+        for message in samples_to_shard().iter().chain(samples_to_shard().iter().rev()) {
+            message.encode_into(&mut out);
+            assert_eq!(out, message.encode());
+        }
+    }
+
+    /// The borrowed encoders write the very bytes of the messages they stand for, and those
+    /// bytes are the wire format, spelled out field by field.
+    #[test]
+    fn borrowed_encoders_match_the_wire_format() {
+        let samples = samples_to_host();
+        let ToHost::Invoke { call, invocation } = &samples[0] else { panic!("the first sample is an Invoke") };
+        let mut expected = vec![1];
+        expected.extend_from_slice(&7u64.to_le_bytes());
+        expected.extend_from_slice(&3u32.to_le_bytes());
+        expected.extend_from_slice(&9u64.to_le_bytes());
+        expected.extend_from_slice(&3u32.to_le_bytes());
+        expected.extend_from_slice(b"key");
+        expected.extend_from_slice(&5u32.to_le_bytes());
+        expected.extend_from_slice(b"add 1");
+        for field in [64u64, 8, 0, 0] {
+            expected.extend_from_slice(&field.to_le_bytes());
+        }
+        let mut out = vec![0xAA; 300];
+        encode_invoke(*call, invocation, &mut out);
+        assert_eq!(out, expected);
+        assert_eq!(samples[0].encode(), expected);
+
+        let samples = samples_to_shard();
+        let ToShard::Done(done) = &samples[0] else { panic!("the first sample is a Done") };
+        let mut expected = vec![1];
+        expected.extend_from_slice(&2u64.to_le_bytes());
+        expected.extend_from_slice(&0i32.to_le_bytes());
+        expected.extend_from_slice(&2u32.to_le_bytes());
+        expected.extend_from_slice(&0u32.to_le_bytes());
+        expected.extend_from_slice(&1u32.to_le_bytes());
+        expected.extend_from_slice(b"a");
+        expected.extend_from_slice(&1u32.to_le_bytes());
+        expected.extend_from_slice(&0u32.to_le_bytes());
+        expected.extend_from_slice(&1u32.to_le_bytes());
+        expected.extend_from_slice(&8u64.to_le_bytes());
+        expected.extend_from_slice(&8u64.to_le_bytes());
+        expected.extend_from_slice(&7u32.to_le_bytes());
+        expected.extend_from_slice(b"no room");
+        encode_done(done.call, done.status, &done.responses, &done.writes, &done.reason, &mut out);
+        assert_eq!(out, expected);
+        assert_eq!(samples[0].encode(), expected);
     }
 }

@@ -218,6 +218,50 @@ impl Producer {
     }
 }
 
+/// The messages of one [`Consumer::drain`], back to back in one buffer that the next drain
+/// reuses: a steady stream of messages allocates nothing once the buffer has grown. It never
+/// grows past the ring's capacity, as a drain takes only published records.
+#[derive(Debug, Default)]
+pub struct Drained {
+    bytes: Vec<u8>,
+    /// Where each message ends in `bytes`, in ring order.
+    ends: Vec<usize>,
+}
+
+impl Drained {
+    pub fn new() -> Drained {
+        Drained::default()
+    }
+
+    /// How many messages the drain took.
+    pub fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.ends.is_empty()
+    }
+
+    /// The messages, in the order they were pushed.
+    pub fn iter(&self) -> impl Iterator<Item = &[u8]> + '_ {
+        let starts = std::iter::once(0).chain(self.ends.iter().copied());
+        starts.zip(self.ends.iter().copied()).map(|(start, end)| &self.bytes[start..end])
+    }
+
+    fn clear(&mut self) {
+        self.bytes.clear();
+        self.ends.clear();
+    }
+
+    /// Room for one more message of `len` bytes, to be filled by the caller.
+    fn append(&mut self, len: usize) -> &mut [u8] {
+        let start = self.bytes.len();
+        self.bytes.resize(start + len, 0);
+        self.ends.push(self.bytes.len());
+        &mut self.bytes[start..]
+    }
+}
+
 /// The reading end of a ring.
 #[derive(Debug)]
 pub struct Consumer {
@@ -246,12 +290,21 @@ impl Consumer {
         Ok(self.available()? == 0)
     }
 
-    /// Takes every message published so far, appending each to `out`, and frees their space
-    /// with one head update. Returns how many were taken.
-    pub fn drain(&mut self, out: &mut Vec<Vec<u8>>) -> Result<usize, RingError> {
+    /// Takes every message published so far into `out` (replacing what it held) and frees their
+    /// space with one head update. Returns how many were taken. On an error nothing is taken and
+    /// `out` is left empty.
+    pub fn drain(&mut self, out: &mut Drained) -> Result<usize, RingError> {
+        out.clear();
+        let taken = self.drain_records(out);
+        if taken.is_err() {
+            out.clear();
+        }
+        taken
+    }
+
+    fn drain_records(&mut self, out: &mut Drained) -> Result<usize, RingError> {
         let mut available = self.available()?;
         let mut head = self.head;
-        let mut taken = 0;
         while available > 0 {
             if available < RECORD_HEADER_BYTES as u64 {
                 return Err(RingError::Corrupt("partial record header"));
@@ -267,18 +320,15 @@ impl Consumer {
             if record > available {
                 return Err(RingError::Corrupt("record longer than the published bytes"));
             }
-            let mut message = vec![0u8; len as usize];
-            self.memory.copy_out(head + RECORD_HEADER_BYTES as u64, &mut message);
-            out.push(message);
+            self.memory.copy_out(head + RECORD_HEADER_BYTES as u64, out.append(len as usize));
             head += record;
             available -= record;
-            taken += 1;
         }
-        if taken > 0 {
+        if !out.is_empty() {
             self.head = head;
             self.memory.atomic_u64(HEAD_OFFSET).store(head, Ordering::Release);
         }
-        Ok(taken)
+        Ok(out.len())
     }
 
     /// Announces that this consumer is about to sleep on its eventfd. Returns false if a
@@ -322,13 +372,12 @@ mod tests {
     #[test]
     fn wraps_around_and_keeps_every_message_intact() {
         let (mut producer, mut consumer, _mapping) = ring(4096);
-        let mut out = Vec::new();
+        let mut out = Drained::new();
         for round in 0..2000u32 {
             let message: Vec<u8> = (0..(round % 300) + 1).map(|i| (i ^ round) as u8).collect();
             producer.push(&message).expect("room after every drain");
-            out.clear();
             assert_eq!(consumer.drain(&mut out).expect("drain"), 1);
-            assert_eq!(out[0], message);
+            assert_eq!(out.iter().collect::<Vec<_>>(), [message.as_slice()]);
         }
     }
 
@@ -339,12 +388,15 @@ mod tests {
         for i in 0..500u32 {
             producer.push(&i.to_le_bytes()).expect("push");
         }
-        let mut out = Vec::new();
+        let mut out = Drained::new();
         assert_eq!(consumer.drain(&mut out).expect("drain"), 500);
+        assert_eq!(out.len(), 500);
         for (i, message) in out.iter().enumerate() {
-            assert_eq!(message.as_slice(), (i as u32).to_le_bytes());
+            assert_eq!(message, (i as u32).to_le_bytes());
         }
         assert!(consumer.is_empty().expect("consistent"));
+        assert_eq!(consumer.drain(&mut out).expect("drain"), 0);
+        assert!(out.is_empty(), "a drain replaces the previous batch");
     }
 
     /// A full ring refuses with Full (never blocks), and accepts again once drained.
@@ -358,21 +410,30 @@ mod tests {
         }
         assert_eq!(pushed, 4096 / padded(1000));
         assert_eq!(producer.push(&message), Err(RingError::Full));
-        let mut out = Vec::new();
+        let mut out = Drained::new();
         consumer.drain(&mut out).expect("drain");
         assert_eq!(out.len(), pushed);
         producer.push(&message).expect("room again");
         assert!(matches!(producer.push(&[0u8; 5000]), Err(RingError::TooLarge { .. })));
     }
 
-    /// A record length that does not match its check, or a tail past the capacity, is an error.
+    /// A record length that does not match its check, a record longer than what was published,
+    /// or a tail past the capacity, is an error.
     #[test]
     fn corrupt_lengths_are_errors() {
         let (mut producer, mut consumer, mapping) = ring(4096);
         producer.push(b"hello").expect("push");
         assert!(mapping.write(RING_HEADER_BYTES as u64, &u32::MAX.to_le_bytes()));
-        let mut out = Vec::new();
+        let mut out = Drained::new();
         assert!(matches!(consumer.drain(&mut out), Err(RingError::Corrupt(_))));
+
+        let (mut producer, mut consumer, mapping) = ring(4096);
+        producer.push(b"good").expect("push");
+        producer.push(b"hello").expect("push");
+        assert!(mapping.write((RING_HEADER_BYTES + padded(4)) as u64, &u32::MAX.to_le_bytes()));
+        assert!(matches!(consumer.drain(&mut out), Err(RingError::Corrupt(_))));
+        assert!(out.is_empty(), "a failed drain takes nothing, not even the good record before");
+        assert!(!consumer.is_empty().expect("consistent"), "the head did not move");
 
         let (mut producer, mut consumer, mapping) = ring(4096);
         producer.push(b"hello").expect("push");

@@ -7,7 +7,8 @@
 //! The shard's side of a call (checks, locks, logging, answers) is in `handler/invoke.rs`.
 
 use std::cell::RefCell;
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
+use std::hash::{BuildHasher, RandomState};
 use std::os::fd::OwnedFd;
 use std::path::PathBuf;
 use std::rc::Rc;
@@ -153,6 +154,7 @@ pub(crate) struct Call {
     pub answer: Answer,
     /// Empty for an invocation of the pool itself.
     pub key: Vec<u8>,
+    /// Handed to the host (and emptied) when the call is submitted.
     pub payload: Vec<u8>,
     /// `FERRITE_WORK_*` flags.
     pub work_flags: u32,
@@ -224,10 +226,12 @@ impl Running {
     /// Whether the call locks `key` against a request that `writes` (or reads): its target, a
     /// key it opened (a read lock) or one it changes (a write lock).
     pub fn locks(&self, key: &[u8], writes: bool) -> bool {
-        let read_only = self.call.work_flags & ferrite_plugin::abi::WORK_READ_ONLY != 0;
-        (self.call.key == key && (writes || !read_only))
-            || (writes && self.opened.iter().any(|(opened, _)| opened == key))
-            || self.staged(key).is_some()
+        (self.call.key == key && (writes || !is_read_only(&self.call))) || self.locks_besides_target(key, writes)
+    }
+
+    /// Whether the call locks `key` through a key it opened or changes (not its target).
+    pub fn locks_besides_target(&self, key: &[u8], writes: bool) -> bool {
+        (writes && self.opened.iter().any(|(opened, _)| opened == key)) || self.staged(key).is_some()
     }
 }
 
@@ -277,13 +281,30 @@ pub(crate) struct PoolCalls {
     pub host: u64,
     pub link: AdoLink,
     /// Calls submitted and not yet finished, in submit order.
-    pub running: Vec<Running>,
-    pub queue: VecDeque<Call>,
+    running: Vec<Running>,
+    queue: VecDeque<Call>,
+    /// How many queued and running calls target each key, by the key's hash: every request
+    /// asks whether a call holds its key, and almost always none does, which this answers
+    /// without comparing the key with every call's. A count is exact for its hash; keys that
+    /// share a hash only make the answer look at the calls themselves.
+    targets: HashMap<u64, TargetCount>,
+    hasher: RandomState,
     /// Requests waiting for a key one of these calls holds; woken (to run again) when a call ends.
     pub waiters: Vec<Arc<Completion>>,
     /// Signalled when a call starts, so the pool's task begins watching it (its deadline, and
     /// a host that dies without a word).
     pub call_started: Arc<Notify>,
+}
+
+/// The calls of a pool that target keys of one hash.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+struct TargetCount {
+    /// Queued or running calls that may write their target.
+    writers: u32,
+    /// Queued or running read-only calls.
+    readers: u32,
+    /// Running calls, of either kind.
+    running: u32,
 }
 
 impl PoolCalls {
@@ -293,8 +314,110 @@ impl PoolCalls {
             link,
             running: Vec::new(),
             queue: VecDeque::new(),
+            targets: HashMap::new(),
+            hasher: RandomState::new(),
             waiters: Vec::new(),
             call_started: Arc::new(Notify::new()),
+        }
+    }
+
+    /// The calls submitted and not yet finished, in submit order.
+    pub fn running(&self) -> &[Running] {
+        &self.running
+    }
+
+    /// The running calls, to record what their callbacks open and change (never their targets).
+    pub fn running_mut(&mut self) -> &mut [Running] {
+        &mut self.running
+    }
+
+    /// Calls accepted and not yet submitted.
+    pub fn queued(&self) -> usize {
+        self.queue.len()
+    }
+
+    /// Accepts a call: it holds its key from now on.
+    pub fn push_queued(&mut self, call: Call) {
+        self.count(&call, |count| {
+            if is_read_only(&call) {
+                count.readers += 1;
+            } else {
+                count.writers += 1;
+            }
+        });
+        self.queue.push_back(call);
+    }
+
+    /// Takes the first queued call that may start: one on a key no running call targets, has
+    /// opened or changes (calls on one key keep their order). It no longer holds its key until
+    /// [`Self::push_running`] (or never, if it cannot start).
+    pub fn take_startable(&mut self) -> Option<Call> {
+        let next = self.queue.iter().position(|call| !self.running_on(&call.key))?;
+        let call = self.queue.remove(next).expect("the position is in the queue");
+        self.uncount(&call, false);
+        Some(call)
+    }
+
+    /// Records a submitted call.
+    pub fn push_running(&mut self, running: Running) {
+        self.count(&running.call, |count| {
+            if is_read_only(&running.call) {
+                count.readers += 1;
+            } else {
+                count.writers += 1;
+            }
+            count.running += 1;
+        });
+        self.running.push(running);
+    }
+
+    /// Takes the running call `id` (it has ended).
+    pub fn take_running(&mut self, id: CallId) -> Option<Running> {
+        let at = self.running.iter().position(|running| running.id == id)?;
+        let running = self.running.remove(at);
+        self.uncount(&running.call, true);
+        Some(running)
+    }
+
+    fn key_hash(&self, key: &[u8]) -> u64 {
+        self.hasher.hash_one(key)
+    }
+
+    fn count(&mut self, call: &Call, change: impl FnOnce(&mut TargetCount)) {
+        if !call.key.is_empty() {
+            change(self.targets.entry(self.key_hash(&call.key)).or_default());
+        }
+    }
+
+    fn uncount(&mut self, call: &Call, running: bool) {
+        if call.key.is_empty() {
+            return;
+        }
+        let hash = self.key_hash(&call.key);
+        let Some(count) = self.targets.get_mut(&hash) else { return };
+        if is_read_only(call) {
+            count.readers -= 1;
+        } else {
+            count.writers -= 1;
+        }
+        if running {
+            count.running -= 1;
+        }
+        if *count == TargetCount::default() {
+            self.targets.remove(&hash);
+        }
+    }
+
+    /// Whether a running call targets `key`, has opened it or changes it.
+    fn running_on(&self, key: &[u8]) -> bool {
+        if key.is_empty() {
+            return false;
+        }
+        let targeted = self.targets.get(&self.key_hash(key)).is_some_and(|count| count.running > 0);
+        if targeted {
+            self.running.iter().any(|running| running.locks(key, true))
+        } else {
+            self.running.iter().any(|running| running.locks_besides_target(key, true))
         }
     }
 
@@ -303,12 +426,18 @@ impl PoolCalls {
     /// running call opened or changes it, with a write lock, or with a read lock and the request
     /// writes.
     pub fn holds(&self, key: &[u8], writes: bool) -> bool {
-        let held = |call: &Call| {
-            let read_lock = call.work_flags & ferrite_plugin::abi::WORK_READ_ONLY != 0;
-            call.key == key && (writes || !read_lock)
-        };
-        !key.is_empty()
-            && (self.running.iter().any(|running| running.locks(key, writes)) || self.queue.iter().any(held))
+        if key.is_empty() {
+            return false;
+        }
+        let targeted = self
+            .targets
+            .get(&self.key_hash(key))
+            .is_some_and(|count| count.writers > 0 || (writes && count.readers > 0));
+        if !targeted {
+            return self.running.iter().any(|running| running.locks_besides_target(key, writes));
+        }
+        let held = |call: &Call| call.key == key && (writes || !is_read_only(call));
+        self.running.iter().any(|running| running.locks(key, writes)) || self.queue.iter().any(held)
     }
 
     /// Wakes every request waiting for a key, to run again.
@@ -317,6 +446,10 @@ impl PoolCalls {
             waiter.wake();
         }
     }
+}
+
+fn is_read_only(call: &Call) -> bool {
+    call.work_flags & ferrite_plugin::abi::WORK_READ_ONLY != 0
 }
 
 /// How long the task sleeps between looks at a running call when the host does not signal (a
@@ -407,7 +540,7 @@ async fn serve_host(
 /// When a pool's task must look again without a wake-up: the link's next deadline or the
 /// recheck, whichever is first.
 pub(crate) fn recheck_at(calls: &PoolCalls, now: Instant) -> Instant {
-    let recheck = now + if calls.running.is_empty() { IDLE_RECHECK } else { RUNNING_RECHECK };
+    let recheck = now + if calls.running().is_empty() { IDLE_RECHECK } else { RUNNING_RECHECK };
     calls.link.next_deadline().map_or(recheck, |deadline| deadline.min(recheck))
 }
 
@@ -431,7 +564,7 @@ pub(crate) async fn submit_queued_calls(shard: Rc<RefCell<ShardState>>, mut stop
 pub(crate) async fn stop_hosts(shard: &Rc<RefCell<ShardState>>) {
     let hosts: Vec<PoolCalls> = shard.borrow_mut().calls.drain().map(|(_, calls)| calls).collect();
     for calls in hosts {
-        if calls.running.is_empty() {
+        if calls.running().is_empty() {
             shard.borrow_mut().retire(calls.link);
         }
     }

@@ -855,7 +855,7 @@ impl ShardState {
             ));
         }
         // Calls of clients that went away may still run: they end before the pool does.
-        let calls = self.calls.get(&handle).map_or(0, |calls| calls.running.len() + calls.queue.len());
+        let calls = self.calls.get(&handle).map_or(0, |calls| calls.running().len() + calls.queued());
         if calls > 0 {
             return Err(Failure::new(
                 ErrorCode::PoolInUse,

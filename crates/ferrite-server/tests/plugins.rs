@@ -172,6 +172,26 @@ fn misbehaving_plugins_cost_only_their_own_call() {
     assert!(served.load(Ordering::Relaxed) > 0, "the bystander was served meanwhile");
 }
 
+/// A call of `faulty` that loops on key `k` of `pool` until its deadline, from a session of its
+/// own: its error code once it ends, and a flag set when it has.
+fn looping_call(
+    server: &TestServer,
+    pool: &str,
+    options: InvokeOptions,
+) -> (std::thread::JoinHandle<Option<ErrorCode>>, Arc<AtomicBool>) {
+    let finished = Arc::new(AtomicBool::new(false));
+    let (address, pool, ended) = (server.addr_string(), pool.to_owned(), Arc::clone(&finished));
+    let looping = std::thread::spawn(move || {
+        let session = Session::connect(&address).expect("connect");
+        let pool = session.open_pool(&pool).expect("open");
+        let error = pool.invoke(b"k", b"loop", options).expect_err("times out");
+        ended.store(true, Ordering::SeqCst);
+        error.code()
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    (looping, finished)
+}
+
 /// A request on a key a call holds waits for the call, then runs; requests on other keys do not
 /// wait.
 #[test]
@@ -180,24 +200,30 @@ fn requests_on_a_held_key_wait_for_the_call() {
     let (_session, faulty) = open(&server, "held", &["faulty"]);
     faulty.invoke(b"k", b"ok", created(8)).expect("create k");
     faulty.put(b"other", b"o").expect("put other");
-    let finished = Arc::new(AtomicBool::new(false));
-    let looping = {
-        let (address, finished) = (server.addr_string(), Arc::clone(&finished));
-        std::thread::spawn(move || {
-            let session = Session::connect(&address).expect("connect");
-            let pool = session.open_pool("held").expect("open");
-            let error = pool.invoke(b"k", b"loop", InvokeOptions::default()).expect_err("times out");
-            finished.store(true, Ordering::SeqCst);
-            error.code()
-        })
-    };
-    std::thread::sleep(Duration::from_millis(300));
+    let (looping, finished) = looping_call(&server, "held", InvokeOptions::default());
     assert_eq!(faulty.get(b"other").expect("another key"), &b"o"[..]);
     assert!(!finished.load(Ordering::SeqCst), "a request on another key did not wait for the call");
     faulty.put(b"k", [1; 8]).expect("a put on the held key, once the call ended");
     assert!(finished.load(Ordering::SeqCst), "the put on the held key waited for the call");
     assert_eq!(looping.join().expect("the looping call"), Some(ErrorCode::AdoTimeout));
     assert_eq!(faulty.get(b"k").expect("k"), &[1; 8][..]);
+}
+
+/// A read-only call holds its key against writers only: a get on the key runs at once, a put on
+/// it waits for the call.
+#[test]
+fn a_read_only_call_holds_its_key_against_writers_only() {
+    let server = server_with_limits(1_500).start();
+    let (_session, faulty) = open(&server, "read-held", &["faulty"]);
+    faulty.invoke(b"k", b"ok", created(8)).expect("create k");
+    let read_only = InvokeOptions { read_only: true, ..InvokeOptions::default() };
+    let (looping, finished) = looping_call(&server, "read-held", read_only);
+    assert_eq!(faulty.get(b"k").expect("a get under a read lock"), &[0; 8][..]);
+    assert!(!finished.load(Ordering::SeqCst), "the get did not wait for the read-only call");
+    faulty.put(b"k", [2; 8]).expect("a put on the read-locked key, once the call ended");
+    assert!(finished.load(Ordering::SeqCst), "the put waited for the read-only call");
+    assert_eq!(looping.join().expect("the looping call"), Some(ErrorCode::AdoTimeout));
+    assert_eq!(faulty.get(b"k").expect("k"), &[2; 8][..]);
 }
 
 /// kill -9 in the middle of concurrent increments, round after round: after each restart every

@@ -5,8 +5,10 @@ use ferrite_plugin::abi::{Pair, WORK_READ_ONLY};
 
 use super::checking::Snapshot;
 use crate::message::{CallId, Invocation, Location, Response};
+use crate::shm::Mapping;
 
-/// One call's bookkeeping, dropped when the call ends.
+/// One call's bookkeeping. When the call ends the host keeps it for its buffers only; the next
+/// call starts every field over.
 #[derive(Debug)]
 pub struct CallState {
     pub id: CallId,
@@ -44,29 +46,73 @@ pub struct Search {
 }
 
 impl CallState {
-    pub fn new(id: CallId, invocation: &Invocation, snapshot: Option<Snapshot>) -> CallState {
-        let read_only = invocation.flags & WORK_READ_ONLY != 0;
-        let mut writable = Vec::new();
-        if !read_only && invocation.value.len > 0 {
-            writable.push(invocation.value);
-        }
-        if invocation.detached.len > 0 {
-            writable.push(invocation.detached);
-        }
-        CallState {
+    /// The bookkeeping of call `id`, in the buffers of `recycled` (the last finished call's
+    /// state) if there is one: a call then allocates nothing for its lists until they outgrow
+    /// the last call's. `checking` is the pool to snapshot in checking mode.
+    pub fn start(
+        recycled: Option<CallState>,
+        id: CallId,
+        invocation: &Invocation,
+        checking: Option<&Mapping>,
+    ) -> CallState {
+        let mut state = recycled.unwrap_or_else(|| CallState {
             id,
-            read_only,
+            read_only: false,
             layer: 0,
-            writable,
+            writable: Vec::new(),
             declared: Vec::new(),
             responses: Vec::new(),
             response_bytes: 0,
             lent_bytes: Vec::new(),
             lent_pairs: Vec::new(),
-            snapshot,
+            snapshot: None,
             finds: Vec::new(),
             last_complaint: String::new(),
+        });
+        state.reset(id, invocation, checking);
+        state
+    }
+
+    /// Starts every field over for call `id`, keeping only the buffers' capacity, so nothing of
+    /// the last call (least of all what it was allowed to write) reaches this one. Every field
+    /// is named here: a new one cannot be forgotten.
+    fn reset(&mut self, id: CallId, invocation: &Invocation, checking: Option<&Mapping>) {
+        let CallState {
+            id: call,
+            read_only,
+            layer,
+            writable,
+            declared,
+            responses,
+            response_bytes,
+            lent_bytes,
+            lent_pairs,
+            snapshot,
+            finds,
+            last_complaint,
+        } = self;
+        *call = id;
+        *read_only = invocation.flags & WORK_READ_ONLY != 0;
+        *layer = 0;
+        writable.clear();
+        if !*read_only && invocation.value.len > 0 {
+            writable.push(invocation.value);
         }
+        if invocation.detached.len > 0 {
+            writable.push(invocation.detached);
+        }
+        declared.clear();
+        responses.clear();
+        *response_bytes = 0;
+        lent_bytes.clear();
+        lent_pairs.clear();
+        match (checking, snapshot.as_mut()) {
+            (Some(pool), Some(previous)) => previous.retake(pool),
+            (Some(pool), None) => *snapshot = Some(Snapshot::take(pool)),
+            (None, _) => *snapshot = None,
+        }
+        finds.clear();
+        last_complaint.clear();
     }
 
     /// Lets the call write `range` from now on.
@@ -95,5 +141,43 @@ impl CallState {
     pub fn lend_pairs(&mut self, pairs: Vec<Pair>) -> &[Pair] {
         self.lent_pairs.push(pairs);
         self.lent_pairs.last().map_or(&[], Vec::as_slice)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A call started in a finished call's buffers inherits nothing from it: not the ranges it
+    /// was allowed or declared, not its responses, searches, lent keys or complaint.
+    #[test]
+    fn recycled_state_starts_over() {
+        let first = Invocation { value: Location { offset: 0, len: 8 }, ..Invocation::default() };
+        let mut state = CallState::start(None, CallId(1), &first, None);
+        let allocated = Location { offset: 512, len: 64 };
+        state.allow(allocated);
+        state.declared.push(allocated);
+        state.responses.push(Response { layer: 0, data: b"answer".to_vec() });
+        state.response_bytes = 14;
+        state.layer = 1;
+        state.lend_bytes(b"key".to_vec());
+        state.lend_pairs(Vec::new());
+        state.finds.push(Search { expression: b"k.*".to_vec(), keys: Vec::new(), cursor: None });
+        state.last_complaint.push_str("no room");
+
+        let second = Invocation { flags: WORK_READ_ONLY, value: Location { offset: 64, len: 8 }, ..first };
+        let state = CallState::start(Some(state), CallId(2), &second, None);
+        assert_eq!(state.id, CallId(2));
+        assert!(state.read_only);
+        assert!(!state.may_write(&allocated));
+        assert!(state.writable.is_empty(), "a read-only call may write nothing");
+        assert!(state.declared.is_empty() && state.responses.is_empty() && state.finds.is_empty());
+        assert!(state.lent_bytes.is_empty() && state.lent_pairs.is_empty());
+        assert_eq!((state.response_bytes, state.layer), (0, 0));
+        assert!(state.last_complaint.is_empty() && state.snapshot.is_none());
+
+        let third = Invocation { flags: 0, ..second };
+        let state = CallState::start(Some(state), CallId(3), &third, None);
+        assert!(state.may_write(&third.value) && !state.may_write(&first.value));
     }
 }

@@ -6,7 +6,7 @@ use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use crate::message::{CallId, CallbackReply, ToHost, ToShard};
-use crate::ring::{Consumer, Producer, RingError};
+use crate::ring::{Consumer, Drained, Producer, RingError};
 use crate::wake::Wake;
 
 use super::HostError;
@@ -27,7 +27,10 @@ pub struct Channel {
     parent: Option<rustix::process::Pid>,
     /// Messages taken off the ring but not handled yet (kept while a callback waits).
     backlog: VecDeque<ToHost>,
-    raw: Vec<Vec<u8>>,
+    /// The messages of the last drain of the shard's ring, before they are decoded.
+    drained: Drained,
+    /// Each message to the shard is encoded here, then copied into the ring.
+    scratch: Vec<u8>,
 }
 
 impl Channel {
@@ -40,7 +43,8 @@ impl Channel {
             spin: Duration::from_micros(spin_us.into()),
             parent: rustix::process::getppid(),
             backlog: VecDeque::new(),
-            raw: Vec::new(),
+            drained: Drained::new(),
+            scratch: Vec::new(),
         }
     }
 
@@ -83,9 +87,14 @@ impl Channel {
 
     /// Queues a message for the shard, waiting while its ring is full.
     pub fn send(&mut self, message: &ToShard) -> Result<(), HostError> {
-        let bytes = message.encode();
+        self.send_with(|out| message.encode_into(out))
+    }
+
+    /// Queues the message `encode` writes into the channel's scratch buffer, as `send` does.
+    pub fn send_with(&mut self, encode: impl FnOnce(&mut Vec<u8>)) -> Result<(), HostError> {
+        encode(&mut self.scratch);
         loop {
-            match self.outbox.push(&bytes) {
+            match self.outbox.push(&self.scratch) {
                 Ok(()) => return Ok(()),
                 Err(RingError::Full) => {
                     self.flush()?;
@@ -144,10 +153,9 @@ impl Channel {
     }
 
     fn drain(&mut self) -> Result<usize, HostError> {
-        self.raw.clear();
-        let taken = self.inbox.drain(&mut self.raw).map_err(HostError::Ring)?;
-        for bytes in self.raw.drain(..) {
-            self.backlog.push_back(ToHost::decode(&bytes).map_err(HostError::Decode)?);
+        let taken = self.inbox.drain(&mut self.drained).map_err(HostError::Ring)?;
+        for bytes in self.drained.iter() {
+            self.backlog.push_back(ToHost::decode(bytes).map_err(HostError::Decode)?);
         }
         Ok(taken)
     }

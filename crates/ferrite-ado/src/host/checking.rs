@@ -16,10 +16,17 @@ pub struct Snapshot {
 
 impl Snapshot {
     pub fn take(pool: &Mapping) -> Snapshot {
-        let mut bytes = vec![0u8; pool.len()];
-        let copied = pool.read(0, &mut bytes);
+        let mut snapshot = Snapshot { bytes: Vec::new() };
+        snapshot.retake(pool);
+        snapshot
+    }
+
+    /// Copies pool memory anew into this snapshot's buffer: each call of a checking host
+    /// reuses the last call's copy rather than allocating (and faulting in) a pool-sized one.
+    pub fn retake(&mut self, pool: &Mapping) {
+        self.bytes.resize(pool.len(), 0);
+        let copied = pool.read(0, &mut self.bytes);
         debug_assert!(copied, "the whole mapping is in bounds");
-        Snapshot { bytes }
     }
 
     /// Takes `range` anew: the shard just filled it for the call (a key created or opened for
@@ -74,5 +81,19 @@ mod tests {
             snapshot.undeclared(&pool, &declared),
             vec![Location { offset: 12, len: 2 }, Location { offset: 5000, len: 2 }]
         );
+    }
+
+    /// A retaken snapshot is pool memory as it is now: the last call's changes no longer count,
+    /// only the ones made after it.
+    #[test]
+    fn retake_forgets_earlier_changes() {
+        let fd = Mapping::create_memfd("pool", 2 * PAGE_BYTES).expect("memfd");
+        let pool = Mapping::map(&fd).expect("map");
+        let mut snapshot = Snapshot::take(&pool);
+        assert!(pool.write(10, b"ab"));
+        snapshot.retake(&pool);
+        assert!(snapshot.undeclared(&pool, &[]).is_empty());
+        assert!(pool.write(4100, b"c"));
+        assert_eq!(snapshot.undeclared(&pool, &[]), vec![Location { offset: 4100, len: 1 }]);
     }
 }

@@ -23,14 +23,13 @@ use ferrite_plugin::{LoadError, LoadedPlugin};
 use crate::args::HostArgs;
 use crate::call_area::{read_back, CallAreaError, CallAreaWriter};
 use crate::codec::DecodeError;
-use crate::message::{CallId, Done, Invocation, ToHost, ToShard};
+use crate::message::{encode_done, CallId, Invocation, Location, ToHost, ToShard};
 use crate::ring::{ring_bytes, Consumer, Producer, RingError};
 use crate::shm::Mapping;
 use crate::wake::Wake;
 
 use call::CallState;
 use channel::Channel;
-use checking::Snapshot;
 use context::HostContext;
 
 /// Why the host stopped other than by a Shutdown.
@@ -103,7 +102,7 @@ pub fn run(args: HostArgs) -> Result<(), HostError> {
     let call_area = CallAreaWriter::open(Arc::new(Mapping::map(&call_area_fd)?))?;
     let channel = Channel::new(inbox, outbox, to_host, to_shard, args.spin_us);
     let context = Box::new(HostContext { pool, channel, call_area, call: None, fatal: None });
-    let mut host = HostProcess { layers: Vec::new(), context, checking: args.checking };
+    let mut host = HostProcess { layers: Vec::new(), context, checking: args.checking, finished: None };
     let outcome = host.serve(&args);
     host.stop();
     outcome
@@ -115,6 +114,8 @@ struct HostProcess {
     layers: Vec<Layer>,
     context: Box<HostContext>,
     checking: bool,
+    /// The last finished call's state, kept for its buffers: the next call reuses them.
+    finished: Option<CallState>,
 }
 
 impl HostProcess {
@@ -184,9 +185,10 @@ impl HostProcess {
     /// Runs one invocation through the chain and reports it.
     #[allow(unsafe_code)]
     fn invoke(&mut self, call: CallId, invocation: &Invocation) -> Result<(), HostError> {
-        let snapshot = self.checking.then(|| Snapshot::take(&self.context.pool));
+        let checking = self.checking.then_some(&*self.context.pool);
+        let state = CallState::start(self.finished.take(), call, invocation, checking);
         self.context.call_area.begin(call)?;
-        self.context.call = Some(CallState::new(call, invocation, snapshot));
+        self.context.call = Some(state);
         let value = self.context.address_of(invocation.value);
         let detached = self.context.address_of(invocation.detached);
         let mut status = abi::OK;
@@ -231,18 +233,19 @@ impl HostProcess {
                 self.context.channel.send(&ToShard::Undeclared { call, ranges })?;
             }
         }
-        let writes = if status == abi::OK {
-            state.declared
-        } else {
+        let status = if status > 0 { abi::ERR_FAILED } else { status };
+        let succeeded = status == abi::OK;
+        if !succeeded {
             if let Some(images) = read_back(self.context.call_area.mapping(), self.context.pool.len() as u64)? {
                 images.restore(&self.context.pool)?;
             }
-            Vec::new()
-        };
-        let status = if status > 0 { abi::ERR_FAILED } else { status };
-        let reason = if status == abi::OK { String::new() } else { state.last_complaint };
-        let done = Done { call, status, responses: state.responses, writes, reason };
-        self.context.channel.send(&ToShard::Done(done))
+        }
+        let (writes, reason): (&[Location], &str) =
+            if succeeded { (&state.declared, "") } else { (&[], &state.last_complaint) };
+        let sent =
+            self.context.channel.send_with(|out| encode_done(call, status, &state.responses, writes, reason, out));
+        self.finished = Some(state);
+        sent
     }
 
     /// Tells every plugin the pool closes and unloads them, last first.

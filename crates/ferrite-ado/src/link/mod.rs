@@ -26,8 +26,10 @@ use std::time::{Duration, Instant};
 
 use crate::args::{HostArgs, PluginSpec};
 use crate::call_area::{init_call_area, read_back, CallAreaError, CALL_AREA_MIN_BYTES};
-use crate::message::{CallId, CallbackReply, CallbackRequest, Done, Invocation, Location, ToHost, ToShard};
-use crate::ring::{init_ring, ring_bytes, Consumer, Producer, RingError, RING_CAPACITY_MIN_BYTES};
+use crate::message::{
+    encode_invoke, CallId, CallbackReply, CallbackRequest, Done, Invocation, Location, ToHost, ToShard,
+};
+use crate::ring::{init_ring, ring_bytes, Consumer, Drained, Producer, RingError, RING_CAPACITY_MIN_BYTES};
 use crate::shm::Mapping;
 use crate::wake::Wake;
 
@@ -182,7 +184,12 @@ pub struct AdoLink {
     /// waking the host, which is woken once at the end (and whether it needs to be).
     batching: bool,
     wake_pending: bool,
-    raw: Vec<Vec<u8>>,
+    /// The batch's clock: read at its first submit and reused by every call of the batch.
+    batch_now: Option<Instant>,
+    /// Each message to the host is encoded here, then copied into the ring.
+    scratch: Vec<u8>,
+    /// The messages of the last drain of the host's ring.
+    drained: Drained,
 }
 
 impl AdoLink {
@@ -222,7 +229,9 @@ impl AdoLink {
             pending: Vec::new(),
             batching: false,
             wake_pending: false,
-            raw: Vec::new(),
+            batch_now: None,
+            scratch: Vec::new(),
+            drained: Drained::new(),
         };
         link.spawn()?;
         Ok(link)
@@ -268,11 +277,24 @@ impl AdoLink {
     /// Sends one invocation. Err(Full) is backpressure: poll, then retry.
     pub fn submit(&mut self, invocation: &Invocation) -> Result<CallId, SubmitError> {
         let call = CallId(self.last_call + 1);
-        self.send(&ToHost::Invoke { call, invocation: invocation.clone() })?;
+        self.send_with(|out| encode_invoke(call, invocation, out))?;
         self.last_call = call.0;
-        self.in_flight.push_back((call, Instant::now() + self.config.call_deadline));
+        let deadline = self.submit_time() + self.config.call_deadline;
+        self.in_flight.push_back((call, deadline));
         self.counters.invocations += 1;
         Ok(call)
+    }
+
+    /// When a call submitted now starts its deadline. Within a batch, the clock is read once,
+    /// at the batch's first submit: a call's deadline then starts at most one batch (a few
+    /// microseconds of submits) early, so it may be killed that much sooner, never later, and
+    /// deadlines stay in submit order.
+    fn submit_time(&mut self) -> Instant {
+        if self.batching {
+            *self.batch_now.get_or_insert_with(Instant::now)
+        } else {
+            Instant::now()
+        }
     }
 
     /// Answers a [`LinkEvent::Callback`].
@@ -295,13 +317,23 @@ impl AdoLink {
     }
 
     fn send(&mut self, message: &ToHost) -> Result<(), SubmitError> {
+        self.send_with(|out| message.encode_into(out))
+    }
+
+    /// Sends the message `encode` writes into the link's scratch buffer.
+    fn send_with(&mut self, encode: impl FnOnce(&mut Vec<u8>)) -> Result<(), SubmitError> {
         if !matches!(self.state, HostState::Running { shutdown_sent: false, .. }) {
             return Err(SubmitError::HostDown);
         }
-        match self.outbox.push(&message.encode()) {
+        encode(&mut self.scratch);
+        match self.outbox.push(&self.scratch) {
             Ok(()) => {}
             Err(RingError::Full) => return Err(SubmitError::Full),
-            Err(RingError::TooLarge { .. }) => return Err(SubmitError::TooLarge),
+            Err(RingError::TooLarge { .. }) => {
+                // Keep no buffer larger than a message the ring can carry.
+                self.scratch = Vec::new();
+                return Err(SubmitError::TooLarge);
+            }
             Err(RingError::Corrupt(what)) => {
                 self.kill(KillCause::Protocol(format!("shard-to-host ring: {what}")));
                 return Err(SubmitError::HostDown);
@@ -318,13 +350,17 @@ impl AdoLink {
     /// Starts a batch: the messages sent until [`AdoLink::end_batch`] wake the host once. A
     /// host on the shard's CPU, woken per message, would run each call as it arrives and take
     /// the CPU back and forth with the shard; woken once, it takes the batch in one turn.
+    /// Every call of the batch counts its deadline from the batch's first submit (see
+    /// `submit_time`): end the batch as soon as its messages are sent.
     pub fn begin_batch(&mut self) {
         self.batching = true;
+        self.batch_now = None;
     }
 
     /// Ends a batch, waking the host if it sent anything and the host sleeps.
     pub fn end_batch(&mut self) {
         self.batching = false;
+        self.batch_now = None;
         if std::mem::take(&mut self.wake_pending) {
             self.wake_host();
         }
@@ -409,14 +445,15 @@ impl AdoLink {
 
     /// Drains and decodes the host's ring into `events`; returns how many messages.
     fn receive(&mut self, events: &mut Vec<LinkEvent>) -> usize {
-        self.raw.clear();
-        if let Err(e) = self.inbox.drain(&mut self.raw) {
-            self.kill(KillCause::Protocol(format!("host-to-shard ring: {e}")));
-            return 0;
-        }
-        let count = self.raw.len();
-        let raw = std::mem::take(&mut self.raw);
-        for bytes in &raw {
+        let mut drained = std::mem::take(&mut self.drained);
+        let count = match self.inbox.drain(&mut drained) {
+            Ok(count) => count,
+            Err(e) => {
+                self.kill(KillCause::Protocol(format!("host-to-shard ring: {e}")));
+                0
+            }
+        };
+        for bytes in drained.iter() {
             match ToShard::decode(bytes) {
                 Ok(message) => events.push(self.accept(message)),
                 Err(e) => {
@@ -425,7 +462,7 @@ impl AdoLink {
                 }
             }
         }
-        self.raw = raw;
+        self.drained = drained;
         count
     }
 

@@ -308,7 +308,7 @@ impl ShardState {
     /// Queues `call` on `pool`'s running host, for [`Self::submit_calls`].
     fn queue(&mut self, pool: PoolHandle, call: Call) {
         let calls = self.calls.get_mut(&pool).expect("the pool's host runs");
-        calls.queue.push_back(call);
+        calls.push_queued(call);
         if !self.to_submit.contains(&pool) {
             self.to_submit.push(pool);
         }
@@ -322,7 +322,7 @@ impl ShardState {
     pub(crate) fn submit_soon(&mut self) {
         let pools = std::mem::take(&mut self.to_submit);
         for pool in pools {
-            let idle = self.calls.get(&pool).is_some_and(|calls| calls.running.is_empty());
+            let idle = self.calls.get(&pool).is_some_and(|calls| calls.running().is_empty());
             if idle {
                 self.start_next(pool);
             } else if !self.to_submit.contains(&pool) {
@@ -356,25 +356,21 @@ impl ShardState {
     fn submit_queued(&mut self, pool: PoolHandle) {
         loop {
             let Some(calls) = self.calls.get_mut(&pool) else { return };
-            if calls.running.len() >= CALLS_IN_FLIGHT_MAX {
+            if calls.running().len() >= CALLS_IN_FLIGHT_MAX {
                 return;
             }
-            // A key a running call targets, has opened or changes is not started on.
-            let running_on =
-                |key: &[u8]| !key.is_empty() && calls.running.iter().any(|running| running.locks(key, true));
-            let Some(next) = calls.queue.iter().position(|call| !running_on(&call.key)) else {
-                if calls.queue.is_empty() && calls.running.is_empty() {
+            let Some(mut call) = calls.take_startable() else {
+                if calls.queued() == 0 && calls.running().is_empty() {
                     self.stop_idle_host(pool);
                 }
                 return;
             };
-            let call = calls.queue.remove(next).expect("the position is in the queue");
-            match self.begin(pool, &call) {
+            match self.begin(pool, &mut call) {
                 Ok((id, target, detached)) => {
                     let calls = self.calls.get_mut(&pool).expect("the pool's calls exist");
                     let mut running = Running::new(id, call, target);
                     running.allocated.extend(detached);
-                    calls.running.push(running);
+                    calls.push_running(running);
                 }
                 Err(failure) => self.answer_failure(&call, failure),
             }
@@ -382,11 +378,11 @@ impl ShardState {
     }
 
     /// Gives `call` its target (reserving log room for what it may write) and its detached
-    /// value (in memory it allocates), and submits it to the host.
+    /// value (in memory it allocates), and submits it to the host, which takes its payload.
     fn begin(
         &mut self,
         handle: PoolHandle,
-        call: &Call,
+        call: &mut Call,
     ) -> Result<(CallId, Target, Option<StagedAllocation>), Failure> {
         let target = self.target(handle, call)?;
         let detached = match &call.detached {
@@ -394,22 +390,19 @@ impl ShardState {
                 Ok(allocation) => Some(allocation),
                 Err(_) => {
                     self.release(handle, target);
-                    let name = self.pools.get(handle).map_or_else(String::new, |pool| pool.name.clone());
                     return Err(Failure::new(
                         ErrorCode::PoolFull,
-                        format!("pool '{name}': no room for the detached value"),
+                        format!("pool '{}': no room for the detached value", self.pool_name(handle)),
                     ));
                 }
             },
             None => None,
         };
-        let pool = self.pools.get(handle).expect("a pool with calls exists");
-        let name = pool.name.clone();
         let invocation = Invocation {
             flags: call.work_flags,
             pool_id: handle.0,
             key: call.key.clone(),
-            payload: call.payload.clone(),
+            payload: std::mem::take(&mut call.payload),
             value: target.location(),
             detached: detached.map_or_else(Location::default, |allocation| Location {
                 offset: allocation.id,
@@ -440,7 +433,7 @@ impl ShardState {
                 }
                 Err(Failure::new(
                     ErrorCode::AdoFailed,
-                    format!("pool '{name}': its plugin host cannot take the call: {reason}"),
+                    format!("pool '{}': its plugin host cannot take the call: {reason}", self.pool_name(handle)),
                 ))
             }
         }
@@ -511,13 +504,14 @@ impl ShardState {
     }
 
     pub(super) fn plugin_event(&mut self, pool: PoolHandle, event: LinkEvent) {
-        let name = self.pools.get(pool).map_or_else(String::new, |pool| pool.name.clone());
-        match event {
-            LinkEvent::Done(done) => {
-                if let Some(running) = self.take_running(pool, done.call) {
-                    self.finish(pool, running, done);
-                }
+        if let LinkEvent::Done(done) = event {
+            if let Some(running) = self.take_running(pool, done.call) {
+                self.finish(pool, running, done);
             }
+            return;
+        }
+        let name = self.pool_name(pool);
+        match event {
             LinkEvent::Failed { call, reason } => {
                 if let Some(running) = self.take_running(pool, call) {
                     // The link restored what the call had declared before it reported this; the
@@ -581,17 +575,20 @@ impl ShardState {
         }
     }
 
+    /// The pool's name, for messages (empty if it is gone).
+    pub(super) fn pool_name(&self, pool: PoolHandle) -> String {
+        self.pools.get(pool).map_or_else(String::new, |pool| pool.name.clone())
+    }
+
     fn take_running(&mut self, pool: PoolHandle, id: CallId) -> Option<Running> {
-        let calls = self.calls.get_mut(&pool)?;
-        let at = calls.running.iter().position(|running| running.id == id)?;
-        Some(calls.running.remove(at))
+        self.calls.get_mut(&pool)?.take_running(id)
     }
 
     /// After a call ended: the requests waiting for its key run again, and the next call starts.
     pub(super) fn call_ended(&mut self, pool: PoolHandle) {
         let Some(calls) = self.calls.get_mut(&pool) else { return };
         calls.wake_waiters();
-        if calls.queue.is_empty() {
+        if calls.queued() == 0 {
             // Nothing to start; the host may now be idle and its pool closed.
             self.start_next(pool);
             return;

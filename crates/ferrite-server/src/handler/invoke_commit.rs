@@ -21,7 +21,6 @@ impl ShardState {
     /// Logs a finished call's writes (or undoes them if it failed or they cannot be logged), and
     /// answers it.
     pub(super) fn finish(&mut self, pool: PoolHandle, mut running: Running, done: Done) {
-        let name = self.pools.get(pool).map_or_else(String::new, |pool| pool.name.clone());
         let outcome = if !done.writes.iter().all(|write| running.may_write(write)) {
             // The host checks this too; a host that did not is not trusted with the pool.
             self.undo(pool, running.id);
@@ -30,7 +29,10 @@ impl ShardState {
             }
             Err(Failure::new(
                 ErrorCode::AdoFailed,
-                format!("pool '{name}': the plugin host declared writes outside the memory the call was given; the call was undone"),
+                format!(
+                    "pool '{}': the plugin host declared writes outside the memory the call was given; the call was undone",
+                    self.pool_name(pool)
+                ),
             ))
         } else if done.status != abi::OK {
             // What the plugin said of its failure, else its first answer.
@@ -42,7 +44,11 @@ impl ShardState {
             };
             Err(Failure::new(
                 ErrorCode::AdoFailed,
-                format!("pool '{name}': the plugin failed (status {}): {reason}; its writes were undone", done.status),
+                format!(
+                    "pool '{}': the plugin failed (status {}): {reason}; its writes were undone",
+                    self.pool_name(pool),
+                    done.status
+                ),
             ))
         } else if done.writes.is_empty() && !running.changes_more_than_its_target() {
             Ok(running.call.wait_lsn)

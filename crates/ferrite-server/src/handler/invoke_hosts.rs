@@ -63,7 +63,7 @@ impl ShardState {
     /// get `FERRITE_EVENT_CLOSE` and their shutdown, and the host exits (see [`Self::retire`]).
     pub(crate) fn stop_idle_host(&mut self, pool: PoolHandle) {
         let open = self.pools.get(pool).is_some_and(|pool| pool.open_count > 0);
-        let busy = self.calls.get(&pool).is_some_and(|calls| !calls.running.is_empty() || !calls.queue.is_empty());
+        let busy = self.calls.get(&pool).is_some_and(|calls| !calls.running().is_empty() || calls.queued() > 0);
         if !open && !busy {
             // The pool's task sees its host gone and ends.
             if let Some(calls) = self.calls.remove(&pool) {
@@ -141,7 +141,7 @@ impl ShardState {
 
     /// Whether any pool's host has calls of this shard to run.
     pub(crate) fn plugin_calls_running(&self) -> bool {
-        self.calls.values().any(|calls| !calls.running.is_empty())
+        self.calls.values().any(|calls| !calls.running().is_empty())
     }
 
     /// When `pool`'s task for `host` must look at it again without a wake-up; `None` once the

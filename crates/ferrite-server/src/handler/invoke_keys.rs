@@ -64,7 +64,7 @@ impl ShardState {
         let read_only = self
             .calls
             .get(&handle)
-            .and_then(|calls| calls.running.iter().find(|running| running.id == call))
+            .and_then(|calls| calls.running().iter().find(|running| running.id == call))
             .map(|running| running.call.work_flags & abi::WORK_READ_ONLY != 0);
         let Some(read_only) = read_only else { return status(abi::ERR_FAILED) };
         if let CallbackRequest::FindKey { expression, cursor } = request {
@@ -86,20 +86,20 @@ impl ShardState {
     }
 
     fn running_mut(&mut self, handle: PoolHandle, call: CallId) -> Option<&mut Running> {
-        self.calls.get_mut(&handle)?.running.iter_mut().find(|running| running.id == call)
+        self.calls.get_mut(&handle)?.running_mut().iter_mut().find(|running| running.id == call)
     }
 
     /// Where call `call` stands with `key`.
     fn key_state(&self, handle: PoolHandle, call: CallId, key: &[u8]) -> KeyState {
         let Some(calls) = self.calls.get(&handle) else { return KeyState::Locked };
-        let Some(own) = calls.running.iter().find(|running| running.id == call) else { return KeyState::Locked };
+        let Some(own) = calls.running().iter().find(|running| running.id == call) else { return KeyState::Locked };
         if let Some(staged) = own.staged(key) {
             return KeyState::Staged(staged.value);
         }
         if own.call.key == key {
             return KeyState::Target(own.target.location());
         }
-        if calls.running.iter().any(|running| running.id != call && running.locks(key, true)) {
+        if calls.running().iter().any(|running| running.id != call && running.locks(key, true)) {
             return KeyState::Locked;
         }
         KeyState::Free
@@ -239,7 +239,7 @@ impl ShardState {
                 None
             }
         };
-        let running = self.calls.get(&handle).and_then(|calls| calls.running.iter().find(|r| r.id == call));
+        let running = self.calls.get(&handle).and_then(|calls| calls.running().iter().find(|r| r.id == call));
         let (Some(running), Some(pool)) = (running, self.pools.get(handle)) else { return status(abi::ERR_FAILED) };
         let footprint = transaction_footprint(pool.store.as_ref(), running);
         if self.admits_call_transaction(footprint) {
@@ -313,7 +313,7 @@ impl ShardState {
             return status(abi::ERR_FAILED);
         };
         running.allocated.push(allocation);
-        let running = self.calls.get(&handle).and_then(|calls| calls.running.iter().find(|r| r.id == call));
+        let running = self.calls.get(&handle).and_then(|calls| calls.running().iter().find(|r| r.id == call));
         let fits = match (running, self.pools.get(handle)) {
             (Some(running), Some(pool)) => {
                 self.admits_call_transaction(transaction_footprint(pool.store.as_ref(), running))
