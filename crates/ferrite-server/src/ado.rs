@@ -8,11 +8,11 @@
 
 use std::cell::RefCell;
 use std::collections::{HashMap, VecDeque};
-use std::hash::{BuildHasher, RandomState};
+use std::hash::{BuildHasher, BuildHasherDefault, Hasher, RandomState};
 use std::os::fd::OwnedFd;
 use std::path::PathBuf;
 use std::rc::Rc;
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
@@ -154,6 +154,8 @@ pub(crate) struct Call {
     pub answer: Answer,
     /// Empty for an invocation of the pool itself.
     pub key: Vec<u8>,
+    /// [`key_hash`] of `key`.
+    pub key_hash: u64,
     /// Handed to the host (and emptied) when the call is submitted.
     pub payload: Vec<u8>,
     /// `FERRITE_WORK_*` flags.
@@ -280,15 +282,15 @@ pub(crate) struct PoolCalls {
     /// Tells this host from a later one of the same pool (its task serves only this one).
     pub host: u64,
     pub link: AdoLink,
-    /// Calls submitted and not yet finished, in submit order.
-    running: Vec<Running>,
+    /// Calls submitted and not yet finished, in submit order (they mostly end in it too, so the
+    /// one that ends is mostly the first).
+    running: VecDeque<Running>,
     queue: VecDeque<Call>,
-    /// How many queued and running calls target each key, by the key's hash: every request
-    /// asks whether a call holds its key, and almost always none does, which this answers
-    /// without comparing the key with every call's. A count is exact for its hash; keys that
-    /// share a hash only make the answer look at the calls themselves.
-    targets: HashMap<u64, TargetCount>,
-    hasher: RandomState,
+    /// How many queued and running calls target each key, by [`key_hash`]: every request asks
+    /// whether a call holds its key, and almost always none does, which this answers without
+    /// comparing the key with every call's. A count is exact for its hash; keys that share a
+    /// hash only make the answer look at the calls themselves.
+    targets: HashMap<u64, TargetCount, BuildHasherDefault<KeyHashHasher>>,
     /// Requests waiting for a key one of these calls holds; woken (to run again) when a call ends.
     pub waiters: Vec<Arc<Completion>>,
     /// Signalled when a call starts, so the pool's task begins watching it (its deadline, and
@@ -312,22 +314,21 @@ impl PoolCalls {
         PoolCalls {
             host,
             link,
-            running: Vec::new(),
+            running: VecDeque::new(),
             queue: VecDeque::new(),
-            targets: HashMap::new(),
-            hasher: RandomState::new(),
+            targets: HashMap::default(),
             waiters: Vec::new(),
             call_started: Arc::new(Notify::new()),
         }
     }
 
     /// The calls submitted and not yet finished, in submit order.
-    pub fn running(&self) -> &[Running] {
+    pub fn running(&self) -> &VecDeque<Running> {
         &self.running
     }
 
     /// The running calls, to record what their callbacks open and change (never their targets).
-    pub fn running_mut(&mut self) -> &mut [Running] {
+    pub fn running_mut(&mut self) -> &mut VecDeque<Running> {
         &mut self.running
     }
 
@@ -352,7 +353,7 @@ impl PoolCalls {
     /// opened or changes (calls on one key keep their order). It no longer holds its key until
     /// [`Self::push_running`] (or never, if it cannot start).
     pub fn take_startable(&mut self) -> Option<Call> {
-        let next = self.queue.iter().position(|call| !self.running_on(&call.key))?;
+        let next = self.queue.iter().position(|call| !self.running_on(call))?;
         let call = self.queue.remove(next).expect("the position is in the queue");
         self.uncount(&call, false);
         Some(call)
@@ -368,24 +369,20 @@ impl PoolCalls {
             }
             count.running += 1;
         });
-        self.running.push(running);
+        self.running.push_back(running);
     }
 
     /// Takes the running call `id` (it has ended).
     pub fn take_running(&mut self, id: CallId) -> Option<Running> {
         let at = self.running.iter().position(|running| running.id == id)?;
-        let running = self.running.remove(at);
+        let running = self.running.remove(at).expect("the position is in the running calls");
         self.uncount(&running.call, true);
         Some(running)
     }
 
-    fn key_hash(&self, key: &[u8]) -> u64 {
-        self.hasher.hash_one(key)
-    }
-
     fn count(&mut self, call: &Call, change: impl FnOnce(&mut TargetCount)) {
         if !call.key.is_empty() {
-            change(self.targets.entry(self.key_hash(&call.key)).or_default());
+            change(self.targets.entry(call.key_hash).or_default());
         }
     }
 
@@ -393,7 +390,7 @@ impl PoolCalls {
         if call.key.is_empty() {
             return;
         }
-        let hash = self.key_hash(&call.key);
+        let hash = call.key_hash;
         let Some(count) = self.targets.get_mut(&hash) else { return };
         if is_read_only(call) {
             count.readers -= 1;
@@ -408,12 +405,13 @@ impl PoolCalls {
         }
     }
 
-    /// Whether a running call targets `key`, has opened it or changes it.
-    fn running_on(&self, key: &[u8]) -> bool {
+    /// Whether a running call targets `call`'s key, has opened it or changes it.
+    fn running_on(&self, call: &Call) -> bool {
+        let key = &call.key[..];
         if key.is_empty() {
             return false;
         }
-        let targeted = self.targets.get(&self.key_hash(key)).is_some_and(|count| count.running > 0);
+        let targeted = self.targets.get(&call.key_hash).is_some_and(|count| count.running > 0);
         if targeted {
             self.running.iter().any(|running| running.locks(key, true))
         } else {
@@ -429,10 +427,8 @@ impl PoolCalls {
         if key.is_empty() {
             return false;
         }
-        let targeted = self
-            .targets
-            .get(&self.key_hash(key))
-            .is_some_and(|count| count.writers > 0 || (writes && count.readers > 0));
+        let targeted =
+            self.targets.get(&key_hash(key)).is_some_and(|count| count.writers > 0 || (writes && count.readers > 0));
         if !targeted {
             return self.running.iter().any(|running| running.locks_besides_target(key, writes));
         }
@@ -445,6 +441,33 @@ impl PoolCalls {
         for waiter in self.waiters.drain(..) {
             waiter.wake();
         }
+    }
+}
+
+/// A key's hash for [`PoolCalls`]' counts, keyed per process so that clients cannot choose keys
+/// that share one (which would only make their requests look at the calls one by one).
+pub(crate) fn key_hash(key: &[u8]) -> u64 {
+    static HASHER: LazyLock<RandomState> = LazyLock::new(RandomState::new);
+    HASHER.hash_one(key)
+}
+
+/// Passes [`key_hash`]'s hashes through as the counts' table hashes: they are hashed once.
+#[derive(Debug, Default)]
+struct KeyHashHasher(u64);
+
+impl Hasher for KeyHashHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &byte in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(byte);
+        }
+    }
+
+    fn write_u64(&mut self, hash: u64) {
+        self.0 = hash;
     }
 }
 

@@ -166,6 +166,7 @@ impl ShardState {
         let call = Call {
             answer: invoke.answer,
             key: invoke.key.to_vec(),
+            key_hash: crate::ado::key_hash(invoke.key),
             payload: invoke.payload.to_vec(),
             work_flags,
             sync,
@@ -207,6 +208,7 @@ impl ShardState {
         for key in signals.keys {
             let call = Call {
                 answer: answer.clone(),
+                key_hash: crate::ado::key_hash(&key),
                 key,
                 payload: format!("ADO::Signal::{}", signals.signal).into_bytes(),
                 work_flags: abi::WORK_SIGNAL | abi::WORK_READ_ONLY,
