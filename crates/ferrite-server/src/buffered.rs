@@ -264,8 +264,9 @@ async fn send_ready(
         false
     });
     let ended = send(stream, traffic, shutdown, gate, wait_lsn, &mut out).await?;
+    let now = Instant::now();
     for (op, read) in sent.drain(..) {
-        traffic.answered_one(op, read.elapsed());
+        traffic.answered_one(op, now.saturating_duration_since(read));
     }
     *deferred.sent.borrow_mut() = sent;
     Ok(ended)

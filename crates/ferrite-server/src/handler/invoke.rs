@@ -316,21 +316,11 @@ impl ShardState {
         }
     }
 
-    /// After a connection answered its batch of requests: submits the calls it queued. A pool
-    /// whose host is idle gets them at once (waking it is what a lone call waits for); one whose
-    /// host is busy gets them once every connection ready in this turn of the shard's loop has
-    /// answered its own (the submitting task runs after them), so the host takes all of them in
-    /// one batch.
+    /// After a connection answered its batch of requests: the calls it queued are submitted
+    /// once every connection ready in this turn of the shard's loop has answered its own (the
+    /// submitting task runs after them), so the host takes all of them in one batch and one
+    /// wake-up. A lone call waits only for the end of its own turn.
     pub(crate) fn submit_soon(&mut self) {
-        let pools = std::mem::take(&mut self.to_submit);
-        for pool in pools {
-            let idle = self.calls.get(&pool).is_some_and(|calls| calls.running().is_empty());
-            if idle {
-                self.start_next(pool);
-            } else if !self.to_submit.contains(&pool) {
-                self.to_submit.push(pool);
-            }
-        }
         if !self.to_submit.is_empty() {
             self.calls_queued.notify_one();
         }
