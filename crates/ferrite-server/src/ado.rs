@@ -7,8 +7,8 @@
 //! The shard's side of a call (checks, locks, logging, answers) is in `handler/invoke.rs`.
 
 use std::cell::RefCell;
-use std::collections::{HashMap, VecDeque};
-use std::hash::{BuildHasher, BuildHasherDefault, Hasher, RandomState};
+use std::collections::VecDeque;
+use std::hash::BuildHasher;
 use std::os::fd::OwnedFd;
 use std::path::PathBuf;
 use std::rc::Rc;
@@ -21,6 +21,7 @@ use ferrite_ado::message::{CallId, Location, Response};
 use ferrite_ado::{AdoConfig, AdoLink};
 use ferrite_proto::{ErrorCode, InvokeBuffer, Opcode, PoolHandle, Response as ProtoResponse};
 use ferrite_store::persistence::wal::Lsn;
+use foldhash::HashMap;
 use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
 use tokio::sync::{watch, Notify};
@@ -290,7 +291,7 @@ pub(crate) struct PoolCalls {
     /// whether a call holds its key, and almost always none does, which this answers without
     /// comparing the key with every call's. A count is exact for its hash; keys that share a
     /// hash only make the answer look at the calls themselves.
-    targets: HashMap<u64, TargetCount, BuildHasherDefault<KeyHashHasher>>,
+    targets: HashMap<u64, TargetCount>,
     /// Requests waiting for a key one of these calls holds; woken (to run again) when a call ends.
     pub waiters: Vec<Arc<Completion>>,
     /// Signalled when a call starts, so the pool's task begins watching it (its deadline, and
@@ -447,28 +448,8 @@ impl PoolCalls {
 /// A key's hash for [`PoolCalls`]' counts, keyed per process so that clients cannot choose keys
 /// that share one (which would only make their requests look at the calls one by one).
 pub(crate) fn key_hash(key: &[u8]) -> u64 {
-    static HASHER: LazyLock<RandomState> = LazyLock::new(RandomState::new);
+    static HASHER: LazyLock<foldhash::fast::RandomState> = LazyLock::new(foldhash::fast::RandomState::default);
     HASHER.hash_one(key)
-}
-
-/// Passes [`key_hash`]'s hashes through as the counts' table hashes: they are hashed once.
-#[derive(Debug, Default)]
-struct KeyHashHasher(u64);
-
-impl Hasher for KeyHashHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        for &byte in bytes {
-            self.0 = self.0.rotate_left(8) ^ u64::from(byte);
-        }
-    }
-
-    fn write_u64(&mut self, hash: u64) {
-        self.0 = hash;
-    }
 }
 
 fn is_read_only(call: &Call) -> bool {
