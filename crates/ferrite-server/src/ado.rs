@@ -340,13 +340,7 @@ impl PoolCalls {
 
     /// Accepts a call: it holds its key from now on.
     pub fn push_queued(&mut self, call: Call) {
-        self.count(&call, |count| {
-            if is_read_only(&call) {
-                count.readers += 1;
-            } else {
-                count.writers += 1;
-            }
-        });
+        self.count(&call, false);
         self.queue.push_back(call);
     }
 
@@ -362,14 +356,7 @@ impl PoolCalls {
 
     /// Records a submitted call.
     pub fn push_running(&mut self, running: Running) {
-        self.count(&running.call, |count| {
-            if is_read_only(&running.call) {
-                count.readers += 1;
-            } else {
-                count.writers += 1;
-            }
-            count.running += 1;
-        });
+        self.count(&running.call, true);
         self.running.push_back(running);
     }
 
@@ -381,12 +368,23 @@ impl PoolCalls {
         Some(running)
     }
 
-    fn count(&mut self, call: &Call, change: impl FnOnce(&mut TargetCount)) {
-        if !call.key.is_empty() {
-            change(self.targets.entry(call.key_hash).or_default());
+    /// Counts `call` (queued, or `running`) as holding its key.
+    fn count(&mut self, call: &Call, running: bool) {
+        if call.key.is_empty() {
+            return;
+        }
+        let count = self.targets.entry(call.key_hash).or_default();
+        if is_read_only(call) {
+            count.readers += 1;
+        } else {
+            count.writers += 1;
+        }
+        if running {
+            count.running += 1;
         }
     }
 
+    /// Takes back what [`Self::count`] counted.
     fn uncount(&mut self, call: &Call, running: bool) {
         if call.key.is_empty() {
             return;
