@@ -1,126 +1,23 @@
 """Helpers of the Python client's tests: real `ferrite-server` child processes on free ports,
-unique pool names, and the `ferrite user` CLI.
+unique pool names, and the `ferrite user` CLI, shared with the repository's other Python suite
+(`tests/python/ferrite_process.py`).
 
-Each server runs from `target/debug` (build it with `cargo build --workspace`, which also builds
-the shipped plugins the server finds beside itself), in a temporary data directory, and is stopped
-by its own process id. (A module with a name of its own, rather than `conftest`, so the tests import
-it unambiguously even when pytest collects another suite's conftest.py in the same run.)
+(A module with a name of its own, rather than `conftest`, so the tests import it unambiguously
+even when pytest collects another suite's conftest.py in the same run.)
 """
 
-import os
-import queue
-import signal
-import subprocess
-import tempfile
-import threading
-import time
-import uuid
+import sys
 from pathlib import Path
 
-import pytest
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "tests" / "python"))
 
-REPO_ROOT = Path(__file__).resolve().parents[3]
-SERVER_BINARY = REPO_ROOT / "target" / "debug" / "ferrite-server"
-CLI_BINARY = REPO_ROOT / "target" / "debug" / "ferrite"
-STARTUP_TIMEOUT_S = 30
-SHUTDOWN_TIMEOUT_S = 10
+from ferrite_process import FerriteServer, ferrite_user, unique_name  # noqa: E402
+
+__all__ = ["Server", "ferrite_user", "unique_name"]
 
 
-def terminate(process: subprocess.Popen):
-    """Stops a child by its own process id: SIGTERM, then SIGKILL if it does not exit in time."""
-    if process.poll() is None:
-        os.kill(process.pid, signal.SIGTERM)
-        try:
-            process.wait(timeout=SHUTDOWN_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            os.kill(process.pid, signal.SIGKILL)
-            process.wait()
-
-
-class Server:
-    """A running ferrite-server child and the native address of each shard."""
+class Server(FerriteServer):
+    """A ferrite-server speaking the native protocol only, with two shards unless told otherwise."""
 
     def __init__(self, shards: int = 2, extra_args: tuple = ()):
-        if not SERVER_BINARY.exists():
-            pytest.fail(f"{SERVER_BINARY} does not exist; run `cargo build --workspace` first")
-        self.dir = tempfile.TemporaryDirectory(prefix="ferrite-python-test-")
-        self.stderr = open(Path(self.dir.name) / "stderr.log", "wb")
-        self.process = subprocess.Popen(
-            [
-                str(SERVER_BINARY),
-                "--listen", "127.0.0.1:0",
-                "--shards", str(shards),
-                "--data-dir", str(Path(self.dir.name) / "data"),
-                *extra_args,
-            ],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=self.stderr,
-            text=True,
-        )
-        self.shards = {}
-        self._await_ready()
-
-    @property
-    def address(self) -> str:
-        """`host:port` of shard 0; a client learns the other shards from it."""
-        return self.shards[0]
-
-    def _await_ready(self):
-        lines = queue.Queue()
-
-        def read():
-            # Keeps reading after `ready.` so the server never blocks on a full pipe.
-            for line in self.process.stdout:
-                lines.put(line.rstrip("\n"))
-            lines.put(None)
-
-        threading.Thread(target=read, daemon=True).start()
-        deadline = time.monotonic() + STARTUP_TIMEOUT_S
-        seen = []
-        while True:
-            try:
-                line = lines.get(timeout=max(0.0, deadline - time.monotonic()))
-            except queue.Empty:
-                self.stop()
-                pytest.fail(f"ferrite-server did not announce `ready.` in {STARTUP_TIMEOUT_S} s: {seen}")
-            if line is None:
-                text = self.stderr_text()
-                self.stop()
-                pytest.fail(f"ferrite-server exited before it was ready: {seen}\n{text}")
-            seen.append(line)
-            if line.startswith("shard ") and ": native " in line:
-                index, address = line[len("shard "):].split(": native ", 1)
-                self.shards[int(index)] = address.strip()
-            elif line.startswith("ready."):
-                assert self.shards, f"no `shard N: native` line in {seen}"
-                return
-
-    def stderr_text(self) -> str:
-        return (Path(self.dir.name) / "stderr.log").read_text(errors="replace")
-
-    def stop(self):
-        terminate(self.process)
-        self.stderr.close()
-        self.dir.cleanup()
-
-def unique_name(prefix: str = "py") -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:12]}"
-
-
-def ferrite_user(users_file: Path, *args: str, password: "str | None" = None) -> str:
-    """Runs `ferrite user ARGS --file USERS_FILE` with the password (if any) as one line of
-    standard input, and returns its output; fails the test if it fails."""
-    if not CLI_BINARY.exists():
-        pytest.fail(f"{CLI_BINARY} does not exist; run `cargo build --workspace` first")
-    result = subprocess.run(
-        [str(CLI_BINARY), "user", *args, "--file", str(users_file)],
-        input=None if password is None else password + "\n",
-        stdin=None if password is not None else subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    if result.returncode != 0:
-        pytest.fail(f"ferrite user {' '.join(args)} failed: {result.stdout}{result.stderr}")
-    return result.stdout
+        super().__init__(shards=shards, extra_args=extra_args)

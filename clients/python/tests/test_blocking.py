@@ -21,7 +21,7 @@ from ferrite_servers import unique_name
 
 def test_connect_learns_shards_and_limits(server, session):
     assert session.shard_count == 2
-    assert session.shard_addresses == [server.shards[0], server.shards[1]]
+    assert session.shard_addresses == [server.native_address(0), server.native_address(1)]
     limits = session.limits
     assert (limits.key_bytes_max, limits.value_bytes_max) == (64 * 1024, 2 * 1024 * 1024)
     assert "value_bytes_max=2097152" in repr(limits)
