@@ -11,9 +11,7 @@ import time
 import pytest
 import redis
 
-from ferrite_process import REPO_ROOT, SERVER_BINARY, STARTUP_TIMEOUT_S, FerriteServer, terminate
-
-__all__ = ["REPO_ROOT", "SERVER_BINARY", "RedisServer", "Server"]
+from ferrite_process import STARTUP_TIMEOUT_S, FerriteServer, terminate
 
 
 class Server(FerriteServer):

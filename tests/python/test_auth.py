@@ -40,10 +40,10 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from conftest import REPO_ROOT, RedisServer, Server
+from conftest import RedisServer, Server
+from ferrite_process import CLI_BINARY, ferrite_user
 from test_tls import make_certificates
 
-CLI_BINARY = REPO_ROOT / "target" / "debug" / "ferrite"
 
 # `[resp] pool` defaults to "redis", and shard i serves `@i/<pool>` (`RespConfig::pool_name`);
 # `test_server_log_names_the_default_pool` checks that this is the pool the server created.
@@ -66,21 +66,6 @@ WAIT_TIMEOUT_S = 10
 
 # ---------------------------------------------------------------------------------------------
 # The users file, through `ferrite user`.
-
-
-def ferrite_user(users_file: Path, *args: str, password: str | None = None) -> str:
-    """Runs `ferrite user ARGS --file USERS_FILE`, the password (if any) as one line of standard
-    input (not a terminal), and returns its output; fails the test if it fails."""
-    if not CLI_BINARY.exists():
-        pytest.fail(f"{CLI_BINARY} does not exist; run `cargo build --workspace` first")
-    result = subprocess.run(
-        [str(CLI_BINARY), "user", *args, "--file", str(users_file)],
-        input=None if password is None else password + "\n",
-        stdin=None if password is not None else subprocess.DEVNULL,
-        capture_output=True, text=True, timeout=60,
-    )
-    assert result.returncode == 0, f"ferrite user {' '.join(args)}: {result.stdout}{result.stderr}"
-    return result.stdout
 
 
 def add_user(users_file: Path, name: str, grants: tuple = ()):

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import REPO_ROOT, SERVER_BINARY, Server
+from conftest import Server
+from ferrite_process import REPO_ROOT, SERVER_BINARY
 
 DEPLOY = REPO_ROOT / "deploy"
 
