@@ -58,7 +58,15 @@ version=$(cd "$repo" && "$cargo" pkgid -p ferrite-c | sed 's/.*[#@]//')
 destdir=${DESTDIR:-}
 install -d "$destdir$includedir" "$destdir$libdir" "$destdir$libdir/pkgconfig"
 install -m 0644 "$here/include/ferrite.h" "$destdir$includedir/ferrite.h"
-install -m 0755 "$target/libferrite.so" "$destdir$libdir/libferrite.so"
+# The shared library under its full version, the SONAME programs record (build.rs: libferrite.so.0.1
+# for 0.1.x, libferrite.so.MAJOR from 1.0) as a link to it, and libferrite.so for `-lferrite`.
+major=${version%%.*}
+minor=${version#*.}
+minor=${minor%%.*}
+if [[ $major == 0 ]]; then abi=0.$minor; else abi=$major; fi
+install -m 0755 "$target/libferrite.so" "$destdir$libdir/libferrite.so.$version"
+ln -sfn "libferrite.so.$version" "$destdir$libdir/libferrite.so.$abi"
+ln -sfn "libferrite.so.$abi" "$destdir$libdir/libferrite.so"
 install -m 0644 "$target/libferrite.a" "$destdir$libdir/libferrite.a"
 # `|` as the sed delimiter: paths contain slashes. A path with `|` or `&` is refused rather than
 # silently garbled.
@@ -71,5 +79,5 @@ chmod 0644 "$destdir$libdir/pkgconfig/ferrite.pc"
 
 echo "installed libferrite $version ($profile) under $destdir$prefix:"
 echo "  $includedir/ferrite.h"
-echo "  $libdir/libferrite.so, $libdir/libferrite.a"
+echo "  $libdir/libferrite.so.$version (and the links libferrite.so.$abi, libferrite.so), $libdir/libferrite.a"
 echo "  $libdir/pkgconfig/ferrite.pc"

@@ -123,7 +123,15 @@ cflags=(-std=c11 -D_DEFAULT_SOURCE -Wall -Wextra -Werror -g -I clients/c/include
 test_source=clients/c/tests/test_ferrite.c
 
 step "the C test against libferrite.so"
+# The test records the library's SONAME (libferrite.so.0.1 for 0.1.x) and the loader looks for
+# that name in the rpath: cargo builds only libferrite.so, so the SONAME is linked to it, as
+# install.sh does in a prefix.
+soname=$(objdump -p "$bin/libferrite.so" | awk '$1 == "SONAME" { print $2 }')
+[[ $soname == libferrite.so.* ]] || { echo "run.sh: libferrite.so has no SONAME (found '$soname')" >&2; exit 1; }
+ln -sfn libferrite.so "$bin/$soname"
 "$cc" "${cflags[@]}" "$test_source" -o "$work/test_ferrite" -L "$bin" -lferrite -Wl,-rpath,"$bin" -pthread
+needed=$(objdump -p "$work/test_ferrite" | awk '$1 == "NEEDED" && $2 ~ /^libferrite/ { print $2 }')
+[[ $needed == "$soname" ]] || { echo "run.sh: the test needs '$needed', not the SONAME $soname" >&2; exit 1; }
 "$work/test_ferrite"
 
 step "the C test with AddressSanitizer and LeakSanitizer, against libferrite.a"
@@ -147,6 +155,8 @@ fi
 
 step "installing into a temporary prefix and building the examples with pkg-config"
 clients/c/install.sh --prefix "$work/prefix" --profile debug --no-build
+[[ -L $work/prefix/lib/$soname && -L $work/prefix/lib/libferrite.so ]] \
+    || { echo "run.sh: install.sh did not link $soname and libferrite.so to the library" >&2; exit 1; }
 export PKG_CONFIG_PATH=$work/prefix/lib/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}
 flags_text=$(pkg-config --cflags --libs ferrite)
 echo "pkg-config --cflags --libs ferrite: $flags_text"
