@@ -328,9 +328,10 @@ impl PoolCalls {
         &self.running
     }
 
-    /// The running calls, to record what their callbacks open and change (never their targets).
-    pub fn running_mut(&mut self) -> &mut VecDeque<Running> {
-        &mut self.running
+    /// The running calls, to record what their callbacks open and change (never their targets;
+    /// calls start and end only through this type, which keeps the counts of their keys).
+    pub fn running_mut(&mut self) -> std::collections::vec_deque::IterMut<'_, Running> {
+        self.running.iter_mut()
     }
 
     /// Calls accepted and not yet submitted.

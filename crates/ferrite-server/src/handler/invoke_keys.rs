@@ -86,7 +86,7 @@ impl ShardState {
     }
 
     fn running_mut(&mut self, handle: PoolHandle, call: CallId) -> Option<&mut Running> {
-        self.calls.get_mut(&handle)?.running_mut().iter_mut().find(|running| running.id == call)
+        self.calls.get_mut(&handle)?.running_mut().find(|running| running.id == call)
     }
 
     /// Where call `call` stands with `key`.

@@ -17,7 +17,7 @@ impl ShardState {
         let reply = |status: i32| CallbackReply { status, result: CallbackResult::Nothing };
         let Some(calls) = self.calls.get_mut(&handle) else { return reply(abi::ERR_FAILED) };
         // A key the call changed reads as the call left it.
-        if let Some(own) = calls.running_mut().iter_mut().find(|running| running.id == call) {
+        if let Some(own) = calls.running_mut().find(|running| running.id == call) {
             if let Some(staged) = own.staged(&key).cloned() {
                 let Some(value) = staged.value else { return reply(abi::ERR_NOT_FOUND) };
                 own.opened.push((key.clone(), None));
@@ -50,7 +50,7 @@ impl ShardState {
         }
         let record = PairRecord { key: key.clone(), value: location, write_time_ns: attributes.write_time_ns };
         let calls = self.calls.get_mut(&handle).expect("looked up above");
-        match calls.running_mut().iter_mut().find(|running| running.id == call) {
+        match calls.running_mut().find(|running| running.id == call) {
             Some(running) => {
                 running.opened.push((key, copy));
                 CallbackReply { status: abi::OK, result: CallbackResult::Pair(record) }
@@ -65,7 +65,7 @@ impl ShardState {
     /// `unlock`: ends the read lock of a key the call opened, and frees its copy.
     pub(super) fn unlock(&mut self, handle: PoolHandle, call: CallId, key: &[u8]) -> CallbackReply {
         let opened = self.calls.get_mut(&handle).and_then(|calls| {
-            let running = calls.running_mut().iter_mut().find(|running| running.id == call)?;
+            let running = calls.running_mut().find(|running| running.id == call)?;
             let at = running.opened.iter().position(|(opened, _)| opened == key)?;
             Some(running.opened.remove(at))
         });
