@@ -1342,6 +1342,41 @@ impl<'a> Response<'a> {
         self.encode_answer(self.request_opcode(), request_id, out);
     }
 
+    /// The opcode whose response code this response carries when it answers a request of opcode
+    /// `request` (see [`Response::encode_answer`]).
+    fn answer_opcode(&self, request: Opcode) -> Opcode {
+        match (self, request) {
+            (Response::Invoked { .. }, Opcode::InvokeAdo | Opcode::InvokePutAdo)
+            | (Response::TransferOpened { .. }, Opcode::PutDirect | Opcode::GetDirect)
+            | (Response::Value(_), Opcode::DirectRead)
+            | (Response::Stored, Opcode::PutOffset) => request,
+            _ => self.request_opcode(),
+        }
+    }
+
+    /// Appends this response to `out` like [`Response::encode_answer`], except the bytes of a
+    /// [`Response::Value`], which it returns instead: the frame is whole once they follow what
+    /// was appended. Every other response is appended whole and returns no bytes. A server
+    /// writes a large value to its socket from where it is stored this way, rather than copying
+    /// it into its output buffer first.
+    pub fn encode_answer_head(&self, request: Opcode, request_id: u64, out: &mut BytesMut) -> &'a [u8] {
+        match self {
+            Response::Value(value) => {
+                const LENGTH_BYTES: usize = 4;
+                let body_len = u32::try_from(LENGTH_BYTES + value.len())
+                    .expect("callers check sizes against FRAME_BODY_BYTES_MAX, which fits u32");
+                let opcode = self.answer_opcode(request).response_code();
+                out.put_slice(&Header { body_len, opcode, flags: 0, request_id }.to_bytes());
+                put_len32(out, value.len());
+                value
+            }
+            _ => {
+                self.encode_answer(request, request_id, out);
+                &[]
+            }
+        }
+    }
+
     /// Appends this response as one frame to `out`, as the answer to a request of opcode
     /// `request`. This matters for the responses that answer more than one request, each with
     /// its own response opcode: [`Response::Invoked`] (both invocations),
@@ -1349,13 +1384,7 @@ impl<'a> Response<'a> {
     /// `direct_read`) and [`Response::Stored`] (`put`, `put_offset`); any other response keeps
     /// its own opcode.
     pub fn encode_answer(&self, request: Opcode, request_id: u64, out: &mut BytesMut) {
-        let opcode = match (self, request) {
-            (Response::Invoked { .. }, Opcode::InvokeAdo | Opcode::InvokePutAdo)
-            | (Response::TransferOpened { .. }, Opcode::PutDirect | Opcode::GetDirect)
-            | (Response::Value(_), Opcode::DirectRead)
-            | (Response::Stored, Opcode::PutOffset) => request,
-            _ => self.request_opcode(),
-        };
+        let opcode = self.answer_opcode(request);
         write_frame(out, opcode.response_code(), 0, request_id, |out| match self {
             Response::Hello(reply) => {
                 out.put_u16_le(reply.version);
@@ -1802,6 +1831,28 @@ mod tests {
         assert_eq!(write.check(&limits), Err(ProtocolError::ValueTooLarge { len: 11, max: 10 }));
         let open = Request::GetDirect { pool: PoolHandle(1), transfer: 1, key: b"keyss" };
         assert_eq!(open.check(&limits), Err(ProtocolError::KeyTooLarge { len: 5, max: 4 }));
+    }
+
+    /// Proves a response's head followed by the bytes it leaves out is exactly its whole frame,
+    /// for a value (a get's and a direct read's) and for a response without one.
+    #[test]
+    fn a_head_and_its_value_make_the_whole_frame() {
+        let value = vec![0x5A; 70_000];
+        let answers = [
+            (Response::Value(&value), Opcode::Get),
+            (Response::Value(&value), Opcode::DirectRead),
+            (Response::Value(b""), Opcode::Get),
+            (Response::Stored, Opcode::PutOffset),
+        ];
+        for (response, request) in &answers {
+            let mut whole = BytesMut::new();
+            response.encode_answer(*request, 9, &mut whole);
+            let mut split = BytesMut::from(&b"earlier"[..]);
+            let rest = response.encode_answer_head(*request, 9, &mut split);
+            split.extend_from_slice(rest);
+            assert_eq!(&split[..7], b"earlier", "appended after what the buffer held");
+            assert_eq!(split[7..], whole[..], "{request:?}");
+        }
     }
 
     /// Proves the responses of direct transfers carry the opcode of the request they answer:

@@ -16,6 +16,7 @@ use crate::buffered::{self, Buffers, Deferred, Ended, Next, WRITE_FLUSH_BYTES};
 use crate::handler::{Flow, ShardState};
 use crate::session::Session;
 use crate::stream::ClientStream;
+use crate::write_through::WriteThrough;
 
 /// How much room a read asks for.
 const READ_CHUNK_BYTES: usize = 64 * 1024;
@@ -61,9 +62,9 @@ pub(crate) async fn serve(
         idle_timeout: admission.idle_timeout,
         in_flight_max: usize::try_from(admission.in_flight_max).unwrap_or(usize::MAX),
     };
-    let ended = buffered::drive(socket, &mut shutdown, &mut buffers, gate, &deferred, |buffers| {
+    let ended = buffered::drive(socket, &mut shutdown, &mut buffers, gate, &deferred, |buffers, through| {
         let mut shard = shard.borrow_mut();
-        let next = framing.answer_buffered(&mut shard, buffers);
+        let next = framing.answer_buffered(&mut shard, buffers, through);
         handshaken.set(framing.session.handshaken);
         shard.submit_soon();
         shard.low_load_poll.answered();
@@ -84,7 +85,7 @@ pub(crate) async fn serve(
 
 impl Framing {
     /// Answers every complete frame in the read buffer, until the output buffer fills.
-    fn answer_buffered(&mut self, shard: &mut ShardState, buffers: &mut Buffers) -> Next {
+    fn answer_buffered(&mut self, shard: &mut ShardState, buffers: &mut Buffers, through: &WriteThrough<'_>) -> Next {
         // One clock read per batch: every write in it gets the same timestamp.
         let now_ns = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
         let Buffers { read, write, .. } = buffers;
@@ -101,7 +102,7 @@ impl Framing {
                     return Next::Read;
                 }
             }
-            if write.len() >= WRITE_FLUSH_BYTES {
+            if write.len() + through.written() >= WRITE_FLUSH_BYTES {
                 return Next::Flush;
             }
             let Some(header) = Header::parse(read) else {
@@ -122,7 +123,7 @@ impl Framing {
                 return Next::Read;
             }
             answered_bytes += frame_len;
-            match shard.handle(&header, &read[HEADER_BYTES..frame_len], &mut self.session, now_ns, write) {
+            match shard.handle(&header, &read[HEADER_BYTES..frame_len], &mut self.session, now_ns, write, through) {
                 Flow::Continue => read.advance(frame_len),
                 Flow::Close => {
                     read.advance(frame_len);

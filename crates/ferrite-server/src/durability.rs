@@ -75,8 +75,21 @@ impl DurableGate {
         }
     }
 
+    /// Whether a response that needs the log durable up to `lsn` may leave now.
+    pub fn is_durable(&self, lsn: Lsn) -> bool {
+        let state = *self.durable.borrow();
+        !state.failed && state.lsn >= lsn
+    }
+
     pub fn durable_lsn(&self) -> Lsn {
         self.durable.borrow().lsn
+    }
+
+    /// A gate whose log is durable up to `lsn`, and the sender that moves it, for tests.
+    #[cfg(test)]
+    pub(crate) fn durable_up_to(lsn: Lsn) -> (watch::Sender<DurableState>, DurableGate) {
+        let (sender, durable) = watch::channel(DurableState { lsn, failed: false });
+        (sender, DurableGate { durable, wanted: Arc::new(Notify::new()) })
     }
 }
 

@@ -34,6 +34,7 @@ use crate::plugins::PluginRegistry;
 use crate::pools::{CreateRefused, NewPool, Pool, Pools};
 use crate::session::Session;
 use crate::stats::{Admission, Op, ShardStats, Traffic};
+use crate::write_through::WriteThrough;
 pub(crate) use authorize::{Authenticating, WRONG_PASSWORD_MESSAGE};
 pub(crate) use direct::{DirectReads, Transfers};
 pub(crate) use invoke::{Accepted, Invoke};
@@ -307,7 +308,8 @@ impl ShardState {
         }
     }
 
-    /// Answers one request frame, appending the response frame to `out`.
+    /// Answers one request frame, appending the response frame to `out`; a large value in it
+    /// goes through `through`, which may write it to the socket behind `out` at once.
     pub fn handle(
         &mut self,
         header: &Header,
@@ -315,6 +317,7 @@ impl ShardState {
         session: &mut Session,
         now_ns: u64,
         out: &mut BytesMut,
+        through: &WriteThrough<'_>,
     ) -> Flow {
         self.stats.requests += 1;
         self.begin_request();
@@ -346,7 +349,10 @@ impl ShardState {
         };
         match outcome {
             Ok(response) => {
-                response.encode_answer(opcode, header.request_id, out);
+                let value = response.encode_answer_head(opcode, header.request_id, out);
+                if !value.is_empty() {
+                    through.append(out, value, session.wait_lsn);
+                }
                 Flow::Continue
             }
             Err(failure) => self.answer_error(&failure, header.request_id, out),

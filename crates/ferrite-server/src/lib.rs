@@ -26,6 +26,7 @@ mod shard;
 mod stats;
 mod stream;
 mod tls;
+mod write_through;
 
 pub use server::{BoundServer, ServerError};
 

@@ -23,6 +23,14 @@ impl ClientStream {
         }
     }
 
+    /// The TCP socket, if the stream is plain: bytes written to it reach the client as they are.
+    pub fn plain(&self) -> Option<&TcpStream> {
+        match self {
+            ClientStream::Plain(stream) => Some(stream),
+            ClientStream::Tls(_) => None,
+        }
+    }
+
     /// The fingerprint (`ferrite_auth::secret::certificate_fingerprint`) of the certificate the
     /// client presented in the TLS handshake, which the server's client CA verified; `None` on
     /// plain TCP or without a client certificate.

@@ -90,7 +90,7 @@ pub(crate) async fn serve(
         idle_timeout: admission.idle_timeout,
         in_flight_max: usize::try_from(admission.in_flight_max).unwrap_or(usize::MAX),
     };
-    let ended = buffered::drive(socket, &mut shutdown, &mut buffers, gate, &in_order, |buffers| {
+    let ended = buffered::drive(socket, &mut shutdown, &mut buffers, gate, &in_order, |buffers, _| {
         let mut shard = shard.borrow_mut();
         let next = connection.answer_buffered(&mut shard, &settings, buffers);
         if !buffers.write.is_empty() {
