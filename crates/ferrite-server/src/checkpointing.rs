@@ -65,7 +65,12 @@ async fn checkpoint(shard: &Rc<RefCell<ShardState>>, shutdown: &mut watch::Recei
             Ok(Step::Write(write)) => {
                 pages_written += write.pages();
                 match tokio::task::spawn_blocking(move || write.run()).await {
-                    Ok(Ok(())) => {}
+                    Ok(Ok(buffer)) => {
+                        let mut state = shard.borrow_mut();
+                        if let Some(durability) = state.durability.as_mut() {
+                            durability.checkpointer.recycle(buffer);
+                        }
+                    }
                     Ok(Err(error)) => break Err(error),
                     Err(join) => break Err(blocking_failed(join)),
                 }

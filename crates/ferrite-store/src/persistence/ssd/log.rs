@@ -24,7 +24,14 @@ struct LogState<S: LogStorage> {
     /// When the oldest record no batch has taken was appended.
     oldest_pending: Option<Instant>,
     stopping: bool,
+    /// Where [`SharedLog::append_encoded`] encodes records.
+    scratch: Vec<u8>,
 }
+
+/// Largest scratch buffer the log keeps between records: room for a transaction that writes the
+/// largest inline value (2 MiB) or a direct put's piece, with their ranges' headers. A larger one
+/// (a record of a huge transaction) is freed after use.
+const RETAINED_SCRATCH_BYTES_MAX: usize = 4 * 1024 * 1024;
 
 #[derive(Debug)]
 struct Shared<S: LogStorage> {
@@ -116,6 +123,7 @@ impl<S: LogStorage + Clone + 'static> SharedLog<S> {
             spares_made: 0,
             oldest_pending: None,
             stopping: false,
+            scratch: Vec::new(),
         };
         let shared = Shared {
             room: AtomicU64::new(state.writer.record_room()),
@@ -139,6 +147,25 @@ impl<S: LogStorage + Clone + 'static> SharedLog<S> {
     /// Buffers a record; returns its LSN. A failure poisons the log.
     pub fn append(&self, payload: &[u8]) -> Result<Lsn, WalError> {
         let mut state = self.lock();
+        Self::append_locked(&mut state, self, payload)
+    }
+
+    /// Buffers the record `encode` writes into the log's scratch buffer; returns its LSN. A
+    /// failure poisons the log. The scratch buffer is the shard's, kept from record to record: a
+    /// buffer per record cost a fresh allocation, faulted in page by page, for every large value.
+    pub fn append_encoded(&self, encode: impl FnOnce(&mut Vec<u8>)) -> Result<Lsn, WalError> {
+        let mut state = self.lock();
+        let mut scratch = std::mem::take(&mut state.scratch);
+        scratch.clear();
+        encode(&mut scratch);
+        let appended = Self::append_locked(&mut state, self, &scratch);
+        if scratch.capacity() <= RETAINED_SCRATCH_BYTES_MAX {
+            state.scratch = scratch;
+        }
+        appended
+    }
+
+    fn append_locked(state: &mut Locked<'_, S>, log: &Self, payload: &[u8]) -> Result<Lsn, WalError> {
         match state.writer.append(payload) {
             Ok(lsn) => {
                 let pending = state.writer.pending_bytes() as u64;
@@ -148,9 +175,9 @@ impl<S: LogStorage + Clone + 'static> SharedLog<S> {
                 if state.oldest_pending.is_none() {
                     // The sync thread may be asleep with nothing to do: start its interval.
                     state.oldest_pending = Some(Instant::now());
-                    self.wake_sync_thread();
+                    log.wake_sync_thread();
                 }
-                self.start_spare_if_wanted(&mut state);
+                log.start_spare_if_wanted(state);
                 Ok(lsn)
             }
             Err(error) => {

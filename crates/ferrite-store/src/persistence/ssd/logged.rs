@@ -33,7 +33,6 @@ pub struct LoggedMemory<S: LogStorage = FsStorage> {
     ranges: Vec<(u64, u64)>,
     /// Ranges the current transaction freed, released once its record is in the log.
     releases: Vec<(u64, u64)>,
-    scratch: Vec<u8>,
     /// A new pool's descriptor, until its first commit logs it.
     creating: Option<PoolDescriptor>,
     /// Inside a group ([`PoolMemory::begin_group`]): commits wait for its end.
@@ -50,7 +49,6 @@ impl<S: LogStorage + Clone + 'static> LoggedMemory<S> {
             pages,
             ranges: Vec::new(),
             releases: Vec::new(),
-            scratch: Vec::new(),
             creating: None,
             grouping: false,
         }
@@ -91,14 +89,14 @@ impl<S: LogStorage + Clone + 'static> PoolMemory for LoggedMemory<S> {
             self.releases.clear();
             return;
         }
-        self.scratch.clear();
-        match self.creating.take() {
-            Some(descriptor) => {
-                encode_pool_created(&descriptor, &mut self.ranges, self.region.bytes(), &mut self.scratch)
-            }
-            None => encode_transaction(self.pool, &mut self.ranges, self.region.bytes(), &mut self.scratch),
-        }
-        let lsn = self.log.append(&self.scratch).unwrap_or(UNLOGGED);
+        let (pool, ranges, memory, creating) = (self.pool, &mut self.ranges, self.region.bytes(), self.creating.take());
+        let lsn = self
+            .log
+            .append_encoded(|out| match creating {
+                Some(descriptor) => encode_pool_created(&descriptor, ranges, memory, out),
+                None => encode_transaction(pool, ranges, memory, out),
+            })
+            .unwrap_or(UNLOGGED);
         let mut pages = self.pages.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         for &(offset, len) in &self.ranges {
             pages.record(offset, len, lsn);
@@ -113,9 +111,6 @@ impl<S: LogStorage + Clone + 'static> PoolMemory for LoggedMemory<S> {
                 // A hint: pages that cannot be released stay resident and correct.
                 let _ = self.region.release(offset, len);
             }
-        }
-        if self.scratch.capacity() > 1 << 20 {
-            self.scratch = Vec::new();
         }
     }
 

@@ -97,7 +97,7 @@ impl Shard {
     fn step_checkpoint(&mut self, steps: usize) -> bool {
         for _ in 0..steps {
             match self.checkpointer.step(self.log.durable_lsn(), 3).expect("step") {
-                Step::Write(write) => write.run().expect("write pages"),
+                Step::Write(write) => self.checkpointer.recycle(write.run().expect("write pages")),
                 Step::WaitDurable(_) => self.sync(),
                 Step::Continue | Step::WaitPinned => {}
                 Step::Finish(job) => {
@@ -281,7 +281,7 @@ fn external_writes_are_logged_and_pinned_pages_hold_checkpoints_back() {
     shard.begin_checkpoint();
     loop {
         match shard.checkpointer.step(shard.log.durable_lsn(), 1_000).expect("step") {
-            Step::Write(write) => write.run().expect("write pages"),
+            Step::Write(write) => shard.checkpointer.recycle(write.run().expect("write pages")),
             Step::WaitDurable(_) => shard.sync(),
             Step::Continue => {}
             Step::WaitPinned => break,

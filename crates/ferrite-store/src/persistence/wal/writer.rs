@@ -148,8 +148,10 @@ pub struct WalWriter<S: LogStorage> {
 /// Largest buffer a finished batch hands back for reuse. A batch holding a large record (a
 /// subtable's rewrite) or a burst of writes leaves a buffer that large; keeping it for good would
 /// pin that memory for the life of the server, so a larger one is freed and the next burst
-/// allocates again.
-pub const RETAINED_BUFFER_BYTES_MAX: usize = 1024 * 1024;
+/// allocates again. Large enough for a few records of the largest inline value (2 MiB) or direct
+/// put piece: at 1 MiB every such put allocated a fresh buffer and faulted it in page by page,
+/// which took more of the shard's time than the value's copies did. Two buffers per shard.
+pub const RETAINED_BUFFER_BYTES_MAX: usize = 8 * 1024 * 1024;
 
 /// Bytes a record with a payload of `payload_len` takes, or the error for a payload longer than a
 /// record's length field holds.
