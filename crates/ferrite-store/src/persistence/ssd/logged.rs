@@ -101,17 +101,19 @@ impl<S: LogStorage + Clone + 'static> PoolMemory for LoggedMemory<S> {
         for &(offset, len) in &self.ranges {
             pages.record(offset, len, lsn);
         }
-        drop(pages);
         self.ranges.clear();
         // Released pages read as zeros, which no log record says: harmless for bytes that are
-        // free once this record is durable, as replay and checkpoints never need free bytes. A
+        // free once this record is durable, as replay and checkpoints never need free bytes, and
+        // the tracker makes a checkpoint in progress wait for this record before copying them. A
         // record the log refused leaves them as they were, for the shard stops before any reader.
         for (offset, len) in self.releases.drain(..) {
             if lsn != UNLOGGED {
+                pages.released(offset, len, lsn);
                 // A hint: pages that cannot be released stay resident and correct.
                 let _ = self.region.release(offset, len);
             }
         }
+        drop(pages);
     }
 
     fn release(&mut self, offset: Offset, len: u64) {

@@ -54,6 +54,18 @@ impl PageTracker {
         }
     }
 
+    /// Records that the pages of `len` bytes at `offset` are given back to the system after the
+    /// record with LSN `lsn` freed them: they read as zeros from then on, a change no record
+    /// holds. They are free memory, which no later checkpoint needs, so they are not marked
+    /// changed; but a checkpoint that took them before the release must not copy the zeros before
+    /// that record is durable, or after a crash its copy of a table that still names them (copied
+    /// before the release) would meet zeros where the data was.
+    pub fn released(&mut self, offset: u64, len: u64, lsn: Lsn) {
+        for page in Self::page_span(offset, len) {
+            self.page_lsn[page as usize] = lsn;
+        }
+    }
+
     /// The LSN of the last change to `page` (0 if none since the pool was loaded).
     pub fn page_lsn(&self, page: u64) -> Lsn {
         self.page_lsn[page as usize]
@@ -139,6 +151,18 @@ mod tests {
         pages.record(0, 1, 8);
         pages.restore_dirty(&[0, 3]);
         assert_eq!(pages.take_dirty(), vec![0, 3]);
+    }
+
+    /// A released page carries the LSN of the record that freed it, so a checkpoint waits for
+    /// that record before copying it, but it is not marked changed for the next checkpoint.
+    #[test]
+    fn released_pages_carry_their_lsn_but_are_not_changed() {
+        let mut pages = PageTracker::try_new(4 * PAGE_BYTES).expect("small");
+        pages.record(0, 1, 2);
+        pages.take_dirty();
+        pages.released(PAGE_BYTES, 2 * PAGE_BYTES, 7);
+        assert_eq!((pages.page_lsn(0), pages.page_lsn(1), pages.page_lsn(2), pages.page_lsn(3)), (2, 7, 7, 0));
+        assert_eq!(pages.take_dirty(), Vec::<u64>::new());
     }
 
     /// A page stays pinned, whatever is recorded meanwhile, until its last pin ends; the unpin
