@@ -26,9 +26,9 @@ const RECORD_BYTES_BOUND: u64 = 1024 * 1024 + 64 * 1024;
 /// What may wait for a commit: the async-write bound (1 MiB), a largest record appended when it
 /// was reached, and one read's worth of `MSET`s from the loader.
 const PENDING_BYTES_BOUND: u64 = 4 * 1024 * 1024;
-/// The writer's own buffers after the load: the retained buffer (1 MiB) each for the one being
-/// filled and the spare.
-const BUFFER_BYTES_BOUND: u64 = 2 * 1024 * 1024;
+/// The log's buffers after the load: the most a batch's buffer keeps (8 MiB) for the one being
+/// filled and for the spare, and the scratch buffer records are encoded in (kept up to 4 MiB).
+const BUFFER_BYTES_BOUND: u64 = (2 * 8 + 4) * 1024 * 1024;
 
 fn mset(first: u64) -> Vec<u8> {
     let mut command = format!("*{}\r\n$4\r\nMSET\r\n", 1 + 2 * PAIRS_PER_MSET).into_bytes();

@@ -342,9 +342,11 @@ impl<S: LogStorage + Clone + 'static> SharedLog<S> {
         self.shared.pending.load(Ordering::Acquire)
     }
 
-    /// Memory the log's buffers hold now: see [`WalWriter::buffer_bytes`].
+    /// Memory the log's buffers hold now: the writer's ([`WalWriter::buffer_bytes`]) and the
+    /// scratch buffer records are encoded in.
     pub fn buffer_bytes(&self) -> usize {
-        self.lock().writer.buffer_bytes()
+        let state = self.lock();
+        state.writer.buffer_bytes() + state.scratch.capacity()
     }
 
     /// See [`WalWriter::release_before`].
