@@ -93,6 +93,12 @@ impl Shard {
         self.checkpointer.begin(self.log.last_lsn() + 1, self.next_pool_id, pools);
     }
 
+    /// Puts a finished checkpoint in place and recycles the log it covers.
+    fn finish_checkpoint(&mut self, job: super::checkpoint::FinishJob) {
+        let replay_from = self.checkpointer.complete(job.run(|| self.log.failure())).expect("finish");
+        self.log.release_before(replay_from).expect("release");
+    }
+
     /// Runs the checkpoint in progress for at most `steps` steps; true if it completed.
     fn step_checkpoint(&mut self, steps: usize) -> bool {
         for _ in 0..steps {
@@ -101,8 +107,7 @@ impl Shard {
                 Step::WaitDurable(_) => self.sync(),
                 Step::Continue | Step::WaitPinned => {}
                 Step::Finish(job) => {
-                    let replay_from = self.checkpointer.complete(job.run(|| self.log.failure())).expect("finish");
-                    self.log.release_before(replay_from).expect("release");
+                    self.finish_checkpoint(job);
                     return true;
                 }
             }
@@ -269,8 +274,7 @@ fn a_subtable_freed_by_a_growth_the_log_lost_is_whole_after_recovery() {
             match shard.checkpointer.step(shard.log.durable_lsn(), 1).expect("step") {
                 Step::Write(write) => shard.checkpointer.recycle(write.run().expect("write pages")),
                 Step::Finish(job) => {
-                    let replay_from = shard.checkpointer.complete(job.run(|| shard.log.failure())).expect("finish");
-                    shard.log.release_before(replay_from).expect("release");
+                    shard.finish_checkpoint(job);
                     finished = true;
                     break;
                 }
@@ -365,8 +369,7 @@ fn freed_pages_are_left_out_of_checkpoints_only_once_their_free_is_durable() {
             Step::WaitDurable(_) => shard.sync(),
             Step::Continue | Step::WaitPinned => left += 1,
             Step::Finish(job) => {
-                let replay_from = shard.checkpointer.complete(job.run(|| shard.log.failure())).expect("finish");
-                shard.log.release_before(replay_from).expect("release");
+                shard.finish_checkpoint(job);
                 break;
             }
         }
