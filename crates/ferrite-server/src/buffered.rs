@@ -173,7 +173,8 @@ pub(crate) async fn drive(
             let waiting = deferred.pending.borrow().len();
             // A client waiting for its answers (plugin calls) is not idle.
             let deadline = socket.read_deadline().filter(|_| waiting == 0);
-            let mut give_back_at = Some(Instant::now() + SPARE_BUFFERS_KEPT_FOR);
+            // A clock read only for a connection holding large buffers: most never do.
+            let mut give_back_at = buffers.holds_spare().then(|| Instant::now() + SPARE_BUFFERS_KEPT_FOR);
             let read = loop {
                 if buffers.read.capacity() - buffers.read.len() < buffers.read_chunk_bytes / 4 {
                     buffers.read.reserve(buffers.read_chunk_bytes);
