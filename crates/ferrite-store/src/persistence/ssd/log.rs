@@ -300,6 +300,17 @@ impl<S: LogStorage + Clone + 'static> SharedLog<S> {
         self.request_sync();
     }
 
+    /// Waits until no spare segment is being made. A test that drops a log and recovers the same
+    /// directory in one process must: the thread making a spare would otherwise rename it into
+    /// place under a sequence number the recovered log may be using by then. (A process that
+    /// exits takes the thread with it, and recovery removes its temporary file.)
+    #[cfg(test)]
+    pub(crate) fn wait_for_spare(&self) {
+        while self.lock().writer.making_spare() {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
     /// Commits what is buffered on this thread, as the sync thread would (for tests that drive
     /// the log by hand).
     #[cfg(test)]

@@ -127,7 +127,8 @@ enum Op {
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        10 => (0u16..300, prop_oneof![0usize..40, 40usize..3000]).prop_map(|(k, len)| Op::Put(k, len)),
+        10 => (0u16..300, prop_oneof![4 => 0usize..40, 4 => 40usize..3000, 1 => 8_000usize..40_000])
+            .prop_map(|(k, len)| Op::Put(k, len)),
         3 => (0u16..300).prop_map(Op::Erase),
         1 => Just(Op::BeginCheckpoint),
         2 => (1usize..20).prop_map(Op::StepCheckpoint),
@@ -155,7 +156,7 @@ fn run(ops: Vec<Op>, tag: &str) {
     let dir = temp_dir(tag);
     let paths = ShardPaths::new(&dir);
     let mut shard = open_shard(&paths);
-    let spec = PoolSpec { size_bytes: 256 * 1024, expected_objects: 16 };
+    let spec = PoolSpec { size_bytes: 1 << 20, expected_objects: 16 };
     let id = shard.create_pool("model", spec);
     let doomed = shard.create_pool("doomed", spec);
     shard.store(doomed).put(b"x", b"y", PutMode::Upsert, 1).expect("put");
@@ -189,6 +190,7 @@ fn run(ops: Vec<Op>, tag: &str) {
             Op::Restart => {
                 // Every acknowledged change was synced; an interrupted checkpoint is simply lost.
                 shard.sync();
+                shard.log.wait_for_spare();
                 drop(shard);
                 shard = open_shard(&paths);
                 assert_matches(shard.store(id), &model);
@@ -196,6 +198,7 @@ fn run(ops: Vec<Op>, tag: &str) {
         }
     }
     shard.sync();
+    shard.log.wait_for_spare();
     drop(shard);
     let mut shard = open_shard(&paths);
     assert_matches(shard.store(id), &model);

@@ -329,6 +329,11 @@ impl<S: LogStorage> WalWriter<S> {
         Some(self.segment_bytes)
     }
 
+    /// Whether a spare segment is being made (see [`WalWriter::spare_wanted`]).
+    pub fn making_spare(&self) -> bool {
+        self.making_spare
+    }
+
     /// The storage, for making a spare segment elsewhere.
     pub fn storage(&self) -> &S {
         &self.storage
