@@ -183,6 +183,37 @@ fn burst_crosses_in_few_wakeups() {
     assert!(counters.wakeups < 100, "{counters:?}");
 }
 
+/// A shard asleep on its eventfd is woken by the host's answer; one that promised to look at the
+/// ring before it sleeps (`will_poll`) gets the answer without a wake-up.
+#[test]
+fn a_promised_look_needs_no_wake_up() {
+    let mut shard = Shard::start(config(&["counter"]));
+    assert!(shard.link.poll(Instant::now()).is_empty(), "no message yet; the shard announces sleep");
+    let call = shard.link.submit(&invoke("inc")).expect("submit");
+    shard.run_until_done(&[call], |_| CallbackReply::default());
+    assert!(shard.link.counters().wakeups >= 1, "the sleeping shard was woken");
+
+    // A trial counts only if the look came after the answer: a look that comes first announces
+    // sleep again, and the host then rightly signals.
+    let started = Instant::now();
+    loop {
+        assert!(started.elapsed() < Duration::from_secs(60), "the host never answered before the look");
+        let expected = shard.value() + 1;
+        shard.link.will_poll();
+        let call = shard.link.submit(&invoke("inc")).expect("submit");
+        while shard.value() != expected {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+        let events = shard.link.poll(Instant::now());
+        if events.iter().any(|event| matches!(event, LinkEvent::Done(done) if done.call == call)) {
+            assert!(!shard.link.take_wakeups(), "the host signalled a shard that promised to look");
+            return;
+        }
+        shard.run_until_done(&[call], |_| CallbackReply::default());
+    }
+}
+
 /// Shutdown stops the host cleanly; dropping a link stops its host too: no process remains.
 #[test]
 fn shutdown_and_drop_leave_no_process() {

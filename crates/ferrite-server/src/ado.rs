@@ -523,18 +523,19 @@ async fn serve_host(
         let recheck = shard.borrow().plugin_recheck(pool, host);
         let Some(recheck) = recheck else { return };
         let sleep = tokio::time::sleep_until(recheck.into());
-        tokio::select! {
+        let signalled = tokio::select! {
             biased;
             _ = stop.wait_for(|stop| *stop) => return,
             ready = wake.readable() => {
                 if let Ok(mut guard) = ready {
                     guard.clear_ready();
                 }
+                true
             }
-            () = call_started.notified() => {}
-            () = sleep => {}
-        }
-        if !shard.borrow_mut().poll_plugins(pool, host, Instant::now()) {
+            () = call_started.notified() => false,
+            () = sleep => false,
+        };
+        if !shard.borrow_mut().poll_plugins(pool, host, signalled, Instant::now()) {
             return;
         }
     }

@@ -366,6 +366,27 @@ impl AdoLink {
         }
     }
 
+    /// Takes the host's pending wake-ups (the count of the eventfd `wake_fd`), once the shard
+    /// saw that eventfd readable; true if there were any. `poll` leaves the eventfd alone, so a
+    /// look for another reason (a call started, a deadline) costs no system call.
+    pub fn take_wakeups(&mut self) -> bool {
+        let signalled = self.to_shard.take().unwrap_or(false);
+        if signalled {
+            self.counters.wakeups += 1;
+        }
+        signalled
+    }
+
+    /// Promises that the shard looks at the host's ring (`poll`) before it next sleeps, so the
+    /// host's answers until then need no wake-up: the host skips its eventfd write, and the
+    /// shard the read and the turn of its event loop that the write would cost. `poll` ends by
+    /// announcing sleep again, so an answer that arrives later wakes the shard as before. A
+    /// host on the shard's CPU, woken by a submit, runs its batch before the shard resumes, so
+    /// its answers are all in the ring by the promised look.
+    pub fn will_poll(&self) {
+        self.inbox.wake_up();
+    }
+
     fn wake_host(&mut self) {
         if self.outbox.consumer_needs_wake() {
             // An eventfd write fails only if the descriptor is broken; the deadline then
@@ -419,9 +440,6 @@ impl AdoLink {
     /// Takes everything the host sent, enforces deadlines, and notices a dead host.
     pub fn poll(&mut self, now: Instant) -> Vec<LinkEvent> {
         let mut events = std::mem::take(&mut self.pending);
-        if self.to_shard.take().unwrap_or(false) {
-            self.counters.wakeups += 1;
-        }
         let mut received = 0;
         loop {
             received += self.receive(&mut events);

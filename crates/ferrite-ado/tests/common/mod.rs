@@ -92,14 +92,16 @@ impl Shard {
         assert!(self.pool.write(VALUE.offset, &value.to_le_bytes()));
     }
 
-    /// Sleeps until the host signals, exits, or a short while passes (the shard's event loop).
-    pub fn wait(&self) {
+    /// Sleeps until the host signals, exits, or a short while passes (the shard's event loop),
+    /// and takes the host's wake-ups.
+    pub fn wait(&mut self) {
         let timeout = Timespec { tv_sec: 0, tv_nsec: 20_000_000 };
         let mut fds = vec![PollFd::from_borrowed_fd(self.link.wake_fd(), PollFlags::IN)];
         if let Some(exit) = self.link.exit_fd() {
             fds.push(PollFd::from_borrowed_fd(exit, PollFlags::IN));
         }
         rustix::event::poll(&mut fds, Some(&timeout)).expect("poll");
+        self.link.take_wakeups();
     }
 
     /// Polls until every call in `calls` ended, answering callbacks with `answer`; returns

@@ -339,9 +339,19 @@ impl ShardState {
     pub(super) fn start_next(&mut self, pool: PoolHandle) {
         let Some(calls) = self.calls.get_mut(&pool) else { return };
         calls.link.begin_batch();
+        let submitted_before = calls.link.counters().invocations;
         self.submit_queued(pool);
         if let Some(calls) = self.calls.get_mut(&pool) {
+            let started = calls.link.counters().invocations != submitted_before;
+            if started {
+                // The pool's task looks at the host's ring once the batch started (told below),
+                // so the host need not wake the shard for the answers it has by then.
+                calls.link.will_poll();
+            }
             calls.link.end_batch();
+            if started {
+                calls.call_started.notify_one();
+            }
         }
     }
 
@@ -414,10 +424,7 @@ impl ShardState {
             other => other.map_err(|error| error.to_string()),
         };
         match submitted {
-            Ok(id) => {
-                calls.call_started.notify_one();
-                Ok((id, target, detached))
-            }
+            Ok(id) => Ok((id, target, detached)),
             Err(reason) => {
                 self.release(handle, target);
                 if let Some(allocation) = detached {

@@ -123,10 +123,13 @@ impl ShardState {
         !self.retiring.is_empty()
     }
 
-    /// Takes what `pool`'s host sent and acts on it; false once the pool has no host (its task
-    /// then ends).
-    pub(crate) fn poll_plugins(&mut self, pool: PoolHandle, host: u64, now: Instant) -> bool {
+    /// Takes what `pool`'s host sent and acts on it (first its wake-ups, if it `signalled`);
+    /// false once the pool has no host (its task then ends).
+    pub(crate) fn poll_plugins(&mut self, pool: PoolHandle, host: u64, signalled: bool, now: Instant) -> bool {
         let Some(calls) = self.calls.get_mut(&pool).filter(|calls| calls.host == host) else { return false };
+        if signalled {
+            calls.link.take_wakeups();
+        }
         let events = calls.link.poll(now);
         let answered = events.iter().any(|event| matches!(event, LinkEvent::Done(_) | LinkEvent::Failed { .. }));
         for event in events {
