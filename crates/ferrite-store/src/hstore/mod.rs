@@ -647,6 +647,13 @@ impl<M: PoolMemory> HStore<M> {
         }
     }
 
+    /// Gives an object's space back to the allocator and tells the memory it is free (a
+    /// checkpoint need not copy the pages wholly inside it once this transaction is durable).
+    fn free_object(&mut self, at: u64, len: u64) {
+        self.heap.free(at, len);
+        self.memory.freed(at, len);
+    }
+
     fn overwrite(
         &mut self,
         index: usize,
@@ -660,9 +667,11 @@ impl<M: PoolMemory> HStore<M> {
         let mut txn = AllocTxn::default();
         // Frees first, so the new copies can reuse the space. The key itself is unchanged, so an
         // out-of-line key that stays out of line keeps its copy.
+        let mut freed = [None, None];
         let mut key_at = old.key_at();
         if let (Some(at), true) = (key_at, placement.key_inline) {
             txn.free(&mut self.heap, at, key.len() as u64);
+            freed[0] = Some((at, key.len() as u64));
             key_at = None;
         }
         // A value of the same size class (or extent size) is overwritten in place; a placed one
@@ -673,6 +682,7 @@ impl<M: PoolMemory> HStore<M> {
             let reusable = self.heap.backing(old_value_len) == self.heap.backing(value.len());
             if placement.value_inline || !reusable || value.placed_at().is_some() {
                 txn.free(&mut self.heap, at, old_value_len);
+                freed[1] = Some((at, old_value_len));
                 value_at = None;
             }
         }
@@ -691,6 +701,9 @@ impl<M: PoolMemory> HStore<M> {
             }
             let occupant = self.write_value(old.tag, write_time_ns, key, value, key_at, value_at);
             self.write_occupant(self.subtables[index], bucket, &occupant.encode());
+            for (at, len) in freed.into_iter().flatten() {
+                self.memory.freed(at, len);
+            }
             self.memory.commit();
             return Ok(());
         }
@@ -770,10 +783,10 @@ impl<M: PoolMemory> Store for HStore<M> {
         let subtable = self.subtables[index];
         let occupant = subtable.occupant(self.memory.bytes(), bucket);
         if let Some(at) = occupant.key_at() {
-            self.heap.free(at, u64::from(occupant.key_len));
+            self.free_object(at, u64::from(occupant.key_len));
         }
         if let Some(at) = occupant.value_at() {
-            self.heap.free(at, u64::from(occupant.value_len));
+            self.free_object(at, u64::from(occupant.value_len));
         }
         self.remove_occupant(index, tag, bucket);
         self.memory.commit();
@@ -911,7 +924,7 @@ impl<M: PoolMemory> Store for HStore<M> {
     }
 
     fn free_scratch(&mut self, offset: u64, len: u64) {
-        self.heap.free(offset, len);
+        self.free_object(offset, len);
     }
 
     fn write_scratch(&mut self, offset: u64, bytes: &[u8]) -> bool {
@@ -972,7 +985,7 @@ impl<M: PoolMemory> Store for HStore<M> {
         let occupant = self.subtables[index].occupant(self.memory.bytes(), bucket);
         let at = occupant.value_at().expect("an allocation lies out of line");
         let len = u64::from(occupant.value_len);
-        self.heap.free(at, len);
+        self.free_object(at, len);
         self.remove_occupant(index, tag, bucket);
         self.memory.commit();
         self.used_bytes -= charge(key.len() as u64, len);
@@ -1024,7 +1037,7 @@ impl<M: PoolMemory> Store for HStore<M> {
             StagedValue::Region { offset, len } => {
                 let outcome = self.put_value(key, NewValue::Placed { at: offset, len }, mode, write_time_ns);
                 if outcome.is_err() {
-                    self.heap.free(offset, len);
+                    self.free_object(offset, len);
                 }
                 outcome
             }
@@ -1037,7 +1050,7 @@ impl<M: PoolMemory> Store for HStore<M> {
 
     fn discard_staged(&mut self, staged: StagedValue) {
         if let StagedValue::Region { offset, len } = staged {
-            self.heap.free(offset, len);
+            self.free_object(offset, len);
         }
     }
 

@@ -51,6 +51,14 @@ pub trait PoolMemory: Send {
         let _ = (offset, len);
     }
 
+    /// Says that the engine freed the `len` bytes at `offset`: nothing reads them before a later
+    /// transaction writes them anew. Unlike [`release`](PoolMemory::release) the bytes stay; a
+    /// backing may leave the whole pages inside out of its checkpoints from the first record
+    /// after this call on, which attaches the hint to its transaction. The default ignores it.
+    fn freed(&mut self, offset: Offset, len: u64) {
+        let _ = (offset, len);
+    }
+
     /// `len` bytes at `offset` that no pair owns (scratch memory), for writing without logging:
     /// nothing refers to them, so a crash or a restart may lose what they hold. `None` if this
     /// backing does not lend its memory so (then scratch memory is never handed out).

@@ -492,6 +492,12 @@ impl Checkpointer {
                 }
                 break;
             }
+            if tracker.is_free(page) {
+                // Freed by a durable record: whatever the chain holds for it is never read.
+                pool.next += 1;
+                copied += 1;
+                continue;
+            }
             let start = bytes.len();
             bytes.resize(start + ENTRY_BYTES as usize, 0);
             let (head, body) = bytes[start..].split_at_mut(ENTRY_HEADER_BYTES as usize);

@@ -4,7 +4,7 @@
 use std::sync::{Arc, Mutex};
 
 use super::log::SharedLog;
-use super::pages::PageTracker;
+use super::pages::{PageTracker, PAGE_BYTES};
 use super::record::{encode_pool_created, encode_transaction, PoolDescriptor};
 use super::region::SharedRegion;
 use crate::persistence::wal::{FsStorage, LogStorage, Lsn};
@@ -33,6 +33,9 @@ pub struct LoggedMemory<S: LogStorage = FsStorage> {
     ranges: Vec<(u64, u64)>,
     /// Ranges the current transaction freed, released once its record is in the log.
     releases: Vec<(u64, u64)>,
+    /// Ranges the engine freed ([`PoolMemory::freed`]), marked free in the page tracker with the
+    /// next record's LSN.
+    frees: Vec<(u64, u64)>,
     /// A new pool's descriptor, until its first commit logs it.
     creating: Option<PoolDescriptor>,
     /// Inside a group ([`PoolMemory::begin_group`]): commits wait for its end.
@@ -49,6 +52,7 @@ impl<S: LogStorage + Clone + 'static> LoggedMemory<S> {
             pages,
             ranges: Vec::new(),
             releases: Vec::new(),
+            frees: Vec::new(),
             creating: None,
             grouping: false,
         }
@@ -98,6 +102,13 @@ impl<S: LogStorage + Clone + 'static> PoolMemory for LoggedMemory<S> {
             })
             .unwrap_or(UNLOGGED);
         let mut pages = self.pages.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        // Frees first: a page this transaction freed and wrote again (a new value in the old
+        // one's place) is recorded as changed just below, which makes it needed again.
+        for (offset, len) in self.frees.drain(..) {
+            if lsn != UNLOGGED {
+                pages.freed(offset, len, lsn);
+            }
+        }
         for &(offset, len) in &self.ranges {
             pages.record(offset, len, lsn);
         }
@@ -118,6 +129,14 @@ impl<S: LogStorage + Clone + 'static> PoolMemory for LoggedMemory<S> {
 
     fn release(&mut self, offset: Offset, len: u64) {
         self.releases.push((offset, len));
+    }
+
+    fn freed(&mut self, offset: Offset, len: u64) {
+        // Only a range holding a whole page can leave anything out of a checkpoint: the small
+        // objects most writes free are not even noted.
+        if offset.div_ceil(PAGE_BYTES) < offset.saturating_add(len) / PAGE_BYTES {
+            self.frees.push((offset, len));
+        }
     }
 
     fn scratch_mut(&mut self, offset: Offset, len: usize) -> Option<&mut [u8]> {

@@ -6,13 +6,17 @@ use crate::persistence::wal::Lsn;
 /// Pool memory is checkpointed in pages of this size.
 pub const PAGE_BYTES: u64 = 4096;
 
-/// Per-page bookkeeping of one pool's memory: the LSN of each page's last change, and the pages
-/// changed since the last checkpoint began. Costs 8 bytes plus one bit per 4 KiB page.
+/// Per-page bookkeeping of one pool's memory: the LSN of each page's last change, the pages
+/// changed since the last checkpoint began, and the pages that hold nothing the engine needs.
+/// Costs 8 bytes plus two bits per 4 KiB page.
 #[derive(Debug)]
 pub struct PageTracker {
     page_lsn: Vec<Lsn>,
     dirty_bits: Vec<u64>,
     dirty: Vec<u64>,
+    /// Pages wholly inside memory the engine freed ([`freed`](Self::freed)) and not written
+    /// since: a checkpoint need not copy them. Known only since the pool was loaded.
+    free_bits: Vec<u64>,
     /// Pages that code outside the shard (a plugin call in progress) may be changing, with how
     /// many ranges pin each: they count as changed at an LSN that is never durable, so no
     /// checkpoint copies bytes a call may still undo or has not logged yet (few at a time, hence
@@ -31,7 +35,10 @@ impl PageTracker {
         let mut dirty_bits = Vec::new();
         dirty_bits.try_reserve_exact(pages.div_ceil(64))?;
         dirty_bits.resize(pages.div_ceil(64), 0);
-        Ok(PageTracker { page_lsn, dirty_bits, dirty: Vec::new(), pinned: Default::default() })
+        let mut free_bits = Vec::new();
+        free_bits.try_reserve_exact(pages.div_ceil(64))?;
+        free_bits.resize(pages.div_ceil(64), 0);
+        Ok(PageTracker { page_lsn, dirty_bits, dirty: Vec::new(), free_bits, pinned: Default::default() })
     }
 
     /// Pages in the region.
@@ -47,6 +54,7 @@ impl PageTracker {
         for page in Self::page_span(offset, len) {
             self.page_lsn[page as usize] = lsn;
             let (word, bit) = ((page / 64) as usize, page % 64);
+            self.free_bits[word] &= !(1 << bit);
             if self.dirty_bits[word] & (1 << bit) == 0 {
                 self.dirty_bits[word] |= 1 << bit;
                 self.dirty.push(page);
@@ -64,6 +72,27 @@ impl PageTracker {
         for page in Self::page_span(offset, len) {
             self.page_lsn[page as usize] = lsn;
         }
+        self.freed(offset, len, lsn);
+    }
+
+    /// Records that the record with LSN `lsn` freed `len` bytes at `offset`: the pages wholly
+    /// inside hold nothing the engine reads again until a later record writes them (which
+    /// [`record`](Self::record)s them as changed). A checkpoint skips such a page once `lsn` is
+    /// durable, and waits for it before then: until the freeing record is durable, a checkpoint's
+    /// copy of the table may still name what the page held. Pages at either end, which other
+    /// objects may share, are left as they are.
+    pub fn freed(&mut self, offset: u64, len: u64, lsn: Lsn) {
+        let first = offset.div_ceil(PAGE_BYTES);
+        let end = offset.saturating_add(len) / PAGE_BYTES;
+        for page in first..end.min(self.pages()) {
+            self.page_lsn[page as usize] = lsn;
+            self.free_bits[(page / 64) as usize] |= 1 << (page % 64);
+        }
+    }
+
+    /// Whether `page` holds nothing the engine needs (see [`freed`](Self::freed)).
+    pub fn is_free(&self, page: u64) -> bool {
+        self.free_bits[(page / 64) as usize] & (1 << (page % 64)) != 0
     }
 
     /// The LSN of the last change to `page` (0 if none since the pool was loaded).
@@ -163,6 +192,23 @@ mod tests {
         pages.released(PAGE_BYTES, 2 * PAGE_BYTES, 7);
         assert_eq!((pages.page_lsn(0), pages.page_lsn(1), pages.page_lsn(2), pages.page_lsn(3)), (2, 7, 7, 0));
         assert_eq!(pages.take_dirty(), Vec::<u64>::new());
+        assert!(pages.is_free(1) && pages.is_free(2) && !pages.is_free(0));
+    }
+
+    /// Only pages wholly inside a freed range become free, with the freeing LSN; a write to a
+    /// free page makes it needed again.
+    #[test]
+    fn freed_pages_are_the_whole_ones_until_written_again() {
+        let mut pages = PageTracker::try_new(5 * PAGE_BYTES).expect("small");
+        pages.record(0, 5 * PAGE_BYTES, 3);
+        pages.freed(PAGE_BYTES - 64, 3 * PAGE_BYTES, 9);
+        let free: Vec<bool> = (0..5).map(|page| pages.is_free(page)).collect();
+        assert_eq!(free, [false, true, true, false, false], "pages 0 and 3 are shared with the range's ends");
+        assert_eq!((pages.page_lsn(0), pages.page_lsn(1), pages.page_lsn(3)), (3, 9, 3));
+        pages.record(2 * PAGE_BYTES + 100, 8, 10);
+        assert!(pages.is_free(1) && !pages.is_free(2), "written again: needed");
+        pages.freed(4 * PAGE_BYTES, 10 * PAGE_BYTES, 11);
+        assert!(pages.is_free(4), "a range past the region's end frees what lies inside it");
     }
 
     /// A page stays pinned, whatever is recorded meanwhile, until its last pin ends; the unpin

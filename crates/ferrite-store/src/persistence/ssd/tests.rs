@@ -311,6 +311,85 @@ fn a_subtable_freed_by_a_growth_the_log_lost_is_whole_after_recovery() {
     assert!(positions > 2, "the growth came at several points of the checkpoint");
 }
 
+/// A value erased by a record that is not durable yet: a checkpoint that has its pages to copy
+/// (changed since the last one by a durable write the table does not show) waits for the
+/// erase to be durable before it leaves them out; had it left them out at once, a crash would
+/// bring back the key with the value as the last checkpoint had it, without the durable write.
+/// Once the erase is durable, the freed pages are not copied.
+#[test]
+fn freed_pages_are_left_out_of_checkpoints_only_once_their_free_is_durable() {
+    use std::os::unix::fs::FileExt;
+
+    let dir = temp_dir("freed-pages");
+    let paths = ShardPaths::new(&dir);
+    let mut shard = open_shard(&paths);
+    let id = shard.create_pool("pool", PoolSpec { size_bytes: 1 << 20, expected_objects: 64 });
+    let value = vec![0x11; 64 * 1024];
+    shard.store(id).put(b"key", &value, PutMode::Upsert, 1).expect("room");
+    shard.sync();
+    shard.begin_checkpoint();
+    assert!(shard.step_checkpoint(100_000), "a checkpoint of the value completes");
+
+    // A durable change to the value's bytes alone (as a plugin makes), not to its table entry.
+    let location = shard.store(id).value_location(b"key").expect("a located value");
+    assert!(location.stable && location.len == value.len() as u64);
+    // Only the pages wholly inside the value: the table's page, which the erase changes, may
+    // share the value's first or last page, and a checkpoint waits for it anyway.
+    let page = super::pages::PAGE_BYTES;
+    let (start, end) = (location.offset.next_multiple_of(page), (location.offset + location.len) / page * page);
+    let file = shard.store(id).memory().region().file().clone();
+    file.write_all_at(&vec![0x22; (end - start) as usize], start).expect("write through the memfd");
+    shard.store(id).commit_external_writes(&[(start, end - start)]);
+    shard.sync();
+
+    shard.begin_checkpoint();
+    shard.store(id).erase(b"key").expect("erase");
+    let erased_at = shard.log.last_lsn();
+    let mut pages_written = 0;
+    loop {
+        match shard.checkpointer.step(shard.log.durable_lsn(), 1_000).expect("step") {
+            Step::Write(write) => {
+                pages_written += write.pages();
+                shard.checkpointer.recycle(write.run().expect("write pages"));
+            }
+            Step::WaitDurable(lsn) => {
+                assert!(lsn >= erased_at, "waits for the erase, not an earlier record: {lsn} < {erased_at}");
+                break;
+            }
+            Step::Continue | Step::WaitPinned => {}
+            Step::Finish(_) => panic!("the checkpoint left the value's pages out before the erase was durable"),
+        }
+    }
+    shard.sync();
+    let mut left = 0;
+    loop {
+        match shard.checkpointer.step(shard.log.durable_lsn(), 1_000).expect("step") {
+            Step::Write(write) => {
+                pages_written += write.pages();
+                shard.checkpointer.recycle(write.run().expect("write pages"));
+            }
+            Step::WaitDurable(_) => shard.sync(),
+            Step::Continue | Step::WaitPinned => left += 1,
+            Step::Finish(job) => {
+                shard.finish_checkpoint(job);
+                break;
+            }
+        }
+    }
+    let value_pages = (end - start) / page;
+    assert!(
+        pages_written < value_pages / 2,
+        "{pages_written} pages written for a freed value of {value_pages} ({left} steps)"
+    );
+
+    drop(shard);
+    let mut shard = open_shard(&paths);
+    assert_eq!(shard.store(id).get(b"key"), None, "the durable erase holds after recovery");
+    shard.store(id).check().expect("table invariants hold");
+    drop(shard);
+    std::fs::remove_dir_all(&dir).expect("clean up");
+}
+
 #[test]
 fn external_writes_are_logged_and_pinned_pages_hold_checkpoints_back() {
     use std::os::unix::fs::FileExt;
