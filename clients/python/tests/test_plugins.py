@@ -41,6 +41,9 @@ def test_counter_errors(counters):
     with pytest.raises(ferrite.AdoFailed) as raised:
         counters.invoke("hits", "bogus", create_size=8)
     assert raised.value.code == "ado_failed" and "counter" in raised.value.message
+    with pytest.raises(ferrite.KeyNotFound):
+        counters.get("hits")  # the failed call did not create its key
+    assert counters.invoke("hits", "get", create_size=8) == [(0, b"0")]
     with pytest.raises(ferrite.AdoFailed):
         counters.invoke("hits", "add 1", read_only=True)  # a write on a read-only invocation
     assert counters.invoke("hits", "get") == [(0, b"0")], "failed calls changed nothing"

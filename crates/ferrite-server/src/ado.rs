@@ -170,6 +170,22 @@ pub(crate) struct Call {
     pub completion: Option<Arc<Completion>>,
     /// `invoke_put_ado`'s detached value: placed in memory the call allocates.
     pub detached: Option<Vec<u8>>,
+    /// The value the call gives its key before the plugins run, stored only if the call
+    /// succeeds, in its transaction.
+    pub new_value: Option<NewValue>,
+}
+
+/// A value a call gives its key before its plugins run: the plugins work on it as a copy in
+/// scratch memory, staged as the key's change, so a call that fails leaves the key as it was
+/// (absent included).
+#[derive(Debug)]
+pub(crate) enum NewValue {
+    /// `invoke_put_ado`'s value; with no-overwrite, only if the key is absent when the call
+    /// begins (else the plugins run on the value there).
+    Put { value: Vec<u8>, keep_existing: bool },
+    /// A zeroed value of `len` bytes if the key is absent when the call begins: create-on-demand,
+    /// and the empty value a detached `invoke_put_ado` gives an absent key.
+    IfAbsent { len: u64 },
 }
 
 /// The call a pool's host is running.

@@ -323,7 +323,7 @@ impl ShardState {
         self.begin_request();
         let mut opcode = Opcode::Error;
         let outcome = match Request::decode(header, body) {
-            Ok(request) => match self.answer_later(&request, header, session, now_ns) {
+            Ok(request) => match self.answer_later(&request, header, session) {
                 Some(Ok(Accepted::Later(completion))) => {
                     // A native connection goes on answering; the answer leaves when ready.
                     session.deferred.push(completion);
@@ -501,7 +501,6 @@ impl ShardState {
         request: &Request<'_>,
         header: &Header,
         session: &mut Session,
-        now_ns: u64,
     ) -> Option<Result<Accepted, Failure>> {
         if let Request::Hello { version, auth, .. } = *request {
             return self.authenticate_hello(version, auth, session);
@@ -518,7 +517,7 @@ impl ShardState {
             );
         }
         if let Some(invoke) = Invoke::of(request, header.request_id) {
-            return Some(self.checked(request, session).and_then(|()| self.invoke(invoke, session, now_ns)));
+            return Some(self.checked(request, session).and_then(|()| self.invoke(invoke, session)));
         }
         let (pool, key, writes) = match *request {
             Request::Put { pool, key, .. } | Request::Erase { pool, key } | Request::PutOffset { pool, key, .. } => {

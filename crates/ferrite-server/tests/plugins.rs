@@ -95,6 +95,57 @@ fn counters_count_every_acknowledged_increment_once_across_kill_9() {
     }
 }
 
+/// Whether `key` is absent from `pool`.
+fn absent(pool: &Pool, key: &[u8]) -> bool {
+    match pool.get(key) {
+        Err(error) => error.code() == Some(ErrorCode::KeyNotFound),
+        Ok(_) => false,
+    }
+}
+
+/// A call that fails, or whose host dies, leaves its key as it was: `invoke_put_ado`'s value, a
+/// value created on demand and the empty value a detached call gives an absent key are stored
+/// only if the call succeeds, in its transaction, so neither the live pool nor a restart after
+/// kill -9 shows them.
+#[test]
+fn a_failed_call_stores_neither_its_put_nor_a_key_it_creates() {
+    let data_dir = fresh_dir("failed-call-values");
+    let mut server = server_with_limits(10_000).data_dir(&data_dir).start();
+    let (_session, pool) = open(&server, "values", &["faulty"]);
+    pool.put(b"kept", b"original").expect("put");
+    let detached = InvokePutOptions { detached: true, ..InvokePutOptions::default() };
+    for payload in [&b"fail"[..], b"panic", b"segv"] {
+        let what = String::from_utf8_lossy(payload);
+        let replaced = pool.invoke_put(b"kept", b"replaced", payload, InvokePutOptions::default());
+        assert_eq!(replaced.expect_err("the call fails").code(), Some(ErrorCode::AdoFailed), "{what}");
+        assert_eq!(pool.get(b"kept").expect("kept"), &b"original"[..], "{what}: the put was not stored");
+        let new_key = pool.invoke_put(b"put-new", b"created", payload, InvokePutOptions::default());
+        assert_eq!(new_key.expect_err("the call fails").code(), Some(ErrorCode::AdoFailed), "{what}");
+        assert!(absent(&pool, b"put-new"), "{what}: the put's new key was not stored");
+        let zeroed = pool.invoke(b"on-demand", payload, created(8));
+        assert_eq!(zeroed.expect_err("the call fails").code(), Some(ErrorCode::AdoFailed), "{what}");
+        assert!(absent(&pool, b"on-demand"), "{what}: the key created on demand was not stored");
+        let carried = pool.invoke_put(b"carrier", b"bytes", payload, detached);
+        assert_eq!(carried.expect_err("the call fails").code(), Some(ErrorCode::AdoFailed), "{what}");
+        assert!(absent(&pool, b"carrier"), "{what}: the detached call's key was not stored");
+    }
+    pool.invoke_put(b"put-new", b"created", b"ok", InvokePutOptions::default()).expect("ok");
+    pool.invoke(b"on-demand", b"ok", created(8)).expect("ok");
+    pool.invoke_put(b"carrier", b"bytes", b"ok", detached).expect("ok");
+    let stored = |pool: &Pool| {
+        assert_eq!(pool.get(b"kept").expect("kept"), &b"original"[..]);
+        assert_eq!(pool.get(b"put-new").expect("stored by a successful call"), &b"created"[..]);
+        assert_eq!(pool.get(b"on-demand").expect("created by a successful call"), &[0; 8][..]);
+        assert_eq!(pool.get(b"carrier").expect("created by a successful call"), &b""[..]);
+    };
+    stored(&pool);
+    drop(pool);
+    server.kill9();
+    let server = server_with_limits(10_000).data_dir(&data_dir).start();
+    let session = Session::connect(&server.addr_string()).expect("reconnect");
+    stored(&session.open_pool("values").expect("open"));
+}
+
 #[test]
 fn a_chain_answers_with_each_layers_buffers_and_invoke_put_stores_first() {
     let server = server_with_limits(10_000).start();
@@ -367,6 +418,20 @@ fn the_clients_plugin_helpers_work_against_the_server() {
     assert_eq!(Versioning::get(&documents, b"d", Some(2)).expect("version 2"), b"two");
     assert!(Versioning::get(&documents, b"d", Some(1)).is_err(), "version 1 is no longer kept");
     assert_eq!(Versioning::list(&documents, b"d").expect("list"), vec![(2, 3), (3, 5), (4, 4), (5, 4)]);
+    // `invoke_put_ado` stores a version with the detached flag (the value sent is the data); a
+    // plain one would replace the versions with the data, which the plugin refuses, and the
+    // call's put is undone with it.
+    let detached = InvokePutOptions { detached: true, ..InvokePutOptions::default() };
+    let stored = documents.invoke_put(b"d", b"six", b"put", detached).expect("a version from a detached value");
+    assert_eq!(texts(&stored), [(0, "6".to_owned())]);
+    let used = documents.pool_attributes().expect("attributes").used_bytes;
+    let stored = documents.invoke_put(b"d", b"seven", b"put", detached).expect("a version from a detached value");
+    assert_eq!(texts(&stored), [(0, "7".to_owned())]);
+    let after = documents.pool_attributes().expect("attributes").used_bytes;
+    assert_eq!(after, used, "the detached value's memory was freed");
+    let plain = documents.invoke_put(b"d", b"eight", b"put", InvokePutOptions::default());
+    assert_eq!(plain.expect_err("not a versioning value").code(), Some(ErrorCode::AdoFailed));
+    assert_eq!(Versioning::get(&documents, b"d", None).expect("newest"), b"seven", "the history is whole");
 
     let fruit = session.create_pool("fruit-helpers", chain(&["filter"])).expect("create");
     fruit.put(b"apple", b"red").expect("put");

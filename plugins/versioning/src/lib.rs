@@ -26,6 +26,9 @@
 //!   slot_bytes) as the newest version, overwriting the oldest once N are kept, and answers the
 //!   new version's number in decimal. It declares and writes only the slot's length and data
 //!   and the header's `written` (the whole header when it formats), about DATA + 12 bytes.
+//! - `put` with a detached value (`invoke_put_ado` with the detached flag, as MCAS's versioning
+//!   example stores a version): the detached value is DATA, and its memory is freed once it is
+//!   copied into the slot. Any other payload with a detached value is refused.
 //! - `get`: answers the newest version's data, raw.
 //! - `get V`: answers version V's data if it is still kept, that is if
 //!   `written - slots < V <= written` (one of the last `slots` stored).
@@ -115,13 +118,31 @@ fn apply(call: &mut Call<'_>, slots: u32, operation: Operation) -> Result<Vec<u8
     let header = versions.map(|versions| versions.header());
     let describe_kept =
         || header.map_or_else(|| "no version is stored yet".to_owned(), |header| header.describe_kept());
+    if call.detached().is_some() && !matches!(operation, Operation::Put(_)) {
+        // Refused, so the detached value's memory goes with the failed call.
+        return Err(PluginError::invalid("versioning: a detached value comes only with `put`"));
+    }
     match operation {
         Operation::Put(data) => {
             if call.is_read_only() {
                 // Said here rather than left to the declare callback, whose refusal names no request.
                 return Err(PluginError::invalid("versioning: a read-only invocation can only `get` or `list`"));
             }
-            Ok(put(call, header, slots, &data)?.to_string().into_bytes())
+            let Some(detached) = call.detached() else {
+                return Ok(put(call, header, slots, &data)?.to_string().into_bytes());
+            };
+            // `invoke_put_ado` with the detached flag: the value sent is the version's data,
+            // copied into its slot, and its memory is freed with the call.
+            if !data.is_empty() {
+                return Err(PluginError::invalid(
+                    "versioning: give a version's data after `put` or as the detached value, not both",
+                ));
+            }
+            let data = detached.to_vec();
+            let offset = call.detached_offset().expect("a call with a detached value has its offset");
+            let version = put(call, header, slots, &data)?;
+            call.free_at(offset, data.len())?;
+            Ok(version.to_string().into_bytes())
         }
         Operation::GetNewest => {
             let newest = header.map_or(0, |header| header.written);
@@ -248,6 +269,23 @@ mod tests {
         assert!(text.contains("at least 52 bytes"), "{text}");
         host.put(b"v", &[0; 52]);
         assert_eq!(answer_with(&mut host, b"v", b"put x", InvokeOptions::default()), b"1");
+    }
+
+    /// `put` with a detached value (`invoke_put_ado --detached`) stores the detached bytes as
+    /// the next version; data given twice, or a detached value with another request, is refused
+    /// and changes nothing.
+    #[test]
+    fn a_detached_value_is_the_version_put_stores() {
+        let mut host = host(b"");
+        assert_eq!(answer_text(&mut host, b"v", "put a"), "1");
+        let detached = |bytes: &[u8]| InvokeOptions { detached: Some(bytes.to_vec()), ..InvokeOptions::default() };
+        assert_eq!(answer_with(&mut host, b"v", b"put", detached(b"far away")), b"2");
+        assert_eq!(answer(&mut host, b"v", b"get 2"), b"far away");
+        assert_eq!(answer(&mut host, b"v", b"list"), b"1 1\n2 8");
+        let (_, text) = failure(&mut host, b"v", b"put twice", detached(b"x"));
+        assert!(text.contains("not both"), "{text}");
+        let (_, text) = failure(&mut host, b"v", b"list", detached(b"x"));
+        assert!(text.contains("only with `put`"), "{text}");
     }
 
     /// Versions stored one per call read back by number and as the newest, binary and empty

@@ -14,6 +14,9 @@
 //!   may do while the call runs: the plugin works on a copy in scratch memory, which a
 //!   successful call writes back as an ordinary put. Nothing else refers to the copy, so it needs
 //!   neither pinning nor undoing.
+//! - A value the call gives its key (`invoke_put_ado`'s, or one created on demand) is such a
+//!   copy too, staged as the key's change: a successful call stores it in the transaction that
+//!   holds its other changes, a failed one drops it, and the key stays as it was.
 //! - A failed call was undone by its host; a crashed or killed one by the link, from the call
 //!   area; a finished one whose record the log refuses after all by the shard, from the same
 //!   area while the host has begun no later call (a copy is simply dropped). In each case
@@ -29,10 +32,12 @@ use ferrite_ado::message::{CallId, CallbackRequest, Invocation, Location};
 use ferrite_ado::{FailReason, LinkEvent};
 use ferrite_plugin::abi;
 use ferrite_proto::{ErrorCode, InvokeFlags, Opcode, PoolHandle, Request};
-use ferrite_store::{PutMode, PutOutcome, StoreError, WriteFootprint};
+use ferrite_store::WriteFootprint;
 
-use super::{key_not_found, open_pool, store_failure, Failure, ShardState};
-use crate::ado::{Answer, Call, HeldAnswer, Running, Signals, StagedAllocation, Target, CALLS_IN_FLIGHT_MAX};
+use super::{key_not_found, open_pool, Failure, ShardState};
+use crate::ado::{
+    Answer, Call, HeldAnswer, NewValue, Running, Signals, StagedAllocation, StagedKey, Target, CALLS_IN_FLIGHT_MAX,
+};
 use crate::completion::Completion;
 use crate::session::Session;
 use crate::stats::Op;
@@ -89,6 +94,16 @@ impl<'a> Invoke<'a> {
     }
 }
 
+/// A call submitted to its host, with what the shard keeps for it.
+struct Begun {
+    id: CallId,
+    target: Target,
+    /// `invoke_put_ado`'s detached value, in memory the call allocated.
+    detached: Option<StagedAllocation>,
+    /// Whether the target is a value the call gives its key (see [`NewValue`]).
+    gives_value: bool,
+}
+
 /// How the shard took an invocation (or a request on a key a call holds).
 #[derive(Debug)]
 pub(crate) enum Accepted {
@@ -101,12 +116,7 @@ pub(crate) enum Accepted {
 impl ShardState {
     /// Takes an invocation: checks it, stores `invoke_put_ado`'s value or creates the key on
     /// demand, and queues the call on the pool's host (starting it if need be).
-    pub(crate) fn invoke(
-        &mut self,
-        invoke: Invoke<'_>,
-        session: &mut Session,
-        now_ns: u64,
-    ) -> Result<Accepted, Failure> {
+    pub(crate) fn invoke(&mut self, invoke: Invoke<'_>, session: &mut Session) -> Result<Accepted, Failure> {
         self.count_pool_request(Some(invoke.pool), Op::Invoke);
         let pool = open_pool(&self.pools, session, invoke.pool)?;
         if pool.plugin_chain.is_empty() {
@@ -144,10 +154,9 @@ impl ShardState {
         }
         // The call reads the pool's state: its answer waits for what it read to be durable.
         self.reading(session);
-        let new_key = if invoke.key.is_empty() { false } else { self.prepare_target(&invoke, session, now_ns)? };
+        let new_value = if invoke.key.is_empty() { None } else { self.new_value(&invoke, session)? };
         let mut work_flags = 0;
         for (set, flag) in [
-            (new_key, abi::WORK_NEW_KEY),
             (invoke.read_only, abi::WORK_READ_ONLY),
             (invoke.key.is_empty(), abi::WORK_POOL),
             (invoke.detached, abi::WORK_DETACHED),
@@ -173,6 +182,7 @@ impl ShardState {
             wait_lsn: session.wait_lsn,
             completion: caller,
             detached: invoke.value.filter(|_| invoke.detached).map(<[u8]>::to_vec),
+            new_value,
         };
         self.stats.invocations += 1;
         self.enqueue(invoke.pool, call)?;
@@ -216,6 +226,7 @@ impl ShardState {
                 wait_lsn: session.wait_lsn,
                 completion: Some(Arc::clone(&completion)),
                 detached: None,
+                new_value: None,
             };
             self.queue(signals.pool, call);
         }
@@ -246,27 +257,23 @@ impl ShardState {
         Some(waiting)
     }
 
-    /// Puts `invoke_put_ado`'s value, or creates the key on demand; true if the key is new. A
-    /// detached value is not the key's: an absent key is created with an empty value.
-    fn prepare_target(&mut self, invoke: &Invoke<'_>, session: &mut Session, now_ns: u64) -> Result<bool, Failure> {
-        let zeros;
-        let (value, mode) = match (invoke.value, invoke.detached) {
-            (Some(value), false) => (value, if invoke.no_overwrite { PutMode::CreateOnly } else { PutMode::Upsert }),
-            (Some(_), true) => {
-                if open_pool(&self.pools, session, invoke.pool)?.store.get(invoke.key).is_some() {
-                    return Ok(false);
-                }
-                (&[][..], PutMode::CreateOnly)
-            }
+    /// The value the call gives its key before its plugins run, if any: `invoke_put_ado`'s, or
+    /// a zeroed one created on demand (an empty one for a detached value). Nothing is stored
+    /// now: the call stages it when it begins and stores it only if it succeeds (see
+    /// [`NewValue`]). Checked here so that a value the pool cannot take is refused at once.
+    fn new_value(&mut self, invoke: &Invoke<'_>, session: &mut Session) -> Result<Option<NewValue>, Failure> {
+        let new_value = match (invoke.value, invoke.detached) {
+            (Some(value), false) => NewValue::Put { value: value.to_vec(), keep_existing: invoke.no_overwrite },
+            (Some(_), true) => NewValue::IfAbsent { len: 0 },
             (None, _) => {
                 // Without create-on-demand the key must exist: the call finds out as it begins,
                 // unless its caller is answered now (fire-and-forget).
                 if invoke.create_size.is_none() && !invoke.fire_and_forget {
-                    return Ok(false);
+                    return Ok(None);
                 }
                 let pool = open_pool(&self.pools, session, invoke.pool)?;
                 if pool.store.get(invoke.key).is_some() {
-                    return Ok(false);
+                    return Ok(None);
                 }
                 let Some(size) = invoke.create_size else { return Err(key_not_found(pool)) };
                 if size > u64::from(self.limits.value_bytes_max) {
@@ -275,29 +282,16 @@ impl ShardState {
                         format!("a value of {size} bytes exceeds the limit of {}", self.limits.value_bytes_max),
                     ));
                 }
-                zeros = vec![0; size as usize];
-                (&zeros[..], PutMode::CreateOnly)
+                NewValue::IfAbsent { len: size }
             }
         };
-        let footprint = open_pool(&self.pools, session, invoke.pool)?
-            .store
-            .put_footprint(invoke.key.len() as u64, value.len() as u64);
-        self.admit_write(footprint)?;
-        let pool = super::open_pool_mut(&mut self.pools, session, invoke.pool)?;
-        let outcome = match pool.store.put(invoke.key, value, mode, now_ns) {
-            Ok(outcome) => outcome,
-            // No-overwrite: the plugin runs on the value already there.
-            Err(StoreError::KeyExists) if invoke.value.is_some() => return Ok(false),
-            Err(error) => return Err(store_failure(error, pool)),
+        let len = match &new_value {
+            NewValue::Put { value, .. } => value.len() as u64,
+            NewValue::IfAbsent { len } => *len,
         };
-        let inserted = outcome == PutOutcome::Inserted;
-        if let (true, Some(index)) = (inserted, &mut pool.index) {
-            index.insert(invoke.key);
-        }
-        let sync = !pool.async_default;
-        self.stats.puts += 1;
-        self.logged(sync, session)?;
-        Ok(inserted)
+        let footprint = open_pool(&self.pools, session, invoke.pool)?.store.put_footprint(invoke.key.len() as u64, len);
+        self.admit_write(footprint)?;
+        Ok(Some(new_value))
     }
 
     /// Queues `call` on its pool's host, starting the host first if the pool has none.
@@ -368,10 +362,15 @@ impl ShardState {
                 return;
             };
             match self.begin(pool, &mut call) {
-                Ok((id, target, detached)) => {
+                Ok(Begun { id, target, detached, gives_value }) => {
                     let calls = self.calls.get_mut(&pool).expect("the pool's calls exist");
                     let mut running = Running::new(id, call, target);
                     running.allocated.extend(detached);
+                    if gives_value {
+                        // Stored as the key's value if the call succeeds, with its other changes.
+                        let key = running.call.key.clone();
+                        running.staged.push(StagedKey { key, value: Some(target.location()) });
+                    }
                     calls.push_running(running);
                 }
                 Err(failure) => self.answer_failure(&call, failure),
@@ -381,12 +380,8 @@ impl ShardState {
 
     /// Gives `call` its target (reserving log room for what it may write) and its detached
     /// value (in memory it allocates), and submits it to the host, which takes its payload.
-    fn begin(
-        &mut self,
-        handle: PoolHandle,
-        call: &mut Call,
-    ) -> Result<(CallId, Target, Option<StagedAllocation>), Failure> {
-        let target = self.target(handle, call)?;
+    fn begin(&mut self, handle: PoolHandle, call: &mut Call) -> Result<Begun, Failure> {
+        let (target, new_key) = self.target(handle, call)?;
         let detached = match &call.detached {
             Some(value) => match self.allocate_for_call(handle, value, value.len() as u64, 1) {
                 Ok(allocation) => Some(allocation),
@@ -401,7 +396,7 @@ impl ShardState {
             None => None,
         };
         let invocation = Invocation {
-            flags: call.work_flags,
+            flags: call.work_flags | if new_key == Some(true) { abi::WORK_NEW_KEY } else { 0 },
             pool_id: handle.0,
             key: call.key.clone(),
             payload: std::mem::take(&mut call.payload),
@@ -424,7 +419,7 @@ impl ShardState {
             other => other.map_err(|error| error.to_string()),
         };
         match submitted {
-            Ok(id) => Ok((id, target, detached)),
+            Ok(id) => Ok(Begun { id, target, detached, gives_value: new_key.is_some() }),
             Err(reason) => {
                 self.release(handle, target);
                 if let Some(allocation) = detached {
@@ -438,18 +433,24 @@ impl ShardState {
         }
     }
 
-    /// The memory `call`'s plugin works on: its value in place if the value stays put (pinned
-    /// against checkpoints), else a copy in scratch memory; log room is reserved for the
-    /// record a successful call makes.
-    fn target(&mut self, handle: PoolHandle, call: &Call) -> Result<Target, Failure> {
+    /// The memory `call`'s plugin works on: the value the call gives its key (see
+    /// [`NewValue`]) as a copy in scratch memory, with whether the key is new; else its value in
+    /// place if the value stays put (pinned against checkpoints), or a copy in scratch memory.
+    /// Log room is reserved for the record a successful call makes.
+    fn target(&mut self, handle: PoolHandle, call: &Call) -> Result<(Target, Option<bool>), Failure> {
         if call.key.is_empty() {
-            return Ok(Target::InPlace(Location::default()));
+            return Ok((Target::InPlace(Location::default()), None));
         }
         let pool = self.pools.get(handle).expect("a pool with calls exists");
-        let value = match pool.store.value_location(&call.key) {
+        let existing = pool.store.value_location(&call.key);
+        if let Some(given) = self.give_new_value(handle, call, existing.is_some())? {
+            return Ok((Target::Copy(given), Some(existing.is_none())));
+        }
+        let pool = self.pools.get(handle).expect("a pool with calls exists");
+        let value = match existing {
             Some(value) => value,
             // A post-erase signal: the key is gone, the plugin is told of it without a value.
-            None if call.work_flags & abi::WORK_SIGNAL != 0 => return Ok(Target::InPlace(Location::default())),
+            None if call.work_flags & abi::WORK_SIGNAL != 0 => return Ok((Target::InPlace(Location::default()), None)),
             None => return Err(key_not_found(pool)),
         };
         let location = Location { offset: value.offset, len: value.len };
@@ -459,7 +460,7 @@ impl ShardState {
                 self.admit_write(WriteFootprint { bytes: value.len, ranges: super::invoke_commit::LOGGED_RANGES_MAX })?;
             }
             self.pin(handle, location);
-            return Ok(Target::InPlace(location));
+            return Ok((Target::InPlace(location), None));
         }
         if writes {
             let footprint = pool.store.put_footprint(call.key.len() as u64, value.len);
@@ -477,7 +478,38 @@ impl ShardState {
             pool.store.free_scratch(offset, value.len);
             return Err(Failure::new(ErrorCode::Internal, format!("pool '{}': cannot copy the value", pool.name)));
         }
-        Ok(Target::Copy(Location { offset, len: value.len }))
+        Ok((Target::Copy(Location { offset, len: value.len }), None))
+    }
+
+    /// The value `call` gives its key, if it gives one now that the key `exists` or not, written
+    /// into scratch memory: where the plugins work on it, and what the call stages as the key's
+    /// change.
+    fn give_new_value(&mut self, handle: PoolHandle, call: &Call, exists: bool) -> Result<Option<Location>, Failure> {
+        let (bytes, len): (&[u8], u64) = match &call.new_value {
+            Some(NewValue::Put { value, keep_existing }) if !(exists && *keep_existing) => (value, value.len() as u64),
+            Some(NewValue::IfAbsent { len }) if !exists => (&[], *len),
+            _ => return Ok(None),
+        };
+        let pool = self.pools.get(handle).expect("a pool with calls exists");
+        self.admit_write(pool.store.put_footprint(call.key.len() as u64, len))?;
+        let pool = self.pools.get_mut(handle).expect("a pool with calls exists");
+        let no_room = || format!("pool '{}': no room for the call's new value", pool.name);
+        let Some(offset) = pool.store.allocate_scratch(len) else {
+            return Err(Failure::new(ErrorCode::PoolFull, no_room()));
+        };
+        let written = if bytes.len() as u64 == len {
+            pool.store.write_scratch(offset, bytes)
+        } else {
+            pool.store.write_scratch(offset, &vec![0; len as usize])
+        };
+        if !written {
+            pool.store.free_scratch(offset, len);
+            return Err(Failure::new(
+                ErrorCode::Internal,
+                format!("pool '{}': cannot write the call's new value", pool.name),
+            ));
+        }
+        Ok(Some(Location { offset, len }))
     }
 
     /// Ends what `target` held: unpins a value changed in place (as of the log's last record),

@@ -233,7 +233,12 @@ impl ShardState {
         let at = running.staged.iter().position(|earlier| earlier.key == staged.key);
         let before = match at {
             Some(at) => Some(std::mem::replace(&mut running.staged[at], staged)),
-            None if running.staged.len() >= STAGED_KEYS_MAX => return status(abi::ERR_NO_SPACE),
+            // The target's own change (a value the call gives it) does not count.
+            None if running.staged.iter().filter(|staged| staged.key != running.call.key).count()
+                >= STAGED_KEYS_MAX =>
+            {
+                return status(abi::ERR_NO_SPACE)
+            }
             None => {
                 running.staged.push(staged);
                 None

@@ -1281,7 +1281,7 @@ fn invoke(
         detached: false,
         fire_and_forget: false,
     };
-    match call.shard.invoke(invoke, &mut call.client.session, call.now_ns)? {
+    match call.shard.invoke(invoke, &mut call.client.session)? {
         Accepted::Later(completion) => Ok(Flow::Wait { completion, consumed: true }),
         Accepted::Blocked(completion) => Ok(Flow::Wait { completion, consumed: false }),
     }
