@@ -19,13 +19,16 @@ pub const VALUE: Location = Location { offset: 4096, len: 8 };
 /// A liveness bound, never a timing assertion: a call that takes this long is stuck.
 const STUCK: Duration = Duration::from_secs(60);
 
-/// Builds `tests/plugins/behaviours.c` once per test binary.
+/// Builds `tests/plugins/behaviours.c` once per test process, into a file of its own: test
+/// processes that run at once (a runner that starts one per test) must not load a library
+/// another is still writing.
 pub fn plugin() -> PathBuf {
     static BUILT: OnceLock<PathBuf> = OnceLock::new();
     BUILT
         .get_or_init(|| {
             let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-            let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("libbehaviours.so");
+            let name = format!("libbehaviours-{}.so", std::process::id());
+            let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(name);
             let status = Command::new("cc")
                 .args(["-shared", "-fPIC", "-O1", "-Wall", "-Werror", "-I"])
                 .arg(manifest.join("../ferrite-plugin/include"))
