@@ -114,8 +114,9 @@ pub(crate) enum Accepted {
 }
 
 impl ShardState {
-    /// Takes an invocation: checks it, stores `invoke_put_ado`'s value or creates the key on
-    /// demand, and queues the call on the pool's host (starting it if need be).
+    /// Takes an invocation: checks it, notes the value it gives its key (`invoke_put_ado`'s, or
+    /// one created on demand; stored only if the call succeeds), and queues the call on the
+    /// pool's host (starting it if need be).
     pub(crate) fn invoke(&mut self, invoke: Invoke<'_>, session: &mut Session) -> Result<Accepted, Failure> {
         self.count_pool_request(Some(invoke.pool), Op::Invoke);
         let pool = open_pool(&self.pools, session, invoke.pool)?;
@@ -381,7 +382,8 @@ impl ShardState {
     /// Gives `call` its target (reserving log room for what it may write) and its detached
     /// value (in memory it allocates), and submits it to the host, which takes its payload.
     fn begin(&mut self, handle: PoolHandle, call: &mut Call) -> Result<Begun, Failure> {
-        let (target, new_key) = self.target(handle, call)?;
+        // `Some(key is new)` when the target is a value the call gives its key.
+        let (target, given) = self.target(handle, call)?;
         let detached = match &call.detached {
             Some(value) => match self.allocate_for_call(handle, value, value.len() as u64, 1) {
                 Ok(allocation) => Some(allocation),
@@ -396,7 +398,7 @@ impl ShardState {
             None => None,
         };
         let invocation = Invocation {
-            flags: call.work_flags | if new_key == Some(true) { abi::WORK_NEW_KEY } else { 0 },
+            flags: call.work_flags | if given == Some(true) { abi::WORK_NEW_KEY } else { 0 },
             pool_id: handle.0,
             key: call.key.clone(),
             payload: std::mem::take(&mut call.payload),
@@ -419,7 +421,7 @@ impl ShardState {
             other => other.map_err(|error| error.to_string()),
         };
         match submitted {
-            Ok(id) => Ok(Begun { id, target, detached, gives_value: new_key.is_some() }),
+            Ok(id) => Ok(Begun { id, target, detached, gives_value: given.is_some() }),
             Err(reason) => {
                 self.release(handle, target);
                 if let Some(allocation) = detached {
