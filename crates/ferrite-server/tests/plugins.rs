@@ -899,6 +899,13 @@ fn a_refused_change_puts_back_the_calls_earlier_ones() {
     assert_eq!(pool.get(b"first").expect("kept"), &b"1"[..]);
     assert_eq!(pool.get(b"second").expect("kept"), &b"2"[..]);
     assert_eq!(pool.count().expect("count"), count);
+    // The put of `invoke_put_ado` is one of the call's changes: with no room for it, neither it
+    // nor the plugin's other changes are stored.
+    let put = pool.invoke_put(b"fresh", &[9; 3000], b"update first changed", InvokePutOptions::default());
+    assert_eq!(put.expect_err("the pool is full").code(), Some(ErrorCode::PoolFull));
+    assert!(absent(&pool, b"fresh"), "the put was not stored");
+    assert_eq!(pool.get(b"first").expect("kept"), &b"1"[..]);
+    assert_eq!(pool.count().expect("count"), count);
     pool.invoke(b"target", b"update second two", InvokeOptions::default()).expect("a change that fits");
     assert_eq!(pool.get(b"second").expect("changed"), &b"two"[..]);
     let next = pool.invoke(b"target", b"find next:filler-00000", InvokeOptions::default()).expect("next");

@@ -32,7 +32,7 @@ use ferrite_ado::message::{CallId, CallbackRequest, Invocation, Location};
 use ferrite_ado::{FailReason, LinkEvent};
 use ferrite_plugin::abi;
 use ferrite_proto::{ErrorCode, InvokeFlags, Opcode, PoolHandle, Request};
-use ferrite_store::WriteFootprint;
+use ferrite_store::{Store, WriteFootprint};
 
 use super::{key_not_found, open_pool, Failure, ShardState};
 use crate::ado::{
@@ -91,6 +91,50 @@ impl<'a> Invoke<'a> {
             },
             _ => return None,
         })
+    }
+}
+
+/// Why [`scratch_copy`] gave no memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum ScratchRefused {
+    /// The pool has no room for it.
+    NoRoom,
+    /// The memory could not be written (the backing lends none).
+    Unwritable,
+}
+
+/// Scratch memory of `len` bytes in `store` holding `bytes` then zeros (`len` is at least
+/// `bytes.len()`): where a call's plugins get a copy to work on. Freed again if it cannot be
+/// written.
+pub(super) fn scratch_copy(store: &mut dyn Store, bytes: &[u8], len: u64) -> Result<u64, ScratchRefused> {
+    let offset = store.allocate_scratch(len).ok_or(ScratchRefused::NoRoom)?;
+    let written = if bytes.len() as u64 == len {
+        store.write_scratch(offset, bytes)
+    } else {
+        let mut filled = vec![0; len as usize];
+        filled[..bytes.len()].copy_from_slice(bytes);
+        store.write_scratch(offset, &filled)
+    };
+    if !written {
+        store.free_scratch(offset, len);
+        return Err(ScratchRefused::Unwritable);
+    }
+    Ok(offset)
+}
+
+/// What a callback answers when it got no scratch memory.
+pub(super) fn refused_status(refused: ScratchRefused) -> i32 {
+    match refused {
+        ScratchRefused::NoRoom => abi::ERR_NO_SPACE,
+        ScratchRefused::Unwritable => abi::ERR_FAILED,
+    }
+}
+
+/// The failure of a call that got no scratch memory for `what`.
+fn scratch_failure(pool: &str, refused: ScratchRefused, what: &str) -> Failure {
+    match refused {
+        ScratchRefused::NoRoom => Failure::new(ErrorCode::PoolFull, format!("pool '{pool}': no room for {what}")),
+        ScratchRefused::Unwritable => Failure::new(ErrorCode::Internal, format!("pool '{pool}': cannot write {what}")),
     }
 }
 
@@ -334,10 +378,8 @@ impl ShardState {
     pub(super) fn start_next(&mut self, pool: PoolHandle) {
         let Some(calls) = self.calls.get_mut(&pool) else { return };
         calls.link.begin_batch();
-        let submitted_before = calls.link.counters().invocations;
-        self.submit_queued(pool);
+        let started = self.submit_queued(pool);
         if let Some(calls) = self.calls.get_mut(&pool) {
-            let started = calls.link.counters().invocations != submitted_before;
             if started {
                 // The pool's task looks at the host's ring once the batch started (told below),
                 // so the host need not wake the shard for the answers it has by then.
@@ -350,17 +392,19 @@ impl ShardState {
         }
     }
 
-    fn submit_queued(&mut self, pool: PoolHandle) {
+    /// Submits what [`Self::start_next`] may; true if it submitted any call.
+    fn submit_queued(&mut self, pool: PoolHandle) -> bool {
+        let mut started = false;
         loop {
-            let Some(calls) = self.calls.get_mut(&pool) else { return };
+            let Some(calls) = self.calls.get_mut(&pool) else { return started };
             if calls.running().len() >= CALLS_IN_FLIGHT_MAX {
-                return;
+                return started;
             }
             let Some(mut call) = calls.take_startable() else {
                 if calls.queued() == 0 && calls.running().is_empty() {
                     self.stop_idle_host(pool);
                 }
-                return;
+                return started;
             };
             match self.begin(pool, &mut call) {
                 Ok(Begun { id, target, detached, gives_value }) => {
@@ -373,6 +417,7 @@ impl ShardState {
                         running.staged.push(StagedKey { key, value: Some(target.location()) });
                     }
                     calls.push_running(running);
+                    started = true;
                 }
                 Err(failure) => self.answer_failure(&call, failure),
             }
@@ -470,16 +515,8 @@ impl ShardState {
         }
         let pool = self.pools.get_mut(handle).expect("a pool with calls exists");
         let bytes = pool.store.region_bytes(value.offset, value.len).ok_or_else(|| key_not_found(pool))?.to_vec();
-        let offset = pool.store.allocate_scratch(value.len).ok_or_else(|| {
-            Failure::new(
-                ErrorCode::PoolFull,
-                format!("pool '{}': no room for the plugin's copy of the value", pool.name),
-            )
-        })?;
-        if !pool.store.write_scratch(offset, &bytes) {
-            pool.store.free_scratch(offset, value.len);
-            return Err(Failure::new(ErrorCode::Internal, format!("pool '{}': cannot copy the value", pool.name)));
-        }
+        let offset = scratch_copy(pool.store.as_mut(), &bytes, value.len)
+            .map_err(|refused| scratch_failure(&pool.name, refused, "the plugin's copy of the value"))?;
         Ok((Target::Copy(Location { offset, len: value.len }), None))
     }
 
@@ -495,22 +532,8 @@ impl ShardState {
         let pool = self.pools.get(handle).expect("a pool with calls exists");
         self.admit_write(pool.store.put_footprint(call.key.len() as u64, len))?;
         let pool = self.pools.get_mut(handle).expect("a pool with calls exists");
-        let no_room = || format!("pool '{}': no room for the call's new value", pool.name);
-        let Some(offset) = pool.store.allocate_scratch(len) else {
-            return Err(Failure::new(ErrorCode::PoolFull, no_room()));
-        };
-        let written = if bytes.len() as u64 == len {
-            pool.store.write_scratch(offset, bytes)
-        } else {
-            pool.store.write_scratch(offset, &vec![0; len as usize])
-        };
-        if !written {
-            pool.store.free_scratch(offset, len);
-            return Err(Failure::new(
-                ErrorCode::Internal,
-                format!("pool '{}': cannot write the call's new value", pool.name),
-            ));
-        }
+        let offset = scratch_copy(pool.store.as_mut(), bytes, len)
+            .map_err(|refused| scratch_failure(&pool.name, refused, "the call's new value"))?;
         Ok(Some(Location { offset, len }))
     }
 

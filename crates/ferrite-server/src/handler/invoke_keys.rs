@@ -16,6 +16,7 @@ use ferrite_plugin::abi;
 use ferrite_proto::PoolHandle;
 use ferrite_store::{FindQuery, WriteFootprint};
 
+use super::invoke::{refused_status, scratch_copy};
 use super::invoke_commit::{now_ns, read_region, transaction_footprint};
 use super::ShardState;
 use crate::ado::{Running, StagedAllocation, StagedKey};
@@ -268,13 +269,7 @@ impl ShardState {
             return Ok(Location::default());
         }
         let pool = self.pools.get_mut(handle).ok_or(abi::ERR_FAILED)?;
-        let offset = pool.store.allocate_scratch(len).ok_or(abi::ERR_NO_SPACE)?;
-        let mut filled = vec![0; len as usize];
-        filled[..bytes.len()].copy_from_slice(bytes);
-        if !pool.store.write_scratch(offset, &filled) {
-            pool.store.free_scratch(offset, len);
-            return Err(abi::ERR_FAILED);
-        }
+        let offset = scratch_copy(pool.store.as_mut(), bytes, len).map_err(refused_status)?;
         let location = Location { offset, len };
         match self.running_mut(handle, call) {
             Some(running) => {

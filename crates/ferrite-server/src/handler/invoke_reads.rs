@@ -5,6 +5,7 @@ use ferrite_ado::message::{CallId, CallbackReply, CallbackRequest, CallbackResul
 use ferrite_plugin::abi;
 use ferrite_proto::PoolHandle;
 
+use super::invoke::{refused_status, scratch_copy};
 use super::ShardState;
 use crate::ado::Running;
 
@@ -40,11 +41,10 @@ impl ShardState {
         let mut copy = None;
         if !value.stable && value.len > 0 {
             let Some(bytes) = pool.store.get(&key).map(<[u8]>::to_vec) else { return reply(abi::ERR_NOT_FOUND) };
-            let Some(offset) = pool.store.allocate_scratch(value.len) else { return reply(abi::ERR_NO_SPACE) };
-            if !pool.store.write_scratch(offset, &bytes) {
-                pool.store.free_scratch(offset, value.len);
-                return reply(abi::ERR_FAILED);
-            }
+            let offset = match scratch_copy(pool.store.as_mut(), &bytes, value.len) {
+                Ok(offset) => offset,
+                Err(refused) => return reply(refused_status(refused)),
+            };
             location = Location { offset, len: value.len };
             copy = Some(location);
         }
