@@ -8,57 +8,19 @@
 
 mod common;
 
-use std::path::Path;
-use std::process::Command;
-
-use common::{fresh_dir, TestServer};
+use common::fresh_dir;
+use common::small_disk::{self, SmallDisk};
 use ferrite_client::blocking::Session;
 use ferrite_client::{ErrorCode, FindKind, PoolOptions, PoolSetting};
 
-const TMPFS_BYTES: u64 = 8 << 20;
-const BALLAST_BYTES: u64 = 3 << 20;
-
-fn user_namespaces_work() -> bool {
-    Command::new("unshare").args(["-rm", "true"]).status().is_ok_and(|status| status.success())
-}
-
 #[test]
 fn a_full_disk_refuses_writes_cleanly_and_recovers_when_space_returns() {
-    if !user_namespaces_work() {
+    if !small_disk::available() {
         eprintln!("skipping: `unshare -rm` (user and mount namespaces) is not available here");
         return;
     }
-    let dir = fresh_dir("disk-full");
-    let mount = dir.join("mnt");
-    std::fs::create_dir_all(&mount).expect("mount point");
-    let config = dir.join("small-log.toml");
-    let default = Command::new(env!("CARGO_BIN_EXE_ferrite-server"))
-        .arg("--print-default-config")
-        .output()
-        .expect("print the default config");
-    // 2 MiB segments (the smallest that hold the largest record once values are at most 256 KiB).
-    let text = String::from_utf8(default.stdout)
-        .expect("UTF-8")
-        .replace("value_bytes_max = 2097152", "value_bytes_max = 262144")
-        + "[durability]\nwal_segment_bytes = 2097152\ncheckpoint_interval_secs = 3600\n";
-    std::fs::write(&config, text).expect("write the config");
-    // Mounts a small tmpfs, fills part of it with ballast, and becomes the server.
-    let script = dir.join("on-small-disk.sh");
-    std::fs::write(
-        &script,
-        format!(
-            "#!/bin/sh\nset -e\nmount -t tmpfs -o size={TMPFS_BYTES} tmpfs '{mnt}'\nhead -c {BALLAST_BYTES} /dev/zero > \
-             '{mnt}/ballast'\nexec '{server}' \"$@\"\n",
-            mnt = mount.display(),
-            server = env!("CARGO_BIN_EXE_ferrite-server"),
-        ),
-    )
-    .expect("write the script");
-    let unshare = which("unshare");
-    let server = TestServer::builder_for(&unshare)
-        .args(&["-rm", "sh", &script.display().to_string(), "--config", &config.display().to_string()])
-        .data_dir(&mount.join("data"))
-        .start();
+    let disk = SmallDisk::new(&fresh_dir("disk-full"), "");
+    let server = disk.server().start();
     let session = Session::connect(&server.addr_string()).expect("connect");
     let options = PoolOptions { size_bytes: 64 << 20, expected_objects: 64, ..PoolOptions::default() };
     let pool = session.create_pool("filler", options).expect("create");
@@ -117,13 +79,7 @@ fn a_full_disk_refuses_writes_cleanly_and_recovers_when_space_returns() {
     assert_eq!(refused.1.code(), Some(ErrorCode::NoSpace), "{}", refused.1);
     assert_eq!(has_index(), refused.0 == PoolSetting::RemoveIndex, "a refused {:?} changed nothing", refused.0);
 
-    // Free space inside the server's mount namespace, through its /proc root.
-    let ballast = Path::new("/proc")
-        .join(server.pid().to_string())
-        .join("root")
-        .join(mount.strip_prefix("/").expect("absolute"))
-        .join("ballast");
-    std::fs::remove_file(&ballast).unwrap_or_else(|e| panic!("remove {}: {e}", ballast.display()));
+    disk.remove_ballast(&server);
     pool.put(format!("key-{stored}"), value(stored)).expect("space is back: the write succeeds");
     pool.put_direct("direct-new", &large).expect("space is back: a direct put succeeds");
     assert!(pool.get("direct-new").expect("read directly") == large);
@@ -135,9 +91,4 @@ fn a_full_disk_refuses_writes_cleanly_and_recovers_when_space_returns() {
     }
     drop(pool);
     server.stop_gracefully();
-}
-
-fn which(program: &str) -> String {
-    let output = Command::new("sh").args(["-c", &format!("command -v {program}")]).output().expect("sh");
-    String::from_utf8(output.stdout).expect("UTF-8").trim().to_owned()
 }

@@ -17,11 +17,21 @@
 //!   call's own value to `OFFSET:LENGTH` of it, keeping it.
 //! - `info`: answers `objects=N` from `pool_info`.
 //! - `recent N`: answers the keys of `get_reference_vector` over all time, at most N of them.
+//! - `sleep MS`: waits MS milliseconds (a call long enough for other clients to act meanwhile).
+//! - `scrawl TEXT`: overwrites the first bytes of the call's own value with TEXT (declared),
+//!   keeping its length.
+//! - `spread N`: allocates 100 bytes of pool memory and writes them (one declared range), then
+//!   writes every other byte of the first 2N bytes of the call's own value, each byte its own
+//!   declared range: a call that declares many ranges far apart.
+//! - `smash`: zeroes every byte of pool memory but the call's own value through a stray
+//!   pointer; the write must fault and fail the call.
+//! - `smash-later MS`: leaves a thread that zeroes all of pool memory MS milliseconds after the
+//!   call returned, through a pointer kept past the call; the call itself succeeds.
 
 use ferrite_plugin::{Access, Call, PluginError};
 
 /// The first word of every script command: a payload starting with one is a script.
-pub const COMMANDS: [&str; 13] = [
+pub const COMMANDS: [&str; 18] = [
     "create",
     "update",
     "erase",
@@ -35,6 +45,11 @@ pub const COMMANDS: [&str; 13] = [
     "info",
     "recent",
     "crash",
+    "sleep",
+    "scrawl",
+    "spread",
+    "smash",
+    "smash-later",
 ];
 
 /// Whether `payload` is a key script.
@@ -107,6 +122,25 @@ pub fn run(call: &mut Call<'_>, payload: &[u8]) -> Result<(), PluginError> {
                     call.respond(&key)?;
                 }
             }
+            ("sleep", Some(ms), None) => std::thread::sleep(std::time::Duration::from_millis(number(ms)?)),
+            ("scrawl", Some(text), rest) => {
+                let text = match rest {
+                    Some(rest) => format!("{text} {rest}"),
+                    None => text.to_owned(),
+                };
+                call.value_range_mut(0..text.len())?.copy_from_slice(text.as_bytes());
+            }
+            ("spread", Some(count), None) => {
+                let memory = call.allocate(100, 8)?;
+                call.memory_mut(memory)?.fill(b'M');
+                for index in 0..number(count)? as usize {
+                    call.value_range_mut(2 * index..2 * index + 1)?[0] = b'S';
+                }
+            }
+            ("smash", None, None) => crate::misbehave::smash_pool(call)?,
+            ("smash-later", Some(ms), None) => {
+                crate::misbehave::smash_pool_later(call, std::time::Duration::from_millis(number(ms)?))?
+            }
             ("keep-detached", None, None) => {
                 let detached = call.detached().ok_or_else(|| PluginError::invalid("faulty: no detached value"))?;
                 let (bytes, offset) = (detached.to_vec(), call.detached_offset().unwrap_or_default());
@@ -117,6 +151,11 @@ pub fn run(call: &mut Call<'_>, payload: &[u8]) -> Result<(), PluginError> {
         }
     }
     Ok(())
+}
+
+/// A script's numeric argument.
+fn number(text: &str) -> Result<u64, PluginError> {
+    text.parse().map_err(|_| PluginError::invalid(format!("faulty: `{text}` is not a number")))
 }
 
 /// Resizes the call's own value to `bytes` and writes them there.

@@ -83,3 +83,38 @@ pub fn undeclared(call: &mut Call<'_>) -> Result<(), PluginError> {
     }
     Ok(())
 }
+
+/// Zeroes every byte of the pool's memory but the call's own value, as a plugin with a wild
+/// pointer might, through the read-only bytes the SDK lends: the host's pool mapping must refuse
+/// the first of these writes (the host faults, the call fails) before any key is hurt.
+#[allow(unsafe_code)]
+pub fn smash_pool(call: &Call<'_>) -> Result<(), PluginError> {
+    let region_bytes = call.pool_info()?.region_bytes;
+    let len = usize::try_from(region_bytes).map_err(|_| PluginError::invalid("faulty: region size"))?;
+    let pool = call.pool_bytes(0, len)?;
+    let own = call.value_offset() as usize..call.value_offset() as usize + call.value().len();
+    let base = pool.as_ptr().cast_mut();
+    for index in (0..len).filter(|index| !own.contains(index)) {
+        // SAFETY: none, deliberately: a stray write into pool memory the call was not given.
+        unsafe { std::ptr::write_volatile(base.add(index), 0) };
+    }
+    Ok(())
+}
+
+/// Leaves a thread behind that zeroes the pool's memory `after` the call has returned, as a
+/// plugin that kept a pointer (or a thread of its own) past its call might.
+#[allow(unsafe_code)]
+pub fn smash_pool_later(call: &Call<'_>, after: std::time::Duration) -> Result<(), PluginError> {
+    let region_bytes = call.pool_info()?.region_bytes;
+    let len = usize::try_from(region_bytes).map_err(|_| PluginError::invalid("faulty: region size"))?;
+    // An address, not a pointer: the thread outlives the borrow on purpose.
+    let base = call.pool_bytes(0, len)?.as_ptr() as usize;
+    std::thread::spawn(move || {
+        std::thread::sleep(after);
+        for index in 0..len {
+            // SAFETY: none, deliberately: a write through a pointer kept past its call.
+            unsafe { std::ptr::write_volatile((base as *mut u8).add(index), 0) };
+        }
+    });
+    Ok(())
+}
