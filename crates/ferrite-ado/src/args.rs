@@ -2,7 +2,7 @@
 //! the two cannot drift apart.
 //!
 //! ```text
-//! ferrite-ado --pool-fd 3 --ring-fd 4 --to-host-fd 5 --to-shard-fd 6 --call-area-fd 7
+//! ferrite-ado --pool-fd 3 --ring-fd 4 --to-host-fd 5 --to-shard-fd 6 --status-fd 7
 //!             --ring-capacity BYTES --memory-limit BYTES --spin-us MICROS [--checking]
 //!             --plugin NAME=PATH [--config HEX] [--plugin NAME=PATH [--config HEX]]...
 //! ```
@@ -27,7 +27,8 @@ pub struct PluginSpec {
 /// Everything the host is told at start.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HostArgs {
-    /// The pool memory memfd, mapped shared.
+    /// The pool memory memfd, mapped shared and read-only (a call's own pages are made writable
+    /// while it runs).
     pub pool_fd: RawFd,
     /// The memfd holding both rings: shard to host at offset 0, then host to shard.
     pub ring_fd: RawFd,
@@ -35,7 +36,8 @@ pub struct HostArgs {
     pub to_host_fd: RawFd,
     /// Signalled when the host-to-shard ring has messages for a sleeping shard.
     pub to_shard_fd: RawFd,
-    pub call_area_fd: RawFd,
+    /// The memfd of the host's status: the call it is running.
+    pub status_fd: RawFd,
     /// Each ring's data area in bytes.
     pub ring_capacity: usize,
     /// The host's own memory budget beyond the shared mappings (applied as RLIMIT_AS).
@@ -91,7 +93,7 @@ impl HostArgs {
         number("--ring-fd", self.ring_fd.to_string());
         number("--to-host-fd", self.to_host_fd.to_string());
         number("--to-shard-fd", self.to_shard_fd.to_string());
-        number("--call-area-fd", self.call_area_fd.to_string());
+        number("--status-fd", self.status_fd.to_string());
         number("--ring-capacity", self.ring_capacity.to_string());
         number("--memory-limit", self.memory_limit_bytes.to_string());
         number("--spin-us", self.spin_us.to_string());
@@ -120,7 +122,7 @@ impl HostArgs {
             "--ring-fd",
             "--to-host-fd",
             "--to-shard-fd",
-            "--call-area-fd",
+            "--status-fd",
             "--ring-capacity",
             "--memory-limit",
             "--spin-us",
@@ -162,7 +164,7 @@ impl HostArgs {
             ring_fd: fd(1)?,
             to_host_fd: fd(2)?,
             to_shard_fd: fd(3)?,
-            call_area_fd: fd(4)?,
+            status_fd: fd(4)?,
             ring_capacity: numbers[5]
                 .and_then(|capacity| usize::try_from(capacity).ok())
                 .ok_or(ArgsError::Missing("--ring-capacity"))?,
@@ -186,7 +188,7 @@ mod tests {
             ring_fd: 4,
             to_host_fd: 5,
             to_shard_fd: 6,
-            call_area_fd: 7,
+            status_fd: 7,
             ring_capacity: 1 << 20,
             memory_limit_bytes: 1 << 30,
             spin_us: 50,

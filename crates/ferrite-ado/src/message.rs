@@ -39,8 +39,13 @@ pub struct Invocation {
     pub pool_id: u64,
     pub key: Vec<u8>,
     pub payload: Vec<u8>,
-    /// The target value (empty for a pool invocation).
+    /// The target value (empty for a pool invocation): for a call that may write it, the call's
+    /// own copy in whole pages of scratch memory, which the host lets the plugins write.
     pub value: Location,
+    /// Where the host fills the copy `value` from before the plugins run (empty: the shard
+    /// filled it, or the target is no copy): a value kept out of line, copied by the host so
+    /// that the shard never copies a large value on its own thread.
+    pub source: Location,
     /// The detached value of `invoke_put_ado` (empty unless `FERRITE_WORK_DETACHED`).
     pub detached: Location,
 }
@@ -340,14 +345,14 @@ impl CallbackResult {
     }
 }
 
-/// Encodes `ToHost::Invoke { call, invocation }` into `out` from a borrowed invocation: the
-/// shard keeps its invocation (to resubmit it after a host restart), so the message is written
-/// from it rather than from a clone.
+/// Encodes `ToHost::Invoke { call, invocation }` into `out` from a borrowed invocation, so the
+/// message is written from it rather than from a clone.
 pub fn encode_invoke(call: CallId, invocation: &Invocation, out: &mut Vec<u8>) {
     let mut w = Writer::start(out, 1);
     w.u64(call.0).u32(invocation.flags).u64(invocation.pool_id);
     w.bytes(&invocation.key).bytes(&invocation.payload);
     put_location(&mut w, &invocation.value);
+    put_location(&mut w, &invocation.source);
     put_location(&mut w, &invocation.detached);
 }
 
@@ -407,6 +412,7 @@ impl ToHost {
                     key: r.bytes()?,
                     payload: r.bytes()?,
                     value: get_location(&mut r)?,
+                    source: get_location(&mut r)?,
                     detached: get_location(&mut r)?,
                 };
                 ToHost::Invoke { call, invocation }
@@ -492,7 +498,8 @@ mod tests {
                     pool_id: 9,
                     key: b"key".to_vec(),
                     payload: b"add 1".to_vec(),
-                    value: Location { offset: 64, len: 8 },
+                    value: Location { offset: 4096, len: 8 },
+                    source: Location { offset: 64, len: 8 },
                     detached: Location::default(),
                 },
             },
@@ -611,7 +618,8 @@ mod tests {
         expected.extend_from_slice(b"key");
         expected.extend_from_slice(&5u32.to_le_bytes());
         expected.extend_from_slice(b"add 1");
-        for field in [64u64, 8, 0, 0] {
+        // value, source, detached: offset and length each.
+        for field in [4096u64, 8, 64, 8, 0, 0] {
             expected.extend_from_slice(&field.to_le_bytes());
         }
         let mut out = vec![0xAA; 300];

@@ -12,7 +12,8 @@ use std::sync::atomic::{AtomicU32, AtomicU64};
 use rustix::fs::MemfdFlags;
 use rustix::mm::{MapFlags, ProtFlags};
 
-/// A `MAP_SHARED`, read-write mapping of a whole memfd (or any mappable file).
+/// A `MAP_SHARED` mapping of a whole memfd (or any mappable file): read-write, or read-only
+/// with writable windows.
 #[derive(Debug)]
 pub struct Mapping {
     base: NonNull<u8>,
@@ -43,19 +44,54 @@ impl Mapping {
     }
 
     /// Maps the whole file behind `fd` shared and read-write.
-    #[allow(unsafe_code)]
     pub fn map(fd: impl AsFd) -> std::io::Result<Mapping> {
-        let len = Self::file_len(fd.as_fd())?;
+        Self::map_with(fd.as_fd(), ProtFlags::READ | ProtFlags::WRITE)
+    }
+
+    /// Maps the whole file behind `fd` shared and read-only: a plugin host's view of pool
+    /// memory, of which only a call's own pages are made writable, and only while it runs
+    /// ([`Mapping::set_writable`]).
+    pub fn map_read_only(fd: impl AsFd) -> std::io::Result<Mapping> {
+        Self::map_with(fd.as_fd(), ProtFlags::READ)
+    }
+
+    #[allow(unsafe_code)]
+    fn map_with(fd: BorrowedFd<'_>, protection: ProtFlags) -> std::io::Result<Mapping> {
+        let len = Self::file_len(fd)?;
         if len == 0 {
             return Err(std::io::Error::other("cannot map an empty file"));
         }
         // SAFETY: a fresh mapping at an address the kernel chooses aliases no Rust object; it is
         // unmapped only in `drop`.
-        let base = unsafe {
-            rustix::mm::mmap(std::ptr::null_mut(), len, ProtFlags::READ | ProtFlags::WRITE, MapFlags::SHARED, fd, 0)
-        }?;
+        let base = unsafe { rustix::mm::mmap(std::ptr::null_mut(), len, protection, MapFlags::SHARED, fd, 0) }?;
         let base = NonNull::new(base.cast::<u8>()).ok_or_else(|| std::io::Error::other("mmap returned null"))?;
         Ok(Mapping { base, len })
+    }
+
+    /// Makes the `len` bytes at `offset` writable in this process, or read-only again: the whole
+    /// pages they lie on, which must start at `offset` (a page boundary) so that no byte before
+    /// the range is touched. The file must be open for writing; the range must lie inside the
+    /// mapping.
+    #[allow(unsafe_code)]
+    pub fn set_writable(&self, offset: u64, len: u64, writable: bool) -> std::io::Result<()> {
+        let page = rustix::param::page_size() as u64;
+        if !offset.is_multiple_of(page) {
+            return Err(std::io::Error::other(format!("{offset:#x} does not start a page")));
+        }
+        let pages = len.div_ceil(page) * page;
+        if len == 0 || !self.contains(offset, pages) {
+            return Err(std::io::Error::other(format!("{len} bytes at {offset:#x} are no pages of the mapping")));
+        }
+        let protection = if writable {
+            rustix::mm::MprotectFlags::READ | rustix::mm::MprotectFlags::WRITE
+        } else {
+            rustix::mm::MprotectFlags::READ
+        };
+        // SAFETY: whole pages inside this mapping, which nothing in this process borrows as a
+        // Rust reference (every access goes through raw pointers), so changing their
+        // protection invalidates no reference.
+        unsafe { rustix::mm::mprotect(self.as_ptr().add(offset as usize).cast(), pages as usize, protection) }?;
+        Ok(())
     }
 
     pub fn as_ptr(&self) -> *mut u8 {
@@ -105,6 +141,18 @@ impl Mapping {
         }
         // SAFETY: bounds checked above; `out` is private memory, so the ranges cannot overlap.
         unsafe { std::ptr::copy_nonoverlapping(self.as_ptr().add(offset as usize), out.as_mut_ptr(), out.len()) };
+        true
+    }
+
+    /// Copies `len` bytes from `from` to `to` inside the mapping (the ranges may overlap); false
+    /// (and nothing copied) if either lies out of bounds.
+    #[allow(unsafe_code)]
+    pub fn copy_within(&self, from: u64, to: u64, len: u64) -> bool {
+        if !self.contains(from, len) || !self.contains(to, len) {
+            return false;
+        }
+        // SAFETY: both ranges checked to lie in the mapping; `copy` allows overlap.
+        unsafe { std::ptr::copy(self.as_ptr().add(from as usize), self.as_ptr().add(to as usize), len as usize) };
         true
     }
 

@@ -33,7 +33,8 @@ fn chain_tags_responses_by_layer() {
     assert!(events.iter().any(|e| matches!(e, LinkEvent::Log { text, .. } if text == "launched")));
 }
 
-/// A declared write lands in the shared pool memory and its range is reported in Done.
+/// A declared write lands in the call's own page of pool memory (where a shard keeps the call's
+/// copy of its value) and its range is reported in Done.
 #[test]
 fn declared_write_is_visible_and_reported() {
     let mut shard = Shard::start(config(&["writer"]));
@@ -44,36 +45,72 @@ fn declared_write_is_visible_and_reported() {
     assert_eq!(shard.value(), 42);
 }
 
-/// A call that writes and then fails reports the failure and leaves the value as before.
+/// A call that writes and then fails reports the failure and no writes: what it wrote is in its
+/// copy, which the shard drops.
 #[test]
-fn write_then_fail_restores_the_value() {
+fn a_failed_call_reports_no_writes() {
     let mut shard = Shard::start(config(&["writer"]));
-    shard.set_value(7);
     let events = shard.call(invoke("inc-fail"));
     let done = done(&events);
     assert_eq!(done.status, abi::ERR_FAILED);
     assert!(done.writes.is_empty());
     assert_eq!(done.responses, vec![Response { layer: 0, data: b"failing".to_vec() }]);
-    assert_eq!(shard.value(), 7);
 }
 
-/// abort() and SIGSEGV after a declared write: the call fails as Crashed, the value is
-/// restored, and a restarted host serves the next call.
+/// abort() and SIGSEGV after a declared write: the call fails as Crashed and a restarted host
+/// serves the next call.
 #[test]
-fn crashes_restore_and_restart() {
+fn crashes_fail_the_call_and_a_new_host_serves() {
     for payload in ["inc-abort", "inc-segv"] {
         let mut shard = Shard::start(config(&["writer"]));
-        shard.set_value(100);
         let events = shard.call(invoke(payload));
         assert!(matches!(failure(&events), FailReason::Crashed(status) if !status.success()), "{payload}");
         assert!(events.iter().any(|e| matches!(e, LinkEvent::HostExited { .. })));
-        assert_eq!(shard.value(), 100, "{payload}: restored");
         assert_eq!(shard.link.counters().crashes, 1);
         shard.link.restart().expect("restart");
+        shard.set_value(100);
         let events = shard.call(invoke("inc"));
         assert_eq!(done(&events).status, abi::OK);
         assert_eq!(shard.value(), 101);
     }
+}
+
+/// The host sees pool memory read-only but for the call's own pages: a write anywhere else
+/// faults and fails that call alone. The calls sent with it that the host had not begun run on
+/// a new host, once.
+#[test]
+fn a_stray_write_faults_and_the_calls_not_begun_run_again() {
+    let mut shard = Shard::start(config(&["writer"]));
+    shard.set_value(5);
+    let stray = shard.link.submit(&invoke("stray")).expect("submit");
+    let later: Vec<_> = (0..2).map(|_| shard.link.submit(&invoke("inc")).expect("submit")).collect();
+    let mut calls = vec![stray];
+    calls.extend(&later);
+    let events = shard.run_until_done(&calls, |_| CallbackReply::default());
+    let failed: Vec<_> = events
+        .iter()
+        .filter_map(|event| match event {
+            LinkEvent::Failed { call, reason } => Some((*call, reason.clone())),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        matches!(&failed[..], [(call, FailReason::Crashed(status))] if *call == stray && !status.success()),
+        "only the stray call fails: {failed:?}"
+    );
+    let finished: Vec<_> = events
+        .iter()
+        .filter_map(|event| match event {
+            LinkEvent::Done(done) if done.status == abi::OK => Some(done.call),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(finished, later, "the calls after it ran on the new host");
+    assert_eq!(shard.value(), 7);
+    assert_eq!(shard.link.counters().resubmitted, 2);
+    let mut read = [0u8; 1];
+    assert!(shard.pool.read(0, &mut read));
+    assert_eq!(read, [0], "the stray byte never landed");
 }
 
 /// An endless loop passes its deadline: the host is killed, the call fails as Timeout, and a
@@ -140,7 +177,8 @@ fn callbacks_round_trip_through_the_shard() {
 }
 
 /// declare_write outside the memory a call may write fails with ERR_INVALID, for a read-only
-/// call too; a range bigger than the call area fails with ERR_NO_SPACE.
+/// call too; a value that does not start a page (no shard gives one) is not made writable, and
+/// the call fails before its plugins run.
 #[test]
 fn declare_write_is_checked() {
     let mut shard = Shard::start(config(&["checker"]));
@@ -151,7 +189,13 @@ fn declare_write_is_checked() {
     assert_eq!(done(&shard.call(read_only)).status, abi::ERR_INVALID);
     let mut big = invoke("too-big");
     big.value = Location { offset: 0, len: 128 << 10 };
-    assert_eq!(done(&shard.call(big)).status, abi::ERR_NO_SPACE);
+    assert_eq!(done(&shard.call(big)).status, abi::OK, "a whole value of its own pages may be declared");
+    let mut unaligned = invoke("inc");
+    unaligned.value = Location { offset: VALUE.offset + 8, len: 8 };
+    let events = shard.call(unaligned);
+    let done = done(&events);
+    assert_eq!(done.status, abi::ERR_FAILED);
+    assert!(done.reason.contains("write access"), "{}", done.reason);
 }
 
 /// Checking mode reports a write the plugin did not declare.

@@ -38,8 +38,6 @@ pub(crate) struct AdoSettings {
 }
 
 impl AdoSettings {
-    /// Room for the before-images one call declares: a value of the largest size, twice over.
-    const CALL_AREA_BYTES: usize = 8 << 20;
     /// Messages in flight between the shard and a host, each way.
     const RING_CAPACITY_BYTES: usize = 4 << 20;
 
@@ -56,7 +54,6 @@ impl AdoSettings {
             memory_limit_bytes: self.limits.memory_limit_bytes,
             call_deadline: Duration::from_millis(self.limits.call_timeout_ms),
             spin_us: self.limits.spin_us,
-            call_area_bytes: Self::CALL_AREA_BYTES,
             ring_capacity_bytes: Self::RING_CAPACITY_BYTES,
             checking: self.limits.check_writes,
         }
@@ -227,14 +224,9 @@ impl Running {
 
     /// Whether a write the call declared lies in memory it was given to write.
     pub fn may_write(&self, write: &Location) -> bool {
-        self.target.location().covers(write)
+        self.target.copy().is_some_and(|copy| copy.covers(write) && !is_read_only(&self.call))
             || self.lent.iter().any(|lent| lent.covers(write))
             || self.allocated.iter().any(|allocated| allocated.memory.covers(write))
-    }
-
-    /// Whether the call changes anything besides its target's bytes.
-    pub fn changes_more_than_its_target(&self) -> bool {
-        !self.staged.is_empty() || !self.allocated.is_empty() || !self.freed.is_empty()
     }
 
     /// The change the call made to `key`, if it made one.
@@ -270,22 +262,46 @@ pub(crate) struct StagedKey {
     pub value: Option<Location>,
 }
 
-/// The memory a call's plugin is given as its value.
+/// The memory a call's plugin is given as its value. A plugin writes only memory of its call's
+/// own (whole pages of scratch memory nothing else shares, which its host may write while the
+/// call runs): never a value in place, which other requests, calls and checkpoints read.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Target {
-    /// The value itself, which stays where it is while its key is held (or nothing, for a call
-    /// on the pool): the plugin changes it in place, and its pages are pinned against
-    /// checkpoints until the call ends.
+    /// The value itself, read in place and never written: a read-only call's (or a signal's)
+    /// value kept out of line, which stays where it is while its key is held; or nothing, for a
+    /// call on the pool or a key a post-erase signal names.
     InPlace(Location),
-    /// A copy in scratch memory of a value that other inserts may move (one kept inside its
-    /// index entry): the plugin changes the copy, which a successful call writes back as a put.
-    Copy(Location),
+    /// A copy the plugin works on; a successful call stores what it declared there as `of` says.
+    Copy { copy: Location, of: CopyOf },
+}
+
+/// What a call's copy of its value is a copy of: where a successful call's declared writes go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum CopyOf {
+    /// A value kept out of line at this place, which stays where it is while the call holds its
+    /// key: the declared ranges are copied onto it in the call's transaction.
+    Value(Location),
+    /// A value kept inside its index entry, which other inserts may move: the value with the
+    /// declared ranges applied is put back.
+    Entry,
+    /// The value the call gives its key (see [`NewValue`]): staged as the key's change and
+    /// stored whole.
+    Given,
 }
 
 impl Target {
+    /// Where the plugin finds its value.
     pub fn location(self) -> Location {
         match self {
-            Target::InPlace(location) | Target::Copy(location) => location,
+            Target::InPlace(location) | Target::Copy { copy: location, .. } => location,
+        }
+    }
+
+    /// The call's own copy, if its target is one.
+    pub fn copy(self) -> Option<Location> {
+        match self {
+            Target::Copy { copy, .. } => Some(copy),
+            Target::InPlace(_) => None,
         }
     }
 }
@@ -433,6 +449,13 @@ impl PoolCalls {
         } else {
             self.running.iter().any(|running| running.locks_besides_target(key, true))
         }
+    }
+
+    /// Whether a call waiting in the queue targets `key` (and so holds it).
+    pub fn queued_on(&self, key: &[u8]) -> bool {
+        let counted =
+            self.targets.get(&key_hash(key)).is_some_and(|count| count.writers + count.readers > count.running);
+        counted && self.queue.iter().any(|call| call.key == key)
     }
 
     /// Whether a request on `key` must wait: a call running or waiting holds the key (every call

@@ -18,10 +18,6 @@ const POLL_INTERVAL: Duration = Duration::from_millis(100);
 /// Pages copied per step: 1 MiB, a few hundred microseconds of the shard's time.
 const PAGES_PER_STEP: usize = 256;
 
-/// How long the checkpoint waits before looking again at a page a plugin call has pinned (calls
-/// take microseconds to milliseconds).
-const PINNED_RETRY: Duration = Duration::from_millis(1);
-
 /// Runs until `shutdown`. Does nothing on a shard without durability.
 pub(crate) async fn run(shard: Rc<RefCell<ShardState>>, mut shutdown: watch::Receiver<bool>) {
     loop {
@@ -86,16 +82,6 @@ async fn checkpoint(shard: &Rc<RefCell<ShardState>>, shutdown: &mut watch::Recei
                         abandon(shard);
                         return false;
                     }
-                }
-            }
-            Ok(Step::WaitPinned) => {
-                tokio::select! {
-                    biased;
-                    _ = shutdown.wait_for(|stop| *stop) => {
-                        abandon(shard);
-                        return false;
-                    }
-                    _ = tokio::time::sleep(PINNED_RETRY) => {}
                 }
             }
             Ok(Step::Continue) => tokio::task::yield_now().await,

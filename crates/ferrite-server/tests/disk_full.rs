@@ -7,11 +7,12 @@
 //! Where user namespaces are not available the test says so and passes without running.
 
 mod common;
+mod small_disk;
 
 use common::fresh_dir;
-use common::small_disk::{self, SmallDisk};
 use ferrite_client::blocking::Session;
 use ferrite_client::{ErrorCode, FindKind, PoolOptions, PoolSetting};
+use small_disk::SmallDisk;
 
 #[test]
 fn a_full_disk_refuses_writes_cleanly_and_recovers_when_space_returns() {

@@ -6,13 +6,14 @@
 //! call; and a callback cannot change a key that a call waiting in the queue holds.
 
 mod common;
+mod small_disk;
 
 use std::time::Duration;
 
-use common::small_disk::{self, SmallDisk};
 use common::{fresh_dir, ServerBuilder, TestServer};
 use ferrite_client::blocking::{Pool, Session};
 use ferrite_client::{ErrorCode, InvokeOptions, PoolOptions, PoolSetting};
+use small_disk::SmallDisk;
 
 /// How the servers here run plugins: hosts may use 256 MiB, calls time out after 10 s.
 const ADO_CONFIG: &str = "[ado]\ncall_timeout_ms = 10000\nmemory_limit_bytes = 268435456\n";
@@ -187,8 +188,9 @@ fn a_call_the_full_disk_refuses_fails_alone() {
 }
 
 /// A plugin that zeroes pool memory outside its value faults at the first byte: its call fails,
-/// its host is replaced, and every other key is intact. A pointer a plugin keeps past its call
-/// (here a thread that writes after the call returned) reaches nothing either.
+/// the calls its host had not begun run on a new host, and every other key is intact. A pointer
+/// a plugin keeps past its call (here a thread that writes after the call returned) reaches
+/// nothing either.
 #[test]
 fn a_stray_write_faults_and_fails_only_its_call() {
     let data_dir = fresh_dir("containment-stray");
@@ -200,8 +202,19 @@ fn a_stray_write_faults_and_fails_only_its_call() {
         pool.put(key(i), value(i)).expect("put");
     }
     pool.put(b"target", [b't'; 100]).expect("put");
-    let smashed = pool.invoke(b"target", b"smash", InvokeOptions::default()).expect_err("the stray write faults");
+    // Calls sent while the stray one runs wait in its host; they run on the next host.
+    let smash = invoke_later(&pool, b"target", "sleep 300; smash", Duration::ZERO);
+    let others: Vec<_> = (0..3)
+        .map(|i| invoke_later(&pool, [b"key-00", b"key-01", b"key-02"][i], "scrawl ok", Duration::from_millis(100)))
+        .collect();
+    let smashed = smash.join().expect("smash").expect_err("the stray write faults");
     assert_eq!(smashed.code(), Some(ErrorCode::AdoFailed), "{smashed}");
+    for other in others {
+        other.join().expect("call").expect("a call the dead host had not begun runs on the next");
+    }
+    for i in 0..3 {
+        pool.put(key(i), value(i)).expect("put back");
+    }
     let intact = |pool: &Pool, when: &str| {
         for i in 0..50 {
             assert_eq!(pool.get(key(i)).unwrap_or_else(|e| panic!("{when}: {}: {e}", key(i))), value(i), "{when}");

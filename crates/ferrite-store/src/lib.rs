@@ -17,6 +17,6 @@ pub use mapstore::MapStore;
 pub use memory::MemoryUsage;
 pub use secondary_index::{find_by_scan, FindBudget, FindPage, FindQuery, InvalidPattern, ScanPage, SecondaryIndex};
 pub use store::{
-    CreateStoreError, KeptAllocation, PoolSpec, PutMode, PutOutcome, StagedValue, Store, StoreError, StoreKind,
-    ValueAttributes, ValueLocation, WriteFootprint, ENTRY_OVERHEAD_BYTES, SCAN_KEYS_PER_WORK_MAX,
+    CreateStoreError, KeptAllocation, PoolSpec, PutMode, PutOutcome, RegionCopy, StagedValue, Store, StoreError,
+    StoreKind, ValueAttributes, ValueLocation, WriteFootprint, ENTRY_OVERHEAD_BYTES, SCAN_KEYS_PER_WORK_MAX,
 };

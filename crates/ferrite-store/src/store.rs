@@ -57,6 +57,15 @@ pub enum StoreError {
     RangeOutside { offset: u64, len: u64, value_len: u64 },
 }
 
+/// Bytes to copy inside a store's memory region: what a plugin call declared in its copy of a
+/// value (`from`), applied to the value (`to`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RegionCopy {
+    pub from: u64,
+    pub to: u64,
+    pub len: u64,
+}
+
 /// Where a value lies in a store's memory region.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ValueLocation {
@@ -234,9 +243,11 @@ pub trait Store: Send {
         None
     }
 
-    /// `len` bytes of the store's memory that no pair owns: where a plugin works on a copy of a
-    /// value that is not [`ValueLocation::stable`]. Nothing refers to them, so a restart frees
-    /// them; [`free_scratch`](Store::free_scratch) gives them back sooner. `None` if there is no room.
+    /// Memory for `len` bytes that no pair owns, in whole pages of the operating system's page
+    /// size that nothing else shares: where a plugin call works (its copies of values, memory
+    /// it allocates), so that its host can be given write access to exactly these pages.
+    /// Nothing refers to them, so a restart frees them; [`free_scratch`](Store::free_scratch)
+    /// (with the same `len`) gives them back sooner. `None` if there is no room.
     fn allocate_scratch(&mut self, len: u64) -> Option<u64> {
         let _ = len;
         None
@@ -263,21 +274,22 @@ pub trait Store: Send {
         None
     }
 
-    /// Logs `ranges` (offset, length) of the store's memory, which code outside the engine (a
-    /// plugin, through a [`value_location`](Store::value_location)) has already changed, as one
-    /// transaction: durable and atomic exactly like a put. The caller checked that each range lies
-    /// in memory it handed out and reserved log room for them. Stores that hand out no locations
-    /// have nothing to log.
-    fn commit_external_writes(&mut self, ranges: &[(u64, u64)]) {
-        let _ = ranges;
+    /// Copies bytes inside the store's memory region, each from scratch memory (a plugin call's
+    /// copy of a value, where it declared its writes) onto a value a
+    /// [`value_location`](Store::value_location) named (its key held by the caller since), as
+    /// one transaction: durable and atomic exactly like a put, its record holding exactly these
+    /// bytes. The caller checked that each range lies in memory it handed out and reserved log
+    /// room for them. Stores that hand out no locations have nothing to copy.
+    fn copy_within_region(&mut self, copies: &[RegionCopy]) {
+        let _ = copies;
     }
 
-    /// Makes `len` bytes of scratch memory at `at` (from [`allocate_scratch`], whose bytes are
-    /// the allocation's contents) an allocation the store keeps, recorded under `id`: it outlives
-    /// restarts, no key owns it, and no count or walk of keys sees it. What a plugin's
-    /// `allocate_memory` becomes when its call succeeds. The bytes are logged with the record.
-    /// `KeyExists` if `id` is taken; stores that cannot keep allocations refuse with
-    /// `ValueTooLarge` (as does a length too short to lie out of line).
+    /// Makes the scratch memory at `at` (from [`allocate_scratch`] for `len` bytes: its whole
+    /// pages, whose bytes are the allocation's contents) an allocation the store keeps, recorded
+    /// under `id`: it outlives restarts, no key owns it, and no count or walk of keys sees it.
+    /// What a plugin's `allocate_memory` becomes when its call succeeds. The bytes are logged
+    /// with the record. `KeyExists` if `id` is taken; stores that cannot keep allocations refuse
+    /// with `ValueTooLarge`.
     ///
     /// [`allocate_scratch`]: Store::allocate_scratch
     fn keep_scratch(&mut self, id: u64, at: u64, len: u64, write_time_ns: u64) -> Result<(), StoreError> {

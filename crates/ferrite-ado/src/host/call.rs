@@ -1,11 +1,17 @@
 //! The state of the call in progress: what it may write, what it declared, what it answered,
 //! and the bytes the host lent the plugin until `do_work` returns.
 
-use ferrite_plugin::abi::{Pair, WORK_READ_ONLY};
+use std::ffi::c_int;
+
+use ferrite_plugin::abi::{self, Pair, WORK_READ_ONLY};
 
 use super::checking::Snapshot;
 use crate::message::{CallId, Invocation, Location, Response};
 use crate::shm::Mapping;
+
+/// Most ranges one call may declare (after adjacent and overlapping ones are merged): they travel
+/// in its Done message and its log record.
+pub const DECLARED_RANGES_MAX: usize = 4096;
 
 /// One call's bookkeeping. When the call ends the host keeps it for its buffers only; the next
 /// call starts every field over.
@@ -18,7 +24,8 @@ pub struct CallState {
     /// Memory the call may declare writes in: the target value unless read-only, the
     /// detached value, memory it allocated, values of keys it created or opened for write.
     writable: Vec<Location>,
-    /// Every range declared so far, in order.
+    /// Every range declared so far, in order, each merged into the one before it where they
+    /// touch.
     pub declared: Vec<Location>,
     pub responses: Vec<Response>,
     /// Bytes of every response so far, to keep Done within one ring message.
@@ -115,6 +122,30 @@ impl CallState {
         last_complaint.clear();
     }
 
+    /// The memory the call may write so far.
+    pub fn writable(&self) -> &[Location] {
+        &self.writable
+    }
+
+    /// Records a declared write (which the caller checked the call may make): merged into the
+    /// last range if they touch, else a range of its own, up to [`DECLARED_RANGES_MAX`].
+    pub fn declare(&mut self, range: Location) -> Result<(), c_int> {
+        let Some(end) = range.end().filter(|_| range.len > 0) else { return Ok(()) };
+        if let Some(last) = self.declared.last_mut() {
+            let last_end = last.end().unwrap_or(last.offset);
+            if range.offset <= last_end && last.offset <= end {
+                let start = last.offset.min(range.offset);
+                *last = Location { offset: start, len: last_end.max(end) - start };
+                return Ok(());
+            }
+        }
+        if self.declared.len() >= DECLARED_RANGES_MAX {
+            return Err(abi::ERR_NO_SPACE);
+        }
+        self.declared.push(range);
+        Ok(())
+    }
+
     /// Lets the call write `range` from now on.
     pub fn allow(&mut self, range: Location) {
         if range.len > 0 {
@@ -179,5 +210,24 @@ mod tests {
         let third = Invocation { flags: 0, ..second };
         let state = CallState::start(Some(state), CallId(3), &third, None);
         assert!(state.may_write(&third.value) && !state.may_write(&first.value));
+    }
+
+    /// Declared ranges that touch are merged into one; others are kept apart, up to the most a
+    /// call may declare.
+    #[test]
+    fn declared_ranges_merge_where_they_touch() {
+        let invocation = Invocation { value: Location { offset: 0, len: 1 << 20 }, ..Invocation::default() };
+        let mut state = CallState::start(None, CallId(1), &invocation, None);
+        for (offset, len) in [(10, 4), (14, 2), (12, 8), (8, 2), (40, 1)] {
+            state.declare(Location { offset, len }).expect("room");
+        }
+        assert_eq!(state.declared, [Location { offset: 8, len: 12 }, Location { offset: 40, len: 1 }]);
+        for index in 0..DECLARED_RANGES_MAX as u64 - 2 {
+            state.declare(Location { offset: 100 + 2 * index, len: 1 }).expect("room");
+        }
+        let full = state.declare(Location { offset: 1 << 19, len: 1 });
+        assert_eq!(full, Err(abi::ERR_NO_SPACE), "no more than the most ranges");
+        state.declare(Location { offset: 100, len: 1 }).expect_err("not adjacent to the last one either");
+        state.declare(Location { offset: 100 + 2 * (DECLARED_RANGES_MAX as u64 - 3), len: 2 }).expect("merged");
     }
 }

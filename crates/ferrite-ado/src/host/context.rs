@@ -1,5 +1,5 @@
-//! What the callbacks act on: the pool mapping, the channel to the shard, the call area and
-//! the call in progress. Its [`PluginHost`] methods are the callbacks of the table, in safe
+//! What the callbacks act on: the pool mapping, the channel to the shard, the call's write
+//! access to pool memory and the call in progress. Its [`PluginHost`] methods are the callbacks of the table, in safe
 //! Rust over checked values; [`ferrite_plugin::host`] turns the C arguments into them.
 
 use std::ffi::c_int;
@@ -8,10 +8,10 @@ use std::sync::Arc;
 use ferrite_plugin::abi::{self, Bytes, Pair, PoolInfo};
 use ferrite_plugin::host::PluginHost;
 
-use crate::call_area::{CallAreaError, CallAreaWriter};
-use crate::message::{CallbackReply, CallbackRequest, CallbackResult, Location, PairRecord, ToShard};
+use crate::message::{CallbackReply, CallbackRequest, CallbackResult, Invocation, Location, PairRecord, ToShard};
 use crate::shm::Mapping;
 
+use super::access::WriteAccess;
 use super::call::{CallState, Search};
 use super::channel::Channel;
 use super::HostError;
@@ -21,7 +21,7 @@ use super::HostError;
 pub struct HostContext {
     pub pool: Arc<Mapping>,
     pub channel: Channel,
-    pub call_area: CallAreaWriter,
+    pub access: WriteAccess,
     pub call: Option<CallState>,
     /// Set when a callback could not reach the shard: the host stops after the call.
     pub fatal: Option<HostError>,
@@ -47,6 +47,38 @@ impl HostContext {
         self.call.as_mut().ok_or(abi::ERR_UNSUPPORTED)
     }
 
+    /// Readies the call that just started: write access to the memory it may write (its copy
+    /// of its value, its detached value), and its copy filled from `invocation.source` if the
+    /// shard asked for that. The complaint says why the call cannot run.
+    pub fn prepare(&mut self, invocation: &Invocation) -> Result<(), String> {
+        let call = self.call.as_mut().ok_or("no call in progress")?;
+        let writable: Vec<Location> = call.writable().to_vec();
+        for range in writable {
+            self.access.grant(range).map_err(|e| format!("cannot give the call write access to its memory: {e}"))?;
+        }
+        let (source, copy) = (invocation.source, invocation.value);
+        if source.len > 0 {
+            let fits = source.len == copy.len && self.pool.contains(source.offset, source.len);
+            let filled = fits
+                && self.call.as_ref().is_some_and(|call| call.may_write(&copy))
+                && self.pool.copy_within(source.offset, copy.offset, copy.len);
+            if !filled {
+                return Err(format!("cannot copy the value ({source:?}) into the call's copy ({copy:?})"));
+            }
+            if let Some(snapshot) = self.call.as_mut().and_then(|call| call.snapshot.as_mut()) {
+                snapshot.refresh(&self.pool, copy);
+            }
+        }
+        Ok(())
+    }
+
+    /// Lets the call write `range` (memory the shard gave it alone) from now on.
+    fn allow(&mut self, range: Location) -> Result<(), c_int> {
+        self.access.grant(range).map_err(|_| abi::ERR_FAILED)?;
+        self.call()?.allow(range);
+        Ok(())
+    }
+
     /// Sends a callback to the shard and waits for its reply. A channel failure ends the host
     /// once the call returns; the plugin sees FERRITE_ERR_FAILED.
     fn round_trip(&mut self, request: CallbackRequest) -> Result<CallbackReply, c_int> {
@@ -67,10 +99,12 @@ impl HostContext {
     /// `writable` lets the call write the value.
     fn lend_pair(&mut self, record: PairRecord, writable: bool) -> Result<Pair, c_int> {
         let value = self.address_of(record.value).ok_or(abi::ERR_INVALID)?;
+        if writable {
+            self.allow(record.value)?;
+        }
         let pool = Arc::clone(&self.pool);
         let call = self.call()?;
         if writable {
-            call.allow(record.value);
             if let Some(snapshot) = &mut call.snapshot {
                 snapshot.refresh(&pool, record.value);
             }
@@ -124,17 +158,7 @@ impl PluginHost for HostContext {
         if !call.may_write(&range) {
             return Err(abi::ERR_INVALID);
         }
-        if range.len == 0 {
-            return Ok(());
-        }
-        match self.call_area.record(&self.pool, range) {
-            Ok(()) => {
-                call.declared.push(range);
-                Ok(())
-            }
-            Err(CallAreaError::NoSpace { .. }) => Err(abi::ERR_NO_SPACE),
-            Err(_) => Err(abi::ERR_INVALID),
-        }
+        call.declare(range)
     }
 
     fn respond(&mut self, data: &[u8]) -> Result<(), c_int> {
@@ -175,7 +199,7 @@ impl PluginHost for HostContext {
         match self.round_trip(CallbackRequest::AllocateMemory { len, align })?.result {
             CallbackResult::Memory(memory) if memory.len >= len && memory.offset.is_multiple_of(align) => {
                 let address = self.address_of(memory).ok_or(abi::ERR_INVALID)?;
-                self.call()?.allow(memory);
+                self.allow(memory)?;
                 Ok((address, memory.offset))
             }
             _ => Err(abi::ERR_INVALID),

@@ -1,12 +1,15 @@
 //! The `ferrite-ado` host process: maps one pool's memory, loads its plugin chain, and runs
 //! invocations from the shard until told to stop or orphaned.
 //!
-//! Per invocation the host starts a fresh record in the call area, runs every layer's
-//! `do_work` in chain order (stopping at the first failure), and then either reports the
-//! declared ranges in Done (success) or puts their before-images back and reports the failure.
-//! Done is sent before the next call overwrites the call area, which is what lets the shard
-//! tell a finished call from an unfinished one after a crash (see [`crate::call_area`]).
+//! The pool is mapped read-only. Per invocation the host gives the call write access to its own
+//! pages ([`access`]), fills the call's copy of its value if the shard asked it to, runs every
+//! layer's `do_work` in chain order (stopping at the first failure), takes write access back,
+//! and reports in Done the ranges the plugins declared (if the call succeeded) or the failure.
+//! A call never writes pool memory that anything else refers to: it writes its copies and its
+//! allocations, and the shard applies the declared ranges when it commits the call, so a
+//! failed or crashed call leaves nothing to undo.
 
+mod access;
 mod call;
 mod channel;
 mod checking;
@@ -21,13 +24,14 @@ use ferrite_plugin::host::callbacks;
 use ferrite_plugin::{LoadError, LoadedPlugin};
 
 use crate::args::HostArgs;
-use crate::call_area::{read_back, CallAreaError, CallAreaWriter};
 use crate::codec::DecodeError;
 use crate::message::{encode_done, CallId, Invocation, Location, ToHost, ToShard};
 use crate::ring::{ring_bytes, Consumer, Producer, RingError};
 use crate::shm::Mapping;
+use crate::status::HostStatus;
 use crate::wake::Wake;
 
+use access::WriteAccess;
 use call::CallState;
 use channel::Channel;
 use context::HostContext;
@@ -44,8 +48,6 @@ pub enum HostError {
     Ring(RingError),
     #[error("message from the shard: {0}")]
     Decode(DecodeError),
-    #[error("call area: {0}")]
-    CallArea(#[from] CallAreaError),
     #[error(transparent)]
     Load(#[from] LoadError),
     #[error("plugin {name} refused to launch with status {status}")]
@@ -90,19 +92,20 @@ fn apply_memory_limit(budget: u64, shared: &[&OwnedFd]) -> Result<(), HostError>
 pub fn run(args: HostArgs) -> Result<(), HostError> {
     let pool_fd = inherited(args.pool_fd)?;
     let ring_fd = inherited(args.ring_fd)?;
-    let call_area_fd = inherited(args.call_area_fd)?;
+    let status_fd = inherited(args.status_fd)?;
     let to_host = Wake::from_fd(inherited(args.to_host_fd)?);
     let to_shard = Wake::from_fd(inherited(args.to_shard_fd)?);
-    apply_memory_limit(args.memory_limit_bytes, &[&pool_fd, &ring_fd, &call_area_fd])?;
+    apply_memory_limit(args.memory_limit_bytes, &[&pool_fd, &ring_fd, &status_fd])?;
+    let status = HostStatus::open(&status_fd)?;
 
-    let pool = Arc::new(Mapping::map(&pool_fd)?);
+    let pool = Arc::new(Mapping::map_read_only(&pool_fd)?);
     let rings = Arc::new(Mapping::map(&ring_fd)?);
     let inbox = Consumer::open(rings.clone(), 0).map_err(HostError::Ring)?;
     let outbox = Producer::open(rings, ring_bytes(args.ring_capacity)).map_err(HostError::Ring)?;
-    let call_area = CallAreaWriter::open(Arc::new(Mapping::map(&call_area_fd)?))?;
     let channel = Channel::new(inbox, outbox, to_host, to_shard, args.spin_us);
-    let context = Box::new(HostContext { pool, channel, call_area, call: None, fatal: None });
-    let mut host = HostProcess { layers: Vec::new(), context, checking: args.checking, finished: None };
+    let access = WriteAccess::new(Arc::clone(&pool));
+    let context = Box::new(HostContext { pool, channel, access, call: None, fatal: None });
+    let mut host = HostProcess { layers: Vec::new(), context, checking: args.checking, finished: None, status };
     let outcome = host.serve(&args);
     host.stop();
     outcome
@@ -116,6 +119,8 @@ struct HostProcess {
     checking: bool,
     /// The last finished call's state, kept for its buffers: the next call reuses them.
     finished: Option<CallState>,
+    /// Where the link learns, should this process die, which call it died in.
+    status: HostStatus,
 }
 
 impl HostProcess {
@@ -185,14 +190,18 @@ impl HostProcess {
     /// Runs one invocation through the chain and reports it.
     #[allow(unsafe_code)]
     fn invoke(&mut self, call: CallId, invocation: &Invocation) -> Result<(), HostError> {
+        self.status.set_running(Some(call));
         let checking = self.checking.then_some(&*self.context.pool);
-        let state = CallState::start(self.finished.take(), call, invocation, checking);
-        self.context.call_area.begin(call)?;
-        self.context.call = Some(state);
+        self.context.call = Some(CallState::start(self.finished.take(), call, invocation, checking));
         let value = self.context.address_of(invocation.value);
         let detached = self.context.address_of(invocation.detached);
         let mut status = abi::OK;
-        if let (Some(value), Some(detached)) = (value, detached) {
+        if let Err(complaint) = self.context.prepare(invocation) {
+            status = abi::ERR_FAILED;
+            if let Some(state) = self.context.call.as_mut() {
+                state.last_complaint = complaint;
+            }
+        } else if let (Some(value), Some(detached)) = (value, detached) {
             for (index, layer) in self.layers.iter().enumerate() {
                 let work = Work {
                     struct_size: std::mem::size_of::<Work>() as u32,
@@ -226,6 +235,8 @@ impl HostProcess {
         } else {
             status = abi::ERR_INVALID;
         }
+        // Nothing of the plugins' may write pool memory once the call reports.
+        self.context.access.revoke_all()?;
         let state = self.context.call.take().expect("the call state was set at the start of the call");
         if let Some(snapshot) = &state.snapshot {
             let ranges = snapshot.undeclared(&self.context.pool, &state.declared);
@@ -235,15 +246,13 @@ impl HostProcess {
         }
         let status = if status > 0 { abi::ERR_FAILED } else { status };
         let succeeded = status == abi::OK;
-        if !succeeded {
-            if let Some(images) = read_back(self.context.call_area.mapping(), self.context.pool.len() as u64)? {
-                images.restore(&self.context.pool)?;
-            }
-        }
         let (writes, reason): (&[Location], &str) =
             if succeeded { (&state.declared, "") } else { (&[], &state.last_complaint) };
         let sent =
             self.context.channel.send_with(|out| encode_done(call, status, &state.responses, writes, reason, out));
+        // Should the host die before its Done leaves, the call runs again on the next host: its
+        // changes are only ever made by the shard, from the Done.
+        self.status.set_running(None);
         self.finished = Some(state);
         sent
     }

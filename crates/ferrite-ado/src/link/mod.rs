@@ -3,17 +3,23 @@
 //! event loop, calls [`AdoLink::poll`] when either is readable or [`AdoLink::next_deadline`]
 //! passes, and answers callbacks with [`AdoLink::answer`].
 //!
-//! Failure handling, as a decision table (the host is known dead in every row):
+//! A host never changes pool memory that anything refers to (it writes a call's own copies and
+//! allocations, and the shard applies what a successful call declared), so a dead host leaves
+//! nothing to undo: what matters is which calls fail. The host names the call it runs in its
+//! status area ([`crate::status`]); once it is dead, the Dones it sent are taken first (those
+//! calls finished), and then, as a decision table:
 //!
-//! | how the host ended              | calls in flight get           | pool memory                  |
-//! |---------------------------------|-------------------------------|------------------------------|
-//! | exited or crashed by itself     | `Failed(Crashed(status))`     | unfinished call restored     |
-//! | killed: a call passed deadline  | that call `Failed(Timeout)`, the rest `Failed(Crashed)` | restored |
-//! | killed: it sent garbage         | `Failed(Protocol)`            | restored                     |
+//! | how the host ended              | the call it died in  | calls it had not begun              |
+//! |---------------------------------|----------------------|-------------------------------------|
+//! | exited or crashed by itself     | `Failed(Crashed)`    | run again on a new host, once       |
+//! | killed: calls passed deadline   | `Failed(Timeout)`    | run again on a new host, once       |
+//! | killed: it sent garbage         | `Failed(Protocol)`   | `Failed(Protocol)` (it is not trusted) |
+//! | stopped by the shard (restart)  | `Failed(Crashed)`    | run again on the new host, once     |
+//! | exited after a shutdown         | (none runs)          | `Failed(Crashed)`                   |
 //!
-//! "Restored" means the before-images in the call area are written back when the area names a
-//! call still in flight, before any Failed is reported; a Done drained from the ring first
-//! takes its call out of flight, so a finished call is never undone.
+//! A call runs again at most once: if the next host dies before beginning it too (a plugin
+//! that crashes at launch, say), it fails. Running a call again is safe because nothing it did
+//! before counted: its changes are made only by the shard, from its Done.
 
 mod spawn;
 
@@ -25,12 +31,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::args::{HostArgs, PluginSpec};
-use crate::call_area::{init_call_area, read_back, CallAreaError, CALL_AREA_MIN_BYTES};
 use crate::message::{
     encode_invoke, CallId, CallbackReply, CallbackRequest, Done, Invocation, Location, ToHost, ToShard,
 };
 use crate::ring::{init_ring, ring_bytes, Consumer, Drained, Producer, RingError, RING_CAPACITY_MIN_BYTES};
 use crate::shm::Mapping;
+use crate::status::HostStatus;
 use crate::wake::Wake;
 
 use spawn::{child_fds, spawn_host, SharedFds};
@@ -51,8 +57,6 @@ pub struct AdoConfig {
     pub call_deadline: Duration,
     /// How long the host polls its ring before sleeping (0: never spin).
     pub spin_us: u32,
-    /// The call area's size: bounds the before-images one call may declare.
-    pub call_area_bytes: usize,
     /// Each ring's data area (a power of two): bounds the messages in flight.
     pub ring_capacity_bytes: usize,
     /// Report writes outside declared ranges (costs a copy of the pool per call).
@@ -63,7 +67,7 @@ pub struct AdoConfig {
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum FailReason {
-    /// The host died (exit status or signal) with the call unfinished.
+    /// The host died (exit status or signal) during the call, or twice before beginning it.
     Crashed(ExitStatus),
     /// The call passed its deadline; the host was killed.
     Timeout,
@@ -89,7 +93,7 @@ pub enum LinkEvent {
         call: CallId,
         ranges: Vec<Location>,
     },
-    /// Reported after the call's before-images were restored.
+    /// The call did not finish; nothing of it reached pool memory.
     Failed {
         call: CallId,
         reason: FailReason,
@@ -110,8 +114,6 @@ pub enum LinkError {
     Spawn { path: PathBuf, source: std::io::Error },
     #[error("ring: {0}")]
     Ring(#[from] RingError),
-    #[error("call area: {0}")]
-    CallArea(#[from] CallAreaError),
     #[error("configuration: {0}")]
     Config(&'static str),
 }
@@ -138,6 +140,8 @@ pub struct LinkCounters {
     pub wakeups: u64,
     /// Hosts that died without being asked to (timeouts not included).
     pub crashes: u64,
+    /// Calls a dead host had not begun, run again on the next one.
+    pub resubmitted: u64,
     /// Calls that passed their deadline.
     pub timeouts: u64,
 }
@@ -158,24 +162,36 @@ enum HostState {
     Exited,
 }
 
+/// A call submitted to the host and not yet ended.
+#[derive(Debug)]
+struct InFlight {
+    call: CallId,
+    deadline: Instant,
+    /// Its Invoke message, as sent.
+    message: Vec<u8>,
+    /// Whether it already runs a second time, on a host after the one it was first sent to.
+    resubmitted: bool,
+}
+
 /// The shard's link to one pool's host process.
 #[derive(Debug)]
 pub struct AdoLink {
     config: AdoConfig,
     pool_fd: OwnedFd,
-    pool: Mapping,
     ring_fd: OwnedFd,
     rings: Arc<Mapping>,
-    call_area_fd: OwnedFd,
-    call_area: Mapping,
+    status_fd: OwnedFd,
+    status: HostStatus,
     to_host: Wake,
     to_shard: Wake,
     outbox: Producer,
     inbox: Consumer,
     state: HostState,
-    /// Calls submitted and not yet Done or Failed, with their deadlines, in submit order (so
-    /// deadlines are ascending).
-    in_flight: VecDeque<(CallId, Instant)>,
+    /// Calls submitted and not yet Done or Failed, in submit order (so deadlines are
+    /// ascending): what a new host runs again if its predecessor died before beginning them.
+    in_flight: VecDeque<InFlight>,
+    /// Message buffers of ended calls, for the next submits to encode into.
+    spare_messages: Vec<Vec<u8>>,
     last_call: u64,
     counters: LinkCounters,
     /// Events produced outside `poll` (by `restart`), reported by the next `poll`.
@@ -199,31 +215,26 @@ impl AdoLink {
         if !capacity.is_power_of_two() || capacity < RING_CAPACITY_MIN_BYTES {
             return Err(LinkError::Config("ring capacity must be a power of two of at least 4 KiB"));
         }
-        if config.call_area_bytes < CALL_AREA_MIN_BYTES {
-            return Err(LinkError::Config("call area must be at least 4 KiB"));
-        }
         let pool_fd = rustix::io::fcntl_dupfd_cloexec(pool, 0).map_err(std::io::Error::from)?;
         let ring_fd = Mapping::create_memfd("ferrite-ado-rings", 2 * ring_bytes(capacity))?;
-        let call_area_fd = Mapping::create_memfd("ferrite-ado-call-area", config.call_area_bytes)?;
         let rings = Arc::new(Mapping::map(&ring_fd)?);
         init_ring(&rings, 0, capacity)?;
         init_ring(&rings, ring_bytes(capacity), capacity)?;
-        let call_area = Mapping::map(&call_area_fd)?;
-        init_call_area(&call_area)?;
+        let (status_fd, status) = HostStatus::create()?;
         let mut link = AdoLink {
-            pool: Mapping::map(&pool_fd)?,
             outbox: Producer::open(rings.clone(), 0)?,
             inbox: Consumer::open(rings.clone(), ring_bytes(capacity))?,
             config,
             pool_fd,
             ring_fd,
             rings,
-            call_area_fd,
-            call_area,
+            status_fd,
+            status,
             to_host: Wake::new()?,
             to_shard: Wake::new()?,
             state: HostState::Exited,
             in_flight: VecDeque::new(),
+            spare_messages: Vec::new(),
             last_call: 0,
             counters: LinkCounters::default(),
             pending: Vec::new(),
@@ -243,7 +254,7 @@ impl AdoLink {
             ring_fd: 0,
             to_host_fd: 0,
             to_shard_fd: 0,
-            call_area_fd: 0,
+            status_fd: 0,
             ring_capacity: self.config.ring_capacity_bytes,
             memory_limit_bytes: self.config.memory_limit_bytes,
             spin_us: self.config.spin_us,
@@ -256,7 +267,7 @@ impl AdoLink {
             rings: self.ring_fd.as_fd(),
             to_host: self.to_host.as_fd(),
             to_shard: self.to_shard.as_fd(),
-            call_area: self.call_area_fd.as_fd(),
+            status: self.status_fd.as_fd(),
         };
         let path = self.config.host_binary.clone();
         let child = spawn_host(&path, &args, fds).map_err(|source| LinkError::Spawn { path, source })?;
@@ -277,12 +288,39 @@ impl AdoLink {
     /// Sends one invocation. Err(Full) is backpressure: poll, then retry.
     pub fn submit(&mut self, invocation: &Invocation) -> Result<CallId, SubmitError> {
         let call = CallId(self.last_call + 1);
-        self.send_with(|out| encode_invoke(call, invocation, out))?;
+        let mut message = self.spare_messages.pop().unwrap_or_default();
+        message.clear();
+        encode_invoke(call, invocation, &mut message);
+        if let Err(error) = self.push(&message) {
+            self.spare_messages.push(message);
+            return Err(error);
+        }
         self.last_call = call.0;
         let deadline = self.submit_time() + self.config.call_deadline;
-        self.in_flight.push_back((call, deadline));
+        self.in_flight.push_back(InFlight { call, deadline, message, resubmitted: false });
         self.counters.invocations += 1;
         Ok(call)
+    }
+
+    /// Takes `call` out of flight (it ended); its message buffer is kept for a later submit.
+    fn end_flight(&mut self, call: CallId) {
+        // Calls end in the order they were submitted, but for a host restart's.
+        let at = match self.in_flight.front() {
+            Some(first) if first.call == call => Some(0),
+            _ => self.in_flight.iter().position(|flight| flight.call == call),
+        };
+        if let Some(flight) = at.and_then(|at| self.in_flight.remove(at)) {
+            self.retire_message(flight.message);
+        }
+    }
+
+    /// Keeps a message buffer for later submits (a few, none of them large).
+    fn retire_message(&mut self, message: Vec<u8>) {
+        const SPARE_MESSAGES_MAX: usize = 64;
+        const SPARE_MESSAGE_BYTES_MAX: usize = 64 << 10;
+        if self.spare_messages.len() < SPARE_MESSAGES_MAX && message.capacity() <= SPARE_MESSAGE_BYTES_MAX {
+            self.spare_messages.push(message);
+        }
     }
 
     /// When a call submitted now starts its deadline. Within a batch, the clock is read once,
@@ -322,18 +360,26 @@ impl AdoLink {
 
     /// Sends the message `encode` writes into the link's scratch buffer.
     fn send_with(&mut self, encode: impl FnOnce(&mut Vec<u8>)) -> Result<(), SubmitError> {
+        let mut scratch = std::mem::take(&mut self.scratch);
+        encode(&mut scratch);
+        let pushed = self.push(&scratch);
+        if pushed != Err(SubmitError::TooLarge) {
+            // Keep no buffer larger than a message the ring can carry.
+            self.scratch = scratch;
+        }
+        pushed
+    }
+
+    /// Puts `message` into the host's ring and wakes the host (or notes that it must be woken
+    /// at the batch's end).
+    fn push(&mut self, message: &[u8]) -> Result<(), SubmitError> {
         if !matches!(self.state, HostState::Running { shutdown_sent: false, .. }) {
             return Err(SubmitError::HostDown);
         }
-        encode(&mut self.scratch);
-        match self.outbox.push(&self.scratch) {
+        match self.outbox.push(message) {
             Ok(()) => {}
             Err(RingError::Full) => return Err(SubmitError::Full),
-            Err(RingError::TooLarge { .. }) => {
-                // Keep no buffer larger than a message the ring can carry.
-                self.scratch = Vec::new();
-                return Err(SubmitError::TooLarge);
-            }
+            Err(RingError::TooLarge { .. }) => return Err(SubmitError::TooLarge),
             Err(RingError::Corrupt(what)) => {
                 self.kill(KillCause::Protocol(format!("shard-to-host ring: {what}")));
                 return Err(SubmitError::HostDown);
@@ -414,7 +460,7 @@ impl AdoLink {
     /// soon while a killed host awaits reaping.
     pub fn next_deadline(&self) -> Option<Instant> {
         match self.state {
-            HostState::Running { .. } => self.in_flight.front().map(|(_, deadline)| *deadline),
+            HostState::Running { .. } => self.in_flight.front().map(|flight| flight.deadline),
             HostState::Killed { .. } => Some(Instant::now() + KILLED_RECHECK),
             HostState::Exited => None,
         }
@@ -456,7 +502,12 @@ impl AdoLink {
         self.enforce_deadlines(now);
         let killed = matches!(self.state, HostState::Killed { .. });
         if received == 0 || killed {
-            self.reap(&mut events, false);
+            let again = self.reap(&mut events, false);
+            if !again.is_empty() {
+                if let Err(error) = self.respawn(again, &mut events) {
+                    tracing::error!("cannot start a new ADO host for the calls the last one had not begun: {error}");
+                }
+            }
         }
         events
     }
@@ -487,12 +538,7 @@ impl AdoLink {
     fn accept(&mut self, message: ToShard) -> LinkEvent {
         match message {
             ToShard::Done(done) => {
-                // Calls end in the order they were submitted, but for a host restart's.
-                if self.in_flight.front().is_some_and(|(call, _)| *call == done.call) {
-                    self.in_flight.pop_front();
-                } else {
-                    self.in_flight.retain(|(call, _)| *call != done.call);
-                }
+                self.end_flight(done.call);
                 LinkEvent::Done(done)
             }
             ToShard::Callback { call, request } => LinkEvent::Callback { call, request },
@@ -506,13 +552,13 @@ impl AdoLink {
             return;
         }
         let expired: Vec<CallId> =
-            self.in_flight.iter().take_while(|(_, deadline)| *deadline <= now).map(|(call, _)| *call).collect();
+            self.in_flight.iter().take_while(|flight| flight.deadline <= now).map(|flight| flight.call).collect();
         if !expired.is_empty() {
             self.kill(KillCause::Timeout(expired));
         }
     }
 
-    /// Sends SIGKILL; the host is reaped (and its call restored) by a later poll.
+    /// Sends SIGKILL; the host is reaped by a later poll.
     fn kill(&mut self, cause: KillCause) {
         let state = std::mem::replace(&mut self.state, HostState::Exited);
         self.state = match state {
@@ -526,38 +572,41 @@ impl AdoLink {
         };
     }
 
-    /// If the host has exited (or `block`, after a kill, until it has): drains what it sent,
-    /// restores its unfinished call, and fails every call in flight.
-    fn reap(&mut self, events: &mut Vec<LinkEvent>, block: bool) {
+    /// If the host has exited (or `block`, after a kill, until it has): takes what it sent, and
+    /// settles every call in flight as the module's decision table says. Returns the calls to
+    /// run again on a new host, each with the failure it gets should it not run.
+    fn reap(&mut self, events: &mut Vec<LinkEvent>, block: bool) -> Vec<(InFlight, FailReason)> {
         let status = match &mut self.state {
             HostState::Running { child, .. } | HostState::Killed { child, .. } => {
                 let waited = if block { child.wait().map(Some) } else { child.try_wait() };
                 match waited {
                     Ok(Some(status)) => status,
-                    Ok(None) => return,
+                    Ok(None) => return Vec::new(),
                     Err(e) => {
                         tracing::warn!("cannot wait for the ADO host: {e}");
-                        return;
+                        return Vec::new();
                     }
                 }
             }
-            HostState::Exited => return,
+            HostState::Exited => return Vec::new(),
         };
         let state = std::mem::replace(&mut self.state, HostState::Exited);
         self.receive(events);
-        self.restore_unfinished();
-        let (timed_out, protocol, requested) = match state {
-            HostState::Killed { cause: KillCause::Timeout(calls), .. } => (calls, None, false),
-            HostState::Killed { cause: KillCause::Protocol(reason), .. } => (Vec::new(), Some(reason), false),
-            HostState::Killed { cause: KillCause::Stopped, .. } => (Vec::new(), None, true),
-            HostState::Running { shutdown_sent, .. } => (Vec::new(), None, shutdown_sent),
-            HostState::Exited => (Vec::new(), None, false),
+        let (timed_out, protocol, requested, shutdown) = match state {
+            HostState::Killed { cause: KillCause::Timeout(calls), .. } => (calls, None, false, false),
+            HostState::Killed { cause: KillCause::Protocol(reason), .. } => (Vec::new(), Some(reason), false, false),
+            HostState::Killed { cause: KillCause::Stopped, .. } => (Vec::new(), None, true, false),
+            HostState::Running { shutdown_sent, .. } => (Vec::new(), None, shutdown_sent, shutdown_sent),
+            HostState::Exited => (Vec::new(), None, false, false),
         };
         if timed_out.is_empty() && protocol.is_none() && !requested {
             self.counters.crashes += 1;
             tracing::warn!("ADO host exited unexpectedly: {status}");
         }
-        for (call, _) in self.in_flight.drain(..) {
+        let running = self.status.running();
+        let mut again = Vec::new();
+        for flight in std::mem::take(&mut self.in_flight) {
+            let call = flight.call;
             let reason = if timed_out.contains(&call) {
                 self.counters.timeouts += 1;
                 FailReason::Timeout
@@ -566,75 +615,81 @@ impl AdoLink {
             } else {
                 FailReason::Crashed(status)
             };
-            events.push(LinkEvent::Failed { call, reason });
+            let runs_again = Some(call) != running
+                && !flight.resubmitted
+                && !timed_out.contains(&call)
+                && protocol.is_none()
+                && !shutdown;
+            if runs_again {
+                again.push((flight, reason));
+            } else {
+                self.retire_message(flight.message);
+                events.push(LinkEvent::Failed { call, reason });
+            }
         }
         events.push(LinkEvent::HostExited { status });
-    }
-
-    /// Puts back the before-images of the call the dead host was running, if that call has not
-    /// reported Done.
-    fn restore_unfinished(&mut self) {
-        match read_back(&self.call_area, self.pool.len() as u64) {
-            Ok(Some(images)) if self.in_flight.iter().any(|(call, _)| *call == images.call) => {
-                if let Err(e) = images.restore(&self.pool) {
-                    tracing::error!("cannot restore ADO call {}: {e}", images.call.0);
-                }
-            }
-            Ok(_) => {}
-            Err(e) => tracing::error!("ADO call area unreadable, writes of the unfinished call stay: {e}"),
-        }
-    }
-
-    /// Puts back the before-images of `call`, which reported Done but whose writes the shard
-    /// cannot log (its disk is full). Possible while the host has begun no later call, which a
-    /// shard that submits one call at a time guarantees; returns whether it was done.
-    pub fn undo_finished(&mut self, call: CallId) -> bool {
-        match read_back(&self.call_area, self.pool.len() as u64) {
-            Ok(Some(images)) if images.call == call => match images.restore(&self.pool) {
-                Ok(()) => true,
-                Err(e) => {
-                    tracing::error!("cannot undo ADO call {}: {e}", call.0);
-                    false
-                }
-            },
-            Ok(_) => false,
-            Err(e) => {
-                tracing::error!("ADO call area unreadable, call {} cannot be undone: {e}", call.0);
-                false
-            }
-        }
+        again
     }
 
     /// Starts a fresh host after the old one exited (killing and reaping it first if it still
-    /// runs; its calls are then reported Failed by the next poll).
+    /// runs): the call it was running is reported Failed by the next poll, and the calls it had
+    /// not begun run on the new host.
     pub fn restart(&mut self) -> Result<(), LinkError> {
-        self.stop_host();
+        let again = self.stop_host();
+        let mut events = std::mem::take(&mut self.pending);
+        let started = self.respawn(again, &mut events);
+        self.pending = events;
+        started
+    }
+
+    /// Starts a new host on fresh rings and sends it `again` (the calls a dead host had not
+    /// begun), each with a new deadline; a call that cannot be sent, or every one if no host
+    /// starts, is reported Failed with its reason.
+    fn respawn(&mut self, again: Vec<(InFlight, FailReason)>, events: &mut Vec<LinkEvent>) -> Result<(), LinkError> {
+        let started = self.reset_shared().and_then(|()| self.spawn());
+        let now = Instant::now();
+        for (mut flight, reason) in again {
+            if started.is_ok() && self.push(&flight.message).is_ok() {
+                flight.resubmitted = true;
+                flight.deadline = now + self.config.call_deadline;
+                self.counters.resubmitted += 1;
+                self.in_flight.push_back(flight);
+            } else {
+                self.retire_message(flight.message);
+                events.push(LinkEvent::Failed { call: flight.call, reason });
+            }
+        }
+        started
+    }
+
+    /// Empties the rings, the wake-ups and the status area for a new host (only while none runs).
+    fn reset_shared(&mut self) -> Result<(), LinkError> {
         let capacity = self.config.ring_capacity_bytes;
         init_ring(&self.rings, 0, capacity)?;
         init_ring(&self.rings, ring_bytes(capacity), capacity)?;
-        init_call_area(&self.call_area)?;
+        self.status.reset().map_err(std::io::Error::other)?;
         self.outbox = Producer::open(self.rings.clone(), 0)?;
         self.inbox = Consumer::open(self.rings.clone(), ring_bytes(capacity))?;
         self.to_host.take()?;
         self.to_shard.take()?;
-        self.pool = Mapping::map(&self.pool_fd)?;
-        self.spawn()
+        Ok(())
     }
 
-    /// Kills and reaps a host that still runs, restoring its unfinished call.
-    fn stop_host(&mut self) {
+    /// Kills and reaps a host that still runs; returns the calls it had not begun.
+    fn stop_host(&mut self) -> Vec<(InFlight, FailReason)> {
         if matches!(self.state, HostState::Running { .. }) {
             self.kill(KillCause::Stopped);
         }
         let mut events = std::mem::take(&mut self.pending);
-        self.reap(&mut events, true);
+        let again = self.reap(&mut events, true);
         self.pending = events;
+        again
     }
 }
 
 impl Drop for AdoLink {
-    /// Kills and reaps the host so no process outlives the link, and leaves the pool as the
-    /// unfinished call found it. Use `begin_shutdown` first for a graceful close.
+    /// Kills and reaps the host so no process outlives the link. Use `begin_shutdown` first for
+    /// a graceful close.
     fn drop(&mut self) {
         self.stop_host();
     }

@@ -24,7 +24,7 @@ pub struct SharedFds<'a> {
     pub rings: BorrowedFd<'a>,
     pub to_host: BorrowedFd<'a>,
     pub to_shard: BorrowedFd<'a>,
-    pub call_area: BorrowedFd<'a>,
+    pub status: BorrowedFd<'a>,
 }
 
 /// The child's numbers for the shared descriptors, as the host's command line names them.
@@ -33,7 +33,7 @@ pub fn child_fds(args: &mut HostArgs) {
     args.ring_fd = CHILD_FD_FIRST + 1;
     args.to_host_fd = CHILD_FD_FIRST + 2;
     args.to_shard_fd = CHILD_FD_FIRST + 3;
-    args.call_area_fd = CHILD_FD_FIRST + 4;
+    args.status_fd = CHILD_FD_FIRST + 4;
 }
 
 /// Starts `binary` with `args` (whose descriptor numbers `child_fds` set) and `fds`.
@@ -42,7 +42,7 @@ pub fn child_fds(args: &mut HostArgs) {
 /// the parent thread): spawn from the shard's own long-lived thread.
 #[allow(unsafe_code)]
 pub fn spawn_host(binary: &Path, args: &HostArgs, fds: SharedFds<'_>) -> std::io::Result<Child> {
-    let sources = [fds.pool, fds.rings, fds.to_host, fds.to_shard, fds.call_area].map(|fd| fd.as_raw_fd());
+    let sources = [fds.pool, fds.rings, fds.to_host, fds.to_shard, fds.status].map(|fd| fd.as_raw_fd());
     let mut command = Command::new(binary);
     command.args(args.to_args()).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::inherit());
     // SAFETY: the closure runs in the forked child before exec and makes only async-signal-safe

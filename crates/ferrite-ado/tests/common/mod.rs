@@ -14,7 +14,8 @@ use ferrite_ado::{AdoConfig, AdoLink, LinkEvent};
 use rustix::event::{PollFd, PollFlags, Timespec};
 
 pub const POOL_BYTES: usize = 1 << 20;
-/// Where tests keep their 8-byte target value.
+/// Where tests keep their 8-byte target value: at the start of a page, as the call's own copy
+/// is (the host makes only a call's own pages writable).
 pub const VALUE: Location = Location { offset: 4096, len: 8 };
 /// A liveness bound, never a timing assertion: a call that takes this long is stuck.
 const STUCK: Duration = Duration::from_secs(60);
@@ -53,7 +54,6 @@ pub fn config(names: &[&str]) -> AdoConfig {
         memory_limit_bytes: 256 << 20,
         call_deadline: STUCK,
         spin_us: 0,
-        call_area_bytes: 64 << 10,
         ring_capacity_bytes: 1 << 20,
         checking: false,
     }

@@ -72,6 +72,12 @@ static int do_work(void *opaque, const ferrite_work *work, const ferrite_callbac
         *(volatile int *)nowhere = 1;
         return FERRITE_OK;
     }
+    if (is(work, "stray")) {
+        /* The page before the call's own: pool memory the call was not given. */
+        volatile uint8_t *elsewhere = work->value - 4096;
+        *elsewhere = 1;
+        return FERRITE_OK;
+    }
     if (is(work, "loop")) {
         for (volatile int spin = 0;; spin++) {
         }

@@ -4,26 +4,26 @@
 //! (`invoke_reads`) and those that change keys and memory (`invoke_keys`), the commit or undo of
 //! a finished call (`invoke_commit`), and the hosts themselves (`invoke_hosts`).
 //!
-//! Durability, step by step (see `docs/plugins.md`, "Running plugins on a server"):
-//! - A value kept out of line stays where it is while its key is held: the plugin changes it in
-//!   place. Before the call the shard reserves log room for it and pins its pages, so no
-//!   checkpoint copies bytes the call may still change or undo; a successful call's declared
-//!   ranges are logged as one transaction before its answer is built (with `sync`, the answer
-//!   leaves once they are durable).
-//! - A small value kept inside its index entry moves when other inserts move entries, which they
-//!   may do while the call runs: the plugin works on a copy in scratch memory, which a
-//!   successful call writes back as an ordinary put. Nothing else refers to the copy, so it needs
-//!   neither pinning nor undoing.
+//! Durability and containment, step by step (see `docs/plugins.md`, "Running plugins on a
+//! server"):
+//! - A plugin never writes pool memory that anything else refers to. A call that may write its
+//!   value works on a copy in scratch memory: whole pages nothing else shares, which its host
+//!   (whose view of the pool is read-only) may write while the call runs. A value kept out of
+//!   line is copied by the host itself, so the shard never copies a large value on its thread;
+//!   a small value kept inside its index entry (which other inserts may move) by the shard. A
+//!   read-only call reads a value kept out of line in place (it stays put while its key is
+//!   held).
+//! - A successful call's declared ranges are applied by the shard, in one store transaction
+//!   with the call's other changes: copied onto the value kept out of line, or the value put
+//!   back with them applied. Its record holds exactly the declared bytes; with `sync`, the
+//!   answer leaves once it is durable.
 //! - A value the call gives its key (`invoke_put_ado`'s, or one created on demand) is such a
 //!   copy too, staged as the key's change: a successful call stores it in the transaction that
 //!   holds its other changes, a failed one drops it, and the key stays as it was.
-//! - A failed call was undone by its host; a crashed or killed one by the link, from the call
-//!   area; a finished one whose record the log refuses after all by the shard, from the same
-//!   area while the host has begun no later call (a copy is simply dropped). In each case
-//!   nothing was logged. If the area has moved on, memory holds a change the log cannot take:
-//!   the shard stops, as for any such write, and the restart recovers what was acknowledged.
+//! - A failed, crashed or timed-out call, or one whose changes the pool or the log refuses when
+//!   it ends, changed nothing: its copies are dropped, whatever its host has done since.
 //! - A crash of the server mid-call loses nothing acknowledged: the call's changes were never
-//!   logged, the pages never checkpointed, and recovery rebuilds the pool from the log.
+//!   logged, and recovery rebuilds the pool from the log.
 
 use std::sync::Arc;
 
@@ -36,7 +36,8 @@ use ferrite_store::{Store, WriteFootprint};
 
 use super::{key_not_found, open_pool, Failure, ShardState};
 use crate::ado::{
-    Answer, Call, HeldAnswer, NewValue, Running, Signals, StagedAllocation, StagedKey, Target, CALLS_IN_FLIGHT_MAX,
+    Answer, Call, CopyOf, HeldAnswer, NewValue, Running, Signals, StagedAllocation, StagedKey, Target,
+    CALLS_IN_FLIGHT_MAX,
 };
 use crate::completion::Completion;
 use crate::session::Session;
@@ -103,9 +104,9 @@ pub(super) enum ScratchRefused {
     Unwritable,
 }
 
-/// Scratch memory of `len` bytes in `store` holding `bytes` then zeros (`len` is at least
-/// `bytes.len()`): where a call's plugins get a copy to work on. Freed again if it cannot be
-/// written.
+/// Scratch memory of `len` bytes in `store` (whole pages of its own) holding `bytes` then zeros
+/// (`len` is at least `bytes.len()`): where a call's plugins get a copy to work on. Freed again
+/// if it cannot be written.
 pub(super) fn scratch_copy(store: &mut dyn Store, bytes: &[u8], len: u64) -> Result<u64, ScratchRefused> {
     let offset = store.allocate_scratch(len).ok_or(ScratchRefused::NoRoom)?;
     let written = if bytes.len() as u64 == len {
@@ -144,8 +145,6 @@ struct Begun {
     target: Target,
     /// `invoke_put_ado`'s detached value, in memory the call allocated.
     detached: Option<StagedAllocation>,
-    /// Whether the target is a value the call gives its key (see [`NewValue`]).
-    gives_value: bool,
 }
 
 /// How the shard took an invocation (or a request on a key a call holds).
@@ -407,11 +406,11 @@ impl ShardState {
                 return started;
             };
             match self.begin(pool, &mut call) {
-                Ok(Begun { id, target, detached, gives_value }) => {
+                Ok(Begun { id, target, detached }) => {
                     let calls = self.calls.get_mut(&pool).expect("the pool's calls exist");
                     let mut running = Running::new(id, call, target);
                     running.allocated.extend(detached);
-                    if gives_value {
+                    if let Target::Copy { of: CopyOf::Given, .. } = target {
                         // Stored as the key's value if the call succeeds, with its other changes.
                         let key = running.call.key.clone();
                         running.staged.push(StagedKey { key, value: Some(target.location()) });
@@ -424,11 +423,13 @@ impl ShardState {
         }
     }
 
-    /// Gives `call` its target (reserving log room for what it may write) and its detached
-    /// value (in memory it allocates), and submits it to the host, which takes its payload.
+    /// Gives `call` its target (checking the log has room for what it may write) and its
+    /// detached value (in memory it allocates), and submits it to the host, which takes its
+    /// payload.
     fn begin(&mut self, handle: PoolHandle, call: &mut Call) -> Result<Begun, Failure> {
-        // `Some(key is new)` when the target is a value the call gives its key.
-        let (target, given) = self.target(handle, call)?;
+        // `Some(key is new)` when the target is a value the call gives its key; `source` is the
+        // value the host copies into the target.
+        let (target, given, source) = self.target(handle, call)?;
         let detached = match &call.detached {
             Some(value) => match self.allocate_for_call(handle, value, value.len() as u64, 1) {
                 Ok(allocation) => Some(allocation),
@@ -448,6 +449,7 @@ impl ShardState {
             key: call.key.clone(),
             payload: std::mem::take(&mut call.payload),
             value: target.location(),
+            source,
             detached: detached.map_or_else(Location::default, |allocation| Location {
                 offset: allocation.id,
                 len: call.detached.as_ref().map_or(0, |value| value.len() as u64),
@@ -466,7 +468,7 @@ impl ShardState {
             other => other.map_err(|error| error.to_string()),
         };
         match submitted {
-            Ok(id) => Ok(Begun { id, target, detached, gives_value: given.is_some() }),
+            Ok(id) => Ok(Begun { id, target, detached }),
             Err(reason) => {
                 self.release(handle, target);
                 if let Some(allocation) = detached {
@@ -480,44 +482,55 @@ impl ShardState {
         }
     }
 
-    /// The memory `call`'s plugin works on: the value the call gives its key (see
-    /// [`NewValue`]) as a copy in scratch memory, with whether the key is new; else its value in
-    /// place if the value stays put (pinned against checkpoints), or a copy in scratch memory.
-    /// Log room is reserved for the record a successful call makes.
-    fn target(&mut self, handle: PoolHandle, call: &Call) -> Result<(Target, Option<bool>), Failure> {
+    /// The memory `call`'s plugin works on: the value the call gives its key (see [`NewValue`])
+    /// as a copy in scratch memory, with whether the key is new; else, for a call that may write
+    /// its value, a copy of it in scratch memory (filled by the host from the place returned
+    /// last, for a value kept out of line); else (a read-only call) the value in place if it
+    /// stays put, or a copy. A call that may write is checked to have log room for its record.
+    fn target(&mut self, handle: PoolHandle, call: &Call) -> Result<(Target, Option<bool>, Location), Failure> {
+        let none = Location::default();
         if call.key.is_empty() {
-            return Ok((Target::InPlace(Location::default()), None));
+            return Ok((Target::InPlace(none), None, none));
         }
         let pool = self.pools.get(handle).expect("a pool with calls exists");
         let existing = pool.store.value_location(&call.key);
         if let Some(given) = self.give_new_value(handle, call, existing.is_some())? {
-            return Ok((Target::Copy(given), Some(existing.is_none())));
+            return Ok((Target::Copy { copy: given, of: CopyOf::Given }, Some(existing.is_none()), none));
         }
         let pool = self.pools.get(handle).expect("a pool with calls exists");
         let value = match existing {
             Some(value) => value,
             // A post-erase signal: the key is gone, the plugin is told of it without a value.
-            None if call.work_flags & abi::WORK_SIGNAL != 0 => return Ok((Target::InPlace(Location::default()), None)),
+            None if call.work_flags & abi::WORK_SIGNAL != 0 => return Ok((Target::InPlace(none), None, none)),
             None => return Err(key_not_found(pool)),
         };
         let location = Location { offset: value.offset, len: value.len };
         let writes = call.work_flags & abi::WORK_READ_ONLY == 0 && value.len > 0;
-        if value.stable {
-            if writes {
-                self.admit_write(WriteFootprint { bytes: value.len, ranges: super::invoke_commit::LOGGED_RANGES_MAX })?;
-            }
-            self.pin(handle, location);
-            return Ok((Target::InPlace(location), None));
+        if value.len == 0 || (value.stable && !writes) {
+            return Ok((Target::InPlace(location), None, none));
         }
         if writes {
-            let footprint = pool.store.put_footprint(call.key.len() as u64, value.len);
+            let footprint = if value.stable {
+                WriteFootprint { bytes: value.len, ranges: 1 }
+            } else {
+                pool.store.update_footprint(call.key.len() as u64, value.len)
+            };
             self.admit_write(footprint)?;
         }
         let pool = self.pools.get_mut(handle).expect("a pool with calls exists");
+        if value.stable {
+            // The host fills the copy: a value kept out of line may be large.
+            let offset = pool
+                .store
+                .allocate_scratch(value.len)
+                .ok_or_else(|| scratch_failure(&pool.name, ScratchRefused::NoRoom, "the plugin's copy of the value"))?;
+            let copy = Location { offset, len: value.len };
+            return Ok((Target::Copy { copy, of: CopyOf::Value(location) }, None, location));
+        }
         let bytes = pool.store.region_bytes(value.offset, value.len).ok_or_else(|| key_not_found(pool))?.to_vec();
         let offset = scratch_copy(pool.store.as_mut(), &bytes, value.len)
             .map_err(|refused| scratch_failure(&pool.name, refused, "the plugin's copy of the value"))?;
-        Ok((Target::Copy(Location { offset, len: value.len }), None))
+        Ok((Target::Copy { copy: Location { offset, len: value.len }, of: CopyOf::Entry }, None, none))
     }
 
     /// The value `call` gives its key, if it gives one now that the key `exists` or not, written
@@ -537,16 +550,10 @@ impl ShardState {
         Ok(Some(Location { offset, len }))
     }
 
-    /// Ends what `target` held: unpins a value changed in place (as of the log's last record),
-    /// frees a copy.
+    /// Frees a call's copy of its value.
     pub(super) fn release(&mut self, handle: PoolHandle, target: Target) {
-        match target {
-            Target::InPlace(location) => self.unpin(handle, location),
-            Target::Copy(location) => {
-                if let Some(pool) = self.pools.get_mut(handle) {
-                    pool.store.free_scratch(location.offset, location.len);
-                }
-            }
+        if let (Some(copy), Some(pool)) = (target.copy(), self.pools.get_mut(handle)) {
+            pool.store.free_scratch(copy.offset, copy.len);
         }
     }
 
@@ -570,8 +577,7 @@ impl ShardState {
         match event {
             LinkEvent::Failed { call, reason } => {
                 if let Some(running) = self.take_running(pool, call) {
-                    // The link restored what the call had declared before it reported this; the
-                    // keys it staged never reached the store.
+                    // Nothing of the call reached the store: its copies are dropped.
                     self.release(pool, running.target);
                     self.release_opened(pool, &running.opened);
                     self.release_lent(pool, &running.lent);

@@ -1,36 +1,32 @@
-//! The end of a plugin call: its writes logged (in place, as a copy put back, or with the keys
-//! and memory it changed as one store transaction), or undone, and its answer.
+//! The end of a plugin call: what it changed applied to the store as one transaction (the ranges
+//! it declared in its copy of its value, the keys it staged, the memory it allocated or freed),
+//! or dropped, and its answer. A call never wrote pool memory that anything refers to, so a call
+//! that failed, or whose changes the pool or the log refuses, leaves nothing to undo, whatever
+//! its host has done since.
 
-use std::time::{SystemTime, UNIX_EPOCH};
-
-use ferrite_ado::message::{CallId, Done, Location};
+use ferrite_ado::message::{Done, Location};
 use ferrite_plugin::abi;
 use ferrite_proto::{ErrorCode, PoolHandle};
 use ferrite_store::persistence::wal::Lsn;
-use ferrite_store::{PutMode, Store, WriteFootprint};
+use ferrite_store::{PutMode, RegionCopy, Store, WriteFootprint};
 
 use super::invoke_keys::ALLOCATION_ID_BYTES;
 use super::{store_failure, Failure, ShardState};
-use crate::ado::{Call, Running, Target};
-
-/// Declared ranges logged as they are; a call that declares more is logged as the one range
-/// that covers them all (within its target), which bounds the record the shard reserves room for.
-pub(super) const LOGGED_RANGES_MAX: u64 = 16;
+use crate::ado::{CopyOf, Running, Target};
 
 impl ShardState {
-    /// Logs a finished call's writes (or undoes them if it failed or they cannot be logged), and
-    /// answers it.
+    /// Applies a finished call's changes (or drops them if it failed or they cannot be stored),
+    /// and answers it.
     pub(super) fn finish(&mut self, pool: PoolHandle, mut running: Running, done: Done) {
         let outcome = if !done.writes.iter().all(|write| running.may_write(write)) {
             // The host checks this too; a host that did not is not trusted with the pool.
-            self.undo(pool, running.id);
             if let Some(calls) = self.calls.get_mut(&pool) {
                 let _ = calls.link.restart();
             }
             Err(Failure::new(
                 ErrorCode::AdoFailed,
                 format!(
-                    "pool '{}': the plugin host declared writes outside the memory the call was given; the call was undone",
+                    "pool '{}': the plugin host declared writes outside the memory the call was given; the call changed nothing",
                     self.pool_name(pool)
                 ),
             ))
@@ -45,20 +41,13 @@ impl ShardState {
             Err(Failure::new(
                 ErrorCode::AdoFailed,
                 format!(
-                    "pool '{}': the plugin failed (status {}): {reason}; its writes were undone",
+                    "pool '{}': the plugin failed (status {}): {reason}; the call changed nothing",
                     self.pool_name(pool),
                     done.status
                 ),
             ))
-        } else if done.writes.is_empty() && !running.changes_more_than_its_target() {
-            Ok(running.call.wait_lsn)
         } else {
-            let logged = match running.target {
-                _ if running.changes_more_than_its_target() => self.commit_call(pool, &mut running, &done),
-                Target::InPlace(_) => self.log_writes(pool, &running, &done),
-                Target::Copy(copy) => self.write_back(pool, &running.call, copy),
-            };
-            logged.map(|lsn| lsn.max(running.call.wait_lsn))
+            self.commit_call(pool, &mut running, &done).map(|lsn| lsn.max(running.call.wait_lsn))
         };
         self.release(pool, running.target);
         self.release_opened(pool, &running.opened);
@@ -78,82 +67,20 @@ impl ShardState {
         self.call_ended(pool);
     }
 
-    /// Puts a successful call's copy back as its key's value; the LSN the answer waits for. A
-    /// put the log cannot take changes nothing: the copy is simply dropped.
-    fn write_back(&mut self, handle: PoolHandle, call: &Call, copy: Location) -> Result<Lsn, Failure> {
-        let pool = self.pools.get(handle).expect("a pool with calls exists");
-        let value = pool.store.region_bytes(copy.offset, copy.len).map(<[u8]>::to_vec).ok_or_else(|| {
-            Failure::new(ErrorCode::Internal, format!("pool '{}': cannot read the plugin's copy", pool.name))
-        })?;
-        self.admit_write(pool.store.put_footprint(call.key.len() as u64, copy.len))?;
-        let now_ns = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
-        let pool = self.pools.get_mut(handle).expect("a pool with calls exists");
-        pool.store.put(&call.key, &value, PutMode::UpdateOnly, now_ns).map_err(|error| store_failure(error, pool))?;
-        self.stats.puts += 1;
-        let lsn = self.log_position(call.sync)?;
-        Ok(if call.sync { lsn } else { 0 })
-    }
-
-    /// Logs `done`'s writes, made in place, as one transaction; the LSN the answer waits for.
-    fn log_writes(&mut self, pool: PoolHandle, running: &Running, done: &Done) -> Result<Lsn, Failure> {
-        let ranges = logged_ranges(&done.writes);
-        let bytes = ranges.iter().map(|(_, len)| len).sum();
-        if let Err(failure) = self.admit_write(WriteFootprint { bytes, ranges: ranges.len() as u64 }) {
-            // Room was reserved when the call began, but other writes may have taken it since.
-            if !self.undo(pool, running.id) {
-                return Err(self.halt("a plugin call changed pool memory that can be neither logged nor undone".into()));
-            }
-            return Err(failure);
-        }
-        let store = &mut self.pools.get_mut(pool).expect("a pool with calls exists").store;
-        store.commit_external_writes(&ranges);
-        let lsn = self.log_position(running.call.sync)?;
-        Ok(if running.call.sync { lsn } else { 0 })
-    }
-
-    /// Puts back the before-images of the finished call `id`; false if they are gone.
-    pub(super) fn undo(&mut self, pool: PoolHandle, id: CallId) -> bool {
-        self.calls.get_mut(&pool).is_some_and(|calls| calls.link.undo_finished(id))
-    }
-
-    pub(super) fn pin(&mut self, pool: PoolHandle, target: Location) {
-        if let Some(persisted) = self.pools.get(pool).and_then(|pool| pool.persisted.as_ref()) {
-            persisted.pages.lock().unwrap_or_else(std::sync::PoisonError::into_inner).pin(target.offset, target.len);
-        }
-    }
-
-    pub(super) fn unpin(&mut self, pool: PoolHandle, target: Location) {
-        let lsn = self.last_lsn();
-        if let Some(persisted) = self.pools.get(pool).and_then(|pool| pool.persisted.as_ref()) {
-            persisted.pages.lock().unwrap_or_else(std::sync::PoisonError::into_inner).unpin(
-                target.offset,
-                target.len,
-                lsn,
-            );
-        }
-    }
-
-    /// The LSN of the log's last record (0 without a log).
-    fn last_lsn(&self) -> Lsn {
-        self.durability.as_ref().map_or(0, |durability| durability.log.last_lsn())
-    }
-
-    /// Applies a successful call's staged keys and its target's writes to the store as one
-    /// transaction; the LSN its answer waits for. Keys other than the target go first and the
-    /// target's own change last, so if one is refused (a pool too full or fragmented for a new
-    /// value) the target is as the plugin left it: the changes already applied are put back
-    /// (inside the same transaction, which then logs no change), and the target's in-place
-    /// writes are undone by its host.
+    /// Applies a successful call's changes to the store as one transaction; the LSN its answer
+    /// waits for. New values go first (the target's own last of them), so that if one is
+    /// refused (a pool too full or fragmented for it) the changes already applied are put back
+    /// inside the same transaction, which then logs no change, and the call fails with the
+    /// refusal. Erasures, frees and the declared ranges copied onto a value kept out of line
+    /// come last: none of them can fail.
     fn commit_call(&mut self, handle: PoolHandle, running: &mut Running, done: &Done) -> Result<Lsn, Failure> {
         let key = &running.call.key;
-        let target_staged = running.staged(key).is_some();
         let pool = self.pools.get(handle).expect("a pool with calls exists");
         let read = |location: Location| {
             read_region(pool, location).ok_or_else(|| {
                 Failure::new(ErrorCode::Internal, format!("pool '{}': cannot read a plugin's new value", pool.name))
             })
         };
-        // New values first, the target's own last of them; erasures after, as they cannot fail.
         let mut writes: Vec<(&[u8], Vec<u8>)> = Vec::new();
         let mut erasures: Vec<&[u8]> = Vec::new();
         for staged in running.staged.iter().filter(|staged| staged.key != *key) {
@@ -162,29 +89,46 @@ impl ShardState {
                 None => erasures.push(&staged.key),
             }
         }
-        match running.staged(key).map(|staged| staged.value) {
-            Some(Some(value)) => writes.push((key, read(value)?)),
-            Some(None) => erasures.push(key),
-            None => {
-                if let (Target::Copy(copy), false) = (running.target, done.writes.is_empty()) {
-                    writes.push((key, read(copy)?));
+        // The target: staged (given, resized or erased) as a whole, else what the plugin
+        // declared in its copy.
+        let mut copies = Vec::new();
+        match (running.staged(key).map(|staged| staged.value), running.target) {
+            (Some(Some(value)), _) => writes.push((key, read(value)?)),
+            (Some(None), _) => erasures.push(key),
+            (None, Target::Copy { copy, of: CopyOf::Value(value) }) => {
+                copies = declared_within(&done.writes, copy)
+                    .into_iter()
+                    .map(|(at, len)| RegionCopy { from: copy.offset + at, to: value.offset + at, len })
+                    .collect();
+            }
+            (None, Target::Copy { copy, of: CopyOf::Entry }) => {
+                let declared = declared_within(&done.writes, copy);
+                if !declared.is_empty() {
+                    let mut value = pool.store.get(key).map(<[u8]>::to_vec).ok_or_else(|| key_gone(&pool.name))?;
+                    let new = read(copy)?;
+                    for (at, len) in declared {
+                        let range = at as usize..(at + len) as usize;
+                        value[range.clone()].copy_from_slice(&new[range]);
+                    }
+                    writes.push((key, value));
                 }
             }
+            (None, _) => {}
         }
-        let in_place = match running.target {
-            Target::InPlace(_) if !target_staged => logged_ranges(&done.writes),
-            _ => Vec::new(),
-        };
-        let footprint = transaction_footprint(pool.store.as_ref(), running);
-        if let Err(failure) = self.admit_write(footprint) {
-            // Room was reserved as the call went, but other writes may have taken it since.
-            return Err(self.undo_in_place(handle, running, done, failure));
+        let changes_nothing = writes.is_empty()
+            && erasures.is_empty()
+            && copies.is_empty()
+            && running.allocated.is_empty()
+            && running.freed.is_empty();
+        if changes_nothing {
+            return Ok(running.call.wait_lsn);
         }
+        let footprint = transaction_footprint(pool.store.as_ref(), running, copies_footprint(&copies));
+        self.admit_call_transaction(footprint)?;
         let now = now_ns();
         let pool = self.pools.get_mut(handle).expect("a pool with calls exists");
         if !pool.store.begin_transaction() {
-            let failure = Failure::new(ErrorCode::Internal, format!("pool '{}' cannot group writes", pool.name));
-            return Err(self.undo_in_place(handle, running, done, failure));
+            return Err(Failure::new(ErrorCode::Internal, format!("pool '{}' cannot group writes", pool.name)));
         }
         let mut applied: Vec<(&[u8], Option<Before>)> = Vec::new();
         let mut refused = None;
@@ -226,7 +170,7 @@ impl ShardState {
             // Kept and released again: the store has freed their memory already.
             running.allocated.retain(|allocation| !kept.contains(&allocation.id));
             self.log_position(running.call.sync)?;
-            return Err(self.undo_in_place(handle, running, done, failure));
+            return Err(failure);
         }
         // Erasures and frees come last: neither can fail (the keys are present and held; an
         // allocation another call freed meanwhile is simply gone).
@@ -242,7 +186,9 @@ impl ShardState {
         for id in &running.freed {
             let _ = pool.store.release_kept(*id);
         }
-        pool.store.commit_external_writes(&in_place);
+        if !copies.is_empty() {
+            pool.store.copy_within_region(&copies);
+        }
         pool.store.end_transaction();
         // The store owns the call's allocations now.
         running.allocated.clear();
@@ -257,45 +203,68 @@ impl ShardState {
         Ok(if running.call.sync { lsn } else { 0 })
     }
 
-    /// A call whose changes were refused: its target's in-place writes are undone by its host
-    /// (the shard stops if the host has moved on and cannot); answers `failure`.
-    fn undo_in_place(&mut self, handle: PoolHandle, running: &Running, done: &Done, failure: Failure) -> Failure {
-        let wrote_in_place = matches!(running.target, Target::InPlace(_)) && !done.writes.is_empty();
-        if wrote_in_place && !self.undo(handle, running.id) {
-            return self.halt("a plugin call changed pool memory that can be neither logged nor undone".into());
+    /// Checks that the log can take a call's transaction of `footprint`: its record fits one log
+    /// segment of the configured size (a call never makes the log grow a segment of its own)
+    /// and the log has room for it now.
+    pub(super) fn admit_call_transaction(&self, footprint: WriteFootprint) -> Result<(), Failure> {
+        let fits = self.durability.as_ref().is_none_or(|durability| durability.log.fits_segment(footprint));
+        if !fits {
+            return Err(Failure::new(
+                ErrorCode::ValueTooLarge,
+                format!(
+                    "a plugin call's changes ({} bytes in {} ranges) exceed what one log segment holds; the call changed nothing",
+                    footprint.bytes, footprint.ranges
+                ),
+            ));
         }
-        failure
+        self.admit_write(footprint)
     }
 }
 
-/// The ranges to log for a call's declared writes: as declared (merged by the log) if there are
-/// few, else the one range covering them.
-pub(super) fn logged_ranges(writes: &[Location]) -> Vec<(u64, u64)> {
-    if writes.len() as u64 <= LOGGED_RANGES_MAX {
-        return writes.iter().map(|write| (write.offset, write.len)).collect();
+/// The ranges of `writes` that lie in `copy`, merged where they touch, as (offset from the
+/// copy's start, length) in ascending order: exactly the bytes a call declared of its value.
+pub(super) fn declared_within(writes: &[Location], copy: Location) -> Vec<(u64, u64)> {
+    let mut inside: Vec<(u64, u64)> = writes
+        .iter()
+        .filter(|write| write.len > 0 && copy.covers(write))
+        .map(|write| (write.offset - copy.offset, write.len))
+        .collect();
+    inside.sort_unstable();
+    let mut merged: Vec<(u64, u64)> = Vec::with_capacity(inside.len());
+    for (at, len) in inside {
+        match merged.last_mut() {
+            Some((start, merged_len)) if at <= *start + *merged_len => {
+                *merged_len = (*merged_len).max(at + len - *start);
+            }
+            _ => merged.push((at, len)),
+        }
     }
-    let start = writes.iter().map(|write| write.offset).min().unwrap_or(0);
-    let end = writes.iter().filter_map(Location::end).max().unwrap_or(start);
-    vec![(start, end - start)]
+    merged
+}
+
+/// What copying `copies` logs.
+fn copies_footprint(copies: &[RegionCopy]) -> WriteFootprint {
+    WriteFootprint { bytes: copies.iter().map(|copy| copy.len).sum(), ranges: copies.len() as u64 }
 }
 
 /// A key's value and write time before a transaction changed it, to put back should a later
 /// change of the transaction be refused.
 type Before = (Vec<u8>, u64);
 
+fn key_gone(pool: &str) -> Failure {
+    Failure::new(ErrorCode::Internal, format!("pool '{pool}': a held key's value is gone"))
+}
+
 /// The bytes at `location` of `pool`'s memory region.
 pub(super) fn read_region(pool: &crate::pools::Pool, location: Location) -> Option<Vec<u8>> {
     pool.store.region_bytes(location.offset, location.len).map(<[u8]>::to_vec)
 }
 
-/// The most a call's transaction may log: its target's writes, each staged key's change and,
-/// should a later change be refused, the change that puts the key back as it was; its
-/// allocations kept, and those it frees.
-pub(super) fn transaction_footprint(store: &dyn Store, running: &Running) -> WriteFootprint {
-    let mut total = match running.target {
-        Target::InPlace(location) => WriteFootprint { bytes: location.len, ranges: LOGGED_RANGES_MAX },
-        Target::Copy(copy) => store.update_footprint(running.call.key.len() as u64, copy.len),
-    };
+/// The most a call's transaction may log, given what its target's own writes log (`target`):
+/// each staged key's change and, should a later change be refused, the change that puts the
+/// key back as it was; its allocations kept, and those it frees.
+pub(super) fn transaction_footprint(store: &dyn Store, running: &Running, target: WriteFootprint) -> WriteFootprint {
+    let mut total = target;
     for staged in &running.staged {
         let key_len = staged.key.len() as u64;
         // Only a new key may grow the index; erasures come last and are never put back.
@@ -318,6 +287,16 @@ pub(super) fn transaction_footprint(store: &dyn Store, running: &Running) -> Wri
     total
 }
 
+/// The most the writes of a running call's target may log, before it has declared them: its
+/// whole value as one range copied onto it, or put back.
+pub(super) fn target_footprint(store: &dyn Store, running: &Running) -> WriteFootprint {
+    match running.target {
+        Target::Copy { of: CopyOf::Value(value), .. } => WriteFootprint { bytes: value.len, ranges: 1 },
+        Target::Copy { copy, of: CopyOf::Entry } => store.update_footprint(running.call.key.len() as u64, copy.len),
+        Target::Copy { of: CopyOf::Given, .. } | Target::InPlace(_) => WriteFootprint { bytes: 0, ranges: 0 },
+    }
+}
+
 fn plus(a: WriteFootprint, b: WriteFootprint) -> WriteFootprint {
     WriteFootprint { bytes: a.bytes + b.bytes, ranges: a.ranges + b.ranges }
 }
@@ -330,11 +309,20 @@ pub(super) fn now_ns() -> u64 {
 mod tests {
     use super::*;
 
+    /// Only the ranges inside the copy count, relative to it, sorted and merged where they
+    /// touch or overlap; ranges elsewhere (the call's other memory) and empty ones do not.
     #[test]
-    fn many_declared_writes_are_logged_as_the_range_that_covers_them() {
-        let few: Vec<Location> = (0..3).map(|i| Location { offset: 100 + 10 * i, len: 4 }).collect();
-        assert_eq!(logged_ranges(&few), vec![(100, 4), (110, 4), (120, 4)]);
-        let many: Vec<Location> = (0..40).rev().map(|i| Location { offset: 1000 + 2 * i, len: 1 }).collect();
-        assert_eq!(logged_ranges(&many), vec![(1000, 79)]);
+    fn declared_ranges_are_taken_from_the_copy_and_merged() {
+        let copy = Location { offset: 4096, len: 100 };
+        let writes = [
+            Location { offset: 4096 + 50, len: 10 },
+            Location { offset: 8192, len: 8 },
+            Location { offset: 4096 + 10, len: 5 },
+            Location { offset: 4096 + 15, len: 1 },
+            Location { offset: 4096 + 55, len: 2 },
+            Location { offset: 4096 + 90, len: 0 },
+            Location { offset: 4096 + 95, len: 10 },
+        ];
+        assert_eq!(declared_within(&writes, copy), vec![(10, 6), (50, 10)]);
     }
 }

@@ -14,10 +14,10 @@
 use ferrite_ado::message::{CallId, CallbackReply, CallbackRequest, CallbackResult, Location, PairRecord};
 use ferrite_plugin::abi;
 use ferrite_proto::PoolHandle;
-use ferrite_store::{FindQuery, WriteFootprint};
+use ferrite_store::FindQuery;
 
 use super::invoke::{refused_status, scratch_copy};
-use super::invoke_commit::{now_ns, read_region, transaction_footprint};
+use super::invoke_commit::{now_ns, read_region, target_footprint, transaction_footprint};
 use super::ShardState;
 use crate::ado::{Running, StagedAllocation, StagedKey};
 
@@ -38,7 +38,8 @@ enum KeyState {
     Staged(Option<Location>),
     /// The call's own target, whose value it is given as this.
     Target(Location),
-    /// Another running call holds it.
+    /// Another call holds it: one running, or one waiting in the queue (which holds its key from
+    /// the moment it was accepted, so that requests on the key keep their order).
     Locked,
     /// Nothing holds it (besides a read lock of this call's own, which a change upgrades).
     Free,
@@ -100,7 +101,8 @@ impl ShardState {
         if own.call.key == key {
             return KeyState::Target(own.target.location());
         }
-        if calls.running().iter().any(|running| running.id != call && running.locks(key, true)) {
+        if calls.running().iter().any(|running| running.id != call && running.locks(key, true)) || calls.queued_on(key)
+        {
             return KeyState::Locked;
         }
         KeyState::Free
@@ -196,12 +198,14 @@ impl ShardState {
         self.stage_value(handle, call, key, &kept, new_len, now_ns())
     }
 
-    /// Whether a call's transaction of `footprint` may go on: its record fits one log segment of
-    /// the configured size (a call never makes the log grow a segment of its own) and the log
-    /// has room for it now.
-    fn admits_call_transaction(&self, footprint: WriteFootprint) -> bool {
-        let fits = self.durability.as_ref().is_none_or(|durability| durability.log.fits_segment(footprint));
-        fits && self.admit_write(footprint).is_ok()
+    /// Whether call `call`'s transaction, with its changes so far, may still go on: its record
+    /// fits one log segment and the log has room for it now.
+    fn admits_call(&self, handle: PoolHandle, call: CallId) -> bool {
+        let running = self.calls.get(&handle).and_then(|calls| calls.running().iter().find(|r| r.id == call));
+        let (Some(running), Some(pool)) = (running, self.pools.get(handle)) else { return false };
+        let store = pool.store.as_ref();
+        let footprint = transaction_footprint(store, running, target_footprint(store, running));
+        self.admit_call_transaction(footprint).is_ok()
     }
 
     /// Lends the call a new value of `len` bytes beginning with `bytes` (zeros after) and stages
@@ -245,10 +249,7 @@ impl ShardState {
                 None
             }
         };
-        let running = self.calls.get(&handle).and_then(|calls| calls.running().iter().find(|r| r.id == call));
-        let (Some(running), Some(pool)) = (running, self.pools.get(handle)) else { return status(abi::ERR_FAILED) };
-        let footprint = transaction_footprint(pool.store.as_ref(), running);
-        if self.admits_call_transaction(footprint) {
+        if self.admits_call(handle, call) {
             return status(abi::OK);
         }
         // The log cannot take the call's transaction with this change: the change is dropped.
@@ -313,14 +314,7 @@ impl ShardState {
             return status(abi::ERR_FAILED);
         };
         running.allocated.push(allocation);
-        let running = self.calls.get(&handle).and_then(|calls| calls.running().iter().find(|r| r.id == call));
-        let fits = match (running, self.pools.get(handle)) {
-            (Some(running), Some(pool)) => {
-                self.admits_call_transaction(transaction_footprint(pool.store.as_ref(), running))
-            }
-            _ => false,
-        };
-        if !fits {
+        if !self.admits_call(handle, call) {
             if let Some(running) = self.running_mut(handle, call) {
                 running.allocated.pop();
             }

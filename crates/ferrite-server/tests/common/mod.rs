@@ -13,8 +13,6 @@
 // Each test file uses its own subset of the harness.
 #![allow(dead_code)]
 
-pub mod small_disk;
-
 use std::fmt::Display;
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;

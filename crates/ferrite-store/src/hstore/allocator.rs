@@ -96,6 +96,20 @@ impl RegionAllocator {
         Some(start + extent_len - len)
     }
 
+    /// Best fit for `len` bytes at an `align`-aligned start (a multiple of the grain), carved from
+    /// the high end of the extent as `alloc_high` does.
+    pub(crate) fn alloc_high_aligned(&mut self, len: u64, align: u64) -> Option<u64> {
+        debug_assert!(len > 0 && is_aligned(len, GRAIN_BYTES) && is_aligned(align, GRAIN_BYTES));
+        let (extent_len, start, at) = self.by_len.range((len, 0)..).find_map(|&(extent_len, start)| {
+            let at = (start + extent_len - len) / align * align;
+            (at >= start).then_some((extent_len, start, at))
+        })?;
+        self.remove(start, extent_len);
+        self.insert(start, at - start);
+        self.insert(at + len, start + extent_len - at - len);
+        Some(at)
+    }
+
     /// The lowest `align`-aligned free range of `len` bytes. Scans the free list, which is fine
     /// for its one caller: a new slab is needed once per slab's worth of objects.
     pub(crate) fn alloc_low_aligned(&mut self, len: u64, align: u64) -> Option<u64> {
@@ -341,6 +355,35 @@ impl Heap {
         }
     }
 
+    /// Whole pages of `page_bytes` for `len` bytes: an extent that starts on a page and holds its
+    /// pages alone, counted with the large objects.
+    pub(crate) fn alloc_pages(&mut self, len: u64, page_bytes: u64) -> Option<u64> {
+        let bytes = align_up(len.max(1), page_bytes);
+        let offset = self.region.alloc_high_aligned(bytes, page_bytes)?;
+        self.large_bytes += bytes;
+        Some(offset)
+    }
+
+    /// Frees what [`Self::alloc_pages`] gave for `len` bytes.
+    pub(crate) fn free_pages(&mut self, offset: u64, len: u64, page_bytes: u64) {
+        let bytes = align_up(len.max(1), page_bytes);
+        self.region.free(offset, bytes);
+        self.large_bytes -= bytes;
+    }
+
+    /// Marks `bytes` (whole pages, as recorded) at `offset` allocated; the error says why they
+    /// cannot be.
+    pub(crate) fn claim_pages(&mut self, offset: u64, bytes: u64) -> Result<(), String> {
+        if !is_aligned(offset, GRAIN_BYTES) || !is_aligned(bytes, GRAIN_BYTES) || bytes == 0 {
+            Err(format!("({bytes} bytes of whole pages) is not {GRAIN_BYTES}-byte aligned"))
+        } else if self.region.claim(offset, bytes) {
+            self.large_bytes += bytes;
+            Ok(())
+        } else {
+            Err(format!("({bytes} bytes of whole pages) overlaps another allocation or lies outside the heap"))
+        }
+    }
+
     pub(crate) fn alloc_segment(&mut self, bytes: u64) -> Option<u64> {
         self.region.alloc_high(bytes)
     }
@@ -479,6 +522,23 @@ mod tests {
         assert_eq!(region.by_start.len(), 1);
         assert_eq!(region.free_bytes(), 64 * 100);
         assert_eq!(region.alloc_high(64 * 101), None);
+    }
+
+    #[test]
+    fn page_aligned_allocation_takes_whole_pages_best_fit() {
+        let mut heap = Heap::new(4096, 4096 * 10 + 64, 1024, 128);
+        let at = heap.alloc_pages(100, 4096).expect("room");
+        assert!(is_aligned(at, 4096), "{at:#x} starts a page");
+        assert_eq!(heap.large_bytes(), 4096, "the whole page is its own");
+        let next = heap.alloc_pages(4097, 4096).expect("room");
+        assert!(is_aligned(next, 4096) && (next + 8192 <= at || at + 4096 <= next), "two pages apart from the first");
+        heap.free_pages(at, 100, 4096);
+        heap.free_pages(next, 4097, 4096);
+        assert_eq!(heap.large_bytes(), 0);
+        assert_eq!(heap.free_bytes(), 4096 * 9 + 64, "everything coalesced back");
+        heap.claim_pages(8192, 4096).expect("free pages");
+        assert!(heap.claim_pages(8192, 4096).is_err(), "taken");
+        assert!(heap.alloc_pages(4096 * 10, 4096).is_none(), "no ten free pages");
     }
 
     #[test]

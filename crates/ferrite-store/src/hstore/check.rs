@@ -53,6 +53,8 @@ pub(crate) struct Walk {
 pub(crate) struct Allocation {
     pub id: u64,
     pub len: u64,
+    /// Whole pages (see `layout::PAGES`), freed as such; else an object of `len` bytes.
+    pub pages: bool,
 }
 
 /// Summary of a region that passed [`HStore::check`](super::HStore::check).
@@ -242,7 +244,11 @@ fn check_occupant(
         }
         if !inline {
             walk.out_of_line_objects += 1;
-            if let Err(reason) = heap.claim(at, len) {
+            // An allocation of whole pages holds exactly the pages it recorded; keys and values
+            // hold what their lengths give them.
+            let claimed =
+                if occupant.pages && what == "value" { heap.claim_pages(at, len) } else { heap.claim(at, len) };
+            if let Err(reason) = claimed {
                 problems.push(
                     payload,
                     format!("the {what} of bucket {bucket} of subtable {k} ({len} bytes at {at:#x}) {reason}"),
@@ -290,7 +296,7 @@ fn check_occupant(
     }
     if occupant.internal {
         let id = key.try_into().map(u64::from_le_bytes).unwrap_or(u64::MAX);
-        walk.allocations.insert(value_at, Allocation { id, len: value_len });
+        walk.allocations.insert(value_at, Allocation { id, len: value_len, pages: occupant.pages });
     } else {
         walk.objects += 1;
     }

@@ -105,6 +105,13 @@ pub(crate) const IN_USE: u32 = 1 << 31;
 /// that no client key owns (a plugin's, see [`Occupant::allocation`]). Lookups of client keys,
 /// counts and walks never see it.
 pub(crate) const INTERNAL: u32 = 1 << 30;
+/// The meta word's flag, beside [`INTERNAL`], for an allocation of whole pages: the extent of
+/// its recorded length from a page boundary, which a restart claims as such, rather than the
+/// slot or extent its length alone would give it. Every allocation a plugin call makes takes
+/// whole pages (its host may write them while the call runs, and nothing else may share them);
+/// allocations from before this flag lack it and are claimed by their length as before. Only
+/// allocations carry it: in a client pair's meta word these bits are the key's length.
+pub(crate) const PAGES: u32 = 1 << 29;
 /// Longest key the entry can describe.
 pub(crate) const KEY_BYTES_MAX: u64 = (INTERNAL - 1) as u64;
 /// Longest value the entry can describe.
@@ -441,12 +448,14 @@ pub(crate) struct Occupant {
     pub payload: [u8; PAYLOAD_BYTES],
     /// An allocation the engine keeps ([`INTERNAL`]), not a client's pair.
     pub internal: bool,
+    /// An allocation of whole pages ([`PAGES`]).
+    pub pages: bool,
 }
 
 impl Occupant {
-    /// The occupant recording an allocation of `len` bytes at `at` (already claimed from the
-    /// heap) under the 8-byte key `id`: its key inline, its "value" the allocation, out of line,
-    /// so a restart's walk claims the allocation again.
+    /// The occupant recording an allocation of `len` bytes (whole pages) at `at` (already claimed
+    /// from the heap) under the 8-byte key `id`: its key inline, its "value" the allocation, out
+    /// of line, so a restart's walk claims the allocation again.
     pub(crate) fn allocation(tag: u32, write_time_ns: u64, id: u64, at: u64, len: u32) -> Occupant {
         let key = id.to_le_bytes();
         let placement = Placement::of(key.len() as u64, u64::from(len));
@@ -455,7 +464,7 @@ impl Occupant {
         payload[..key.len()].copy_from_slice(&key);
         let v = placement.value_at;
         payload[v..v + REFERENCE_BYTES].copy_from_slice(&at.to_le_bytes());
-        Occupant { tag, key_len: key.len() as u32, value_len: len, write_time_ns, payload, internal: true }
+        Occupant { tag, key_len: key.len() as u32, value_len: len, write_time_ns, payload, internal: true, pages: true }
     }
 
     /// Builds the occupant of a pair; `key_at` / `value_at` are the offsets of the out-of-line
@@ -509,18 +518,22 @@ impl Occupant {
             (false, Some(at)) => payload[v..v + REFERENCE_BYTES].copy_from_slice(&at.to_le_bytes()),
             _ => panic!("value offset given exactly when the value is out of line"),
         }
-        Occupant { tag, key_len, value_len, write_time_ns, payload, internal: false }
+        Occupant { tag, key_len, value_len, write_time_ns, payload, internal: false, pages: false }
     }
 
     /// `entry` is a whole 64-byte entry whose in-use flag is set.
     pub(crate) fn decode(entry: &[u8]) -> Occupant {
+        let meta = read_u32(entry, META_OFFSET);
+        let internal = meta & INTERNAL != 0;
+        let pages = internal && meta & PAGES != 0;
         Occupant {
             tag: read_u32(entry, HASH_OFFSET),
-            key_len: read_u32(entry, META_OFFSET) & !(IN_USE | INTERNAL),
+            key_len: if internal { meta & (PAGES - 1) } else { meta & !(IN_USE | INTERNAL) },
             value_len: read_u32(entry, VALUE_LEN_OFFSET),
             write_time_ns: read_u64(entry, WRITE_TIME_OFFSET),
             payload: entry[PAYLOAD_OFFSET..PAYLOAD_OFFSET + PAYLOAD_BYTES].try_into().expect("40 bytes"),
-            internal: read_u32(entry, META_OFFSET) & INTERNAL != 0,
+            internal,
+            pages,
         }
     }
 
@@ -529,7 +542,8 @@ impl Occupant {
         let mut entry = [0; ENTRY_BYTES as usize];
         write_u32(&mut entry, HASH_OFFSET, self.tag);
         let internal = if self.internal { INTERNAL } else { 0 };
-        write_u32(&mut entry, META_OFFSET, self.key_len | IN_USE | internal);
+        let pages = if self.pages { PAGES } else { 0 };
+        write_u32(&mut entry, META_OFFSET, self.key_len | IN_USE | internal | pages);
         write_u32(&mut entry, VALUE_LEN_OFFSET, self.value_len);
         write_u64(&mut entry, WRITE_TIME_OFFSET, self.write_time_ns);
         entry[PAYLOAD_OFFSET..].copy_from_slice(&self.payload);

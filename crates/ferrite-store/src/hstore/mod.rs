@@ -85,8 +85,8 @@ use table::{plan_insert, Image, Move, Overlay, Source, Subtable, MOVES_MAX};
 use crate::memory::MemoryUsage;
 use crate::persistence::PoolMemory;
 use crate::store::{
-    KeptAllocation, PoolSpec, PutMode, PutOutcome, StagedValue, Store, StoreError, ValueAttributes, ValueLocation,
-    WriteFootprint, ENTRY_OVERHEAD_BYTES,
+    KeptAllocation, PoolSpec, PutMode, PutOutcome, RegionCopy, StagedValue, Store, StoreError, ValueAttributes,
+    ValueLocation, WriteFootprint, ENTRY_OVERHEAD_BYTES,
 };
 
 /// Why [`HStore::create`] refused.
@@ -163,6 +163,12 @@ impl<M: PoolMemory> fmt::Debug for HStore<M> {
 
 fn charge(key_len: u64, value_len: u64) -> u64 {
     key_len + value_len + ENTRY_OVERHEAD_BYTES
+}
+
+/// The operating system's page: scratch memory (a plugin call's copies and allocations) comes in
+/// whole pages of it, so that a plugin host can be given write access to exactly a call's own.
+fn page_bytes() -> u64 {
+    rustix::param::page_size() as u64
 }
 
 /// How the index takes a new pair.
@@ -920,11 +926,12 @@ impl<M: PoolMemory> Store for HStore<M> {
     }
 
     fn allocate_scratch(&mut self, len: u64) -> Option<u64> {
-        self.heap.alloc(len)
+        self.heap.alloc_pages(len, page_bytes())
     }
 
     fn free_scratch(&mut self, offset: u64, len: u64) {
-        self.free_object(offset, len);
+        self.heap.free_pages(offset, len, page_bytes());
+        self.memory.freed(offset, len);
     }
 
     fn write_scratch(&mut self, offset: u64, bytes: &[u8]) -> bool {
@@ -942,20 +949,24 @@ impl<M: PoolMemory> Store for HStore<M> {
         self.memory.bytes().get(start..start.checked_add(usize::try_from(len).ok()?)?)
     }
 
-    fn commit_external_writes(&mut self, ranges: &[(u64, u64)]) {
-        for &(offset, len) in ranges {
-            let len = usize::try_from(len).expect("a range of pool memory fits the address space");
-            // Declares the range to the backing; its bytes are already the new ones.
-            self.memory.modify(offset, len);
+    fn copy_within_region(&mut self, copies: &[RegionCopy]) {
+        let mut bytes = Vec::new();
+        for copy in copies {
+            let (from, len) = (layout::index(copy.from), layout::index(copy.len));
+            bytes.clear();
+            bytes.extend_from_slice(&self.memory.bytes()[from..from + len]);
+            self.memory.modify(copy.to, len).copy_from_slice(&bytes);
         }
         self.memory.commit();
     }
 
     fn keep_scratch(&mut self, id: u64, at: u64, len: u64, write_time_ns: u64) -> Result<(), StoreError> {
         let key = id.to_le_bytes();
+        // The allocation is the whole pages `allocate_scratch` gave, and is recorded as such.
+        let pages = layout::align_up(len.max(1), page_bytes());
         let recorded =
-            u32::try_from(len).ok().filter(|len| !Placement::of(key.len() as u64, u64::from(*len)).value_inline);
-        let recorded = recorded.ok_or(StoreError::ValueTooLarge { bytes: len, max: VALUE_BYTES_MAX })?;
+            u32::try_from(pages).map_err(|_| StoreError::ValueTooLarge { bytes: len, max: VALUE_BYTES_MAX })?;
+        let len = pages;
         let (index, tag, found) = self.locate_among(&key, true);
         if found.is_some() {
             return Err(StoreError::KeyExists);
@@ -974,7 +985,7 @@ impl<M: PoolMemory> Store for HStore<M> {
         self.memory.commit();
         self.pairs[index] += 1;
         self.used_bytes = used_after;
-        self.allocations.insert(at, Allocation { id, len });
+        self.allocations.insert(at, Allocation { id, len, pages: true });
         Ok(())
     }
 
@@ -985,7 +996,12 @@ impl<M: PoolMemory> Store for HStore<M> {
         let occupant = self.subtables[index].occupant(self.memory.bytes(), bucket);
         let at = occupant.value_at().expect("an allocation lies out of line");
         let len = u64::from(occupant.value_len);
-        self.free_object(at, len);
+        if occupant.pages {
+            self.heap.free_pages(at, len, page_bytes());
+            self.memory.freed(at, len);
+        } else {
+            self.free_object(at, len);
+        }
         self.remove_occupant(index, tag, bucket);
         self.memory.commit();
         self.used_bytes -= charge(key.len() as u64, len);

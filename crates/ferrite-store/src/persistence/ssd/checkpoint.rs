@@ -321,9 +321,6 @@ pub enum Step {
     /// The next page's last change (at this LSN) is not durable yet: have the log synced and
     /// step again once it is.
     WaitDurable(Lsn),
-    /// The next page is pinned by a plugin call in progress, which may still change or undo
-    /// it: step again a little later.
-    WaitPinned,
     /// Every page is copied: run this off the shard's thread, then call
     /// [`Checkpointer::complete`] with its result.
     Finish(FinishJob),
@@ -479,12 +476,6 @@ impl Checkpointer {
         let tracker = tracker.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         while pool.next < pool.pages.len() && copied < budget {
             let page = pool.pages[pool.next];
-            if tracker.is_pinned(page) {
-                if bytes.is_empty() {
-                    return Ok(Step::WaitPinned);
-                }
-                break;
-            }
             let lsn = tracker.page_lsn(page);
             if lsn > durable_lsn {
                 if bytes.is_empty() {

@@ -17,11 +17,6 @@ pub struct PageTracker {
     /// Pages wholly inside memory the engine freed ([`freed`](Self::freed)) and not written
     /// since: a checkpoint need not copy them. Known only since the pool was loaded.
     free_bits: Vec<u64>,
-    /// Pages that code outside the shard (a plugin call in progress) may be changing, with how
-    /// many ranges pin each: they count as changed at an LSN that is never durable, so no
-    /// checkpoint copies bytes a call may still undo or has not logged yet (few at a time, hence
-    /// a map).
-    pinned: std::collections::HashMap<u64, u32>,
 }
 
 impl PageTracker {
@@ -38,7 +33,7 @@ impl PageTracker {
         let mut free_bits = Vec::new();
         free_bits.try_reserve_exact(pages.div_ceil(64))?;
         free_bits.resize(pages.div_ceil(64), 0);
-        Ok(PageTracker { page_lsn, dirty_bits, dirty: Vec::new(), free_bits, pinned: Default::default() })
+        Ok(PageTracker { page_lsn, dirty_bits, dirty: Vec::new(), free_bits })
     }
 
     /// Pages in the region.
@@ -98,34 +93,6 @@ impl PageTracker {
     /// The LSN of the last change to `page` (0 if none since the pool was loaded).
     pub fn page_lsn(&self, page: u64) -> Lsn {
         self.page_lsn[page as usize]
-    }
-
-    /// Whether another process may be changing `page` now (see [`pin`](Self::pin)).
-    pub fn is_pinned(&self, page: u64) -> bool {
-        self.pinned.contains_key(&page)
-    }
-
-    /// Pins the pages of `len` bytes at `offset`: another process may change them until
-    /// [`unpin`](Self::unpin), so checkpoints wait for them meanwhile.
-    pub fn pin(&mut self, offset: u64, len: u64) {
-        for page in Self::page_span(offset, len) {
-            *self.pinned.entry(page).or_default() += 1;
-        }
-    }
-
-    /// Ends a [`pin`](Self::pin) of the same range, recording the range as changed at `lsn`:
-    /// the record holding whatever the pinned code changed, or (if it changed nothing or was
-    /// undone) any LSN the log has reached, as the bytes are then as that record left them.
-    pub fn unpin(&mut self, offset: u64, len: u64, lsn: Lsn) {
-        for page in Self::page_span(offset, len) {
-            if let std::collections::hash_map::Entry::Occupied(mut pins) = self.pinned.entry(page) {
-                *pins.get_mut() -= 1;
-                if *pins.get() == 0 {
-                    pins.remove();
-                }
-            }
-        }
-        self.record(offset, len, lsn);
     }
 
     /// The pages `len` bytes at `offset` touch.
@@ -209,25 +176,5 @@ mod tests {
         assert!(pages.is_free(1) && !pages.is_free(2), "written again: needed");
         pages.freed(4 * PAGE_BYTES, 10 * PAGE_BYTES, 11);
         assert!(pages.is_free(4), "a range past the region's end frees what lies inside it");
-    }
-
-    /// A page stays pinned, whatever is recorded meanwhile, until its last pin ends; the unpin
-    /// records the range as changed at the LSN it is given.
-    #[test]
-    fn pinned_pages_stay_pinned_until_their_last_pin_ends() {
-        let mut pages = PageTracker::try_new(4 * PAGE_BYTES).expect("small");
-        pages.pin(PAGE_BYTES - 8, 16);
-        pages.pin(PAGE_BYTES, 8);
-        pages.record(PAGE_BYTES, 4, 3);
-        assert_eq!((pages.is_pinned(0), pages.is_pinned(1), pages.is_pinned(2)), (true, true, false));
-        pages.take_dirty();
-        pages.unpin(PAGE_BYTES - 8, 16, 9);
-        assert_eq!((pages.is_pinned(0), pages.page_lsn(0)), (false, 9));
-        assert!(pages.is_pinned(1), "page 1 has another pin");
-        pages.unpin(PAGE_BYTES, 8, 10);
-        assert_eq!((pages.is_pinned(1), pages.page_lsn(1)), (false, 10));
-        assert_eq!(pages.take_dirty(), vec![0, 1], "unpinned ranges count as changed");
-        pages.pin(0, 0);
-        assert!(!pages.is_pinned(0), "an empty range pins nothing");
     }
 }

@@ -13,7 +13,7 @@ use super::*;
 use crate::hstore::HStore;
 use crate::persistence::wal::sim::SimStorage;
 use crate::persistence::wal::{Lsn, WalConfig};
-use crate::store::{PoolSpec, PutMode, Store};
+use crate::store::{PoolSpec, PutMode, RegionCopy, Store};
 
 const SEGMENT_BYTES: u64 = 256 * 1024;
 
@@ -105,7 +105,7 @@ impl Shard {
             match self.checkpointer.step(self.log.durable_lsn(), 3).expect("step") {
                 Step::Write(write) => self.checkpointer.recycle(write.run().expect("write pages")),
                 Step::WaitDurable(_) => self.sync(),
-                Step::Continue | Step::WaitPinned => {}
+                Step::Continue => {}
                 Step::Finish(job) => {
                     self.finish_checkpoint(job);
                     return true;
@@ -318,8 +318,6 @@ fn a_subtable_freed_by_a_growth_the_log_lost_is_whole_after_recovery() {
 /// Once the erase is durable, the freed pages are not copied.
 #[test]
 fn freed_pages_are_left_out_of_checkpoints_only_once_their_free_is_durable() {
-    use std::os::unix::fs::FileExt;
-
     let dir = temp_dir("freed-pages");
     let paths = ShardPaths::new(&dir);
     let mut shard = open_shard(&paths);
@@ -337,9 +335,10 @@ fn freed_pages_are_left_out_of_checkpoints_only_once_their_free_is_durable() {
     // share the value's first or last page, and a checkpoint waits for it anyway.
     let page = super::pages::PAGE_BYTES;
     let (start, end) = (location.offset.next_multiple_of(page), (location.offset + location.len) / page * page);
-    let file = shard.store(id).memory().region().file().clone();
-    file.write_all_at(&vec![0x22; (end - start) as usize], start).expect("write through the memfd");
-    shard.store(id).commit_external_writes(&[(start, end - start)]);
+    let scratch = shard.store(id).allocate_scratch(end - start).expect("room");
+    assert!(shard.store(id).write_scratch(scratch, &vec![0x22; (end - start) as usize]));
+    shard.store(id).copy_within_region(&[RegionCopy { from: scratch, to: start, len: end - start }]);
+    shard.store(id).free_scratch(scratch, end - start);
     shard.sync();
 
     shard.begin_checkpoint();
@@ -356,7 +355,7 @@ fn freed_pages_are_left_out_of_checkpoints_only_once_their_free_is_durable() {
                 assert!(lsn >= erased_at, "waits for the erase, not an earlier record: {lsn} < {erased_at}");
                 break;
             }
-            Step::Continue | Step::WaitPinned => {}
+            Step::Continue => {}
             Step::Finish(_) => panic!("the checkpoint left the value's pages out before the erase was durable"),
         }
     }
@@ -369,7 +368,7 @@ fn freed_pages_are_left_out_of_checkpoints_only_once_their_free_is_durable() {
                 shard.checkpointer.recycle(write.run().expect("write pages"));
             }
             Step::WaitDurable(_) => shard.sync(),
-            Step::Continue | Step::WaitPinned => left += 1,
+            Step::Continue => left += 1,
             Step::Finish(job) => {
                 shard.finish_checkpoint(job);
                 break;
@@ -390,61 +389,40 @@ fn freed_pages_are_left_out_of_checkpoints_only_once_their_free_is_durable() {
     std::fs::remove_dir_all(&dir).expect("clean up");
 }
 
+/// A plugin call's declared writes, copied from its copy in scratch memory onto a value kept out
+/// of line, are one logged transaction: after a restart the log alone brings them back, and the
+/// bytes around them (the rest of the value, its neighbours) are as they were.
 #[test]
-fn external_writes_are_logged_and_pinned_pages_hold_checkpoints_back() {
-    use std::os::unix::fs::FileExt;
-
-    let dir = temp_dir("external");
+fn region_copies_are_logged_as_exactly_their_bytes() {
+    let dir = temp_dir("region-copies");
     let paths = ShardPaths::new(&dir);
     let mut shard = open_shard(&paths);
     let id = shard.create_pool("pool", PoolSpec { size_bytes: 1 << 20, expected_objects: 64 });
-    shard.store(id).put(b"counter", &1u64.to_le_bytes(), PutMode::Upsert, 1).expect("room");
-    shard.store(id).put(b"other", &[7; 300], PutMode::Upsert, 1).expect("room");
-    shard.sync();
+    shard.store(id).put(b"before", &[1; 100], PutMode::Upsert, 1).expect("room");
     shard.store(id).put(b"big", &[9; 100], PutMode::Upsert, 1).expect("room");
+    shard.store(id).put(b"after", &[2; 100], PutMode::Upsert, 1).expect("room");
+    shard.sync();
     let big = shard.store(id).value_location(b"big").expect("a located value");
     assert!(big.stable && big.len == 100, "a value out of line stays where it is: {big:?}");
-    let counter = shard.store(id).value_location(b"counter").expect("a located value");
-    assert!(!counter.stable, "an 8-byte value lives in its entry, which inserts may move");
-    let (offset, len) = (counter.offset, counter.len);
-    assert_eq!(len, 8);
     assert_eq!(shard.store(id).value_location(b"missing"), None);
-    let write = |shard: &mut Shard, value: u64| {
-        let file = shard.store(id).memory().region().file().clone();
-        file.write_all_at(&value.to_le_bytes(), offset).expect("write through the memfd");
-    };
-
-    // Committed: the log alone brings it back.
-    write(&mut shard, 2);
-    assert_eq!(shard.store(id).get(b"counter"), Some(&2u64.to_le_bytes()[..]), "the mapping sees it");
-    shard.store(id).commit_external_writes(&[(offset, len)]);
+    let scratch = shard.store(id).allocate_scratch(100).expect("room");
+    assert!(shard.store(id).write_scratch(scratch, &[b'c'; 100]));
+    let copies = [
+        RegionCopy { from: scratch + 10, to: big.offset + 10, len: 5 },
+        RegionCopy { from: scratch + 90, to: big.offset + 90, len: 10 },
+    ];
+    shard.store(id).copy_within_region(&copies);
+    shard.store(id).free_scratch(scratch, 100);
     shard.sync();
     drop(shard);
     let mut shard = open_shard(&paths);
-    assert_eq!(shard.store(id).get(b"counter"), Some(&2u64.to_le_bytes()[..]));
-
-    // Pinned while written, then undone: the checkpoint waits for the pin and holds the undo.
-    let pages = shard.pools[&id].2.clone();
-    pages.lock().expect("tracker").pin(offset, len);
-    write(&mut shard, 3);
-    shard.begin_checkpoint();
-    loop {
-        match shard.checkpointer.step(shard.log.durable_lsn(), 1_000).expect("step") {
-            Step::Write(write) => shard.checkpointer.recycle(write.run().expect("write pages")),
-            Step::WaitDurable(_) => shard.sync(),
-            Step::Continue => {}
-            Step::WaitPinned => break,
-            Step::Finish(_) => panic!("the checkpoint finished past a pinned page"),
-        }
-    }
-    write(&mut shard, 2);
-    let lsn = shard.log.last_lsn();
-    pages.lock().expect("tracker").unpin(offset, len, lsn);
-    assert!(shard.step_checkpoint(100_000), "the checkpoint completes once the page is unpinned");
-    drop(shard);
-    let mut shard = open_shard(&paths);
-    assert_eq!(shard.store(id).get(b"counter"), Some(&2u64.to_le_bytes()[..]));
-    assert_eq!(shard.store(id).get(b"other"), Some(&[7; 300][..]));
+    let mut expected = [9u8; 100];
+    expected[10..15].fill(b'c');
+    expected[90..].fill(b'c');
+    assert_eq!(shard.store(id).get(b"big"), Some(&expected[..]));
+    assert_eq!(shard.store(id).get(b"before"), Some(&[1; 100][..]));
+    assert_eq!(shard.store(id).get(b"after"), Some(&[2; 100][..]));
+    shard.store(id).check().expect("table invariants hold");
     std::fs::remove_dir_all(&dir).expect("clean up");
 }
 
@@ -778,7 +756,7 @@ fn a_change_the_log_could_not_take_is_never_checkpointed() {
     // the first page holding the unlogged change.
     loop {
         match shard.checkpointer.step(Lsn::MAX - 1, 1).expect("step") {
-            Step::Write(_) | Step::Continue | Step::WaitPinned => {}
+            Step::Write(_) | Step::Continue => {}
             Step::WaitDurable(lsn) => {
                 assert_eq!(lsn, UNLOGGED);
                 break;

@@ -1,12 +1,13 @@
 //! A server whose data directory is on a small tmpfs, mounted in a private mount namespace (so
 //! no privileges beyond an unprivileged user namespace are needed), with ballast taking part of
 //! it: writes fill the disk until the log has no room, and removing the ballast gives room back.
-//! Where user namespaces are not available, [`available`] says so and the test skips.
+//! Where user namespaces are not available, [`available`] says so and the test skips. Only this
+//! crate's tests use it: it runs the server binary Cargo names for them.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use super::{ServerBuilder, TestServer};
+use crate::common::{ServerBuilder, TestServer};
 
 /// The tmpfs's size.
 pub const TMPFS_BYTES: u64 = 8 << 20;
