@@ -7,6 +7,7 @@
 
 mod common;
 mod pki;
+mod wire;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -18,7 +19,9 @@ use ferrite_client::{
     Attribute, ClientOptions, Error, ErrorCode, FindKind, InvokeOptions, PoolOptions, PoolSetting, TlsOptions,
     UserCredentials,
 };
+use ferrite_proto::{Credentials, Request, PROTOCOL_VERSION};
 use pki::Pki;
+use wire::RawClient;
 
 const PASSWORD: &str = "correct horse battery";
 
@@ -295,6 +298,46 @@ fn sighup_reloads_the_users_file_and_open_sessions_follow_it() {
     let error = Session::connect_with(&server.addr_string(), options(Some(("alice", PASSWORD)), None))
         .expect_err("a removed user cannot log in");
     assert_eq!(error.code(), Some(ErrorCode::AuthenticationFailed));
+}
+
+/// Sends a `hello` as `user` with `password` on a new raw connection, without reading its answer.
+fn raw_hello(server: &TestServer, user: &str, password: &str) -> RawClient {
+    let mut client = RawClient::connect(server.addr(0));
+    let auth = Credentials { user, password: password.as_bytes() }.encode();
+    client.send(1, &Request::Hello { version: PROTOCOL_VERSION, client_name: "raw-test", auth: &auth });
+    client
+}
+
+/// A password checked against the users file of before a reload is not trusted after it. A
+/// check of the old password still queued at SIGHUP (here behind wrong guesses, which anyone who
+/// can connect may send to stretch the window) must not put the old secret back into the cache
+/// of verified secrets that the reload cleared: every new connection would then log in with the
+/// old password until the next reload.
+#[test]
+fn a_changed_password_stops_working_even_if_a_check_of_it_was_queued_at_the_reload() {
+    let mut users = Users::new("auth-stale-check");
+    users.add("alice").grant("alice", "*", "read");
+    let server = TestServer::builder().arg("--users").arg(users.save().display().to_string()).start();
+    let mut guesses: Vec<RawClient> = (0..40).map(|_| raw_hello(&server, "alice", "a wrong guess")).collect();
+    let mut in_flight = raw_hello(&server, "alice", PASSWORD);
+    // One refused guess: the server is verifying them, the old password's check queued behind.
+    guesses[0].read_frame().expect_error(1, ErrorCode::AuthenticationFailed);
+
+    const NEW_PASSWORD: &str = "a new password";
+    let hash = secret::hash_secret(NEW_PASSWORD.as_bytes()).expect("hash");
+    users.file.set_password("alice", hash).expect("change the password");
+    users.save();
+    hang_up(&server, "reloaded the users file");
+    // The check queued before the reload answers either way; only what follows it matters.
+    let _ = in_flight.read_frame_or_end();
+
+    let error = Session::connect_with(&server.addr_string(), options(Some(("alice", PASSWORD)), None))
+        .expect_err("the old password no longer logs in");
+    assert_eq!(error.code(), Some(ErrorCode::AuthenticationFailed), "{error}");
+    Session::connect_with(&server.addr_string(), options(Some(("alice", NEW_PASSWORD)), None))
+        .expect("the new password logs in")
+        .list_pools()
+        .expect("served");
 }
 
 /// SIGHUP never ends a server: without a users file there is nothing to reread, and it says so.

@@ -24,14 +24,17 @@ const QUEUE_MAX: usize = 64;
 pub(crate) struct Verification {
     pub completion: Arc<Completion>,
     user: String,
+    /// The generation of the users file whose hash the password is checked against: once the
+    /// file is reloaded, the outcome says nothing about the password that counts now.
+    generation: u64,
     outcome: OnceLock<bool>,
 }
 
 impl Verification {
     /// Whether this verification is of `user`'s password (the request that started it is the
-    /// one running again).
-    pub(crate) fn is_for(&self, user: &str) -> bool {
-        self.user == user
+    /// one running again) against the users of `generation`, the current one.
+    pub(crate) fn answers(&self, user: &str, generation: u64) -> bool {
+        self.user == user && self.generation == generation
     }
 
     /// Whether the password matched, once known.
@@ -60,18 +63,23 @@ impl Verifier {
         Ok(Verifier { jobs, decoy: Arc::from(super::decoy_hash()) })
     }
 
-    /// Queues a check of `password` against `hash` (`None`: the user does not exist, and the
-    /// decoy is checked so that this takes as long). `then` runs on the verifier's thread with the
-    /// outcome before the completion is woken.
+    /// Queues a check of `password` against `hash`, `user`'s in the users file of `generation`
+    /// (`None`: the user does not exist, and the decoy is checked so that this takes as long).
+    /// `then` runs on the verifier's thread with the outcome before the completion is woken.
     pub(super) fn submit(
         &self,
         user: &str,
+        generation: u64,
         hash: Option<String>,
         password: Vec<u8>,
         then: impl FnOnce(bool) + Send + 'static,
     ) -> Result<Arc<Verification>, String> {
-        let verification =
-            Arc::new(Verification { completion: Completion::new(), user: user.to_owned(), outcome: OnceLock::new() });
+        let verification = Arc::new(Verification {
+            completion: Completion::new(),
+            user: user.to_owned(),
+            generation,
+            outcome: OnceLock::new(),
+        });
         let exists = hash.is_some();
         let hash = hash.unwrap_or_else(|| self.decoy.to_string());
         let job = {
@@ -99,5 +107,29 @@ fn work(queue: &Mutex<Receiver<Job>>) {
             Ok(job) => job(),
             Err(_) => return,
         }
+    }
+}
+
+#[cfg(test)]
+impl Verifier {
+    /// Holds every verifying thread until the returned sender is dropped, so that verifications
+    /// queued meanwhile stay in flight and the queue holds nothing else.
+    pub(super) fn occupy(&self) -> std::sync::mpsc::Sender<()> {
+        let (release, released) = std::sync::mpsc::channel::<()>();
+        let released = Arc::new(Mutex::new(released));
+        let (started, running) = std::sync::mpsc::channel();
+        for _ in 0..VERIFIER_THREADS {
+            let (released, started) = (Arc::clone(&released), started.clone());
+            let job: Job = Box::new(move || {
+                started.send(()).expect("the test waits for every thread");
+                // Returns once the test drops its sender.
+                let _ = released.lock().unwrap_or_else(PoisonError::into_inner).recv();
+            });
+            self.jobs.try_send(job).expect("an empty queue has room");
+        }
+        for _ in 0..VERIFIER_THREADS {
+            running.recv().expect("every thread takes a holding job");
+        }
+        release
     }
 }

@@ -94,7 +94,9 @@ impl ShardState {
 
     /// Authenticates `session` as `user` with `password`: at once if this secret was verified
     /// before, otherwise on the verifier's threads (then [`Authenticating::Pending`], and the
-    /// caller runs its request again when the completion wakes it).
+    /// caller runs its request again when the completion wakes it). A verification against a
+    /// users file reloaded since is dropped and the password verified again: the password may
+    /// have changed meanwhile.
     pub(crate) fn authenticate(&mut self, session: &mut Session, user: &str, password: &[u8]) -> Authenticating {
         if !self.auth.enabled() {
             return Authenticating::Refused(Failure::new(
@@ -103,7 +105,7 @@ impl ShardState {
             ));
         }
         let matched = match session.verification.take() {
-            Some(verification) if verification.is_for(user) => match verification.outcome() {
+            Some(verification) if verification.answers(user, self.auth.generation()) => match verification.outcome() {
                 Some(matched) => matched,
                 None => {
                     let completion = Arc::clone(&verification.completion);
