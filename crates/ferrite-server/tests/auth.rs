@@ -19,7 +19,7 @@ use ferrite_client::{
     Attribute, ClientOptions, Error, ErrorCode, FindKind, InvokeOptions, PoolOptions, PoolSetting, TlsOptions,
     UserCredentials,
 };
-use ferrite_proto::{Credentials, Request, PROTOCOL_VERSION};
+use ferrite_proto::{Credentials, EndTransferFlags, PoolHandle, PutFlags, Request, PROTOCOL_VERSION};
 use pki::Pki;
 use wire::RawClient;
 
@@ -306,6 +306,100 @@ fn raw_hello(server: &TestServer, user: &str, password: &str) -> RawClient {
     let auth = Credentials { user, password: password.as_bytes() }.encode();
     client.send(1, &Request::Hello { version: PROTOCOL_VERSION, client_name: "raw-test", auth: &auth });
     client
+}
+
+/// A raw connection authenticated as `user`.
+fn raw_session(server: &TestServer, user: &str) -> RawClient {
+    let mut client = raw_hello(server, user, PASSWORD);
+    client.read_frame().expect_ok(1);
+    client
+}
+
+/// The error code a raw request got, `None` if it succeeded.
+fn raw_code(client: &mut RawClient, request_id: u64, request: &Request<'_>) -> Option<ErrorCode> {
+    client.call(request_id, request).error_code()
+}
+
+/// Opens direct put `transfer` of `length` bytes to `key` and sends `written` as its first piece.
+fn open_put(client: &mut RawClient, pool: PoolHandle, transfer: u64, key: &[u8], length: u64, written: &[u8]) {
+    let put = Request::PutDirect { pool, flags: PutFlags::NONE, transfer, length, key };
+    assert_eq!(raw_code(client, 10 + transfer, &put), None, "open direct put {transfer}");
+    let piece = Request::DirectWrite { transfer, offset: 0, bytes: written };
+    assert_eq!(raw_code(client, 20 + transfer, &piece), None, "first piece of direct put {transfer}");
+}
+
+/// Opens direct read `transfer` of `key` and reads its first byte.
+fn open_read(client: &mut RawClient, pool: PoolHandle, transfer: u64, key: &[u8]) {
+    assert_eq!(raw_code(client, 10 + transfer, &Request::GetDirect { pool, transfer, key }), None, "open a read");
+    let piece = Request::DirectRead { transfer, offset: 0, length: 1 };
+    assert_eq!(raw_code(client, 20 + transfer, &piece), None, "first piece of direct read {transfer}");
+}
+
+/// A direct transfer follows the users file like any request, though its right was checked
+/// when it opened: once a grant is revoked (or the user deleted) and the file reloaded, its next
+/// piece or its commit is refused with `permission_denied` and the transfer ends, nothing read
+/// or written: a staged value is dropped, a read's hold on its key released. A transfer whose
+/// right remains goes on.
+#[test]
+fn direct_transfers_end_when_their_right_is_revoked() {
+    let mut users = Users::new("auth-direct");
+    users.add("root").grant("root", "*", "all");
+    users.add("alice").grant("alice", "big", "read,write");
+    users.add("bob").grant("bob", "big", "read,write");
+    // A read hold that is never released would hold root's write back for an hour.
+    let server = TestServer::builder()
+        .config("direct_read_idle_ms", 3_600_000)
+        .arg("--users")
+        .arg(users.save().display().to_string())
+        .start();
+    let root = connect_as(&server, "root", None);
+    let pool = root.create_pool("big", PoolOptions::default()).expect("create");
+    pool.put(b"held", b"the old value").expect("seed");
+    let used_before = pool.pool_attributes().expect("attributes").used_bytes;
+
+    let mut alice = raw_session(&server, "alice");
+    let alice_big = alice.open_pool(2, "big");
+    open_put(&mut alice, alice_big, 1, b"alice-whole", 4, b"1234");
+    open_put(&mut alice, alice_big, 2, b"alice-half", 8, b"1234");
+    open_read(&mut alice, alice_big, 3, b"held");
+    let mut bob = raw_session(&server, "bob");
+    let bob_big = bob.open_pool(2, "big");
+    open_put(&mut bob, bob_big, 1, b"bob-whole", 4, b"1234");
+    open_read(&mut bob, bob_big, 3, b"held");
+
+    users.file.remove("alice").expect("delete alice");
+    users.file.revoke("bob", &PoolPattern::new("big").expect("pattern"), Rights::WRITE).expect("revoke");
+    users.save();
+    hang_up(&server, "reloaded the users file");
+
+    let denied = Some(ErrorCode::PermissionDenied);
+    let read = Request::DirectRead { transfer: 3, offset: 1, length: 4 };
+    assert_eq!(raw_code(&mut alice, 31, &read), denied, "a deleted user's read goes on");
+    let piece = Request::DirectWrite { transfer: 2, offset: 4, bytes: b"5678" };
+    assert_eq!(raw_code(&mut alice, 32, &piece), denied, "a deleted user's put takes a piece");
+    let commit = Request::EndTransfer { transfer: 1, flags: EndTransferFlags::COMMIT };
+    assert_eq!(raw_code(&mut alice, 33, &commit), denied, "a deleted user's put commits");
+    for transfer in 1..=3 {
+        let end = Request::EndTransfer { transfer, flags: EndTransferFlags::ABORT };
+        assert_eq!(raw_code(&mut alice, 40 + transfer, &end), Some(ErrorCode::InvalidArgument), "{transfer} ended");
+    }
+
+    assert_eq!(raw_code(&mut bob, 31, &read), None, "bob may still read");
+    assert_eq!(raw_code(&mut bob, 32, &commit), denied, "bob's put commits without the write right");
+    let end_read = Request::EndTransfer { transfer: 3, flags: EndTransferFlags::COMMIT };
+    assert_eq!(raw_code(&mut bob, 33, &end_read), None, "bob ends his read");
+
+    // Every hold on `held` is gone: root's write is answered at once, not after an hour.
+    let mut raw_root = raw_session(&server, "root");
+    let root_big = raw_root.open_pool(2, "big");
+    let put = Request::Put { pool: root_big, flags: PutFlags::NONE, key: b"held", value: b"the new value" };
+    assert_eq!(raw_code(&mut raw_root, 3, &put), None, "root writes the key the reads held");
+    for key in [&b"alice-whole"[..], b"alice-half", b"bob-whole"] {
+        assert_eq!(code(pool.get(key)), Some(ErrorCode::KeyNotFound), "a denied put stored {key:?}");
+    }
+    assert_eq!(pool.get(b"held").expect("read"), b"the new value");
+    let used_after = pool.pool_attributes().expect("attributes").used_bytes;
+    assert_eq!(used_after, used_before, "the denied puts' staged values were given back");
 }
 
 /// A password checked against the users file of before a reload is not trusted after it. A

@@ -6,7 +6,8 @@
 //! erase; `invoke` plus `read` (read-only calls) or `write` (others) for plugin calls, since a
 //! plugin acts with its caller's rights; `admin` for creating and deleting pools, and `admin` on
 //! every pool (`*`) for a backup. Opening a pool needs any right on it; listing shows only the
-//! pools the user has rights on.
+//! pools the user has rights on. A direct transfer's pieces and commit need its right again (the
+//! users file may have been reloaded since it opened); one that lost it is ended.
 
 use std::sync::Arc;
 
@@ -209,12 +210,8 @@ impl ShardState {
             | Request::PutDirect { pool, .. }
             | Request::PutOffset { pool, .. } => self.lacks(session, pool, Rights::WRITE),
             Request::GetDirect { pool, .. } => self.lacks(session, pool, Rights::READ),
-            // Their rights were checked when the transfer opened.
             Request::DirectWrite { .. } | Request::DirectRead { .. } | Request::EndTransfer { .. } => {
-                return match session.identity {
-                    Identity::Nobody => Err(self.deny_unauthenticated()),
-                    _ => Ok(()),
-                }
+                return self.authorize_transfer(request, session);
             }
             Request::Get { pool, .. }
             | Request::GetAttribute { pool, .. }
@@ -230,6 +227,20 @@ impl ShardState {
             None => Ok(()),
             Some((right, pool)) => Err(self.deny(session, &format!("{right} right"), &format!("pool '{pool}'"))),
         }
+    }
+
+    /// Refuses a piece or the commit of a direct transfer whose session no longer holds the
+    /// right the transfer needs (the users file was reloaded since it opened), and ends the
+    /// transfer: a read gives its key back to writers, a put drops its staged value.
+    fn authorize_transfer(&mut self, request: &Request<'_>, session: &mut Session) -> Result<(), Failure> {
+        if session.identity == Identity::Nobody {
+            return Err(self.deny_unauthenticated());
+        }
+        let Some((transfer, pool, needed)) = session.transfers.right_needed(request) else { return Ok(()) };
+        let Some((right, name)) = self.lacks(session, pool, needed) else { return Ok(()) };
+        self.drop_transfer(transfer, session);
+        let failure = self.deny(session, &format!("{right} right"), &format!("pool '{name}'"));
+        Err(Failure { message: format!("{}; direct transfer {transfer} was ended", failure.message), ..failure })
     }
 
     /// The right (by name) and pool `session` lacks for `needed` on `pool`, if it lacks one.
