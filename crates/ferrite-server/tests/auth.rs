@@ -402,6 +402,85 @@ fn direct_transfers_end_when_their_right_is_revoked() {
     assert_eq!(used_after, used_before, "the denied puts' staged values were given back");
 }
 
+/// Sends one RESP command and returns the first line of its reply.
+fn resp_line(stream: &mut std::io::BufReader<std::net::TcpStream>, args: &[&str]) -> String {
+    use std::io::{BufRead, Write};
+    let mut command = format!("*{}\r\n", args.len());
+    for arg in args {
+        command.push_str(&format!("${}\r\n{arg}\r\n", arg.len()));
+    }
+    stream.get_mut().write_all(command.as_bytes()).expect("send a RESP command");
+    let mut line = String::new();
+    stream.read_line(&mut line).expect("a RESP reply");
+    line
+}
+
+/// A session that may not make a request is refused at once, even when the request names a key
+/// another session holds: one that waited for the hold to end would tell a client before its
+/// `hello`, or a user without the right, which keys others are reading. Here root's direct read
+/// holds a key of the RESP default pool for an hour; every refused writer, native or RESP, must
+/// be answered while it still holds it.
+#[test]
+fn requests_a_session_may_not_make_never_wait_for_other_sessions_keys() {
+    const HELD: &str = "@0/redis";
+    let mut users = Users::new("auth-no-wait");
+    users.add("root").grant("root", "*", "all");
+    users.add("reader").grant("reader", HELD, "read");
+    users.add("stranger").grant("stranger", "elsewhere", "all");
+    let server = TestServer::builder()
+        .resp()
+        .config("direct_read_idle_ms", 3_600_000)
+        .arg("--users")
+        .arg(users.save().display().to_string())
+        .start();
+    connect_as(&server, "root", None).open_pool(HELD).expect("open").put(b"key", b"a value").expect("seed");
+    let mut root = raw_session(&server, "root");
+    let pool = root.open_pool(2, HELD);
+    open_read(&mut root, pool, 1, b"key");
+
+    let writes = [
+        Request::Put { pool, flags: PutFlags::NONE, key: b"key", value: b"changed" },
+        Request::Erase { pool, key: b"key" },
+        Request::PutOffset { pool, flags: PutFlags::NONE, offset: 0, key: b"key", bytes: b"c" },
+    ];
+    for write in &writes {
+        let mut anonymous = RawClient::connect(server.addr(0));
+        anonymous.send(7, write);
+        anonymous.read_frame().expect_error(7, ErrorCode::HandshakeRequired);
+        anonymous.expect_closed();
+    }
+    let mut stranger = raw_session(&server, "stranger");
+    for (id, write) in (2..).zip(&writes) {
+        assert_eq!(raw_code(&mut stranger, id, write), Some(ErrorCode::PoolNotOpen), "{write:?}");
+    }
+    let mut reader = raw_session(&server, "reader");
+    assert_eq!(reader.open_pool(2, HELD), pool);
+    for (id, write) in (3..).zip(&writes) {
+        assert_eq!(raw_code(&mut reader, id, write), Some(ErrorCode::PermissionDenied), "{write:?}");
+    }
+    for user in ["stranger", "reader"] {
+        let stream = std::net::TcpStream::connect(server.resp_addr(0)).expect("connect to RESP");
+        stream.set_read_timeout(Some(wire::IO_TIMEOUT)).expect("a read timeout");
+        let mut resp = std::io::BufReader::new(stream);
+        assert_eq!(resp_line(&mut resp, &["SET", "key", "changed"]), "-NOAUTH Authentication required.\r\n");
+        assert_eq!(resp_line(&mut resp, &["AUTH", user, PASSWORD]), "+OK\r\n");
+        let refused = resp_line(&mut resp, &["SET", "key", "changed"]);
+        assert!(refused.starts_with("-NOPERM"), "{user} got {refused:?}");
+    }
+
+    // A commit that lost its right is refused without waiting for another session's read.
+    let put = Request::PutDirect { pool, flags: PutFlags::NONE, transfer: 2, length: 0, key: b"key" };
+    assert_eq!(raw_code(&mut root, 3, &put), None, "root stages a put of the key it reads");
+    users.file.revoke("root", &PoolPattern::new("*").expect("pattern"), Rights::WRITE).expect("revoke");
+    users.save();
+    hang_up(&server, "reloaded the users file");
+    let mut other_root = raw_session(&server, "root");
+    other_root.open_pool(2, HELD);
+    open_read(&mut other_root, pool, 5, b"key");
+    let commit = Request::EndTransfer { transfer: 2, flags: EndTransferFlags::COMMIT };
+    assert_eq!(raw_code(&mut root, 4, &commit), Some(ErrorCode::PermissionDenied), "a commit without the right");
+}
+
 /// A password checked against the users file of before a reload is not trusted after it. A
 /// check of the old password still queued at SIGHUP (here behind wrong guesses, which anyone who
 /// can connect may send to stretch the window) must not put the old secret back into the cache

@@ -243,6 +243,24 @@ impl ShardState {
         Err(Failure { message: format!("{}; direct transfer {transfer} was ended", failure.message), ..failure })
     }
 
+    /// Whether `session` may make a request that reads (or `writes`) a key of `pool`, and so may
+    /// wait for a key another session holds: not before its hello, nor on a pool it has not
+    /// open, nor without the right. A refused request is answered at once, so that no session
+    /// learns from a delay which keys other sessions hold.
+    pub(crate) fn may_wait(&mut self, session: &mut Session, pool: PoolHandle, writes: bool) -> bool {
+        if !session.handshaken || !session.is_open(pool) {
+            return false;
+        }
+        if matches!(session.identity, Identity::Everyone | Identity::Server) {
+            return true;
+        }
+        if session.rights_generation != self.auth.generation() {
+            self.refresh_rights(session);
+        }
+        let needed = if writes { Rights::WRITE } else { Rights::READ };
+        self.lacks(session, pool, needed).is_none()
+    }
+
     /// The right (by name) and pool `session` lacks for `needed` on `pool`, if it lacks one.
     pub(crate) fn lacks(&self, session: &Session, pool: PoolHandle, needed: Rights) -> Option<(&'static str, String)> {
         let held = session.rights(pool)?;
