@@ -513,6 +513,25 @@ fn a_changed_password_stops_working_even_if_a_check_of_it_was_queued_at_the_relo
         .expect("served");
 }
 
+/// A users file that its group or others may read (or write) is named in a warning at start and
+/// at every reload that finds it so: anyone who can read it can try its hashes offline.
+#[test]
+fn a_users_file_others_may_read_is_warned_about_at_start_and_at_each_reload() {
+    use std::os::unix::fs::PermissionsExt;
+    let mut users = Users::new("auth-exposed");
+    users.add("alice");
+    let path = users.save().to_owned();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+    let server = TestServer::builder().arg("--users").arg(path.display().to_string()).start();
+    let warnings = || server.stderr().matches("readable by its group and others").count();
+    assert_eq!(warnings(), 1, "at start: {}", server.stderr());
+    hang_up(&server, "reloaded the users file");
+    assert_eq!(warnings(), 2, "at the reload: {}", server.stderr());
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+    hang_up(&server, "reloaded the users file");
+    assert_eq!(warnings(), 2, "a private file is not warned about: {}", server.stderr());
+}
+
 /// SIGHUP never ends a server: without a users file there is nothing to reread, and it says so.
 #[test]
 fn sighup_without_users_only_logs() {

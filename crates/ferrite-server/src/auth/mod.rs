@@ -58,7 +58,7 @@ impl Auth {
 
     /// The users of the file at `path`, or why it cannot be used.
     pub(crate) fn load(path: &Path) -> Result<Auth, String> {
-        let users = UsersFile::load(path).map_err(|error| error.to_string())?;
+        let users = load_users(path)?;
         let verifier = Verifier::start().map_err(|error| format!("cannot start the password verifier: {error}"))?;
         Ok(Auth::with(Some(path.to_owned()), users, Some(verifier)))
     }
@@ -101,7 +101,7 @@ impl Auth {
     /// again. An invalid file changes nothing. Returns how many users there are now.
     pub(crate) fn reload(&self) -> Result<usize, String> {
         let Some(path) = &self.path else { return Ok(0) };
-        let users = UsersFile::load(path).map_err(|error| error.to_string())?;
+        let users = load_users(path)?;
         let count = users.users.len();
         let mut current = self.users.write().unwrap_or_else(PoisonError::into_inner);
         let mut verified = self.verified.lock().unwrap_or_else(PoisonError::into_inner);
@@ -150,6 +150,15 @@ impl Auth {
             }
         })
     }
+}
+
+/// Reads the users file at `path`, warning if other accounts may read or write it.
+fn load_users(path: &Path) -> Result<UsersFile, String> {
+    let users = UsersFile::load(path).map_err(|error| error.to_string())?;
+    if let Some(warning) = ferrite_auth::exposure_warning(path) {
+        tracing::warn!("{warning}");
+    }
+    Ok(users)
 }
 
 /// The hash a password of an unknown user is checked against, so that a wrong user name takes as
