@@ -532,6 +532,67 @@ fn a_users_file_others_may_read_is_warned_about_at_start_and_at_each_reload() {
     assert_eq!(warnings(), 2, "a private file is not warned about: {}", server.stderr());
 }
 
+/// An argon2id hash whose check runs for hours (a billion passes over 8 KiB): every check of it
+/// holds a verifier thread, or a place in the verifier's queue, until the server is stopped.
+const TARPIT_HASH: &str =
+    "$argon2id$v=19$m=8,t=1000000000,p=1$c2FsdHNhbHRzYWx0$AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA";
+
+/// The connection of `clients` that answers first (each has one `hello` unanswered).
+fn first_answer(clients: &mut [RawClient]) -> &mut RawClient {
+    for client in clients.iter() {
+        client.stream().set_nonblocking(true).expect("non-blocking");
+    }
+    let answered = common::wait_until("a hello to be answered", Duration::from_secs(20), || {
+        clients.iter().position(|client| {
+            let mut byte = [0u8];
+            client.stream().peek(&mut byte).is_ok_and(|read| read > 0)
+        })
+    });
+    let client = &mut clients[answered];
+    client.stream().set_nonblocking(false).expect("blocking");
+    client
+}
+
+/// A flood of password checks fills the verifier's bounded queue and is refused at once past
+/// it, without touching what the server already knows: passwords are checked on two threads
+/// with a queue of 64, and a `hello` that finds the queue full gets `authentication_failed`
+/// ("too many authentications in progress") and its connection is closed, an `AUTH`
+/// `-ERR ...`; a secret verified before the flood needs no check and still logs in. Here every
+/// check of mallory's tarpit hash runs for hours, so the threads and the queue never drain.
+#[test]
+fn a_flood_of_password_checks_is_refused_past_the_queue_and_verified_secrets_still_log_in() {
+    const IN_FLIGHT_MAX: usize = 2 + 64;
+    const BUSY: &str = "too many authentications in progress; try again";
+    let mut users = Users::new("auth-flood");
+    users.add("alice").grant("alice", "*", "read");
+    users.add("bob");
+    users.file.add("mallory", Some(TARPIT_HASH.to_owned()), None).expect("add the tarpit");
+    let server = TestServer::builder().resp().arg("--users").arg(users.save().display().to_string()).start();
+    connect_as(&server, "alice", None).list_pools().expect("alice is verified before the flood");
+
+    let mut flood: Vec<RawClient> =
+        (0..=IN_FLIGHT_MAX).map(|_| raw_hello(&server, "mallory", "any guess at all")).collect();
+    // No check of mallory's ever ends, so the first answer is a refusal, and from then on the
+    // threads and the queue are full.
+    let refused = first_answer(&mut flood);
+    assert_eq!(refused.read_frame().expect_error(1, ErrorCode::AuthenticationFailed), BUSY);
+    refused.expect_closed();
+    for user in ["bob", "nobody-at-all"] {
+        let mut client = raw_hello(&server, user, PASSWORD);
+        assert_eq!(client.read_frame().expect_error(1, ErrorCode::AuthenticationFailed), BUSY, "{user}");
+        client.expect_closed();
+    }
+    let stream = std::net::TcpStream::connect(server.resp_addr(0)).expect("connect to RESP");
+    stream.set_read_timeout(Some(wire::IO_TIMEOUT)).expect("a read timeout");
+    let mut resp = std::io::BufReader::new(stream);
+    assert_eq!(resp_line(&mut resp, &["AUTH", "bob", PASSWORD]), format!("-ERR {BUSY}\r\n"));
+    assert_eq!(resp_line(&mut resp, &["PING"]), "-NOAUTH Authentication required.\r\n", "still connected");
+
+    connect_as(&server, "alice", None).list_pools().expect("a secret verified before the flood logs in at once");
+    let statistics = connect_as(&server, "alice", None).statistics().expect("statistics");
+    assert_eq!(statistics[0].get("authentication_failures"), Some(0), "refusals for a full queue are not failures");
+}
+
 /// SIGHUP never ends a server: without a users file there is nothing to reread, and it says so.
 #[test]
 fn sighup_without_users_only_logs() {

@@ -190,12 +190,6 @@ mod tests {
         dir.join("users.toml")
     }
 
-    fn wait_for(verification: &Verification) {
-        while !verification.completion.is_done() {
-            std::thread::sleep(std::time::Duration::from_millis(5));
-        }
-    }
-
     /// A verification of the old password still queued when the users file is reloaded must
     /// not put the old secret back into the cache the reload cleared: new connections would log
     /// in with the old password until the next reload.
@@ -209,7 +203,7 @@ mod tests {
         save_users(&path, NEW);
         auth.reload().expect("reloads");
         drop(release);
-        wait_for(&in_flight);
+        in_flight.wait();
         assert!(!auth.verified_before("alice", OLD), "the old password is trusted after the reload");
         assert!(!in_flight.answers("alice", auth.generation()), "its outcome counts after the reload");
         std::fs::remove_dir_all(path.parent().expect("dir")).expect("cleaned");

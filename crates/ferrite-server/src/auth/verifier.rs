@@ -111,6 +111,16 @@ fn work(queue: &Mutex<Receiver<Job>>) {
 }
 
 #[cfg(test)]
+impl Verification {
+    /// Blocks until the outcome is known.
+    pub(super) fn wait(&self) {
+        while !self.completion.is_done() {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+    }
+}
+
+#[cfg(test)]
 impl Verifier {
     /// Holds every verifying thread until the returned sender is dropped, so that verifications
     /// queued meanwhile stay in flight and the queue holds nothing else.
@@ -131,5 +141,28 @@ impl Verifier {
             running.recv().expect("every thread takes a holding job");
         }
         release
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A full queue refuses at once, whatever is asked: verifications are never queued without
+    /// bound, nor does a caller wait for room.
+    #[test]
+    fn past_its_bound_the_queue_refuses_at_once() {
+        let verifier = Verifier::start().expect("threads");
+        let release = verifier.occupy();
+        let submit = || verifier.submit("alice", 0, None, b"a guess".to_vec(), |_| {});
+        let queued: Vec<_> = (0..QUEUE_MAX).map(|_| submit().expect("room in the queue")).collect();
+        let refused = submit().expect_err("the queue is full");
+        assert_eq!(refused, "too many authentications in progress; try again");
+        drop(release);
+        for verification in &queued {
+            verification.wait();
+            assert_eq!(verification.outcome(), Some(false), "an unknown user never matches");
+        }
+        submit().expect("room again once the queue drains");
     }
 }
