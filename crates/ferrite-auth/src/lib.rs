@@ -7,12 +7,15 @@
 //! - [`grant`]: a grant of rights on pools named exactly or by prefix.
 //! - [`users`]: the file itself: load, validate, look up, edit, save.
 //! - [`secret`]: hashing and verifying secrets, fingerprinting certificates.
+//! - [`exposure`]: whether other accounts of the machine may read or write the file.
 
+pub mod exposure;
 pub mod grant;
 pub mod rights;
 pub mod secret;
 pub mod users;
 
+pub use exposure::exposure_warning;
 pub use grant::{Grant, PoolPattern};
 pub use rights::Rights;
 pub use users::{Quota, User, UsersError, UsersFile};

@@ -359,6 +359,21 @@ pub enum UserCommand {
     },
 }
 
+impl UserCommand {
+    /// The users file the command works on.
+    pub fn file(&self) -> &UsersFileArg {
+        match self {
+            UserCommand::Add { file, .. }
+            | UserCommand::Passwd { file, .. }
+            | UserCommand::Del { file, .. }
+            | UserCommand::Grant(GrantArgs { file, .. })
+            | UserCommand::Revoke(GrantArgs { file, .. })
+            | UserCommand::Quota { file, .. }
+            | UserCommand::List { file } => file,
+        }
+    }
+}
+
 /// A user, a pool pattern and rights: what `ferrite user grant` gives and `revoke` takes back.
 #[derive(Debug, Args)]
 pub struct GrantArgs {

@@ -26,7 +26,16 @@ const SECRET_LINE_BYTES_MAX: usize = 1024;
 const _: () = assert!(SECRET_BYTES_MIN <= SECRET_LINE_BYTES_MAX);
 
 /// Carries out a `ferrite user` command; a failure is the message to print after `error: `.
+/// Warns (on standard error) if the command leaves the users file open to other accounts.
 pub fn run(command: &UserCommand) -> Result<Report, String> {
+    let outcome = carry_out(command);
+    if let Some(warning) = ferrite_auth::exposure_warning(&command.file().path) {
+        eprintln!("warning: {warning}");
+    }
+    outcome
+}
+
+fn carry_out(command: &UserCommand) -> Result<Report, String> {
     match command {
         UserCommand::Add { name, file, certificate, no_password } => {
             add(name, &file.path, certificate.as_deref(), !no_password)

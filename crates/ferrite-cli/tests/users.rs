@@ -237,6 +237,27 @@ fn deleting_a_missing_user_fails_clearly() {
     assert!(ok(&scratch.ferrite(&["user", "list"], b"")).starts_with("no users"));
 }
 
+/// Every `ferrite user` command warns when it leaves the users file readable or writable by
+/// its group or others, and says how to make it private; an edit saves the file private again.
+#[test]
+fn a_users_file_others_may_read_or_write_is_warned_about() {
+    use std::os::unix::fs::PermissionsExt;
+    let scratch = Scratch::new("exposed");
+    add(&scratch, "alice", "correct horse");
+    let chmod = |mode| std::fs::set_permissions(scratch.users_file(), std::fs::Permissions::from_mode(mode));
+    chmod(0o640).expect("chmod");
+    let output = scratch.ferrite(&["user", "list"], b"");
+    assert!(output.status.success() && text(&output.stdout).contains("alice"), "{output:?}");
+    let warning = text(&output.stderr);
+    assert!(warning.starts_with("warning: ") && warning.contains("readable by its group"), "{warning}");
+    assert!(warning.contains(&format!("chmod 600 {}", scratch.users_file().display())), "{warning}");
+    chmod(0o602).expect("chmod");
+    let warning = text(&scratch.ferrite(&["user", "list"], b"").stderr);
+    assert!(warning.contains("writable by others"), "{warning}");
+    ok(&scratch.ferrite(&["user", "grant", "alice", "orders", "read"], b""));
+    assert_eq!(std::fs::metadata(scratch.users_file()).expect("metadata").permissions().mode() & 0o777, 0o600);
+}
+
 /// Proves `--certificate` stores the SHA-256 of the certificate's DER, the fingerprint the
 /// server computes from a TLS handshake, and that such a user needs no password.
 #[test]

@@ -530,10 +530,18 @@ impl ShardState {
                 let (pool, key) = session.transfers.put_target(transfer)?;
                 let own_reads = session.transfers.reads_of(pool, key);
                 let key = key.to_vec();
+                if !self.may_wait(session, pool, true) {
+                    return None;
+                }
                 return self.wait_for_key(pool, &key, true, own_reads).map(|waiting| Ok(Accepted::Blocked(waiting)));
             }
             _ => return None,
         };
+        // A request `execute` would refuse is answered at once: waiting first would tell its
+        // session which keys other sessions hold.
+        if !self.may_wait(session, pool, writes) {
+            return None;
+        }
         let own_reads = session.transfers.reads_of(pool, key);
         self.wait_for_key(pool, key, writes, own_reads).map(|waiting| Ok(Accepted::Blocked(waiting)))
     }

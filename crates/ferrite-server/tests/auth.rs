@@ -7,6 +7,7 @@
 
 mod common;
 mod pki;
+mod wire;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -18,7 +19,9 @@ use ferrite_client::{
     Attribute, ClientOptions, Error, ErrorCode, FindKind, InvokeOptions, PoolOptions, PoolSetting, TlsOptions,
     UserCredentials,
 };
+use ferrite_proto::{Credentials, EndTransferFlags, PoolHandle, PutFlags, Request, PROTOCOL_VERSION};
 use pki::Pki;
+use wire::RawClient;
 
 const PASSWORD: &str = "correct horse battery";
 
@@ -295,6 +298,299 @@ fn sighup_reloads_the_users_file_and_open_sessions_follow_it() {
     let error = Session::connect_with(&server.addr_string(), options(Some(("alice", PASSWORD)), None))
         .expect_err("a removed user cannot log in");
     assert_eq!(error.code(), Some(ErrorCode::AuthenticationFailed));
+}
+
+/// Sends a `hello` as `user` with `password` on a new raw connection, without reading its answer.
+fn raw_hello(server: &TestServer, user: &str, password: &str) -> RawClient {
+    let mut client = RawClient::connect(server.addr(0));
+    let auth = Credentials { user, password: password.as_bytes() }.encode();
+    client.send(1, &Request::Hello { version: PROTOCOL_VERSION, client_name: "raw-test", auth: &auth });
+    client
+}
+
+/// A raw connection authenticated as `user`.
+fn raw_session(server: &TestServer, user: &str) -> RawClient {
+    let mut client = raw_hello(server, user, PASSWORD);
+    client.read_frame().expect_ok(1);
+    client
+}
+
+/// The error code a raw request got, `None` if it succeeded.
+fn raw_code(client: &mut RawClient, request_id: u64, request: &Request<'_>) -> Option<ErrorCode> {
+    client.call(request_id, request).error_code()
+}
+
+/// Opens direct put `transfer` of `length` bytes to `key` and sends `written` as its first piece.
+fn open_put(client: &mut RawClient, pool: PoolHandle, transfer: u64, key: &[u8], length: u64, written: &[u8]) {
+    let put = Request::PutDirect { pool, flags: PutFlags::NONE, transfer, length, key };
+    assert_eq!(raw_code(client, 10 + transfer, &put), None, "open direct put {transfer}");
+    let piece = Request::DirectWrite { transfer, offset: 0, bytes: written };
+    assert_eq!(raw_code(client, 20 + transfer, &piece), None, "first piece of direct put {transfer}");
+}
+
+/// Opens direct read `transfer` of `key` and reads its first byte.
+fn open_read(client: &mut RawClient, pool: PoolHandle, transfer: u64, key: &[u8]) {
+    assert_eq!(raw_code(client, 10 + transfer, &Request::GetDirect { pool, transfer, key }), None, "open a read");
+    let piece = Request::DirectRead { transfer, offset: 0, length: 1 };
+    assert_eq!(raw_code(client, 20 + transfer, &piece), None, "first piece of direct read {transfer}");
+}
+
+/// A direct transfer follows the users file like any request, though its right was checked
+/// when it opened: once a grant is revoked (or the user deleted) and the file reloaded, its next
+/// piece or its commit is refused with `permission_denied` and the transfer ends, nothing read
+/// or written: a staged value is dropped, a read's hold on its key released. A transfer whose
+/// right remains goes on.
+#[test]
+fn direct_transfers_end_when_their_right_is_revoked() {
+    let mut users = Users::new("auth-direct");
+    users.add("root").grant("root", "*", "all");
+    users.add("alice").grant("alice", "big", "read,write");
+    users.add("bob").grant("bob", "big", "read,write");
+    // A read hold that is never released would hold root's write back for an hour.
+    let server = TestServer::builder()
+        .config("direct_read_idle_ms", 3_600_000)
+        .arg("--users")
+        .arg(users.save().display().to_string())
+        .start();
+    let root = connect_as(&server, "root", None);
+    let pool = root.create_pool("big", PoolOptions::default()).expect("create");
+    pool.put(b"held", b"the old value").expect("seed");
+    let used_before = pool.pool_attributes().expect("attributes").used_bytes;
+
+    let mut alice = raw_session(&server, "alice");
+    let alice_big = alice.open_pool(2, "big");
+    open_put(&mut alice, alice_big, 1, b"alice-whole", 4, b"1234");
+    open_put(&mut alice, alice_big, 2, b"alice-half", 8, b"1234");
+    open_read(&mut alice, alice_big, 3, b"held");
+    let mut bob = raw_session(&server, "bob");
+    let bob_big = bob.open_pool(2, "big");
+    open_put(&mut bob, bob_big, 1, b"bob-whole", 4, b"1234");
+    open_read(&mut bob, bob_big, 3, b"held");
+
+    users.file.remove("alice").expect("delete alice");
+    users.file.revoke("bob", &PoolPattern::new("big").expect("pattern"), Rights::WRITE).expect("revoke");
+    users.save();
+    hang_up(&server, "reloaded the users file");
+
+    let denied = Some(ErrorCode::PermissionDenied);
+    let read = Request::DirectRead { transfer: 3, offset: 1, length: 4 };
+    assert_eq!(raw_code(&mut alice, 31, &read), denied, "a deleted user's read goes on");
+    let piece = Request::DirectWrite { transfer: 2, offset: 4, bytes: b"5678" };
+    assert_eq!(raw_code(&mut alice, 32, &piece), denied, "a deleted user's put takes a piece");
+    let commit = Request::EndTransfer { transfer: 1, flags: EndTransferFlags::COMMIT };
+    assert_eq!(raw_code(&mut alice, 33, &commit), denied, "a deleted user's put commits");
+    for transfer in 1..=3 {
+        let end = Request::EndTransfer { transfer, flags: EndTransferFlags::ABORT };
+        assert_eq!(raw_code(&mut alice, 40 + transfer, &end), Some(ErrorCode::InvalidArgument), "{transfer} ended");
+    }
+
+    assert_eq!(raw_code(&mut bob, 31, &read), None, "bob may still read");
+    assert_eq!(raw_code(&mut bob, 32, &commit), denied, "bob's put commits without the write right");
+    let end_read = Request::EndTransfer { transfer: 3, flags: EndTransferFlags::COMMIT };
+    assert_eq!(raw_code(&mut bob, 33, &end_read), None, "bob ends his read");
+
+    // Every hold on `held` is gone: root's write is answered at once, not after an hour.
+    let mut raw_root = raw_session(&server, "root");
+    let root_big = raw_root.open_pool(2, "big");
+    let put = Request::Put { pool: root_big, flags: PutFlags::NONE, key: b"held", value: b"the new value" };
+    assert_eq!(raw_code(&mut raw_root, 3, &put), None, "root writes the key the reads held");
+    for key in [&b"alice-whole"[..], b"alice-half", b"bob-whole"] {
+        assert_eq!(code(pool.get(key)), Some(ErrorCode::KeyNotFound), "a denied put stored {key:?}");
+    }
+    assert_eq!(pool.get(b"held").expect("read"), b"the new value");
+    let used_after = pool.pool_attributes().expect("attributes").used_bytes;
+    assert_eq!(used_after, used_before, "the denied puts' staged values were given back");
+}
+
+/// Sends one RESP command and returns the first line of its reply.
+fn resp_line(stream: &mut std::io::BufReader<std::net::TcpStream>, args: &[&str]) -> String {
+    use std::io::{BufRead, Write};
+    let mut command = format!("*{}\r\n", args.len());
+    for arg in args {
+        command.push_str(&format!("${}\r\n{arg}\r\n", arg.len()));
+    }
+    stream.get_mut().write_all(command.as_bytes()).expect("send a RESP command");
+    let mut line = String::new();
+    stream.read_line(&mut line).expect("a RESP reply");
+    line
+}
+
+/// A session that may not make a request is refused at once, even when the request names a key
+/// another session holds: one that waited for the hold to end would tell a client before its
+/// `hello`, or a user without the right, which keys others are reading. Here root's direct read
+/// holds a key of the RESP default pool for an hour; every refused writer, native or RESP, must
+/// be answered while it still holds it.
+#[test]
+fn requests_a_session_may_not_make_never_wait_for_other_sessions_keys() {
+    const HELD: &str = "@0/redis";
+    let mut users = Users::new("auth-no-wait");
+    users.add("root").grant("root", "*", "all");
+    users.add("reader").grant("reader", HELD, "read");
+    users.add("stranger").grant("stranger", "elsewhere", "all");
+    let server = TestServer::builder()
+        .resp()
+        .config("direct_read_idle_ms", 3_600_000)
+        .arg("--users")
+        .arg(users.save().display().to_string())
+        .start();
+    connect_as(&server, "root", None).open_pool(HELD).expect("open").put(b"key", b"a value").expect("seed");
+    let mut root = raw_session(&server, "root");
+    let pool = root.open_pool(2, HELD);
+    open_read(&mut root, pool, 1, b"key");
+
+    let writes = [
+        Request::Put { pool, flags: PutFlags::NONE, key: b"key", value: b"changed" },
+        Request::Erase { pool, key: b"key" },
+        Request::PutOffset { pool, flags: PutFlags::NONE, offset: 0, key: b"key", bytes: b"c" },
+    ];
+    for write in &writes {
+        let mut anonymous = RawClient::connect(server.addr(0));
+        anonymous.send(7, write);
+        anonymous.read_frame().expect_error(7, ErrorCode::HandshakeRequired);
+        anonymous.expect_closed();
+    }
+    let mut stranger = raw_session(&server, "stranger");
+    for (id, write) in (2..).zip(&writes) {
+        assert_eq!(raw_code(&mut stranger, id, write), Some(ErrorCode::PoolNotOpen), "{write:?}");
+    }
+    let mut reader = raw_session(&server, "reader");
+    assert_eq!(reader.open_pool(2, HELD), pool);
+    for (id, write) in (3..).zip(&writes) {
+        assert_eq!(raw_code(&mut reader, id, write), Some(ErrorCode::PermissionDenied), "{write:?}");
+    }
+    for user in ["stranger", "reader"] {
+        let stream = std::net::TcpStream::connect(server.resp_addr(0)).expect("connect to RESP");
+        stream.set_read_timeout(Some(wire::IO_TIMEOUT)).expect("a read timeout");
+        let mut resp = std::io::BufReader::new(stream);
+        assert_eq!(resp_line(&mut resp, &["SET", "key", "changed"]), "-NOAUTH Authentication required.\r\n");
+        assert_eq!(resp_line(&mut resp, &["AUTH", user, PASSWORD]), "+OK\r\n");
+        let refused = resp_line(&mut resp, &["SET", "key", "changed"]);
+        assert!(refused.starts_with("-NOPERM"), "{user} got {refused:?}");
+    }
+
+    // A commit that lost its right is refused without waiting for another session's read.
+    let put = Request::PutDirect { pool, flags: PutFlags::NONE, transfer: 2, length: 0, key: b"key" };
+    assert_eq!(raw_code(&mut root, 3, &put), None, "root stages a put of the key it reads");
+    users.file.revoke("root", &PoolPattern::new("*").expect("pattern"), Rights::WRITE).expect("revoke");
+    users.save();
+    hang_up(&server, "reloaded the users file");
+    let mut other_root = raw_session(&server, "root");
+    other_root.open_pool(2, HELD);
+    open_read(&mut other_root, pool, 5, b"key");
+    let commit = Request::EndTransfer { transfer: 2, flags: EndTransferFlags::COMMIT };
+    assert_eq!(raw_code(&mut root, 4, &commit), Some(ErrorCode::PermissionDenied), "a commit without the right");
+}
+
+/// A password checked against the users file of before a reload is not trusted after it. A
+/// check of the old password still queued at SIGHUP (here behind wrong guesses, which anyone who
+/// can connect may send to stretch the window) must not put the old secret back into the cache
+/// of verified secrets that the reload cleared: every new connection would then log in with the
+/// old password until the next reload.
+#[test]
+fn a_changed_password_stops_working_even_if_a_check_of_it_was_queued_at_the_reload() {
+    let mut users = Users::new("auth-stale-check");
+    users.add("alice").grant("alice", "*", "read");
+    let server = TestServer::builder().arg("--users").arg(users.save().display().to_string()).start();
+    let mut guesses: Vec<RawClient> = (0..40).map(|_| raw_hello(&server, "alice", "a wrong guess")).collect();
+    let mut in_flight = raw_hello(&server, "alice", PASSWORD);
+    // One refused guess: the server is verifying them, the old password's check queued behind.
+    guesses[0].read_frame().expect_error(1, ErrorCode::AuthenticationFailed);
+
+    const NEW_PASSWORD: &str = "a new password";
+    let hash = secret::hash_secret(NEW_PASSWORD.as_bytes()).expect("hash");
+    users.file.set_password("alice", hash).expect("change the password");
+    users.save();
+    hang_up(&server, "reloaded the users file");
+    // The check queued before the reload answers either way; only what follows it matters.
+    let _ = in_flight.read_frame_or_end();
+
+    let error = Session::connect_with(&server.addr_string(), options(Some(("alice", PASSWORD)), None))
+        .expect_err("the old password no longer logs in");
+    assert_eq!(error.code(), Some(ErrorCode::AuthenticationFailed), "{error}");
+    Session::connect_with(&server.addr_string(), options(Some(("alice", NEW_PASSWORD)), None))
+        .expect("the new password logs in")
+        .list_pools()
+        .expect("served");
+}
+
+/// A users file that its group or others may read (or write) is named in a warning at start and
+/// at every reload that finds it so: anyone who can read it can try its hashes offline.
+#[test]
+fn a_users_file_others_may_read_is_warned_about_at_start_and_at_each_reload() {
+    use std::os::unix::fs::PermissionsExt;
+    let mut users = Users::new("auth-exposed");
+    users.add("alice");
+    let path = users.save().to_owned();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+    let server = TestServer::builder().arg("--users").arg(path.display().to_string()).start();
+    let warnings = || server.stderr().matches("readable by its group and others").count();
+    assert_eq!(warnings(), 1, "at start: {}", server.stderr());
+    hang_up(&server, "reloaded the users file");
+    assert_eq!(warnings(), 2, "at the reload: {}", server.stderr());
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+    hang_up(&server, "reloaded the users file");
+    assert_eq!(warnings(), 2, "a private file is not warned about: {}", server.stderr());
+}
+
+/// An argon2id hash whose check runs for hours (a billion passes over 8 KiB): every check of it
+/// holds a verifier thread, or a place in the verifier's queue, until the server is stopped.
+const TARPIT_HASH: &str =
+    "$argon2id$v=19$m=8,t=1000000000,p=1$c2FsdHNhbHRzYWx0$AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA";
+
+/// The connection of `clients` that answers first (each has one `hello` unanswered).
+fn first_answer(clients: &mut [RawClient]) -> &mut RawClient {
+    for client in clients.iter() {
+        client.stream().set_nonblocking(true).expect("non-blocking");
+    }
+    let answered = common::wait_until("a hello to be answered", Duration::from_secs(20), || {
+        clients.iter().position(|client| {
+            let mut byte = [0u8];
+            client.stream().peek(&mut byte).is_ok_and(|read| read > 0)
+        })
+    });
+    let client = &mut clients[answered];
+    client.stream().set_nonblocking(false).expect("blocking");
+    client
+}
+
+/// A flood of password checks fills the verifier's bounded queue and is refused at once past
+/// it, without touching what the server already knows: passwords are checked on two threads
+/// with a queue of 64, and a `hello` that finds the queue full gets `authentication_failed`
+/// ("too many authentications in progress") and its connection is closed, an `AUTH`
+/// `-ERR ...`; a secret verified before the flood needs no check and still logs in. Here every
+/// check of mallory's tarpit hash runs for hours, so the threads and the queue never drain.
+#[test]
+fn a_flood_of_password_checks_is_refused_past_the_queue_and_verified_secrets_still_log_in() {
+    const IN_FLIGHT_MAX: usize = 2 + 64;
+    const BUSY: &str = "too many authentications in progress; try again";
+    let mut users = Users::new("auth-flood");
+    users.add("alice").grant("alice", "*", "read");
+    users.add("bob");
+    users.file.add("mallory", Some(TARPIT_HASH.to_owned()), None).expect("add the tarpit");
+    let server = TestServer::builder().resp().arg("--users").arg(users.save().display().to_string()).start();
+    connect_as(&server, "alice", None).list_pools().expect("alice is verified before the flood");
+
+    let mut flood: Vec<RawClient> =
+        (0..=IN_FLIGHT_MAX).map(|_| raw_hello(&server, "mallory", "any guess at all")).collect();
+    // No check of mallory's ever ends, so the first answer is a refusal, and from then on the
+    // threads and the queue are full.
+    let refused = first_answer(&mut flood);
+    assert_eq!(refused.read_frame().expect_error(1, ErrorCode::AuthenticationFailed), BUSY);
+    refused.expect_closed();
+    for user in ["bob", "nobody-at-all"] {
+        let mut client = raw_hello(&server, user, PASSWORD);
+        assert_eq!(client.read_frame().expect_error(1, ErrorCode::AuthenticationFailed), BUSY, "{user}");
+        client.expect_closed();
+    }
+    let stream = std::net::TcpStream::connect(server.resp_addr(0)).expect("connect to RESP");
+    stream.set_read_timeout(Some(wire::IO_TIMEOUT)).expect("a read timeout");
+    let mut resp = std::io::BufReader::new(stream);
+    assert_eq!(resp_line(&mut resp, &["AUTH", "bob", PASSWORD]), format!("-ERR {BUSY}\r\n"));
+    assert_eq!(resp_line(&mut resp, &["PING"]), "-NOAUTH Authentication required.\r\n", "still connected");
+
+    connect_as(&server, "alice", None).list_pools().expect("a secret verified before the flood logs in at once");
+    let statistics = connect_as(&server, "alice", None).statistics().expect("statistics");
+    assert_eq!(statistics[0].get("authentication_failures"), Some(0), "refusals for a full queue are not failures");
 }
 
 /// SIGHUP never ends a server: without a users file there is nothing to reread, and it says so.

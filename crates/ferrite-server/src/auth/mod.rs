@@ -30,14 +30,24 @@ pub(crate) struct Auth {
     /// The users file; `None`: no users, everyone may do everything.
     path: Option<PathBuf>,
     users: RwLock<Arc<UsersFile>>,
-    /// Raised by every reload.
+    /// Raised by every reload, while it holds the `users` lock: a reader under that lock sees
+    /// the users and their generation as one.
     generation: AtomicU64,
     verifier: Option<Verifier>,
-    /// Tags of `user NUL password` under a key made at start, for secrets argon2 verified since
-    /// the last reload. Only successes are kept, so guessing still pays argon2 every time.
-    verified: Mutex<HashMap<String, Vec<u8>>>,
+    verified: Mutex<Verified>,
     key: hmac::Key,
     pub usage: Usage,
+}
+
+/// Secrets argon2 verified against the users file as it is now: tags of `user NUL password`
+/// under a key made at start. Only successes are kept, so guessing still pays argon2 every time.
+#[derive(Debug, Default)]
+struct Verified {
+    /// The users file's generation the tags were verified against. A verification against an
+    /// older one (still running when the file was reloaded) adds nothing: it checked a password
+    /// that may have changed since.
+    generation: u64,
+    tags: HashMap<String, Vec<u8>>,
 }
 
 impl Auth {
@@ -48,7 +58,7 @@ impl Auth {
 
     /// The users of the file at `path`, or why it cannot be used.
     pub(crate) fn load(path: &Path) -> Result<Auth, String> {
-        let users = UsersFile::load(path).map_err(|error| error.to_string())?;
+        let users = load_users(path)?;
         let verifier = Verifier::start().map_err(|error| format!("cannot start the password verifier: {error}"))?;
         Ok(Auth::with(Some(path.to_owned()), users, Some(verifier)))
     }
@@ -91,12 +101,20 @@ impl Auth {
     /// again. An invalid file changes nothing. Returns how many users there are now.
     pub(crate) fn reload(&self) -> Result<usize, String> {
         let Some(path) = &self.path else { return Ok(0) };
-        let users = UsersFile::load(path).map_err(|error| error.to_string())?;
+        let users = load_users(path)?;
         let count = users.users.len();
-        *self.users.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(users);
-        self.verified.lock().unwrap_or_else(PoisonError::into_inner).clear();
-        self.generation.fetch_add(1, Ordering::AcqRel);
+        let mut current = self.users.write().unwrap_or_else(PoisonError::into_inner);
+        let mut verified = self.verified.lock().unwrap_or_else(PoisonError::into_inner);
+        *current = Arc::new(users);
+        let generation = self.generation.fetch_add(1, Ordering::AcqRel) + 1;
+        *verified = Verified { generation, tags: HashMap::default() };
         Ok(count)
+    }
+
+    /// The users as they are now, and their generation.
+    fn users_and_generation(&self) -> (Arc<UsersFile>, u64) {
+        let users = self.users.read().unwrap_or_else(PoisonError::into_inner);
+        (Arc::clone(&users), self.generation.load(Ordering::Acquire))
     }
 
     /// The user a client certificate (by fingerprint) identifies, if any.
@@ -111,24 +129,36 @@ impl Auth {
     /// Whether `password` is `user`'s, as argon2 said since the last reload.
     pub(crate) fn verified_before(&self, user: &str, password: &[u8]) -> bool {
         let verified = self.verified.lock().unwrap_or_else(PoisonError::into_inner);
-        verified.get(user).is_some_and(|tag| hmac::verify(&self.key, &Auth::tag_message(user, password), tag).is_ok())
+        let tag = verified.tags.get(user);
+        tag.is_some_and(|tag| hmac::verify(&self.key, &Auth::tag_message(user, password), tag).is_ok())
     }
 
-    /// Starts verifying `password` for `user` on the verifier's threads; the verification's
-    /// completion is woken when the outcome is known.
+    /// Starts verifying `password` for `user` against the users as they are now, on the
+    /// verifier's threads; the verification's completion is woken when the outcome is known. A
+    /// match is remembered only if the users file has not been reloaded meanwhile.
     pub(crate) fn verify(self: &Arc<Self>, user: &str, password: &[u8]) -> Result<Arc<Verification>, String> {
         let Some(verifier) = &self.verifier else { return Err("this server has no users".into()) };
-        let users = self.users();
+        let (users, generation) = self.users_and_generation();
         let hash = users.user(user).and_then(|user| user.password.clone());
         let auth = Arc::clone(self);
         let (name, secret_bytes) = (user.to_owned(), password.to_vec());
-        verifier.submit(user, hash, password.to_vec(), move |matched| {
-            if matched {
+        verifier.submit(user, generation, hash, password.to_vec(), move |matched| {
+            let mut verified = auth.verified.lock().unwrap_or_else(PoisonError::into_inner);
+            if matched && verified.generation == generation {
                 let tag = hmac::sign(&auth.key, &Auth::tag_message(&name, &secret_bytes));
-                auth.verified.lock().unwrap_or_else(PoisonError::into_inner).insert(name, tag.as_ref().to_vec());
+                verified.tags.insert(name, tag.as_ref().to_vec());
             }
         })
     }
+}
+
+/// Reads the users file at `path`, warning if other accounts may read or write it.
+fn load_users(path: &Path) -> Result<UsersFile, String> {
+    let users = UsersFile::load(path).map_err(|error| error.to_string())?;
+    if let Some(warning) = ferrite_auth::exposure_warning(path) {
+        tracing::warn!("{warning}");
+    }
+    Ok(users)
 }
 
 /// The hash a password of an unknown user is checked against, so that a wrong user name takes as
@@ -138,4 +168,44 @@ fn decoy_hash() -> String {
     ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut secret_bytes)
         .expect("the system's random number generator works");
     secret::hash_secret(&secret_bytes).expect("argon2 hashes a random secret")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const OLD: &[u8] = b"the old password";
+    const NEW: &[u8] = b"the new password";
+
+    fn save_users(path: &Path, password: &[u8]) {
+        let mut users = UsersFile::default();
+        users.add("alice", Some(secret::hash_secret(password).expect("hash")), None).expect("add");
+        users.save(path).expect("save");
+    }
+
+    fn users_file(tag: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("ferrite-auth-{}-{tag}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("dir");
+        dir.join("users.toml")
+    }
+
+    /// A verification of the old password still queued when the users file is reloaded must
+    /// not put the old secret back into the cache the reload cleared: new connections would log
+    /// in with the old password until the next reload.
+    #[test]
+    fn a_verification_against_an_older_users_file_is_not_trusted() {
+        let path = users_file("stale");
+        save_users(&path, OLD);
+        let auth = Arc::new(Auth::load(&path).expect("loads"));
+        let release = auth.verifier.as_ref().expect("a verifier").occupy();
+        let in_flight = auth.verify("alice", OLD).expect("queued");
+        save_users(&path, NEW);
+        auth.reload().expect("reloads");
+        drop(release);
+        in_flight.wait();
+        assert!(!auth.verified_before("alice", OLD), "the old password is trusted after the reload");
+        assert!(!in_flight.answers("alice", auth.generation()), "its outcome counts after the reload");
+        std::fs::remove_dir_all(path.parent().expect("dir")).expect("cleaned");
+    }
 }

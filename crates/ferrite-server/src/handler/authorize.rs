@@ -6,7 +6,8 @@
 //! erase; `invoke` plus `read` (read-only calls) or `write` (others) for plugin calls, since a
 //! plugin acts with its caller's rights; `admin` for creating and deleting pools, and `admin` on
 //! every pool (`*`) for a backup. Opening a pool needs any right on it; listing shows only the
-//! pools the user has rights on.
+//! pools the user has rights on. A direct transfer's pieces and commit need its right again (the
+//! users file may have been reloaded since it opened); one that lost it is ended.
 
 use std::sync::Arc;
 
@@ -94,7 +95,9 @@ impl ShardState {
 
     /// Authenticates `session` as `user` with `password`: at once if this secret was verified
     /// before, otherwise on the verifier's threads (then [`Authenticating::Pending`], and the
-    /// caller runs its request again when the completion wakes it).
+    /// caller runs its request again when the completion wakes it). A verification against a
+    /// users file reloaded since is dropped and the password verified again: the password may
+    /// have changed meanwhile.
     pub(crate) fn authenticate(&mut self, session: &mut Session, user: &str, password: &[u8]) -> Authenticating {
         if !self.auth.enabled() {
             return Authenticating::Refused(Failure::new(
@@ -103,7 +106,7 @@ impl ShardState {
             ));
         }
         let matched = match session.verification.take() {
-            Some(verification) if verification.is_for(user) => match verification.outcome() {
+            Some(verification) if verification.answers(user, self.auth.generation()) => match verification.outcome() {
                 Some(matched) => matched,
                 None => {
                     let completion = Arc::clone(&verification.completion);
@@ -207,12 +210,8 @@ impl ShardState {
             | Request::PutDirect { pool, .. }
             | Request::PutOffset { pool, .. } => self.lacks(session, pool, Rights::WRITE),
             Request::GetDirect { pool, .. } => self.lacks(session, pool, Rights::READ),
-            // Their rights were checked when the transfer opened.
             Request::DirectWrite { .. } | Request::DirectRead { .. } | Request::EndTransfer { .. } => {
-                return match session.identity {
-                    Identity::Nobody => Err(self.deny_unauthenticated()),
-                    _ => Ok(()),
-                }
+                return self.authorize_transfer(request, session);
             }
             Request::Get { pool, .. }
             | Request::GetAttribute { pool, .. }
@@ -228,6 +227,38 @@ impl ShardState {
             None => Ok(()),
             Some((right, pool)) => Err(self.deny(session, &format!("{right} right"), &format!("pool '{pool}'"))),
         }
+    }
+
+    /// Refuses a piece or the commit of a direct transfer whose session no longer holds the
+    /// right the transfer needs (the users file was reloaded since it opened), and ends the
+    /// transfer: a read gives its key back to writers, a put drops its staged value.
+    fn authorize_transfer(&mut self, request: &Request<'_>, session: &mut Session) -> Result<(), Failure> {
+        if session.identity == Identity::Nobody {
+            return Err(self.deny_unauthenticated());
+        }
+        let Some((transfer, pool, needed)) = session.transfers.right_needed(request) else { return Ok(()) };
+        let Some((right, name)) = self.lacks(session, pool, needed) else { return Ok(()) };
+        self.drop_transfer(transfer, session);
+        let failure = self.deny(session, &format!("{right} right"), &format!("pool '{name}'"));
+        Err(Failure { message: format!("{}; direct transfer {transfer} was ended", failure.message), ..failure })
+    }
+
+    /// Whether `session` may make a request that reads (or `writes`) a key of `pool`, and so may
+    /// wait for a key another session holds: not before its hello, nor on a pool it has not
+    /// open, nor without the right. A refused request is answered at once, so that no session
+    /// learns from a delay which keys other sessions hold.
+    pub(crate) fn may_wait(&mut self, session: &mut Session, pool: PoolHandle, writes: bool) -> bool {
+        if !session.handshaken || !session.is_open(pool) {
+            return false;
+        }
+        if matches!(session.identity, Identity::Everyone | Identity::Server) {
+            return true;
+        }
+        if session.rights_generation != self.auth.generation() {
+            self.refresh_rights(session);
+        }
+        let needed = if writes { Rights::WRITE } else { Rights::READ };
+        self.lacks(session, pool, needed).is_none()
     }
 
     /// The right (by name) and pool `session` lacks for `needed` on `pool`, if it lacks one.

@@ -21,7 +21,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ferrite_proto::{Durability, EndTransferFlags, ErrorCode, PoolHandle, PutFlags, Response};
+use ferrite_auth::Rights;
+use ferrite_proto::{Durability, EndTransferFlags, ErrorCode, PoolHandle, PutFlags, Request, Response};
 use ferrite_store::{PutMode, PutOutcome, StagedValue, StoreError};
 use foldhash::HashMap;
 
@@ -84,6 +85,24 @@ impl Transfers {
         match self.open.get(&transfer)? {
             Transfer::Put(put) => Some((put.pool, &put.key)),
             Transfer::Read(_) => None,
+        }
+    }
+
+    /// The transfer a piece or an end names, its pool and the right the request needs there:
+    /// `write` for a direct put's pieces and commit, `read` for a direct read's pieces. Ending
+    /// a read or aborting a put needs none (it only gives back what the transfer holds); `None`
+    /// too for a request on a transfer that is not open or of the other kind, which fails where
+    /// it runs.
+    pub fn right_needed(&self, request: &Request<'_>) -> Option<(u64, PoolHandle, Rights)> {
+        let (transfer, put_needs, read_needs) = match *request {
+            Request::DirectWrite { transfer, .. } => (transfer, Some(Rights::WRITE), None),
+            Request::DirectRead { transfer, .. } => (transfer, None, Some(Rights::READ)),
+            Request::EndTransfer { transfer, flags } if !flags.aborts() => (transfer, Some(Rights::WRITE), None),
+            _ => return None,
+        };
+        match self.open.get(&transfer)? {
+            Transfer::Put(put) => put_needs.map(|needed| (transfer, put.pool, needed)),
+            Transfer::Read(read) => read_needs.map(|needed| (transfer, read.pool, needed)),
         }
     }
 }
@@ -474,10 +493,22 @@ impl ShardState {
     /// Ends every transfer a finished session left open.
     pub(crate) fn end_transfers(&mut self, session: &mut Session) {
         for (_, open) in std::mem::take(&mut session.transfers.open) {
-            match open {
-                Transfer::Read(read) => self.direct_reads.release(read.pool, &read.key, read.hold),
-                Transfer::Put(put) => self.discard(put),
-            }
+            self.give_back(open);
+        }
+    }
+
+    /// Ends `transfer` without committing it (its session lost the right it needs).
+    pub(super) fn drop_transfer(&mut self, transfer: u64, session: &mut Session) {
+        if let Some(open) = session.transfers.open.remove(&transfer) {
+            self.give_back(open);
+        }
+    }
+
+    /// Releases what an ended transfer held: a read's hold on its key, a put's staged value.
+    fn give_back(&mut self, open: Transfer) {
+        match open {
+            Transfer::Read(read) => self.direct_reads.release(read.pool, &read.key, read.hold),
+            Transfer::Put(put) => self.discard(put),
         }
     }
 }

@@ -299,13 +299,18 @@ const BEFORE_AUTHENTICATION: [&str; 3] = ["auth", "hello", "quit"];
 
 /// If the command names a key of the default pool that a plugin call holds: a completion woken
 /// when the call ends, for the command to run then (`EXEC` waits for every queued command's).
-fn waits_for_plugin_call(args: Args<'_>, client: &Client, shard: &mut ShardState) -> Option<Arc<Completion>> {
+/// A command the session lacks the right for never waits: it is refused at once, so that its
+/// client cannot learn from a delay which keys other sessions hold.
+fn waits_for_plugin_call(args: Args<'_>, client: &mut Client, shard: &mut ShardState) -> Option<Arc<Completion>> {
     if !shard.calls.contains_key(&client.pool) && !shard.direct_reads.holds_any(client.pool) {
         return None;
     }
     let mut wait = |args: Args<'_>| {
         let spec = lookup(args.get(0))?;
         let (keys, writes) = spec.keys.of(args);
+        if !shard.may_wait(&mut client.session, client.pool, writes) {
+            return None;
+        }
         keys.into_iter().find_map(|key| shard.wait_for_key(client.pool, key, writes, 0))
     };
     match &client.transaction {
