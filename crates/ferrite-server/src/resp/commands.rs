@@ -72,6 +72,11 @@ impl Client {
     pub fn new(session: Session, pool: PoolHandle, id: u64) -> Client {
         Client { session, pool, id, protocol: Protocol::Resp2, name: None, transaction: None, progress: None }
     }
+
+    /// Whether the client may act: it has authenticated, or the server has no users.
+    pub fn authenticated(&self) -> bool {
+        self.session.identity != Identity::Nobody
+    }
 }
 
 /// Keys (or pairs) a many-key command (`MGET`, `MSET`, `DEL`, `EXISTS`) handles per step. A
@@ -275,13 +280,13 @@ pub(crate) fn execute(
     debug_assert!(args.len() > 0, "the parser never yields an empty command");
     shard.begin_request();
     if client.transaction.is_some()
-        && client.session.identity != Identity::Nobody
+        && client.authenticated()
         && !TRANSACTION_CONTROL.iter().any(|name| is(args.get(0), name))
     {
         queue(args, client, shard, out);
         return Flow::Continue;
     }
-    if client.session.identity == Identity::Nobody && !BEFORE_AUTHENTICATION.iter().any(|name| is(args.get(0), name)) {
+    if !client.authenticated() && !BEFORE_AUTHENTICATION.iter().any(|name| is(args.get(0), name)) {
         shard.stats.requests += 1;
         shard.stats.requests_denied += 1;
         shard.count_failure();
