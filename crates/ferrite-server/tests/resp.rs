@@ -399,7 +399,6 @@ fn resp_connections_count_against_the_connection_limit() {
 #[test]
 fn redis_cli_works_unchanged() {
     if !redis_cli_installed() {
-        eprintln!("note: redis-cli is not installed; skipping (scripts/install-test-deps.sh installs it)");
         return;
     }
     let server = start();
@@ -416,4 +415,60 @@ fn redis_cli_works_unchanged() {
     let piped = redis_cli(address, &["--pipe"], Some(&mass));
     assert!(piped.contains("errors: 0, replies: 1000"), "{piped}");
     assert_eq!(redis_cli(address, &["dbsize"], None), "1002\n");
+}
+
+/// `redis-cli --bigkeys` walks the pool with `SCAN`, asks each key's `TYPE` and each string's
+/// `STRLEN`, and reports the largest: it runs to its summary instead of aborting.
+#[test]
+fn redis_cli_bigkeys_reports_the_largest_string() {
+    if !redis_cli_installed() {
+        return;
+    }
+    let server = start();
+    let mut c = RespClient::connect(server.resp_addr(0));
+    let big = "x".repeat(5000);
+    assert_eq!(c.call(&["MSET", "a", "1", "bb", "22", "ccc", "333", "big", &big]), ok());
+    let report = redis_cli(server.resp_addr(0), &["--bigkeys"], None);
+    assert!(report.contains("Sampled 4 keys in the keyspace!"), "{report}");
+    assert!(report.contains("Biggest string found '\"big\"' has 5000 bytes"), "{report}");
+    assert!(report.contains("4 strings with 5006 bytes"), "{report}");
+}
+
+/// What each write command acknowledged is durable: after kill -9 and a restart on the same
+/// data directory, the pool holds exactly what the replies said.
+#[test]
+fn acknowledged_writes_of_every_write_command_survive_kill_9() {
+    let data_dir = common::fresh_dir("resp-kill9").join("data");
+    let mut server = TestServer::builder().resp().data_dir(&data_dir).start();
+    let mut c = RespClient::connect(server.resp_addr(0));
+    for (command, reply) in [
+        (&["SETNX", "setnx", "1"][..], Reply::Integer(1)),
+        (&["APPEND", "setnx", "23"], Reply::Integer(3)),
+        (&["SET", "getset", "old"], ok()),
+        (&["GETSET", "getset", "new"], bulk("old")),
+        (&["SET", "getdel", "v"], ok()),
+        (&["GETDEL", "getdel"], bulk("v")),
+        (&["INCRBYFLOAT", "float", "1.5"], bulk("1.5")),
+        (&["MSETNX", "m1", "x", "m2", "y"], Reply::Integer(1)),
+        (&["SETRANGE", "range", "3", "abc"], Reply::Integer(6)),
+        (&["SET", "from", "moved"], ok()),
+        (&["RENAME", "from", "to"], ok()),
+        (&["SET", "nxfrom", "moved too"], ok()),
+        (&["RENAMENX", "nxfrom", "nxto"], Reply::Integer(1)),
+        (&["COPY", "to", "copied"], Reply::Integer(1)),
+        (&["SET", "unlinked", "v"], ok()),
+        (&["UNLINK", "unlinked"], Reply::Integer(1)),
+    ] {
+        assert_eq!(c.call(command), reply, "{command:?}");
+    }
+    server.kill9();
+    let server = TestServer::builder().resp().data_dir(&data_dir).start();
+    let mut c = RespClient::connect(server.resp_addr(0));
+    let keys = ["setnx", "getset", "getdel", "float", "m1", "m2", "range", "from", "to", "nxfrom", "nxto", "copied"];
+    let mut mget = vec!["MGET"];
+    mget.extend(keys);
+    let values = ["123", "new", "", "1.5", "x", "y", "\0\0\0abc", "", "moved", "", "moved too", "moved"];
+    let expected = values.iter().map(|value| if value.is_empty() { Reply::Nil } else { bulk(value) }).collect();
+    assert_eq!(c.call(&mget), Reply::Array(expected));
+    assert_eq!(c.call(&["EXISTS", "unlinked"]), Reply::Integer(0));
 }

@@ -146,8 +146,14 @@ impl RespClient {
     }
 }
 
+/// Whether `redis-cli` is installed; if not, a test that needs it says so and is skipped.
 pub fn redis_cli_installed() -> bool {
-    Command::new("redis-cli").arg("--version").stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok()
+    let installed =
+        Command::new("redis-cli").arg("--version").stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok();
+    if !installed {
+        eprintln!("note: redis-cli is not installed; skipping (scripts/install-test-deps.sh installs it)");
+    }
+    installed
 }
 
 pub fn redis_cli(address: SocketAddr, args: &[&str], input: Option<&[u8]>) -> String {

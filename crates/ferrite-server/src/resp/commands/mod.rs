@@ -16,7 +16,7 @@
 use std::sync::Arc;
 
 use bytes::BytesMut;
-use ferrite_proto::{ErrorCode, PoolHandle, Request, Response};
+use ferrite_proto::{Attribute, ErrorCode, PoolHandle, PutFlags, Request, Response};
 
 use super::parser::{parse_i64, Args};
 use super::reply::{self, Protocol};
@@ -79,6 +79,11 @@ impl RespError {
         RespError::err("value is not an integer or out of range")
     }
 
+    /// What a command that would give a key a time to live is told.
+    fn no_expiry(what: &str) -> RespError {
+        RespError::err(format!("{what} is not supported: keys in ferrite do not expire"))
+    }
+
     fn arity(name: &str) -> RespError {
         RespError(format!("ERR wrong number of arguments for '{name}' command"))
     }
@@ -134,6 +139,10 @@ enum Keys {
     First {
         writes: bool,
     },
+    /// The first two arguments (`RENAME key newkey`).
+    FirstTwo {
+        writes: bool,
+    },
     /// Every argument.
     All {
         writes: bool,
@@ -150,6 +159,7 @@ impl Keys {
         let (skip, step, take, writes) = match self {
             Keys::None => (1, 1, 0, false),
             Keys::First { writes } => (1, 1, 1, writes),
+            Keys::FirstTwo { writes } => (1, 1, 2, writes),
             Keys::All { writes } => (1, 1, usize::MAX, writes),
             Keys::Pairs { writes } => (1, 2, usize::MAX, writes),
         };
@@ -168,7 +178,8 @@ impl Spec {
     }
 }
 
-/// Every command, the most frequent first (the table is searched in order).
+/// Every command, the most frequent first (the table is searched in order). `COMMAND LIST` and
+/// `COMMAND COUNT` answer from it.
 static COMMANDS: &[Spec] = &[
     Spec { name: "get", arity: 2, keys: Keys::First { writes: false }, run: strings::get },
     Spec { name: "set", arity: -3, keys: Keys::First { writes: true }, run: strings::set },
@@ -180,6 +191,35 @@ static COMMANDS: &[Spec] = &[
     Spec { name: "decr", arity: 2, keys: Keys::First { writes: true }, run: |call| strings::incr_by(call, -1) },
     Spec { name: "incrby", arity: 3, keys: Keys::First { writes: true }, run: strings::incrby },
     Spec { name: "decrby", arity: 3, keys: Keys::First { writes: true }, run: strings::decrby },
+    Spec { name: "incrbyfloat", arity: 3, keys: Keys::First { writes: true }, run: strings::incrbyfloat },
+    Spec { name: "setnx", arity: 3, keys: Keys::First { writes: true }, run: strings::setnx },
+    Spec { name: "getset", arity: 3, keys: Keys::First { writes: true }, run: strings::getset },
+    Spec { name: "getdel", arity: 2, keys: Keys::First { writes: true }, run: strings::getdel },
+    Spec { name: "getex", arity: -2, keys: Keys::First { writes: false }, run: strings::getex },
+    Spec { name: "msetnx", arity: -3, keys: Keys::Pairs { writes: true }, run: strings::msetnx },
+    Spec { name: "append", arity: 3, keys: Keys::First { writes: true }, run: strings::append },
+    Spec { name: "strlen", arity: 2, keys: Keys::First { writes: false }, run: strings::strlen },
+    Spec { name: "getrange", arity: 4, keys: Keys::First { writes: false }, run: strings::getrange },
+    Spec { name: "substr", arity: 4, keys: Keys::First { writes: false }, run: strings::getrange },
+    Spec { name: "setrange", arity: 4, keys: Keys::First { writes: true }, run: strings::setrange },
+    Spec { name: "setex", arity: 4, keys: Keys::None, run: keyspace::expire },
+    Spec { name: "psetex", arity: 4, keys: Keys::None, run: keyspace::expire },
+    Spec { name: "unlink", arity: -2, keys: Keys::All { writes: true }, run: keyspace::del },
+    Spec { name: "touch", arity: -2, keys: Keys::All { writes: false }, run: keyspace::exists },
+    Spec { name: "type", arity: 2, keys: Keys::First { writes: false }, run: keyspace::type_of },
+    Spec { name: "ttl", arity: 2, keys: Keys::First { writes: false }, run: keyspace::ttl },
+    Spec { name: "pttl", arity: 2, keys: Keys::First { writes: false }, run: keyspace::ttl },
+    Spec { name: "expiretime", arity: 2, keys: Keys::First { writes: false }, run: keyspace::ttl },
+    Spec { name: "pexpiretime", arity: 2, keys: Keys::First { writes: false }, run: keyspace::ttl },
+    Spec { name: "persist", arity: 2, keys: Keys::None, run: keyspace::persist },
+    Spec { name: "expire", arity: -3, keys: Keys::None, run: keyspace::expire },
+    Spec { name: "pexpire", arity: -3, keys: Keys::None, run: keyspace::expire },
+    Spec { name: "expireat", arity: -3, keys: Keys::None, run: keyspace::expire },
+    Spec { name: "pexpireat", arity: -3, keys: Keys::None, run: keyspace::expire },
+    Spec { name: "rename", arity: 3, keys: Keys::FirstTwo { writes: true }, run: keyspace::rename },
+    Spec { name: "renamenx", arity: 3, keys: Keys::FirstTwo { writes: true }, run: keyspace::renamenx },
+    Spec { name: "copy", arity: -3, keys: Keys::FirstTwo { writes: true }, run: keyspace::copy },
+    Spec { name: "keys", arity: 2, keys: Keys::None, run: keyspace::keys },
     Spec { name: "ping", arity: -1, keys: Keys::None, run: server::ping },
     Spec { name: "echo", arity: 2, keys: Keys::None, run: server::echo },
     Spec { name: "dbsize", arity: 1, keys: Keys::None, run: keyspace::dbsize },
@@ -192,6 +232,7 @@ static COMMANDS: &[Spec] = &[
     Spec { name: "command", arity: -1, keys: Keys::None, run: server::command },
     Spec { name: "client", arity: -2, keys: Keys::None, run: server::client },
     Spec { name: "config", arity: -2, keys: Keys::None, run: server::config },
+    Spec { name: "time", arity: 1, keys: Keys::None, run: server::time },
     Spec { name: "multi", arity: 1, keys: Keys::None, run: transaction::multi },
     Spec { name: "exec", arity: 1, keys: Keys::None, run: transaction::exec },
     Spec { name: "discard", arity: 1, keys: Keys::None, run: transaction::discard },
@@ -358,6 +399,39 @@ fn check_all<'r>(shard: &ShardState, requests: impl Iterator<Item = Request<'r>>
     Ok(())
 }
 
+/// The length of the value under `key`, if there is one: the pool's own record of it, so values
+/// longer than the inline limit (stored by a native direct put) have theirs too.
+fn value_length(call: &mut Call<'_, '_>, key: &[u8]) -> Result<Option<u64>, RespError> {
+    match run!(call, Request::GetAttribute { pool: call.client.pool, attribute: Attribute::ValueLength, key }) {
+        Ok(Response::Attribute(length)) => Ok(Some(length)),
+        Ok(other) => Err(RespError::unexpected(&other)),
+        Err(failure) if failure.code == ErrorCode::KeyNotFound => Ok(None),
+        Err(failure) => Err(failure.into()),
+    }
+}
+
+/// Puts `value` under `key` as a native put with `flags`, exactly as durable as one: whether it
+/// was stored (`false`: `CREATE_ONLY` found the key, or `UPDATE_ONLY` did not).
+fn store(call: &mut Call<'_, '_>, key: &[u8], value: &[u8], flags: PutFlags) -> Result<bool, RespError> {
+    match run!(call, Request::Put { pool: call.client.pool, flags, key, value }) {
+        Ok(Response::Stored) => Ok(true),
+        Ok(other) => Err(RespError::unexpected(&other)),
+        Err(failure) if flags.contains(PutFlags::CREATE_ONLY) && failure.code == ErrorCode::KeyExists => Ok(false),
+        Err(failure) if flags.contains(PutFlags::UPDATE_ONLY) && failure.code == ErrorCode::KeyNotFound => Ok(false),
+        Err(failure) => Err(failure.into()),
+    }
+}
+
+/// Erases `key`, exactly as durably as a native erase: whether it was there.
+fn erase(call: &mut Call<'_, '_>, key: &[u8]) -> Result<bool, RespError> {
+    match run!(call, Request::Erase { pool: call.client.pool, key }) {
+        Ok(Response::Erased) => Ok(true),
+        Ok(other) => Err(RespError::unexpected(&other)),
+        Err(failure) if failure.code == ErrorCode::KeyNotFound => Ok(false),
+        Err(failure) => Err(failure.into()),
+    }
+}
+
 /// The value under `key` if there is one, copied out of the pool.
 fn read_value(call: &mut Call<'_, '_>, key: &[u8]) -> Result<Option<Vec<u8>>, RespError> {
     match run!(call, Request::Get { pool: call.client.pool, key }) {
@@ -380,6 +454,31 @@ mod tests {
         }
         assert_eq!(lookup(b"GeT").map(|spec| spec.name), Some("get"));
         assert!(lookup(b"nosuch").is_none());
+    }
+
+    /// The keys a command names, which wait for a plugin call holding them: `RENAME` and `COPY`
+    /// name two, `MSETNX` every other argument, `KEYS` none (its argument is a pattern).
+    #[test]
+    fn commands_name_their_keys() {
+        let keys_of = |words: &[&str]| {
+            let source: Vec<u8> = words.concat().into_bytes();
+            let mut ranges = Vec::new();
+            let mut at = 0;
+            for word in words {
+                ranges.push(at..at + word.len());
+                at += word.len();
+            }
+            let args = Args::new(&source, &ranges);
+            let spec = lookup(args.get(0)).expect("a command");
+            let (keys, writes) = spec.keys.of(args);
+            (keys.map(|key| String::from_utf8_lossy(key).into_owned()).collect::<Vec<_>>(), writes)
+        };
+        assert_eq!(keys_of(&["rename", "a", "b"]), (vec!["a".into(), "b".into()], true));
+        assert_eq!(keys_of(&["copy", "a", "b", "replace"]), (vec!["a".into(), "b".into()], true));
+        assert_eq!(keys_of(&["msetnx", "a", "1", "b", "2"]), (vec!["a".into(), "b".into()], true));
+        assert_eq!(keys_of(&["getrange", "a", "0", "1"]), (vec!["a".into()], false));
+        assert_eq!(keys_of(&["unlink", "a", "b"]), (vec!["a".into(), "b".into()], true));
+        assert_eq!(keys_of(&["keys", "a*"]), (vec![], false));
     }
 
     #[test]

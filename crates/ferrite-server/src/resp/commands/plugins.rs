@@ -10,7 +10,7 @@ use crate::handler::{Accepted, Flow, Invoke, ShardState};
 
 /// The signals a command makes (`[ado] signals`) on a default pool with plugins: `SET` and
 /// `MSET` signal each key they write (post-put), `GET` and `MGET` each key they find
-/// (post-get), `DEL` each key it erases (post-erase). A many-key command's keys are taken as
+/// (post-get), `DEL` and `UNLINK` each key they erase (post-erase). A many-key command's keys are taken as
 /// they are before it runs (it never waits part way), each key once.
 pub(super) fn signal_of(spec: &Spec, args: Args<'_>, client: &Client, shard: &ShardState) -> Option<Signals> {
     let (signal, keys, present_only): (_, Vec<&[u8]>, _) = match spec.name {
@@ -18,8 +18,8 @@ pub(super) fn signal_of(spec: &Spec, args: Args<'_>, client: &Client, shard: &Sh
         "mset" => ("post-put", (1..args.len()).step_by(2).map(|at| args.get(at)).collect(), false),
         "get" => ("post-get", vec![args.get(1)], false),
         "mget" => ("post-get", args.skip(1).iter().collect(), true),
-        "del" if args.len() == 2 => ("post-erase", vec![args.get(1)], false),
-        "del" => ("post-erase", args.skip(1).iter().collect(), true),
+        "del" | "unlink" if args.len() == 2 => ("post-erase", vec![args.get(1)], false),
+        "del" | "unlink" => ("post-erase", args.skip(1).iter().collect(), true),
         _ => return None,
     };
     let pool = shard.pools.get(client.pool)?;

@@ -219,6 +219,16 @@ pub(super) fn hello(call: &mut Call<'_, '_>) -> Result<Flow, RespError> {
     Ok(Flow::Continue)
 }
 
+/// `TIME`: the server's clock, as Redis gives it: seconds and microseconds since the Unix epoch,
+/// as two bulk strings.
+pub(super) fn time(call: &mut Call<'_, '_>) -> Result<Flow, RespError> {
+    let micros = call.now_ns / 1_000;
+    reply::array(call.out, 2);
+    reply::bulk(call.out, (micros / 1_000_000).to_string().as_bytes());
+    reply::bulk(call.out, (micros % 1_000_000).to_string().as_bytes());
+    Ok(Flow::Continue)
+}
+
 /// Only database 0 exists: each shard's RESP listener serves one pool.
 pub(super) fn select(call: &mut Call<'_, '_>) -> Result<Flow, RespError> {
     match integer_arg(call.args.get(1))? {
