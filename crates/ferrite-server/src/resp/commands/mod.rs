@@ -211,7 +211,7 @@ static COMMANDS: &[Spec] = &[
     Spec { name: "pttl", arity: 2, keys: Keys::First { writes: false }, run: keyspace::ttl },
     Spec { name: "expiretime", arity: 2, keys: Keys::First { writes: false }, run: keyspace::ttl },
     Spec { name: "pexpiretime", arity: 2, keys: Keys::First { writes: false }, run: keyspace::ttl },
-    Spec { name: "persist", arity: 2, keys: Keys::None, run: keyspace::persist },
+    Spec { name: "persist", arity: 2, keys: Keys::First { writes: false }, run: keyspace::persist },
     Spec { name: "expire", arity: -3, keys: Keys::None, run: keyspace::expire },
     Spec { name: "pexpire", arity: -3, keys: Keys::None, run: keyspace::expire },
     Spec { name: "expireat", arity: -3, keys: Keys::None, run: keyspace::expire },
