@@ -79,3 +79,14 @@ def redis_server():
     server = RedisServer()
     yield server
     server.stop()
+
+
+@pytest.fixture
+def ferrite_and_redis(server, redis_server):
+    """A redis-py client of a fresh Ferrite RESP listener and one of a fresh `redis-server`, for
+    tests that send both the same commands and compare the answers."""
+    ferrite = server.client(2)
+    reference = redis_server.client()
+    yield ferrite, reference
+    ferrite.close()
+    reference.close()

@@ -40,18 +40,9 @@ PATTERNS = [
 ]
 
 
-@pytest.fixture
-def clients(server, redis_server):
-    ferrite = server.client(2)
-    reference = redis_server.client()
-    yield ferrite, reference
-    ferrite.close()
-    reference.close()
-
-
-def test_match_returns_what_redis_returns(clients):
-    ferrite, reference = clients
-    for client in clients:
+def test_match_returns_what_redis_returns(ferrite_and_redis):
+    ferrite, reference = ferrite_and_redis
+    for client in ferrite_and_redis:
         load(client, KEYS)
     for pattern in PATTERNS:
         expected, _ = walk(reference, match=pattern, count=100)
@@ -60,9 +51,9 @@ def test_match_returns_what_redis_returns(clients):
         assert len(found) == len(set(found)), f"MATCH {pattern!r} without growth returns each key once"
 
 
-def test_count_and_type_answer_as_redis_does(clients):
-    ferrite, reference = clients
-    for client in clients:
+def test_count_and_type_answer_as_redis_does(ferrite_and_redis):
+    ferrite, reference = ferrite_and_redis
+    for client in ferrite_and_redis:
         load(client, KEYS)
     everything = sorted(key.encode() for key in KEYS)
     for count in [1, 10, 100, 1000, 100_000]:
@@ -75,15 +66,15 @@ def test_count_and_type_answer_as_redis_does(clients):
         # number of calls (tables of different shapes, so not the same number).
         assert results["ferrite"] <= 2 * results["redis"] + 2, f"COUNT {count}: {results}"
         assert results["redis"] <= 2 * results["ferrite"] + 2, f"COUNT {count}: {results}"
-    for client in clients:
+    for client in ferrite_and_redis:
         assert sorted(walk(client, _type="string")[0]) == everything
         assert walk(client, _type="hash")[0] == []
         assert walk(client, _type="hash", match="user:*")[0] == []
 
 
-def test_errors_are_redis_errors(clients):
+def test_errors_are_redis_errors(ferrite_and_redis):
     answers = []
-    for client in clients:
+    for client in ferrite_and_redis:
         errors = []
         for args in (["abc"], ["-1x"], ["0", "COUNT", "0"], ["0", "COUNT", "-3"], ["0", "COUNT", "x"],
                      ["0", "MATCH"], ["0", "BOGUS", "1"], ["0", "COUNT"]):
@@ -98,10 +89,10 @@ def test_errors_are_redis_errors(clients):
 
 
 @pytest.mark.parametrize("count", [10, 500])
-def test_every_key_present_throughout_is_returned_across_growth(clients, count):
+def test_every_key_present_throughout_is_returned_across_growth(ferrite_and_redis, count):
     stable = [f"stable:{i}".encode() for i in range(20_000)]
     doomed = [f"doomed:{i}".encode() for i in range(20_000)]
-    for name, client in zip(("ferrite", "redis"), clients):
+    for name, client in zip(("ferrite", "redis"), ferrite_and_redis):
         load(client, stable)
         load(client, doomed)
         added = []

@@ -35,8 +35,9 @@ pub use server::{BoundServer, ServerError};
 #[doc(hidden)]
 pub mod fuzzing {
     /// The RESP commands (arguments) a connection parses from `input` arriving in two reads, the
-    /// first of `first_read` bytes; an empty command marks a refusal, after which nothing is read.
-    pub fn resp_commands(input: &[u8], first_read: usize) -> Vec<Vec<Vec<u8>>> {
-        crate::resp::parse_in_two_reads(input, first_read)
+    /// first of `first_read` bytes, from a client that has `authenticated` or not (then only
+    /// small commands pass); an empty command marks a refusal, after which nothing is read.
+    pub fn resp_commands(input: &[u8], first_read: usize, authenticated: bool) -> Vec<Vec<Vec<u8>>> {
+        crate::resp::parse_in_two_reads(input, first_read, authenticated)
     }
 }

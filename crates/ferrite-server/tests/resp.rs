@@ -4,131 +4,11 @@
 //! paging, and the data and statistics RESP shares with the native protocol.
 
 mod common;
-
-use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
-use std::net::{SocketAddr, TcpStream};
-use std::process::{Command, Stdio};
-use std::time::Duration;
+mod resp_wire;
 
 use common::{wait_until, TestServer, SETTLE_TIMEOUT};
 use ferrite_client::blocking;
-
-/// Longest a test waits for one reply before declaring the server stuck.
-const IO_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// A RESP reply as received, decoded by the test's own reader (not the server's encoder).
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Reply {
-    Simple(String),
-    Error(String),
-    Integer(i64),
-    Bulk(Vec<u8>),
-    /// `$-1` (RESP2) or `_` (RESP3).
-    Nil,
-    Array(Vec<Reply>),
-    /// A RESP3 map, as its key, value, key, value ... elements.
-    Map(Vec<Reply>),
-}
-
-fn bulk(text: &str) -> Reply {
-    Reply::Bulk(text.as_bytes().to_vec())
-}
-
-fn simple(text: &str) -> Reply {
-    Reply::Simple(text.to_owned())
-}
-
-fn error(text: &str) -> Reply {
-    Reply::Error(text.to_owned())
-}
-
-fn ok() -> Reply {
-    simple("OK")
-}
-
-/// A command as a RESP array of bulk strings.
-fn encode(args: &[&[u8]]) -> Vec<u8> {
-    let mut out = format!("*{}\r\n", args.len()).into_bytes();
-    for arg in args {
-        out.extend_from_slice(format!("${}\r\n", arg.len()).as_bytes());
-        out.extend_from_slice(arg);
-        out.extend_from_slice(b"\r\n");
-    }
-    out
-}
-
-/// A plain blocking RESP client that hides nothing.
-struct RespClient {
-    reader: BufReader<TcpStream>,
-    writer: TcpStream,
-}
-
-impl RespClient {
-    fn connect(address: SocketAddr) -> RespClient {
-        let stream = TcpStream::connect(address).unwrap_or_else(|e| panic!("connect to {address}: {e}"));
-        stream.set_read_timeout(Some(IO_TIMEOUT)).expect("read timeout");
-        stream.set_nodelay(true).expect("nodelay");
-        let writer = stream.try_clone().expect("clone the socket");
-        RespClient { reader: BufReader::new(stream), writer }
-    }
-
-    fn send_bytes(&mut self, bytes: &[u8]) {
-        self.writer.write_all(bytes).expect("send");
-    }
-
-    fn send(&mut self, args: &[&str]) {
-        let args: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
-        self.send_bytes(&encode(&args));
-    }
-
-    /// Sends one command and reads its reply.
-    fn call(&mut self, args: &[&str]) -> Reply {
-        self.send(args);
-        self.read()
-    }
-
-    fn line(&mut self) -> String {
-        let mut line = Vec::new();
-        self.reader.read_until(b'\n', &mut line).expect("read a reply line");
-        assert!(line.ends_with(b"\r\n"), "a reply line ends with CRLF: {:?}", String::from_utf8_lossy(&line));
-        line.truncate(line.len() - 2);
-        String::from_utf8(line).expect("reply lines are text")
-    }
-
-    fn read(&mut self) -> Reply {
-        let line = self.line();
-        let (kind, rest) = line.split_at(1);
-        let number = || rest.parse::<i64>().unwrap_or_else(|_| panic!("bad length in {line:?}"));
-        match kind {
-            "+" => Reply::Simple(rest.to_owned()),
-            "-" => Reply::Error(rest.to_owned()),
-            ":" => Reply::Integer(number()),
-            "_" => Reply::Nil,
-            "$" if number() < 0 => Reply::Nil,
-            "$" => {
-                let mut data = vec![0; number() as usize + 2];
-                self.reader.read_exact(&mut data).expect("bulk data");
-                assert_eq!(&data[data.len() - 2..], b"\r\n");
-                data.truncate(data.len() - 2);
-                Reply::Bulk(data)
-            }
-            "*" => Reply::Array((0..number()).map(|_| self.read()).collect()),
-            "%" => Reply::Map((0..2 * number()).map(|_| self.read()).collect()),
-            _ => panic!("unknown reply type in {line:?}"),
-        }
-    }
-
-    /// Whether the server has closed the connection (reads end of stream or a reset).
-    fn is_closed(&mut self) -> bool {
-        let mut byte = [0u8; 1];
-        match self.reader.read(&mut byte) {
-            Ok(0) => true,
-            Ok(_) => panic!("unexpected byte {:?} after the last reply", byte[0] as char),
-            Err(e) if e.kind() == ErrorKind::ConnectionReset => true,
-            Err(e) => panic!("reading for end of stream: {e}"),
-        }
-    }
-}
+use resp_wire::{bulk, encode, error, ok, redis_cli, redis_cli_installed, simple, Reply, RespClient};
 
 fn start() -> TestServer {
     TestServer::builder().resp().start()
@@ -515,32 +395,10 @@ fn resp_connections_count_against_the_connection_limit() {
     assert_eq!(first.call(&["PING"]), simple("PONG"));
 }
 
-fn redis_cli_installed() -> bool {
-    Command::new("redis-cli").arg("--version").stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok()
-}
-
-fn redis_cli(address: SocketAddr, args: &[&str], input: Option<&[u8]>) -> String {
-    let mut child = Command::new("redis-cli")
-        .args(["-h", &address.ip().to_string(), "-p", &address.port().to_string()])
-        .args(args)
-        .stdin(if input.is_some() { Stdio::piped() } else { Stdio::null() })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start redis-cli");
-    if let Some(input) = input {
-        child.stdin.take().expect("stdin is piped").write_all(input).expect("feed redis-cli");
-    }
-    let output = child.wait_with_output().expect("redis-cli runs");
-    assert!(output.status.success(), "redis-cli {args:?} failed: {output:?}");
-    String::from_utf8(output.stdout).expect("redis-cli prints text")
-}
-
 /// The real `redis-cli` works unchanged: single commands, and `--pipe` mass insertion.
 #[test]
 fn redis_cli_works_unchanged() {
     if !redis_cli_installed() {
-        eprintln!("note: redis-cli is not installed; skipping (scripts/install-test-deps.sh installs it)");
         return;
     }
     let server = start();
@@ -557,4 +415,60 @@ fn redis_cli_works_unchanged() {
     let piped = redis_cli(address, &["--pipe"], Some(&mass));
     assert!(piped.contains("errors: 0, replies: 1000"), "{piped}");
     assert_eq!(redis_cli(address, &["dbsize"], None), "1002\n");
+}
+
+/// `redis-cli --bigkeys` walks the pool with `SCAN`, asks each key's `TYPE` and each string's
+/// `STRLEN`, and reports the largest: it runs to its summary instead of aborting.
+#[test]
+fn redis_cli_bigkeys_reports_the_largest_string() {
+    if !redis_cli_installed() {
+        return;
+    }
+    let server = start();
+    let mut c = RespClient::connect(server.resp_addr(0));
+    let big = "x".repeat(5000);
+    assert_eq!(c.call(&["MSET", "a", "1", "bb", "22", "ccc", "333", "big", &big]), ok());
+    let report = redis_cli(server.resp_addr(0), &["--bigkeys"], None);
+    assert!(report.contains("Sampled 4 keys in the keyspace!"), "{report}");
+    assert!(report.contains("Biggest string found '\"big\"' has 5000 bytes"), "{report}");
+    assert!(report.contains("4 strings with 5006 bytes"), "{report}");
+}
+
+/// What each write command acknowledged is durable: after kill -9 and a restart on the same
+/// data directory, the pool holds exactly what the replies said.
+#[test]
+fn acknowledged_writes_of_every_write_command_survive_kill_9() {
+    let data_dir = common::fresh_dir("resp-kill9").join("data");
+    let mut server = TestServer::builder().resp().data_dir(&data_dir).start();
+    let mut c = RespClient::connect(server.resp_addr(0));
+    for (command, reply) in [
+        (&["SETNX", "setnx", "1"][..], Reply::Integer(1)),
+        (&["APPEND", "setnx", "23"], Reply::Integer(3)),
+        (&["SET", "getset", "old"], ok()),
+        (&["GETSET", "getset", "new"], bulk("old")),
+        (&["SET", "getdel", "v"], ok()),
+        (&["GETDEL", "getdel"], bulk("v")),
+        (&["INCRBYFLOAT", "float", "1.5"], bulk("1.5")),
+        (&["MSETNX", "m1", "x", "m2", "y"], Reply::Integer(1)),
+        (&["SETRANGE", "range", "3", "abc"], Reply::Integer(6)),
+        (&["SET", "from", "moved"], ok()),
+        (&["RENAME", "from", "to"], ok()),
+        (&["SET", "nxfrom", "moved too"], ok()),
+        (&["RENAMENX", "nxfrom", "nxto"], Reply::Integer(1)),
+        (&["COPY", "to", "copied"], Reply::Integer(1)),
+        (&["SET", "unlinked", "v"], ok()),
+        (&["UNLINK", "unlinked"], Reply::Integer(1)),
+    ] {
+        assert_eq!(c.call(command), reply, "{command:?}");
+    }
+    server.kill9();
+    let server = TestServer::builder().resp().data_dir(&data_dir).start();
+    let mut c = RespClient::connect(server.resp_addr(0));
+    let keys = ["setnx", "getset", "getdel", "float", "m1", "m2", "range", "from", "to", "nxfrom", "nxto", "copied"];
+    let mut mget = vec!["MGET"];
+    mget.extend(keys);
+    let values = ["123", "new", "", "1.5", "x", "y", "\0\0\0abc", "", "moved", "", "moved too", "moved"];
+    let expected = values.iter().map(|value| if value.is_empty() { Reply::Nil } else { bulk(value) }).collect();
+    assert_eq!(c.call(&mget), Reply::Array(expected));
+    assert_eq!(c.call(&["EXISTS", "unlinked"]), Reply::Integer(0));
 }

@@ -3,7 +3,9 @@
 //! The task reads whatever the socket has, answers every complete command in the buffer, and
 //! writes all the replies with one write, so a pipelining client (`redis-benchmark -P`,
 //! `redis-cli --pipe`) costs one read and one write per batch. A protocol error is answered with
-//! `-ERR Protocol error: ...` and closes this connection only, as `redis-server` does.
+//! `-ERR Protocol error: ...` and closes this connection only, as `redis-server` does. Until the
+//! client has authenticated, on a server with users, its commands must be small (`parser.rs`) and
+//! it must authenticate within the handshake timeout.
 
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -80,7 +82,9 @@ pub(crate) async fn serve(
         let shard = shard.borrow();
         (std::sync::Arc::clone(&shard.traffic), shard.admission)
     };
-    // RESP has no hello: the first command answered counts as the handshake.
+    // RESP has no hello: the first command answered to a client that may act counts as the
+    // handshake. On a server with users that is the first after it has authenticated: replies
+    // to a stranger (`NOAUTH`) do not end its handshake deadline.
     let handshaken = std::cell::Cell::new(false);
     let socket = buffered::Socket {
         stream: &mut stream,
@@ -93,7 +97,7 @@ pub(crate) async fn serve(
     let ended = buffered::drive(socket, &mut shutdown, &mut buffers, gate, &in_order, |buffers, _| {
         let mut shard = shard.borrow_mut();
         let next = connection.answer_buffered(&mut shard, &settings, buffers);
-        if !buffers.write.is_empty() {
+        if !buffers.write.is_empty() && connection.client.authenticated() {
             handshaken.set(true);
         }
         shard.submit_soon();
@@ -143,6 +147,7 @@ impl Connection {
             if write.len() >= WRITE_FLUSH_BYTES {
                 return Next::Flush;
             }
+            self.parser.set_authenticated(self.client.authenticated());
             match self.parser.parse(read) {
                 Ok(Parsed::Incomplete { needed }) => {
                     if let Some(needed) = needed {

@@ -129,12 +129,13 @@ pub(crate) fn refusal() -> BytesMut {
 }
 
 /// What a RESP connection parses from `input` when its bytes arrive in two reads, the first of
-/// `first_read` bytes: each whole command's arguments, in order, until the parser needs more
-/// bytes or refuses them (then an empty command marks the refusal). For the `resp_parse` fuzz
-/// target, through [`crate::fuzzing`].
-pub(crate) fn parse_in_two_reads(input: &[u8], first_read: usize) -> Vec<Vec<Vec<u8>>> {
+/// `first_read` bytes, from a client that has `authenticated` or not: each whole command's
+/// arguments, in order, until the parser needs more bytes or refuses them (then an empty command
+/// marks the refusal). For the `resp_parse` fuzz target, through [`crate::fuzzing`].
+pub(crate) fn parse_in_two_reads(input: &[u8], first_read: usize, authenticated: bool) -> Vec<Vec<Vec<u8>>> {
     let limits = parser::ParseLimits::for_server(ferrite_proto::KEY_BYTES_MAX, ferrite_proto::VALUE_INLINE_BYTES_MAX);
     let mut parser = parser::Parser::new(limits);
+    parser.set_authenticated(authenticated);
     let mut buffer: Vec<u8> = input[..first_read].to_vec();
     let mut rest = &input[first_read..];
     let mut commands = Vec::new();

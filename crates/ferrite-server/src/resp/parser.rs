@@ -8,7 +8,8 @@
 //! Every length comes from the peer, so each is checked against its limit before the buffer is
 //! asked to grow for it: a bulk length against the largest argument, an argument count against
 //! [`ARGS_MAX`], an inline line against [`INLINE_BYTES_MAX`], and the whole command against
-//! [`COMMAND_BYTES_MAX`]. The parser is resumable: when a command has arrived only in part it
+//! [`COMMAND_BYTES_MAX`]; until the client has authenticated, against the far smaller
+//! [`UNAUTHENTICATED_ARGS_MAX`] and [`UNAUTHENTICATED_BULK_BYTES_MAX`]. The parser is resumable: when a command has arrived only in part it
 //! remembers the arguments it has, so a large command trickling in is not parsed again from its
 //! first byte on every read.
 
@@ -27,6 +28,16 @@ pub(crate) const INLINE_BYTES_MAX: usize = 64 * 1024;
 /// several maximal values, far below `redis-server`'s 1 GiB query buffer limit.
 pub(crate) const COMMAND_BYTES_MAX: usize = 32 * 1024 * 1024;
 
+/// Most arguments a command may have before its client has authenticated, on a server with users:
+/// `redis-server`'s limit since CVE-2021-32675, room for `HELLO 3 AUTH user password SETNAME
+/// name`. With [`UNAUTHENTICATED_BULK_BYTES_MAX`] it bounds what a stranger makes the server
+/// buffer to about 160 KiB, where a command may otherwise take [`COMMAND_BYTES_MAX`].
+pub(crate) const UNAUTHENTICATED_ARGS_MAX: usize = 10;
+
+/// Longest argument before authentication (`redis-server`'s limit, as above): room for any
+/// user name and password.
+pub(crate) const UNAUTHENTICATED_BULK_BYTES_MAX: usize = 16 * 1024;
+
 /// Longest `*<count>` or `$<length>` line: a sign and 19 digits, with room to spare. Valid lines
 /// are never longer (leading zeros are refused), so nothing legitimate is turned away.
 const NUMBER_LINE_BYTES_MAX: usize = 32;
@@ -34,6 +45,8 @@ const NUMBER_LINE_BYTES_MAX: usize = 32;
 // A `SET` of a maximal key and a maximal value, with its framing, must fit one command.
 const _: () = assert!(KEY_BYTES_MAX + VALUE_INLINE_BYTES_MAX + FRAME_OVERHEAD_BYTES <= COMMAND_BYTES_MAX);
 const _: () = assert!(INLINE_BYTES_MAX <= COMMAND_BYTES_MAX);
+const _: () = assert!(UNAUTHENTICATED_ARGS_MAX <= ARGS_MAX);
+const _: () = assert!(UNAUTHENTICATED_BULK_BYTES_MAX <= KEY_BYTES_MAX);
 
 /// What makes a request unreadable. The connection answers `-ERR Protocol error: <this>` and
 /// closes, as `redis-server` does: after a framing error nothing later on the stream can be trusted.
@@ -61,6 +74,16 @@ pub(crate) enum ProtocolError {
     UnbalancedQuotes,
     #[error("command larger than {max} bytes")]
     CommandTooLarge { max: usize },
+    #[error(
+        "unauthenticated multibulk length: a client that has not authenticated may send at most {} arguments",
+        UNAUTHENTICATED_ARGS_MAX
+    )]
+    UnauthenticatedMultibulkLength,
+    #[error(
+        "unauthenticated bulk length: a client that has not authenticated may send arguments of at most {} bytes",
+        UNAUTHENTICATED_BULK_BYTES_MAX
+    )]
+    UnauthenticatedBulkLength,
 }
 
 /// The parser's limits. The largest bulk string is the server's: a key or a value, whichever is
@@ -120,6 +143,9 @@ pub(crate) struct Parser {
     progress: Option<Progress>,
     inline: bool,
     scratch: Vec<u8>,
+    /// Whether the client has authenticated (or needs not): if not, the unauthenticated limits
+    /// apply.
+    authenticated: bool,
 }
 
 /// The arguments of one command, borrowed from the buffer they were parsed from.
@@ -316,7 +342,15 @@ fn split_inline(line: &[u8], scratch: &mut Vec<u8>, args: &mut Vec<Range<usize>>
 
 impl Parser {
     pub fn new(limits: ParseLimits) -> Parser {
-        Parser { limits, args: Vec::new(), progress: None, inline: false, scratch: Vec::new() }
+        Parser { limits, args: Vec::new(), progress: None, inline: false, scratch: Vec::new(), authenticated: true }
+    }
+
+    /// Says whether the client has authenticated, before each [`Parser::parse`]: a client that
+    /// has not may send only small commands (see [`UNAUTHENTICATED_ARGS_MAX`]). A client
+    /// authenticates only by a command, so this never changes while a command is half parsed.
+    pub fn set_authenticated(&mut self, authenticated: bool) {
+        debug_assert!(self.progress.is_none() || self.authenticated == authenticated, "changed mid-command");
+        self.authenticated = authenticated;
     }
 
     /// The arguments of the command the last [`Parser::parse`] returned. `buf` must be the buffer
@@ -375,6 +409,9 @@ impl Parser {
         if expected > self.limits.args_max {
             return Err(ProtocolError::InvalidMultibulkLength);
         }
+        if !self.authenticated && expected > UNAUTHENTICATED_ARGS_MAX {
+            return Err(ProtocolError::UnauthenticatedMultibulkLength);
+        }
         // Reserve for what has arrived, not for what the peer claims: a count of a million costs
         // nothing until a million arguments are actually sent.
         self.args.reserve(expected.min(64));
@@ -405,6 +442,9 @@ impl Parser {
             let max = self.limits.bulk_bytes_max;
             if len > max as u64 {
                 return Err(ProtocolError::BulkTooLarge { len, max });
+            }
+            if !self.authenticated && len > UNAUTHENTICATED_BULK_BYTES_MAX as u64 {
+                return Err(ProtocolError::UnauthenticatedBulkLength);
             }
             let data_start = line_end + 2;
             // `len` is at most `bulk_bytes_max`, so this cannot overflow.
@@ -617,6 +657,30 @@ mod tests {
             big.extend_from_slice(b"\r\n");
         }
         assert_eq!(error, Some(ProtocolError::CommandTooLarge { max: COMMAND_BYTES_MAX }));
+    }
+
+    /// Before authentication, Redis's limits apply from the header alone: more than 10 arguments,
+    /// or an argument over 16 KiB, is refused without waiting for the data; at the limits, the
+    /// command parses. Once authenticated, the server's own limits apply again.
+    #[test]
+    fn unauthenticated_clients_send_only_small_commands() {
+        let parse = |input: &[u8], authenticated: bool| {
+            let mut parser = Parser::new(limits());
+            parser.set_authenticated(authenticated);
+            parser.parse(input)
+        };
+        let many = format!("*{}\r\n", UNAUTHENTICATED_ARGS_MAX + 1);
+        assert_eq!(parse(many.as_bytes(), false), Err(ProtocolError::UnauthenticatedMultibulkLength));
+        assert_eq!(parse(many.as_bytes(), true), Ok(Parsed::Incomplete { needed: None }));
+        let long = format!("*2\r\n$4\r\nAUTH\r\n${}\r\n", UNAUTHENTICATED_BULK_BYTES_MAX + 1);
+        assert_eq!(parse(long.as_bytes(), false), Err(ProtocolError::UnauthenticatedBulkLength));
+        assert!(matches!(parse(long.as_bytes(), true), Ok(Parsed::Incomplete { needed: Some(_) })));
+        let largest = vec![b'p'; UNAUTHENTICATED_BULK_BYTES_MAX];
+        let at_the_limits = encode(&vec![largest; UNAUTHENTICATED_ARGS_MAX]);
+        assert_eq!(parse(&at_the_limits, false), Ok(Parsed::Command { consumed: at_the_limits.len() }));
+        // The absurd is refused as it is for anyone, in the same words.
+        let absurd = format!("*{}\r\n", ARGS_MAX + 1);
+        assert_eq!(parse(absurd.as_bytes(), false), Err(ProtocolError::InvalidMultibulkLength));
     }
 
     #[test]
