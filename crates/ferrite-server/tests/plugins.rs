@@ -441,8 +441,9 @@ fn the_clients_plugin_helpers_work_against_the_server() {
 
 /// A call's value stays its own while other clients change the pool under it: inserts that move
 /// the table's entries about (hopscotch displacement, subtable growth) neither lose the call's
-/// write nor receive it, whether the value lives in its entry (the plugin works on a copy) or out
-/// of line (in place); and the write survives kill -9.
+/// write nor receive it, whether the value lives in its entry (put back with the write) or out of
+/// line (the write copied onto it); and the write survives kill -9. The call lasts until the
+/// inserts are done (it waits for a key the test writes last).
 #[test]
 fn a_calls_write_lands_on_its_own_value_while_the_table_changes() {
     for size in [8usize, 100] {
@@ -458,19 +459,19 @@ fn a_calls_write_lands_on_its_own_value_while_the_table_changes() {
             std::thread::spawn(move || {
                 let session = Session::connect(&address).expect("connect");
                 let pool = session.open_pool("moving").expect("open");
-                pool.invoke(b"target", b"slow-bump", InvokeOptions::default()).expect("the slow call succeeds")
+                pool.invoke(b"target", b"await go; scrawl X", InvokeOptions::default()).expect("the call succeeds")
             })
         };
-        // Inserted while the call sleeps: enough keys to displace entries and grow subtables.
-        let mut inserted = 0u32;
-        while !slow.is_finished() {
+        // Inserted while the call waits: enough keys to displace entries and grow subtables.
+        for inserted in 0..400u32 {
             pool.put(format!("filler-{inserted:08}").as_bytes(), inserted.to_le_bytes()).expect("insert");
-            inserted += 1;
         }
-        slow.join().expect("the slow call");
-        assert!(inserted > 300, "size {size}: the table changed during the call ({inserted} inserts)");
+        assert!(!slow.is_finished(), "size {size}: the call lasts until it is told to end");
+        pool.put(b"go", b"").expect("end the call");
+        slow.join().expect("the call");
+        let inserted = 400u32;
         let mut expected = vec![0u8; size];
-        expected[0] = 1;
+        expected[0] = b'X';
         assert_eq!(pool.get(b"target").expect("the target"), &expected[..], "size {size}");
         drop(pool);
         server.kill9();

@@ -18,6 +18,8 @@
 //! - `info`: answers `objects=N` from `pool_info`.
 //! - `recent N`: answers the keys of `get_reference_vector` over all time, at most N of them.
 //! - `sleep MS`: waits MS milliseconds (a call long enough for other clients to act meanwhile).
+//! - `await KEY`: waits until KEY exists, looking every 10 ms (`open_key` for reading): a call
+//!   that lasts exactly until a test says so.
 //! - `scrawl TEXT`: overwrites the first bytes of the call's own value with TEXT (declared),
 //!   keeping its length.
 //! - `spread N`: allocates 100 bytes of pool memory and writes them (one declared range), then
@@ -31,7 +33,7 @@
 use ferrite_plugin::{Access, Call, PluginError};
 
 /// The first word of every script command: a payload starting with one is a script.
-pub const COMMANDS: [&str; 18] = [
+pub const COMMANDS: [&str; 19] = [
     "create",
     "update",
     "erase",
@@ -46,6 +48,7 @@ pub const COMMANDS: [&str; 18] = [
     "recent",
     "crash",
     "sleep",
+    "await",
     "scrawl",
     "spread",
     "smash",
@@ -123,6 +126,15 @@ pub fn run(call: &mut Call<'_>, payload: &[u8]) -> Result<(), PluginError> {
                 }
             }
             ("sleep", Some(ms), None) => std::thread::sleep(std::time::Duration::from_millis(number(ms)?)),
+            ("await", Some(key), None) => loop {
+                match call.open_key(key.as_bytes(), Access::Read) {
+                    Ok(handle) => break call.unlock(handle)?,
+                    Err(error) if error.code() == ferrite_plugin::ErrorCode::NotFound => {
+                        std::thread::sleep(std::time::Duration::from_millis(10))
+                    }
+                    Err(error) => return Err(error),
+                }
+            },
             ("scrawl", Some(text), rest) => {
                 let text = match rest {
                     Some(rest) => format!("{text} {rest}"),
