@@ -9,6 +9,7 @@ mod auth;
 pub mod backup;
 mod buffered;
 mod checkpointing;
+pub mod cluster;
 mod completion;
 pub mod config;
 mod connection;
