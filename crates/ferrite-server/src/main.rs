@@ -8,6 +8,7 @@ use std::process::ExitCode;
 use clap::{Parser, ValueEnum};
 use ferrite_server::config::{Config, Overrides, DEFAULT_CONFIG_TOML};
 use ferrite_server::BoundServer;
+use tracing_subscriber::filter::LevelFilter;
 use tracing_subscriber::EnvFilter;
 
 /// The Ferrite server: memory-centric active key-value storage.
@@ -55,9 +56,9 @@ struct Args {
     /// Serve Prometheus metrics on HOST:PORT (`GET /metrics`); port 0 picks a free port.
     #[arg(long, value_name = "HOST:PORT")]
     metrics_listen: Option<SocketAddr>,
-    /// Log level (error, warn, info, debug, trace) or a tracing filter such as
-    /// `ferrite_server=debug`.
-    #[arg(long, default_value = "info", value_name = "LEVEL")]
+    /// Log level (error, warn, info, debug, trace, off) or a tracing filter such as
+    /// `warn,ferrite_server=debug` (each TARGET=LEVEL applies to the modules under TARGET).
+    #[arg(long, default_value = "info", value_name = "LEVEL", value_parser = parse_log_level)]
     log_level: String,
     /// How log lines are written to standard error: `text` for people (coloured only on a
     /// terminal), `json` for log collectors (one JSON object per line).
@@ -91,19 +92,27 @@ fn parse_plugin(text: &str) -> Result<(String, PathBuf), String> {
     }
 }
 
+/// `--log-level`: a filter whose every directive names a level. The filter syntax takes a word
+/// alone that is not a level (`bogus`, `verbose`) for a target to log at every level, and then
+/// nothing else is logged: a mistyped level would silence the server, so it is refused instead.
+fn parse_log_level(text: &str) -> Result<String, String> {
+    const LEVELS: &str = "error, warn, info, debug, trace or off";
+    for directive in text.split(',').map(str::trim).filter(|directive| !directive.is_empty()) {
+        if !directive.contains('=') && directive.parse::<LevelFilter>().is_err() {
+            return Err(format!("'{directive}' is neither a level ({LEVELS}) nor a TARGET=LEVEL directive"));
+        }
+    }
+    EnvFilter::try_new(text).map_err(|error| format!("{error} (a level is one of {LEVELS})"))?;
+    Ok(text.to_owned())
+}
+
 fn main() -> ExitCode {
     let args = Args::parse();
     if args.print_default_config {
         print!("{DEFAULT_CONFIG_TOML}");
         return ExitCode::SUCCESS;
     }
-    let filter = match EnvFilter::try_new(&args.log_level) {
-        Ok(filter) => filter,
-        Err(error) => {
-            eprintln!("error: invalid --log-level '{}': {error}", args.log_level);
-            return ExitCode::from(2);
-        }
-    };
+    let filter = EnvFilter::try_new(&args.log_level).expect("--log-level was checked when it was parsed");
     if let Some(path) = &args.check_config {
         return match effective_config(Some(path), &args) {
             Ok(config) => {

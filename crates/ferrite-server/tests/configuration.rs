@@ -4,7 +4,7 @@
 mod common;
 
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
 
 use common::{fresh_dir, TestServer};
 
@@ -17,6 +17,24 @@ fn check(dir: &Path, text: &str) -> Output {
     let path = dir.join("check.toml");
     std::fs::write(&path, text).expect("write the config");
     Command::new(server_binary()).arg("--check-config").arg(&path).output().expect("run ferrite-server")
+}
+
+/// Runs a server that is expected to refuse to start; one that starts anyway is stopped (by its
+/// own process id) after [`common::STARTUP_TIMEOUT`], so the test fails instead of hanging.
+fn run_refused(mut command: Command) -> Output {
+    let child =
+        command.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("run ferrite-server");
+    let pid = child.id();
+    let (done, finished) = std::sync::mpsc::channel();
+    let waiter = std::thread::spawn(move || {
+        let output = child.wait_with_output().expect("wait for ferrite-server");
+        let _ = done.send(());
+        output
+    });
+    if finished.recv_timeout(common::STARTUP_TIMEOUT).is_err() {
+        let _ = Command::new("kill").arg("-KILL").arg(pid.to_string()).status();
+    }
+    waiter.join().expect("the waiting thread")
 }
 
 /// A partial file is valid, and the printed configuration holds its settings and every default.
@@ -105,4 +123,33 @@ fn the_service_manager_hears_ready_and_stopping() {
     server.stop_gracefully();
     let n = socket.recv(&mut message).expect("the server notifies when it stops");
     assert_eq!(&message[..n], b"STOPPING=1\n");
+}
+
+/// A `--log-level` that names no level (a word alone that is not one, which the filter syntax
+/// would take for a target and then log nothing at all) or an unknown level is a usage error
+/// (status 2) that names it, before anything starts; a level or a `target=level` filter is
+/// taken and logs.
+#[test]
+fn a_log_level_that_is_not_one_is_a_usage_error() {
+    let dir = fresh_dir("log-level");
+    let data_dir = dir.join("data");
+    for bogus in ["bogus", "info,verbose", "ferrite_server=loud"] {
+        let mut command = Command::new(server_binary());
+        command.args(["--log-level", bogus, "--listen", "127.0.0.1:0", "--data-dir"]).arg(&data_dir);
+        let output = run_refused(command);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{bogus}: {output:?}");
+        assert!(stderr.contains("--log-level") && stderr.contains(bogus), "{bogus}: {stderr}");
+        assert!(!data_dir.exists(), "{bogus}: nothing was started");
+    }
+    for (level, logged) in [("warn", None), ("ferrite_server=info", Some("INFO")), ("INFO", Some("INFO"))] {
+        let server = TestServer::start(&["--log-level", level]);
+        let session = ferrite_client::blocking::Session::connect(&server.addr_string()).expect("connect");
+        session.list_pools().expect("served");
+        let stderr = server.stderr();
+        match logged {
+            Some(text) => assert!(stderr.contains(text), "{level}: {stderr}"),
+            None => assert!(!stderr.contains("INFO"), "{level}: {stderr}"),
+        }
+    }
 }
