@@ -763,3 +763,51 @@ fn pool_configure_adds_and_removes_an_index_that_find_next_uses() {
     let usage = ferrite(&server, &["pool", "configure", "catalog"]);
     assert_eq!(usage.status.code(), Some(2), "a setting is required");
 }
+
+/// Runs the command of a server's `ready. Try: COMMAND[, or: ...]` line with `sh`, the `ferrite`
+/// binary first on the path, `FERRITE_PASSWORD` set to `password` and no other `FERRITE_`
+/// variable: as someone would paste it.
+fn run_startup_hint(server: &TestServer, password: &str) -> Output {
+    let ready = server.announcement().last().expect("the server announced itself");
+    let command = ready.strip_prefix("ready. Try: ").unwrap_or_else(|| panic!("not a hint: {ready}"));
+    let command = command.split(", or: ").next().expect("a command");
+    let binaries = std::path::Path::new(env!("CARGO_BIN_EXE_ferrite")).parent().expect("the binary's directory");
+    let path = format!("{}:{}", binaries.display(), std::env::var("PATH").unwrap_or_default());
+    let mut shell = Command::new("sh");
+    shell.env("PATH", path).env("FERRITE_PASSWORD", password).arg("-c").arg(command);
+    for variable in ["FERRITE_ADDR", "FERRITE_USER", "FERRITE_CA"] {
+        shell.env_remove(variable);
+    }
+    run(shell, b"", CLI_TIMEOUT)
+}
+
+/// The command the server suggests when it is ready works as printed: on a server without users,
+/// and on one with users, where it names a user with a password who may create and write the
+/// pool (not the first user, who may not), and needs only that user's password in
+/// `FERRITE_PASSWORD`; a server whose users may not gets a hint that says how to grant it.
+#[test]
+fn the_startup_hint_works_as_printed() {
+    let server = start_server(1);
+    ok(&run_startup_hint(&server, ""));
+    assert_eq!(ok(&ferrite(&server, &["get", "demo", "hello"])), "world");
+
+    let dir = common::fresh_dir("cli-hint");
+    let users = dir.join("users.toml").display().to_string();
+    let user = |args: &[&str], stdin: &[u8]| {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_ferrite"));
+        command.arg("user").args(args).args(["--file", &users]);
+        ok(&run(command, stdin, CLI_TIMEOUT));
+    };
+    user(&["add", "aaron"], b"aaron's long secret\n");
+    user(&["grant", "aaron", "*", "read"], b"");
+    let server = TestServer::builder_for(server_binary()).arg("--users").arg(&users).start();
+    let announced = server.announcement().join("\n");
+    assert!(announced.contains("ferrite user grant NAME demo admin,write"), "{announced}");
+    user(&["add", "alice"], b"alice's long secret\n");
+    user(&["grant", "alice", "demo", "admin,write,read"], b"");
+    let server = TestServer::builder_for(server_binary()).arg("--users").arg(&users).start();
+    let announced = server.announcement().join("\n");
+    assert!(announced.contains("FERRITE_USER=alice") && announced.contains("FERRITE_PASSWORD"), "{announced}");
+    ok(&run_startup_hint(&server, "alice's long secret"));
+    assert_eq!(ok(&ferrite_as(&server, "alice", Some("alice's long secret"), &["get", "demo", "hello"])), "world");
+}

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, ValueEnum};
+use ferrite_auth::Rights;
 use ferrite_server::config::{Config, Overrides, DEFAULT_CONFIG_TOML};
 use ferrite_server::BoundServer;
 use tracing_subscriber::filter::LevelFilter;
@@ -263,23 +264,86 @@ fn announcement(server: &BoundServer) -> String {
     if let Some(metrics) = server.metrics_address() {
         lines.push(format!("metrics: http://{metrics}/metrics"));
     }
-    let first = server.addresses()[0];
-    let mut ready =
-        format!("ready. Try: ferrite --addr {first} pool create demo && ferrite --addr {first} put demo hello world");
+    let client = ClientHint::for_server(server);
+    lines.extend(client.notes.iter().cloned());
+    let ferrite = &client.ferrite;
+    let mut ready = format!(
+        "ready. Try: {}{ferrite} pool create {DEMO_POOL} && {ferrite} put {DEMO_POOL} hello world",
+        client.user.as_ref().map(|user| format!("export FERRITE_USER={user} && ")).unwrap_or_default()
+    );
     if let Some(resp) = server.resp_addresses().first() {
-        ready.push_str(&format!(", or: redis-cli -h {} -p {} ping", resp.ip(), resp.port()));
+        let user = client.user.as_ref().map(|user| format!(" --user {user} --askpass")).unwrap_or_default();
+        ready.push_str(&format!(", or: redis-cli -h {} -p {}{}{user} ping", resp.ip(), resp.port(), client.redis_cli));
     }
     lines.push(ready);
     let plugins = server.plugin_names();
     if !plugins.is_empty() {
         lines.push(format!(
-            "plugins: {} (ferrite --addr {first} pool create counters --plugins counter && ferrite --addr {first} \
-             invoke counters hits \"add 1\" --create-size 8; docs/plugins.md)",
+            "plugins: {} ({ferrite} pool create counters --plugins counter && {ferrite} invoke counters hits \"add 1\" \
+             --create-size 8; docs/plugins.md)",
             plugins.join(", ")
         ));
     }
     lines.push("Stop with Ctrl-C (SIGINT) or SIGTERM.".to_string());
     lines.join("\n")
+}
+
+/// The pool the startup hint creates and writes.
+const DEMO_POOL: &str = "demo";
+
+/// How the commands the announcement suggests reach this server: with the TLS options and the
+/// user it requires, so that they work as printed wherever the server can know the values, and
+/// with a placeholder in capitals (explained in a note) where it cannot.
+struct ClientHint {
+    /// `ferrite` with the address and TLS options.
+    ferrite: String,
+    /// `redis-cli`'s TLS options.
+    redis_cli: String,
+    /// The user to authenticate as, on a server with users.
+    user: Option<String>,
+    /// Lines saying what the options and placeholders are.
+    notes: Vec<String>,
+}
+
+impl ClientHint {
+    fn for_server(server: &BoundServer) -> ClientHint {
+        let config = server.config();
+        let mut hint = ClientHint {
+            ferrite: format!("ferrite --addr {}", server.addresses()[0]),
+            redis_cli: String::new(),
+            user: None,
+            notes: Vec::new(),
+        };
+        if let Some(cert_file) = &config.tls.cert_file {
+            hint.ferrite.push_str(" --ca CA_FILE");
+            hint.redis_cli.push_str(" --tls --cacert CA_FILE");
+            let mut note = format!("tls: clients need CA_FILE, the CA certificate that signed {}", cert_file.display());
+            if let Some(client_ca_file) = &config.tls.client_ca_file {
+                hint.ferrite.push_str(" --client-cert CLIENT_CERT --client-key CLIENT_KEY");
+                hint.redis_cli.push_str(" --cert CLIENT_CERT --key CLIENT_KEY");
+                note.push_str(&format!(", and a client certificate and key signed by {}", client_ca_file.display()));
+            }
+            hint.notes.push(format!("{note} (docs/security.md)"));
+        }
+        if let Some(users_file) = server.users_file() {
+            let mut note = format!(
+                "users: clients authenticate as a user of {}: ferrite takes the user from --user or FERRITE_USER and \
+                 its password from FERRITE_PASSWORD, or asks for it at a terminal (docs/security.md)",
+                users_file.display()
+            );
+            let user = server.password_user_with(DEMO_POOL, Rights::ADMIN.union(Rights::WRITE));
+            if user.is_none() {
+                note.push_str(&format!(
+                    "; no user with a password may create and write pool '{DEMO_POOL}' yet: ferrite user grant NAME \
+                     {DEMO_POOL} admin,write --file {}, then SIGHUP the server",
+                    users_file.display()
+                ));
+            }
+            hint.notes.push(note);
+            hint.user = Some(user.unwrap_or_else(|| "NAME".to_owned()));
+        }
+        hint
+    }
 }
 
 /// Installs the SIGINT and SIGTERM handlers, announces readiness (only now, so a signal sent by

@@ -205,6 +205,20 @@ impl BoundServer {
         self.plugins.names().map(str::to_owned).collect()
     }
 
+    /// The users file, when clients must authenticate.
+    pub fn users_file(&self) -> Option<&std::path::Path> {
+        self.auth.users_file()
+    }
+
+    /// The first user (by name) who proves itself with a password and holds `rights` on pool
+    /// `pool`: someone the startup hint can show a working command for.
+    pub fn password_user_with(&self, pool: &str, rights: ferrite_auth::Rights) -> Option<String> {
+        let users = self.auth.users();
+        let found =
+            users.users.iter().find(|(_, user)| user.password.is_some() && user.rights_on(pool).contains(rights));
+        found.map(|(name, _)| name.clone())
+    }
+
     /// Runs every shard until `shutdown` completes, then stops them and waits for them. Returns an
     /// error if a shard stops on its own.
     pub fn run(self, shutdown: impl Future<Output = ()>) -> Result<(), ServerError> {
