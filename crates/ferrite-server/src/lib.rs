@@ -28,7 +28,7 @@ mod stream;
 mod tls;
 mod write_through;
 
-pub use server::{BoundServer, ServerError};
+pub use server::{check_files, BoundServer, ServerError};
 
 /// Entry points for the fuzz targets in `fuzz/`: the parsers of bytes a peer controls that are
 /// not public otherwise.

@@ -72,9 +72,10 @@ struct Args {
     /// Print the embedded default configuration and exit.
     #[arg(long)]
     print_default_config: bool,
-    /// Check the configuration FILE (with the other options applied) and print the effective
-    /// configuration, every setting included, then exit: 0 if it is valid, 1 with the reason if
-    /// not. Nothing is started and the data directory is not touched.
+    /// Check the configuration FILE (with the other options applied) and the TLS and users files
+    /// it names (loaded as at start), and print the effective configuration, every setting
+    /// included, then exit: 0 if it is valid, 1 with the reason if not. Nothing is started and the
+    /// data directory is not touched.
     #[arg(long, value_name = "FILE", conflicts_with = "config")]
     check_config: Option<PathBuf>,
 }
@@ -115,7 +116,10 @@ fn main() -> ExitCode {
     }
     let filter = EnvFilter::try_new(&args.log_level).expect("--log-level was checked when it was parsed");
     if let Some(path) = &args.check_config {
-        return match effective_config(Some(path), &args) {
+        let checked = effective_config(Some(path), &args).and_then(|config| {
+            ferrite_server::check_files(&config).map(|()| config).map_err(|error| error.to_string())
+        });
+        return match checked {
             Ok(config) => {
                 // A reader that stops early (`| head`) has all it wanted: not an error.
                 let mut out = std::io::stdout().lock();
