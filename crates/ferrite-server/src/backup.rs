@@ -26,6 +26,7 @@ use ferrite_store::persistence::wal::WalConfig;
 use tokio::sync::{oneshot, watch};
 use tracing::{info, warn};
 
+use crate::backup_root::BackupDir;
 use crate::completion::Completion;
 use crate::config::Config;
 use crate::data_dir::{stamp_backup_dir, stamped_shard_count, DataDir};
@@ -132,7 +133,7 @@ async fn back_up(shard: &Rc<RefCell<ShardState>>, dir: &Path) -> Result<ShardBac
         }
         tokio::time::sleep(CHECKPOINT_POLL).await;
     }
-    let (lsn, mut gate, paths, index, shards) = {
+    let (lsn, mut gate, paths, index, shards, root) = {
         let state = shard.borrow();
         let durability = state.durability.as_ref().ok_or("the shard keeps no log")?;
         (
@@ -141,25 +142,42 @@ async fn back_up(shard: &Rc<RefCell<ShardState>>, dir: &Path) -> Result<ShardBac
             durability.paths.clone(),
             state.index,
             state.shard_addresses.len(),
+            state.backup_root.clone(),
         )
     };
     gate.wait_for(lsn).await.map_err(|_| "the write-ahead log failed before the backup point was durable")?;
     let descriptor =
         BackupDescriptor { shard: index, shards: u16::try_from(shards).map_err(|_| "too many shards")?, lsn };
-    let target = dir.join(format!("shard-{index}"));
     let dir = dir.to_path_buf();
     let (done, finished) = oneshot::channel();
     std::thread::Builder::new()
         .name(format!("backup-{index}"))
         .spawn(move || {
-            let copied = stamp_backup_dir(&dir, shards, usize::from(index))
-                .map_err(|error| format!("preparing {}: {error}", dir.display()))
-                .and_then(|()| back_up_shard(&paths, &target, descriptor).map_err(|error| error.to_string()));
+            let copied = copy_shard(root.as_deref(), &dir, shards, &paths, descriptor);
             // The shard may have stopped waiting (a stop); then nobody needs the outcome.
             let _ = done.send(copied);
         })
         .map_err(|error| format!("cannot start the copying thread: {error}"))?;
     finished.await.map_err(|_| "the copying thread ended without an outcome".to_owned())?
+}
+
+/// The copying thread's work: stamps the backup directory and copies the shard into it. Beneath
+/// a root, the directory is opened without following links and written through the open
+/// directory ([`BackupDir`]).
+fn copy_shard(
+    root: Option<&Path>,
+    dir: &Path,
+    shards: usize,
+    paths: &ShardPaths,
+    descriptor: BackupDescriptor,
+) -> Result<ShardBackup, String> {
+    let opened = root.map(|root| BackupDir::open_beneath(root, dir)).transpose()?;
+    let base = opened.as_ref().map_or_else(|| dir.to_path_buf(), BackupDir::path);
+    let shown = |message: String| opened.as_ref().map_or_else(|| message.clone(), |opened| opened.shown(&message));
+    stamp_backup_dir(&base, shards, usize::from(descriptor.shard))
+        .map_err(|error| shown(format!("preparing {}: {error}", base.display())))?;
+    back_up_shard(paths, &base.join(format!("shard-{}", descriptor.shard)), descriptor)
+        .map_err(|error| shown(error.to_string()))
 }
 
 /// What `ferrite-server --restore` did for one shard.

@@ -202,8 +202,14 @@ pub(crate) fn stamp_backup_dir(dir: &Path, shard_count: usize, shard: usize) -> 
             ))),
         };
     }
+    // Created anew, never opened: a link planted at this name in a directory the client chose
+    // would otherwise have the server truncate and write whatever file it points to.
     let temp = dir.join(format!("{IDENTITY_TEMP_NAME}.{shard}"));
-    let mut out = File::create(&temp)?;
+    let mut out = File::options()
+        .write(true)
+        .create_new(true)
+        .open(&temp)
+        .map_err(|error| std::io::Error::new(error.kind(), format!("cannot create {}: {error}", temp.display())))?;
     out.write_all(identity_text(shard_count).as_bytes())?;
     out.sync_all()?;
     std::fs::rename(&temp, &file)?;

@@ -7,6 +7,7 @@
 mod ado;
 mod auth;
 pub mod backup;
+mod backup_root;
 mod buffered;
 mod checkpointing;
 mod completion;

@@ -120,7 +120,7 @@ impl BackupDescriptor {
     fn write(&self, shard_dir: &Path) -> Result<(), BackupError> {
         let temp = shard_dir.join(BACKUP_TEMP_NAME);
         let context = format!("writing {}", temp.display());
-        let mut file = File::create(&temp).map_err(io_error(&context))?;
+        let mut file = create_new(&temp).map_err(io_error(&context))?;
         file.write_all(self.text().as_bytes()).map_err(io_error(&context))?;
         file.sync_all().map_err(io_error(&context))?;
         std::fs::rename(&temp, shard_dir.join(BACKUP_NAME)).map_err(io_error(&context))?;
@@ -136,12 +136,21 @@ pub struct ShardBackup {
     pub bytes: u64,
 }
 
-/// Copies `file` into `to` (a directory) and syncs the copy; returns its size.
+/// Creates `path`, which must not exist: a backup or a restore writes only files of its own, and
+/// never through a link someone put in their place.
+fn create_new(path: &Path) -> std::io::Result<File> {
+    File::options().write(true).create_new(true).open(path)
+}
+
+/// Copies `file` into `to` (a directory) as a new file and syncs the copy; returns its size.
 fn copy_file(file: &Path, to: &Path) -> Result<u64, BackupError> {
     let name = file.file_name().expect("a file name");
     let target = to.join(name);
-    let bytes = std::fs::copy(file, &target).map_err(io_error(format!("copying {}", file.display())))?;
-    File::open(&target).and_then(|copy| copy.sync_all()).map_err(io_error(format!("syncing {}", target.display())))?;
+    let context = format!("copying {} to {}", file.display(), target.display());
+    let mut source = File::open(file).map_err(io_error(&context))?;
+    let mut copy = create_new(&target).map_err(io_error(&context))?;
+    let bytes = std::io::copy(&mut source, &mut copy).map_err(io_error(&context))?;
+    copy.sync_all().map_err(io_error(format!("syncing {}", target.display())))?;
     Ok(bytes)
 }
 
