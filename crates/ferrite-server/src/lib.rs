@@ -21,6 +21,7 @@ mod metrics;
 mod plugins;
 mod pools;
 mod resp;
+pub mod restore;
 mod server;
 mod session;
 mod shard;

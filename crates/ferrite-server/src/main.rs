@@ -66,9 +66,15 @@ struct Args {
     #[arg(long, value_enum, default_value_t = LogFormat::Text, value_name = "FORMAT")]
     log_format: LogFormat,
     /// Restore the backup in DIR (taken with `ferrite backup DIR`) into --data-dir, which must be
-    /// new or empty, check that every shard recovers from it, and exit without serving.
+    /// new or empty, verify every shard as `ferrite check` does, and exit without serving. A
+    /// restore that fails removes what it created.
     #[arg(long, value_name = "DIR", requires = "data_dir")]
     restore: Option<PathBuf>,
+    /// With --restore: show the progress of the copy and of the verification on standard error
+    /// even when it is not a terminal (on one it is shown anyway); only for backups of at least
+    /// 64 MiB, or FERRITE_PROGRESS_BYTES bytes.
+    #[arg(long, requires = "restore")]
+    progress: bool,
     /// Print the embedded default configuration and exit.
     #[arg(long)]
     print_default_config: bool,
@@ -186,9 +192,8 @@ fn raise_open_file_limit() {
 
 /// `--restore DIR`: restores a backup into `--data-dir` and reports each shard.
 fn restore(backup: &std::path::Path, args: &Args) -> ExitCode {
-    let outcome = effective_config(args.config.as_ref(), args).and_then(|config| {
-        let data_dir = args.data_dir.as_ref().ok_or("--restore needs --data-dir")?;
-        ferrite_server::backup::restore(backup, data_dir, &config).map(|shards| (data_dir.clone(), shards))
+    let outcome = args.data_dir.as_ref().ok_or_else(|| "--restore needs --data-dir".to_owned()).and_then(|data_dir| {
+        ferrite_server::restore::restore(backup, data_dir, args.progress).map(|shards| (data_dir.clone(), shards))
     });
     match outcome {
         Ok((data_dir, shards)) => {
