@@ -41,7 +41,19 @@ pub fn restore(backup: &Path, data_dir: &Path, progress: bool) -> Result<Vec<Res
     let descriptors = read_backup(backup)
         .map_err(|error| format!("{} is not a complete backup, so nothing was restored: {error}", backup.display()))?;
     let created = Created::before(data_dir)?;
-    let target = DataDir::open(data_dir, descriptors.len()).map_err(|error| error.to_string())?;
+    let target = match DataDir::open(data_dir, descriptors.len()) {
+        Ok(target) => target,
+        Err(error) => {
+            // Opening may have created the directory before it failed (to lock it, say).
+            let mut message = error.to_string();
+            if let Some(outermost) = created.outermost.as_deref().filter(|dir| dir.exists()) {
+                if let Err(error) = std::fs::remove_dir_all(outermost) {
+                    message.push_str(&format!("; remove {} (the restore created it): {error}", outermost.display()));
+                }
+            }
+            return Err(message);
+        }
+    };
     let outcome = copy_and_verify(backup, &target, &descriptors, progress);
     outcome.map_err(|reason| created.undo(target, descriptors.len(), reason))
 }
