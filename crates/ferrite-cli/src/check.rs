@@ -11,6 +11,7 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 
 use ferrite_store::hstore::HStore;
+use ferrite_store::persistence::identity::Identity;
 use ferrite_store::persistence::pmem::PmemMemory;
 use ferrite_store::persistence::ssd::backup::files_bytes;
 use ferrite_store::persistence::ssd::{
@@ -58,9 +59,11 @@ pub fn run(data_dir: &Path, json: bool, progress: bool) -> Result<bool, String> 
             data_dir.display()
         ));
     }
-    // A backup that is not whole is damage of its own; its shards are still checked, each with
-    // its descriptor if it has one, to say what else is wrong.
+    // A backup that is not whole, or a directory without a valid identity file (a server
+    // refuses to start on it), is damage of its own; the shards are still checked (a backup's
+    // each with its descriptor if it has one) to say what else is wrong.
     let backup = is_backup(data_dir).then(|| read_backup(data_dir).map_err(|error| error.to_string()));
+    let identity = Identity::read(data_dir).err();
     let total = shard_dirs.iter().map(|dir| files_bytes(&dir.join("checkpoint")) + files_bytes(&dir.join("wal"))).sum();
     let mut shown = Progress::on_stderr(format!("check: {}", data_dir.display()), total, progress);
     let findings: Vec<ShardFinding> = shard_dirs
@@ -77,16 +80,19 @@ pub fn run(data_dir: &Path, json: bool, progress: bool) -> Result<bool, String> 
         })
         .collect();
     shown.finish();
-    let backup_damage = backup.and_then(Result::err);
-    let healthy = backup_damage.is_none()
+    let directory_damage = match backup {
+        Some(read) => read.err().map(|error| format!("not a whole backup: {error}")),
+        None => identity,
+    };
+    let healthy = directory_damage.is_none()
         && findings.iter().all(|shard| match &shard.outcome {
             Ok(summary) => summary.pools.iter().all(|pool| pool.outcome.is_ok()),
             Err(_) => false,
         });
     if json {
-        println!("{}", to_json(data_dir, backup_damage.as_deref(), &findings, healthy));
+        println!("{}", to_json(data_dir, directory_damage.as_deref(), &findings, healthy));
     } else {
-        print_text(data_dir, backup_damage.as_deref(), &findings, healthy);
+        print_text(data_dir, directory_damage.as_deref(), &findings, healthy);
     }
     Ok(healthy)
 }
@@ -182,9 +188,9 @@ fn check_shard(
     ShardFinding { dir, outcome }
 }
 
-fn print_text(data_dir: &Path, backup_damage: Option<&str>, findings: &[ShardFinding], healthy: bool) {
-    if let Some(damage) = backup_damage {
-        println!("{}: DAMAGED: not a whole backup: {damage}", data_dir.display());
+fn print_text(data_dir: &Path, directory_damage: Option<&str>, findings: &[ShardFinding], healthy: bool) {
+    if let Some(damage) = directory_damage {
+        println!("{}: DAMAGED: {damage}", data_dir.display());
     }
     let (mut pools, mut objects) = (0u64, 0u64);
     for shard in findings {
@@ -241,7 +247,7 @@ fn print_text(data_dir: &Path, backup_damage: Option<&str>, findings: &[ShardFin
     println!("{verdict}: {} shard(s), {pools} pool(s), {objects} object(s)", findings.len());
 }
 
-fn to_json(data_dir: &Path, backup_damage: Option<&str>, findings: &[ShardFinding], healthy: bool) -> Value {
+fn to_json(data_dir: &Path, directory_damage: Option<&str>, findings: &[ShardFinding], healthy: bool) -> Value {
     let shards: Vec<Value> = findings
         .iter()
         .map(|shard| match &shard.outcome {
@@ -272,7 +278,7 @@ fn to_json(data_dir: &Path, backup_damage: Option<&str>, findings: &[ShardFindin
     json!({
         "data_dir": data_dir.display().to_string(),
         "ok": healthy,
-        "backup_damage": backup_damage,
+        "directory_damage": directory_damage,
         "shards": shards,
     })
 }

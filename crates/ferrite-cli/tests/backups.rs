@@ -308,7 +308,7 @@ type Damage = fn(&Path);
 fn check_and_restore_agree_on_damaged_backups() {
     let dir = common::fresh_dir("backup-agree");
     let backup = backup_with_pages_and_log(&dir);
-    let damages: [(&str, Damage); 8] = [
+    let damages: [(&str, Damage); 9] = [
         ("a shard's descriptor removed", |backup| std::fs::remove_file(backup.join("shard-1/BACKUP")).expect("remove")),
         ("every descriptor removed", |backup| {
             for shard in 0..2 {
@@ -320,6 +320,12 @@ fn check_and_restore_agree_on_damaged_backups() {
         }),
         ("a shard directory removed", |backup| std::fs::remove_dir_all(backup.join("shard-1")).expect("remove")),
         ("the identity file removed", |backup| std::fs::remove_file(backup.join("FERRITE")).expect("remove")),
+        ("the identity file and every descriptor removed", |backup| {
+            std::fs::remove_file(backup.join("FERRITE")).expect("remove");
+            for shard in 0..2 {
+                std::fs::remove_file(backup.join(format!("shard-{shard}/BACKUP"))).expect("remove");
+            }
+        }),
         ("a page file truncated", |backup| {
             let page_file = files_ending(&backup.join("shard-0/checkpoint"), ".pages").remove(0);
             let length = std::fs::metadata(&page_file).expect("its size").len();
