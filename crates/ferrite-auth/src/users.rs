@@ -239,8 +239,11 @@ impl UsersFile {
         self.users.get_mut(name).ok_or_else(|| no_such_user(name))
     }
 
-    /// Writes the file to `path` whole or not at all: a temporary file beside it (readable by its
-    /// owner only), synced, then renamed over it, and the directory synced.
+    /// Writes the file to `path` whole or not at all: a temporary file beside it, synced, then
+    /// renamed over it, and the directory synced. The temporary file gets a random name and is
+    /// created anew (never opened if something is there already), readable by its owner only:
+    /// a file left at that name would keep its own mode, and a link planted there would be
+    /// written through, and either would then be renamed into the users file's place.
     pub fn save(&self, path: &Path) -> Result<(), UsersError> {
         let failed = |source| UsersError::Write { path: path.to_owned(), source };
         let text = toml::to_string(self).map_err(|error| failed(std::io::Error::other(error)))?;
@@ -249,17 +252,48 @@ impl UsersFile {
             _ => Path::new("."),
         };
         let file_name = path.file_name().ok_or_else(|| failed(std::io::Error::other("the path names no file")))?;
-        let temporary = directory.join(format!(".{}.tmp", file_name.to_string_lossy()));
-        let mut options = std::fs::OpenOptions::new();
-        options.write(true).create(true).truncate(true);
-        #[cfg(unix)]
-        std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-        let mut file = options.open(&temporary).map_err(failed)?;
-        file.write_all(HEADER.as_bytes()).and_then(|()| file.write_all(text.as_bytes())).map_err(failed)?;
-        file.sync_all().map_err(failed)?;
-        std::fs::rename(&temporary, path).map_err(failed)?;
+        let (temporary, mut file) = create_temporary(directory, &file_name.to_string_lossy()).map_err(failed)?;
+        let written = file
+            .write_all(HEADER.as_bytes())
+            .and_then(|()| file.write_all(text.as_bytes()))
+            .and_then(|()| file.sync_all())
+            .and_then(|()| std::fs::rename(&temporary, path));
+        if let Err(error) = written {
+            // Nothing refers to it yet; a failure to remove it only leaves an owner-only file.
+            let _ = std::fs::remove_file(&temporary);
+            return Err(failed(error));
+        }
         std::fs::File::open(directory).and_then(|directory| directory.sync_all()).map_err(failed)
     }
+}
+
+/// How many random names [`create_temporary`] tries before it gives up: a clash of 64 random
+/// bits happens only if someone creates such names on purpose.
+const TEMPORARY_NAME_ATTEMPTS: usize = 8;
+
+/// Creates `directory/.NAME.RANDOM.tmp`, new and readable by its owner only.
+fn create_temporary(directory: &Path, name: &str) -> std::io::Result<(PathBuf, std::fs::File)> {
+    let random = ring::rand::SystemRandom::new();
+    for _ in 0..TEMPORARY_NAME_ATTEMPTS {
+        let suffix: [u8; 8] = ring::rand::generate(&random)
+            .map_err(|_| std::io::Error::other("the system's random number generator failed"))?
+            .expose();
+        let suffix: String = suffix.iter().map(|byte| format!("{byte:02x}")).collect();
+        let temporary = directory.join(format!(".{name}.{suffix}.tmp"));
+        let mut options = std::fs::OpenOptions::new();
+        options.write(true).create_new(true);
+        #[cfg(unix)]
+        std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+        match options.open(&temporary) {
+            Ok(file) => return Ok((temporary, file)),
+            Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(error) => return Err(error),
+        }
+    }
+    Err(std::io::Error::new(
+        std::io::ErrorKind::AlreadyExists,
+        format!("{TEMPORARY_NAME_ATTEMPTS} random temporary names in {} were all taken", directory.display()),
+    ))
 }
 
 /// The comment every saved file starts with.

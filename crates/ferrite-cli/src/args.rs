@@ -159,8 +159,12 @@ pub enum Command {
     /// Verify a stopped server's data directory offline: checkpoints, write-ahead log and every
     /// pool's hash table. Exits with status 1 if anything is damaged.
     Check {
-        /// The server's data directory (its `data_dir` setting).
+        /// The server's data directory (its `data_dir` setting), or a backup.
         data_dir: std::path::PathBuf,
+        /// Show how far the check is on standard error even when it is not a terminal (on one
+        /// it is shown anyway); only for 64 MiB of files or more (or FERRITE_PROGRESS_BYTES).
+        #[arg(long)]
+        progress: bool,
     },
 
     /// Add, change and remove the users of a server's users file (`ferrite-server --users FILE`).

@@ -2,24 +2,24 @@
 //! it reads the last complete checkpoint (every page file's checksums), replays the write-ahead
 //! log exactly as recovery would (without writing anything), then opens every pool's hash table
 //! and checks its invariants. It reports what it found and every damage, and exits non-zero if
-//! there is any. A backup (`ferrite backup`) is checked the same way, and each shard's copy must
-//! also have its descriptor and end exactly at the log record the descriptor names.
+//! there is any. A backup (`ferrite backup`) is checked the same way, and must also be whole
+//! (`read_backup`: every shard there, each with its descriptor), and each shard's log must end
+//! exactly at the record its descriptor names: the very checks `ferrite-server --restore` makes
+//! (`ferrite_store::persistence::ssd::verify`), so the two agree on every backup.
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
 
 use ferrite_store::hstore::HStore;
+use ferrite_store::persistence::identity::Identity;
 use ferrite_store::persistence::pmem::PmemMemory;
-use ferrite_store::persistence::ssd::{load_shard, BackupDescriptor, Manifest, ShardPaths, BACKUP_NAME};
+use ferrite_store::persistence::ssd::backup::files_bytes;
+use ferrite_store::persistence::ssd::{
+    is_backup, read_backup, verify_shard, BackupDescriptor, Manifest, PoolCheck, ShardPaths,
+};
 use ferrite_store::persistence::wal::TornCommit;
+use ferrite_store::progress::Progress;
 use serde_json::{json, Value};
-
-/// What one pool looked like.
-struct PoolFinding {
-    name: String,
-    id: u64,
-    outcome: Result<ferrite_store::hstore::CheckReport, Vec<String>>,
-}
 
 /// What one shard looked like.
 struct ShardFinding {
@@ -36,11 +36,12 @@ struct ShardSummary {
     torn_commit: Option<TornCommit>,
     /// The last log record of a backup's shard, as its descriptor names it.
     backup_lsn: Option<u64>,
-    pools: Vec<PoolFinding>,
+    pools: Vec<PoolCheck>,
 }
 
-/// Runs the check; `Ok(true)` if nothing is damaged.
-pub fn run(data_dir: &Path, json: bool) -> Result<bool, String> {
+/// Runs the check; `Ok(true)` if nothing is damaged. With `progress` (`--progress`), how far it
+/// is goes to standard error even when that is not a terminal (on one it goes anyway).
+pub fn run(data_dir: &Path, json: bool, progress: bool) -> Result<bool, String> {
     if !data_dir.is_dir() {
         return Err(format!("{} is not a directory", data_dir.display()));
     }
@@ -58,16 +59,40 @@ pub fn run(data_dir: &Path, json: bool) -> Result<bool, String> {
             data_dir.display()
         ));
     }
-    let backup = shard_dirs.iter().any(|dir| dir.join(BACKUP_NAME).exists());
-    let findings: Vec<ShardFinding> = shard_dirs.into_iter().map(|dir| check_shard(dir, backup)).collect();
-    let healthy = findings.iter().all(|shard| match &shard.outcome {
-        Ok(summary) => summary.pools.iter().all(|pool| pool.outcome.is_ok()),
-        Err(_) => false,
-    });
+    // A backup that is not whole, or a directory without a valid identity file (a server
+    // refuses to start on it), is damage of its own; the shards are still checked (a backup's
+    // each with its descriptor if it has one) to say what else is wrong.
+    let backup = is_backup(data_dir).then(|| read_backup(data_dir).map_err(|error| error.to_string()));
+    let identity = Identity::read(data_dir).err();
+    let total = shard_dirs.iter().map(|dir| files_bytes(&dir.join("checkpoint")) + files_bytes(&dir.join("wal"))).sum();
+    let mut shown = Progress::on_stderr(format!("check: {}", data_dir.display()), total, progress);
+    let findings: Vec<ShardFinding> = shard_dirs
+        .into_iter()
+        .map(|dir| {
+            let descriptor = match &backup {
+                Some(Ok(descriptors)) => {
+                    usize::try_from(shard_number(&dir)).ok().and_then(|i| descriptors.get(i)).copied()
+                }
+                Some(Err(_)) => BackupDescriptor::read(&dir).ok().flatten(),
+                None => None,
+            };
+            check_shard(dir, backup.is_some(), descriptor, &mut shown)
+        })
+        .collect();
+    shown.finish();
+    let directory_damage = match backup {
+        Some(read) => read.err().map(|error| format!("not a whole backup: {error}")),
+        None => identity,
+    };
+    let healthy = directory_damage.is_none()
+        && findings.iter().all(|shard| match &shard.outcome {
+            Ok(summary) => summary.pools.iter().all(|pool| pool.outcome.is_ok()),
+            Err(_) => false,
+        });
     if json {
-        println!("{}", to_json(data_dir, &findings, healthy));
+        println!("{}", to_json(data_dir, directory_damage.as_deref(), &findings, healthy));
     } else {
-        print_text(&findings, healthy);
+        print_text(data_dir, directory_damage.as_deref(), &findings, healthy);
     }
     Ok(healthy)
 }
@@ -116,7 +141,7 @@ fn check_pmem_shard(dir: PathBuf) -> ShardFinding {
                 },
                 Err(error) => Err(vec![error.to_string()]),
             };
-            PoolFinding { name: descriptor.name.clone(), id: descriptor.id, outcome }
+            PoolCheck { name: descriptor.name.clone(), id: descriptor.id, outcome }
         })
         .collect();
     let summary = ShardSummary {
@@ -132,64 +157,41 @@ fn check_pmem_shard(dir: PathBuf) -> ShardFinding {
     ShardFinding { dir, outcome: Ok(summary) }
 }
 
-/// The backup descriptor of a backup's shard, checked against where its log ends (the LSN after
-/// the last record recovery replayed).
-fn backup_lsn(dir: &Path, next_lsn: u64) -> Result<u64, String> {
-    match BackupDescriptor::read(dir) {
-        Ok(Some(descriptor)) if descriptor.lsn + 1 == next_lsn => Ok(descriptor.lsn),
-        Ok(Some(descriptor)) => Err(format!(
-            "the backup's descriptor names LSN {} but its log ends at LSN {}",
-            descriptor.lsn,
-            next_lsn.saturating_sub(1)
-        )),
-        Ok(None) => Err(format!("an unfinished backup: no {BACKUP_NAME} descriptor")),
-        Err(error) => Err(error.to_string()),
-    }
-}
-
-fn check_shard(dir: PathBuf, backup: bool) -> ShardFinding {
+/// A shard's files verified (`verify_shard`); a shard of a backup needs its descriptor, and its
+/// log must end where that says.
+fn check_shard(
+    dir: PathBuf,
+    backup: bool,
+    descriptor: Option<BackupDescriptor>,
+    progress: &mut Progress,
+) -> ShardFinding {
     if dir.join("pmem").is_dir() {
         return check_pmem_shard(dir);
     }
-    let loaded = match load_shard(&ShardPaths::new(&dir)) {
-        Ok(loaded) => loaded,
-        Err(error) => return ShardFinding { dir, outcome: Err(error.to_string()) },
-    };
-    let report = &loaded.report;
-    let next_lsn = report.replay_from.max(1) + report.records_replayed;
-    let backup_lsn = match backup.then(|| backup_lsn(&dir, next_lsn)).transpose() {
-        Ok(lsn) => lsn,
-        Err(damage) => return ShardFinding { dir, outcome: Err(damage) },
-    };
-    let pools = loaded
-        .pools
-        .into_iter()
-        .map(|pool| {
-            let (name, id) = (pool.descriptor.name.clone(), pool.descriptor.id);
-            let outcome = match HStore::open(pool.region) {
-                Ok(store) => store.check(),
-                Err(error) => Err(vec![error.to_string()]),
-            };
-            PoolFinding { name, id, outcome }
-        })
-        .collect();
-    let report = loaded.report;
-    ShardFinding {
-        dir,
-        outcome: Ok(ShardSummary {
+    if backup && descriptor.is_none() {
+        let outcome = Err("an unfinished backup: no valid BACKUP descriptor for this shard".to_owned());
+        return ShardFinding { dir, outcome };
+    }
+    let outcome = verify_shard(&ShardPaths::new(&dir), descriptor.as_ref(), progress).map(|checked| {
+        let report = checked.report;
+        ShardSummary {
             checkpoint_seq: report.checkpoint_seq,
             checkpoint_pages: report.checkpoint_pages,
             replay_from: report.replay_from,
             records_replayed: report.records_replayed,
             torn_tail: report.torn_tail,
             torn_commit: report.torn_commit,
-            backup_lsn,
-            pools,
-        }),
-    }
+            backup_lsn: descriptor.map(|descriptor| descriptor.lsn),
+            pools: checked.pools,
+        }
+    });
+    ShardFinding { dir, outcome }
 }
 
-fn print_text(findings: &[ShardFinding], healthy: bool) {
+fn print_text(data_dir: &Path, directory_damage: Option<&str>, findings: &[ShardFinding], healthy: bool) {
+    if let Some(damage) = directory_damage {
+        println!("{}: DAMAGED: {damage}", data_dir.display());
+    }
     let (mut pools, mut objects) = (0u64, 0u64);
     for shard in findings {
         match &shard.outcome {
@@ -245,7 +247,7 @@ fn print_text(findings: &[ShardFinding], healthy: bool) {
     println!("{verdict}: {} shard(s), {pools} pool(s), {objects} object(s)", findings.len());
 }
 
-fn to_json(data_dir: &Path, findings: &[ShardFinding], healthy: bool) -> Value {
+fn to_json(data_dir: &Path, directory_damage: Option<&str>, findings: &[ShardFinding], healthy: bool) -> Value {
     let shards: Vec<Value> = findings
         .iter()
         .map(|shard| match &shard.outcome {
@@ -273,5 +275,10 @@ fn to_json(data_dir: &Path, findings: &[ShardFinding], healthy: bool) -> Value {
             }),
         })
         .collect();
-    json!({ "data_dir": data_dir.display().to_string(), "ok": healthy, "shards": shards })
+    json!({
+        "data_dir": data_dir.display().to_string(),
+        "ok": healthy,
+        "directory_damage": directory_damage,
+        "shards": shards,
+    })
 }

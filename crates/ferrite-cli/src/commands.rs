@@ -779,7 +779,10 @@ fn statistics(session: &blocking::Session) -> Result<Report> {
 fn back_up(session: &blocking::Session, dir: &std::path::Path) -> Result<Report> {
     let dir = std::path::absolute(dir).map_err(|error| CliError(format!("{}: {error}", dir.display())))?;
     let shown = dir.to_str().ok_or_else(|| CliError(format!("{} is not valid UTF-8", dir.display())))?;
-    let shards = session.back_up(shown)?;
+    // The copy runs on the server, which logs each shard's progress; here, on a terminal, the
+    // time it has taken so far.
+    let label = format!("backing up into {shown} (each shard's progress is in the server's log)");
+    let shards = while_ticking(&label, io::stderr().is_terminal(), || session.back_up(shown))?;
     let mut table = Table::new(&[("SHARD", true), ("LSN", true), ("FILES", true), ("BYTES", true)]);
     for shard in &shards {
         table.row(vec![

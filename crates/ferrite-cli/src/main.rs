@@ -28,8 +28,8 @@ fn main() -> ExitCode {
         };
         return bench::main(&cli.addr, cli.json, options, cli.tls_options(), credentials);
     }
-    if let args::Command::Check { data_dir } = &cli.command {
-        return match check::run(data_dir, cli.json) {
+    if let args::Command::Check { data_dir, progress } = &cli.command {
+        return match check::run(data_dir, cli.json, *progress) {
             Ok(true) => ExitCode::SUCCESS,
             Ok(false) => ExitCode::FAILURE,
             Err(error) => {

@@ -16,11 +16,8 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{crc32, TestServer};
-use ferrite_process::{command, fails, ok, run, server_binary, text};
+use ferrite_process::{command, fails, ferrite_offline, ok, run, server_binary, text, CLI_TIMEOUT};
 use serde_json::Value;
-
-/// Longest one `ferrite` invocation may take before the test calls it hung.
-const CLI_TIMEOUT: Duration = Duration::from_secs(30);
 
 fn start_server(shards: usize) -> TestServer {
     TestServer::builder_for(server_binary()).shards(shards).start()
@@ -388,13 +385,6 @@ fn get_into_a_pipe_closed_early_exits_zero() {
     assert!(status.success(), "exit status {status} on a closed pipe; stderr: {stderr}");
 }
 
-/// Runs `ferrite ARGS` with no server address (for `check`, which needs none).
-fn ferrite_offline(args: &[&str]) -> Output {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_ferrite"));
-    command.env_remove("FERRITE_ADDR").args(args);
-    run(command, b"", CLI_TIMEOUT)
-}
-
 /// `ferrite check` verifies a stopped server's data directory: counts what it holds, refuses a
 /// directory a server is using, and reports damage (naming the file) with exit status 1.
 #[test]
@@ -479,139 +469,6 @@ fn invoke_runs_a_pools_plugins() {
     assert!(unknown.contains("unknown plugin 'no-such-plugin'"), "{unknown}");
 }
 
-/// A server whose shards checkpoint every second into small log segments (which hold the largest
-/// record once values are at most 64 KiB), so that a backup taken under load copies page files as
-/// well as log.
-fn checkpointing_server() -> common::ServerBuilder {
-    TestServer::builder_for(server_binary())
-        .shards(2)
-        .config("value_bytes_max", 65536)
-        .config("pool_bytes_max", 67108864)
-        .append_config(
-            "[durability]\nwal_segment_bytes = 2097152\ncheckpoint_wal_bytes = 2097152\ncheckpoint_interval_secs = 1\n",
-        )
-}
-
-/// Runs `ferrite-server --restore BACKUP --data-dir DATA_DIR`.
-fn restore(backup: &std::path::Path, data_dir: &std::path::Path) -> Output {
-    Command::new(server_binary())
-        .arg("--restore")
-        .arg(backup)
-        .arg("--data-dir")
-        .arg(data_dir)
-        .output()
-        .expect("run ferrite-server --restore")
-}
-
-/// The value writer `writer` stores under its `index`th key.
-fn backup_value(writer: usize, index: u64) -> Vec<u8> {
-    format!("writer {writer} value {index} ").repeat(8).into_bytes()
-}
-
-/// `ferrite backup` copies a running server while writers keep going: `ferrite check` passes on
-/// the copy, `ferrite-server --restore` makes a data directory of it, and a server on that
-/// directory holds every write acknowledged before the backup began and, per writer, an unbroken
-/// prefix of its later writes (a shard is copied as of one moment), each with its exact value.
-#[test]
-fn a_backup_under_load_restores_every_write_acknowledged_before_it() {
-    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-    use std::sync::Arc;
-
-    const WRITERS: usize = 4;
-    let dir = common::fresh_dir("backup");
-    let server = checkpointing_server().start();
-    let session = ferrite_client::blocking::Session::connect(&server.addr_string()).expect("connect");
-    let stop = Arc::new(AtomicBool::new(false));
-    let acknowledged: Vec<Arc<AtomicU64>> = (0..WRITERS).map(|_| Arc::default()).collect();
-    let writers: Vec<_> = (0..WRITERS)
-        .map(|writer| {
-            let pool = session.create_pool(&format!("backup-{writer}"), Default::default()).expect("create a pool");
-            let (stop, acknowledged) = (Arc::clone(&stop), Arc::clone(&acknowledged[writer]));
-            std::thread::spawn(move || {
-                let mut index = 0;
-                while !stop.load(Ordering::Relaxed) {
-                    pool.put(format!("key-{index}"), backup_value(writer, index)).expect("put");
-                    index += 1;
-                    acknowledged.store(index, Ordering::Release);
-                }
-            })
-        })
-        .collect();
-    // Let every shard complete a checkpoint first, so the backup has page files to copy.
-    common::wait_until("a checkpoint on every shard", Duration::from_secs(30), || {
-        let shards = session.statistics().expect("statistics");
-        shards.iter().all(|shard| shard.get("checkpoints").unwrap_or(0) >= 1).then_some(())
-    });
-    let before: Vec<u64> = acknowledged.iter().map(|count| count.load(Ordering::Acquire)).collect();
-    let backup = dir.join("backup");
-    let backed_up = ferrite(&server, &["--json", "backup", backup.to_str().expect("UTF-8 path")]);
-    let report = json(&backed_up);
-    assert_eq!(report["shards"].as_array().map(Vec::len), Some(2), "{report}");
-    std::thread::sleep(Duration::from_millis(200));
-    stop.store(true, Ordering::Relaxed);
-    for writer in writers {
-        writer.join().expect("a writer");
-    }
-    let after: Vec<u64> = acknowledged.iter().map(|count| count.load(Ordering::Acquire)).collect();
-    assert!(
-        backup.join("shard-0/checkpoint/MANIFEST").exists() || backup.join("shard-1/checkpoint/MANIFEST").exists(),
-        "a checkpoint was copied"
-    );
-    let again = ferrite(&server, &["backup", backup.to_str().expect("UTF-8 path")]);
-    assert!(fails(&again).contains("already exists"), "a backup never overwrites another");
-    server.stop_gracefully();
-
-    let checked = ferrite_offline(&["check", backup.to_str().expect("UTF-8 path")]);
-    assert!(checked.status.success(), "ferrite check passes on the backup: {checked:?}");
-    let restored_dir = dir.join("restored");
-    let restored = restore(&backup, &restored_dir);
-    assert!(restored.status.success(), "{restored:?}");
-    assert!(text(&restored.stdout).contains("shard 1: restored"), "{restored:?}");
-    let refused = restore(&backup, &restored_dir);
-    assert!(text(&refused.stderr).contains("not empty"), "a restore never writes over data: {refused:?}");
-    assert!(text(&checked.stdout).contains("backup up to LSN"), "{checked:?}");
-    // A shard whose copy did not finish has no descriptor: check and restore both refuse it.
-    let unfinished = dir.join("unfinished");
-    std::fs::rename(&backup, &unfinished).expect("move the backup");
-    std::fs::remove_file(unfinished.join("shard-1/BACKUP")).expect("remove a descriptor");
-    let checked = ferrite_offline(&["check", unfinished.to_str().expect("UTF-8 path")]);
-    assert_eq!(checked.status.code(), Some(1), "{checked:?}");
-    assert!(text(&checked.stdout).contains("unfinished backup"), "{checked:?}");
-    let refused = restore(&unfinished, &dir.join("never"));
-    assert!(text(&refused.stderr).contains("incomplete"), "{refused:?}");
-
-    let server = checkpointing_server().data_dir(&restored_dir).start();
-    let session = ferrite_client::blocking::Session::connect(&server.addr_string()).expect("connect");
-    for writer in 0..WRITERS {
-        let pool = session.open_pool(&format!("backup-{writer}")).expect("the pool was restored");
-        let held = pool.count().expect("count");
-        assert!(
-            (before[writer]..=after[writer]).contains(&held),
-            "writer {writer}: {held} keys restored, {} acknowledged before the backup, {} in all",
-            before[writer],
-            after[writer]
-        );
-        for index in 0..held {
-            let value = pool
-                .get(format!("key-{index}"))
-                .unwrap_or_else(|error| panic!("writer {writer} key {index}, in an unbroken prefix: {error}"));
-            assert_eq!(value, backup_value(writer, index), "writer {writer} key {index}");
-        }
-    }
-    let _ = std::fs::remove_dir_all(&dir);
-}
-
-/// A shard that keeps no log (the `memory` backing) has nothing durable to copy: the backup is
-/// refused with the reason, and nothing is written.
-#[test]
-fn a_backup_of_a_memory_shard_is_refused() {
-    let server = TestServer::builder_for(server_binary()).config("backing", "\"memory\"").start();
-    let dir = common::fresh_dir("backup-memory").join("backup");
-    let refused = ferrite(&server, &["backup", dir.to_str().expect("UTF-8 path")]);
-    assert!(fails(&refused).contains("only shards on the ssd backing"), "{refused:?}");
-    assert!(!dir.join("shard-0").exists(), "nothing was copied");
-}
-
 /// `--ca` (or `FERRITE_CA`) makes the CLI speak TLS; a CA that did not sign the server's
 /// certificate is a clear error, and a TLS server is not reached in clear.
 #[test]
@@ -642,42 +499,6 @@ fn the_cli_presents_a_client_certificate_for_mutual_tls() {
     ok(&ferrite(&server, &["--ca", &ca, "--client-cert", &cert, "--client-key", &key, "pool", "create", "m"]));
     ok(&ferrite(&server, &["--ca", &ca, "--client-cert", &cert, "--client-key", &key, "put", "m", "k", "v"]));
     assert!(!ferrite(&server, &["--ca", &ca, "pool", "list"]).status.success(), "no certificate, no service");
-}
-
-/// With `[backup] root`, a client can have backups written beneath it only: another directory,
-/// or one that climbs out with `..`, is refused and nothing is written there.
-#[test]
-fn backups_stay_beneath_the_configured_root() {
-    let dir = common::fresh_dir("backup-root");
-    let root = dir.join("allowed");
-    std::fs::create_dir_all(&root).expect("make the root");
-    let server = TestServer::builder_for(server_binary())
-        .append_config(&format!("[backup]\nroot = {:?}\n", root.display().to_string()))
-        .start();
-    ok(&ferrite(&server, &["backup", root.join("nightly").to_str().expect("UTF-8 path")]));
-    assert!(root.join("nightly/shard-0/BACKUP").exists());
-    for outside in [dir.join("elsewhere"), root.join("../elsewhere")] {
-        let refused = fails(&ferrite(&server, &["backup", outside.to_str().expect("UTF-8 path")]));
-        assert!(refused.contains("[backup] root"), "{refused}");
-    }
-    assert!(!dir.join("elsewhere").exists(), "nothing was written outside the root");
-}
-
-/// A backup that cannot be written (here a directory the kernel refuses to create, as a full or
-/// read-only disk would refuse the copy) fails with its reason; the shard goes on serving and
-/// takes the next backup, so the failed one left nothing held.
-#[test]
-fn a_failed_backup_reports_why_and_the_next_one_succeeds() {
-    let server = TestServer::builder_for(server_binary()).start();
-    ok(&ferrite(&server, &["pool", "create", "kept"]));
-    ok(&ferrite(&server, &["put", "kept", "k", "v"]));
-    let refused = fails(&ferrite(&server, &["backup", "/proc/ferrite-backup"]));
-    assert!(refused.contains("backup into /proc/ferrite-backup failed"), "{refused}");
-    let dir = common::fresh_dir("backup-after-failure").join("backup");
-    ok(&ferrite(&server, &["backup", dir.to_str().expect("UTF-8 path")]));
-    let checked = ferrite_offline(&["check", dir.to_str().expect("UTF-8 path")]);
-    assert!(text(&checked.stdout).contains("1 object(s)"), "{checked:?}");
-    assert_eq!(ok(&ferrite(&server, &["get", "kept", "k"])), "v");
 }
 
 /// Runs `ferrite --addr <shard 0> ARGS` as `user` with `password` in `FERRITE_PASSWORD` (none if
@@ -762,4 +583,52 @@ fn pool_configure_adds_and_removes_an_index_that_find_next_uses() {
     assert!(missing.contains("does not exist"), "{missing}");
     let usage = ferrite(&server, &["pool", "configure", "catalog"]);
     assert_eq!(usage.status.code(), Some(2), "a setting is required");
+}
+
+/// Runs the command of a server's `ready. Try: COMMAND[, or: ...]` line with `sh`, the `ferrite`
+/// binary first on the path, `FERRITE_PASSWORD` set to `password` and no other `FERRITE_`
+/// variable: as someone would paste it.
+fn run_startup_hint(server: &TestServer, password: &str) -> Output {
+    let ready = server.announcement().last().expect("the server announced itself");
+    let command = ready.strip_prefix("ready. Try: ").unwrap_or_else(|| panic!("not a hint: {ready}"));
+    let command = command.split(", or: ").next().expect("a command");
+    let binaries = std::path::Path::new(env!("CARGO_BIN_EXE_ferrite")).parent().expect("the binary's directory");
+    let path = format!("{}:{}", binaries.display(), std::env::var("PATH").unwrap_or_default());
+    let mut shell = Command::new("sh");
+    shell.env("PATH", path).env("FERRITE_PASSWORD", password).arg("-c").arg(command);
+    for variable in ["FERRITE_ADDR", "FERRITE_USER", "FERRITE_CA"] {
+        shell.env_remove(variable);
+    }
+    run(shell, b"", CLI_TIMEOUT)
+}
+
+/// The command the server suggests when it is ready works as printed: on a server without users,
+/// and on one with users, where it names a user with a password who may create and write the
+/// pool (not the first user, who may not), and needs only that user's password in
+/// `FERRITE_PASSWORD`; a server whose users may not gets a hint that says how to grant it.
+#[test]
+fn the_startup_hint_works_as_printed() {
+    let server = start_server(1);
+    ok(&run_startup_hint(&server, ""));
+    assert_eq!(ok(&ferrite(&server, &["get", "demo", "hello"])), "world");
+
+    let dir = common::fresh_dir("cli-hint");
+    let users = dir.join("users.toml").display().to_string();
+    let user = |args: &[&str], stdin: &[u8]| {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_ferrite"));
+        command.arg("user").args(args).args(["--file", &users]);
+        ok(&run(command, stdin, CLI_TIMEOUT));
+    };
+    user(&["add", "aaron"], b"aaron's long secret\n");
+    user(&["grant", "aaron", "*", "read"], b"");
+    let server = TestServer::builder_for(server_binary()).arg("--users").arg(&users).start();
+    let announced = server.announcement().join("\n");
+    assert!(announced.contains("ferrite user grant NAME demo admin,write"), "{announced}");
+    user(&["add", "alice"], b"alice's long secret\n");
+    user(&["grant", "alice", "demo", "admin,write,read"], b"");
+    let server = TestServer::builder_for(server_binary()).arg("--users").arg(&users).start();
+    let announced = server.announcement().join("\n");
+    assert!(announced.contains("FERRITE_USER=alice") && announced.contains("FERRITE_PASSWORD"), "{announced}");
+    ok(&run_startup_hint(&server, "alice's long secret"));
+    assert_eq!(ok(&ferrite_as(&server, "alice", Some("alice's long secret"), &["get", "demo", "hello"])), "world");
 }

@@ -337,3 +337,36 @@ fn edits_other_than_add_need_the_file_to_exist() {
     let error = fails(&scratch.ferrite(&["user", "list"], b""), 1);
     assert!(error.contains("not a PHC"), "{error}");
 }
+
+/// Proves an edit never writes through what lies at a temporary name beside the file: a world-
+/// readable file left at the name earlier versions used, then a symbolic link planted there,
+/// each followed by an edit, leave the users file a regular file readable by its owner alone,
+/// holding the edit, and the link's target as it was.
+#[cfg(unix)]
+#[test]
+fn an_edit_never_writes_through_a_leftover_file_or_a_link_beside_the_users_file() {
+    use std::os::unix::fs::PermissionsExt;
+    let scratch = Scratch::new("temporary");
+    add(&scratch, "alice", "correct horse");
+    let private_regular_file = |scratch: &Scratch| {
+        let metadata = std::fs::symlink_metadata(scratch.users_file()).expect("the users file exists");
+        assert!(metadata.file_type().is_file(), "the users file is a regular file: {metadata:?}");
+        assert_eq!(metadata.permissions().mode() & 0o777, 0o600, "readable by its owner alone");
+    };
+    let temporary = scratch.dir.join(".users.toml.tmp");
+    std::fs::write(&temporary, "left over by an interrupted edit\n").expect("a leftover file");
+    std::fs::set_permissions(&temporary, std::fs::Permissions::from_mode(0o644)).expect("world-readable");
+    ok(&scratch.ferrite(&["user", "grant", "alice", "orders*", "read"], b""));
+    private_regular_file(&scratch);
+    assert_eq!(scratch.load().user("alice").expect("alice").rights_on("orders-1"), Rights::READ);
+
+    std::fs::remove_file(&temporary).expect("remove the leftover");
+    let victim = scratch.dir.join("another-users-file.toml");
+    let kept = "# another server's users, not to be touched\n";
+    std::fs::write(&victim, kept).expect("the link's target");
+    std::os::unix::fs::symlink(&victim, &temporary).expect("plant a link at the temporary name");
+    ok(&scratch.ferrite(&["user", "grant", "alice", "orders*", "write"], b""));
+    private_regular_file(&scratch);
+    assert_eq!(scratch.load().user("alice").expect("alice").rights_on("orders-1"), Rights::READ.union(Rights::WRITE));
+    assert_eq!(std::fs::read_to_string(&victim).expect("the target is still there"), kept, "the target is untouched");
+}

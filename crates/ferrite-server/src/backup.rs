@@ -9,7 +9,10 @@
 //!    write the shard acknowledged before the backup began, `async` ones included, is in it;
 //! 3. copy (`ferrite_store::persistence::ssd::back_up_shard`), ending with the shard's descriptor.
 //!
-//! `ferrite-server --restore DIR --data-dir NEW` turns the backup back into a data directory.
+//! A large copy logs its progress at each tenth (`ferrite_store::progress`).
+//!
+//! `ferrite-server --restore DIR --data-dir NEW` turns the backup back into a data directory
+//! (`restore.rs`).
 
 use std::cell::RefCell;
 use std::path::{Path, PathBuf};
@@ -19,16 +22,16 @@ use std::time::Duration;
 
 use bytes::BytesMut;
 use ferrite_proto::{BackupReport, ErrorCode, Response};
-use ferrite_store::persistence::ssd::{
-    back_up_shard, recover_shard, restore_shard, BackupDescriptor, ShardBackup, ShardPaths,
-};
-use ferrite_store::persistence::wal::WalConfig;
+use ferrite_store::persistence::identity::shard_dir;
+use ferrite_store::persistence::ssd::backup::files_bytes;
+use ferrite_store::persistence::ssd::{back_up_shard, BackupDescriptor, ShardBackup, ShardPaths};
+use ferrite_store::progress::Progress;
 use tokio::sync::{oneshot, watch};
 use tracing::{info, warn};
 
+use crate::backup_root::BackupDir;
 use crate::completion::Completion;
-use crate::config::Config;
-use crate::data_dir::{stamp_backup_dir, stamped_shard_count, DataDir};
+use crate::data_dir::stamp_backup_dir;
 use crate::handler::{Accepted, Failure, ShardState};
 use crate::session::Session;
 
@@ -132,7 +135,7 @@ async fn back_up(shard: &Rc<RefCell<ShardState>>, dir: &Path) -> Result<ShardBac
         }
         tokio::time::sleep(CHECKPOINT_POLL).await;
     }
-    let (lsn, mut gate, paths, index, shards) = {
+    let (lsn, mut gate, paths, index, shards, root) = {
         let state = shard.borrow();
         let durability = state.durability.as_ref().ok_or("the shard keeps no log")?;
         (
@@ -141,20 +144,18 @@ async fn back_up(shard: &Rc<RefCell<ShardState>>, dir: &Path) -> Result<ShardBac
             durability.paths.clone(),
             state.index,
             state.shard_addresses.len(),
+            state.backup_root.clone(),
         )
     };
     gate.wait_for(lsn).await.map_err(|_| "the write-ahead log failed before the backup point was durable")?;
     let descriptor =
         BackupDescriptor { shard: index, shards: u16::try_from(shards).map_err(|_| "too many shards")?, lsn };
-    let target = dir.join(format!("shard-{index}"));
     let dir = dir.to_path_buf();
     let (done, finished) = oneshot::channel();
     std::thread::Builder::new()
         .name(format!("backup-{index}"))
         .spawn(move || {
-            let copied = stamp_backup_dir(&dir, shards, usize::from(index))
-                .map_err(|error| format!("preparing {}: {error}", dir.display()))
-                .and_then(|()| back_up_shard(&paths, &target, descriptor).map_err(|error| error.to_string()));
+            let copied = copy_shard(root.as_deref(), &dir, shards, &paths, descriptor);
             // The shard may have stopped waiting (a stop); then nobody needs the outcome.
             let _ = done.send(copied);
         })
@@ -162,70 +163,26 @@ async fn back_up(shard: &Rc<RefCell<ShardState>>, dir: &Path) -> Result<ShardBac
     finished.await.map_err(|_| "the copying thread ended without an outcome".to_owned())?
 }
 
-/// What `ferrite-server --restore` did for one shard.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RestoredShard {
-    pub shard: usize,
-    /// The last log record of the backup: the shard is restored as it was then.
-    pub lsn: u64,
-    pub files: u64,
-    pub bytes: u64,
-    pub pools: usize,
-    pub records_replayed: u64,
-}
-
-/// Restores the backup in `backup` into `data_dir`, a new or empty directory, for a server of the
-/// backup's shard count; then recovers every shard from it, as a server starting on it would, to
-/// prove the copy whole. The directory is locked while this runs. `config` gives the log's segment
-/// size for that recovery.
-pub fn restore(backup: &Path, data_dir: &Path, config: &Config) -> Result<Vec<RestoredShard>, String> {
-    let shards =
-        stamped_shard_count(backup).map_err(|error| format!("{} is not a backup: {error}", backup.display()))?;
-    let mut descriptors = Vec::with_capacity(shards);
-    for index in 0..shards {
-        let shard_dir = backup.join(format!("shard-{index}"));
-        match BackupDescriptor::read(&shard_dir).map_err(|error| error.to_string())? {
-            Some(descriptor) if usize::from(descriptor.shard) == index && usize::from(descriptor.shards) == shards => {
-                descriptors.push(descriptor);
-            }
-            Some(descriptor) => {
-                return Err(format!(
-                    "{} describes shard {} of {}, not shard {index} of {shards}",
-                    shard_dir.display(),
-                    descriptor.shard,
-                    descriptor.shards
-                ))
-            }
-            None => {
-                return Err(format!(
-                    "the backup is incomplete: {} has no finished copy (no BACKUP descriptor); take the backup again",
-                    shard_dir.display()
-                ))
-            }
-        }
-    }
-    let occupied = std::fs::read_dir(data_dir).map(|mut entries| entries.next().is_some()).unwrap_or(false);
-    if occupied {
-        return Err(format!("{} is not empty: restore into a new or empty data directory", data_dir.display()));
-    }
-    let target = DataDir::open(data_dir, shards).map_err(|error| error.to_string())?;
-    let wal_config = WalConfig { segment_bytes: config.durability.wal_segment_bytes };
-    let mut restored = Vec::with_capacity(shards);
-    for (index, descriptor) in descriptors.iter().enumerate() {
-        let dir = target.create_shard_dir(index).map_err(|error| format!("creating shard {index}: {error}"))?;
-        let paths = ShardPaths::new(&dir);
-        let (files, bytes) = restore_shard(&backup.join(format!("shard-{index}")), &paths)
-            .map_err(|error| format!("restoring shard {index}: {error}"))?;
-        let recovered = recover_shard(&paths, wal_config)
-            .map_err(|error| format!("shard {index} does not recover from the restored files: {error}"))?;
-        restored.push(RestoredShard {
-            shard: index,
-            lsn: descriptor.lsn,
-            files,
-            bytes,
-            pools: recovered.pools.len(),
-            records_replayed: recovered.report.records_replayed,
-        });
-    }
-    Ok(restored)
+/// The copying thread's work: stamps the backup directory and copies the shard into it. Beneath
+/// a root, the directory is opened without following links and written through the open
+/// directory ([`BackupDir`]).
+fn copy_shard(
+    root: Option<&Path>,
+    dir: &Path,
+    shards: usize,
+    paths: &ShardPaths,
+    descriptor: BackupDescriptor,
+) -> Result<ShardBackup, String> {
+    let opened = root.map(|root| BackupDir::open_beneath(root, dir)).transpose()?;
+    let base = opened.as_ref().map_or_else(|| dir.to_path_buf(), BackupDir::path);
+    let shown = |message: String| opened.as_ref().map_or_else(|| message.clone(), |opened| opened.shown(&message));
+    stamp_backup_dir(&base, shards, usize::from(descriptor.shard))
+        .map_err(|error| shown(format!("preparing {}: {error}", base.display())))?;
+    let total = files_bytes(&paths.checkpoint) + files_bytes(&paths.wal);
+    let what = format!("shard {}: backup into {}", descriptor.shard, dir.display());
+    let mut progress = Progress::reported(what, total, |line| info!("{line}"));
+    let copied = back_up_shard(paths, &shard_dir(&base, usize::from(descriptor.shard)), descriptor, &mut progress)
+        .map_err(|error| shown(error.to_string()))?;
+    progress.finish();
+    Ok(copied)
 }

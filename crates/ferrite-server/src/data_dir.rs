@@ -9,18 +9,10 @@
 //!
 //! # The identity file
 //!
-//! `FERRITE` is four `key = value` lines of ASCII text, so a person can read it:
-//!
-//! ```text
-//! format = ferrite-data-dir
-//! version = 2
-//! shards = 4
-//! crc32c = 1a2b3c4d
-//! ```
-//!
-//! The last line is the CRC-32C (Castagnoli) of the three lines before it, newlines included, as
-//! eight lowercase hex digits. It is written once, when the directory is created (to `FERRITE.tmp`,
-//! fsynced, renamed, directory fsynced), and only read afterwards. Shard directories are created
+//! `FERRITE` (its format: `ferrite_store::persistence::identity`) is written once, when the
+//! directory is created (to `FERRITE.tmp`, fsynced, renamed, directory fsynced), and only read
+//! afterwards. A backup's says it is a backup, and a server refuses to start on one (it would
+//! change the backup): a backup is restored into a data directory first. Shard directories are created
 //! after it and each creation fsyncs the directory again, so a directory that holds `shard-N` but
 //! no `FERRITE` did not get that way by a crash: it is refused rather than stamped afresh.
 
@@ -28,14 +20,10 @@ use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
+use ferrite_store::persistence::identity::{shard_dir, Identity, IDENTITY_NAME, SHARD_DIR_PREFIX};
+
 const LOCK_NAME: &str = "LOCK";
-const IDENTITY_NAME: &str = "FERRITE";
 const IDENTITY_TEMP_NAME: &str = "FERRITE.tmp";
-const IDENTITY_MAGIC: &str = "ferrite-data-dir";
-/// Version 2: write-ahead log format 2 (salted records) and hstore format 2 (subtables). A
-/// directory of version 1 is refused, never misread.
-const IDENTITY_VERSION: u32 = 2;
-const SHARD_PREFIX: &str = "shard-";
 
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -134,7 +122,13 @@ impl DataDir {
             }
             Err(error) => return Err(io("cannot read its identity file")(error)),
         };
-        let found = parse_identity(&text).map_err(|reason| self.identity_error(reason))?;
+        let identity = Identity::parse(&text).map_err(|reason| self.identity_error(reason))?;
+        if identity.backup {
+            return Err(self.identity_error(
+                "it is a backup's: restore it into a data directory (ferrite-server --restore DIR --data-dir NEW_DIR)",
+            ));
+        }
+        let found = identity.shards;
         if found != shard_count {
             return Err(DataDirError::ShardCount {
                 path: self.path.display().to_string(),
@@ -152,7 +146,8 @@ impl DataDir {
         };
         let temp = self.path.join(IDENTITY_TEMP_NAME);
         let mut file = File::create(&temp).map_err(io("cannot create its identity file"))?;
-        file.write_all(identity_text(shard_count).as_bytes()).map_err(io("cannot write its identity file"))?;
+        let identity = Identity { shards: shard_count, backup: false };
+        file.write_all(identity.text().as_bytes()).map_err(io("cannot write its identity file"))?;
         file.sync_all().map_err(io("cannot sync its identity file"))?;
         std::fs::rename(&temp, self.path.join(IDENTITY_NAME)).map_err(io("cannot rename its identity file"))?;
         sync_dir(&self.path).map_err(io("cannot sync it"))
@@ -162,7 +157,7 @@ impl DataDir {
     fn any_shard_dir(&self) -> std::io::Result<Option<String>> {
         for entry in std::fs::read_dir(&self.path)? {
             let name = entry?.file_name();
-            if name.to_str().is_some_and(|name| name.starts_with(SHARD_PREFIX)) {
+            if name.to_str().is_some_and(|name| name.starts_with(SHARD_DIR_PREFIX)) {
                 return Ok(Some(name.to_string_lossy().into_owned()));
             }
         }
@@ -171,7 +166,30 @@ impl DataDir {
 
     /// Where shard `index` keeps its files; [`DataDir::create_shard_dir`] makes sure it exists.
     pub fn shard_dir(&self, index: usize) -> PathBuf {
-        self.path.join(format!("{SHARD_PREFIX}{index}"))
+        shard_dir(&self.path, index)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Removes what a server of `shard_count` shards keeps in the directory (its shard
+    /// directories, the identity file and the lock file), then releases the lock: for a restore
+    /// that failed in a directory that was empty before it.
+    pub(crate) fn remove_contents(self, shard_count: usize) -> std::io::Result<()> {
+        for index in 0..shard_count {
+            match std::fs::remove_dir_all(self.shard_dir(index)) {
+                Err(error) if error.kind() != std::io::ErrorKind::NotFound => return Err(error),
+                _ => {}
+            }
+        }
+        for name in [IDENTITY_NAME, LOCK_NAME] {
+            match std::fs::remove_file(self.path.join(name)) {
+                Err(error) if error.kind() != std::io::ErrorKind::NotFound => return Err(error),
+                _ => {}
+            }
+        }
+        sync_dir(&self.path)
     }
 
     /// The directory of shard `index`, created (durably) if missing.
@@ -185,68 +203,36 @@ impl DataDir {
     }
 }
 
-/// Stamps `dir` (a backup directory) with the identity file of a data directory of `shard_count`
-/// shards, so that a backup is laid out as a data directory (`ferrite check` reads it as one). The
-/// shards of a server back up at once, each calling this: each writes its own temporary file and
-/// renames it into place, and every copy is the same text.
+/// Stamps `dir` (a backup directory) with the identity file of a backup of `shard_count`
+/// shards, so that a backup is laid out as a data directory (`ferrite check` reads it as one) and
+/// known for a backup. The shards of a server back up at once, each calling this: each writes its
+/// own temporary file and renames it into place, and every copy is the same text.
 pub(crate) fn stamp_backup_dir(dir: &Path, shard_count: usize, shard: usize) -> std::io::Result<()> {
     std::fs::create_dir_all(dir)?;
     let file = dir.join(IDENTITY_NAME);
+    let identity = Identity { shards: shard_count, backup: true };
     if let Ok(text) = std::fs::read_to_string(&file) {
-        return match parse_identity(&text) {
-            Ok(found) if found == shard_count => Ok(()),
+        return match Identity::parse(&text) {
+            Ok(found) if found == identity => Ok(()),
             _ => Err(std::io::Error::other(format!(
-                "{} holds another server's backup ({} does not name {shard_count} shards)",
+                "{} holds something else than a backup of {shard_count} shards ({} says otherwise)",
                 dir.display(),
                 file.display()
             ))),
         };
     }
+    // Created anew, never opened: a link planted at this name in a directory the client chose
+    // would otherwise have the server truncate and write whatever file it points to.
     let temp = dir.join(format!("{IDENTITY_TEMP_NAME}.{shard}"));
-    let mut out = File::create(&temp)?;
-    out.write_all(identity_text(shard_count).as_bytes())?;
+    let mut out = File::options()
+        .write(true)
+        .create_new(true)
+        .open(&temp)
+        .map_err(|error| std::io::Error::new(error.kind(), format!("cannot create {}: {error}", temp.display())))?;
+    out.write_all(identity.text().as_bytes())?;
     out.sync_all()?;
     std::fs::rename(&temp, &file)?;
     sync_dir(dir)
-}
-
-/// The shard count a backup directory (or a data directory) was stamped with.
-pub(crate) fn stamped_shard_count(dir: &Path) -> Result<usize, String> {
-    let file = dir.join(IDENTITY_NAME);
-    let text = std::fs::read_to_string(&file).map_err(|error| format!("cannot read {}: {error}", file.display()))?;
-    parse_identity(&text).map_err(|reason| format!("{} is not a valid identity file: {reason}", file.display()))
-}
-
-/// The identity file: three `key = value` lines and a CRC-32C of them, readable by a person.
-fn identity_text(shard_count: usize) -> String {
-    let body = format!("format = {IDENTITY_MAGIC}\nversion = {IDENTITY_VERSION}\nshards = {shard_count}\n");
-    format!("{body}crc32c = {:08x}\n", crc32c::crc32c(body.as_bytes()))
-}
-
-/// The shard count recorded in an identity file, or why the file is not valid.
-fn parse_identity(text: &str) -> Result<usize, String> {
-    let Some((body, crc_line)) = text.trim_end_matches('\n').rsplit_once('\n') else {
-        return Err("too short".into());
-    };
-    let body = format!("{body}\n");
-    let stored = crc_line.strip_prefix("crc32c = ").ok_or("the last line is not its checksum")?;
-    let computed = format!("{:08x}", crc32c::crc32c(body.as_bytes()));
-    if stored != computed {
-        return Err(format!("checksum mismatch: stored {stored}, computed {computed}"));
-    }
-    let field = |key: &str| {
-        body.lines()
-            .find_map(|line| line.strip_prefix(key).and_then(|rest| rest.strip_prefix(" = ")))
-            .ok_or_else(|| format!("no '{key}' line"))
-    };
-    if field("format")? != IDENTITY_MAGIC {
-        return Err("not a Ferrite data directory identity".into());
-    }
-    let version = field("version")?;
-    if version != IDENTITY_VERSION.to_string() {
-        return Err(format!("format version {version}; this build reads version {IDENTITY_VERSION}"));
-    }
-    field("shards")?.parse().map_err(|_| "the shard count is not a number".into())
 }
 
 #[cfg(test)]
@@ -289,7 +275,7 @@ mod tests {
         let path = temp("reopen");
         drop(DataDir::open(&path, 5).expect("create"));
         let written = std::fs::read(path.join(IDENTITY_NAME)).expect("identity written");
-        assert_eq!(written, identity_text(5).as_bytes());
+        assert_eq!(written, Identity { shards: 5, backup: false }.text().as_bytes());
         assert!(!path.join(IDENTITY_TEMP_NAME).exists(), "the temporary file was renamed");
         for _ in 0..2 {
             let data_dir = DataDir::open(&path, 5).expect("same count");
@@ -300,16 +286,13 @@ mod tests {
         std::fs::remove_dir_all(&path).expect("clean up");
     }
 
-    /// A foreign file or a newer format is refused even when its checksum is right.
+    /// An identity file that is not valid (every way is in `ferrite_store`'s identity tests) is
+    /// refused with its reason, naming the file.
     #[test]
     fn a_wrong_magic_or_version_is_refused_naming_the_file() {
-        let with_crc = |body: &str| format!("{body}crc32c = {:08x}\n", crc32c::crc32c(body.as_bytes()));
+        let body = "format = something-else\nversion = 2\nshards = 1\n";
         let cases = [
-            (with_crc("format = something-else\nversion = 2\nshards = 1\n"), "not a Ferrite data directory"),
-            (with_crc("format = ferrite-data-dir\nversion = 3\nshards = 1\n"), "format version 3"),
-            (with_crc("format = ferrite-data-dir\nversion = 1\nshards = 1\n"), "format version 1"),
-            (with_crc("format = ferrite-data-dir\nversion = 2\n"), "no 'shards' line"),
-            ("format = ferrite-data-dir\nversion = 2\n".to_string(), "the last line is not its checksum"),
+            (format!("{body}crc32c = {:08x}\n", crc32c::crc32c(body.as_bytes())), "not a Ferrite data directory"),
             (String::new(), "too short"),
         ];
         for (i, (text, reason)) in cases.iter().enumerate() {
@@ -346,7 +329,18 @@ mod tests {
         std::fs::write(&file, text).expect("write");
         let error = DataDir::open(&path, 4).expect_err("damaged").to_string();
         assert!(error.contains("FERRITE") && error.contains("checksum mismatch"), "{error}");
-        assert_eq!(parse_identity(&identity_text(7)), Ok(7));
+        std::fs::remove_dir_all(&path).expect("clean up");
+    }
+
+    /// A server never starts on a backup (it would change it); the refusal says to restore it.
+    #[test]
+    fn a_backup_is_not_opened_as_a_data_directory() {
+        let path = temp("backup");
+        stamp_backup_dir(&path, 2, 0).expect("stamp a backup");
+        stamp_backup_dir(&path, 2, 1).expect("the other shard stamps the same");
+        assert!(stamp_backup_dir(&path, 3, 0).is_err(), "another server's backup");
+        let error = DataDir::open(&path, 2).expect_err("a backup").to_string();
+        assert!(error.contains("backup") && error.contains("--restore"), "{error}");
         std::fs::remove_dir_all(&path).expect("clean up");
     }
 }

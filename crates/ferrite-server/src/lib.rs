@@ -7,6 +7,7 @@
 mod ado;
 mod auth;
 pub mod backup;
+mod backup_root;
 mod buffered;
 mod checkpointing;
 pub mod cluster;
@@ -21,6 +22,7 @@ mod metrics;
 mod plugins;
 mod pools;
 mod resp;
+pub mod restore;
 mod server;
 mod session;
 mod shard;
@@ -29,7 +31,7 @@ mod stream;
 mod tls;
 mod write_through;
 
-pub use server::{BoundServer, ServerError};
+pub use server::{check_files, BoundServer, ServerError};
 
 /// Entry points for the fuzz targets in `fuzz/`: the parsers of bytes a peer controls that are
 /// not public otherwise.

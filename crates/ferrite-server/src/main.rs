@@ -6,8 +6,10 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, ValueEnum};
+use ferrite_auth::Rights;
 use ferrite_server::config::{Config, Overrides, DEFAULT_CONFIG_TOML};
 use ferrite_server::BoundServer;
+use tracing_subscriber::filter::LevelFilter;
 use tracing_subscriber::EnvFilter;
 
 /// The Ferrite server: memory-centric active key-value storage.
@@ -55,24 +57,31 @@ struct Args {
     /// Serve Prometheus metrics on HOST:PORT (`GET /metrics`); port 0 picks a free port.
     #[arg(long, value_name = "HOST:PORT")]
     metrics_listen: Option<SocketAddr>,
-    /// Log level (error, warn, info, debug, trace) or a tracing filter such as
-    /// `ferrite_server=debug`.
-    #[arg(long, default_value = "info", value_name = "LEVEL")]
+    /// Log level (error, warn, info, debug, trace, off) or a tracing filter such as
+    /// `warn,ferrite_server=debug` (each TARGET=LEVEL applies to the modules under TARGET).
+    #[arg(long, default_value = "info", value_name = "LEVEL", value_parser = parse_log_level)]
     log_level: String,
     /// How log lines are written to standard error: `text` for people (coloured only on a
     /// terminal), `json` for log collectors (one JSON object per line).
     #[arg(long, value_enum, default_value_t = LogFormat::Text, value_name = "FORMAT")]
     log_format: LogFormat,
     /// Restore the backup in DIR (taken with `ferrite backup DIR`) into --data-dir, which must be
-    /// new or empty, check that every shard recovers from it, and exit without serving.
+    /// new or empty, verify every shard as `ferrite check` does, and exit without serving. A
+    /// restore that fails removes what it created.
     #[arg(long, value_name = "DIR", requires = "data_dir")]
     restore: Option<PathBuf>,
+    /// With --restore: show the progress of the copy and of the verification on standard error
+    /// even when it is not a terminal (on one it is shown anyway); only for backups of at least
+    /// 64 MiB, or FERRITE_PROGRESS_BYTES bytes.
+    #[arg(long, requires = "restore")]
+    progress: bool,
     /// Print the embedded default configuration and exit.
     #[arg(long)]
     print_default_config: bool,
-    /// Check the configuration FILE (with the other options applied) and print the effective
-    /// configuration, every setting included, then exit: 0 if it is valid, 1 with the reason if
-    /// not. Nothing is started and the data directory is not touched.
+    /// Check the configuration FILE (with the other options applied) and the TLS and users files
+    /// it names (loaded as at start), and print the effective configuration, every setting
+    /// included, then exit: 0 if it is valid, 1 with the reason if not. Nothing is started and the
+    /// data directory is not touched.
     #[arg(long, value_name = "FILE", conflicts_with = "config")]
     check_config: Option<PathBuf>,
 }
@@ -91,21 +100,32 @@ fn parse_plugin(text: &str) -> Result<(String, PathBuf), String> {
     }
 }
 
+/// `--log-level`: a filter whose every directive names a level. The filter syntax takes a word
+/// alone that is not a level (`bogus`, `verbose`) for a target to log at every level, and then
+/// nothing else is logged: a mistyped level would silence the server, so it is refused instead.
+fn parse_log_level(text: &str) -> Result<String, String> {
+    const LEVELS: &str = "error, warn, info, debug, trace or off";
+    for directive in text.split(',').map(str::trim).filter(|directive| !directive.is_empty()) {
+        if !directive.contains('=') && directive.parse::<LevelFilter>().is_err() {
+            return Err(format!("'{directive}' is neither a level ({LEVELS}) nor a TARGET=LEVEL directive"));
+        }
+    }
+    EnvFilter::try_new(text).map_err(|error| format!("{error} (a level is one of {LEVELS})"))?;
+    Ok(text.to_owned())
+}
+
 fn main() -> ExitCode {
     let args = Args::parse();
     if args.print_default_config {
         print!("{DEFAULT_CONFIG_TOML}");
         return ExitCode::SUCCESS;
     }
-    let filter = match EnvFilter::try_new(&args.log_level) {
-        Ok(filter) => filter,
-        Err(error) => {
-            eprintln!("error: invalid --log-level '{}': {error}", args.log_level);
-            return ExitCode::from(2);
-        }
-    };
+    let filter = EnvFilter::try_new(&args.log_level).expect("--log-level was checked when it was parsed");
     if let Some(path) = &args.check_config {
-        return match effective_config(Some(path), &args) {
+        let checked = effective_config(Some(path), &args).and_then(|config| {
+            ferrite_server::check_files(&config).map(|()| config).map_err(|error| error.to_string())
+        });
+        return match checked {
             Ok(config) => {
                 // A reader that stops early (`| head`) has all it wanted: not an error.
                 let mut out = std::io::stdout().lock();
@@ -172,9 +192,8 @@ fn raise_open_file_limit() {
 
 /// `--restore DIR`: restores a backup into `--data-dir` and reports each shard.
 fn restore(backup: &std::path::Path, args: &Args) -> ExitCode {
-    let outcome = effective_config(args.config.as_ref(), args).and_then(|config| {
-        let data_dir = args.data_dir.as_ref().ok_or("--restore needs --data-dir")?;
-        ferrite_server::backup::restore(backup, data_dir, &config).map(|shards| (data_dir.clone(), shards))
+    let outcome = args.data_dir.as_ref().ok_or_else(|| "--restore needs --data-dir".to_owned()).and_then(|data_dir| {
+        ferrite_server::restore::restore(backup, data_dir, args.progress).map(|shards| (data_dir.clone(), shards))
     });
     match outcome {
         Ok((data_dir, shards)) => {
@@ -254,23 +273,86 @@ fn announcement(server: &BoundServer) -> String {
     if let Some(metrics) = server.metrics_address() {
         lines.push(format!("metrics: http://{metrics}/metrics"));
     }
-    let first = server.addresses()[0];
-    let mut ready =
-        format!("ready. Try: ferrite --addr {first} pool create demo && ferrite --addr {first} put demo hello world");
+    let client = ClientHint::for_server(server);
+    lines.extend(client.notes.iter().cloned());
+    let ferrite = &client.ferrite;
+    let mut ready = format!(
+        "ready. Try: {}{ferrite} pool create {DEMO_POOL} && {ferrite} put {DEMO_POOL} hello world",
+        client.user.as_ref().map(|user| format!("export FERRITE_USER={user} && ")).unwrap_or_default()
+    );
     if let Some(resp) = server.resp_addresses().first() {
-        ready.push_str(&format!(", or: redis-cli -h {} -p {} ping", resp.ip(), resp.port()));
+        let user = client.user.as_ref().map(|user| format!(" --user {user} --askpass")).unwrap_or_default();
+        ready.push_str(&format!(", or: redis-cli -h {} -p {}{}{user} ping", resp.ip(), resp.port(), client.redis_cli));
     }
     lines.push(ready);
     let plugins = server.plugin_names();
     if !plugins.is_empty() {
         lines.push(format!(
-            "plugins: {} (ferrite --addr {first} pool create counters --plugins counter && ferrite --addr {first} \
-             invoke counters hits \"add 1\" --create-size 8; docs/plugins.md)",
+            "plugins: {} ({ferrite} pool create counters --plugins counter && {ferrite} invoke counters hits \"add 1\" \
+             --create-size 8; docs/plugins.md)",
             plugins.join(", ")
         ));
     }
     lines.push("Stop with Ctrl-C (SIGINT) or SIGTERM.".to_string());
     lines.join("\n")
+}
+
+/// The pool the startup hint creates and writes.
+const DEMO_POOL: &str = "demo";
+
+/// How the commands the announcement suggests reach this server: with the TLS options and the
+/// user it requires, so that they work as printed wherever the server can know the values, and
+/// with a placeholder in capitals (explained in a note) where it cannot.
+struct ClientHint {
+    /// `ferrite` with the address and TLS options.
+    ferrite: String,
+    /// `redis-cli`'s TLS options.
+    redis_cli: String,
+    /// The user to authenticate as, on a server with users.
+    user: Option<String>,
+    /// Lines saying what the options and placeholders are.
+    notes: Vec<String>,
+}
+
+impl ClientHint {
+    fn for_server(server: &BoundServer) -> ClientHint {
+        let config = server.config();
+        let mut hint = ClientHint {
+            ferrite: format!("ferrite --addr {}", server.addresses()[0]),
+            redis_cli: String::new(),
+            user: None,
+            notes: Vec::new(),
+        };
+        if let Some(cert_file) = &config.tls.cert_file {
+            hint.ferrite.push_str(" --ca CA_FILE");
+            hint.redis_cli.push_str(" --tls --cacert CA_FILE");
+            let mut note = format!("tls: clients need CA_FILE, the CA certificate that signed {}", cert_file.display());
+            if let Some(client_ca_file) = &config.tls.client_ca_file {
+                hint.ferrite.push_str(" --client-cert CLIENT_CERT --client-key CLIENT_KEY");
+                hint.redis_cli.push_str(" --cert CLIENT_CERT --key CLIENT_KEY");
+                note.push_str(&format!(", and a client certificate and key signed by {}", client_ca_file.display()));
+            }
+            hint.notes.push(format!("{note} (docs/security.md)"));
+        }
+        if let Some(users_file) = server.users_file() {
+            let mut note = format!(
+                "users: clients authenticate as a user of {}: ferrite takes the user from --user or FERRITE_USER and \
+                 its password from FERRITE_PASSWORD, or asks for it at a terminal (docs/security.md)",
+                users_file.display()
+            );
+            let user = server.password_user_with(DEMO_POOL, Rights::ADMIN.union(Rights::WRITE));
+            if user.is_none() {
+                note.push_str(&format!(
+                    "; no user with a password may create and write pool '{DEMO_POOL}' yet: ferrite user grant NAME \
+                     {DEMO_POOL} admin,write --file {}, then SIGHUP the server",
+                    users_file.display()
+                ));
+            }
+            hint.notes.push(note);
+            hint.user = Some(user.unwrap_or_else(|| "NAME".to_owned()));
+        }
+        hint
+    }
 }
 
 /// Installs the SIGINT and SIGTERM handlers, announces readiness (only now, so a signal sent by

@@ -95,9 +95,28 @@ impl Drop for ExitReport {
     }
 }
 
+/// Loads every file the configuration names that [`BoundServer::bind`] reads before it touches
+/// the data directory (the TLS certificate, its key and the client CA, the users file) as `bind`
+/// would, and starts nothing: what `ferrite-server --check-config` checks beyond the
+/// configuration itself, so that a configuration it calls valid does not fail at start.
+pub fn check_files(config: &Config) -> Result<(), ServerError> {
+    crate::tls::server_config(&config.tls).map_err(ServerError::Tls)?;
+    if let Some(path) = &config.auth.users_file {
+        ferrite_auth::UsersFile::load(path).map_err(|error| ServerError::Users(error.to_string()))?;
+    }
+    Ok(())
+}
+
 impl BoundServer {
-    /// Locks the data directory, recovers every shard from it, and binds every shard's listener.
+    /// Loads the TLS and users files, locks the data directory, recovers every shard from it, and
+    /// binds every shard's listener. The files come first: a file the server cannot use stops it
+    /// before it creates or recovers anything.
     pub fn bind(config: Config) -> Result<BoundServer, ServerError> {
+        let tls = crate::tls::server_config(&config.tls).map_err(ServerError::Tls)?;
+        let auth = match &config.auth.users_file {
+            Some(path) => Auth::load(path).map_err(ServerError::Users)?,
+            None => Auth::open(),
+        };
         let data_dir = DataDir::open(&config.data_dir, config.shards.len())?;
         let shards = recover_shards(&config, &data_dir)?;
         let mut listeners = Vec::with_capacity(config.shards.len());
@@ -124,7 +143,6 @@ impl BoundServer {
                 resp_listeners.push(listener);
             }
         }
-        let tls = crate::tls::server_config(&config.tls).map_err(ServerError::Tls)?;
         if tls.is_none() {
             let resp_ip = config.resp.enabled.then(|| config.resp.listen.unwrap_or(config.listen));
             for ip in std::iter::once(config.listen).chain(resp_ip).filter(|ip| !ip.is_loopback()) {
@@ -144,10 +162,6 @@ impl BoundServer {
                 Some((listener, bound))
             }
             None => None,
-        };
-        let auth = match &config.auth.users_file {
-            Some(path) => Auth::load(path).map_err(ServerError::Users)?,
-            None => Auth::open(),
         };
         if let Some(path) = auth.users_file() {
             info!(users = auth.users().users.len(), file = %path.display(), "clients must authenticate");
@@ -203,6 +217,20 @@ impl BoundServer {
     /// configured ones.
     pub fn plugin_names(&self) -> Vec<String> {
         self.plugins.names().map(str::to_owned).collect()
+    }
+
+    /// The users file, when clients must authenticate.
+    pub fn users_file(&self) -> Option<&std::path::Path> {
+        self.auth.users_file()
+    }
+
+    /// The first user (by name) who proves itself with a password and holds `rights` on pool
+    /// `pool`: someone the startup hint can show a working command for.
+    pub fn password_user_with(&self, pool: &str, rights: ferrite_auth::Rights) -> Option<String> {
+        let users = self.auth.users();
+        let found =
+            users.users.iter().find(|(_, user)| user.password.is_some() && user.rights_on(pool).contains(rights));
+        found.map(|(name, _)| name.clone())
     }
 
     /// Runs every shard until `shutdown` completes, then stops them and waits for them. Returns an

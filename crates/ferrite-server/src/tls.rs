@@ -52,9 +52,14 @@ pub(crate) fn server_config(config: &TlsConfig) -> Result<Option<Arc<ServerConfi
         }
         None => builder.with_no_client_auth(),
     };
-    let config = builder
-        .with_single_cert(chain, key)
-        .map_err(|error| format!("{} and {}: {error}", cert_file.display(), key_file.display()))?;
+    let config = builder.with_single_cert(chain, key).map_err(|error| match error {
+        rustls::Error::InconsistentKeys(rustls::InconsistentKeys::KeyMismatch) => format!(
+            "the private key in {} is not the key of the certificate in {} (it belongs to another key pair)",
+            key_file.display(),
+            cert_file.display()
+        ),
+        error => format!("{} and {}: {error}", cert_file.display(), key_file.display()),
+    })?;
     Ok(Some(Arc::new(config)))
 }
 

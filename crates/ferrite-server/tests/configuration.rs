@@ -2,11 +2,13 @@
 //! `--check-config` that validates a file and prints what is in effect, and log lines as JSON.
 
 mod common;
+mod pki;
 
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
 
 use common::{fresh_dir, TestServer};
+use pki::Pki;
 
 fn server_binary() -> &'static str {
     env!("CARGO_BIN_EXE_ferrite-server")
@@ -17,6 +19,24 @@ fn check(dir: &Path, text: &str) -> Output {
     let path = dir.join("check.toml");
     std::fs::write(&path, text).expect("write the config");
     Command::new(server_binary()).arg("--check-config").arg(&path).output().expect("run ferrite-server")
+}
+
+/// Runs a server that is expected to refuse to start; one that starts anyway is stopped (by its
+/// own process id) after [`common::STARTUP_TIMEOUT`], so the test fails instead of hanging.
+fn run_refused(mut command: Command) -> Output {
+    let child =
+        command.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("run ferrite-server");
+    let pid = child.id();
+    let (done, finished) = std::sync::mpsc::channel();
+    let waiter = std::thread::spawn(move || {
+        let output = child.wait_with_output().expect("wait for ferrite-server");
+        let _ = done.send(());
+        output
+    });
+    if finished.recv_timeout(common::STARTUP_TIMEOUT).is_err() {
+        let _ = Command::new("kill").arg("-KILL").arg(pid.to_string()).status();
+    }
+    waiter.join().expect("the waiting thread")
 }
 
 /// A partial file is valid, and the printed configuration holds its settings and every default.
@@ -105,4 +125,104 @@ fn the_service_manager_hears_ready_and_stopping() {
     server.stop_gracefully();
     let n = socket.recv(&mut message).expect("the server notifies when it stops");
     assert_eq!(&message[..n], b"STOPPING=1\n");
+}
+
+/// A `--log-level` that names no level (a word alone that is not one, which the filter syntax
+/// would take for a target and then log nothing at all) or an unknown level is a usage error
+/// (status 2) that names it, before anything starts; a level or a `target=level` filter is
+/// taken and logs.
+#[test]
+fn a_log_level_that_is_not_one_is_a_usage_error() {
+    let dir = fresh_dir("log-level");
+    let data_dir = dir.join("data");
+    for bogus in ["bogus", "info,verbose", "ferrite_server=loud"] {
+        let mut command = Command::new(server_binary());
+        command.args(["--log-level", bogus, "--listen", "127.0.0.1:0", "--data-dir"]).arg(&data_dir);
+        let output = run_refused(command);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{bogus}: {output:?}");
+        assert!(stderr.contains("--log-level") && stderr.contains(bogus), "{bogus}: {stderr}");
+        assert!(!data_dir.exists(), "{bogus}: nothing was started");
+    }
+    for (level, logged) in [("warn", None), ("ferrite_server=info", Some("INFO")), ("INFO", Some("INFO"))] {
+        let server = TestServer::start(&["--log-level", level]);
+        let session = ferrite_client::blocking::Session::connect(&server.addr_string()).expect("connect");
+        session.list_pools().expect("served");
+        let stderr = server.stderr();
+        match logged {
+            Some(text) => assert!(stderr.contains(text), "{level}: {stderr}"),
+            None => assert!(!stderr.contains("INFO"), "{level}: {stderr}"),
+        }
+    }
+}
+
+/// Proves that a file the configuration names but the server cannot use is refused alike by
+/// `--check-config` (status 1, nothing printed as effective) and by a start (status 1), each
+/// naming the file and the problem (`expected`), and that the start refuses it before it creates
+/// the data directory, let alone recovers it.
+fn refused_by_the_check_and_at_start(label: &str, args: &[String], expected: &[&str]) {
+    let dir = fresh_dir(label);
+    let config = dir.join("ferrite.toml");
+    std::fs::write(&config, "").expect("an empty configuration");
+    let checked = Command::new(server_binary()).arg("--check-config").arg(&config).args(args).output();
+    let checked = checked.expect("run ferrite-server --check-config");
+    let stderr = String::from_utf8_lossy(&checked.stderr);
+    assert_eq!(checked.status.code(), Some(1), "--check-config {args:?}: {checked:?}");
+    assert!(checked.stdout.is_empty(), "nothing is printed as effective: {checked:?}");
+    for text in expected {
+        assert!(stderr.contains(text), "--check-config {args:?}: {text:?} missing from {stderr}");
+    }
+    let data_dir = dir.join("data");
+    let mut start = Command::new(server_binary());
+    start.args(args).args(["--listen", "127.0.0.1:0", "--data-dir"]).arg(&data_dir);
+    let started = run_refused(start);
+    let stderr = String::from_utf8_lossy(&started.stderr);
+    assert_eq!(started.status.code(), Some(1), "start with {args:?}: {started:?}");
+    for text in expected {
+        assert!(stderr.contains(text), "start with {args:?}: {text:?} missing from {stderr}");
+    }
+    assert!(!stderr.contains("shard recovered"), "refused before recovering: {stderr}");
+    assert!(!data_dir.exists(), "refused before creating the data directory");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_users_file_that_does_not_exist_is_refused_by_the_check_and_at_start() {
+    let missing = fresh_dir("users-missing").join("users.toml").display().to_string();
+    refused_by_the_check_and_at_start(
+        "users-missing-run",
+        &["--users".into(), missing.clone()],
+        &[&missing, "No such file"],
+    );
+}
+
+#[test]
+fn a_users_file_with_a_bad_password_hash_is_refused_by_the_check_and_at_start() {
+    let file = fresh_dir("users-bad-hash").join("users.toml");
+    std::fs::write(&file, "[users.alice]\npassword = \"correct horse\"\n").expect("write the users file");
+    let shown = file.display().to_string();
+    refused_by_the_check_and_at_start("users-bad-hash-run", &["--users".into(), shown.clone()], &[&shown, "alice"]);
+}
+
+#[test]
+fn a_tls_key_of_another_key_pair_is_refused_by_the_check_and_at_start() {
+    let pki = Pki::new("tls-other-key");
+    let args = ["--tls-cert".into(), pki.path("server.pem"), "--tls-key".into(), pki.path("client-key.pem")];
+    refused_by_the_check_and_at_start(
+        "tls-other-key-run",
+        &args,
+        &[&pki.path("client-key.pem"), "is not the key of the certificate"],
+    );
+}
+
+#[test]
+fn a_certificate_that_is_not_pem_is_refused_by_the_check_and_at_start() {
+    use rustls_pki_types::pem::PemObject;
+    let pki = Pki::new("tls-der");
+    let der = rustls_pki_types::CertificateDer::from_pem_file(pki.dir.join("server.pem")).expect("the certificate");
+    let der_file = pki.dir.join("server.der");
+    std::fs::write(&der_file, der.as_ref()).expect("write it as DER");
+    let shown = der_file.display().to_string();
+    let args = ["--tls-cert".into(), shown.clone(), "--tls-key".into(), pki.path("server-key.pem")];
+    refused_by_the_check_and_at_start("tls-der-run", &args, &[&shown, "PEM"]);
 }

@@ -8,6 +8,7 @@ pub mod hstore;
 mod mapstore;
 mod memory;
 pub mod persistence;
+pub mod progress;
 mod secondary_index;
 mod store;
 

@@ -9,6 +9,9 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+/// Longest one `ferrite` invocation may take before the test calls it hung.
+pub const CLI_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// The server binary beside the CLI's. Cargo builds it only for `ferrite-server`'s own tests, so
 /// `cargo build -p ferrite-server` (or `cargo build --workspace --bins`, as the Makefile does)
 /// must have run first.
@@ -28,6 +31,13 @@ pub fn command(address: &str, args: &[&str]) -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_ferrite"));
     command.env_remove("FERRITE_ADDR").arg("--addr").arg(address).args(args);
     command
+}
+
+/// Runs `ferrite ARGS` with no server address (for `check`, which needs none).
+pub fn ferrite_offline(args: &[&str]) -> Output {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_ferrite"));
+    command.env_remove("FERRITE_ADDR").args(args);
+    run(command, b"", CLI_TIMEOUT)
 }
 
 /// Runs `command` with `stdin` fed through a pipe and returns what it did; panics if it runs

@@ -189,6 +189,8 @@ pub struct TestServer {
     announced: Vec<String>,
     /// Each shard's RESP address (dialable), if the server serves RESP.
     resp_addresses: Vec<SocketAddr>,
+    /// What the server printed on standard output up to its `ready.` line, that line included.
+    announcement: Vec<String>,
     dir: PathBuf,
     stderr_path: PathBuf,
 }
@@ -263,6 +265,7 @@ impl TestServer {
             addresses: Vec::new(),
             announced: Vec::new(),
             resp_addresses: Vec::new(),
+            announcement: Vec::new(),
             dir,
             stderr_path,
         };
@@ -309,6 +312,7 @@ impl TestServer {
                 addresses.push(address.to_owned());
             } else if line.starts_with("ready.") {
                 assert!(!addresses.is_empty(), "`ready.` before any shard line: {seen:?}");
+                self.announcement = seen;
                 return addresses;
             }
         }
@@ -339,6 +343,11 @@ impl TestServer {
     pub fn resp_addr(&self, index: usize) -> SocketAddr {
         assert!(!self.resp_addresses.is_empty(), "the server was started without RESP (ServerBuilder::resp)");
         self.resp_addresses[index]
+    }
+
+    /// The lines the server printed when it started, up to and including `ready. ...`.
+    pub fn announcement(&self) -> &[String] {
+        &self.announcement
     }
 
     /// Each shard's address exactly as the server printed it.

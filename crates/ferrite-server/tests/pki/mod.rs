@@ -2,6 +2,9 @@
 //! `localhost` and 127.0.0.1 that it signed, and a client certificate it signed, as PEM files.
 //! Shared like `common` (the CLI's tests include it with `#[path]`); it needs `rcgen` and `common`.
 
+// Each test file uses its own part of it.
+#![allow(dead_code)]
+
 use std::path::PathBuf;
 
 use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};

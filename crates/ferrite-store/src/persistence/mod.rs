@@ -12,6 +12,7 @@
 //! Everything persistent inside pool memory is addressed by [`Offset`], never by pointer, because
 //! another process (an Active Data Object host) maps the same memory at another address.
 
+pub mod identity;
 pub mod pmem;
 pub mod ssd;
 mod volatile;

@@ -8,10 +8,12 @@
 //! result is the shard as it was when record `lsn` was the last one: recovery from it (checkpoint
 //! plus replay) gives exactly the acknowledged state at that point.
 //!
-//! A backup directory is laid out like a data directory (`shard-N/checkpoint`, `shard-N/wal`),
-//! so `ferrite check` verifies it as it is, and each shard's copy ends with a descriptor,
-//! `shard-N/BACKUP`, written last: a shard directory without one is an unfinished copy. Like the
-//! data directory's identity file, it is `key = value` text with a CRC-32C of the lines above it:
+//! A backup directory is laid out like a data directory (`FERRITE`, saying it is a backup of N
+//! shards, `shard-N/checkpoint`, `shard-N/wal`), so `ferrite check` verifies it as it is, and each
+//! shard's copy ends with a descriptor, `shard-N/BACKUP`, written last: a shard directory without
+//! one is an unfinished copy. [`read_backup`] says whether a directory is a complete backup, and
+//! both `ferrite check` and a restore start with it. Like the identity file, a descriptor is
+//! `key = value` text with a CRC-32C of the lines above it:
 //!
 //! ```text
 //! format = ferrite-backup
@@ -23,12 +25,17 @@
 //! ```
 
 use std::fs::File;
-use std::io::Write;
-use std::path::Path;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
 
 use super::checkpoint::{sync_dir, Manifest, MANIFEST_NAME};
 use super::recovery::ShardPaths;
+use crate::persistence::identity::{shard_dir, Identity, SHARD_DIR_PREFIX};
 use crate::persistence::wal::{copy_until, FsStorage, Lsn, WalError};
+use crate::progress::Progress;
+
+/// How much a copy reads and writes at a time, between two counts of its progress.
+const COPY_CHUNK_BYTES: usize = 1 << 20;
 
 /// The descriptor's file name in a shard's backup directory.
 pub const BACKUP_NAME: &str = "BACKUP";
@@ -120,7 +127,7 @@ impl BackupDescriptor {
     fn write(&self, shard_dir: &Path) -> Result<(), BackupError> {
         let temp = shard_dir.join(BACKUP_TEMP_NAME);
         let context = format!("writing {}", temp.display());
-        let mut file = File::create(&temp).map_err(io_error(&context))?;
+        let mut file = create_new(&temp).map_err(io_error(&context))?;
         file.write_all(self.text().as_bytes()).map_err(io_error(&context))?;
         file.sync_all().map_err(io_error(&context))?;
         std::fs::rename(&temp, shard_dir.join(BACKUP_NAME)).map_err(io_error(&context))?;
@@ -136,13 +143,115 @@ pub struct ShardBackup {
     pub bytes: u64,
 }
 
-/// Copies `file` into `to` (a directory) and syncs the copy; returns its size.
-fn copy_file(file: &Path, to: &Path) -> Result<u64, BackupError> {
+/// Creates `path`, which must not exist: a backup or a restore writes only files of its own, and
+/// never through a link someone put in their place.
+fn create_new(path: &Path) -> std::io::Result<File> {
+    File::options().write(true).create_new(true).open(path)
+}
+
+/// Copies `file` into `to` (a directory) as a new file, counting its bytes in `progress` as they
+/// go, and syncs the copy; returns its size.
+fn copy_file(file: &Path, to: &Path, progress: &mut Progress) -> Result<u64, BackupError> {
     let name = file.file_name().expect("a file name");
     let target = to.join(name);
-    let bytes = std::fs::copy(file, &target).map_err(io_error(format!("copying {}", file.display())))?;
-    File::open(&target).and_then(|copy| copy.sync_all()).map_err(io_error(format!("syncing {}", target.display())))?;
+    let context = format!("copying {} to {}", file.display(), target.display());
+    let mut source = File::open(file).map_err(io_error(&context))?;
+    let mut copy = create_new(&target).map_err(io_error(&context))?;
+    let mut buffer = vec![0; COPY_CHUNK_BYTES];
+    let mut bytes = 0;
+    loop {
+        let read = source.read(&mut buffer).map_err(io_error(&context))?;
+        if read == 0 {
+            break;
+        }
+        copy.write_all(&buffer[..read]).map_err(io_error(&context))?;
+        bytes += read as u64;
+        progress.advance(read as u64);
+    }
+    copy.sync_all().map_err(io_error(format!("syncing {}", target.display())))?;
     Ok(bytes)
+}
+
+/// The sizes of the files in `dir` added up (none if it does not exist): what a copy of a
+/// shard's checkpoint or log directory reads, for its progress.
+pub fn files_bytes(dir: &Path) -> u64 {
+    let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
+    entries
+        .filter_map(Result::ok)
+        .filter_map(|entry| entry.metadata().ok())
+        .filter(|m| m.is_file())
+        .map(|m| m.len())
+        .sum()
+}
+
+/// The backup in `dir`, if it is a complete one: its identity file names its shard count N,
+/// and each of `shard-0` to `shard-N-1` holds the descriptor of that shard of N; nothing else
+/// is named `shard-*`. Returns the descriptors by shard. A restore refuses a backup this refuses,
+/// and `ferrite check` reports why.
+pub fn read_backup(dir: &Path) -> Result<Vec<BackupDescriptor>, BackupError> {
+    let identity = Identity::read(dir).map_err(BackupError::Refused)?;
+    let mut descriptors = Vec::with_capacity(identity.shards);
+    for index in 0..identity.shards {
+        let shard = shard_dir(dir, index);
+        match BackupDescriptor::read(&shard)? {
+            Some(descriptor)
+                if usize::from(descriptor.shard) == index && usize::from(descriptor.shards) == identity.shards =>
+            {
+                descriptors.push(descriptor);
+            }
+            Some(descriptor) => {
+                return Err(BackupError::Refused(format!(
+                    "{} describes shard {} of {}, not shard {index} of {}",
+                    shard.join(BACKUP_NAME).display(),
+                    descriptor.shard,
+                    descriptor.shards,
+                    identity.shards
+                )))
+            }
+            None if !shard.is_dir() => {
+                return Err(BackupError::Refused(format!(
+                    "{} is missing: the backup holds {} shard(s)",
+                    shard.display(),
+                    identity.shards
+                )))
+            }
+            None => {
+                return Err(BackupError::Refused(format!(
+                    "{} has no {BACKUP_NAME} descriptor: its copy did not finish; take the backup again",
+                    shard.display()
+                )))
+            }
+        }
+    }
+    if let Some(extra) = shard_dirs(dir)?.into_iter().find(|(index, _)| *index >= identity.shards) {
+        return Err(BackupError::Refused(format!(
+            "{} lies beyond the backup's {} shard(s)",
+            extra.1.display(),
+            identity.shards
+        )));
+    }
+    Ok(descriptors)
+}
+
+/// Whether `dir` holds a backup, whole or not: its identity file says so, or one of its shards
+/// has a descriptor (backups taken before identity files said so).
+pub fn is_backup(dir: &Path) -> bool {
+    Identity::read(dir).is_ok_and(|identity| identity.backup)
+        || shard_dirs(dir).is_ok_and(|shards| shards.iter().any(|(_, shard)| shard.join(BACKUP_NAME).exists()))
+}
+
+/// The `shard-N` entries of `dir` with their numbers (`usize::MAX` for a name that is not one).
+fn shard_dirs(dir: &Path) -> Result<Vec<(usize, PathBuf)>, BackupError> {
+    let entries = std::fs::read_dir(dir).map_err(io_error(format!("listing {}", dir.display())))?;
+    let mut shards = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(io_error(format!("listing {}", dir.display())))?;
+        let name = entry.file_name();
+        if let Some(number) = name.to_str().and_then(|name| name.strip_prefix(SHARD_DIR_PREFIX)) {
+            shards.push((number.parse().unwrap_or(usize::MAX), entry.path()));
+        }
+    }
+    Ok(shards)
 }
 
 fn create_dir(dir: &Path) -> Result<(), BackupError> {
@@ -160,6 +269,7 @@ pub fn back_up_shard(
     source: &ShardPaths,
     target: &Path,
     descriptor: BackupDescriptor,
+    progress: &mut Progress,
 ) -> Result<ShardBackup, BackupError> {
     if target.exists() {
         return Err(BackupError::Refused(format!(
@@ -174,7 +284,7 @@ pub fn back_up_shard(
     let mut backup = ShardBackup { lsn: descriptor.lsn, files: 0, bytes: 0 };
     if let Some(manifest) = Manifest::read(&source.checkpoint)? {
         for name in std::iter::once(MANIFEST_NAME.to_owned()).chain(manifest.files()) {
-            backup.bytes += copy_file(&source.checkpoint.join(name), &copied.checkpoint)?;
+            backup.bytes += copy_file(&source.checkpoint.join(name), &copied.checkpoint, progress)?;
             backup.files += 1;
         }
     }
@@ -185,6 +295,7 @@ pub fn back_up_shard(
     )?;
     backup.files += log.segments;
     backup.bytes += log.bytes;
+    progress.advance(log.bytes);
     for dir in [&copied.checkpoint, &copied.wal] {
         sync_dir(dir).map_err(io_error(format!("syncing {}", dir.display())))?;
     }
@@ -193,8 +304,9 @@ pub fn back_up_shard(
 }
 
 /// Copies the shard backup in `backup` (which must have its descriptor) into a new shard's
-/// directories `target`; returns the files and bytes copied.
-pub fn restore_shard(backup: &Path, target: &ShardPaths) -> Result<(u64, u64), BackupError> {
+/// directories `target`, counting the bytes in `progress`; returns the files and bytes copied,
+/// counted as [`back_up_shard`] counts them.
+pub fn restore_shard(backup: &Path, target: &ShardPaths, progress: &mut Progress) -> Result<(u64, u64), BackupError> {
     if BackupDescriptor::read(backup)?.is_none() {
         return Err(BackupError::Refused(format!(
             "{} has no {BACKUP_NAME} descriptor: its backup did not finish",
@@ -208,7 +320,7 @@ pub fn restore_shard(backup: &Path, target: &ShardPaths) -> Result<(u64, u64), B
         let entries = std::fs::read_dir(from).map_err(io_error(format!("listing {}", from.display())))?;
         for entry in entries {
             let path = entry.map_err(io_error(format!("listing {}", from.display())))?.path();
-            bytes += copy_file(&path, to)?;
+            bytes += copy_file(&path, to, progress)?;
             files += 1;
         }
         sync_dir(to).map_err(io_error(format!("syncing {}", to.display())))?;

@@ -9,6 +9,7 @@
 //! - [`pages`]: which pages changed, at which LSN.
 //! - [`checkpoint`]: page files, the manifest, the checkpoint state machine.
 //! - [`recovery`]: checkpoint + log replay after a restart.
+//! - [`backup`]: online backups and restores; [`verify`]: checking a shard's files offline.
 
 pub mod backup;
 pub mod checkpoint;
@@ -18,19 +19,24 @@ pub mod pages;
 pub mod record;
 pub mod recovery;
 pub mod region;
+pub mod verify;
 
 #[cfg(test)]
 mod growth_tests;
 #[cfg(test)]
 mod tests;
 
-pub use backup::{back_up_shard, restore_shard, BackupDescriptor, BackupError, ShardBackup, BACKUP_NAME};
+pub use backup::{
+    back_up_shard, is_backup, read_backup, restore_shard, BackupDescriptor, BackupError, ShardBackup, BACKUP_NAME,
+};
 pub use checkpoint::{CheckpointError, CheckpointPool, Checkpointer, Manifest, Step};
 pub use log::{LogCounters, SharedLog, SyncThread};
 pub use logged::{LoggedMemory, UNLOGGED};
 pub use pages::PageTracker;
 pub use record::PoolDescriptor;
 pub use recovery::{
-    load_shard, recover_shard, LoadedShard, RecoveredPool, RecoveredShard, RecoveryError, RecoveryReport, ShardPaths,
+    load_shard, load_shard_observing, recover_shard, LoadedShard, RecoveredPool, RecoveredShard, RecoveryError,
+    RecoveryReport, ShardPaths,
 };
 pub use region::SharedRegion;
+pub use verify::{verify_shard, PoolCheck, ShardCheck};

@@ -205,13 +205,27 @@ pub struct LoadedShard {
 /// nothing on disk: what recovery does before it opens the log for writing, and all that
 /// `ferrite check` does.
 pub fn load_shard(paths: &ShardPaths) -> Result<LoadedShard, RecoveryError> {
+    load_shard_observing(paths, &mut |_| {})
+}
+
+/// [`load_shard`], telling `progress` how many bytes it has read as it goes (the pages of each
+/// pool loaded, then each log record replayed), for a job that shows its progress.
+pub fn load_shard_observing(paths: &ShardPaths, progress: &mut dyn FnMut(u64)) -> Result<LoadedShard, RecoveryError> {
     let storage = FsStorage::open_dir(&paths.wal).map_err(io_error(format!("opening {}", paths.wal.display())))?;
-    load_shard_with(&paths.checkpoint, &storage)
+    load_shard_from(&paths.checkpoint, &storage, progress)
 }
 
 /// [`load_shard`] with the checkpoint in `checkpoint_dir` and the log in `storage` (the
 /// simulated disk, in tests).
 pub fn load_shard_with<S: LogStorage>(checkpoint_dir: &Path, storage: &S) -> Result<LoadedShard, RecoveryError> {
+    load_shard_from(checkpoint_dir, storage, &mut |_| {})
+}
+
+fn load_shard_from<S: LogStorage>(
+    checkpoint_dir: &Path,
+    storage: &S,
+    progress: &mut dyn FnMut(u64),
+) -> Result<LoadedShard, RecoveryError> {
     let started = Instant::now();
     let manifest = Manifest::read(checkpoint_dir)?.unwrap_or_default();
     let mut report = RecoveryReport {
@@ -222,10 +236,13 @@ pub fn load_shard_with<S: LogStorage>(checkpoint_dir: &Path, storage: &S) -> Res
     let mut replay = Replay { next_pool_id: manifest.next_pool_id.max(1), ..Replay::default() };
     for pool in &manifest.pools {
         let (mut region, pages) = new_region(&pool.descriptor)?;
-        report.checkpoint_pages += load_pool(checkpoint_dir, pool, region.bytes_mut())?;
+        let loaded = load_pool(checkpoint_dir, pool, region.bytes_mut())?;
+        report.checkpoint_pages += loaded;
+        progress(loaded * super::pages::PAGE_BYTES);
         replay.pools.insert(pool.descriptor.id, RecoveredPool { descriptor: pool.descriptor.clone(), region, pages });
     }
     let recovered = wal::recover(storage, report.replay_from, |lsn, payload| {
+        progress(payload.len() as u64);
         if replay.error.is_none() {
             if let Err(error) = replay.apply(lsn, payload) {
                 replay.error = Some(error);

@@ -17,7 +17,8 @@ use super::WalError;
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct CopiedLog {
     pub segments: u64,
-    /// Bytes of records and headers copied (the zeros after them not counted).
+    /// The sizes of the segment files written: each as long as its source, with zeros after the
+    /// records copied (what a restore copies back, and counts alike).
     pub bytes: u64,
 }
 
@@ -50,7 +51,7 @@ pub fn copy_until<S: LogStorage, T: LogStorage>(source: &S, target: &T, until: L
         file.write_all_at(0, &bytes[..position as usize]).map_err(io(format!("writing {name}")))?;
         file.sync_data().map_err(io(format!("syncing {name}")))?;
         copied.segments += 1;
-        copied.bytes += position;
+        copied.bytes += bytes.len() as u64;
         next = Some(lsn);
     }
     let reached = next.map_or(0, |next| next - 1);
