@@ -1,6 +1,6 @@
 //! The command line: what `ferrite` accepts, and parsing of its values.
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, CommandFactory, Parser, Subcommand};
 use ferrite_auth::{PoolPattern, Rights};
 
 /// Command-line client for a Ferrite server.
@@ -46,6 +46,35 @@ pub struct Cli {
 pub const PASSWORD_ENV: &str = "FERRITE_PASSWORD";
 
 impl Cli {
+    /// The command line, parsed and checked: a usage error (what clap refuses, and the
+    /// contradictions [`Cli::contradiction`] finds) is printed with the usage and exits with
+    /// status 2, before anything connects.
+    pub fn parse_checked() -> Cli {
+        let cli = Cli::parse();
+        if let Some((subcommand, message)) = cli.contradiction() {
+            let mut command = Cli::command();
+            // Gives each subcommand its full name (`ferrite invoke`) for its usage line.
+            command.build();
+            let subcommand = command.find_subcommand_mut(subcommand).expect("contradiction names a subcommand");
+            subcommand.error(clap::error::ErrorKind::ArgumentConflict, message).exit();
+        }
+        cli
+    }
+
+    /// A contradiction between arguments that clap's declarations cannot express, because it
+    /// depends on a value, with the subcommand it is in: `invoke` with an empty KEY (the pool
+    /// itself, which has no value) and `--put` or `--create-size`.
+    fn contradiction(&self) -> Option<(&'static str, String)> {
+        let Command::Invoke { key, mode, .. } = &self.command else { return None };
+        let flag = match mode {
+            _ if !key.is_empty() => return None,
+            InvokeMode { put: Some(_), .. } => "--put",
+            InvokeMode { create_size: Some(_), .. } => "--create-size",
+            _ => return None,
+        };
+        Some(("invoke", format!("{flag} needs a KEY: an empty KEY invokes the pool itself, which has no value")))
+    }
+
     /// The credentials `--user` asks for: the password from `FERRITE_PASSWORD`, or asked for on
     /// the terminal; `None` without `--user`.
     pub fn credentials(&self) -> Result<Option<ferrite_client::UserCredentials>, String> {
@@ -510,6 +539,18 @@ mod tests {
         let mode = invoke_mode(&["--put", "v1", "--no-overwrite", "--detached"]).expect("valid");
         assert_eq!(mode.put.as_deref(), Some("v1"));
         assert!(mode.no_overwrite && mode.detached && !mode.read_only);
+    }
+
+    #[test]
+    fn key_less_invocations_cannot_put_or_create() {
+        let contradiction =
+            |args: &[&str]| Cli::try_parse_from(args).expect("parses").contradiction().map(|(_, message)| message);
+        assert_eq!(contradiction(&["ferrite", "invoke", "p", "", "get"]), None);
+        assert!(contradiction(&["ferrite", "invoke", "p", "", "x", "--put", "v"])
+            .is_some_and(|e| e.starts_with("--put needs a KEY")));
+        assert!(contradiction(&["ferrite", "invoke", "p", "", "x", "--create-size", "8"])
+            .is_some_and(|e| e.starts_with("--create-size needs a KEY")));
+        assert_eq!(contradiction(&["ferrite", "invoke", "p", "k", "x", "--put", "v"]), None);
     }
 
     /// Proves the flag combinations no invocation means are usage errors, before any connection.

@@ -54,9 +54,6 @@ const REDRAW_LINE: &str = "\r\x1b[K";
 const STDOUT_BUFFER_BYTES: usize = 256 * 1024;
 
 pub fn run(cli: &Cli) -> Result<Report> {
-    if let Command::Invoke { key, mode, .. } = &cli.command {
-        check_invoke_key(key, mode)?;
-    }
     let options = ClientOptions {
         client_name: concat!("ferrite-cli/", env!("CARGO_PKG_VERSION")).to_owned(),
         tls: cli.tls_options(),
@@ -493,23 +490,6 @@ fn invoke(session: &blocking::Session, pool_name: &str, key: &str, payload: &str
     })?;
     pool.close()?;
     Ok(invoke_report(&buffers))
-}
-
-/// An empty key invokes the pool itself, which has no value to create or put: say so before
-/// connecting rather than relay the client's refusal, which names protocol terms.
-fn check_invoke_key(key: &str, mode: &InvokeMode) -> Result<()> {
-    if !key.is_empty() {
-        return Ok(());
-    }
-    if mode.put.is_some() {
-        return Err(CliError("--put needs a KEY: an empty KEY invokes the pool itself, which has no value".to_owned()));
-    }
-    if mode.create_size.is_some() {
-        return Err(CliError(
-            "--create-size needs a KEY: an empty KEY invokes the pool itself, which has no value".to_owned(),
-        ));
-    }
-    Ok(())
 }
 
 /// Each buffer raw with a newline after it, as the plugins wrote it; in JSON, a list of
@@ -1096,22 +1076,6 @@ mod tests {
         let mut out = Vec::new();
         invoke_report(&[]).write(false, &mut out).expect("write to a Vec");
         assert!(out.is_empty(), "a fire-and-forget call prints nothing");
-    }
-
-    #[test]
-    fn key_less_invocations_cannot_put_or_create() {
-        let mode = |put: Option<&str>, create_size| InvokeMode {
-            put: put.map(str::to_owned),
-            create_size,
-            read_only: false,
-            no_overwrite: false,
-            detached: false,
-            fire_and_forget: false,
-        };
-        assert!(check_invoke_key("", &mode(None, None)).is_ok());
-        assert!(check_invoke_key("", &mode(Some("v"), None)).is_err_and(|e| e.0.contains("--put needs a KEY")));
-        assert!(check_invoke_key("", &mode(None, Some(8))).is_err_and(|e| e.0.contains("--create-size needs a KEY")));
-        assert!(check_invoke_key("k", &mode(Some("v"), None)).is_ok());
     }
 
     #[test]

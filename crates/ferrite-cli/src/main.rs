@@ -13,11 +13,9 @@ mod users;
 use std::io::ErrorKind;
 use std::process::ExitCode;
 
-use clap::Parser;
-
 fn main() -> ExitCode {
-    // clap prints usage errors itself and exits with status 2.
-    let cli = args::Cli::parse();
+    // Usage errors are printed with the usage, and exit with status 2.
+    let cli = args::Cli::parse_checked();
     if let args::Command::Bench(options) = &cli.command {
         let credentials = match cli.credentials() {
             Ok(credentials) => credentials,

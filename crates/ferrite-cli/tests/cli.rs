@@ -479,6 +479,36 @@ fn invoke_runs_a_pools_plugins() {
     assert!(unknown.contains("unknown plugin 'no-such-plugin'"), "{unknown}");
 }
 
+/// Every contradiction `docs/cli.md` lists for `invoke` is a usage error (status 2, clap's
+/// `error: ...` and usage lines) refused before connecting, `--put` or `--create-size` with an
+/// empty KEY included: the server here is never reached, so nothing is created.
+#[test]
+fn invoke_contradictions_are_usage_errors() {
+    let server = start_server(1);
+    ok(&ferrite(&server, &["pool", "create", "counters", "--plugins", "counter"]));
+    let contradictions: [&[&str]; 6] = [
+        &["--no-overwrite"],
+        &["--detached"],
+        &["--put", "v", "--create-size", "8"],
+        &["--put", "v", "--read-only"],
+        &["--put", "v"],
+        &["--create-size", "8"],
+    ];
+    for flags in contradictions {
+        let key = if flags.len() == 2 { "" } else { "k" };
+        let mut args = vec!["invoke", "counters", key, "get"];
+        args.extend_from_slice(flags);
+        let output = ferrite(&server, &args);
+        let stderr = text(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.starts_with("error: ") && stderr.contains("Usage:"), "{args:?}: {stderr}");
+        assert!(output.stdout.is_empty(), "{args:?}");
+    }
+    let stderr = text(&ferrite(&server, &["invoke", "counters", "", "get", "--put", "v"]).stderr);
+    assert!(stderr.contains("--put needs a KEY"), "{stderr}");
+    assert_eq!(ok(&ferrite(&server, &["count", "counters"])), "0\n", "nothing was created");
+}
+
 /// A server whose shards checkpoint every second into small log segments (which hold the largest
 /// record once values are at most 64 KiB), so that a backup taken under load copies page files as
 /// well as log.
