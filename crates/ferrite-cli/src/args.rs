@@ -25,11 +25,11 @@ pub struct Cli {
 
     /// PEM file with this client's certificate, for a server that requires client certificates
     /// (mutual TLS); needs --client-key.
-    #[arg(long, global = true, value_name = "FILE", requires_all = ["ca", "client_key"])]
+    #[arg(long, global = true, env = "FERRITE_CLIENT_CERT", value_name = "FILE", requires_all = ["ca", "client_key"])]
     pub client_cert: Option<std::path::PathBuf>,
 
     /// The private key of --client-cert, in PEM.
-    #[arg(long, global = true, value_name = "FILE", requires = "client_cert")]
+    #[arg(long, global = true, env = "FERRITE_CLIENT_KEY", value_name = "FILE", requires = "client_cert")]
     pub client_key: Option<std::path::PathBuf>,
 
     /// Authenticate as this user, on a server with users (`ferrite-server --users`). The

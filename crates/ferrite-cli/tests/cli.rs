@@ -661,8 +661,9 @@ fn the_cli_speaks_tls_with_the_ca_it_is_given() {
     assert!(!clear.status.success(), "{clear:?}");
 }
 
-/// With mutual TLS the CLI presents its certificate (`--client-cert`, `--client-key`); without
-/// one the server refuses it.
+/// With mutual TLS the CLI presents its certificate (`--client-cert`, `--client-key`, or from
+/// the environment as a health check in a container gets them); without one the server refuses
+/// it.
 #[test]
 fn the_cli_presents_a_client_certificate_for_mutual_tls() {
     let pki = pki::Pki::new("cli-mtls");
@@ -672,6 +673,9 @@ fn the_cli_presents_a_client_certificate_for_mutual_tls() {
     ok(&ferrite(&server, &["--ca", &ca, "--client-cert", &cert, "--client-key", &key, "pool", "create", "m"]));
     ok(&ferrite(&server, &["--ca", &ca, "--client-cert", &cert, "--client-key", &key, "put", "m", "k", "v"]));
     assert!(!ferrite(&server, &["--ca", &ca, "pool", "list"]).status.success(), "no certificate, no service");
+    let mut command = command(&server.addr_string(), &["stats"]);
+    command.env("FERRITE_CA", &ca).env("FERRITE_CLIENT_CERT", &cert).env("FERRITE_CLIENT_KEY", &key);
+    ok(&run(command, b"", CLI_TIMEOUT));
 }
 
 /// With `[backup] root`, a client can have backups written beneath it only: another directory,
