@@ -100,7 +100,7 @@ def test_tls(tmp_path):
                 with session.create_pool(name) as pool:
                     pool.put("k", name)
                     assert pool.get("k") == name.encode()
-        with pytest.raises(ferrite.ConnectionFailed):
+        with pytest.raises(ferrite.ConnectionFailed, match="speaks TLS and this client connected in clear"):
             ferrite.connect(server.address, timeout=3)  # in the clear
         with pytest.raises(ferrite.ConnectionFailed, match="TLS"):
             ferrite.connect(server.address, tls_ca=tmp_path / "server.pem")  # not the CA

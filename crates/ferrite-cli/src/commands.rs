@@ -15,6 +15,20 @@ use serde_json::json;
 use crate::args::{Cli, Command, FindPattern, InvokeMode, PoolCommand, PutMode};
 use crate::output::{bytes_json, fields, format_bytes, format_timestamp_ns, hex, Report, Table};
 
+/// A failure to connect, with what to try next where the error alone does not say: an address
+/// where nothing answered may be the wrong one; a TLS server reached in clear wants `--ca`. A
+/// server that answered (a refused certificate, a wrong password) is not suspected of being
+/// absent.
+pub fn connect_error(error: Error) -> String {
+    if error.is_unreachable() {
+        format!("{error}\n(is ferrite-server running there? choose the server with --addr or FERRITE_ADDR)")
+    } else if error.is_tls_required() {
+        format!("{error}\n(give the CA that signed its certificate with --ca FILE or FERRITE_CA)")
+    } else {
+        error.to_string()
+    }
+}
+
 /// A failure to report as `error: <message>`.
 #[derive(Debug)]
 pub struct CliError(String);
@@ -60,12 +74,8 @@ pub fn run(cli: &Cli) -> Result<Report> {
         credentials: cli.credentials().map_err(CliError)?,
         ..ClientOptions::default()
     };
-    let session = blocking::Session::connect_with(&cli.addr, options).map_err(|error| match error {
-        Error::Io { .. } => CliError(format!(
-            "{error}\n(is ferrite-server running there? choose the server with --addr or FERRITE_ADDR)"
-        )),
-        other => other.into(),
-    })?;
+    let session =
+        blocking::Session::connect_with(&cli.addr, options).map_err(|error| CliError(connect_error(error)))?;
     match &cli.command {
         Command::Pool(command) => run_pool_command(&session, command),
         Command::Put { pool, key, value, mode, offset: None } => put(&session, pool, key, value, mode),

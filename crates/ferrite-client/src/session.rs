@@ -199,7 +199,7 @@ impl Session {
     /// Connects to the shard at `address` and learns the server's shards and limits from the
     /// handshake. Any shard's address will do; the connection is kept for that shard.
     pub async fn connect_with(address: &str, options: ClientOptions) -> Result<Session> {
-        let (connection, hello) = open_with_timeout(address, &options).await?;
+        let (connection, hello) = open_shard(address, &options).await?;
         let shard_count = hello.shard_addresses.len();
         if usize::from(hello.shard_index) >= shard_count {
             return Err(Error::UnexpectedResponse(format!(
@@ -384,7 +384,7 @@ impl Session {
             return Ok(connection.clone());
         }
         let address = &self.inner.shard_addresses[usize::from(shard)];
-        let (connection, hello) = open_with_timeout(address, &self.inner.options).await?;
+        let (connection, hello) = open_shard(address, &self.inner.options).await?;
         // A shard that disagrees about who it is would make us route pools to the wrong place.
         if hello.shard_index != shard || hello.shard_addresses.len() != self.inner.shards.len() {
             return Err(Error::UnexpectedResponse(format!(
@@ -399,20 +399,10 @@ impl Session {
     }
 }
 
-async fn open_with_timeout(address: &str, options: &ClientOptions) -> Result<(Connection, Hello)> {
+async fn open_shard(address: &str, options: &ClientOptions) -> Result<(Connection, Hello)> {
     let connector = options.tls.as_ref().map(crate::tls::connector).transpose()?;
     let auth = options.credentials.as_ref().map(UserCredentials::encode).unwrap_or_default();
-    let opening = Connection::open(address, &options.client_name, &auth, connector.as_ref());
-    match tokio::time::timeout(options.connect_timeout, opening).await {
-        Ok(result) => result,
-        Err(_) => Err(Error::io(
-            format!("connecting to {address}"),
-            std::io::Error::new(
-                std::io::ErrorKind::TimedOut,
-                format!("no handshake within {:?}", options.connect_timeout),
-            ),
-        )),
-    }
+    Connection::open(address, &options.client_name, &auth, connector.as_ref(), options.connect_timeout).await
 }
 
 #[cfg(test)]
