@@ -239,6 +239,11 @@ typedef struct ferrite_pool_info {
     uint64_t size_bytes;
     // Bytes of capacity in use.
     uint64_t used_bytes;
+    // The pool's settings, as `ferrite_pool_create`'s flags name them: `FERRITE_POOL_INDEXED`
+    // if it has a whole secondary index (given at creation, or by `ferrite_pool_configure`),
+    // `FERRITE_POOL_ASYNC` if its writes that choose no durability are acknowledged once
+    // applied.
+    ferrite_pool_flags flags;
 } ferrite_pool_info;
 
 // The pools of every shard (`ferrite_pool_list`). Free it with `ferrite_pool_info_list_free`.

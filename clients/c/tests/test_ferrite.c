@@ -309,6 +309,7 @@ static void test_pool_lifecycle(void) {
         CHECK(info->size_bytes == 2 << 20);
         CHECK(info->open_count == 3);
         CHECK(strcmp(info->plugins, "") == 0);
+        CHECK(info->flags == 0); /* not indexed, sync */
     }
     ferrite_pool_info_list_free(&list);
     CHECK(list.items == NULL && list.len == 0);
@@ -334,7 +335,8 @@ static void test_pool_lifecycle(void) {
     CHECK_STATUS(ferrite_pool_create(session, name, 1 << 20, 0, 0, "no-such-plugin", &pool),
                  FERRITE_INVALID_ARGUMENT);
 
-    /* Indexed, asynchronous durability and a plugin chain are accepted and reported. */
+    /* Indexed, asynchronous durability and a plugin chain are accepted and reported (the
+     * settings as the creation flags name them). */
     pool = new_pool(session, "flags", FERRITE_POOL_INDEXED | FERRITE_POOL_ASYNC, " counter ");
     REQUIRE(pool != NULL);
     CHECK(put_text(pool, "k", "v"));
@@ -342,6 +344,7 @@ static void test_pool_lifecycle(void) {
     pool_name(name, sizeof name, "flags");
     info = find_pool(&list, name);
     CHECK(info != NULL && strcmp(info->plugins, "counter") == 0);
+    CHECK(info != NULL && info->flags == (FERRITE_POOL_INDEXED | FERRITE_POOL_ASYNC));
     ferrite_pool_info_list_free(&list);
     drop_pool(session, pool, "flags");
     CHECK_OK(ferrite_session_close(session));

@@ -70,6 +70,11 @@ pub(crate) struct PoolInfo {
     open_count: u32,
     /// The pool's chain of Active Data Object plugins, in the order they run.
     plugins: Vec<String>,
+    /// Whether the pool has a whole secondary index (created with `indexed=True`, or given one
+    /// by `configure_pool(add_index=True)`), which `find` searches in key order.
+    indexed: bool,
+    /// The durability of the pool's writes that choose none: "sync" or "async".
+    durability: &'static str,
     /// Server memory the pool takes, in bytes, by part: table_buckets (a count), table_bytes,
     /// slab_bytes, large_bytes, other_bytes, index_bytes.
     memory: Py<PyDict>,
@@ -83,14 +88,17 @@ pub(crate) struct PoolInfo {
 impl PoolInfo {
     fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
         Ok(format!(
-            "PoolInfo(name={}, shard={}, objects={}, size={}, used={}, open_count={}, plugins={})",
+            "PoolInfo(name={}, shard={}, objects={}, size={}, used={}, open_count={}, plugins={}, indexed={}, \
+             durability={})",
             python_repr(py, &self.name)?,
             self.shard,
             self.objects,
             self.size,
             self.used,
             self.open_count,
-            python_repr(py, &self.plugins)?
+            python_repr(py, &self.plugins)?,
+            if self.indexed { "True" } else { "False" },
+            python_repr(py, self.durability)?
         ))
     }
 }
@@ -124,6 +132,8 @@ pub(crate) fn pool_infos(py: Python<'_>, pools: Vec<ClientPoolInfo>) -> PyResult
             used: info.used_bytes,
             open_count: info.open_count,
             plugins: info.plugins,
+            indexed: info.indexed,
+            durability: info.durability.name(),
             memory: memory.unbind(),
         })?;
     }

@@ -46,7 +46,14 @@ def test_pools_are_created_opened_listed_and_deleted_on_their_shard(session):
     assert info.used > 0 and info.plugins == [] and info.memory_bytes > 0
     assert set(info.memory) == {"table_buckets", "table_bytes", "slab_bytes", "large_bytes", "other_bytes", "index_bytes"}
     assert info.bytes_per_key == info.memory_bytes / 1
+    assert (info.indexed, info.durability) == (False, "sync")
     assert repr(info).startswith(f"PoolInfo(name='{name}'")
+    tuned = unique_name()
+    with session.create_pool(tuned, size=1 << 20, indexed=True, durability="async"):
+        [described] = [p for p in session.pools() if p.name == tuned]
+        assert (described.indexed, described.durability) == (True, "async")
+        assert "indexed=True, durability='async'" in repr(described)
+    session.delete_pool(tuned)
 
     with pytest.raises(ferrite.PoolInUse):
         session.delete_pool(name)

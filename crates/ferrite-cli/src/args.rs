@@ -275,14 +275,17 @@ pub struct InvokeMode {
 
 #[derive(Debug, Subcommand)]
 pub enum PoolCommand {
-    /// Create a pool, or open it if it exists (see --create-only).
+    /// Create a pool, or open it if it exists (see --create-only). An existing pool must match
+    /// the --size, --indexed, --durability and --plugins given (those not given do not matter):
+    /// one that differs is refused, each difference named, and left as it is.
     Create {
         name: String,
-        /// Capacity: key bytes + value bytes + 64 bytes per pair. Accepts K, M, G, T and KiB,
-        /// MiB, GiB, TiB (powers of 1024) or KB, MB, GB, TB (powers of 1000).
-        #[arg(long, value_name = "BYTES", value_parser = parse_size, default_value = "64MiB")]
-        size: u64,
-        /// Sizing hint for the pool's index.
+        /// Capacity: key bytes + value bytes + 64 bytes per pair (64 MiB when not given). Accepts
+        /// K, M, G, T and KiB, MiB, GiB, TiB (powers of 1024) or KB, MB, GB, TB (powers of 1000).
+        #[arg(long, value_name = "BYTES", value_parser = parse_size)]
+        size: Option<u64>,
+        /// Sizing hint for a new pool's hash table (an existing pool's table has grown as it
+        /// needed).
         #[arg(long, value_name = "N", default_value_t = 1024)]
         expected_objects: u64,
         /// Fail if the pool already exists instead of opening it.
@@ -293,9 +296,10 @@ pub enum PoolCommand {
         #[arg(long)]
         indexed: bool,
         /// Durability of writes that do not choose one: sync (acknowledged once on stable
-        /// storage) or async (acknowledged once applied; durable within the commit interval).
-        #[arg(long, value_name = "sync|async", default_value = "sync")]
-        durability: ferrite_client::Durability,
+        /// storage; the default) or async (acknowledged once applied; durable within the commit
+        /// interval).
+        #[arg(long, value_name = "sync|async")]
+        durability: Option<ferrite_client::Durability>,
         /// The pool's chain of Active Data Object plugins, comma-separated, in the order they
         /// run: names the server knows (shipped plugins, its [plugins] table, --plugin).
         #[arg(long, value_name = "NAME,...", value_delimiter = ',')]
@@ -513,10 +517,7 @@ mod tests {
         ));
         assert!(Cli::try_parse_from(["ferrite", "put", "p", "k", "v", "--durability", "eventually"]).is_err());
         let cli = Cli::try_parse_from(["ferrite", "pool", "create", "p"]).expect("valid");
-        assert!(matches!(
-            cli.command,
-            Command::Pool(PoolCommand::Create { durability: ferrite_client::Durability::Sync, .. })
-        ));
+        assert!(matches!(cli.command, Command::Pool(PoolCommand::Create { durability: None, .. })), "not given");
     }
 
     fn invoke_mode(args: &[&str]) -> Result<InvokeMode, clap::Error> {
@@ -581,7 +582,12 @@ mod tests {
             .expect("valid");
         assert!(matches!(
             cli.command,
-            Command::Pool(PoolCommand::Create { size: 1_073_741_824, expected_objects: 1024, create_only: true, .. })
+            Command::Pool(PoolCommand::Create {
+                size: Some(1_073_741_824),
+                expected_objects: 1024,
+                create_only: true,
+                ..
+            })
         ));
     }
 }

@@ -1,13 +1,15 @@
 //! `ferrite`: the command-line client for a Ferrite server.
 //!
 //! `args` defines the command line, `commands` carries each command out with the blocking
-//! client, `users` edits the server's users file, and `output` renders the result as text or JSON.
+//! client (`pools` those on pools), `users` edits the server's users file, and `output` renders
+//! the result as text or JSON.
 
 mod args;
 mod bench;
 mod check;
 mod commands;
 mod output;
+mod pools;
 mod users;
 
 use std::io::ErrorKind;

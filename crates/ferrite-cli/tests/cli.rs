@@ -42,8 +42,8 @@ fn json(output: &Output) -> Value {
 }
 
 /// `pool create` creates and then reports an existing pool, refuses one with `--create-only`;
-/// `pool list` shows pools with their shard; `pool open` describes a pool; `pool delete` removes
-/// it, and deleting it again says it does not exist.
+/// `pool list` shows pools with their shard and settings; `pool open` describes a pool; `pool
+/// delete` removes it, and deleting it again says it does not exist.
 #[test]
 fn pool_create_list_open_and_delete() {
     let server = start_server(1);
@@ -51,7 +51,7 @@ fn pool_create_list_open_and_delete() {
 
     let created = ok(&ferrite(&server, &["pool", "create", "demo", "--size", "1MiB"]));
     assert_eq!(created, "created pool 'demo' on shard 0 (1 MiB)\n");
-    let again = ok(&ferrite(&server, &["pool", "create", "demo", "--size", "2MiB"]));
+    let again = ok(&ferrite(&server, &["pool", "create", "demo"]));
     assert!(again.contains("already exists") && again.contains("1 MiB"), "keeps its size: {again}");
     let refused = fails(&ferrite(&server, &["pool", "create", "demo", "--create-only"]));
     assert!(refused.contains("already exists"), "{refused}");
@@ -63,11 +63,24 @@ fn pool_create_list_open_and_delete() {
     let columns: Vec<&str> = lines[0].split_whitespace().collect();
     assert_eq!(
         columns,
-        ["NAME", "SHARD", "OBJECTS", "SIZE", "USED", "OPENS", "MEMORY", "BYTES/KEY", "LOAD", "PLUGINS"]
+        [
+            "NAME",
+            "SHARD",
+            "OBJECTS",
+            "SIZE",
+            "USED",
+            "OPENS",
+            "MEMORY",
+            "BYTES/KEY",
+            "LOAD",
+            "INDEXED",
+            "DURABILITY",
+            "PLUGINS"
+        ]
     );
     let row: Vec<&str> = lines[1].split_whitespace().collect();
     assert_eq!(row[..8], ["demo", "0", "1", "1", "MiB", "70", "B", "0"], "{list}");
-    assert_eq!(row.last(), Some(&"-"), "no plugin chain: {list}");
+    assert_eq!(row[row.len() - 3..], ["no", "sync", "-"], "not indexed, sync, no plugin chain: {list}");
     // The memory figures agree with the JSON listing's: one pair carries the whole table.
     let memory = &json(&ferrite(&server, &["--json", "pool", "list"]))["pools"][0]["memory"];
     let total = memory["total_bytes"].as_u64().expect("total bytes");
@@ -81,6 +94,55 @@ fn pool_create_list_open_and_delete() {
     assert_eq!(ok(&ferrite(&server, &["pool", "list"])), "no pools\n");
     let missing = fails(&ferrite(&server, &["pool", "delete", "demo"]));
     assert!(missing.contains("does not exist"), "{missing}");
+}
+
+/// `pool create` on an existing pool accepts the options that match it or are not given, and
+/// refuses, changing nothing, any that differ (size, index, durability, plugins), naming each;
+/// `pool list`, `pool open` and `attr` show whether a pool is indexed, its default durability
+/// and its plugins, as text and as JSON.
+#[test]
+fn pool_create_refuses_settings_an_existing_pool_lacks_and_listings_show_them() {
+    let server = start_server(2);
+    let settings = ["--size", "1MiB", "--indexed", "--durability", "async", "--plugins", "counter"];
+    let create = |extra: &[&str]| ferrite(&server, &[&["pool", "create", "tuned"][..], extra].concat());
+    ok(&create(&settings));
+    for same in [&[][..], &settings, &["--size", "1MiB"], &["--indexed"], &["--plugins", "counter"]] {
+        let again = ok(&create(same));
+        assert!(again.contains("already exists"), "{same:?}: {again}");
+    }
+    let refused = fails(&create(&["--size", "2MiB", "--durability", "sync", "--plugins", "counter,versioning"]));
+    assert!(refused.contains("pool 'tuned' already exists with other settings"), "{refused}");
+    for difference in
+        ["size 1 MiB (asked: 2 MiB)", "durability async (asked: sync)", "plugins counter (asked: counter,versioning)"]
+    {
+        assert!(refused.contains(difference), "names {difference:?}: {refused}");
+    }
+    ok(&ferrite(&server, &["pool", "create", "plain"]));
+    let refused = fails(&ferrite(&server, &["pool", "create", "plain", "--indexed"]));
+    assert!(refused.contains("not indexed (asked: --indexed") && refused.contains("pool configure"), "{refused}");
+
+    let open = ok(&ferrite(&server, &["pool", "open", "tuned"]));
+    let attr = ok(&ferrite(&server, &["attr", "tuned"]));
+    for shown in [&open, &attr] {
+        for (field, value) in [("indexed", "yes"), ("durability", "async"), ("plugins", "counter")] {
+            assert!(shown.lines().any(|l| l.split_whitespace().eq([field, value])), "{field} {value}: {shown}");
+        }
+    }
+    for args in [&["--json", "pool", "open", "tuned"][..], &["--json", "attr", "tuned"]] {
+        let shown = json(&ferrite(&server, args));
+        assert_eq!((shown["indexed"].clone(), shown["durability"].clone()), (true.into(), "async".into()), "{shown}");
+        assert_eq!(shown["plugins"], serde_json::json!(["counter"]), "{shown}");
+    }
+    let list = json(&ferrite(&server, &["--json", "pool", "list"]));
+    let pool = |name: &str| list["pools"].as_array().expect("pools").iter().find(|p| p["name"] == name).cloned();
+    let (tuned, plain) = (pool("tuned").expect("tuned"), pool("plain").expect("plain"));
+    assert_eq!((tuned["indexed"].clone(), tuned["durability"].clone()), (true.into(), "async".into()));
+    assert_eq!((plain["indexed"].clone(), plain["durability"].clone()), (false.into(), "sync".into()));
+    let table = ok(&ferrite(&server, &["pool", "list"]));
+    let row = table.lines().find(|l| l.starts_with("tuned")).expect("a row for tuned");
+    assert!(row.split_whitespace().rev().take(3).eq(["counter", "async", "yes"]), "{table}");
+    ok(&ferrite(&server, &["pool", "configure", "plain", "--add-index"]));
+    assert_eq!(json(&ferrite(&server, &["--json", "attr", "plain"]))["indexed"], true, "an index added later shows");
 }
 
 /// `put POOL KEY -` stores standard input byte for byte (a NUL, invalid UTF-8, no trailing
@@ -778,6 +840,8 @@ fn users_authenticate_from_the_environment_and_grants_are_enforced() {
     let bobs = json(&ferrite_as(&server, "bob", Some("bob's long secret"), &["--json", "stats"]));
     assert_eq!(bobs["users"]["bob"]["pools"], 0, "{bobs}");
     assert!(bobs["users"].get("alice").is_none(), "{bobs}");
+    let bobs_pools = json(&ferrite_as(&server, "bob", Some("bob's long secret"), &["--json", "pool", "list"]));
+    assert_eq!(bobs_pools["pools"], serde_json::json!([]), "no right on alice's pool, not even its name: {bobs_pools}");
 
     let wrong = fails(&ferrite_as(&server, "alice", Some("not it at all"), &["pool", "list"]));
     assert!(wrong.contains("authentication_failed") && wrong.contains("wrong user or password"), "{wrong}");

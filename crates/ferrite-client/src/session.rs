@@ -10,7 +10,7 @@ use crate::address::resolve_shard_address;
 use crate::connection::Connection;
 use crate::error::{Error, Result};
 use crate::pool::Pool;
-use crate::reply::{Hello, Reply};
+use crate::reply::{Hello, PoolRow, Reply};
 
 /// How to connect.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -132,9 +132,33 @@ pub struct PoolInfo {
     pub memory: PoolMemory,
     /// The pool's chain of Active Data Object plugins, in the order they run.
     pub plugins: Vec<String>,
+    /// Whether the pool has a whole secondary index ([`PoolOptions::indexed`], or one
+    /// [`Session::configure_pool`] built), which [`Pool::find`](crate::Pool::find) searches in
+    /// key order.
+    pub indexed: bool,
+    /// The durability of the pool's writes that choose none ([`PoolOptions::durability`]).
+    pub durability: Durability,
 }
 
 impl PoolInfo {
+    fn from_row(row: PoolRow, shard: u16) -> Result<PoolInfo> {
+        let settings = row.settings.ok_or_else(|| {
+            Error::UnexpectedResponse("the server answered a described list_pools without the settings".to_owned())
+        })?;
+        Ok(PoolInfo {
+            name: row.name,
+            shard,
+            objects: row.objects,
+            size_bytes: row.size_bytes,
+            used_bytes: row.used_bytes,
+            open_count: row.open_count,
+            memory: row.memory,
+            plugins: row.plugins,
+            indexed: settings.indexed,
+            durability: settings.durability,
+        })
+    }
+
     /// The pool's memory in use over its pairs: what sizing a machine for more of the same
     /// costs a pair. `None` for an empty pool.
     pub fn bytes_per_key(&self) -> Option<f64> {
@@ -306,25 +330,37 @@ impl Session {
         }
     }
 
-    /// Lists the pools of every shard, shard by shard.
+    /// Lists the pools of every shard, shard by shard, with their settings (a described
+    /// `list_pools`, which servers answer since the describe flag was added within protocol
+    /// version 3).
     pub async fn list_pools(&self) -> Result<Vec<PoolInfo>> {
         let mut pools = Vec::new();
-        for (shard, reply) in self.ask_every_shard(&Request::ListPools).await? {
+        for (shard, reply) in self.ask_every_shard(&Request::DescribePools { name: None }).await? {
             match reply {
-                Reply::Pools(rows) => pools.extend(rows.into_iter().map(|row| PoolInfo {
-                    name: row.name,
-                    shard,
-                    objects: row.objects,
-                    size_bytes: row.size_bytes,
-                    used_bytes: row.used_bytes,
-                    open_count: row.open_count,
-                    memory: row.memory,
-                    plugins: row.plugins,
-                })),
+                Reply::Pools(rows) => {
+                    for row in rows {
+                        pools.push(PoolInfo::from_row(row, shard)?);
+                    }
+                }
                 other => return Err(other.unexpected("pools")),
             }
         }
         Ok(pools)
+    }
+
+    /// The pool `name` as [`Session::list_pools`] lists it, asked of its shard alone; `None` if
+    /// there is no such pool (or, on a server with users, the user has no right on it). Opens
+    /// nothing.
+    pub async fn pool_info(&self, name: &str) -> Result<Option<PoolInfo>> {
+        let shard = self.shard_for_pool(name);
+        let request = Request::DescribePools { name: Some(name) };
+        request.check(&self.limits())?;
+        match self.connection(shard).await?.call(&request).await? {
+            Reply::Pools(rows) => {
+                rows.into_iter().find(|row| row.name == name).map(|row| PoolInfo::from_row(row, shard)).transpose()
+            }
+            other => Err(other.unexpected("pools")),
+        }
     }
 
     /// The counters of every shard, by shard index.
