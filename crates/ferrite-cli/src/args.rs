@@ -50,7 +50,11 @@ impl Cli {
     /// contradictions [`Cli::contradiction`] finds) is printed with the usage and exits with
     /// status 2, before anything connects.
     pub fn parse_checked() -> Cli {
-        let cli = Cli::parse();
+        let mut cli = Cli::parse();
+        if let Command::Invoke { mode: mode @ InvokeMode { deprecated_async: true, .. }, .. } = &mut cli.command {
+            eprintln!("warning: --async is deprecated: use --fire-and-forget (async names a durability)");
+            mode.fire_and_forget = true;
+        }
         if let Some((subcommand, message)) = cli.contradiction() {
             let mut command = Cli::command();
             // Gives each subcommand its full name (`ferrite invoke`) for its usage line.
@@ -269,8 +273,12 @@ pub struct InvokeMode {
     pub detached: bool,
     /// Return once the server accepts the call, without waiting for the plugins (nothing is
     /// printed, and a plugin's failure goes unreported).
-    #[arg(long = "async")]
+    #[arg(long)]
     pub fire_and_forget: bool,
+    /// The old name of --fire-and-forget, which it means still, with a warning: `async` names a
+    /// durability everywhere else.
+    #[arg(long = "async", hide = true)]
+    pub deprecated_async: bool,
 }
 
 #[derive(Debug, Subcommand)]
@@ -534,9 +542,10 @@ mod tests {
         assert!(
             matches!(cli.command, Command::Invoke { ref key, ref payload, .. } if key.is_empty() && payload == "-")
         );
-        let mode = invoke_mode(&["--create-size", "4KiB", "--read-only", "--async"]).expect("valid");
+        let mode = invoke_mode(&["--create-size", "4KiB", "--read-only", "--fire-and-forget"]).expect("valid");
         assert_eq!(mode.create_size, Some(4096));
         assert!(mode.read_only && mode.fire_and_forget && mode.put.is_none());
+        assert!(invoke_mode(&["--async"]).expect("the deprecated name").deprecated_async);
         let mode = invoke_mode(&["--put", "v1", "--no-overwrite", "--detached"]).expect("valid");
         assert_eq!(mode.put.as_deref(), Some("v1"));
         assert!(mode.no_overwrite && mode.detached && !mode.read_only);

@@ -541,6 +541,21 @@ fn invoke_runs_a_pools_plugins() {
     assert!(unknown.contains("unknown plugin 'no-such-plugin'"), "{unknown}");
 }
 
+/// `invoke --fire-and-forget` returns once the server accepted the call and prints nothing; its
+/// old name `--async` (which names a durability everywhere else) still works, with a warning.
+#[test]
+fn invoke_fire_and_forget_and_its_deprecated_name() {
+    let server = start_server(1);
+    ok(&ferrite(&server, &["pool", "create", "counters", "--plugins", "counter"]));
+    let sent = ferrite(&server, &["invoke", "counters", "hits", "add 2", "--create-size", "8", "--fire-and-forget"]);
+    assert_eq!(ok(&sent), "", "nothing is printed");
+    assert!(sent.stderr.is_empty(), "{}", text(&sent.stderr));
+    // Its own key: the first call may not have created "hits" yet when this one arrives.
+    let old = ferrite(&server, &["invoke", "counters", "misses", "add 3", "--create-size", "8", "--async"]);
+    assert_eq!(ok(&old), "");
+    assert!(text(&old.stderr).contains("warning: --async is deprecated: use --fire-and-forget"), "{old:?}");
+}
+
 /// Every contradiction `docs/cli.md` lists for `invoke` is a usage error (status 2, clap's
 /// `error: ...` and usage lines) refused before connecting, `--put` or `--create-size` with an
 /// empty KEY included: the server here is never reached, so nothing is created.
