@@ -181,7 +181,7 @@ def bench_ferrite(address: str, seconds: float, durability: str) -> dict:
     results = {}
     with ferrite.connect(address, client_name="bench") as session:
         name = f"bench-{time.monotonic_ns()}"
-        with session.create_pool(name, size=256 << 20, expected_count=2 * KEYS, durability=durability) as pool:
+        with session.create_pool(name, size_bytes=256 << 20, expected_objects=2 * KEYS, durability=durability) as pool:
             populate(address, name)
             results["ferrite blocking, 1 thread"] = (
                 timed_loop(lambda i: pool.put(key(i), VALUE), seconds),

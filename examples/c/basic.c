@@ -34,7 +34,7 @@ int main(int argc, char **argv) {
     ferrite_status status;
     int failed = 1;
 
-    ferrite_options options = {0};
+    ferrite_options options = FERRITE_OPTIONS_INIT;
     options.client_name = "examples/c/basic.c";
     if ((status = ferrite_connect(address, &options, &session)) != FERRITE_OK) {
         report("connect", status);

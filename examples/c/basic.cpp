@@ -119,7 +119,7 @@ int main(int argc, char **argv) {
     std::string address = argc > 1 ? argv[1] : env != nullptr ? env : "127.0.0.1:11911";
     const std::string name = "example-cpp";
     try {
-        ferrite_options options{};
+        ferrite_options options = FERRITE_OPTIONS_INIT;
         options.client_name = "examples/c/basic.cpp";
         ferrite::session session = ferrite::connect(address, &options);
         {

@@ -18,7 +18,7 @@ def main():
         limits = session.limits
         print(f"limits: keys up to {limits.key_bytes_max} bytes, values inline up to {limits.value_bytes_max} (longer ones travel direct)")
 
-        with session.create_pool("example-basic", size=16 << 20, expected_count=1000) as pool:
+        with session.create_pool("example-basic", size_bytes=16 << 20, expected_objects=1000) as pool:
             print(f"pool {pool.name!r} on shard {pool.shard} ({'created' if pool.created else 'opened'})")
 
             # Keys and values are bytes, or str (stored as UTF-8).
@@ -49,7 +49,7 @@ def main():
             print("pairs in the pool:", pool.count())
 
         for info in session.pools():
-            print(f"  {info.name}: {info.objects} pairs, {info.used}/{info.size} bytes used, shard {info.shard}")
+            print(f"  {info.name}: {info.objects} pairs, {info.used_bytes}/{info.size_bytes} bytes used, shard {info.shard}")
         session.delete_pool("example-basic")
 
 

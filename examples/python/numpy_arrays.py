@@ -21,7 +21,7 @@ ADDRESS = os.environ.get("FERRITE_ADDR", "127.0.0.1:11911")
 def main():
     with ferrite.connect(ADDRESS, client_name="examples/numpy_arrays.py") as session:
         limit = session.limits.value_bytes_max
-        with session.create_pool("example-numpy", size=64 << 20) as pool:
+        with session.create_pool("example-numpy", size_bytes=64 << 20) as pool:
             weights = np.random.default_rng(7).standard_normal((256, 512), dtype=np.float32)
             assert weights.nbytes <= limit, "this one travels inline"
             pool.put("weights", memoryview(weights))

@@ -116,7 +116,15 @@ REQUEST_FLAGS = {
     "invoke_put_ado": INVOKE_FLAGS,
     # Exactly one setting.
     "configure_pool": {"add_index": 0x0001, "remove_index": 0x0002},
+    # Entries end with the pool's settings; the body may name one pool.
+    "list_pools": {"describe": 0x0001},
 }
+
+# Flag bits per response; a response absent here defines no flags.
+RESPONSE_FLAGS = {"pools": {"describe": 0x0001}}
+
+# The bits of a described `pools` entry's `settings` (u16).
+POOL_SETTINGS = {"indexed": 0x0001, "async": 0x0002}
 
 FIND_KINDS = {"exact": 1, "prefix": 2, "regex": 3, "glob": 4, "next": 5}
 
@@ -235,8 +243,8 @@ def optional_key(hex_or_none):
     return u8(1) + u32(len(key)) + key
 
 
-def flag_bits(request_type, names):
-    defined = REQUEST_FLAGS.get(request_type, {})
+def flag_bits(request_type, names, table=REQUEST_FLAGS):
+    defined = table.get(request_type, {})
     bits = 0
     for name in names:
         bits |= defined[name]
@@ -260,7 +268,11 @@ def request_body(msg):
         return str16(msg["dir"])
     if kind in ("close_pool", "count"):
         return u64(msg["pool"])
-    if kind in ("list_pools", "get_statistics"):
+    if kind == "list_pools":
+        if "describe" not in msg["flags"]:
+            return b""
+        return str16(msg["name"]) if msg["name"] is not None else b""
+    if kind == "get_statistics":
         return b""
     if kind == "put":
         key, value = unhex(msg["key"]), unhex(msg["value"])
@@ -330,6 +342,7 @@ def response_body(msg):
         return b""
     if kind == "pools":
         entries = msg["pools"]
+        described = "describe" in msg["flags"]
         return u16(len(entries)) + b"".join(
             str16(e["name"])
             + u64(e["objects"])
@@ -338,6 +351,7 @@ def response_body(msg):
             + u32(e["open_count"])
             + b"".join(u64(e[field]) for field in POOL_MEMORY_FIELDS)
             + str16(e["plugins"])
+            + (u16(flag_bits("settings", e["settings"], {"settings": POOL_SETTINGS})) if described else b"")
             for e in entries
         )
     if kind == "value":
@@ -381,7 +395,8 @@ def encode_response(request_id, msg):
         opcode = REQUEST_OPCODES[msg["answers"]] | RESPONSE_BIT
     else:
         opcode = REQUEST_OPCODES[RESPONSE_TO_REQUEST[kind]] | RESPONSE_BIT
-    return frame(opcode, 0, request_id, response_body(msg))
+    flags = flag_bits(kind, msg.get("flags", []), RESPONSE_FLAGS)
+    return frame(opcode, flags, request_id, response_body(msg))
 
 
 # --- vectors -------------------------------------------------------------------------------
@@ -456,7 +471,9 @@ def request_vectors():
         req("configure_pool_add_index", 45, {"type": "configure_pool", "name": "users", "flags": ["add_index"]}),
         req("configure_pool_remove_index", 46, {"type": "configure_pool", "name": "users", "flags": ["remove_index"]}),
         req("find_next", 47, {"type": "find", "pool": 1, "kind": "next", "limit": 1, "pattern": "6b31", "after": None}),
-        req("list_pools", 9, {"type": "list_pools"}),
+        req("list_pools", 9, {"type": "list_pools", "flags": []}),
+        req("list_pools_described", 9, {"type": "list_pools", "flags": ["describe"], "name": None}),
+        req("list_pools_described_one", 9, {"type": "list_pools", "flags": ["describe"], "name": "café"}),
         req("put", 10, {"type": "put", "pool": 1, "flags": [], "key": "6b6579", "value": "76616c7565"}),
         req("put_create_only", 7, {"type": "put", "pool": 1, "flags": ["create_only"], "key": "6b6579", "value": "76616c7565"}),
         req(
@@ -584,12 +601,54 @@ def response_vectors():
         resp("pool_closed", 7, {"type": "pool_closed"}),
         resp("pool_deleted", 8, {"type": "pool_deleted"}),
         resp("pool_configured", 45, {"type": "pool_configured"}),
-        resp("pools_empty", 9, {"type": "pools", "pools": []}),
+        resp("pools_empty", 9, {"type": "pools", "flags": [], "pools": []}),
+        resp("pools_described_none", 9, {"type": "pools", "flags": ["describe"], "pools": []}),
+        resp(
+            "pools_described",
+            9,
+            {
+                "type": "pools",
+                "flags": ["describe"],
+                "pools": [
+                    {
+                        "name": "orders",
+                        "objects": 7,
+                        "size_bytes": 1 << 26,
+                        "used_bytes": 700,
+                        "open_count": 1,
+                        "table_buckets": 1024,
+                        "table_bytes": 65536,
+                        "slab_bytes": 0,
+                        "large_bytes": 0,
+                        "other_bytes": 4160,
+                        "index_bytes": 490,
+                        "plugins": "counter",
+                        "settings": ["indexed", "async"],
+                    },
+                    {
+                        "name": "café",
+                        "objects": 0,
+                        "size_bytes": 4096,
+                        "used_bytes": 0,
+                        "open_count": 0,
+                        "table_buckets": 0,
+                        "table_bytes": 0,
+                        "slab_bytes": 0,
+                        "large_bytes": 0,
+                        "other_bytes": 0,
+                        "index_bytes": 0,
+                        "plugins": "",
+                        "settings": [],
+                    },
+                ],
+            },
+        ),
         resp(
             "pools_two",
             9,
             {
                 "type": "pools",
+                "flags": [],
                 "pools": [
                     {
                         "name": "users",
@@ -1024,6 +1083,48 @@ def error_vectors():
             "invalid_argument",
             # A response defines no flags, so every flag bit must be zero.
             frame(put | RESPONSE_BIT, 0x0001, 10, b""),
+        ),
+        _invalid(
+            "list_pools_unknown_flag",
+            "request",
+            9,
+            "invalid_argument",
+            frame(REQUEST_OPCODES["list_pools"], 0x0002, 9, b""),
+        ),
+        _invalid(
+            "list_pools_name_without_describe",
+            "request",
+            9,
+            "malformed_frame",
+            # Without the describe flag the body is empty: a name is bytes left over.
+            frame(REQUEST_OPCODES["list_pools"], 0, 9, str16("users")),
+        ),
+        _invalid(
+            "list_pools_described_empty_name",
+            "request",
+            9,
+            "invalid_argument",
+            # A pool name has 1 to 255 bytes; every pool is asked for with an empty body.
+            frame(REQUEST_OPCODES["list_pools"], 0x0001, 9, str16("")),
+        ),
+        _invalid(
+            "pools_response_unknown_flag",
+            "response",
+            9,
+            "invalid_argument",
+            frame(REQUEST_OPCODES["list_pools"] | RESPONSE_BIT, 0x0002, 9, u16(0)),
+        ),
+        _invalid(
+            "pools_described_unknown_setting",
+            "response",
+            9,
+            "invalid_argument",
+            frame(
+                REQUEST_OPCODES["list_pools"] | RESPONSE_BIT,
+                0x0001,
+                9,
+                u16(1) + str16("p") + u64(0) * 3 + u32(0) + u64(0) * 6 + str16("") + u16(0x0004),
+            ),
         ),
         _invalid(
             "error_response_invalid_utf8",

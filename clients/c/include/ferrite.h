@@ -49,6 +49,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+// Initialises a `ferrite_options` with its size as this header declares it and every other field
+// at its default: `ferrite_options options = FERRITE_OPTIONS_INIT;`. In an assignment, as a
+// compound literal: `options = (ferrite_options)FERRITE_OPTIONS_INIT;` (C).
+#define FERRITE_OPTIONS_INIT { (uint32_t)sizeof(ferrite_options), 0, NULL, 0, NULL, NULL, NULL, NULL, NULL }
+
 // Limit on connecting when `ferrite_options.connect_timeout_ms` is 0, in milliseconds.
 #define FERRITE_CONNECT_TIMEOUT_MS_DEFAULT 10000
 
@@ -162,10 +167,22 @@ typedef struct ferrite_pool ferrite_pool;
 // connections and are pipelined.
 typedef struct ferrite_session ferrite_session;
 
-// How to connect (`ferrite_connect`). Zero-initialise it (`ferrite_options options = {0};`) and
-// set what you need: every NULL or 0 field means the default. The strings are copied; they need
-// only live until `ferrite_connect` returns.
+// How to connect (`ferrite_connect`). Initialise it with `FERRITE_OPTIONS_INIT`
+// (`ferrite_options options = FERRITE_OPTIONS_INIT;`), which sets `struct_size` and leaves every
+// other field NULL or 0, meaning the default, then set what you need. The strings are copied;
+// they need only live until `ferrite_connect` returns.
+//
+// The struct may grow in later releases, fields only ever appended: `struct_size` tells the
+// library how much of it the program's header declared, so a program built against an older
+// header keeps working (the fields it lacks take their defaults).
 typedef struct ferrite_options {
+    // `sizeof(ferrite_options)` as the program's header declares it (`FERRITE_OPTIONS_INIT`
+    // sets it). The library reads no byte past it. A size no `ferrite.h` declares (0, as
+    // `{0}` leaves it; one larger than this library's struct, from a newer header; one inside
+    // a field) fails with `FERRITE_ERR_INVALID_ARGUMENT`.
+    uint32_t struct_size;
+    // 0; kept for a later use.
+    uint32_t reserved;
     // Sent in the handshake and shown in the server's logs: name your program. NULL:
     // "libferrite/VERSION".
     const char *client_name;
@@ -222,6 +239,11 @@ typedef struct ferrite_pool_info {
     uint64_t size_bytes;
     // Bytes of capacity in use.
     uint64_t used_bytes;
+    // The pool's settings, as `ferrite_pool_create`'s flags name them: `FERRITE_POOL_INDEXED`
+    // if it has a whole secondary index (given at creation, or by `ferrite_pool_configure`),
+    // `FERRITE_POOL_ASYNC` if its writes that choose no durability are acknowledged once
+    // applied.
+    ferrite_pool_flags flags;
 } ferrite_pool_info;
 
 // The pools of every shard (`ferrite_pool_list`). Free it with `ferrite_pool_info_list_free`.
@@ -371,12 +393,14 @@ const char *ferrite_version(void);
 // server's shards and limits. On success `*out` is a new session, to be freed with
 // `ferrite_session_close`; on failure `*out` is NULL.
 //
-// `options` may be NULL for the defaults. Fails with `FERRITE_ERR_IO` when the server cannot be
+// `options` may be NULL for the defaults; otherwise its `struct_size` must be one a
+// `ferrite.h` declares (see `ferrite_options`). Fails with `FERRITE_ERR_IO` when the server cannot be
 // reached (or TLS cannot be set up), `FERRITE_AUTHENTICATION_FAILED` for wrong credentials.
 //
 // # Safety
 // `address` is NULL or a NUL-terminated string; `options` is NULL or points to a
-// `ferrite_options` whose non-NULL strings are NUL-terminated; `out` is NULL or writable.
+// `ferrite_options` of at least `struct_size` bytes whose non-NULL strings are NUL-terminated;
+// `out` is NULL or writable.
 enum ferrite_status ferrite_connect(const char *address,
                                     const struct ferrite_options *options,
                                     struct ferrite_session **out);

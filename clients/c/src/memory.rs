@@ -7,6 +7,7 @@
 use std::ffi::{c_char, CString};
 use std::ptr;
 
+use crate::session::{ferrite_pool_flags, FERRITE_POOL_ASYNC, FERRITE_POOL_INDEXED};
 use crate::status::guard_void;
 
 /// A byte string the library allocated: a value, a key, a plugin's answer. `data` is NULL exactly
@@ -107,6 +108,11 @@ pub struct ferrite_pool_info {
     pub size_bytes: u64,
     /// Bytes of capacity in use.
     pub used_bytes: u64,
+    /// The pool's settings, as `ferrite_pool_create`'s flags name them: `FERRITE_POOL_INDEXED`
+    /// if it has a whole secondary index (given at creation, or by `ferrite_pool_configure`),
+    /// `FERRITE_POOL_ASYNC` if its writes that choose no durability are acknowledged once
+    /// applied.
+    pub flags: ferrite_pool_flags,
 }
 
 /// The pools of every shard (`ferrite_pool_list`). Free it with `ferrite_pool_info_list_free`.
@@ -131,11 +137,22 @@ impl ferrite_pool_info_list {
                 objects: pool.objects,
                 size_bytes: pool.size_bytes,
                 used_bytes: pool.used_bytes,
+                flags: pool_flags(&pool),
             })
             .collect();
         let (items, len) = give(items);
         ferrite_pool_info_list { items, len }
     }
+}
+
+/// A listed pool's settings as creation flags.
+fn pool_flags(pool: &ferrite_client::PoolInfo) -> ferrite_pool_flags {
+    let indexed = if pool.indexed { FERRITE_POOL_INDEXED } else { 0 };
+    let durability = match pool.durability {
+        ferrite_client::Durability::Sync => 0,
+        ferrite_client::Durability::Async => FERRITE_POOL_ASYNC,
+    };
+    indexed | durability
 }
 
 /// One counter of one shard (`ferrite_statistics`): see `get_statistics` in `docs/protocol.md`
@@ -360,12 +377,15 @@ mod tests {
             open_count: 5,
             memory: ferrite_client::PoolMemory::default(),
             plugins: vec!["counter".into(), "filter".into()],
+            indexed: true,
+            durability: ferrite_client::Durability::Async,
         };
         let mut list = ferrite_pool_info_list::from_pools(vec![pool]);
         let info = unsafe { &*list.items };
         assert_eq!(unsafe { std::ffi::CStr::from_ptr(info.name) }, c"orders");
         assert_eq!(unsafe { std::ffi::CStr::from_ptr(info.plugins) }, c"counter,filter");
         assert_eq!((info.shard, info.objects, info.size_bytes, info.used_bytes, info.open_count), (1, 2, 3, 4, 5));
+        assert_eq!(info.flags, FERRITE_POOL_INDEXED | FERRITE_POOL_ASYNC);
         unsafe { ferrite_pool_info_list_free(&mut list) };
         assert!(list.items.is_null());
     }

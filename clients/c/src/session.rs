@@ -1,9 +1,9 @@
 //! Sessions: connecting, and the calls that name pools (create, open, delete, list).
 
 use std::ffi::c_char;
-use std::ptr;
 use std::sync::Arc;
 use std::time::Duration;
+use std::{mem, ptr};
 
 use ferrite_client::{ClientOptions, Durability, PoolOptions, PoolSetting, Session, TlsOptions, UserCredentials};
 
@@ -23,12 +23,24 @@ pub struct ferrite_session {
     runtime: Arc<Runtime>,
 }
 
-/// How to connect (`ferrite_connect`). Zero-initialise it (`ferrite_options options = {0};`) and
-/// set what you need: every NULL or 0 field means the default. The strings are copied; they need
-/// only live until `ferrite_connect` returns.
+/// How to connect (`ferrite_connect`). Initialise it with `FERRITE_OPTIONS_INIT`
+/// (`ferrite_options options = FERRITE_OPTIONS_INIT;`), which sets `struct_size` and leaves every
+/// other field NULL or 0, meaning the default, then set what you need. The strings are copied;
+/// they need only live until `ferrite_connect` returns.
+///
+/// The struct may grow in later releases, fields only ever appended: `struct_size` tells the
+/// library how much of it the program's header declared, so a program built against an older
+/// header keeps working (the fields it lacks take their defaults).
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct ferrite_options {
+    /// `sizeof(ferrite_options)` as the program's header declares it (`FERRITE_OPTIONS_INIT`
+    /// sets it). The library reads no byte past it. A size no `ferrite.h` declares (0, as
+    /// `{0}` leaves it; one larger than this library's struct, from a newer header; one inside
+    /// a field) fails with `FERRITE_ERR_INVALID_ARGUMENT`.
+    pub struct_size: u32,
+    /// 0; kept for a later use.
+    pub reserved: u32,
     /// Sent in the handshake and shown in the server's logs: name your program. NULL:
     /// "libferrite/VERSION".
     pub client_name: *const c_char,
@@ -46,6 +58,77 @@ pub struct ferrite_options {
     pub user: *const c_char,
     /// The user's password. Required with `user`.
     pub password: *const c_char,
+}
+
+impl ferrite_options {
+    /// Every field at its default, and no size: what the caller's bytes are copied over.
+    const DEFAULTS: ferrite_options = ferrite_options {
+        struct_size: 0,
+        reserved: 0,
+        client_name: ptr::null(),
+        connect_timeout_ms: 0,
+        tls_ca_file: ptr::null(),
+        tls_client_cert_file: ptr::null(),
+        tls_client_key_file: ptr::null(),
+        user: ptr::null(),
+        password: ptr::null(),
+    };
+
+    /// The sizes a caller's struct may declare: where each field after the header ends, so a
+    /// struct ending at any field (the layout of an older header) is read up to there.
+    const SIZES: [usize; 7] = [
+        mem::offset_of!(ferrite_options, client_name) + mem::size_of::<*const c_char>(),
+        mem::offset_of!(ferrite_options, connect_timeout_ms) + mem::size_of::<u64>(),
+        mem::offset_of!(ferrite_options, tls_ca_file) + mem::size_of::<*const c_char>(),
+        mem::offset_of!(ferrite_options, tls_client_cert_file) + mem::size_of::<*const c_char>(),
+        mem::offset_of!(ferrite_options, tls_client_key_file) + mem::size_of::<*const c_char>(),
+        mem::offset_of!(ferrite_options, user) + mem::size_of::<*const c_char>(),
+        mem::offset_of!(ferrite_options, password) + mem::size_of::<*const c_char>(),
+    ];
+
+    /// The caller's options, read up to the size they declare, the fields past it at their
+    /// defaults; `None` for NULL.
+    ///
+    /// # Safety
+    /// `options` is NULL or points to at least `struct_size` readable bytes (and at least the
+    /// `struct_size` field itself), laid out as a prefix of this struct.
+    unsafe fn read(options: *const ferrite_options) -> Result<Option<ferrite_options>, Failure> {
+        if options.is_null() {
+            return Ok(None);
+        }
+        // SAFETY: `struct_size` comes first in every layout, so the caller's struct holds it.
+        let declared = unsafe { ptr::addr_of!((*options).struct_size).read_unaligned() } as usize;
+        let own = mem::size_of::<ferrite_options>();
+        if declared == 0 {
+            return Err(Failure::invalid(
+                "options->struct_size is 0: initialise the options with FERRITE_OPTIONS_INIT, which sets it to \
+                 sizeof(ferrite_options)",
+            ));
+        }
+        if declared > own {
+            return Err(Failure::invalid(format!(
+                "options->struct_size is {declared}, larger than this libferrite's ferrite_options ({own} bytes): the \
+                 program was built against a newer ferrite.h than libferrite {}; run it with a libferrite at least as \
+                 new",
+                env!("CARGO_PKG_VERSION")
+            )));
+        }
+        if declared != own && !ferrite_options::SIZES.contains(&declared) {
+            return Err(Failure::invalid(format!(
+                "options->struct_size is {declared}, which ends inside a field of ferrite_options (a header's struct \
+                 ends at one of {:?} bytes): set it with FERRITE_OPTIONS_INIT",
+                ferrite_options::SIZES
+            )));
+        }
+        let mut read = ferrite_options::DEFAULTS;
+        // SAFETY: the caller promises `declared` readable bytes, at most our own size as checked,
+        // laid out as ours; every byte pattern is a valid integer or pointer.
+        unsafe { ptr::copy_nonoverlapping(options.cast::<u8>(), ptr::addr_of_mut!(read).cast::<u8>(), declared) };
+        if read.reserved != 0 {
+            return Err(Failure::invalid(format!("options->reserved is {}, not 0", read.reserved)));
+        }
+        Ok(Some(read))
+    }
 }
 
 /// Limit on connecting when `ferrite_options.connect_timeout_ms` is 0, in milliseconds.
@@ -66,7 +149,8 @@ const POOL_FLAGS_KNOWN: ferrite_pool_flags = FERRITE_POOL_CREATE_ONLY | FERRITE_
 pub const FERRITE_POOL_SIZE_DEFAULT: u64 = 64 * 1024 * 1024;
 const _: () = assert!(FERRITE_POOL_SIZE_DEFAULT == PoolOptions::DEFAULT_SIZE_BYTES);
 
-/// The Rust client's options for C's, which the caller promises are valid.
+/// The Rust client's options for C's (read by [`ferrite_options::read`]), which the caller
+/// promises are valid.
 ///
 /// # Safety
 /// Every non-NULL string in `options` is NUL-terminated and valid for the call.
@@ -122,12 +206,14 @@ unsafe fn client_options(options: Option<&ferrite_options>) -> Result<ClientOpti
 /// server's shards and limits. On success `*out` is a new session, to be freed with
 /// `ferrite_session_close`; on failure `*out` is NULL.
 ///
-/// `options` may be NULL for the defaults. Fails with `FERRITE_ERR_IO` when the server cannot be
+/// `options` may be NULL for the defaults; otherwise its `struct_size` must be one a
+/// `ferrite.h` declares (see `ferrite_options`). Fails with `FERRITE_ERR_IO` when the server cannot be
 /// reached (or TLS cannot be set up), `FERRITE_AUTHENTICATION_FAILED` for wrong credentials.
 ///
 /// # Safety
 /// `address` is NULL or a NUL-terminated string; `options` is NULL or points to a
-/// `ferrite_options` whose non-NULL strings are NUL-terminated; `out` is NULL or writable.
+/// `ferrite_options` of at least `struct_size` bytes whose non-NULL strings are NUL-terminated;
+/// `out` is NULL or writable.
 #[no_mangle]
 pub unsafe extern "C" fn ferrite_connect(
     address: *const c_char,
@@ -140,6 +226,8 @@ pub unsafe extern "C" fn ferrite_connect(
         let out = args::out(out, "out")?;
         // SAFETY: the caller promises a string and options as documented.
         let address = unsafe { args::text(address, "address")? };
+        let options = unsafe { ferrite_options::read(options)? };
+        // SAFETY: the caller promises NUL-terminated strings in the options.
         let options = unsafe { client_options(options.as_ref())? };
         let runtime = Runtime::new()?;
         let session = runtime.block_on(Session::connect_with(address, options))?;

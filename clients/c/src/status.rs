@@ -185,7 +185,9 @@ impl ferrite_status {
             return ferrite_status::from_code(code);
         }
         match error {
-            Error::Io { .. } => FERRITE_ERR_IO,
+            Error::Io { .. } | Error::Unreachable { .. } | Error::Tls { .. } | Error::TlsRequired { .. } => {
+                FERRITE_ERR_IO
+            }
             Error::ConnectionClosed(_) => FERRITE_ERR_CLOSED,
             Error::UnexpectedResponse(_) => FERRITE_ERR_PROTOCOL,
             // A kind of error newer than this library.
@@ -394,6 +396,13 @@ mod tests {
         assert_eq!(ferrite_status::from_error(&odd), FERRITE_ERR_PROTOCOL);
         let io = Error::Io { context: "connecting".into(), source: std::io::ErrorKind::TimedOut.into() };
         assert_eq!(ferrite_status::from_error(&io), FERRITE_ERR_IO);
+        let refused =
+            Error::Unreachable { address: "h:1".into(), source: std::io::ErrorKind::ConnectionRefused.into() };
+        let tls = Error::Tls { address: "h:1".into(), problem: "expired".into() };
+        let clear = Error::TlsRequired { address: "h:1".into() };
+        for error in [refused, tls, clear] {
+            assert_eq!(ferrite_status::from_error(&error), FERRITE_ERR_IO, "{error}");
+        }
     }
 
     /// The guard's promise: a panic never unwinds into C, and it leaves a message.

@@ -15,8 +15,11 @@
 #    no invalid access and no definite or possible leak (tests/valgrind.supp holds the one
 #    false positive, in TLS encryption, with the evidence for it);
 # 6. installs libferrite into a temporary prefix with clients/c/install.sh, then builds
-#    examples/c/basic.c and basic.cpp with `pkg-config --cflags --libs ferrite` and runs them;
-# 7. stops the servers by their pids.
+#    examples/c/basic.c and basic.cpp with `pkg-config --cflags --libs ferrite` (warnings as
+#    errors) and runs them;
+# 7. runs the recipes of examples/c/README.md and docs/clients.md as they are written
+#    (tests/recipes.sh): install and build, build from the build tree, link statically, run;
+# 8. stops the servers by their pids.
 #
 # Exits non-zero on any failure. Needs gcc, g++, valgrind, openssl and pkg-config (all in the
 # project's machine image). CARGO, CC and CXX may override the tools.
@@ -170,6 +173,9 @@ step "examples/c/basic.c"
 "$work/basic" "$plain_address"
 step "examples/c/basic.cpp"
 "$work/basic_cpp" "$plain_address"
+
+step "the recipes of examples/c/README.md and docs/clients.md, as written"
+clients/c/tests/recipes.sh "$plain_address"
 
 step "stopping the servers"
 stop_servers

@@ -20,6 +20,7 @@
 
 #include <arpa/inet.h>
 #include <inttypes.h>
+#include <stddef.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -172,15 +173,14 @@ static void test_connect_errors(void) {
     CHECK(session == NULL);
     CHECK(strstr(ferrite_last_error(), "127.0.0.1:1") != NULL);
 
-    ferrite_options options;
-    memset(&options, 0, sizeof options);
+    ferrite_options options = FERRITE_OPTIONS_INIT;
     options.tls_client_cert_file = "client.pem";
     CHECK_STATUS(ferrite_connect(addr, &options, &session), FERRITE_ERR_INVALID_ARGUMENT);
     options.tls_client_key_file = "client-key.pem";
     CHECK_STATUS(ferrite_connect(addr, &options, &session), FERRITE_ERR_INVALID_ARGUMENT);
     CHECK(strstr(ferrite_last_error(), "tls_ca_file") != NULL);
 
-    memset(&options, 0, sizeof options);
+    options = (ferrite_options)FERRITE_OPTIONS_INIT;
     options.user = "alice";
     CHECK_STATUS(ferrite_connect(addr, &options, &session), FERRITE_ERR_INVALID_ARGUMENT);
     CHECK(strstr(ferrite_last_error(), "password") != NULL);
@@ -188,7 +188,7 @@ static void test_connect_errors(void) {
     options.password = "secret";
     CHECK_STATUS(ferrite_connect(addr, &options, &session), FERRITE_ERR_INVALID_ARGUMENT);
 
-    memset(&options, 0, sizeof options);
+    options = (ferrite_options)FERRITE_OPTIONS_INIT;
     options.tls_ca_file = "/nonexistent/ca.pem";
     CHECK_STATUS(ferrite_connect(addr, &options, &session), FERRITE_ERR_IO);
     CHECK(strstr(ferrite_last_error(), "/nonexistent/ca.pem") != NULL);
@@ -196,7 +196,7 @@ static void test_connect_errors(void) {
     char silent[64];
     int fd = silent_listener(silent, sizeof silent);
     REQUIRE(fd >= 0);
-    memset(&options, 0, sizeof options);
+    options = (ferrite_options)FERRITE_OPTIONS_INIT;
     options.connect_timeout_ms = 200;
     CHECK_STATUS(ferrite_connect(silent, &options, &session), FERRITE_ERR_IO);
     CHECK(strstr(ferrite_last_error(), "handshake") != NULL);
@@ -206,8 +206,7 @@ static void test_connect_errors(void) {
 
 /* Options that only name the client and bound the connect work against a plain server. */
 static void test_connect_with_options(void) {
-    ferrite_options options;
-    memset(&options, 0, sizeof options);
+    ferrite_options options = FERRITE_OPTIONS_INIT;
     options.client_name = "libferrite C test";
     options.connect_timeout_ms = 5000;
     ferrite_session *session = NULL;
@@ -215,6 +214,56 @@ static void test_connect_with_options(void) {
     CHECK(session != NULL);
     CHECK_OK(ferrite_session_close(session));
     CHECK_OK(ferrite_session_close(NULL));
+}
+
+/* ferrite_options as a header whose struct ended at connect_timeout_ms declares it: what a program
+ * built against an older ferrite.h passes once the struct has grown. */
+typedef struct {
+    uint32_t struct_size;
+    uint32_t reserved;
+    const char *client_name;
+    uint64_t connect_timeout_ms;
+} older_options;
+_Static_assert(sizeof(older_options) == offsetof(ferrite_options, tls_ca_file),
+               "older_options is ferrite_options up to connect_timeout_ms");
+
+/* ferrite_options carries its size: a struct of an older, smaller layout still connects, and the
+ * library reads nothing past the size it declares (it is malloc'ed at that size, so valgrind sees
+ * any read beyond); a size this library cannot know (0, as `{0}` leaves it; larger than its own,
+ * from a newer header; inside a field) or a reserved field that is not 0 is refused, naming it. */
+static void test_options_carry_their_size(void) {
+    ferrite_session *session = NULL;
+    older_options *older = malloc(sizeof *older);
+    REQUIRE(older != NULL);
+    *older = (older_options){(uint32_t)sizeof *older, 0, "libferrite C test, older options", 5000};
+    CHECK_OK(ferrite_connect(addr, (const ferrite_options *)older, &session));
+    CHECK(session != NULL);
+    CHECK_OK(ferrite_session_close(session));
+    free(older);
+
+    ferrite_options zeroed = {0};
+    CHECK_STATUS(ferrite_connect(addr, &zeroed, &session), FERRITE_ERR_INVALID_ARGUMENT);
+    CHECK(strstr(ferrite_last_error(), "FERRITE_OPTIONS_INIT") != NULL);
+    CHECK(session == NULL);
+
+    struct {
+        ferrite_options options;
+        uint64_t newer_field;
+    } newer = {FERRITE_OPTIONS_INIT, 0};
+    newer.options.struct_size = (uint32_t)sizeof newer;
+    CHECK_STATUS(ferrite_connect(addr, &newer.options, &session), FERRITE_ERR_INVALID_ARGUMENT);
+    CHECK(strstr(ferrite_last_error(), "newer") != NULL);
+
+    ferrite_options options = FERRITE_OPTIONS_INIT;
+    options.struct_size = (uint32_t)offsetof(ferrite_options, connect_timeout_ms) + 4;
+    CHECK_STATUS(ferrite_connect(addr, &options, &session), FERRITE_ERR_INVALID_ARGUMENT);
+    CHECK(strstr(ferrite_last_error(), "struct_size") != NULL);
+
+    options = (ferrite_options)FERRITE_OPTIONS_INIT;
+    options.reserved = 1;
+    CHECK_STATUS(ferrite_connect(addr, &options, &session), FERRITE_ERR_INVALID_ARGUMENT);
+    CHECK(strstr(ferrite_last_error(), "reserved") != NULL);
+    CHECK(session == NULL);
 }
 
 static const ferrite_pool_info *find_pool(const ferrite_pool_info_list *list, const char *name) {
@@ -260,6 +309,7 @@ static void test_pool_lifecycle(void) {
         CHECK(info->size_bytes == 2 << 20);
         CHECK(info->open_count == 3);
         CHECK(strcmp(info->plugins, "") == 0);
+        CHECK(info->flags == 0); /* not indexed, sync */
     }
     ferrite_pool_info_list_free(&list);
     CHECK(list.items == NULL && list.len == 0);
@@ -285,7 +335,8 @@ static void test_pool_lifecycle(void) {
     CHECK_STATUS(ferrite_pool_create(session, name, 1 << 20, 0, 0, "no-such-plugin", &pool),
                  FERRITE_INVALID_ARGUMENT);
 
-    /* Indexed, asynchronous durability and a plugin chain are accepted and reported. */
+    /* Indexed, asynchronous durability and a plugin chain are accepted and reported (the
+     * settings as the creation flags name them). */
     pool = new_pool(session, "flags", FERRITE_POOL_INDEXED | FERRITE_POOL_ASYNC, " counter ");
     REQUIRE(pool != NULL);
     CHECK(put_text(pool, "k", "v"));
@@ -293,6 +344,7 @@ static void test_pool_lifecycle(void) {
     pool_name(name, sizeof name, "flags");
     info = find_pool(&list, name);
     CHECK(info != NULL && strcmp(info->plugins, "counter") == 0);
+    CHECK(info != NULL && info->flags == (FERRITE_POOL_INDEXED | FERRITE_POOL_ASYNC));
     ferrite_pool_info_list_free(&list);
     drop_pool(session, pool, "flags");
     CHECK_OK(ferrite_session_close(session));
@@ -1099,8 +1151,7 @@ static void test_tls_and_users(void) {
         skipped = 1;
         return;
     }
-    ferrite_options options;
-    memset(&options, 0, sizeof options);
+    ferrite_options options = FERRITE_OPTIONS_INIT;
     options.tls_ca_file = getenv("FERRITE_TEST_CA");
     options.tls_client_cert_file = getenv("FERRITE_TEST_CLIENT_CERT");
     options.tls_client_key_file = getenv("FERRITE_TEST_CLIENT_KEY");
@@ -1144,7 +1195,7 @@ static void test_tls_and_users(void) {
     CHECK(session == NULL);
 
     /* A client in clear is refused by a TLS server. */
-    memset(&options, 0, sizeof options);
+    options = (ferrite_options)FERRITE_OPTIONS_INIT;
     options.connect_timeout_ms = 5000;
     status = ferrite_connect(tls_addr, &options, &session);
     CHECK(status != FERRITE_OK);
@@ -1162,6 +1213,7 @@ static const struct test tests[] = {
     {"statuses_and_version", test_statuses_and_version},
     {"connect_errors", test_connect_errors},
     {"connect_with_options", test_connect_with_options},
+    {"options_carry_their_size", test_options_carry_their_size},
     {"pool_lifecycle", test_pool_lifecycle},
     {"put_get", test_put_get},
     {"get_into", test_get_into},

@@ -98,20 +98,31 @@ impl AsyncSession {
     }
 
     /// Creates the pool `name`, or opens it if it exists; see `ferrite.Session.create_pool`.
-    #[pyo3(signature = (name, size = 67_108_864, expected_count = 1024, create_only = false, durability = "sync", plugins = None, indexed = false))]
+    #[pyo3(signature = (name, size_bytes = None, expected_objects = None, create_only = false, durability = "sync", plugins = None, indexed = false, *, size = None, expected_count = None))]
     #[allow(clippy::too_many_arguments)] // One per keyword argument.
     fn create_pool<'py>(
         slf: &Bound<'py, Self>,
         name: String,
-        size: u64,
-        expected_count: u64,
+        size_bytes: Option<u64>,
+        expected_objects: Option<u64>,
         create_only: bool,
         durability: &str,
         plugins: Option<Vec<String>>,
         indexed: bool,
+        size: Option<u64>,
+        expected_count: Option<u64>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let py = slf.py();
-        let options = types::pool_options(size, expected_count, create_only, durability, plugins, indexed)?;
+        let options = types::pool_options(
+            py,
+            size_bytes,
+            expected_objects,
+            create_only,
+            durability,
+            plugins,
+            indexed,
+            (size, expected_count),
+        )?;
         let this = slf.get();
         let session = this.session()?;
         let owner = slf.clone().unbind();
@@ -583,20 +594,28 @@ impl AsyncPool {
 /// `ferrite.aio.connect` without its Python wrapper: an asyncio future of the session. Must be
 /// called from a running event loop, which the session then belongs to.
 #[pyfunction]
-#[pyo3(signature = (address, *, client_name = None, timeout = 10.0, tls_ca = None, tls_cert = None, tls_key = None, user = None, password = None))]
+#[pyo3(signature = (address, *, client_name = None, connect_timeout = None, tls_ca_file = None, tls_client_cert_file = None, tls_client_key_file = None, user = None, password = None))]
 #[allow(clippy::too_many_arguments)] // One per keyword argument.
 fn _connect_async(
     py: Python<'_>,
     address: String,
     client_name: Option<String>,
-    timeout: f64,
-    tls_ca: Option<PathBuf>,
-    tls_cert: Option<PathBuf>,
-    tls_key: Option<PathBuf>,
+    connect_timeout: Option<f64>,
+    tls_ca_file: Option<PathBuf>,
+    tls_client_cert_file: Option<PathBuf>,
+    tls_client_key_file: Option<PathBuf>,
     user: Option<String>,
     password: Option<String>,
 ) -> PyResult<Bound<'_, PyAny>> {
-    let options = types::client_options(client_name, timeout, tls_ca, tls_cert, tls_key, user, password)?;
+    let options = types::client_options(
+        client_name,
+        connect_timeout,
+        tls_ca_file,
+        tls_client_cert_file,
+        tls_client_key_file,
+        user,
+        password,
+    )?;
     let bridge = Bridge::for_running_loop(py)?;
     let owner = Arc::clone(&bridge);
     bridge.spawn(

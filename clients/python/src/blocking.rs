@@ -96,24 +96,37 @@ impl Session {
     /// Creates the pool `name`, or opens it if it exists (unless `create_only`, which raises
     /// `PoolExists` instead); `Pool.created` tells which happened.
     ///
-    /// `size` is the capacity in bytes (key bytes + value bytes + 64 per pair), fixed at creation;
-    /// `expected_count` sizes the pool's hash table; `durability` ("sync" or "async") is the
-    /// default of the pool's writes; `plugins` names the pool's chain of Active Data Objects, in
-    /// the order they run; `indexed` keeps an ordered index so `find` walks keys in order.
-    #[pyo3(signature = (name, size = 67_108_864, expected_count = 1024, create_only = false, durability = "sync", plugins = None, indexed = false))]
+    /// `size_bytes` is the capacity in bytes (key bytes + value bytes + 64 per pair; 64 MiB when
+    /// not given), fixed at creation; `expected_objects` sizes the pool's hash table (1024 when
+    /// not given); `durability` ("sync" or "async") is the default of the pool's writes;
+    /// `plugins` names the pool's chain of Active Data Objects, in the order they run; `indexed`
+    /// keeps an ordered index so `find` walks keys in order. `size` and `expected_count` are the
+    /// deprecated names of the sizes (they warn).
+    #[pyo3(signature = (name, size_bytes = None, expected_objects = None, create_only = false, durability = "sync", plugins = None, indexed = false, *, size = None, expected_count = None))]
     #[allow(clippy::too_many_arguments)] // One per keyword argument.
     fn create_pool(
         &self,
         py: Python<'_>,
         name: &str,
-        size: u64,
-        expected_count: u64,
+        size_bytes: Option<u64>,
+        expected_objects: Option<u64>,
         create_only: bool,
         durability: &str,
         plugins: Option<Vec<String>>,
         indexed: bool,
+        size: Option<u64>,
+        expected_count: Option<u64>,
     ) -> PyResult<Pool> {
-        let options = types::pool_options(size, expected_count, create_only, durability, plugins, indexed)?;
+        let options = types::pool_options(
+            py,
+            size_bytes,
+            expected_objects,
+            create_only,
+            durability,
+            plugins,
+            indexed,
+            (size, expected_count),
+        )?;
         let session = self.session()?;
         let pool = py.detach(|| session.create_pool(name, options)).map_err(failed)?;
         self.adopt(pool)
@@ -556,26 +569,45 @@ impl Pool {
 
 /// Connects to the Ferrite server at `address` ("host:port" of any shard) and returns a Session.
 ///
-/// `client_name` shows in the server's logs; `timeout` (seconds) bounds connecting plus the
-/// handshake, per shard connection. `tls_ca` (a PEM file with the CA of the server's certificate)
-/// turns on TLS; `tls_cert` and `tls_key` add a client certificate for servers that require one.
-/// `user` and `password` authenticate on a server with users (a wrong one raises
-/// `AuthenticationFailed`). Raises `ConnectionFailed` if the server cannot be reached.
+/// `client_name` shows in the server's logs; `connect_timeout` (seconds, 10 when not given) bounds
+/// connecting plus the handshake, per shard connection. `tls_ca_file` (a PEM file with the CA of
+/// the server's certificate) turns on TLS; `tls_client_cert_file` and `tls_client_key_file` add a
+/// client certificate for servers that require one. `user` and `password` authenticate on a
+/// server with users (a wrong one raises `AuthenticationFailed`). Raises `ConnectionFailed` if
+/// the server cannot be reached. `timeout`, `tls_ca`, `tls_cert` and `tls_key` are the deprecated
+/// names of `connect_timeout` and the TLS files (they warn).
 #[pyfunction]
-#[pyo3(signature = (address, *, client_name = None, timeout = 10.0, tls_ca = None, tls_cert = None, tls_key = None, user = None, password = None))]
+#[pyo3(signature = (address, *, client_name = None, connect_timeout = None, tls_ca_file = None, tls_client_cert_file = None, tls_client_key_file = None, user = None, password = None, timeout = None, tls_ca = None, tls_cert = None, tls_key = None))]
 #[allow(clippy::too_many_arguments)] // One per keyword argument.
 fn connect(
     py: Python<'_>,
     address: &str,
     client_name: Option<String>,
-    timeout: f64,
+    connect_timeout: Option<f64>,
+    tls_ca_file: Option<PathBuf>,
+    tls_client_cert_file: Option<PathBuf>,
+    tls_client_key_file: Option<PathBuf>,
+    user: Option<String>,
+    password: Option<String>,
+    timeout: Option<f64>,
     tls_ca: Option<PathBuf>,
     tls_cert: Option<PathBuf>,
     tls_key: Option<PathBuf>,
-    user: Option<String>,
-    password: Option<String>,
 ) -> PyResult<Session> {
-    let options = types::client_options(client_name, timeout, tls_ca, tls_cert, tls_key, user, password)?;
+    let connect_timeout = types::renamed(py, ("connect_timeout", connect_timeout), ("timeout", timeout))?;
+    let tls_ca_file = types::renamed(py, ("tls_ca_file", tls_ca_file), ("tls_ca", tls_ca))?;
+    let tls_client_cert_file =
+        types::renamed(py, ("tls_client_cert_file", tls_client_cert_file), ("tls_cert", tls_cert))?;
+    let tls_client_key_file = types::renamed(py, ("tls_client_key_file", tls_client_key_file), ("tls_key", tls_key))?;
+    let options = types::client_options(
+        client_name,
+        connect_timeout,
+        tls_ca_file,
+        tls_client_cert_file,
+        tls_client_key_file,
+        user,
+        password,
+    )?;
     let session = py.detach(|| blocking::Session::connect_with(address, options)).map_err(failed)?;
     Ok(Session {
         limits: session.limits().into(),

@@ -202,7 +202,9 @@ pub(crate) fn to_py(py: Python<'_>, error: Error) -> PyErr {
         }
         Error::Protocol(protocol) => (code_class(py, classes, protocol.code()), protocol.to_string()),
         Error::InvalidArgument(message) => (code_class(py, classes, ErrorCode::InvalidArgument), message.clone()),
-        Error::Io { .. } => (classes.connection_failed.bind(py).clone(), text.clone()),
+        Error::Io { .. } | Error::Unreachable { .. } | Error::Tls { .. } | Error::TlsRequired { .. } => {
+            (classes.connection_failed.bind(py).clone(), text.clone())
+        }
         Error::ConnectionClosed(message) => (classes.connection_closed.bind(py).clone(), message.clone()),
         Error::UnexpectedResponse(message) => (classes.unexpected_response.bind(py).clone(), message.clone()),
         _ => (classes.base.bind(py).clone(), text.clone()),

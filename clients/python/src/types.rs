@@ -63,13 +63,18 @@ pub(crate) struct PoolInfo {
     /// Key-value pairs in the pool.
     objects: u64,
     /// Capacity in bytes, fixed at creation.
-    size: u64,
+    size_bytes: u64,
     /// Bytes of the capacity in use.
-    used: u64,
+    used_bytes: u64,
     /// Opens held on the pool across all sessions; a pool with opens cannot be deleted.
     open_count: u32,
     /// The pool's chain of Active Data Object plugins, in the order they run.
     plugins: Vec<String>,
+    /// Whether the pool has a whole secondary index (created with `indexed=True`, or given one
+    /// by `configure_pool(add_index=True)`), which `find` searches in key order.
+    indexed: bool,
+    /// The durability of the pool's writes that choose none: "sync" or "async".
+    durability: &'static str,
     /// Server memory the pool takes, in bytes, by part: table_buckets (a count), table_bytes,
     /// slab_bytes, large_bytes, other_bytes, index_bytes.
     memory: Py<PyDict>,
@@ -81,16 +86,31 @@ pub(crate) struct PoolInfo {
 
 #[pymethods]
 impl PoolInfo {
+    /// Deprecated name of `size_bytes`.
+    #[getter]
+    fn size(&self, py: Python<'_>) -> PyResult<u64> {
+        deprecated(py, "size", "size_bytes").map(|()| self.size_bytes)
+    }
+
+    /// Deprecated name of `used_bytes`.
+    #[getter]
+    fn used(&self, py: Python<'_>) -> PyResult<u64> {
+        deprecated(py, "used", "used_bytes").map(|()| self.used_bytes)
+    }
+
     fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
         Ok(format!(
-            "PoolInfo(name={}, shard={}, objects={}, size={}, used={}, open_count={}, plugins={})",
+            "PoolInfo(name={}, shard={}, objects={}, size_bytes={}, used_bytes={}, open_count={}, plugins={}, \
+             indexed={}, durability={})",
             python_repr(py, &self.name)?,
             self.shard,
             self.objects,
-            self.size,
-            self.used,
+            self.size_bytes,
+            self.used_bytes,
             self.open_count,
-            python_repr(py, &self.plugins)?
+            python_repr(py, &self.plugins)?,
+            if self.indexed { "True" } else { "False" },
+            python_repr(py, self.durability)?
         ))
     }
 }
@@ -120,10 +140,12 @@ pub(crate) fn pool_infos(py: Python<'_>, pools: Vec<ClientPoolInfo>) -> PyResult
             name: info.name,
             shard: info.shard,
             objects: info.objects,
-            size: info.size_bytes,
-            used: info.used_bytes,
+            size_bytes: info.size_bytes,
+            used_bytes: info.used_bytes,
             open_count: info.open_count,
             plugins: info.plugins,
+            indexed: info.indexed,
+            durability: info.durability.name(),
             memory: memory.unbind(),
         })?;
     }
@@ -171,21 +193,60 @@ pub(crate) struct PoolAttributes {
     /// Key-value pairs in the pool.
     objects: u64,
     /// Capacity in bytes.
-    size: u64,
+    size_bytes: u64,
     /// Bytes of the capacity in use.
-    used: u64,
+    used_bytes: u64,
 }
 
 #[pymethods]
 impl PoolAttributes {
+    /// Deprecated name of `size_bytes`.
+    #[getter]
+    fn size(&self, py: Python<'_>) -> PyResult<u64> {
+        deprecated(py, "size", "size_bytes").map(|()| self.size_bytes)
+    }
+
+    /// Deprecated name of `used_bytes`.
+    #[getter]
+    fn used(&self, py: Python<'_>) -> PyResult<u64> {
+        deprecated(py, "used", "used_bytes").map(|()| self.used_bytes)
+    }
+
     fn __repr__(&self) -> String {
-        format!("PoolAttributes(objects={}, size={}, used={})", self.objects, self.size, self.used)
+        format!(
+            "PoolAttributes(objects={}, size_bytes={}, used_bytes={})",
+            self.objects, self.size_bytes, self.used_bytes
+        )
     }
 }
 
 impl From<ClientPoolAttributes> for PoolAttributes {
     fn from(a: ClientPoolAttributes) -> PoolAttributes {
-        PoolAttributes { objects: a.objects, size: a.size_bytes, used: a.used_bytes }
+        PoolAttributes { objects: a.objects, size_bytes: a.size_bytes, used_bytes: a.used_bytes }
+    }
+}
+
+/// Warns, as a `DeprecationWarning` pointing at the caller's line, that `old` is the name an
+/// option or attribute had before it took the one every client uses, `new`.
+fn deprecated(py: Python<'_>, old: &str, new: &str) -> PyResult<()> {
+    let message =
+        std::ffi::CString::new(format!("{old} is deprecated: use {new}")).expect("option names hold no NUL byte");
+    PyErr::warn(py, &py.get_type::<pyo3::exceptions::PyDeprecationWarning>(), &message, 1)
+}
+
+/// A renamed keyword argument's value: given under its name, or under its old name (with a
+/// `DeprecationWarning`: programs written before the rename keep working); both at once is an
+/// error.
+pub(crate) fn renamed<T>(py: Python<'_>, new: (&str, Option<T>), old: (&str, Option<T>)) -> PyResult<Option<T>> {
+    match (new, old) {
+        ((name, Some(_)), (old_name, Some(_))) => {
+            Err(invalid_argument(format!("give one of {name} and {old_name}, its deprecated name")))
+        }
+        ((name, None), (old_name, Some(value))) => {
+            deprecated(py, old_name, name)?;
+            Ok(Some(value))
+        }
+        ((_, value), (_, None)) => Ok(value),
     }
 }
 
@@ -298,18 +359,24 @@ pub(crate) fn put_flags(
     Ok(flags)
 }
 
-/// The options of `create_pool`, checked.
+/// The options of `create_pool`, checked: the sizes under their names or their deprecated ones
+/// (`size`, `expected_count`), `None` when not given.
+#[allow(clippy::too_many_arguments)] // One per keyword argument of `create_pool`.
 pub(crate) fn pool_options(
-    size: u64,
-    expected_count: u64,
+    py: Python<'_>,
+    size_bytes: Option<u64>,
+    expected_objects: Option<u64>,
     create_only: bool,
     durability_name: &str,
     plugins: Option<Vec<String>>,
     indexed: bool,
+    (size, expected_count): (Option<u64>, Option<u64>),
 ) -> PyResult<PoolOptions> {
+    let size_bytes = renamed(py, ("size_bytes", size_bytes), ("size", size))?;
+    let expected_objects = renamed(py, ("expected_objects", expected_objects), ("expected_count", expected_count))?;
     Ok(PoolOptions {
-        size_bytes: size,
-        expected_objects: expected_count,
+        size_bytes: size_bytes.unwrap_or(PoolOptions::DEFAULT_SIZE_BYTES),
+        expected_objects: expected_objects.unwrap_or(PoolOptions::DEFAULT_EXPECTED_OBJECTS),
         create_only,
         indexed,
         durability: durability(durability_name)?,
@@ -321,26 +388,34 @@ pub(crate) fn pool_options(
 #[allow(clippy::too_many_arguments)] // One per keyword argument of `connect`.
 pub(crate) fn client_options(
     client_name: Option<String>,
-    timeout: f64,
-    tls_ca: Option<PathBuf>,
-    tls_cert: Option<PathBuf>,
-    tls_key: Option<PathBuf>,
+    connect_timeout: Option<f64>,
+    tls_ca_file: Option<PathBuf>,
+    tls_client_cert_file: Option<PathBuf>,
+    tls_client_key_file: Option<PathBuf>,
     user: Option<String>,
     password: Option<String>,
 ) -> PyResult<ClientOptions> {
-    let connect_timeout = Duration::try_from_secs_f64(timeout)
-        .ok()
-        .filter(|t| !t.is_zero())
-        .ok_or_else(|| invalid_argument(format!("timeout must be a positive number of seconds, not {timeout}")))?;
-    let client_cert = match (tls_cert, tls_key) {
+    let connect_timeout = match connect_timeout {
+        None => ClientOptions::default().connect_timeout,
+        Some(seconds) => Duration::try_from_secs_f64(seconds).ok().filter(|t| !t.is_zero()).ok_or_else(|| {
+            invalid_argument(format!("connect_timeout must be a positive number of seconds, not {seconds}"))
+        })?,
+    };
+    let client_cert = match (tls_client_cert_file, tls_client_key_file) {
         (Some(cert), Some(key)) => Some((cert, key)),
         (None, None) => None,
-        _ => return Err(invalid_argument("tls_cert and tls_key go together: give both or neither")),
+        _ => {
+            return Err(invalid_argument(
+                "tls_client_cert_file and tls_client_key_file go together: give both or neither",
+            ))
+        }
     };
-    let tls = match (tls_ca, client_cert) {
+    let tls = match (tls_ca_file, client_cert) {
         (Some(ca_file), client_cert) => Some(TlsOptions { ca_file, client_cert }),
         (None, None) => None,
-        (None, Some(_)) => return Err(invalid_argument("a client certificate needs tls_ca, the CA of the server")),
+        (None, Some(_)) => {
+            return Err(invalid_argument("a client certificate needs tls_ca_file, the CA of the server"))
+        }
     };
     let credentials = match (user, password) {
         (Some(user), password) => Some(UserCredentials::new(user, password.unwrap_or_default())),

@@ -34,7 +34,7 @@ def pool_name():
 @pytest.fixture
 def pool(session, pool_name):
     """A fresh pool, deleted after the test."""
-    pool = session.create_pool(pool_name, size=32 << 20, expected_count=4096)
+    pool = session.create_pool(pool_name, size_bytes=32 << 20, expected_objects=4096)
     yield pool
     pool.close()
     session.delete_pool(pool_name)

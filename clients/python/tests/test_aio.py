@@ -32,7 +32,7 @@ def one_shard_server():
 def test_a_thousand_calls_in_flight_on_one_connection(one_shard_server):
     async def main():
         async with await ferrite.aio.connect(one_shard_server.address) as session:
-            async with await session.create_pool("gathered", expected_count=2000) as pool:
+            async with await session.create_pool("gathered", expected_objects=2000) as pool:
                 await asyncio.gather(*(pool.put(f"key-{i}", f"value-{i}") for i in range(1000)))
                 values = await asyncio.gather(*(pool.get(f"key-{i}") for i in range(1000)))
                 assert values == [f"value-{i}".encode() for i in range(1000)]
@@ -52,7 +52,7 @@ def test_every_async_call(server):
         assert session.limits.value_bytes_max == 2 * 1024 * 1024
         name = unique_name("aio")
         assert session.shard_for_pool(name) in (0, 1)
-        pool = await session.create_pool(name, size=8 << 20, indexed=True)
+        pool = await session.create_pool(name, size_bytes=8 << 20, indexed=True)
         assert isinstance(pool, ferrite.aio.Pool)
         assert (pool.name, pool.created, pool.shard) == (name, True, session.shard_for_pool(name))
         assert (await session.create_pool(name)).created is False
@@ -131,9 +131,17 @@ def test_async_errors_raise_the_wire_classes(server):
 def test_async_connect_failures():
     async def main():
         with pytest.raises(ferrite.ConnectionFailed):
-            await ferrite.aio.connect("127.0.0.1:1", timeout=5)
+            await ferrite.aio.connect("127.0.0.1:1", connect_timeout=5)
         with pytest.raises(ferrite.InvalidArgument):
-            await ferrite.aio.connect("127.0.0.1:1", timeout=0)
+            await ferrite.aio.connect("127.0.0.1:1", connect_timeout=0)
+        # The deprecated names of connect's options still work, with a warning.
+        with pytest.warns(DeprecationWarning, match="timeout is deprecated: use connect_timeout"):
+            with pytest.raises(ferrite.ConnectionFailed):
+                await ferrite.aio.connect("127.0.0.1:1", timeout=5)
+        with pytest.raises(ferrite.InvalidArgument, match="give one of connect_timeout and timeout"):
+            await ferrite.aio.connect("127.0.0.1:1", connect_timeout=5, timeout=5)
+        with pytest.raises(TypeError, match="unexpected keyword argument 'timeuot'"):
+            await ferrite.aio.connect("127.0.0.1:1", timeuot=5)
 
     run(main())
 

@@ -10,6 +10,7 @@ InvalidArgument; ValueTooLarge is in test_large_values.py) or of its client-side
 
 import socket
 import time
+import warnings
 import zlib
 
 import pytest
@@ -32,7 +33,7 @@ def test_connect_learns_shards_and_limits(server, session):
 
 def test_pools_are_created_opened_listed_and_deleted_on_their_shard(session):
     name = unique_name()
-    pool = session.create_pool(name, size=1 << 20, expected_count=100)
+    pool = session.create_pool(name, size_bytes=1 << 20, expected_objects=100)
     assert (pool.name, pool.created, pool.closed) == (name, True, False)
     assert pool.shard == session.shard_for_pool(name)
     again = session.create_pool(name)
@@ -42,11 +43,18 @@ def test_pools_are_created_opened_listed_and_deleted_on_their_shard(session):
     assert pool.get("k") == b"v", "every open of a pool sees the same pairs"
 
     [info] = [p for p in session.pools() if p.name == name]
-    assert (info.shard, info.objects, info.size, info.open_count) == (pool.shard, 1, 1 << 20, 3)
-    assert info.used > 0 and info.plugins == [] and info.memory_bytes > 0
+    assert (info.shard, info.objects, info.size_bytes, info.open_count) == (pool.shard, 1, 1 << 20, 3)
+    assert info.used_bytes > 0 and info.plugins == [] and info.memory_bytes > 0
     assert set(info.memory) == {"table_buckets", "table_bytes", "slab_bytes", "large_bytes", "other_bytes", "index_bytes"}
     assert info.bytes_per_key == info.memory_bytes / 1
+    assert (info.indexed, info.durability) == (False, "sync")
     assert repr(info).startswith(f"PoolInfo(name='{name}'")
+    tuned = unique_name()
+    with session.create_pool(tuned, size_bytes=1 << 20, indexed=True, durability="async"):
+        [described] = [p for p in session.pools() if p.name == tuned]
+        assert (described.indexed, described.durability) == (True, "async")
+        assert "indexed=True, durability='async'" in repr(described)
+    session.delete_pool(tuned)
 
     with pytest.raises(ferrite.PoolInUse):
         session.delete_pool(name)
@@ -68,7 +76,7 @@ def test_pool_errors(session):
     with pytest.raises(ferrite.PoolNotFound):
         session.delete_pool(name)
     with pytest.raises(ferrite.InvalidArgument):
-        session.create_pool(name, size=0)
+        session.create_pool(name, size_bytes=0)
     with pytest.raises(ferrite.InvalidArgument):
         session.create_pool("")
     with pytest.raises(ferrite.InvalidArgument):
@@ -157,8 +165,8 @@ def test_attributes_of_a_value_and_of_the_pool(pool):
         pool.attributes("absent")
     pool.put("k2", b"x")
     whole = pool.attributes()
-    assert (whole.objects, whole.size) == (2, 32 << 20)
-    assert 0 < whole.used <= whole.size
+    assert (whole.objects, whole.size_bytes) == (2, 32 << 20)
+    assert 0 < whole.used_bytes <= whole.size_bytes
     assert "objects=2" in repr(whole)
 
 
@@ -181,7 +189,7 @@ def test_find_by_prefix_exact_regex_and_glob(pool):
 
 def test_find_pages_through_many_keys_of_an_indexed_pool(session):
     name = unique_name()
-    with session.create_pool(name, indexed=True, expected_count=5000) as pool:
+    with session.create_pool(name, indexed=True, expected_objects=5000) as pool:
         keys = [f"k{i:05}".encode() for i in range(3000)]
         for key in keys:
             pool.put(key, b"")
@@ -253,22 +261,22 @@ def test_connect_failures(server):
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     with pytest.raises(ferrite.ConnectionFailed) as raised:
-        ferrite.connect(f"127.0.0.1:{port}", timeout=5)
+        ferrite.connect(f"127.0.0.1:{port}", connect_timeout=5)
     assert isinstance(raised.value, ConnectionError), "a ConnectionFailed is a ConnectionError too"
     assert raised.value.code == "connection_failed" and raised.value.number is None
     assert str(port) in str(raised.value)
     with pytest.raises(ferrite.InvalidArgument, match="timeout"):
-        ferrite.connect(server.address, timeout=0)
+        ferrite.connect(server.address, connect_timeout=0)
     with pytest.raises(ferrite.InvalidArgument, match="timeout"):
-        ferrite.connect(server.address, timeout=-1)
-    with pytest.raises(ferrite.InvalidArgument, match="tls_cert and tls_key"):
-        ferrite.connect(server.address, tls_ca="ca.pem", tls_cert="c.pem")
+        ferrite.connect(server.address, connect_timeout=-1)
+    with pytest.raises(ferrite.InvalidArgument, match="tls_client_cert_file and tls_client_key_file"):
+        ferrite.connect(server.address, tls_ca_file="ca.pem", tls_client_cert_file="c.pem")
     with pytest.raises(ferrite.InvalidArgument, match="password needs a user"):
         ferrite.connect(server.address, password="secret")
     with pytest.raises(ferrite.ConnectionFailed, match="invalid socket address"):
         ferrite.connect("no port here")
     with pytest.raises(ferrite.ConnectionFailed, match="TLS"):
-        ferrite.connect(server.address, tls_ca="/nonexistent/ca.pem")
+        ferrite.connect(server.address, tls_ca_file="/nonexistent/ca.pem")
 
 
 def test_invoke_on_a_pool_without_plugins_is_an_invalid_argument(pool):
@@ -296,3 +304,39 @@ def test_every_wire_error_code_has_its_class():
     assert issubclass(ferrite.ConnectionFailed, ConnectionError)
     assert issubclass(ferrite.UnexpectedResponse, ferrite.FerriteError)
     assert ferrite.ErrorCode.key_not_found == 13 and ferrite.ErrorCode["quota_exceeded"] == 27
+
+
+def test_options_carry_the_names_every_client_uses_and_old_names_still_work_with_a_warning(server, session):
+    """One vocabulary in every client (docs/clients.md, "One vocabulary"): `size_bytes`,
+    `expected_objects`, `connect_timeout`, `tls_ca_file`, `tls_client_cert_file`,
+    `tls_client_key_file`, and `size_bytes`/`used_bytes` on pool listings and attributes. The
+    names these had before are accepted still, each with a DeprecationWarning; a name given twice
+    over (old and new) is refused."""
+    name = unique_name()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the new names warn about nothing
+        with ferrite.connect(server.address, connect_timeout=5) as fresh:
+            with fresh.create_pool(name, size_bytes=1 << 20, expected_objects=100) as pool:
+                pool.put("k", "v")
+                assert (pool.attributes().size_bytes, pool.attributes().used_bytes) == (1 << 20, 1 + 1 + 64)
+            [info] = [p for p in fresh.pools() if p.name == name]
+            assert (info.size_bytes, info.used_bytes) == (1 << 20, 66)
+    with pytest.warns(DeprecationWarning, match="size is deprecated: use size_bytes"):
+        session.create_pool(name, size=1 << 20).close()
+    with pytest.warns(DeprecationWarning, match="expected_count is deprecated: use expected_objects"):
+        session.create_pool(name, expected_count=10).close()
+    with pytest.warns(DeprecationWarning, match="timeout is deprecated: use connect_timeout"):
+        ferrite.connect(server.address, timeout=5).close()
+    with pytest.warns(DeprecationWarning, match="tls_ca is deprecated: use tls_ca_file"):
+        with pytest.raises(ferrite.ConnectionFailed, match="/nonexistent/ca.pem"):
+            ferrite.connect(server.address, tls_ca="/nonexistent/ca.pem")
+    with pytest.warns(DeprecationWarning, match="tls_cert is deprecated: use tls_client_cert_file"):
+        with pytest.raises(ferrite.InvalidArgument, match="tls_client_cert_file and tls_client_key_file"):
+            ferrite.connect(server.address, tls_ca_file="ca.pem", tls_cert="c.pem")
+    with pytest.warns(DeprecationWarning, match="used is deprecated: use used_bytes"):
+        assert info.used == 66
+    with pytest.warns(DeprecationWarning, match="size is deprecated: use size_bytes"):
+        assert info.size == 1 << 20
+    with pytest.raises(ferrite.InvalidArgument, match="give one of size_bytes and size"):
+        session.create_pool(name, size_bytes=1 << 20, size=1 << 20)
+    session.delete_pool(name)

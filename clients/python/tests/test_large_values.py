@@ -37,7 +37,7 @@ def data_pointer(a: np.ndarray) -> int:
 def big_pool(session):
     """A pool with room for two 20 MiB values and the staging of a third."""
     name = unique_name("large")
-    pool = session.create_pool(name, size=128 * MIB, expected_count=64)
+    pool = session.create_pool(name, size_bytes=128 * MIB, expected_objects=64)
     yield pool
     pool.close()
     session.delete_pool(name)
@@ -190,7 +190,7 @@ def test_async_large_values_and_offsets(server, length):
     async def main():
         async with await ferrite.aio.connect(server.address) as session:
             name = unique_name("aio-large")
-            async with await session.create_pool(name, size=128 * MIB) as pool:
+            async with await session.create_pool(name, size_bytes=128 * MIB) as pool:
                 source = pattern(length, length + 7)
                 data = source.tobytes()
                 await pool.put("big", source)
@@ -244,7 +244,7 @@ def small_direct_limit_server(tmp_path):
 
 def test_values_past_the_direct_limit_raise_value_too_large(small_direct_limit_server):
     with ferrite.connect(small_direct_limit_server.address) as session:
-        with session.create_pool("direct-limit", size=64 * MIB) as pool:
+        with session.create_pool("direct-limit", size_bytes=64 * MIB) as pool:
             pool.put("largest", bytes(8 * MIB))
             assert pool.attributes("largest").length == 8 * MIB
             with pytest.raises(ferrite.ValueTooLarge) as raised:
@@ -258,7 +258,7 @@ def test_values_past_the_direct_limit_raise_value_too_large(small_direct_limit_s
 
     async def main():
         async with await ferrite.aio.connect(small_direct_limit_server.address) as session:
-            async with await session.create_pool("direct-limit-aio", size=64 * MIB) as pool:
+            async with await session.create_pool("direct-limit-aio", size_bytes=64 * MIB) as pool:
                 with pytest.raises(ferrite.ValueTooLarge):
                     await pool.put("too-large", np.zeros(8 * MIB + 1, dtype=np.uint8))
             await session.delete_pool("direct-limit-aio")

@@ -1,4 +1,4 @@
-"""Users and TLS: `connect(user=, password=)` and `connect(tls_ca=)` against servers that need them.
+"""Users and TLS: `connect(user=, password=)` and `connect(tls_ca_file=)` against servers that need them.
 
 The users file is written by the real `ferrite user` CLI. Proves that a user with rights on every
 pool works normally, that a wrong password, an unknown user and no user at all raise
@@ -95,18 +95,18 @@ def test_tls(tmp_path):
     server = Server(shards=2, extra_args=("--tls-cert", str(tmp_path / "server.pem"),
                                           "--tls-key", str(tmp_path / "server-key.pem")))
     try:
-        with ferrite.connect(server.address, tls_ca=tmp_path / "ca.pem") as session:
+        with ferrite.connect(server.address, tls_ca_file=tmp_path / "ca.pem") as session:
             for name in ("sealed-a", "sealed-b", "sealed-c"):  # pools on both shards
                 with session.create_pool(name) as pool:
                     pool.put("k", name)
                     assert pool.get("k") == name.encode()
-        with pytest.raises(ferrite.ConnectionFailed):
-            ferrite.connect(server.address, timeout=3)  # in the clear
+        with pytest.raises(ferrite.ConnectionFailed, match="speaks TLS and this client connected in clear"):
+            ferrite.connect(server.address, connect_timeout=3)  # in the clear
         with pytest.raises(ferrite.ConnectionFailed, match="TLS"):
-            ferrite.connect(server.address, tls_ca=tmp_path / "server.pem")  # not the CA
+            ferrite.connect(server.address, tls_ca_file=tmp_path / "server.pem")  # not the CA
 
         async def main():
-            async with await ferrite.aio.connect(server.address, tls_ca=str(tmp_path / "ca.pem")) as session:
+            async with await ferrite.aio.connect(server.address, tls_ca_file=str(tmp_path / "ca.pem")) as session:
                 async with await session.open_pool("sealed-a") as pool:
                     return await pool.get("k")
 

@@ -85,7 +85,7 @@ def test_a_network_wait_releases_the_gil():
         def connect():
             started = time.monotonic()
             try:
-                ferrite.connect(address, timeout=1.0)
+                ferrite.connect(address, connect_timeout=1.0)
             except ferrite.FerriteError as error:
                 outcome["error"] = error
             outcome["seconds"] = time.monotonic() - started

@@ -1,6 +1,6 @@
 //! The command line: what `ferrite` accepts, and parsing of its values.
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, CommandFactory, Parser, Subcommand};
 use ferrite_auth::{PoolPattern, Rights};
 
 /// Command-line client for a Ferrite server.
@@ -25,11 +25,11 @@ pub struct Cli {
 
     /// PEM file with this client's certificate, for a server that requires client certificates
     /// (mutual TLS); needs --client-key.
-    #[arg(long, global = true, value_name = "FILE", requires_all = ["ca", "client_key"])]
+    #[arg(long, global = true, env = "FERRITE_CLIENT_CERT", value_name = "FILE", requires_all = ["ca", "client_key"])]
     pub client_cert: Option<std::path::PathBuf>,
 
     /// The private key of --client-cert, in PEM.
-    #[arg(long, global = true, value_name = "FILE", requires = "client_cert")]
+    #[arg(long, global = true, env = "FERRITE_CLIENT_KEY", value_name = "FILE", requires = "client_cert")]
     pub client_key: Option<std::path::PathBuf>,
 
     /// Authenticate as this user, on a server with users (`ferrite-server --users`). The
@@ -46,6 +46,39 @@ pub struct Cli {
 pub const PASSWORD_ENV: &str = "FERRITE_PASSWORD";
 
 impl Cli {
+    /// The command line, parsed and checked: a usage error (what clap refuses, and the
+    /// contradictions [`Cli::contradiction`] finds) is printed with the usage and exits with
+    /// status 2, before anything connects.
+    pub fn parse_checked() -> Cli {
+        let mut cli = Cli::parse();
+        if let Command::Invoke { mode: mode @ InvokeMode { deprecated_async: true, .. }, .. } = &mut cli.command {
+            eprintln!("warning: --async is deprecated: use --fire-and-forget (async names a durability)");
+            mode.fire_and_forget = true;
+        }
+        if let Some((subcommand, message)) = cli.contradiction() {
+            let mut command = Cli::command();
+            // Gives each subcommand its full name (`ferrite invoke`) for its usage line.
+            command.build();
+            let subcommand = command.find_subcommand_mut(subcommand).expect("contradiction names a subcommand");
+            subcommand.error(clap::error::ErrorKind::ArgumentConflict, message).exit();
+        }
+        cli
+    }
+
+    /// A contradiction between arguments that clap's declarations cannot express, because it
+    /// depends on a value, with the subcommand it is in: `invoke` with an empty KEY (the pool
+    /// itself, which has no value) and `--put` or `--create-size`.
+    fn contradiction(&self) -> Option<(&'static str, String)> {
+        let Command::Invoke { key, mode, .. } = &self.command else { return None };
+        let flag = match mode {
+            _ if !key.is_empty() => return None,
+            InvokeMode { put: Some(_), .. } => "--put",
+            InvokeMode { create_size: Some(_), .. } => "--create-size",
+            _ => return None,
+        };
+        Some(("invoke", format!("{flag} needs a KEY: an empty KEY invokes the pool itself, which has no value")))
+    }
+
     /// The credentials `--user` asks for: the password from `FERRITE_PASSWORD`, or asked for on
     /// the terminal; `None` without `--user`.
     pub fn credentials(&self) -> Result<Option<ferrite_client::UserCredentials>, String> {
@@ -244,20 +277,27 @@ pub struct InvokeMode {
     pub detached: bool,
     /// Return once the server accepts the call, without waiting for the plugins (nothing is
     /// printed, and a plugin's failure goes unreported).
-    #[arg(long = "async")]
+    #[arg(long)]
     pub fire_and_forget: bool,
+    /// The old name of --fire-and-forget, which it means still, with a warning: `async` names a
+    /// durability everywhere else.
+    #[arg(long = "async", hide = true)]
+    pub deprecated_async: bool,
 }
 
 #[derive(Debug, Subcommand)]
 pub enum PoolCommand {
-    /// Create a pool, or open it if it exists (see --create-only).
+    /// Create a pool, or open it if it exists (see --create-only). An existing pool must match
+    /// the --size, --indexed, --durability and --plugins given (those not given do not matter):
+    /// one that differs is refused, each difference named, and left as it is.
     Create {
         name: String,
-        /// Capacity: key bytes + value bytes + 64 bytes per pair. Accepts K, M, G, T and KiB,
-        /// MiB, GiB, TiB (powers of 1024) or KB, MB, GB, TB (powers of 1000).
-        #[arg(long, value_name = "BYTES", value_parser = parse_size, default_value = "64MiB")]
-        size: u64,
-        /// Sizing hint for the pool's index.
+        /// Capacity: key bytes + value bytes + 64 bytes per pair (64 MiB when not given). Accepts
+        /// K, M, G, T and KiB, MiB, GiB, TiB (powers of 1024) or KB, MB, GB, TB (powers of 1000).
+        #[arg(long, value_name = "BYTES", value_parser = parse_size)]
+        size: Option<u64>,
+        /// Sizing hint for a new pool's hash table (an existing pool's table has grown as it
+        /// needed).
         #[arg(long, value_name = "N", default_value_t = 1024)]
         expected_objects: u64,
         /// Fail if the pool already exists instead of opening it.
@@ -268,9 +308,10 @@ pub enum PoolCommand {
         #[arg(long)]
         indexed: bool,
         /// Durability of writes that do not choose one: sync (acknowledged once on stable
-        /// storage) or async (acknowledged once applied; durable within the commit interval).
-        #[arg(long, value_name = "sync|async", default_value = "sync")]
-        durability: ferrite_client::Durability,
+        /// storage; the default) or async (acknowledged once applied; durable within the commit
+        /// interval).
+        #[arg(long, value_name = "sync|async")]
+        durability: Option<ferrite_client::Durability>,
         /// The pool's chain of Active Data Object plugins, comma-separated, in the order they
         /// run: names the server knows (shipped plugins, its [plugins] table, --plugin).
         #[arg(long, value_name = "NAME,...", value_delimiter = ',')]
@@ -503,10 +544,7 @@ mod tests {
         ));
         assert!(Cli::try_parse_from(["ferrite", "put", "p", "k", "v", "--durability", "eventually"]).is_err());
         let cli = Cli::try_parse_from(["ferrite", "pool", "create", "p"]).expect("valid");
-        assert!(matches!(
-            cli.command,
-            Command::Pool(PoolCommand::Create { durability: ferrite_client::Durability::Sync, .. })
-        ));
+        assert!(matches!(cli.command, Command::Pool(PoolCommand::Create { durability: None, .. })), "not given");
     }
 
     fn invoke_mode(args: &[&str]) -> Result<InvokeMode, clap::Error> {
@@ -523,12 +561,25 @@ mod tests {
         assert!(
             matches!(cli.command, Command::Invoke { ref key, ref payload, .. } if key.is_empty() && payload == "-")
         );
-        let mode = invoke_mode(&["--create-size", "4KiB", "--read-only", "--async"]).expect("valid");
+        let mode = invoke_mode(&["--create-size", "4KiB", "--read-only", "--fire-and-forget"]).expect("valid");
         assert_eq!(mode.create_size, Some(4096));
         assert!(mode.read_only && mode.fire_and_forget && mode.put.is_none());
+        assert!(invoke_mode(&["--async"]).expect("the deprecated name").deprecated_async);
         let mode = invoke_mode(&["--put", "v1", "--no-overwrite", "--detached"]).expect("valid");
         assert_eq!(mode.put.as_deref(), Some("v1"));
         assert!(mode.no_overwrite && mode.detached && !mode.read_only);
+    }
+
+    #[test]
+    fn key_less_invocations_cannot_put_or_create() {
+        let contradiction =
+            |args: &[&str]| Cli::try_parse_from(args).expect("parses").contradiction().map(|(_, message)| message);
+        assert_eq!(contradiction(&["ferrite", "invoke", "p", "", "get"]), None);
+        assert!(contradiction(&["ferrite", "invoke", "p", "", "x", "--put", "v"])
+            .is_some_and(|e| e.starts_with("--put needs a KEY")));
+        assert!(contradiction(&["ferrite", "invoke", "p", "", "x", "--create-size", "8"])
+            .is_some_and(|e| e.starts_with("--create-size needs a KEY")));
+        assert_eq!(contradiction(&["ferrite", "invoke", "p", "k", "x", "--put", "v"]), None);
     }
 
     /// Proves the flag combinations no invocation means are usage errors, before any connection.
@@ -559,7 +610,12 @@ mod tests {
             .expect("valid");
         assert!(matches!(
             cli.command,
-            Command::Pool(PoolCommand::Create { size: 1_073_741_824, expected_objects: 1024, create_only: true, .. })
+            Command::Pool(PoolCommand::Create {
+                size: Some(1_073_741_824),
+                expected_objects: 1024,
+                create_only: true,
+                ..
+            })
         ));
     }
 }

@@ -8,16 +8,31 @@ use std::time::{Duration, Instant};
 
 use ferrite_client::{
     blocking, Attribute, ClientOptions, Error, ErrorCode, FindKind, InvokeOptions, InvokePutOptions, InvokeResponse,
-    PoolInfo, PoolOptions, PoolSetting, PutFlags, DIRECT_THRESHOLD_BYTES, FIND_KEYS_MAX,
+    PoolInfo, PutFlags, DIRECT_THRESHOLD_BYTES, FIND_KEYS_MAX,
 };
 use serde_json::json;
 
-use crate::args::{Cli, Command, FindPattern, InvokeMode, PoolCommand, PutMode};
+use crate::args::{Cli, Command, FindPattern, InvokeMode, PutMode};
 use crate::output::{bytes_json, fields, format_bytes, format_timestamp_ns, hex, Report, Table};
+use crate::pools::{format_bytes_per_key, format_load, pools_json};
+
+/// A failure to connect, with what to try next where the error alone does not say: an address
+/// where nothing answered may be the wrong one; a TLS server reached in clear wants `--ca`. A
+/// server that answered (a refused certificate, a wrong password) is not suspected of being
+/// absent.
+pub fn connect_error(error: Error) -> String {
+    if error.is_unreachable() {
+        format!("{error}\n(is ferrite-server running there? choose the server with --addr or FERRITE_ADDR)")
+    } else if error.is_tls_required() {
+        format!("{error}\n(give the CA that signed its certificate with --ca FILE or FERRITE_CA)")
+    } else {
+        error.to_string()
+    }
+}
 
 /// A failure to report as `error: <message>`.
 #[derive(Debug)]
-pub struct CliError(String);
+pub struct CliError(pub String);
 
 impl fmt::Display for CliError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -31,7 +46,7 @@ impl From<Error> for CliError {
     }
 }
 
-type Result<T> = std::result::Result<T, CliError>;
+pub type Result<T> = std::result::Result<T, CliError>;
 
 /// Most bytes `-` reads from standard input. A direct value's length is 32 bits on the wire (and a
 /// server allows at most its `limits.direct_value_bytes_max`, 1 GiB by default), so a longer
@@ -54,23 +69,16 @@ const REDRAW_LINE: &str = "\r\x1b[K";
 const STDOUT_BUFFER_BYTES: usize = 256 * 1024;
 
 pub fn run(cli: &Cli) -> Result<Report> {
-    if let Command::Invoke { key, mode, .. } = &cli.command {
-        check_invoke_key(key, mode)?;
-    }
     let options = ClientOptions {
         client_name: concat!("ferrite-cli/", env!("CARGO_PKG_VERSION")).to_owned(),
         tls: cli.tls_options(),
         credentials: cli.credentials().map_err(CliError)?,
         ..ClientOptions::default()
     };
-    let session = blocking::Session::connect_with(&cli.addr, options).map_err(|error| match error {
-        Error::Io { .. } => CliError(format!(
-            "{error}\n(is ferrite-server running there? choose the server with --addr or FERRITE_ADDR)"
-        )),
-        other => other.into(),
-    })?;
+    let session =
+        blocking::Session::connect_with(&cli.addr, options).map_err(|error| CliError(connect_error(error)))?;
     match &cli.command {
-        Command::Pool(command) => run_pool_command(&session, command),
+        Command::Pool(command) => crate::pools::run(&session, command),
         Command::Put { pool, key, value, mode, offset: None } => put(&session, pool, key, value, mode),
         Command::Put { pool, key, value, mode, offset: Some(offset) } => {
             put_at(&session, pool, key, value, *offset, mode)
@@ -79,7 +87,7 @@ pub fn run(cli: &Cli) -> Result<Report> {
         Command::Erase { pool, key } => erase(&session, pool, key),
         Command::Count { pool } => count(&session, pool),
         Command::Attr { pool, key: Some(key) } => value_attributes(&session, pool, key),
-        Command::Attr { pool, key: None } => pool_attributes(&session, pool),
+        Command::Attr { pool, key: None } => crate::pools::describe(&session, pool, false),
         Command::Find { pool, pattern, limit } => find(&session, pool, pattern, *limit),
         Command::Invoke { pool, key, payload, mode } => invoke(&session, pool, key, payload, mode),
         Command::Stats => statistics(&session),
@@ -87,127 +95,6 @@ pub fn run(cli: &Cli) -> Result<Report> {
         Command::Bench(_) => unreachable!("main runs `bench` itself, on its own runtime"),
         Command::Check { .. } => unreachable!("main runs `check` itself: it needs no server"),
         Command::User(_) => unreachable!("main runs `user` itself: it needs no server"),
-    }
-}
-
-fn run_pool_command(session: &blocking::Session, command: &PoolCommand) -> Result<Report> {
-    match command {
-        PoolCommand::Create { name, size, expected_objects, create_only, indexed, durability, plugins } => {
-            let options = PoolOptions {
-                size_bytes: *size,
-                expected_objects: *expected_objects,
-                create_only: *create_only,
-                indexed: *indexed,
-                durability: *durability,
-                plugins: plugins.clone(),
-            };
-            let pool = session.create_pool(name, options).map_err(|error| {
-                if error.is_pool_exists() {
-                    CliError(format!("pool '{name}' already exists (--create-only was given)"))
-                } else {
-                    error.into()
-                }
-            })?;
-            let attributes = pool.pool_attributes()?;
-            let (created, shard) = (pool.created(), pool.shard());
-            pool.close()?;
-            let text = if created {
-                format!("created pool '{name}' on shard {shard} ({})", format_bytes(attributes.size_bytes))
-            } else {
-                format!(
-                    "pool '{name}' already exists on shard {shard} ({}, {} objects); it keeps its size",
-                    format_bytes(attributes.size_bytes),
-                    attributes.objects
-                )
-            };
-            Ok(Report::text(
-                text,
-                json!({
-                    "pool": name,
-                    "shard": shard,
-                    "created": created,
-                    "size_bytes": attributes.size_bytes,
-                    "objects": attributes.objects,
-                }),
-            ))
-        }
-        PoolCommand::Open { name } => {
-            let pool = open_pool(session, name)?;
-            let attributes = pool.pool_attributes()?;
-            let shard = pool.shard();
-            pool.close()?;
-            let text = fields(&[
-                ("pool", name.clone()),
-                ("shard", shard.to_string()),
-                ("objects", attributes.objects.to_string()),
-                ("size", bytes_with_exact(attributes.size_bytes)),
-                ("used", bytes_with_exact(attributes.used_bytes)),
-            ]);
-            Ok(Report::text(
-                text,
-                json!({
-                    "pool": name,
-                    "shard": shard,
-                    "objects": attributes.objects,
-                    "size_bytes": attributes.size_bytes,
-                    "used_bytes": attributes.used_bytes,
-                }),
-            ))
-        }
-        PoolCommand::Delete { name } => {
-            session.delete_pool(name).map_err(|error| match error.code() {
-                Some(ErrorCode::PoolNotFound) => CliError(format!("pool '{name}' does not exist")),
-                Some(ErrorCode::PoolInUse) => CliError(format!(
-                    "pool '{name}' is open in a session and cannot be deleted until every session closes it"
-                )),
-                _ => error.into(),
-            })?;
-            Ok(Report::text(format!("deleted pool '{name}'"), json!({ "pool": name, "deleted": true })))
-        }
-        PoolCommand::Configure { name, setting } => {
-            let (setting, done) = if setting.add_index {
-                (PoolSetting::AddIndex, "has a secondary index")
-            } else {
-                (PoolSetting::RemoveIndex, "has no secondary index")
-            };
-            session.configure_pool(name, setting).map_err(|error| match error.code() {
-                Some(ErrorCode::PoolNotFound) => CliError(format!("pool '{name}' does not exist")),
-                _ => error.into(),
-            })?;
-            Ok(Report::text(format!("pool '{name}' {done}"), json!({ "pool": name, "configured": setting.name() })))
-        }
-        PoolCommand::List => {
-            let mut pools = session.list_pools()?;
-            pools.sort_by(|a, b| a.name.cmp(&b.name));
-            let mut table = Table::new(&[
-                ("NAME", false),
-                ("SHARD", true),
-                ("OBJECTS", true),
-                ("SIZE", true),
-                ("USED", true),
-                ("OPENS", true),
-                ("MEMORY", true),
-                ("BYTES/KEY", true),
-                ("LOAD", true),
-                ("PLUGINS", false),
-            ]);
-            for pool in &pools {
-                table.row(vec![
-                    pool.name.clone(),
-                    pool.shard.to_string(),
-                    pool.objects.to_string(),
-                    format_bytes(pool.size_bytes),
-                    format_bytes(pool.used_bytes),
-                    pool.open_count.to_string(),
-                    format_bytes(pool.memory.total_bytes()),
-                    format_bytes_per_key(pool),
-                    format_load(pool),
-                    if pool.plugins.is_empty() { "-".to_owned() } else { pool.plugins.join(",") },
-                ]);
-            }
-            let text = if pools.is_empty() { "no pools".to_owned() } else { table.render() };
-            Ok(Report::text(text, json!({ "pools": pools_json(&pools) })))
-        }
     }
 }
 
@@ -495,23 +382,6 @@ fn invoke(session: &blocking::Session, pool_name: &str, key: &str, payload: &str
     Ok(invoke_report(&buffers))
 }
 
-/// An empty key invokes the pool itself, which has no value to create or put: say so before
-/// connecting rather than relay the client's refusal, which names protocol terms.
-fn check_invoke_key(key: &str, mode: &InvokeMode) -> Result<()> {
-    if !key.is_empty() {
-        return Ok(());
-    }
-    if mode.put.is_some() {
-        return Err(CliError("--put needs a KEY: an empty KEY invokes the pool itself, which has no value".to_owned()));
-    }
-    if mode.create_size.is_some() {
-        return Err(CliError(
-            "--create-size needs a KEY: an empty KEY invokes the pool itself, which has no value".to_owned(),
-        ));
-    }
-    Ok(())
-}
-
 /// Each buffer raw with a newline after it, as the plugins wrote it; in JSON, a list of
 /// `{layer, data, hex}` where `data` is the text if the buffer is UTF-8 and `null` otherwise.
 fn invoke_report(buffers: &[InvokeResponse]) -> Report {
@@ -726,27 +596,6 @@ fn value_attributes(session: &blocking::Session, pool_name: &str, key: &str) -> 
     ))
 }
 
-fn pool_attributes(session: &blocking::Session, pool_name: &str) -> Result<Report> {
-    let pool = open_pool(session, pool_name)?;
-    let attributes = pool.pool_attributes()?;
-    pool.close()?;
-    let text = fields(&[
-        ("pool", pool_name.to_owned()),
-        ("objects", attributes.objects.to_string()),
-        ("size", bytes_with_exact(attributes.size_bytes)),
-        ("used", bytes_with_exact(attributes.used_bytes)),
-    ]);
-    Ok(Report::text(
-        text,
-        json!({
-            "pool": pool_name,
-            "objects": attributes.objects,
-            "size_bytes": attributes.size_bytes,
-            "used_bytes": attributes.used_bytes,
-        }),
-    ))
-}
-
 fn statistics(session: &blocking::Session) -> Result<Report> {
     let shards = session.statistics()?;
     let mut pools = session.list_pools()?;
@@ -840,48 +689,6 @@ fn pool_memory_table(pools: &[PoolInfo]) -> String {
     table.render()
 }
 
-/// Bytes per key with one decimal; `-` for an empty pool, which has none.
-fn format_bytes_per_key(pool: &PoolInfo) -> String {
-    pool.bytes_per_key().map_or_else(|| "-".to_owned(), |bytes| format!("{bytes:.1}"))
-}
-
-/// Pairs per bucket with three decimals (a pool's first pairs load its table by thousandths);
-/// `-` before the table has buckets.
-fn format_load(pool: &PoolInfo) -> String {
-    pool.table_load().map_or_else(|| "-".to_owned(), |load| format!("{load:.3}"))
-}
-
-/// The pools as `pool list --json` and `stats --json` show them: every figure of the listing,
-/// memory by part with its total, bytes per key and load (`null` where there are none).
-fn pools_json(pools: &[PoolInfo]) -> Vec<serde_json::Value> {
-    pools
-        .iter()
-        .map(|pool| {
-            let memory = &pool.memory;
-            json!({
-                "name": pool.name,
-                "shard": pool.shard,
-                "objects": pool.objects,
-                "size_bytes": pool.size_bytes,
-                "used_bytes": pool.used_bytes,
-                "open_count": pool.open_count,
-                "plugins": pool.plugins,
-                "memory": {
-                    "total_bytes": memory.total_bytes(),
-                    "bytes_per_key": pool.bytes_per_key(),
-                    "table_load": pool.table_load(),
-                    "table_buckets": memory.table_buckets,
-                    "table_bytes": memory.table_bytes,
-                    "slab_bytes": memory.slab_bytes,
-                    "large_bytes": memory.large_bytes,
-                    "other_bytes": memory.other_bytes,
-                    "index_bytes": memory.index_bytes,
-                },
-            })
-        })
-        .collect()
-}
-
 /// One row per counter, one column per shard: counters are many and shards few, so this shape
 /// stays narrow. Counters appear in the order the server sent them; a counter one shard lacks
 /// shows as `-`.
@@ -965,7 +772,7 @@ fn statistics_json(shards: &[ferrite_client::ShardStatistics]) -> serde_json::Va
 }
 
 /// Opens a pool for a one-shot command, turning "no such pool" into the command that fixes it.
-fn open_pool(session: &blocking::Session, name: &str) -> Result<blocking::Pool> {
+pub fn open_pool(session: &blocking::Session, name: &str) -> Result<blocking::Pool> {
     session.open_pool(name).map_err(|error| {
         if error.is_pool_not_found() {
             CliError(format!(
@@ -986,7 +793,7 @@ fn key_error(error: Error, pool_name: &str, key: &str) -> CliError {
     }
 }
 
-fn bytes_with_exact(bytes: u64) -> String {
+pub fn bytes_with_exact(bytes: u64) -> String {
     if bytes < 1024 {
         format_bytes(bytes)
     } else {
@@ -996,7 +803,7 @@ fn bytes_with_exact(bytes: u64) -> String {
 
 /// Quotes `text` for a POSIX shell when it holds anything but safe characters, so a suggested
 /// command can be pasted as is.
-fn shell_quote(text: &str) -> String {
+pub fn shell_quote(text: &str) -> String {
     let safe = !text.is_empty()
         && text.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '/' | ':' | '@' | '+'));
     if safe {
@@ -1049,6 +856,8 @@ mod tests {
             open_count: 0,
             memory,
             plugins: Vec::new(),
+            indexed: false,
+            durability: ferrite_client::Durability::Sync,
         }
     }
 
@@ -1099,22 +908,6 @@ mod tests {
         let mut out = Vec::new();
         invoke_report(&[]).write(false, &mut out).expect("write to a Vec");
         assert!(out.is_empty(), "a fire-and-forget call prints nothing");
-    }
-
-    #[test]
-    fn key_less_invocations_cannot_put_or_create() {
-        let mode = |put: Option<&str>, create_size| InvokeMode {
-            put: put.map(str::to_owned),
-            create_size,
-            read_only: false,
-            no_overwrite: false,
-            detached: false,
-            fire_and_forget: false,
-        };
-        assert!(check_invoke_key("", &mode(None, None)).is_ok());
-        assert!(check_invoke_key("", &mode(Some("v"), None)).is_err_and(|e| e.0.contains("--put needs a KEY")));
-        assert!(check_invoke_key("", &mode(None, Some(8))).is_err_and(|e| e.0.contains("--create-size needs a KEY")));
-        assert!(check_invoke_key("k", &mode(Some("v"), None)).is_ok());
     }
 
     #[test]

@@ -1,23 +1,23 @@
 //! `ferrite`: the command-line client for a Ferrite server.
 //!
 //! `args` defines the command line, `commands` carries each command out with the blocking
-//! client, `users` edits the server's users file, and `output` renders the result as text or JSON.
+//! client (`pools` those on pools), `users` edits the server's users file, and `output` renders
+//! the result as text or JSON.
 
 mod args;
 mod bench;
 mod check;
 mod commands;
 mod output;
+mod pools;
 mod users;
 
 use std::io::ErrorKind;
 use std::process::ExitCode;
 
-use clap::Parser;
-
 fn main() -> ExitCode {
-    // clap prints usage errors itself and exits with status 2.
-    let cli = args::Cli::parse();
+    // Usage errors are printed with the usage, and exit with status 2.
+    let cli = args::Cli::parse_checked();
     if let args::Command::Bench(options) = &cli.command {
         let credentials = match cli.credentials() {
             Ok(credentials) => credentials,

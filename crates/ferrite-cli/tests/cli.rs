@@ -39,8 +39,8 @@ fn json(output: &Output) -> Value {
 }
 
 /// `pool create` creates and then reports an existing pool, refuses one with `--create-only`;
-/// `pool list` shows pools with their shard; `pool open` describes a pool; `pool delete` removes
-/// it, and deleting it again says it does not exist.
+/// `pool list` shows pools with their shard and settings; `pool open` describes a pool; `pool
+/// delete` removes it, and deleting it again says it does not exist.
 #[test]
 fn pool_create_list_open_and_delete() {
     let server = start_server(1);
@@ -48,7 +48,7 @@ fn pool_create_list_open_and_delete() {
 
     let created = ok(&ferrite(&server, &["pool", "create", "demo", "--size", "1MiB"]));
     assert_eq!(created, "created pool 'demo' on shard 0 (1 MiB)\n");
-    let again = ok(&ferrite(&server, &["pool", "create", "demo", "--size", "2MiB"]));
+    let again = ok(&ferrite(&server, &["pool", "create", "demo"]));
     assert!(again.contains("already exists") && again.contains("1 MiB"), "keeps its size: {again}");
     let refused = fails(&ferrite(&server, &["pool", "create", "demo", "--create-only"]));
     assert!(refused.contains("already exists"), "{refused}");
@@ -60,11 +60,24 @@ fn pool_create_list_open_and_delete() {
     let columns: Vec<&str> = lines[0].split_whitespace().collect();
     assert_eq!(
         columns,
-        ["NAME", "SHARD", "OBJECTS", "SIZE", "USED", "OPENS", "MEMORY", "BYTES/KEY", "LOAD", "PLUGINS"]
+        [
+            "NAME",
+            "SHARD",
+            "OBJECTS",
+            "SIZE",
+            "USED",
+            "OPENS",
+            "MEMORY",
+            "BYTES/KEY",
+            "LOAD",
+            "INDEXED",
+            "DURABILITY",
+            "PLUGINS"
+        ]
     );
     let row: Vec<&str> = lines[1].split_whitespace().collect();
     assert_eq!(row[..8], ["demo", "0", "1", "1", "MiB", "70", "B", "0"], "{list}");
-    assert_eq!(row.last(), Some(&"-"), "no plugin chain: {list}");
+    assert_eq!(row[row.len() - 3..], ["no", "sync", "-"], "not indexed, sync, no plugin chain: {list}");
     // The memory figures agree with the JSON listing's: one pair carries the whole table.
     let memory = &json(&ferrite(&server, &["--json", "pool", "list"]))["pools"][0]["memory"];
     let total = memory["total_bytes"].as_u64().expect("total bytes");
@@ -78,6 +91,55 @@ fn pool_create_list_open_and_delete() {
     assert_eq!(ok(&ferrite(&server, &["pool", "list"])), "no pools\n");
     let missing = fails(&ferrite(&server, &["pool", "delete", "demo"]));
     assert!(missing.contains("does not exist"), "{missing}");
+}
+
+/// `pool create` on an existing pool accepts the options that match it or are not given, and
+/// refuses, changing nothing, any that differ (size, index, durability, plugins), naming each;
+/// `pool list`, `pool open` and `attr` show whether a pool is indexed, its default durability
+/// and its plugins, as text and as JSON.
+#[test]
+fn pool_create_refuses_settings_an_existing_pool_lacks_and_listings_show_them() {
+    let server = start_server(2);
+    let settings = ["--size", "1MiB", "--indexed", "--durability", "async", "--plugins", "counter"];
+    let create = |extra: &[&str]| ferrite(&server, &[&["pool", "create", "tuned"][..], extra].concat());
+    ok(&create(&settings));
+    for same in [&[][..], &settings, &["--size", "1MiB"], &["--indexed"], &["--plugins", "counter"]] {
+        let again = ok(&create(same));
+        assert!(again.contains("already exists"), "{same:?}: {again}");
+    }
+    let refused = fails(&create(&["--size", "2MiB", "--durability", "sync", "--plugins", "counter,versioning"]));
+    assert!(refused.contains("pool 'tuned' already exists with other settings"), "{refused}");
+    for difference in
+        ["size 1 MiB (asked: 2 MiB)", "durability async (asked: sync)", "plugins counter (asked: counter,versioning)"]
+    {
+        assert!(refused.contains(difference), "names {difference:?}: {refused}");
+    }
+    ok(&ferrite(&server, &["pool", "create", "plain"]));
+    let refused = fails(&ferrite(&server, &["pool", "create", "plain", "--indexed"]));
+    assert!(refused.contains("not indexed (asked: --indexed") && refused.contains("pool configure"), "{refused}");
+
+    let open = ok(&ferrite(&server, &["pool", "open", "tuned"]));
+    let attr = ok(&ferrite(&server, &["attr", "tuned"]));
+    for shown in [&open, &attr] {
+        for (field, value) in [("indexed", "yes"), ("durability", "async"), ("plugins", "counter")] {
+            assert!(shown.lines().any(|l| l.split_whitespace().eq([field, value])), "{field} {value}: {shown}");
+        }
+    }
+    for args in [&["--json", "pool", "open", "tuned"][..], &["--json", "attr", "tuned"]] {
+        let shown = json(&ferrite(&server, args));
+        assert_eq!((shown["indexed"].clone(), shown["durability"].clone()), (true.into(), "async".into()), "{shown}");
+        assert_eq!(shown["plugins"], serde_json::json!(["counter"]), "{shown}");
+    }
+    let list = json(&ferrite(&server, &["--json", "pool", "list"]));
+    let pool = |name: &str| list["pools"].as_array().expect("pools").iter().find(|p| p["name"] == name).cloned();
+    let (tuned, plain) = (pool("tuned").expect("tuned"), pool("plain").expect("plain"));
+    assert_eq!((tuned["indexed"].clone(), tuned["durability"].clone()), (true.into(), "async".into()));
+    assert_eq!((plain["indexed"].clone(), plain["durability"].clone()), (false.into(), "sync".into()));
+    let table = ok(&ferrite(&server, &["pool", "list"]));
+    let row = table.lines().find(|l| l.starts_with("tuned")).expect("a row for tuned");
+    assert!(row.split_whitespace().rev().take(3).eq(["counter", "async", "yes"]), "{table}");
+    ok(&ferrite(&server, &["pool", "configure", "plain", "--add-index"]));
+    assert_eq!(json(&ferrite(&server, &["--json", "attr", "plain"]))["indexed"], true, "an index added later shows");
 }
 
 /// `put POOL KEY -` stores standard input byte for byte (a NUL, invalid UTF-8, no trailing
@@ -469,6 +531,51 @@ fn invoke_runs_a_pools_plugins() {
     assert!(unknown.contains("unknown plugin 'no-such-plugin'"), "{unknown}");
 }
 
+/// `invoke --fire-and-forget` returns once the server accepted the call and prints nothing; its
+/// old name `--async` (which names a durability everywhere else) still works, with a warning.
+#[test]
+fn invoke_fire_and_forget_and_its_deprecated_name() {
+    let server = start_server(1);
+    ok(&ferrite(&server, &["pool", "create", "counters", "--plugins", "counter"]));
+    let sent = ferrite(&server, &["invoke", "counters", "hits", "add 2", "--create-size", "8", "--fire-and-forget"]);
+    assert_eq!(ok(&sent), "", "nothing is printed");
+    assert!(sent.stderr.is_empty(), "{}", text(&sent.stderr));
+    // Its own key: the first call may not have created "hits" yet when this one arrives.
+    let old = ferrite(&server, &["invoke", "counters", "misses", "add 3", "--create-size", "8", "--async"]);
+    assert_eq!(ok(&old), "");
+    assert!(text(&old.stderr).contains("warning: --async is deprecated: use --fire-and-forget"), "{old:?}");
+}
+
+/// Every contradiction `docs/cli.md` lists for `invoke` is a usage error (status 2, clap's
+/// `error: ...` and usage lines) refused before connecting, `--put` or `--create-size` with an
+/// empty KEY included: the server here is never reached, so nothing is created.
+#[test]
+fn invoke_contradictions_are_usage_errors() {
+    let server = start_server(1);
+    ok(&ferrite(&server, &["pool", "create", "counters", "--plugins", "counter"]));
+    let contradictions: [&[&str]; 6] = [
+        &["--no-overwrite"],
+        &["--detached"],
+        &["--put", "v", "--create-size", "8"],
+        &["--put", "v", "--read-only"],
+        &["--put", "v"],
+        &["--create-size", "8"],
+    ];
+    for flags in contradictions {
+        let key = if flags.len() == 2 { "" } else { "k" };
+        let mut args = vec!["invoke", "counters", key, "get"];
+        args.extend_from_slice(flags);
+        let output = ferrite(&server, &args);
+        let stderr = text(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.starts_with("error: ") && stderr.contains("Usage:"), "{args:?}: {stderr}");
+        assert!(output.stdout.is_empty(), "{args:?}");
+    }
+    let stderr = text(&ferrite(&server, &["invoke", "counters", "", "get", "--put", "v"]).stderr);
+    assert!(stderr.contains("--put needs a KEY"), "{stderr}");
+    assert_eq!(ok(&ferrite(&server, &["count", "counters"])), "0\n", "nothing was created");
+}
+
 /// `--ca` (or `FERRITE_CA`) makes the CLI speak TLS; a CA that did not sign the server's
 /// certificate is a clear error, and a TLS server is not reached in clear.
 #[test]
@@ -483,13 +590,29 @@ fn the_cli_speaks_tls_with_the_ca_it_is_given() {
     let bench = ok(&ferrite(&server, &["--ca", &pki.path("ca.pem"), "bench", "--workload", "put", "--ops", "200"]));
     assert!(bench.contains("put"), "bench speaks TLS too: {bench}");
     let wrong = fails(&ferrite(&server, &["--ca", &other.path("ca.pem"), "pool", "list"]));
-    assert!(wrong.contains("TLS handshake") && wrong.contains("certificate"), "{wrong}");
-    let clear = ferrite(&server, &["pool", "list"]);
-    assert!(!clear.status.success(), "{clear:?}");
+    assert!(wrong.contains("the server's certificate was not signed by a CA in"), "{wrong}");
+    let clear = fails(&ferrite(&server, &["pool", "list"]));
+    assert!(clear.contains("speaks TLS and this client connected in clear") && clear.contains("--ca"), "{clear}");
 }
 
-/// With mutual TLS the CLI presents its certificate (`--client-cert`, `--client-key`); without
-/// one the server refuses it.
+/// A refused certificate is named in a sentence (here a CA's own certificate given to the server,
+/// which `openssl req -x509` makes), and a server that answered is never suspected of not running:
+/// only an address where nothing answers gets that hint.
+#[test]
+fn tls_failures_are_sentences_and_an_answering_server_is_not_called_absent() {
+    let pki = pki::Pki::new("cli-tls-sentences");
+    let server = TestServer::builder_for(server_binary()).args(&pki.server_args_with("ca")).start();
+    let refused = fails(&ferrite(&server, &["--ca", &pki.path("ca.pem"), "pool", "list"]));
+    assert!(refused.contains("the server's certificate is a CA certificate"), "{refused}");
+    assert!(!refused.contains("CaUsedAsEndEntity") && !refused.contains("OtherError"), "{refused}");
+    assert!(!refused.contains("is ferrite-server running there?"), "the server answered: {refused}");
+    let clear = fails(&ferrite(&server, &["pool", "list"]));
+    assert!(!clear.contains("is ferrite-server running there?"), "the server answered: {clear}");
+}
+
+/// With mutual TLS the CLI presents its certificate (`--client-cert`, `--client-key`, or from
+/// the environment as a health check in a container gets them); without one the server refuses
+/// it.
 #[test]
 fn the_cli_presents_a_client_certificate_for_mutual_tls() {
     let pki = pki::Pki::new("cli-mtls");
@@ -499,6 +622,9 @@ fn the_cli_presents_a_client_certificate_for_mutual_tls() {
     ok(&ferrite(&server, &["--ca", &ca, "--client-cert", &cert, "--client-key", &key, "pool", "create", "m"]));
     ok(&ferrite(&server, &["--ca", &ca, "--client-cert", &cert, "--client-key", &key, "put", "m", "k", "v"]));
     assert!(!ferrite(&server, &["--ca", &ca, "pool", "list"]).status.success(), "no certificate, no service");
+    let mut command = command(&server.addr_string(), &["stats"]);
+    command.env("FERRITE_CA", &ca).env("FERRITE_CLIENT_CERT", &cert).env("FERRITE_CLIENT_KEY", &key);
+    ok(&run(command, b"", CLI_TIMEOUT));
 }
 
 /// Runs `ferrite --addr <shard 0> ARGS` as `user` with `password` in `FERRITE_PASSWORD` (none if
@@ -550,6 +676,8 @@ fn users_authenticate_from_the_environment_and_grants_are_enforced() {
     let bobs = json(&ferrite_as(&server, "bob", Some("bob's long secret"), &["--json", "stats"]));
     assert_eq!(bobs["users"]["bob"]["pools"], 0, "{bobs}");
     assert!(bobs["users"].get("alice").is_none(), "{bobs}");
+    let bobs_pools = json(&ferrite_as(&server, "bob", Some("bob's long secret"), &["--json", "pool", "list"]));
+    assert_eq!(bobs_pools["pools"], serde_json::json!([]), "no right on alice's pool, not even its name: {bobs_pools}");
 
     let wrong = fails(&ferrite_as(&server, "alice", Some("not it at all"), &["pool", "list"]));
     assert!(wrong.contains("authentication_failed") && wrong.contains("wrong user or password"), "{wrong}");

@@ -122,6 +122,11 @@ impl Session {
         self.runtime.block_on(self.inner.list_pools())
     }
 
+    /// See [`crate::Session::pool_info`].
+    pub fn pool_info(&self, name: &str) -> Result<Option<PoolInfo>> {
+        self.runtime.block_on(self.inner.pool_info(name))
+    }
+
     pub fn statistics(&self) -> Result<Vec<ShardStatistics>> {
         self.runtime.block_on(self.inner.statistics())
     }

@@ -15,8 +15,10 @@
 //! every later request fails immediately: a caller never waits on a dead socket.
 
 use std::fmt;
+use std::io;
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use ferrite_proto::{ErrorCode, Header, Limits, Request, PROTOCOL_VERSION};
@@ -26,10 +28,13 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::{oneshot, Notify};
 use tokio::task::AbortHandle;
+use tokio::time::Instant;
 
 use crate::error::{Error, Result};
 use crate::frame_reader::FrameReader;
 use crate::reply::{Hello, Reply};
+use crate::tls::Connector;
+use crate::tls_problem::{self, Attempt};
 
 /// Requests wait (asynchronously) while this many bytes are queued and not yet handed to the
 /// socket. Without a bound, callers producing large values faster than the network drains them
@@ -109,6 +114,11 @@ enum CloseCause {
     /// The byte stream can no longer be trusted (a frame too large to be real, a reply to a
     /// request we never sent, end of stream inside a frame).
     Violation(String),
+    /// TLS failed after the handshake; the sentence says why.
+    Tls(String),
+    /// The server answered this client's first frame, sent in clear, with a TLS record (the
+    /// alert a TLS server sends to a client that does not speak TLS) and closed.
+    ServerSpeaksTls,
 }
 
 impl fmt::Display for CloseCause {
@@ -120,6 +130,8 @@ impl fmt::Display for CloseCause {
                 write!(f, "the server ended the connection with {code}: {message}")
             }
             CloseCause::Violation(text) => write!(f, "protocol violation: {text}"),
+            CloseCause::Tls(problem) => write!(f, "TLS: {problem}"),
+            CloseCause::ServerSpeaksTls => f.write_str("the server speaks TLS and this client connected in clear"),
         }
     }
 }
@@ -131,6 +143,8 @@ impl CloseCause {
     fn pending_error(&self, address: &str) -> Error {
         match self {
             CloseCause::Server { code, message } => Error::Server { code: *code, message: message.clone() },
+            CloseCause::Tls(problem) => Error::Tls { address: address.to_owned(), problem: problem.clone() },
+            CloseCause::ServerSpeaksTls => Error::TlsRequired { address: address.to_owned() },
             other => other.later_error(address),
         }
     }
@@ -229,16 +243,28 @@ impl PendingReply {
 }
 
 impl Connection {
-    /// Connects to `address` and performs the hello handshake. Must run inside a Tokio runtime:
-    /// the reader and writer tasks are spawned onto it.
+    /// Connects to `address` and performs the hello handshake, all within `timeout`. Must run
+    /// inside a Tokio runtime: the reader and writer tasks are spawned onto it.
+    ///
+    /// Each step fails its own way, so the caller can tell "nothing answered" from "the server
+    /// answered wrongly": [`Error::Unreachable`] if no TCP connection was made, [`Error::Tls`]
+    /// if TLS failed, [`Error::TlsRequired`] if the server speaks TLS to a client in clear.
     pub(crate) async fn open(
         address: &str,
         client_name: &str,
         auth: &[u8],
-        tls: Option<&tokio_rustls::TlsConnector>,
+        tls: Option<&Connector>,
+        timeout: Duration,
     ) -> Result<(Connection, Hello)> {
-        let stream =
-            TcpStream::connect(address).await.map_err(|error| Error::io(format!("connecting to {address}"), error))?;
+        let deadline = Instant::now() + timeout;
+        let stream = match tokio::time::timeout_at(deadline, TcpStream::connect(address)).await {
+            Ok(Ok(stream)) => stream,
+            Ok(Err(source)) => return Err(Error::Unreachable { address: address.to_owned(), source }),
+            Err(_) => {
+                let source = io::Error::new(io::ErrorKind::TimedOut, format!("no connection within {timeout:?}"));
+                return Err(Error::Unreachable { address: address.to_owned(), source });
+            }
+        };
         // We batch writes ourselves; Nagle would only add latency to the last frame of a batch.
         stream
             .set_nodelay(true)
@@ -247,17 +273,37 @@ impl Connection {
         let mut connection = match tls {
             None => {
                 let (read_half, write_half) = stream.into_split();
-                Connection::start(read_half, write_half, address.into(), peer_ip)
+                Connection::start(read_half, write_half, address.into(), peer_ip, None)
             }
             Some(connector) => {
-                let stream = crate::tls::handshake(connector, address, stream).await?;
+                let handshake = crate::tls::handshake(connector, address, stream);
+                let (stream, attempt) =
+                    tokio::time::timeout_at(deadline, handshake).await.map_err(|_| Error::Tls {
+                        address: address.to_owned(),
+                        problem: format!(
+                        "the server accepted the connection but did not complete a TLS handshake within {timeout:?}: \
+                         a server without TLS waits for a hello in clear instead (is it configured with [tls]?)"
+                    ),
+                    })??;
                 let (read_half, write_half) = tokio::io::split(stream);
-                Connection::start(read_half, write_half, address.into(), peer_ip)
+                Connection::start(read_half, write_half, address.into(), peer_ip, Some(attempt))
             }
         };
 
         let hello = Request::Hello { version: PROTOCOL_VERSION, client_name, auth };
-        let hello = match connection.call(&hello).await? {
+        let hello = match tokio::time::timeout_at(deadline, connection.call(&hello)).await {
+            Ok(reply) => reply?,
+            Err(_) => {
+                return Err(Error::io(
+                    format!("connecting to {address}"),
+                    io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        format!("the server accepted the connection but sent no handshake reply within {timeout:?}"),
+                    ),
+                ))
+            }
+        };
+        let hello = match hello {
             Reply::Hello(hello) => hello,
             other => return Err(other.unexpected("hello")),
         };
@@ -269,7 +315,7 @@ impl Connection {
     }
 
     /// Spawns the reader and writer tasks for an established stream's two halves.
-    fn start<R, W>(read_half: R, write_half: W, address: Arc<str>, peer_ip: IpAddr) -> Connection
+    fn start<R, W>(read_half: R, write_half: W, address: Arc<str>, peer_ip: IpAddr, tls: Option<Attempt>) -> Connection
     where
         R: AsyncRead + Unpin + Send + 'static,
         W: AsyncWrite + Unpin + Send + 'static,
@@ -285,7 +331,7 @@ impl Connection {
             drained: Notify::new(),
             address,
         });
-        let reader = tokio::spawn(read_loop(Arc::clone(&shared), read_half)).abort_handle();
+        let reader = tokio::spawn(read_loop(Arc::clone(&shared), read_half, tls)).abort_handle();
         let writer = tokio::spawn(write_loop(Arc::clone(&shared), write_half, reader.clone())).abort_handle();
         Connection { shared, _tasks: Arc::new(Tasks { reader, writer }), limits: Limits::MAX, peer_ip }
     }
@@ -337,12 +383,17 @@ impl Connection {
     }
 }
 
-async fn read_loop(shared: Arc<Shared>, mut socket: impl AsyncRead + Unpin) {
+/// Reads frames and hands each to its request until the connection ends. `tls` is what the TLS
+/// handshake knew, to explain a TLS failure that shows only at a read (a server refusing a
+/// client certificate after a TLS 1.3 handshake).
+async fn read_loop(shared: Arc<Shared>, mut socket: impl AsyncRead + Unpin, tls: Option<Attempt>) {
     let mut frames = FrameReader::new();
+    let mut answered = false;
     let cause = 'read: loop {
         loop {
             match frames.next_frame() {
                 Ok(Some((header, body))) => {
+                    answered = true;
                     if let Err(cause) = shared.dispatch(&header, &body) {
                         break 'read cause;
                     }
@@ -353,6 +404,9 @@ async fn read_loop(shared: Arc<Shared>, mut socket: impl AsyncRead + Unpin) {
         }
         match socket.read_buf(frames.read_buffer()).await {
             Ok(0) if frames.buffered_len() == 0 => break CloseCause::PeerClosed,
+            Ok(0) if !answered && tls.is_none() && frames.starts_with_tls_record() => {
+                break CloseCause::ServerSpeaksTls
+            }
             Ok(0) => {
                 break CloseCause::Violation(format!(
                     "the server closed the connection in the middle of a frame ({} bytes of it received)",
@@ -360,7 +414,10 @@ async fn read_loop(shared: Arc<Shared>, mut socket: impl AsyncRead + Unpin) {
                 ))
             }
             Ok(_) => {}
-            Err(error) => break CloseCause::Io(format!("reading failed: {error}")),
+            Err(error) => match tls.as_ref().and_then(|attempt| tls_problem::explain(&error, attempt)) {
+                Some(problem) => break CloseCause::Tls(problem),
+                None => break CloseCause::Io(format!("reading failed: {error}")),
+            },
         }
     };
     shared.close(cause);

@@ -21,6 +21,30 @@ pub enum Error {
         source: std::io::Error,
     },
 
+    /// No TCP connection to the shard at `address` could be made: refused, unreachable, or not
+    /// made within the connect timeout. Nothing answered there ([`Error::is_unreachable`]).
+    #[error("connecting to {address}: {source}")]
+    Unreachable {
+        address: String,
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// The shard at `address` answered, but TLS with it failed: `problem` says why in a sentence
+    /// (the server's certificate expired, names other hosts, was not signed by the CA this client
+    /// trusts, is a CA's own; the server wants a client certificate; ...).
+    #[error("TLS with {address}: {problem}")]
+    Tls { address: String, problem: String },
+
+    /// The shard at `address` speaks TLS and this client connected in clear: it answered the
+    /// handshake with a TLS alert. Connect with [`ClientOptions::tls`](crate::ClientOptions::tls)
+    /// ([`Error::is_tls_required`]).
+    #[error(
+        "{address} speaks TLS and this client connected in clear: connect with TLS, trusting the CA that signed the \
+         server's certificate"
+    )]
+    TlsRequired { address: String },
+
     /// The server answered the request with an error frame. The request had no effect.
     #[error("{}", server_error_text(*code, message))]
     Server { code: ErrorCode, message: String },
@@ -64,7 +88,12 @@ impl Error {
             Error::Server { code, .. } => Some(*code),
             Error::Protocol(error) => Some(error.code()),
             Error::InvalidArgument(_) => Some(ErrorCode::InvalidArgument),
-            Error::Io { .. } | Error::ConnectionClosed(_) | Error::UnexpectedResponse(_) => None,
+            Error::Io { .. }
+            | Error::Unreachable { .. }
+            | Error::Tls { .. }
+            | Error::TlsRequired { .. }
+            | Error::ConnectionClosed(_)
+            | Error::UnexpectedResponse(_) => None,
         }
     }
 
@@ -119,6 +148,18 @@ impl Error {
     /// The user's quota (connections, pools or pool bytes) does not allow this.
     pub fn is_quota_exceeded(&self) -> bool {
         self.code() == Some(ErrorCode::QuotaExceeded)
+    }
+
+    /// Nothing answered at the shard's address: the TCP connection was refused, the host is
+    /// unreachable, or the connection was not made in time. (An answer that went wrong is
+    /// another error: [`Error::Tls`], [`Error::TlsRequired`], a server error.)
+    pub fn is_unreachable(&self) -> bool {
+        matches!(self, Error::Unreachable { .. })
+    }
+
+    /// The server speaks TLS and this client connected in clear.
+    pub fn is_tls_required(&self) -> bool {
+        matches!(self, Error::TlsRequired { .. })
     }
 
     /// The connection to the shard failed or was closed.
@@ -180,8 +221,15 @@ mod tests {
         let error = Error::ConnectionClosed("connection to 127.0.0.1:1 closed: reset".into());
         assert_eq!(error.code(), None);
         assert!(error.is_connection_closed());
-        let io = Error::io("connecting to 127.0.0.1:1", std::io::ErrorKind::ConnectionRefused.into());
-        assert_eq!(io.code(), None);
-        assert!(io.to_string().starts_with("connecting to 127.0.0.1:1: "));
+        let refused = Error::Unreachable {
+            address: "127.0.0.1:1".to_owned(),
+            source: std::io::ErrorKind::ConnectionRefused.into(),
+        };
+        assert_eq!(refused.code(), None);
+        assert!(refused.is_unreachable() && !refused.is_tls_required());
+        assert!(refused.to_string().starts_with("connecting to 127.0.0.1:1: "));
+        let clear = Error::TlsRequired { address: "127.0.0.1:2".to_owned() };
+        assert!(clear.is_tls_required() && !clear.is_unreachable());
+        assert!(clear.to_string().starts_with("127.0.0.1:2 speaks TLS and this client connected in clear"));
     }
 }

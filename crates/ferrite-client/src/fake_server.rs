@@ -121,11 +121,13 @@ pub(crate) async fn serve_memory_shard_stalling(
     use std::collections::{BTreeMap, HashMap};
 
     use ferrite_proto::{
-        Attribute, CreatePoolFlags, ErrorCode, InvokeFlags, PoolHandle, PoolInfo, PoolMemory, PutFlags, Statistic,
+        Attribute, CreatePoolFlags, ErrorCode, InvokeFlags, PoolDescription, PoolHandle, PoolInfo, PoolMemory,
+        PoolSettings, PutFlags, Statistic,
     };
 
     struct StoredPool {
         size_bytes: u64,
+        settings: PoolSettings,
         pairs: BTreeMap<Vec<u8>, Vec<u8>>,
     }
 
@@ -159,7 +161,14 @@ pub(crate) async fn serve_memory_shard_stalling(
                 if exists && flags.contains(CreatePoolFlags::CREATE_ONLY) {
                     error(ErrorCode::PoolExists, "pool exists")
                 } else {
-                    pools.entry(name.to_owned()).or_insert(StoredPool { size_bytes, pairs: BTreeMap::new() });
+                    pools.entry(name.to_owned()).or_insert(StoredPool {
+                        size_bytes,
+                        settings: PoolSettings {
+                            indexed: flags.contains(CreatePoolFlags::INDEXED),
+                            durability: flags.durability(),
+                        },
+                        pairs: BTreeMap::new(),
+                    });
                     let handle = next_handle;
                     next_handle += 1;
                     opens.insert(handle, name.to_owned());
@@ -202,27 +211,31 @@ pub(crate) async fn serve_memory_shard_stalling(
                     error(ErrorCode::PoolNotFound, "no such pool")
                 }
             }
-            Request::ListPools => {
-                log.push("list_pools".to_owned());
+            Request::DescribePools { name: asked } => {
+                log.push(asked.map_or_else(|| "list_pools".to_owned(), |name| format!("list_pools {name}")));
                 let rows = pools
                     .iter()
-                    .map(|(name, pool)| PoolInfo {
-                        name,
-                        objects: pool.pairs.len() as u64,
-                        size_bytes: pool.size_bytes,
-                        used_bytes: pool.pairs.iter().map(|(k, v)| (k.len() + v.len() + 64) as u64).sum(),
-                        open_count: opens.values().filter(|open| *open == name).count() as u32,
-                        // A table of 64 buckets, and each pair's bytes beside it.
-                        memory: PoolMemory {
-                            table_buckets: 64,
-                            table_bytes: 64 * 64,
-                            other_bytes: pool.pairs.iter().map(|(k, v)| (k.len() + v.len()) as u64).sum(),
-                            ..PoolMemory::default()
+                    .filter(|(name, _)| asked.is_none_or(|asked| asked == name.as_str()))
+                    .map(|(name, pool)| PoolDescription {
+                        info: PoolInfo {
+                            name,
+                            objects: pool.pairs.len() as u64,
+                            size_bytes: pool.size_bytes,
+                            used_bytes: pool.pairs.iter().map(|(k, v)| (k.len() + v.len() + 64) as u64).sum(),
+                            open_count: opens.values().filter(|open| *open == name).count() as u32,
+                            // A table of 64 buckets, and each pair's bytes beside it.
+                            memory: PoolMemory {
+                                table_buckets: 64,
+                                table_bytes: 64 * 64,
+                                other_bytes: pool.pairs.iter().map(|(k, v)| (k.len() + v.len()) as u64).sum(),
+                                ..PoolMemory::default()
+                            },
+                            plugins: "",
                         },
-                        plugins: "",
+                        settings: pool.settings,
                     })
                     .collect();
-                Response::Pools(rows)
+                Response::PoolDescriptions(rows)
             }
             Request::Find { .. } => {
                 log.push("find".to_owned());
@@ -240,6 +253,8 @@ pub(crate) async fn serve_memory_shard_stalling(
                 ])
             }
             Request::Hello { .. } => error(ErrorCode::MalformedFrame, "second hello"),
+            // The client lists pools with their settings only.
+            Request::ListPools => error(ErrorCode::InvalidArgument, "the fake shard lists pools described only"),
             // The real server's direct transfers are tested against it (`crates/ferrite-server/tests/direct.rs`).
             Request::PutDirect { .. }
             | Request::DirectWrite { .. }

@@ -61,12 +61,31 @@ impl FrameReader {
     pub(crate) fn buffered_len(&self) -> usize {
         self.buffer.len()
     }
+
+    /// Whether the bytes waiting begin like a TLS record: an alert (21) or handshake (22) record
+    /// of TLS 1.0 to 1.3 (version 3.1 to 3.4). What a TLS server answers a client in clear with;
+    /// a Ferrite frame starting so would announce a body of about 200 KB, which no answer to a
+    /// hello has.
+    pub(crate) fn starts_with_tls_record(&self) -> bool {
+        matches!(self.buffer.as_ref(), [21 | 22, 3, 1..=4, ..])
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use ferrite_proto::{PoolHandle, Response};
+
+    #[test]
+    fn a_tls_alert_is_told_from_a_frame() {
+        let mut reader = FrameReader::new();
+        // A TLS 1.2 record: fatal alert, decode_error (what rustls answers a hello in clear with).
+        reader.read_buffer().extend_from_slice(&[21, 3, 3, 0, 2, 2, 50]);
+        assert!(reader.starts_with_tls_record());
+        let mut reader = FrameReader::new();
+        reader.read_buffer().extend_from_slice(&frame(1, &Response::Stored));
+        assert!(!reader.starts_with_tls_record());
+    }
 
     fn frame(request_id: u64, response: &Response<'_>) -> BytesMut {
         let mut out = BytesMut::new();

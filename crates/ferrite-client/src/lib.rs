@@ -41,6 +41,7 @@ mod pool;
 mod reply;
 mod session;
 mod tls;
+mod tls_problem;
 
 #[cfg(test)]
 mod fake_server;

@@ -6,7 +6,7 @@
 //! on the caller's task rather than on the single reader task.
 
 use bytes::Bytes;
-use ferrite_proto::{Header, Limits, PoolHandle, PoolMemory, Response, PROTOCOL_VERSION};
+use ferrite_proto::{Header, Limits, PoolHandle, PoolInfo, PoolMemory, PoolSettings, Response, PROTOCOL_VERSION};
 
 use crate::error::{Error, Result};
 use crate::pool::InvokeResponse;
@@ -30,6 +30,23 @@ pub(crate) struct PoolRow {
     pub(crate) open_count: u32,
     pub(crate) memory: PoolMemory,
     pub(crate) plugins: Vec<String>,
+    /// `None` in a plain listing; a described one carries them.
+    pub(crate) settings: Option<PoolSettings>,
+}
+
+impl PoolRow {
+    fn new(info: &PoolInfo<'_>, settings: Option<PoolSettings>) -> PoolRow {
+        PoolRow {
+            name: info.name.to_owned(),
+            objects: info.objects,
+            size_bytes: info.size_bytes,
+            used_bytes: info.used_bytes,
+            open_count: info.open_count,
+            memory: info.memory,
+            plugins: ferrite_proto::plugin_names(info.plugins).map(str::to_owned).collect(),
+            settings,
+        }
+    }
 }
 
 /// A successful response, owning its data.
@@ -89,20 +106,10 @@ impl Reply {
             Response::PoolClosed => Reply::PoolClosed,
             Response::PoolDeleted => Reply::PoolDeleted,
             Response::PoolConfigured => Reply::PoolConfigured,
-            Response::Pools(pools) => Reply::Pools(
-                pools
-                    .into_iter()
-                    .map(|p| PoolRow {
-                        name: p.name.to_owned(),
-                        objects: p.objects,
-                        size_bytes: p.size_bytes,
-                        used_bytes: p.used_bytes,
-                        open_count: p.open_count,
-                        memory: p.memory,
-                        plugins: ferrite_proto::plugin_names(p.plugins).map(str::to_owned).collect(),
-                    })
-                    .collect(),
-            ),
+            Response::Pools(pools) => Reply::Pools(pools.iter().map(|info| PoolRow::new(info, None)).collect()),
+            Response::PoolDescriptions(pools) => {
+                Reply::Pools(pools.iter().map(|pool| PoolRow::new(&pool.info, Some(pool.settings))).collect())
+            }
             Response::Stored => Reply::Stored,
             Response::Value(value) => Reply::Value(body.slice_ref(value)),
             Response::Erased => Reply::Erased,

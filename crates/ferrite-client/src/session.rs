@@ -10,7 +10,7 @@ use crate::address::resolve_shard_address;
 use crate::connection::Connection;
 use crate::error::{Error, Result};
 use crate::pool::Pool;
-use crate::reply::{Hello, Reply};
+use crate::reply::{Hello, PoolRow, Reply};
 
 /// How to connect.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -132,9 +132,33 @@ pub struct PoolInfo {
     pub memory: PoolMemory,
     /// The pool's chain of Active Data Object plugins, in the order they run.
     pub plugins: Vec<String>,
+    /// Whether the pool has a whole secondary index ([`PoolOptions::indexed`], or one
+    /// [`Session::configure_pool`] built), which [`Pool::find`](crate::Pool::find) searches in
+    /// key order.
+    pub indexed: bool,
+    /// The durability of the pool's writes that choose none ([`PoolOptions::durability`]).
+    pub durability: Durability,
 }
 
 impl PoolInfo {
+    fn from_row(row: PoolRow, shard: u16) -> Result<PoolInfo> {
+        let settings = row.settings.ok_or_else(|| {
+            Error::UnexpectedResponse("the server answered a described list_pools without the settings".to_owned())
+        })?;
+        Ok(PoolInfo {
+            name: row.name,
+            shard,
+            objects: row.objects,
+            size_bytes: row.size_bytes,
+            used_bytes: row.used_bytes,
+            open_count: row.open_count,
+            memory: row.memory,
+            plugins: row.plugins,
+            indexed: settings.indexed,
+            durability: settings.durability,
+        })
+    }
+
     /// The pool's memory in use over its pairs: what sizing a machine for more of the same
     /// costs a pair. `None` for an empty pool.
     pub fn bytes_per_key(&self) -> Option<f64> {
@@ -199,7 +223,7 @@ impl Session {
     /// Connects to the shard at `address` and learns the server's shards and limits from the
     /// handshake. Any shard's address will do; the connection is kept for that shard.
     pub async fn connect_with(address: &str, options: ClientOptions) -> Result<Session> {
-        let (connection, hello) = open_with_timeout(address, &options).await?;
+        let (connection, hello) = open_shard(address, &options).await?;
         let shard_count = hello.shard_addresses.len();
         if usize::from(hello.shard_index) >= shard_count {
             return Err(Error::UnexpectedResponse(format!(
@@ -306,25 +330,37 @@ impl Session {
         }
     }
 
-    /// Lists the pools of every shard, shard by shard.
+    /// Lists the pools of every shard, shard by shard, with their settings (a described
+    /// `list_pools`, which servers answer since the describe flag was added within protocol
+    /// version 3).
     pub async fn list_pools(&self) -> Result<Vec<PoolInfo>> {
         let mut pools = Vec::new();
-        for (shard, reply) in self.ask_every_shard(&Request::ListPools).await? {
+        for (shard, reply) in self.ask_every_shard(&Request::DescribePools { name: None }).await? {
             match reply {
-                Reply::Pools(rows) => pools.extend(rows.into_iter().map(|row| PoolInfo {
-                    name: row.name,
-                    shard,
-                    objects: row.objects,
-                    size_bytes: row.size_bytes,
-                    used_bytes: row.used_bytes,
-                    open_count: row.open_count,
-                    memory: row.memory,
-                    plugins: row.plugins,
-                })),
+                Reply::Pools(rows) => {
+                    for row in rows {
+                        pools.push(PoolInfo::from_row(row, shard)?);
+                    }
+                }
                 other => return Err(other.unexpected("pools")),
             }
         }
         Ok(pools)
+    }
+
+    /// The pool `name` as [`Session::list_pools`] lists it, asked of its shard alone; `None` if
+    /// there is no such pool (or, on a server with users, the user has no right on it). Opens
+    /// nothing.
+    pub async fn pool_info(&self, name: &str) -> Result<Option<PoolInfo>> {
+        let shard = self.shard_for_pool(name);
+        let request = Request::DescribePools { name: Some(name) };
+        request.check(&self.limits())?;
+        match self.connection(shard).await?.call(&request).await? {
+            Reply::Pools(rows) => {
+                rows.into_iter().find(|row| row.name == name).map(|row| PoolInfo::from_row(row, shard)).transpose()
+            }
+            other => Err(other.unexpected("pools")),
+        }
     }
 
     /// The counters of every shard, by shard index.
@@ -384,7 +420,7 @@ impl Session {
             return Ok(connection.clone());
         }
         let address = &self.inner.shard_addresses[usize::from(shard)];
-        let (connection, hello) = open_with_timeout(address, &self.inner.options).await?;
+        let (connection, hello) = open_shard(address, &self.inner.options).await?;
         // A shard that disagrees about who it is would make us route pools to the wrong place.
         if hello.shard_index != shard || hello.shard_addresses.len() != self.inner.shards.len() {
             return Err(Error::UnexpectedResponse(format!(
@@ -399,20 +435,10 @@ impl Session {
     }
 }
 
-async fn open_with_timeout(address: &str, options: &ClientOptions) -> Result<(Connection, Hello)> {
+async fn open_shard(address: &str, options: &ClientOptions) -> Result<(Connection, Hello)> {
     let connector = options.tls.as_ref().map(crate::tls::connector).transpose()?;
     let auth = options.credentials.as_ref().map(UserCredentials::encode).unwrap_or_default();
-    let opening = Connection::open(address, &options.client_name, &auth, connector.as_ref());
-    match tokio::time::timeout(options.connect_timeout, opening).await {
-        Ok(result) => result,
-        Err(_) => Err(Error::io(
-            format!("connecting to {address}"),
-            std::io::Error::new(
-                std::io::ErrorKind::TimedOut,
-                format!("no handshake within {:?}", options.connect_timeout),
-            ),
-        )),
-    }
+    Connection::open(address, &options.client_name, &auth, connector.as_ref(), options.connect_timeout).await
 }
 
 #[cfg(test)]

@@ -298,6 +298,10 @@ async fn pools_route_to_their_shard_and_listings_cover_every_shard() {
     assert_eq!((pools[0].bytes_per_key(), pools[0].table_load()), (Some(4098.0), Some(1.0 / 64.0)));
     assert_eq!((pools[1].bytes_per_key(), pools[1].objects), (None, 0), "an empty pool has no bytes per key");
     assert_eq!((pools[1].name.as_str(), pools[1].shard), (name1.as_str(), 1));
+    assert_eq!((pools[1].indexed, pools[1].durability), (false, crate::Durability::Sync), "the settings reach it");
+    let described = session.pool_info(&name1).await.expect("describe").expect("the pool exists");
+    assert_eq!((described.name, described.shard), (name1.clone(), 1), "asked of its shard alone");
+    assert_eq!(session.pool_info("absent").await.expect("describe"), None);
 
     let stats = session.statistics().await.expect("statistics");
     assert_eq!(stats.iter().map(|s| (s.shard, s.get("shard"))).collect::<Vec<_>>(), [(0, Some(0)), (1, Some(1))]);
@@ -308,6 +312,7 @@ async fn pools_route_to_their_shard_and_listings_cover_every_shard() {
     let log1 = log1.await.expect("shard 1");
     assert!(log0.contains(&format!("create_pool {name0}")) && !log0.contains(&format!("create_pool {name1}")));
     assert!(log1.contains(&format!("create_pool {name1}")) && !log1.contains(&format!("create_pool {name0}")));
+    assert!(log1.contains(&format!("list_pools {name1}")) && !log0.contains(&format!("list_pools {name1}")));
 }
 
 /// Proves the key-value calls against a server that behaves like the real one, including

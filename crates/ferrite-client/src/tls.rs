@@ -13,6 +13,7 @@ use tokio_rustls::client::TlsStream;
 use tokio_rustls::TlsConnector;
 
 use crate::error::{Error, Result};
+use crate::tls_problem::{self, Attempt};
 
 /// How a client speaks TLS to its server ([`crate::ClientOptions::tls`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -45,8 +46,16 @@ fn certificates(path: &Path) -> Result<Vec<CertificateDer<'static>>> {
     Ok(certificates)
 }
 
+/// A TLS client configuration ready to connect, with what its errors name.
+#[derive(Clone)]
+pub(crate) struct Connector {
+    inner: TlsConnector,
+    ca_file: PathBuf,
+    client_certificate: bool,
+}
+
 /// The connector `options` describe.
-pub(crate) fn connector(options: &TlsOptions) -> Result<TlsConnector> {
+pub(crate) fn connector(options: &TlsOptions) -> Result<Connector> {
     let mut roots = RootCertStore::empty();
     for certificate in certificates(&options.ca_file)? {
         roots.add(certificate).map_err(|error| tls_error(format!("{}: {error}", options.ca_file.display())))?;
@@ -66,19 +75,34 @@ pub(crate) fn connector(options: &TlsOptions) -> Result<TlsConnector> {
                 .map_err(|error| tls_error(error.to_string()))?
         }
     };
-    Ok(TlsConnector::from(Arc::new(config)))
+    Ok(Connector {
+        inner: TlsConnector::from(Arc::new(config)),
+        ca_file: options.ca_file.clone(),
+        client_certificate: options.client_cert.is_some(),
+    })
 }
 
 /// Runs the TLS handshake on `stream` to the server at `address` (`host:port`; the host is the
-/// name its certificate must carry).
+/// name its certificate must carry). Returns the stream and what the attempt knew, for
+/// explaining a TLS failure that shows only at the first read.
 pub(crate) async fn handshake(
-    connector: &TlsConnector,
+    connector: &Connector,
     address: &str,
     stream: TcpStream,
-) -> Result<TlsStream<TcpStream>> {
+) -> Result<(TlsStream<TcpStream>, Attempt)> {
     let host = address.rsplit_once(':').map_or(address, |(host, _)| host);
     let host = host.trim_start_matches('[').trim_end_matches(']');
     let name = ServerName::try_from(host.to_owned())
         .map_err(|error| tls_error(format!("{host} is not a name a certificate can carry: {error}")))?;
-    connector.connect(name, stream).await.map_err(|error| Error::io(format!("TLS handshake with {address}"), error))
+    let attempt = Attempt {
+        host: host.to_owned(),
+        ca_file: connector.ca_file.clone(),
+        client_certificate: connector.client_certificate,
+    };
+    match connector.inner.connect(name, stream).await {
+        Ok(stream) => Ok((stream, attempt)),
+        Err(error) => {
+            Err(Error::Tls { address: address.to_owned(), problem: tls_problem::explain_handshake(&error, &attempt) })
+        }
+    }
 }

@@ -27,7 +27,8 @@ pub use limits::{
 };
 pub use message::{
     is_plugin_name, plugin_names, Attribute, BackupReport, CreatePoolFlags, Durability, EndTransferFlags, FindKind,
-    HelloReply, InvokeBuffer, InvokeFlags, Opcode, PoolHandle, PoolInfo, PoolMemory, PoolSetting, PutFlags, Request,
-    Response, Statistic, BACKUP_DIR_BYTES_MAX, HELLO_MAGIC, PLUGINS_MAX, PLUGIN_NAME_BYTES_MAX, PROTOCOL_VERSION,
+    HelloReply, InvokeBuffer, InvokeFlags, Opcode, PoolDescription, PoolHandle, PoolInfo, PoolMemory, PoolSetting,
+    PoolSettings, PutFlags, Request, Response, Statistic, BACKUP_DIR_BYTES_MAX, HELLO_MAGIC, PLUGINS_MAX,
+    PLUGIN_NAME_BYTES_MAX, PROTOCOL_VERSION,
 };
 pub use routing::shard_for_pool;

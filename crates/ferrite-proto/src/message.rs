@@ -490,6 +490,11 @@ pub enum Request<'a> {
         setting: PoolSetting,
     },
     ListPools,
+    /// `list_pools` with its describe flag: every pool of the shard (`name` `None`) or the one
+    /// named, each with its settings.
+    DescribePools {
+        name: Option<&'a str>,
+    },
     Put {
         pool: PoolHandle,
         flags: PutFlags,
@@ -789,7 +794,7 @@ impl<'a> Request<'a> {
             Request::ClosePool { .. } => Opcode::ClosePool,
             Request::DeletePool { .. } => Opcode::DeletePool,
             Request::ConfigurePool { .. } => Opcode::ConfigurePool,
-            Request::ListPools => Opcode::ListPools,
+            Request::ListPools | Request::DescribePools { .. } => Opcode::ListPools,
             Request::Put { .. } => Opcode::Put,
             Request::Get { .. } => Opcode::Get,
             Request::Erase { .. } => Opcode::Erase,
@@ -821,6 +826,7 @@ impl<'a> Request<'a> {
             Request::OpenPool { name } | Request::DeletePool { name } | Request::ConfigurePool { name, .. } => {
                 check_pool_name(name)
             }
+            Request::DescribePools { name } => name.map_or(Ok(()), check_pool_name),
             Request::Put { key, value, .. } => {
                 check_key(key, limits)?;
                 check_value(value, limits)
@@ -917,10 +923,14 @@ impl<'a> Request<'a> {
                 no_flags(header, "delete_pool")?;
                 Request::DeletePool { name: read_pool_name(&mut r)? }
             }
-            Opcode::ListPools => {
-                no_flags(header, "list_pools")?;
-                Request::ListPools
-            }
+            Opcode::ListPools => match header.flags {
+                0 => Request::ListPools,
+                LIST_POOLS_DESCRIBE => {
+                    let name = if r.remaining() == 0 { None } else { Some(read_pool_name(&mut r)?) };
+                    Request::DescribePools { name }
+                }
+                flags => return Err(ProtocolError::UnknownFlags { message: "list_pools", flags }),
+            },
             Opcode::ConfigurePool => {
                 let setting = PoolSetting::from_flags(header.flags)?;
                 Request::ConfigurePool { name: read_pool_name(&mut r)?, setting }
@@ -1071,6 +1081,7 @@ impl<'a> Request<'a> {
             Request::EndTransfer { flags, .. } => flags.bits(),
             Request::InvokeAdo { flags, .. } | Request::InvokePutAdo { flags, .. } => flags.bits(),
             Request::ConfigurePool { setting, .. } => *setting as u16,
+            Request::DescribePools { .. } => LIST_POOLS_DESCRIBE,
             _ => 0,
         };
         write_frame(out, self.opcode() as u16, flags, request_id, |out| match self {
@@ -1093,7 +1104,8 @@ impl<'a> Request<'a> {
             }
             Request::Backup { dir } => put_str16(out, dir),
             Request::ClosePool { pool } | Request::Count { pool } => out.put_u64_le(pool.0),
-            Request::ListPools | Request::GetStatistics => {}
+            Request::ListPools | Request::GetStatistics | Request::DescribePools { name: None } => {}
+            Request::DescribePools { name: Some(name) } => put_str16(out, name),
             Request::Put { pool, key, value, .. } => {
                 out.put_u64_le(pool.0);
                 put_len32(out, key.len());
@@ -1208,6 +1220,95 @@ pub struct PoolInfo<'a> {
     pub plugins: &'a str,
 }
 
+impl<'a> PoolInfo<'a> {
+    fn encode(&self, out: &mut BytesMut) {
+        put_str16(out, self.name);
+        out.put_u64_le(self.objects);
+        out.put_u64_le(self.size_bytes);
+        out.put_u64_le(self.used_bytes);
+        out.put_u32_le(self.open_count);
+        let memory = &self.memory;
+        for part in [
+            memory.table_buckets,
+            memory.table_bytes,
+            memory.slab_bytes,
+            memory.large_bytes,
+            memory.other_bytes,
+            memory.index_bytes,
+        ] {
+            out.put_u64_le(part);
+        }
+        put_str16(out, self.plugins);
+    }
+
+    fn decode(r: &mut Reader<'a>) -> Result<PoolInfo<'a>, ProtocolError> {
+        Ok(PoolInfo {
+            name: r.str16("pool name")?,
+            objects: r.u64()?,
+            size_bytes: r.u64()?,
+            used_bytes: r.u64()?,
+            open_count: r.u32()?,
+            memory: PoolMemory {
+                table_buckets: r.u64()?,
+                table_bytes: r.u64()?,
+                slab_bytes: r.u64()?,
+                large_bytes: r.u64()?,
+                other_bytes: r.u64()?,
+                index_bytes: r.u64()?,
+            },
+            plugins: r.str16("plugin chain")?,
+        })
+    }
+}
+
+/// The flag of `list_pools` (and of its answer) that asks for each pool's settings, and lets the
+/// body name one pool.
+const LIST_POOLS_DESCRIBE: u16 = 0x0001;
+
+/// A pool's settings, as a described `list_pools` entry carries them: what `create_pool` set
+/// and `configure_pool` changes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PoolSettings {
+    /// The pool has a whole secondary index, which `find` searches in key order (not yet while
+    /// `configure_pool` builds one).
+    pub indexed: bool,
+    /// The durability of writes that choose none.
+    pub durability: Durability,
+}
+
+impl PoolSettings {
+    /// The bit of [`PoolSettings::indexed`].
+    pub const INDEXED: u16 = 0x0001;
+    /// The bit of an `async` [`PoolSettings::durability`].
+    pub const ASYNC: u16 = 0x0002;
+
+    pub fn bits(self) -> u16 {
+        let indexed = if self.indexed { PoolSettings::INDEXED } else { 0 };
+        let durability = match self.durability {
+            Durability::Sync => 0,
+            Durability::Async => PoolSettings::ASYNC,
+        };
+        indexed | durability
+    }
+
+    pub fn from_bits(bits: u16) -> Result<PoolSettings, ProtocolError> {
+        if bits & !(PoolSettings::INDEXED | PoolSettings::ASYNC) != 0 {
+            return Err(ProtocolError::UnknownFlags { message: "pool settings", flags: bits });
+        }
+        Ok(PoolSettings {
+            indexed: bits & PoolSettings::INDEXED != 0,
+            durability: if bits & PoolSettings::ASYNC != 0 { Durability::Async } else { Durability::Sync },
+        })
+    }
+}
+
+/// One entry of a described `list_pools` answer: the pool's listing and its settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PoolDescription<'a> {
+    pub info: PoolInfo<'a>,
+    pub settings: PoolSettings,
+}
+
 /// What one pool takes in memory, by part, as a `list_pools` row carries it (`docs/protocol.md`
 /// and `docs/hstore.md` say what each part counts). Whole byte counts rather than ratios, so that
 /// bytes per key and the table's load are computed exactly from them and the row's objects.
@@ -1269,6 +1370,8 @@ pub enum Response<'a> {
     PoolDeleted,
     PoolConfigured,
     Pools(Vec<PoolInfo<'a>>),
+    /// The answer to a described `list_pools`: each pool with its settings.
+    PoolDescriptions(Vec<PoolDescription<'a>>),
     Stored,
     Value(&'a [u8]),
     Erased,
@@ -1316,7 +1419,7 @@ impl<'a> Response<'a> {
             Response::PoolClosed => Opcode::ClosePool,
             Response::PoolDeleted => Opcode::DeletePool,
             Response::PoolConfigured => Opcode::ConfigurePool,
-            Response::Pools(_) => Opcode::ListPools,
+            Response::Pools(_) | Response::PoolDescriptions(_) => Opcode::ListPools,
             Response::Stored => Opcode::Put,
             Response::Value(_) => Opcode::Get,
             Response::Erased => Opcode::Erase,
@@ -1385,7 +1488,11 @@ impl<'a> Response<'a> {
     /// its own opcode.
     pub fn encode_answer(&self, request: Opcode, request_id: u64, out: &mut BytesMut) {
         let opcode = self.answer_opcode(request);
-        write_frame(out, opcode.response_code(), 0, request_id, |out| match self {
+        let flags = match self {
+            Response::PoolDescriptions(_) => LIST_POOLS_DESCRIBE,
+            _ => 0,
+        };
+        write_frame(out, opcode.response_code(), flags, request_id, |out| match self {
             Response::Hello(reply) => {
                 out.put_u16_le(reply.version);
                 out.put_u16_le(reply.shard_index);
@@ -1413,23 +1520,14 @@ impl<'a> Response<'a> {
             Response::Pools(pools) => {
                 out.put_u16_le(u16::try_from(pools.len()).expect("pools per shard fit u16"));
                 for pool in pools {
-                    put_str16(out, pool.name);
-                    out.put_u64_le(pool.objects);
-                    out.put_u64_le(pool.size_bytes);
-                    out.put_u64_le(pool.used_bytes);
-                    out.put_u32_le(pool.open_count);
-                    let memory = &pool.memory;
-                    for part in [
-                        memory.table_buckets,
-                        memory.table_bytes,
-                        memory.slab_bytes,
-                        memory.large_bytes,
-                        memory.other_bytes,
-                        memory.index_bytes,
-                    ] {
-                        out.put_u64_le(part);
-                    }
-                    put_str16(out, pool.plugins);
+                    pool.encode(out);
+                }
+            }
+            Response::PoolDescriptions(pools) => {
+                out.put_u16_le(u16::try_from(pools.len()).expect("pools per shard fit u16"));
+                for pool in pools {
+                    pool.info.encode(out);
+                    out.put_u16_le(pool.settings.bits());
                 }
             }
             Response::Value(value) => {
@@ -1481,7 +1579,10 @@ impl<'a> Response<'a> {
 
     /// Decodes a response body.
     pub fn decode(header: &Header, body: &'a [u8]) -> Result<Response<'a>, ProtocolError> {
-        no_flags(header, "a response")?;
+        // Only a `pools` answer defines a flag; `decode_success` checks it.
+        if header.opcode != Opcode::ListPools.response_code() {
+            no_flags(header, "a response")?;
+        }
         let mut r = Reader::new(body);
         let response = if header.opcode == Opcode::Error as u16 {
             let raw = r.u16()?;
@@ -1492,13 +1593,13 @@ impl<'a> Response<'a> {
                 .then(|| Opcode::from_request(header.opcode & !RESPONSE_BIT))
                 .flatten()
                 .ok_or(ProtocolError::UnknownOpcode(header.opcode))?;
-            Response::decode_success(request_opcode, &mut r)?
+            Response::decode_success(request_opcode, header.flags, &mut r)?
         };
         r.finish()?;
         Ok(response)
     }
 
-    fn decode_success(opcode: Opcode, r: &mut Reader<'a>) -> Result<Response<'a>, ProtocolError> {
+    fn decode_success(opcode: Opcode, flags: u16, r: &mut Reader<'a>) -> Result<Response<'a>, ProtocolError> {
         Ok(match opcode {
             Opcode::Hello => {
                 let version = r.u16()?;
@@ -1522,27 +1623,21 @@ impl<'a> Response<'a> {
             Opcode::DeletePool => Response::PoolDeleted,
             Opcode::ConfigurePool => Response::PoolConfigured,
             Opcode::ListPools => {
-                let count = r.u16()?;
-                let mut pools = Vec::with_capacity(usize::from(count).min(1024));
-                for _ in 0..count {
-                    pools.push(PoolInfo {
-                        name: r.str16("pool name")?,
-                        objects: r.u64()?,
-                        size_bytes: r.u64()?,
-                        used_bytes: r.u64()?,
-                        open_count: r.u32()?,
-                        memory: PoolMemory {
-                            table_buckets: r.u64()?,
-                            table_bytes: r.u64()?,
-                            slab_bytes: r.u64()?,
-                            large_bytes: r.u64()?,
-                            other_bytes: r.u64()?,
-                            index_bytes: r.u64()?,
-                        },
-                        plugins: r.str16("plugin chain")?,
-                    });
+                let count = usize::from(r.u16()?);
+                match flags {
+                    0 => Response::Pools((0..count).map(|_| PoolInfo::decode(r)).collect::<Result<_, _>>()?),
+                    LIST_POOLS_DESCRIBE => Response::PoolDescriptions(
+                        (0..count)
+                            .map(|_| {
+                                Ok(PoolDescription {
+                                    info: PoolInfo::decode(r)?,
+                                    settings: PoolSettings::from_bits(r.u16()?)?,
+                                })
+                            })
+                            .collect::<Result<_, ProtocolError>>()?,
+                    ),
+                    flags => return Err(ProtocolError::UnknownFlags { message: "pools", flags }),
                 }
-                Response::Pools(pools)
             }
             Opcode::Put | Opcode::PutOffset => Response::Stored,
             Opcode::PutDirect | Opcode::GetDirect => Response::TransferOpened { length: r.u64()? },

@@ -8,7 +8,8 @@ use serde_json::{json, Map, Value};
 
 use crate::{
     Attribute, BackupReport, CreatePoolFlags, EndTransferFlags, ErrorCode, FindKind, Header, HelloReply, InvokeBuffer,
-    InvokeFlags, Limits, Opcode, PoolHandle, PoolInfo, PoolMemory, PoolSetting, PutFlags, Request, Response, Statistic,
+    InvokeFlags, Limits, Opcode, PoolDescription, PoolHandle, PoolInfo, PoolMemory, PoolSetting, PoolSettings,
+    PutFlags, Request, Response, Statistic,
 };
 
 const PUT_FLAGS: [(&str, PutFlags); 4] = [
@@ -35,6 +36,39 @@ const INVOKE_FLAGS: [(&str, InvokeFlags); 6] = [
     ("detached", InvokeFlags::DETACHED),
     ("fire_and_forget", InvokeFlags::FIRE_AND_FORGET),
 ];
+
+/// The names of a described `pools` entry's settings bits.
+const POOL_SETTINGS: [(&str, u16); 2] = [("indexed", PoolSettings::INDEXED), ("async", PoolSettings::ASYNC)];
+
+/// A `pools` entry's listing fields.
+fn pool_info(entry: &Value) -> Result<PoolInfo<'_>, String> {
+    Ok(PoolInfo {
+        name: entry_str(entry, "name")?,
+        objects: entry_u64(entry, "objects")?,
+        size_bytes: entry_u64(entry, "size_bytes")?,
+        used_bytes: entry_u64(entry, "used_bytes")?,
+        open_count: u32::try_from(entry_u64(entry, "open_count")?).map_err(|e| e.to_string())?,
+        memory: PoolMemory {
+            table_buckets: entry_u64(entry, "table_buckets")?,
+            table_bytes: entry_u64(entry, "table_bytes")?,
+            slab_bytes: entry_u64(entry, "slab_bytes")?,
+            large_bytes: entry_u64(entry, "large_bytes")?,
+            other_bytes: entry_u64(entry, "other_bytes")?,
+            index_bytes: entry_u64(entry, "index_bytes")?,
+        },
+        plugins: entry_str(entry, "plugins")?,
+    })
+}
+
+fn pool_info_json(p: &PoolInfo<'_>) -> Value {
+    json!({
+        "name": p.name, "objects": p.objects, "size_bytes": p.size_bytes, "used_bytes": p.used_bytes,
+        "open_count": p.open_count, "table_buckets": p.memory.table_buckets,
+        "table_bytes": p.memory.table_bytes, "slab_bytes": p.memory.slab_bytes,
+        "large_bytes": p.memory.large_bytes, "other_bytes": p.memory.other_bytes,
+        "index_bytes": p.memory.index_bytes, "plugins": p.plugins,
+    })
+}
 
 /// Bytes as lowercase hex, as the vectors write byte strings.
 pub fn hex(bytes: &[u8]) -> String {
@@ -200,7 +234,15 @@ pub fn request<'f>(f: &'f Fields<'_>) -> Result<Request<'f>, String> {
                 setting: PoolSetting::from_flags(bits).map_err(|e| e.to_string())?,
             }
         }
-        "list_pools" => Request::ListPools,
+        "list_pools" => match f.flags(&[("describe", 0x0001)])? {
+            0 => Request::ListPools,
+            _ => Request::DescribePools {
+                name: match f.get("name")? {
+                    Value::Null => None,
+                    _ => Some(f.str("name")?),
+                },
+            },
+        },
         "put" => Request::Put { pool: f.pool()?, flags: put_flags()?, key: f.bytes("key")?, value: f.bytes("value")? },
         "get" => Request::Get { pool: f.pool()?, key: f.bytes("key")? },
         "erase" => Request::Erase { pool: f.pool()?, key: f.bytes("key")? },
@@ -279,7 +321,8 @@ pub fn request_json(request: &Request<'_>) -> Value {
         Request::ConfigurePool { name, setting } => {
             json!({"type": "configure_pool", "name": name, "flags": [setting.name()]})
         }
-        Request::ListPools => json!({"type": "list_pools"}),
+        Request::ListPools => json!({"type": "list_pools", "flags": []}),
+        Request::DescribePools { name } => json!({"type": "list_pools", "flags": ["describe"], "name": name}),
         Request::Put { pool, flags, key, value } => json!({
             "type": "put", "pool": pool.0, "flags": flag_names(flags.bits(), &bits(&PUT_FLAGS, PutFlags::bits)),
             "key": hex(key), "value": hex(value),
@@ -366,29 +409,38 @@ pub fn response<'f>(f: &'f Fields<'_>) -> Result<(Response<'f>, Option<Opcode>),
         "pool_closed" => Response::PoolClosed,
         "pool_deleted" => Response::PoolDeleted,
         "pool_configured" => Response::PoolConfigured,
-        "pools" => Response::Pools(
-            f.array("pools")?
-                .iter()
-                .map(|entry| {
-                    Ok(PoolInfo {
-                        name: entry_str(entry, "name")?,
-                        objects: entry_u64(entry, "objects")?,
-                        size_bytes: entry_u64(entry, "size_bytes")?,
-                        used_bytes: entry_u64(entry, "used_bytes")?,
-                        open_count: u32::try_from(entry_u64(entry, "open_count")?).map_err(|e| e.to_string())?,
-                        memory: PoolMemory {
-                            table_buckets: entry_u64(entry, "table_buckets")?,
-                            table_bytes: entry_u64(entry, "table_bytes")?,
-                            slab_bytes: entry_u64(entry, "slab_bytes")?,
-                            large_bytes: entry_u64(entry, "large_bytes")?,
-                            other_bytes: entry_u64(entry, "other_bytes")?,
-                            index_bytes: entry_u64(entry, "index_bytes")?,
-                        },
-                        plugins: entry_str(entry, "plugins")?,
-                    })
-                })
-                .collect::<Result<_, String>>()?,
-        ),
+        "pools" => {
+            let entries = f.array("pools")?;
+            match f.flags(&[("describe", 0x0001)])? {
+                0 => Response::Pools(entries.iter().map(pool_info).collect::<Result<_, String>>()?),
+                _ => Response::PoolDescriptions(
+                    entries
+                        .iter()
+                        .map(|entry| {
+                            let names: Vec<&str> = entry
+                                .get("settings")
+                                .and_then(Value::as_array)
+                                .ok_or("entry field \"settings\" is not a list")?
+                                .iter()
+                                .map(|name| name.as_str().ok_or("a setting is not a string"))
+                                .collect::<Result<_, _>>()?;
+                            let mut bits = 0;
+                            for name in names {
+                                let (_, bit) = POOL_SETTINGS
+                                    .iter()
+                                    .find(|(known, _)| *known == name)
+                                    .ok_or_else(|| format!("unknown setting {name:?}"))?;
+                                bits |= bit;
+                            }
+                            Ok(PoolDescription {
+                                info: pool_info(entry)?,
+                                settings: PoolSettings::from_bits(bits).map_err(|e| e.to_string())?,
+                            })
+                        })
+                        .collect::<Result<_, String>>()?,
+                ),
+            }
+        }
         "stored" => return Ok((Response::Stored, answers(&[("put_offset", Opcode::PutOffset)])?)),
         "value" => return Ok((Response::Value(f.bytes("value")?), answers(&[("direct_read", Opcode::DirectRead)])?)),
         "erased" => Response::Erased,
@@ -451,14 +503,16 @@ pub fn response_json(response: &Response<'_>, header: &Header) -> Value {
         Response::PoolDeleted => json!({"type": "pool_deleted"}),
         Response::PoolConfigured => json!({"type": "pool_configured"}),
         Response::Pools(pools) => json!({
+            "type": "pools", "flags": [], "pools": pools.iter().map(pool_info_json).collect::<Vec<_>>(),
+        }),
+        Response::PoolDescriptions(pools) => json!({
             "type": "pools",
-            "pools": pools.iter().map(|p| json!({
-                "name": p.name, "objects": p.objects, "size_bytes": p.size_bytes, "used_bytes": p.used_bytes,
-                "open_count": p.open_count, "table_buckets": p.memory.table_buckets,
-                "table_bytes": p.memory.table_bytes, "slab_bytes": p.memory.slab_bytes,
-                "large_bytes": p.memory.large_bytes, "other_bytes": p.memory.other_bytes,
-                "index_bytes": p.memory.index_bytes, "plugins": p.plugins,
-            })).collect::<Vec<_>>(),
+            "flags": ["describe"],
+            "pools": pools.iter().map(|p| {
+                let mut entry = pool_info_json(&p.info);
+                entry["settings"] = flag_names(p.settings.bits(), &POOL_SETTINGS);
+                entry
+            }).collect::<Vec<_>>(),
         }),
         Response::Stored if answers(Opcode::PutOffset) => json!({"type": "stored", "answers": "put_offset"}),
         Response::Stored => json!({"type": "stored"}),

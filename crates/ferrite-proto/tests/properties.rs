@@ -8,8 +8,9 @@
 
 use bytes::BytesMut;
 use ferrite_proto::{
-    Attribute, CreatePoolFlags, ErrorCode, FindKind, Header, HelloReply, InvokeBuffer, InvokeFlags, Limits, Opcode,
-    PoolHandle, PoolInfo, PoolMemory, PutFlags, Request, Response, Statistic, HEADER_BYTES, VALUE_INLINE_BYTES_MAX,
+    Attribute, CreatePoolFlags, Durability, ErrorCode, FindKind, Header, HelloReply, InvokeBuffer, InvokeFlags, Limits,
+    Opcode, PoolDescription, PoolHandle, PoolInfo, PoolMemory, PoolSettings, PutFlags, Request, Response, Statistic,
+    HEADER_BYTES, VALUE_INLINE_BYTES_MAX,
 };
 use proptest::collection::vec;
 use proptest::option;
@@ -25,6 +26,7 @@ enum OwnedRequest {
     ClosePool { pool: u64 },
     DeletePool { name: String },
     ListPools,
+    DescribePools { name: Option<String> },
     Put { pool: u64, flags: PutFlags, key: Vec<u8>, value: Vec<u8> },
     Get { pool: u64, key: Vec<u8> },
     Erase { pool: u64, key: Vec<u8> },
@@ -53,6 +55,7 @@ impl OwnedRequest {
             OwnedRequest::ClosePool { pool } => Request::ClosePool { pool: PoolHandle(*pool) },
             OwnedRequest::DeletePool { name } => Request::DeletePool { name },
             OwnedRequest::ListPools => Request::ListPools,
+            OwnedRequest::DescribePools { name } => Request::DescribePools { name: name.as_deref() },
             OwnedRequest::Put { pool, flags, key, value } => {
                 Request::Put { pool: PoolHandle(*pool), flags: *flags, key, value }
             }
@@ -94,7 +97,8 @@ enum OwnedResponse {
     },
     PoolClosed,
     PoolDeleted,
-    Pools(Vec<(String, u64, u64, u64, u32, PoolMemory, String)>),
+    Pools(Vec<OwnedPoolInfo>),
+    PoolDescriptions(Vec<(OwnedPoolInfo, bool, bool)>),
     Stored,
     Value(Vec<u8>),
     Erased,
@@ -116,6 +120,22 @@ enum OwnedResponse {
     },
 }
 
+/// A `list_pools` entry: name, objects, size, used, open count, memory, plugin chain.
+type OwnedPoolInfo = (String, u64, u64, u64, u32, PoolMemory, String);
+
+fn borrow_pool_info(info: &OwnedPoolInfo) -> PoolInfo<'_> {
+    let (name, objects, size_bytes, used_bytes, open_count, memory, plugins) = info;
+    PoolInfo {
+        name,
+        objects: *objects,
+        size_bytes: *size_bytes,
+        used_bytes: *used_bytes,
+        open_count: *open_count,
+        memory: *memory,
+        plugins,
+    }
+}
+
 impl OwnedResponse {
     fn borrow(&self) -> Response<'_> {
         match self {
@@ -131,17 +151,16 @@ impl OwnedResponse {
             OwnedResponse::PoolOpened { pool } => Response::PoolOpened { pool: PoolHandle(*pool) },
             OwnedResponse::PoolClosed => Response::PoolClosed,
             OwnedResponse::PoolDeleted => Response::PoolDeleted,
-            OwnedResponse::Pools(pools) => Response::Pools(
+            OwnedResponse::Pools(pools) => Response::Pools(pools.iter().map(borrow_pool_info).collect()),
+            OwnedResponse::PoolDescriptions(pools) => Response::PoolDescriptions(
                 pools
                     .iter()
-                    .map(|(name, objects, size_bytes, used_bytes, open_count, memory, plugins)| PoolInfo {
-                        name,
-                        objects: *objects,
-                        size_bytes: *size_bytes,
-                        used_bytes: *used_bytes,
-                        open_count: *open_count,
-                        memory: *memory,
-                        plugins,
+                    .map(|(info, indexed, asynchronous)| PoolDescription {
+                        info: borrow_pool_info(info),
+                        settings: PoolSettings {
+                            indexed: *indexed,
+                            durability: if *asynchronous { Durability::Async } else { Durability::Sync },
+                        },
                     })
                     .collect(),
             ),
@@ -235,6 +254,7 @@ fn request(max_len: usize) -> impl Strategy<Value = OwnedRequest> {
         any::<u64>().prop_map(|pool| OwnedRequest::ClosePool { pool }),
         pool_name().prop_map(|name| OwnedRequest::DeletePool { name }),
         Just(OwnedRequest::ListPools),
+        option::of(pool_name()).prop_map(|name| OwnedRequest::DescribePools { name }),
         (any::<u64>(), put_flags, byte_string(max_len), byte_string(max_len))
             .prop_map(|(pool, flags, key, value)| OwnedRequest::Put { pool, flags, key, value }),
         (any::<u64>(), byte_string(max_len)).prop_map(|(pool, key)| OwnedRequest::Get { pool, key }),
@@ -296,7 +316,7 @@ fn response() -> impl Strategy<Value = OwnedResponse> {
         any::<[u64; 6]>().prop_map(|[table_buckets, table_bytes, slab_bytes, large_bytes, other_bytes, index_bytes]| {
             PoolMemory { table_buckets, table_bytes, slab_bytes, large_bytes, other_bytes, index_bytes }
         });
-    let pool_info = (text(), any::<u64>(), any::<u64>(), any::<u64>(), any::<u32>(), memory, plugin_chain());
+    let pool_info = || (text(), any::<u64>(), any::<u64>(), any::<u64>(), any::<u32>(), memory.clone(), plugin_chain());
     prop_oneof![
         (any::<u16>(), any::<u16>(), limits, vec(text(), 0..8)).prop_map(
             |(version, shard_index, limits, shard_addresses)| OwnedResponse::Hello {
@@ -310,7 +330,8 @@ fn response() -> impl Strategy<Value = OwnedResponse> {
         any::<u64>().prop_map(|pool| OwnedResponse::PoolOpened { pool }),
         Just(OwnedResponse::PoolClosed),
         Just(OwnedResponse::PoolDeleted),
-        vec(pool_info, 0..8).prop_map(OwnedResponse::Pools),
+        vec(pool_info(), 0..8).prop_map(OwnedResponse::Pools),
+        vec((pool_info(), any::<bool>(), any::<bool>()), 0..8).prop_map(OwnedResponse::PoolDescriptions),
         Just(OwnedResponse::Stored),
         byte_string(1024).prop_map(OwnedResponse::Value),
         Just(OwnedResponse::Erased),

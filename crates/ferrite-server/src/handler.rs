@@ -611,6 +611,14 @@ impl ShardState {
                 }
                 Ok(Response::Pools(infos))
             }
+            Request::DescribePools { name } => {
+                self.reading(session);
+                let mut descriptions = self.pools.descriptions(name);
+                if session.identity.user().is_some() {
+                    descriptions.retain(|pool| !self.rights_on(&session.identity, pool.info.name).is_empty());
+                }
+                Ok(Response::PoolDescriptions(descriptions))
+            }
             Request::Put { pool, flags, key, value } => {
                 if put_mode(flags) != PutMode::Upsert {
                     // Success or failure says whether the key was there.

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 
 use foldhash::HashMap;
 
-use ferrite_proto::{PoolHandle, PoolInfo, PoolMemory};
+use ferrite_proto::{Durability, PoolDescription, PoolHandle, PoolInfo, PoolMemory, PoolSettings};
 use std::path::PathBuf;
 
 use ferrite_store::hstore::{self, HStore};
@@ -71,6 +71,31 @@ impl Pool {
             other_bytes: store.other_bytes,
             index_bytes: self.index.as_ref().map_or(0, SecondaryIndex::memory_bytes),
         }
+    }
+}
+
+impl Pool {
+    /// The pool as `list_pools` lists it.
+    fn info(&self) -> PoolInfo<'_> {
+        PoolInfo {
+            name: &self.name,
+            objects: self.store.count(),
+            size_bytes: self.store.capacity_bytes(),
+            used_bytes: self.store.used_bytes(),
+            open_count: self.open_count,
+            memory: self.memory(),
+            plugins: &self.plugin_chain,
+        }
+    }
+
+    /// The pool as a described `list_pools` lists it: an index counts once it is whole, when
+    /// `find` searches it.
+    fn description(&self) -> PoolDescription<'_> {
+        let settings = PoolSettings {
+            indexed: self.index.is_some() && self.index_build.is_none(),
+            durability: if self.async_default { Durability::Async } else { Durability::Sync },
+        };
+        PoolDescription { info: self.info(), settings }
     }
 }
 
@@ -417,21 +442,25 @@ impl Pools {
 
     /// Every pool, sorted by name so listings are stable.
     pub fn infos(&self) -> Vec<PoolInfo<'_>> {
-        let mut infos: Vec<PoolInfo<'_>> = self
-            .by_handle
-            .values()
-            .map(|pool| PoolInfo {
-                name: &pool.name,
-                objects: pool.store.count(),
-                size_bytes: pool.store.capacity_bytes(),
-                used_bytes: pool.store.used_bytes(),
-                open_count: pool.open_count,
-                memory: pool.memory(),
-                plugins: &pool.plugin_chain,
-            })
-            .collect();
+        let mut infos: Vec<PoolInfo<'_>> = self.by_handle.values().map(Pool::info).collect();
         infos.sort_unstable_by(|a, b| a.name.cmp(b.name));
         infos
+    }
+
+    /// Every pool with its settings, sorted by name (a described `list_pools`), or only the
+    /// pool `name`, if there is one.
+    pub fn descriptions(&self, name: Option<&str>) -> Vec<PoolDescription<'_>> {
+        match name {
+            Some(name) => {
+                self.find(name).and_then(|handle| self.get(handle)).map(Pool::description).into_iter().collect()
+            }
+            None => {
+                let mut descriptions: Vec<PoolDescription<'_>> =
+                    self.by_handle.values().map(Pool::description).collect();
+                descriptions.sort_unstable_by(|a, b| a.info.name.cmp(b.info.name));
+                descriptions
+            }
+        }
     }
 
     /// What the shard's pools hold together, for its statistics.

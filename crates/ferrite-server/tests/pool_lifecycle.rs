@@ -5,7 +5,7 @@ mod common;
 mod wire;
 
 use common::{wait_until, TestServer, SETTLE_TIMEOUT};
-use ferrite_client::{blocking, Attribute, ErrorCode, PoolOptions, PutFlags};
+use ferrite_client::{blocking, Attribute, Durability, ErrorCode, PoolOptions, PoolSetting, PutFlags};
 use ferrite_proto::{shard_for_pool, CreatePoolFlags, PoolHandle, Request, Response};
 use wire::RawClient;
 
@@ -191,6 +191,50 @@ fn pool_names_sent_to_the_wrong_shard_are_refused() {
     wrong.call(6, &Request::OpenPool { name: &name }).expect_error(6, ErrorCode::WrongShard);
     wrong.call(7, &Request::DeletePool { name: &name }).expect_error(7, ErrorCode::WrongShard);
     assert_eq!(right.get(5, handle, b"k"), Ok(b"v".to_vec()));
+}
+
+/// A described listing (`list_pools` with its describe flag) gives each pool's settings: whether
+/// it has a whole index (given at creation, or later by `configure_pool`), its default
+/// durability and its plugins; asked for one pool by name it lists that pool alone, or nothing.
+#[test]
+fn described_listings_give_each_pools_settings() {
+    let server = TestServer::start(&[]);
+    let session = connect(&server);
+    let tuned = PoolOptions {
+        indexed: true,
+        durability: Durability::Async,
+        plugins: vec!["counter".to_owned()],
+        ..options(1 << 20)
+    };
+    session.create_pool("tuned", tuned).expect("create an indexed async pool with a plugin");
+    session.create_pool("plain", options(1 << 20)).expect("create a plain pool");
+    let settings = |info: &ferrite_client::PoolInfo| (info.indexed, info.durability, info.plugins.clone());
+    let listed: Vec<_> =
+        session.list_pools().expect("list").iter().map(|info| (info.name.clone(), settings(info))).collect();
+    assert_eq!(
+        listed,
+        [
+            ("plain".to_owned(), (false, Durability::Sync, vec![])),
+            ("tuned".to_owned(), (true, Durability::Async, vec!["counter".to_owned()])),
+        ]
+    );
+    session.configure_pool("plain", PoolSetting::AddIndex).expect("add an index");
+    let plain = session.pool_info("plain").expect("describe").expect("the pool exists");
+    assert_eq!((plain.name.as_str(), plain.indexed), ("plain", true), "an index built later counts once whole");
+    assert_eq!(session.pool_info("absent").expect("describe"), None);
+
+    let mut raw = RawClient::handshaken(server.addr(0));
+    match raw.call(2, &Request::DescribePools { name: Some("tuned") }).expect_ok(2) {
+        Response::PoolDescriptions(pools) => {
+            let names: Vec<&str> = pools.iter().map(|pool| pool.info.name).collect();
+            assert_eq!(names, ["tuned"], "one pool asked for, one listed");
+        }
+        other => panic!("expected pool descriptions, got {other:?}"),
+    }
+    match raw.call(3, &Request::DescribePools { name: Some("absent") }).expect_ok(3) {
+        Response::PoolDescriptions(pools) => assert!(pools.is_empty(), "{pools:?}"),
+        other => panic!("expected pool descriptions, got {other:?}"),
+    }
 }
 
 /// A put that would exceed the pool's capacity fails with `pool_full` and leaves the pool exactly

@@ -6,7 +6,7 @@ Rust, and this package only adapts it to Python.
     import ferrite
 
     with ferrite.connect("127.0.0.1:11911") as session:
-        with session.create_pool("demo", size=64 << 20) as pool:
+        with session.create_pool("demo", size_bytes=64 << 20) as pool:
             pool.put("greeting", b"hello")
             assert pool.get("greeting") == b"hello"
 

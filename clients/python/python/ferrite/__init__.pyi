@@ -5,7 +5,7 @@ from os import PathLike
 from types import TracebackType
 from typing import Final, Literal, final
 
-from typing_extensions import Buffer, Self, TypeAlias
+from typing_extensions import Buffer, Self, TypeAlias, deprecated
 
 __version__: Final[str]
 
@@ -111,13 +111,23 @@ class PoolInfo:
     @property
     def objects(self) -> int: ...
     @property
+    def size_bytes(self) -> int: ...
+    @property
+    def used_bytes(self) -> int: ...
+    @property
+    @deprecated("use size_bytes")
     def size(self) -> int: ...
     @property
+    @deprecated("use used_bytes")
     def used(self) -> int: ...
     @property
     def open_count(self) -> int: ...
     @property
     def plugins(self) -> list[str]: ...
+    @property
+    def indexed(self) -> bool: ...
+    @property
+    def durability(self) -> _Durability: ...
     @property
     def memory(self) -> dict[str, int]: ...
     @property
@@ -141,8 +151,14 @@ class PoolAttributes:
     @property
     def objects(self) -> int: ...
     @property
+    def size_bytes(self) -> int: ...
+    @property
+    def used_bytes(self) -> int: ...
+    @property
+    @deprecated("use size_bytes")
     def size(self) -> int: ...
     @property
+    @deprecated("use used_bytes")
     def used(self) -> int: ...
 
 # Sessions and pools
@@ -151,12 +167,17 @@ def connect(
     address: str,
     *,
     client_name: str | None = None,
-    timeout: float = 10.0,
+    connect_timeout: float | None = None,
+    tls_ca_file: _StrPath | None = None,
+    tls_client_cert_file: _StrPath | None = None,
+    tls_client_key_file: _StrPath | None = None,
+    user: str | None = None,
+    password: str | None = None,
+    # Deprecated names of connect_timeout and the TLS files (they warn).
+    timeout: float | None = None,
     tls_ca: _StrPath | None = None,
     tls_cert: _StrPath | None = None,
     tls_key: _StrPath | None = None,
-    user: str | None = None,
-    password: str | None = None,
 ) -> Session: ...
 
 @final
@@ -171,12 +192,16 @@ class Session:
     def create_pool(
         self,
         name: str,
-        size: int = 67108864,
-        expected_count: int = 1024,
+        size_bytes: int | None = None,
+        expected_objects: int | None = None,
         create_only: bool = False,
         durability: _Durability = "sync",
         plugins: list[str] | None = None,
         indexed: bool = False,
+        *,
+        # Deprecated names of size_bytes and expected_objects (they warn).
+        size: int | None = None,
+        expected_count: int | None = None,
     ) -> Pool: ...
     def open_pool(self, name: str) -> Pool: ...
     def delete_pool(self, name: str) -> None: ...

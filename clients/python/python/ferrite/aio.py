@@ -18,40 +18,48 @@ on. Cancelling a call's awaitable drops its result but does not recall the reque
 server may already have applied. Errors are the ``ferrite`` exception classes.
 """
 
+import warnings
 from os import PathLike
 
 from ._ferrite import AsyncPool as Pool
 from ._ferrite import AsyncSession as Session
-from ._ferrite import _connect_async
+from ._ferrite import InvalidArgument, _connect_async
+
+# The names connect's options had before every client took the same ones (docs/clients.md).
+_RENAMED = {"timeout": "connect_timeout", "tls_ca": "tls_ca_file", "tls_cert": "tls_client_cert_file",
+            "tls_key": "tls_client_key_file"}
 
 
 async def connect(
     address: str,
     *,
     client_name: "str | None" = None,
-    timeout: float = 10.0,
-    tls_ca: "str | PathLike[str] | None" = None,
-    tls_cert: "str | PathLike[str] | None" = None,
-    tls_key: "str | PathLike[str] | None" = None,
+    connect_timeout: "float | None" = None,
+    tls_ca_file: "str | PathLike[str] | None" = None,
+    tls_client_cert_file: "str | PathLike[str] | None" = None,
+    tls_client_key_file: "str | PathLike[str] | None" = None,
     user: "str | None" = None,
     password: "str | None" = None,
+    **deprecated: "float | str | PathLike[str] | None",
 ) -> Session:
     """Connects to the Ferrite server at ``address`` ("host:port" of any shard).
 
-    The options are those of ``ferrite.connect``. Must be awaited in the event loop that will use
+    The options are those of ``ferrite.connect`` (its deprecated names included: ``timeout``,
+    ``tls_ca``, ``tls_cert``, ``tls_key`` warn). Must be awaited in the event loop that will use
     the session. Raises ``ferrite.ConnectionFailed`` if the server cannot be reached and
     ``ferrite.AuthenticationFailed`` for a wrong user or password.
     """
-    return await _connect_async(
-        address,
-        client_name=client_name,
-        timeout=timeout,
-        tls_ca=tls_ca,
-        tls_cert=tls_cert,
-        tls_key=tls_key,
-        user=user,
-        password=password,
-    )
+    options = {"connect_timeout": connect_timeout, "tls_ca_file": tls_ca_file,
+               "tls_client_cert_file": tls_client_cert_file, "tls_client_key_file": tls_client_key_file}
+    for old, value in deprecated.items():
+        if old not in _RENAMED:
+            raise TypeError(f"connect() got an unexpected keyword argument {old!r}")
+        new = _RENAMED[old]
+        if options[new] is not None:
+            raise InvalidArgument(f"give one of {new} and {old}, its deprecated name")
+        warnings.warn(f"{old} is deprecated: use {new}", DeprecationWarning, stacklevel=2)
+        options[new] = value
+    return await _connect_async(address, client_name=client_name, user=user, password=password, **options)
 
 
 __all__ = ["Pool", "Session", "connect"]

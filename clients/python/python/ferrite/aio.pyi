@@ -13,12 +13,17 @@ async def connect(
     address: str,
     *,
     client_name: str | None = None,
-    timeout: float = 10.0,
+    connect_timeout: float | None = None,
+    tls_ca_file: _StrPath | None = None,
+    tls_client_cert_file: _StrPath | None = None,
+    tls_client_key_file: _StrPath | None = None,
+    user: str | None = None,
+    password: str | None = None,
+    # Deprecated names of connect_timeout and the TLS files (they warn).
+    timeout: float | None = None,
     tls_ca: _StrPath | None = None,
     tls_cert: _StrPath | None = None,
     tls_key: _StrPath | None = None,
-    user: str | None = None,
-    password: str | None = None,
 ) -> Session: ...
 
 @final
@@ -33,12 +38,16 @@ class Session:
     def create_pool(
         self,
         name: str,
-        size: int = 67108864,
-        expected_count: int = 1024,
+        size_bytes: int | None = None,
+        expected_objects: int | None = None,
         create_only: bool = False,
         durability: _Durability = "sync",
         plugins: list[str] | None = None,
         indexed: bool = False,
+        *,
+        # Deprecated names of size_bytes and expected_objects (they warn).
+        size: int | None = None,
+        expected_count: int | None = None,
     ) -> asyncio.Future[Pool]: ...
     def open_pool(self, name: str) -> asyncio.Future[Pool]: ...
     def delete_pool(self, name: str) -> asyncio.Future[None]: ...

@@ -191,12 +191,8 @@ impl Native {
         };
         let mut sessions = Vec::with_capacity(plan.clients as usize);
         for _ in 0..plan.clients {
-            let session = Session::connect_with(&plan.addr, options.clone()).await.map_err(|error| match error {
-                Error::Io { .. } => {
-                    format!("{error}\n(is ferrite-server running there? choose the server with --addr or FERRITE_ADDR)")
-                }
-                other => other.to_string(),
-            })?;
+            let session =
+                Session::connect_with(&plan.addr, options.clone()).await.map_err(crate::commands::connect_error)?;
             sessions.push(session);
         }
         let limits = sessions[0].limits();

@@ -264,6 +264,7 @@ fn respond_native(header: &Header, body: &[u8], script: &Script, shard: u16, out
         Ok(Request::DeletePool { .. }) => Response::PoolDeleted,
         Ok(Request::ConfigurePool { .. }) => Response::PoolConfigured,
         Ok(Request::ListPools) => Response::Pools(Vec::new()),
+        Ok(Request::DescribePools { .. }) => Response::PoolDescriptions(Vec::new()),
         Ok(Request::Put { .. }) => Response::Stored,
         Ok(Request::Get { .. }) => Response::Value(&script.value),
         Ok(Request::Erase { .. }) => Response::Erased,

@@ -190,7 +190,11 @@ impl ShardState {
             self.refresh_rights(session);
         }
         let denied = match *request {
-            Request::Hello { .. } | Request::ClosePool { .. } | Request::ListPools | Request::GetStatistics => {
+            Request::Hello { .. }
+            | Request::ClosePool { .. }
+            | Request::ListPools
+            | Request::DescribePools { .. }
+            | Request::GetStatistics => {
                 return match session.identity {
                     Identity::Nobody if !matches!(request, Request::Hello { .. }) => Err(self.deny_unauthenticated()),
                     _ => Ok(()),
