@@ -537,6 +537,21 @@ fn a_users_file_others_may_read_is_warned_about_at_start_and_at_each_reload() {
 const TARPIT_HASH: &str =
     "$argon2id$v=19$m=8,t=1000000000,p=1$c2FsdHNhbHRzYWx0$AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA";
 
+/// How many of the server's password-verifying threads (`ferrite-auth-N`) have used CPU time.
+fn verifier_threads_at_work(pid: u32) -> usize {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return 0 };
+    tasks
+        .filter_map(Result::ok)
+        .filter(|task| {
+            let name = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+            let stat = std::fs::read_to_string(task.path().join("stat")).unwrap_or_default();
+            // utime is the 14th field; the name in parentheses (field 2) holds no spaces here.
+            let utime = stat.split_whitespace().nth(13).and_then(|ticks| ticks.parse::<u64>().ok());
+            name.starts_with("ferrite-auth") && utime.is_some_and(|ticks| ticks > 0)
+        })
+        .count()
+}
+
 /// The connection of `clients` that answers first (each has one `hello` unanswered).
 fn first_answer(clients: &mut [RawClient]) -> &mut RawClient {
     for client in clients.iter() {
@@ -577,6 +592,25 @@ fn a_flood_of_password_checks_is_refused_past_the_queue_and_verified_secrets_sti
     let refused = first_answer(&mut flood);
     assert_eq!(refused.read_frame().expect_error(1, ErrorCode::AuthenticationFailed), BUSY);
     refused.expect_closed();
+    // The threads may not have taken their first checks off the queue yet when it first
+    // refused (a loaded machine): once both are busy with a check (they use CPU time), up to two
+    // more of mallory's fit, and after those the queue stays full.
+    common::wait_until("both verifier threads at work", Duration::from_secs(20), || {
+        (verifier_threads_at_work(server.pid()) == 2).then_some(())
+    });
+    let mut more = Vec::new();
+    loop {
+        let mut client = raw_hello(&server, "mallory", "another guess");
+        client.stream().set_read_timeout(Some(Duration::from_millis(500))).expect("a read timeout");
+        match client.read_frame_or_end() {
+            Ok(Some(frame)) => {
+                assert_eq!(frame.expect_error(1, ErrorCode::AuthenticationFailed), BUSY);
+                break;
+            }
+            _ => more.push(client),
+        }
+        assert!(more.len() <= 2, "no more than the two checks the threads took fit in the queue");
+    }
     for user in ["bob", "nobody-at-all"] {
         let mut client = raw_hello(&server, user, PASSWORD);
         assert_eq!(client.read_frame().expect_error(1, ErrorCode::AuthenticationFailed), BUSY, "{user}");
