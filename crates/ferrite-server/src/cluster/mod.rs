@@ -4,6 +4,8 @@
 //! - [`view`]: what a node knows of its cluster (members, each group's leader), shared by its
 //!   shards.
 
+pub mod types;
+pub mod wire;
 pub mod view;
 
 use std::sync::Arc;

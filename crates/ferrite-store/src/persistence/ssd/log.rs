@@ -26,6 +26,31 @@ struct LogState<S: LogStorage> {
     stopping: bool,
     /// Where [`SharedLog::append_encoded`] encodes records.
     scratch: Vec<u8>,
+    /// In cluster mode, while this node leads its group: records the shard appends are entries
+    /// of its Raft log, framed (see [`super::entry`]), and kept here for the Raft log store.
+    framing: Option<Framing>,
+}
+
+/// How the records a leading replica appends are framed as its group's log entries.
+#[derive(Debug)]
+struct Framing {
+    term: u64,
+    origin: u64,
+    next_seq: u64,
+    /// Entries appended and not yet taken by [`SharedLog::take_framed`].
+    appended: Vec<FramedEntry>,
+}
+
+/// A record the shard appended as an entry of its group's log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FramedEntry {
+    /// Its index in the log (its LSN).
+    pub lsn: Lsn,
+    pub term: u64,
+    /// The node's sequence number for it, in its frame.
+    pub seq: u64,
+    /// The whole record payload: frame and record.
+    pub payload: Vec<u8>,
 }
 
 /// Largest scratch buffer the log keeps between records: room for a transaction that writes the
@@ -124,6 +149,7 @@ impl<S: LogStorage + Clone + 'static> SharedLog<S> {
             oldest_pending: None,
             stopping: false,
             scratch: Vec::new(),
+            framing: None,
         };
         let shared = Shared {
             room: AtomicU64::new(state.writer.record_room()),
@@ -146,8 +172,7 @@ impl<S: LogStorage + Clone + 'static> SharedLog<S> {
 
     /// Buffers a record; returns its LSN. A failure poisons the log.
     pub fn append(&self, payload: &[u8]) -> Result<Lsn, WalError> {
-        let mut state = self.lock();
-        Self::append_locked(&mut state, self, payload)
+        self.append_encoded(|out| out.extend_from_slice(payload))
     }
 
     /// Buffers the record `encode` writes into the log's scratch buffer; returns its LSN. A
@@ -157,12 +182,69 @@ impl<S: LogStorage + Clone + 'static> SharedLog<S> {
         let mut state = self.lock();
         let mut scratch = std::mem::take(&mut state.scratch);
         scratch.clear();
+        let framed = state.framing.as_mut().map(|framing| {
+            let seq = framing.next_seq;
+            framing.next_seq += 1;
+            super::entry::encode_normal_header(framing.term, framing.origin, seq, &mut scratch);
+            (framing.term, seq)
+        });
         encode(&mut scratch);
         let appended = Self::append_locked(&mut state, self, &scratch);
+        if let (Ok(lsn), Some((term, seq)), Some(framing)) = (&appended, framed, state.framing.as_mut()) {
+            framing.appended.push(FramedEntry { lsn: *lsn, term, seq, payload: scratch.clone() });
+        }
         if scratch.capacity() <= RETAINED_SCRATCH_BYTES_MAX {
             state.scratch = scratch;
         }
         appended
+    }
+
+    /// From now on, frames the records the shard appends as normal entries of `term` written by
+    /// node `origin`, numbered from `first_seq` (cluster mode, while this node leads its group).
+    pub fn frame_as(&self, term: u64, origin: u64, first_seq: u64) {
+        self.lock().framing = Some(Framing { term, origin, next_seq: first_seq, appended: Vec::new() });
+    }
+
+    /// Stops framing (this node no longer leads); returns the entries not yet taken.
+    pub fn stop_framing(&self) -> Vec<FramedEntry> {
+        self.lock().framing.take().map(|framing| framing.appended).unwrap_or_default()
+    }
+
+    /// Takes the entries the shard appended since the last call (in order).
+    pub fn take_framed(&self) -> Vec<FramedEntry> {
+        self.lock().framing.as_mut().map(|framing| std::mem::take(&mut framing.appended)).unwrap_or_default()
+    }
+
+    /// Buffers `payload`, already an entry of the group's log, as the record with LSN `index`
+    /// (an entry another node wrote, or one of Raft's own): the log's next LSN must be `index`.
+    pub fn append_entry(&self, index: Lsn, payload: &[u8]) -> Result<(), WalError> {
+        let mut state = self.lock();
+        let next = state.writer.next_lsn();
+        if next != index {
+            return Err(WalError::Poisoned(format!("entry {index} appended where the log's next is {next}")));
+        }
+        Self::append_locked(&mut state, self, payload).map(|_| ())
+    }
+
+    /// Whether everything appended is written and synced (or the log failed): the condition to
+    /// cut the log back or restart it.
+    pub fn is_quiet(&self) -> bool {
+        self.lock().writer.is_quiet()
+    }
+
+    /// Cuts the log back after `last` (see [`WalWriter::truncate_after`]).
+    pub fn truncate_after(&self, last: Lsn) -> Result<(), WalError> {
+        self.lock().writer.truncate_after(last)
+    }
+
+    /// Starts the log over at `first` (see [`WalWriter::restart_at`]).
+    pub fn restart_at(&self, first: Lsn) -> Result<(), WalError> {
+        self.lock().writer.restart_at(first)
+    }
+
+    /// The LSN the next appended record gets.
+    pub fn next_lsn(&self) -> Lsn {
+        self.shared.last_appended.load(Ordering::Acquire) + 1
     }
 
     fn append_locked(state: &mut Locked<'_, S>, log: &Self, payload: &[u8]) -> Result<Lsn, WalError> {

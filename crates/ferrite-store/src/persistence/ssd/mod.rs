@@ -9,10 +9,12 @@
 //! - [`pages`]: which pages changed, at which LSN.
 //! - [`checkpoint`]: page files, the manifest, the checkpoint state machine.
 //! - [`recovery`]: checkpoint + log replay after a restart.
+//! - [`entry`]: the records of a replicated shard, each an entry of its Raft group's log.
 //! - [`backup`]: online backups and restores; [`verify`]: checking a shard's files offline.
 
 pub mod backup;
 pub mod checkpoint;
+pub mod entry;
 pub mod log;
 pub mod logged;
 pub mod pages;
@@ -30,7 +32,7 @@ pub use backup::{
     back_up_shard, is_backup, read_backup, restore_shard, BackupDescriptor, BackupError, ShardBackup, BACKUP_NAME,
 };
 pub use checkpoint::{CheckpointError, CheckpointPool, Checkpointer, Manifest, Step};
-pub use log::{LogCounters, SharedLog, SyncThread};
+pub use log::{FramedEntry, LogCounters, SharedLog, SyncThread};
 pub use logged::{LoggedMemory, UNLOGGED};
 pub use pages::PageTracker;
 pub use record::PoolDescriptor;

@@ -72,23 +72,62 @@ pub struct RecoveredShard {
     pub writer: WalWriter<FsStorage>,
     pub checkpointer: Checkpointer,
     pub report: RecoveryReport,
+    /// What a replicated shard's log holds of its group's log (empty for a single server's).
+    pub entries: EntrySummary,
+}
+
+/// How a shard's log records are read back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReplayMode {
+    /// A single server's: every record is one of its own, and every one is replayed.
+    Plain,
+    /// A replicated shard's: every record is an entry of its group's log ([`super::entry`]),
+    /// and only the normal entries up to `until` (the last the group committed, as this
+    /// replica knows) are replayed; those after it may yet be dropped by a new leader.
+    Replicated { until: Lsn },
+}
+
+/// What a replicated shard's log holds, besides the records replay applied.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EntrySummary {
+    /// The last entry the log holds: its index and term.
+    pub last: Option<(Lsn, u64)>,
+    /// The last entry replayed (the last one at or before `until` the log holds): its index
+    /// and term. State is recovered exactly up to it.
+    pub applied: Option<(Lsn, u64)>,
+    /// Membership entries at or before `applied` that the replay read: index, term and body,
+    /// in order.
+    pub memberships: Vec<(Lsn, u64, Vec<u8>)>,
 }
 
 fn io_error(context: String) -> impl FnOnce(std::io::Error) -> RecoveryError {
     move |source| RecoveryError::Io { context, source }
 }
 
-/// State rebuilt while replaying.
+/// Pool memory rebuilt from log records: what recovery replays into, and what a replica that
+/// follows its group's leader applies the leader's records to.
 #[derive(Debug, Default)]
-struct Replay {
-    pools: BTreeMap<u64, RecoveredPool>,
-    next_pool_id: u64,
+pub struct ReplicaPools {
+    pub pools: BTreeMap<u64, RecoveredPool>,
+    pub next_pool_id: u64,
     bytes: u64,
     error: Option<RecoveryError>,
 }
 
-impl Replay {
-    fn apply(&mut self, lsn: Lsn, payload: &[u8]) -> Result<(), RecoveryError> {
+type Replay = ReplicaPools;
+
+impl ReplicaPools {
+    /// Pools as a recovery left them.
+    pub fn new(pools: Vec<RecoveredPool>, next_pool_id: u64) -> ReplicaPools {
+        ReplicaPools {
+            pools: pools.into_iter().map(|pool| (pool.descriptor.id, pool)).collect(),
+            next_pool_id,
+            ..ReplicaPools::default()
+        }
+    }
+
+    /// Applies one record (of this shard's own kinds, [`super::record`]) with LSN `lsn`.
+    pub fn apply(&mut self, lsn: Lsn, payload: &[u8]) -> Result<(), RecoveryError> {
         let bad = |reason: String| RecoveryError::BadRecord { lsn, reason };
         self.bytes += payload.len() as u64;
         match decode(payload).map_err(|error| bad(error.to_string()))? {
@@ -199,6 +238,7 @@ pub struct LoadedShard {
     pub manifest: Manifest,
     pub wal: wal::Recovered,
     pub report: RecoveryReport,
+    pub entries: EntrySummary,
 }
 
 /// Loads the last complete checkpoint of the shard at `paths` and replays its log, changing
@@ -211,19 +251,29 @@ pub fn load_shard(paths: &ShardPaths) -> Result<LoadedShard, RecoveryError> {
 /// [`load_shard`], telling `progress` how many bytes it has read as it goes (the pages of each
 /// pool loaded, then each log record replayed), for a job that shows its progress.
 pub fn load_shard_observing(paths: &ShardPaths, progress: &mut dyn FnMut(u64)) -> Result<LoadedShard, RecoveryError> {
+    load_shard_in_mode(paths, ReplayMode::Plain, progress)
+}
+
+/// [`load_shard_observing`] for a shard whose log records are read as `mode` says.
+pub fn load_shard_in_mode(
+    paths: &ShardPaths,
+    mode: ReplayMode,
+    progress: &mut dyn FnMut(u64),
+) -> Result<LoadedShard, RecoveryError> {
     let storage = FsStorage::open_dir(&paths.wal).map_err(io_error(format!("opening {}", paths.wal.display())))?;
-    load_shard_from(&paths.checkpoint, &storage, progress)
+    load_shard_from(&paths.checkpoint, &storage, mode, progress)
 }
 
 /// [`load_shard`] with the checkpoint in `checkpoint_dir` and the log in `storage` (the
 /// simulated disk, in tests).
 pub fn load_shard_with<S: LogStorage>(checkpoint_dir: &Path, storage: &S) -> Result<LoadedShard, RecoveryError> {
-    load_shard_from(checkpoint_dir, storage, &mut |_| {})
+    load_shard_from(checkpoint_dir, storage, ReplayMode::Plain, &mut |_| {})
 }
 
 fn load_shard_from<S: LogStorage>(
     checkpoint_dir: &Path,
     storage: &S,
+    mode: ReplayMode,
     progress: &mut dyn FnMut(u64),
 ) -> Result<LoadedShard, RecoveryError> {
     let started = Instant::now();
@@ -234,6 +284,7 @@ fn load_shard_from<S: LogStorage>(
         ..RecoveryReport::default()
     };
     let mut replay = Replay { next_pool_id: manifest.next_pool_id.max(1), ..Replay::default() };
+    let mut entries = EntrySummary::default();
     for pool in &manifest.pools {
         let (mut region, pages) = new_region(&pool.descriptor)?;
         let loaded = load_pool(checkpoint_dir, pool, region.bytes_mut())?;
@@ -243,10 +294,34 @@ fn load_shard_from<S: LogStorage>(
     }
     let recovered = wal::recover(storage, report.replay_from, |lsn, payload| {
         progress(payload.len() as u64);
-        if replay.error.is_none() {
-            if let Err(error) = replay.apply(lsn, payload) {
-                replay.error = Some(error);
-            }
+        if replay.error.is_some() {
+            return;
+        }
+        let applied = match mode {
+            ReplayMode::Plain => replay.apply(lsn, payload),
+            ReplayMode::Replicated { until } => match super::entry::Entry::decode(payload) {
+                None => Err(RecoveryError::BadRecord { lsn, reason: "it is no entry of a replicated log".into() }),
+                Some(entry) => {
+                    entries.last = Some((lsn, entry.term()));
+                    match entry {
+                        _ if lsn > until => Ok(()),
+                        super::entry::Entry::Normal { record, .. } => replay.apply(lsn, record),
+                        super::entry::Entry::Membership { term, body } => {
+                            entries.memberships.push((lsn, term, body.to_vec()));
+                            Ok(())
+                        }
+                        super::entry::Entry::Blank { .. } => Ok(()),
+                    }
+                    .map(|()| {
+                        if lsn <= until {
+                            entries.applied = Some((lsn, entry.term()));
+                        }
+                    })
+                }
+            },
+        };
+        if let Err(error) = applied {
+            replay.error = Some(error);
         }
     })?;
     if let Some(error) = replay.error {
@@ -263,12 +338,22 @@ fn load_shard_from<S: LogStorage>(
         manifest,
         wal: recovered,
         report,
+        entries,
     })
 }
 
 /// Recovers the shard whose files are at `paths`, creating empty directories on first start.
 /// Removes only what no complete checkpoint references (leftovers of an interrupted one).
 pub fn recover_shard(paths: &ShardPaths, wal_config: WalConfig) -> Result<RecoveredShard, RecoveryError> {
+    recover_shard_in_mode(paths, wal_config, ReplayMode::Plain)
+}
+
+/// [`recover_shard`] for a shard whose log records are read as `mode` says.
+pub fn recover_shard_in_mode(
+    paths: &ShardPaths,
+    wal_config: WalConfig,
+    mode: ReplayMode,
+) -> Result<RecoveredShard, RecoveryError> {
     let started = Instant::now();
     for dir in [&paths.wal, &paths.checkpoint] {
         if !dir.exists() {
@@ -279,7 +364,7 @@ pub fn recover_shard(paths: &ShardPaths, wal_config: WalConfig) -> Result<Recove
         }
     }
     remove_stale_spares(&paths.wal)?;
-    let loaded = load_shard(paths)?;
+    let loaded = load_shard_in_mode(paths, mode, &mut |_| {})?;
     let mut report = loaded.report;
     report.stray_files_removed = remove_unreferenced(&paths.checkpoint, &loaded.manifest)?;
     let storage = FsStorage::open_dir(&paths.wal).map_err(io_error(format!("opening {}", paths.wal.display())))?;
@@ -291,5 +376,6 @@ pub fn recover_shard(paths: &ShardPaths, wal_config: WalConfig) -> Result<Recove
         writer,
         checkpointer: Checkpointer::new(paths.checkpoint.clone(), loaded.manifest),
         report,
+        entries: loaded.entries,
     })
 }

@@ -25,7 +25,7 @@ mod tests;
 
 pub use copy::{copy_until, CopiedLog};
 pub use format::{encode_record, record_bytes, Lsn, RecordPlace, SEGMENT_HEADER_BYTES};
-pub use reader::{recover, Recovered, SegmentState, TornCommit};
+pub use reader::{read_range, recover, Recovered, SegmentState, TornCommit};
 pub use storage::{FsSegment, FsStorage, LogStorage, SegmentFile};
 pub use writer::{spare_name, BatchOutcome, CommitBatch, WalConfig, WalWriter};
 
@@ -46,4 +46,7 @@ pub enum WalError {
     NoSpace(String),
     #[error("a record of {bytes} bytes does not fit in a segment of {segment_bytes} bytes")]
     RecordTooLarge { bytes: u64, segment_bytes: u64 },
+    /// The log cannot be cut back or restarted while records are buffered or being written.
+    #[error("the log holds records not yet written; commit them first")]
+    Unflushed,
 }

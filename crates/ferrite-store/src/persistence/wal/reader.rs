@@ -7,7 +7,8 @@
 //! |---|---|
 //! | a segment file without a valid header of its own sequence | **unstarted**: prepared or recycled, never written since; reusable. Only valid after every started segment. |
 //! | the record at the read position counts and has the next LSN | **apply** it (if at or after the checkpoint's LSN) |
-//! | anything else, and a later started segment exists | **segment end**: the next segment's header must name the next LSN, or the log has a **gap** (damage) |
+//! | a record whose LSN a later started segment's header names as its first (or is past it) | **superseded**: the log was cut back there ([`WalWriter::truncate_after`](super::WalWriter::truncate_after), a replica overwriting entries a new Raft leader did not keep) and the later segment holds what follows; read past, never applied |
+//! | anything else, and a later started segment exists | **segment end**: the next segment's header must name the next LSN or an earlier one (a cut), or a later one that recovery does not need (the log restarted there, [`WalWriter::restart_at`](super::WalWriter::restart_at)); any other later one is a **gap** (damage) |
 //! | anything else in the last started segment, and no record counts beyond it | **end**: the log ends here (a torn record, if one began here, is cut) |
 //! | anything else in the last started segment, and every record that counts beyond it belongs to the commit of the missing LSN | **torn commit**: the last commit was interrupted and the device kept some of its records and not others; the log ends here and the rest of that commit is cut |
 //! | anything else in the last started segment, and a record of a later commit counts beyond it | **damage**: a later commit is written only after this one's `fdatasync` returned, so the record here was durable |
@@ -98,6 +99,7 @@ pub fn recover<S: LogStorage>(
         torn_commit: None,
     };
     let mut expected: Option<Lsn> = None;
+    let caps = superseded_from(&started);
     for (index, (seq, header)) in started.iter().enumerate() {
         let name = segment_name(*seq);
         let corrupt = |offset: u64, reason: String| WalError::Corrupt { file: name.clone(), offset, reason };
@@ -111,23 +113,28 @@ pub fn recover<S: LogStorage>(
         let mut next = header.first_lsn;
         let mut position = SEGMENT_HEADER_BYTES;
         let mut last_lsn = None;
-        // Apply: every record that counts and has the next LSN.
+        // Apply: every record that counts and has the next LSN, unless a later segment
+        // supersedes it.
         while let Some(record) =
             decode_record(&bytes[position as usize..], header.salt).filter(|record| record.lsn == next)
         {
-            if record.lsn >= from_lsn {
-                apply(record.lsn, record.payload);
-                recovered.replayed += 1;
+            if record.lsn < caps[index] {
+                if record.lsn >= from_lsn {
+                    apply(record.lsn, record.payload);
+                    recovered.replayed += 1;
+                }
+                last_lsn = Some(record.lsn);
             }
-            last_lsn = Some(record.lsn);
             position += record.size;
             next += 1;
         }
-        expected = Some(next);
+        expected = Some(next.min(caps[index]));
         if let Some((next_seq, next_header)) = started.get(index + 1) {
-            // Segment end: the next segment must start where this one's records end; otherwise
-            // the record here was damaged.
-            if next_header.first_lsn != next {
+            // Segment end: the next segment must start where this one's records end, or earlier
+            // (a cut), or where the log restarted past everything recovery needs; otherwise the
+            // record here was damaged.
+            let restarted = next_header.first_lsn > next && next_header.first_lsn <= from_lsn;
+            if next_header.first_lsn > next && !restarted {
                 return Err(corrupt(
                     position,
                     format!(
@@ -189,6 +196,55 @@ pub fn recover<S: LogStorage>(
         recovered.next_lsn = next;
     }
     Ok(recovered)
+}
+
+/// For each started segment, the first LSN it may contribute no record at or past: the lowest
+/// first LSN of the segments after it (a later segment that starts at or before a record's LSN
+/// was written after the log was cut back, and holds what follows), or no bound for the last.
+fn superseded_from(started: &[(u64, SegmentHeader)]) -> Vec<Lsn> {
+    let mut caps = vec![Lsn::MAX; started.len()];
+    let mut lowest = Lsn::MAX;
+    for (index, (_, header)) in started.iter().enumerate().rev() {
+        caps[index] = lowest;
+        lowest = lowest.min(header.first_lsn);
+    }
+    caps
+}
+
+/// Reads the records with LSNs in `from..=to` from the log in `storage` (a replica sending
+/// entries it no longer holds in memory), in order, honouring cuts as recovery does; stops early
+/// at the log's end. Reads only the segments that can hold them.
+pub fn read_range<S: LogStorage>(
+    storage: &S,
+    from: Lsn,
+    to: Lsn,
+    mut visit: impl FnMut(Lsn, &[u8]),
+) -> Result<(), WalError> {
+    let (started, _) = classify_segments(storage)?;
+    let caps = superseded_from(&started);
+    for (index, (seq, header)) in started.iter().enumerate() {
+        let holds_range = header.first_lsn <= to && caps[index] > from;
+        let starts_later = started.get(index + 1).is_some_and(|(_, next)| next.first_lsn <= from);
+        if !holds_range || starts_later {
+            continue;
+        }
+        let bytes = read_segment(storage, &segment_name(*seq))?;
+        let mut next = header.first_lsn;
+        let mut position = SEGMENT_HEADER_BYTES;
+        while let Some(record) =
+            decode_record(&bytes[position as usize..], header.salt).filter(|record| record.lsn == next)
+        {
+            if record.lsn >= caps[index] || record.lsn > to {
+                break;
+            }
+            if record.lsn >= from {
+                visit(record.lsn, record.payload);
+            }
+            position += record.size;
+            next += 1;
+        }
+    }
+    Ok(())
 }
 
 /// How the last started segment ends, from what counts beyond the first record that breaks the

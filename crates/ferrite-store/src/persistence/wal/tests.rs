@@ -585,3 +585,62 @@ fn a_copy_ends_at_its_record_whatever_follows_in_the_source() {
     let error = super::copy_until(&source, &SimStorage::default(), 230).expect_err("record 201 is gone");
     assert!(error.to_string().contains("ends at LSN 200"), "{error}");
 }
+
+/// A log cut back (a Raft replica dropping entries a new leader did not keep) and written on:
+/// recovery and `read_range` see the records up to the cut and the new ones after it, never the
+/// cut ones, whether the cut lies in the tail segment or several segments back; a crash before
+/// the first new record is written leaves the old records, as if the cut had not happened; a
+/// cut with records still buffered is refused.
+#[test]
+fn a_cut_log_reads_back_without_the_records_it_dropped() {
+    for (written, cut) in [(40u64, 35u64), (40, 12), (40, 0)] {
+        let storage = SimStorage::default();
+        let mut writer = open_writer(&storage, 1);
+        let mut expected = Vec::new();
+        for lsn in 1..=written {
+            writer.append(&payload(lsn, 100)).expect("append");
+            if lsn <= cut {
+                expected.push((lsn, payload(lsn, 100)));
+            }
+        }
+        assert!(matches!(writer.truncate_after(cut), Err(WalError::Unflushed)), "records are buffered");
+        writer.commit().expect("commit");
+        writer.truncate_after(cut).expect("cut");
+        assert_eq!(replay(&storage, 1).expect("replay"), (1..=written).map(|l| (l, payload(l, 100))).collect::<Vec<_>>(), "nothing new written yet");
+        for lsn in cut + 1..=cut + 10 {
+            let record = payload(lsn + 1000, 60);
+            assert_eq!(writer.append(&record).expect("append"), lsn);
+            expected.push((lsn, record));
+        }
+        writer.commit().expect("commit");
+        assert_eq!(replay(&storage, 1).expect("replay"), expected, "cut after {cut} of {written}");
+        let mut read = Vec::new();
+        super::read_range(&storage, 3, cut + 5, |lsn, bytes| read.push((lsn, bytes.to_vec()))).expect("read");
+        assert_eq!(read, expected[2..(cut + 5) as usize].to_vec(), "cut after {cut}");
+        drop(writer);
+        let mut writer = open_writer(&storage, 1);
+        assert_eq!(writer.append(&payload(9999, 10)).expect("append"), cut + 11, "writing resumes after the new records");
+    }
+}
+
+/// A log restarted at a later LSN (a replica that installed a snapshot) recovers from there, the
+/// gap before it not needed; its older segments are recycled by the next release.
+#[test]
+fn a_restarted_log_recovers_from_its_new_start() {
+    let storage = SimStorage::default();
+    let mut writer = open_writer(&storage, 1);
+    for lsn in 1..=30 {
+        writer.append(&payload(lsn, 100)).expect("append");
+    }
+    writer.commit().expect("commit");
+    writer.restart_at(500).expect("restart");
+    for lsn in 500..510 {
+        assert_eq!(writer.append(&payload(lsn, 100)).expect("append"), lsn);
+    }
+    writer.commit().expect("commit");
+    let expected: Vec<_> = (500..510).map(|l| (l, payload(l, 100))).collect();
+    assert_eq!(replay(&storage, 500).expect("replay from the new start"), expected);
+    assert!(replay(&storage, 20).is_err(), "the records 31 to 499 are nowhere: recovery from before the gap fails");
+    assert!(writer.release_before(500).expect("release") > 0, "the old segments are recycled");
+    assert_eq!(replay(&storage, 500).expect("replay"), expected);
+}

@@ -142,6 +142,9 @@ pub struct WalWriter<S: LogStorage> {
     spare: Vec<u8>,
     /// A spare segment is being made off the writer's thread (see [`WalWriter::spare_wanted`]).
     making_spare: bool,
+    /// The next record starts a new segment (the log was cut back or restarted): its header's
+    /// first LSN supersedes the records at and past it that earlier segments hold.
+    start_new_segment: bool,
     poisoned: Option<String>,
 }
 
@@ -217,6 +220,7 @@ impl<S: LogStorage> WalWriter<S> {
             in_flight: false,
             spare: Vec::new(),
             making_spare: false,
+            start_new_segment: false,
             poisoned: None,
         })
     }
@@ -245,6 +249,12 @@ impl<S: LogStorage> WalWriter<S> {
     /// that leaves the log behind pool memory (a record that could not be appended).
     pub fn fail(&mut self, reason: String) {
         self.poisoned.get_or_insert(reason);
+    }
+
+    /// True if no record is buffered and no batch is being written: everything appended is
+    /// durable (or the log failed).
+    pub fn is_quiet(&self) -> bool {
+        self.runs.is_empty() && !self.in_flight
     }
 
     /// True if records are buffered that no batch has taken yet.
@@ -364,8 +374,10 @@ impl<S: LogStorage> WalWriter<S> {
         self.check_usable()?;
         let size = checked_record_bytes(payload.len() as u64, self.segment_bytes)?;
         let lsn = self.next_lsn;
-        let fits = self.tail.is_some_and(|tail| self.tail_position + size <= self.segments[tail].bytes);
+        let fits = !self.start_new_segment
+            && self.tail.is_some_and(|tail| self.tail_position + size <= self.segments[tail].bytes);
         if !fits {
+            self.start_new_segment = false;
             let next = self.tail.map_or(0, |tail| tail + 1);
             let needed = SEGMENT_HEADER_BYTES + size;
             // Prepared segments too small for this record stay prepared for later records.
@@ -517,6 +529,51 @@ impl<S: LogStorage> WalWriter<S> {
             Some(batch) => self.finish_batch(batch.write()),
             None => Ok(self.durable_lsn),
         }
+    }
+
+    /// Cuts the log back so that `last` is its last record (a Raft replica dropping entries a new
+    /// leader did not keep): the next record gets LSN `last + 1` and starts a new segment, whose
+    /// header supersedes, for recovery and [`super::read_range`], the records at and past
+    /// `last + 1` that earlier segments hold. Until that record is durable a crash leaves them
+    /// in the log, as if the cut had not happened. Refused (`Poisoned` aside) while records are
+    /// buffered or a batch is being written: commit first.
+    pub fn truncate_after(&mut self, last: Lsn) -> Result<(), WalError> {
+        self.check_usable()?;
+        if last + 1 >= self.next_lsn {
+            return Ok(());
+        }
+        self.start_over(last + 1)?;
+        self.durable_lsn = self.durable_lsn.min(last);
+        for segment in &mut self.segments {
+            segment.last_lsn = segment.last_lsn.filter(|lsn| *lsn <= last);
+        }
+        Ok(())
+    }
+
+    /// Starts the log over at `first`, forgetting every record it holds (a Raft replica that
+    /// installed a snapshot whose state covers them): the next record gets LSN `first` in a new
+    /// segment. Recovery then needs the log from `first` on only (the caller's checkpoint says
+    /// so); the older segments are recycled by the next [`WalWriter::release_before`]. Refused
+    /// while records are buffered or a batch is being written.
+    pub fn restart_at(&mut self, first: Lsn) -> Result<(), WalError> {
+        self.check_usable()?;
+        self.start_over(first.max(1))?;
+        // Nothing before `first` is the log's to keep any more, and nothing after it is written.
+        self.durable_lsn = self.next_lsn - 1;
+        for segment in &mut self.segments {
+            segment.last_lsn = segment.last_lsn.filter(|lsn| *lsn < first);
+        }
+        Ok(())
+    }
+
+    fn start_over(&mut self, next: Lsn) -> Result<(), WalError> {
+        if !self.runs.is_empty() || self.in_flight {
+            return Err(WalError::Unflushed);
+        }
+        self.next_lsn = next;
+        self.commit_first_lsn = next;
+        self.start_new_segment = true;
+        Ok(())
     }
 
     /// Recycles every segment whose records all precede `lsn` (a completed checkpoint covers
