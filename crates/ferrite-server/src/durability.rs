@@ -31,6 +31,10 @@ pub(crate) struct DurableState {
 struct DurableSignal {
     /// The last durable LSN the sync thread published.
     durable: AtomicU64,
+    /// In cluster mode, the last entry the group committed that this replica applied: a record
+    /// counts as durable for responses and checkpoints only once it is both in this replica's
+    /// log and committed (on a majority, this replica included). `Lsn::MAX` on a single server.
+    committed: AtomicU64,
     failed: AtomicBool,
     /// Wakes the shard's durability task.
     published: Notify,
@@ -38,7 +42,8 @@ struct DurableSignal {
 
 impl DurableSignal {
     fn state(&self) -> DurableState {
-        DurableState { lsn: self.durable.load(Ordering::Acquire), failed: self.failed.load(Ordering::Acquire) }
+        let lsn = self.durable.load(Ordering::Acquire).min(self.committed.load(Ordering::Acquire));
+        DurableState { lsn, failed: self.failed.load(Ordering::Acquire) }
     }
 }
 
@@ -114,11 +119,13 @@ pub(crate) struct DurabilityTask {
     signal: Arc<DurableSignal>,
     /// What the shard's connections wait on.
     to_connections: watch::Sender<DurableState>,
+    /// The durable end of the log itself (in cluster mode what Raft's log store waits on).
+    local: watch::Sender<Lsn>,
 }
 
 impl DurabilityTask {
     pub(crate) async fn run(self) {
-        let DurabilityTask { log, wanted, signal, to_connections } = self;
+        let DurabilityTask { log, wanted, signal, to_connections, local } = self;
         let requests = async {
             loop {
                 wanted.notified().await;
@@ -129,6 +136,12 @@ impl DurabilityTask {
             loop {
                 signal.published.notified().await;
                 let state = signal.state();
+                local.send_if_modified(|current| {
+                    let durable = signal.durable.load(Ordering::Acquire);
+                    let changed = *current != durable;
+                    *current = durable;
+                    changed
+                });
                 to_connections.send_if_modified(|current| {
                     let changed = *current != state;
                     *current = state;
@@ -171,6 +184,9 @@ pub(crate) struct ShardDurability {
     pub recovered_in: std::time::Duration,
     /// Stopped (after a last commit) when the shard stops.
     sync_thread: Option<SyncThread>,
+    signal: Arc<DurableSignal>,
+    /// The durable end of the log itself.
+    local: watch::Receiver<Lsn>,
 }
 
 impl ShardDurability {
@@ -185,6 +201,7 @@ impl ShardDurability {
         let durable_lsn = log.durable_lsn();
         let signal = Arc::new(DurableSignal {
             durable: AtomicU64::new(durable_lsn),
+            committed: AtomicU64::new(Lsn::MAX),
             failed: AtomicBool::new(false),
             published: Notify::new(),
         });
@@ -203,11 +220,13 @@ impl ShardDurability {
         let sync_thread = log.spawn_sync_thread(format!("wal-sync-{index}"), interval, on_durable)?;
         let wanted = Arc::new(Notify::new());
         let (to_connections, durable) = watch::channel(signal.state());
+        let (local_sender, local) = watch::channel(durable_lsn);
         let task = DurabilityTask {
             log: log.clone(),
             wanted: Arc::clone(&wanted),
             signal: Arc::clone(&signal),
             to_connections,
+            local: local_sender,
         };
         Ok(ShardDurability {
             paths,
@@ -225,7 +244,22 @@ impl ShardDurability {
             last_checkpoint: Instant::now(),
             checkpoints: 0,
             sync_thread: Some(sync_thread),
+            signal,
+            local,
         })
+    }
+
+    /// In cluster mode: the group has committed, and this replica applied, the entries up to
+    /// `lsn`; responses and checkpoints may count them as durable once they are in its log too.
+    /// A replica starts at 0 (nothing counts) until its group tells it more.
+    pub fn set_committed(&self, lsn: Lsn) {
+        self.signal.committed.store(lsn, Ordering::Release);
+        self.signal.published.notify_one();
+    }
+
+    /// The durable end of the log itself, as the shard's thread learns it.
+    pub fn local_durable(&self) -> watch::Receiver<Lsn> {
+        self.local.clone()
     }
 
     /// The shard-local task of group commit, for the shard to spawn on its thread (once).

@@ -226,6 +226,8 @@ pub(crate) struct ShardState {
     pub direct_reads: direct::DirectReads,
     /// In cluster mode: the cluster this shard's group belongs to. `None`: a single server.
     pub cluster: Option<crate::cluster::ShardCluster>,
+    /// In cluster mode: this shard's replica of its group (its Raft log and state).
+    pub replication: Option<crate::cluster::replication::Replication>,
 }
 
 impl ShardState {

@@ -4,6 +4,11 @@
 //! - [`view`]: what a node knows of its cluster (members, each group's leader), shared by its
 //!   shards.
 
+pub mod log_store;
+pub mod replication;
+pub mod snapshot;
+pub mod state_file;
+pub mod state_machine;
 pub mod types;
 pub mod wire;
 pub mod view;

@@ -194,6 +194,19 @@ impl<'a> Reader<'a> {
         Ok(count)
     }
 
+    /// Whether nothing is left to read.
+    pub fn is_empty(&self) -> bool {
+        self.bytes.is_empty()
+    }
+
+    /// The next `len` bytes as they are.
+    pub fn raw(&mut self, len: usize) -> Decoded<&'a [u8]> {
+        self.need(len)?;
+        let (field, rest) = self.bytes.split_at(len);
+        self.bytes = rest;
+        Ok(field)
+    }
+
     pub fn finish(self) -> Decoded<()> {
         if self.bytes.is_empty() {
             Ok(())

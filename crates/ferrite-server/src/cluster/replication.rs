@@ -1,0 +1,346 @@
+//! A shard's replica of its group: what the Raft log store and state machine act on.
+//!
+//! The group's log is the shard's write-ahead log: each record is one entry, framed with its
+//! term and kind (`ferrite_store::persistence::ssd::entry`), its LSN the entry's index. Recent
+//! entries are also kept in memory, where replication to the other replicas reads them.
+//!
+//! How an entry gets into the log:
+//! - **Executed here.** The leading replica executes a write as a single server would: the
+//!   store changes pool memory and the shard's log appends the change as a framed entry at the
+//!   next index. Only then is the entry proposed to Raft (as [`Redo::Appended`]): Raft's append
+//!   of it finds it in place. Raft applies it like every entry; this replica skips it, as its
+//!   effect is in memory already.
+//! - **Written elsewhere** (or Raft's own blank and membership entries): Raft appends it, with
+//!   its payload, and applies it once committed; this replica then writes its record into pool
+//!   memory as recovery would.
+//!
+//! A replica that led and stops leading may hold in memory writes the group did not commit. It
+//! drops them by restarting its process, whose recovery replays only committed entries
+//! ([`Replication::restart_reason`]).
+
+use std::collections::{BTreeMap, VecDeque};
+
+use bytes::Bytes;
+use ferrite_store::persistence::ssd::entry::Entry as Framed;
+use ferrite_store::persistence::ssd::{FramedEntry, ReplicaPools, SharedLog};
+use ferrite_store::persistence::wal::{read_range, FsStorage, Lsn};
+use openraft::EntryPayload;
+
+use super::state_file::StateFile;
+use super::types::{log_id, Entry, LogId, Redo, StoredMembership};
+use super::wire::{get_membership, put_membership, Reader};
+
+/// Bytes of recent entries kept in memory for replication; older ones are read back from the log.
+const CACHE_BYTES_MAX: usize = 64 << 20;
+
+/// What a replica is in its group.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Role {
+    /// Follows (or is a candidate, a learner, or uninitialized): answers no requests.
+    Following,
+    /// Leads `term` and has applied every entry before its own: executes requests.
+    Leading { term: u64 },
+}
+
+/// A shard's replica of its group.
+#[derive(Debug)]
+pub(crate) struct Replication {
+    pub node_id: u64,
+    pub group: usize,
+    pub state: StateFile,
+    /// The pools while this replica follows: their memory, which applied entries change. `None`
+    /// while it leads: the shard's stores hold them then.
+    pub replica: Option<ReplicaPools>,
+    pub role: Role,
+    /// Recent entries, contiguous from `cache_first`.
+    cache: VecDeque<Entry>,
+    cache_first: Lsn,
+    cache_bytes: usize,
+    /// The last entry of the log.
+    last_log: Option<LogId>,
+    /// Entries this replica executed and appended as leader and Raft has not applied yet: their
+    /// indexes and sequence numbers.
+    executed: BTreeMap<Lsn, u64>,
+    /// The sequence number the next entry executed here gets.
+    next_seq: u64,
+    pub applied: Option<LogId>,
+    /// The last entry Raft says the group committed; saved with the state file now and then.
+    pub committed_in_memory: Option<LogId>,
+    pub membership: StoredMembership,
+    /// Why this replica must restart its process, once it knows it must.
+    restart: Option<String>,
+    /// The log's directory, to read back entries no longer in memory.
+    storage: FsStorage,
+}
+
+impl Replication {
+    /// The replica of `group` on node `node_id`, as recovery left it: `last_log` the log's last
+    /// entry, `applied` the last one replayed.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        node_id: u64,
+        group: usize,
+        state: StateFile,
+        replica: ReplicaPools,
+        storage: FsStorage,
+        last_log: Option<LogId>,
+        applied: Option<LogId>,
+        membership: StoredMembership,
+    ) -> Replication {
+        Replication {
+            node_id,
+            group,
+            state,
+            replica: Some(replica),
+            role: Role::Following,
+            cache: VecDeque::new(),
+            cache_first: last_log.map_or(1, |id| id.index + 1),
+            cache_bytes: 0,
+            last_log,
+            executed: BTreeMap::new(),
+            // Unique across restarts: a process's entries never share a sequence with an earlier one's.
+            next_seq: now_ns(),
+            applied,
+            committed_in_memory: None,
+            membership,
+            restart: None,
+            storage,
+        }
+    }
+
+    /// The first log index this replica may still read: the one after the last it purged.
+    pub fn first_readable(&self) -> Lsn {
+        self.state.state().purged.map_or(1, |id| id.index + 1)
+    }
+
+    pub fn last_log(&self) -> Option<LogId> {
+        self.last_log
+    }
+
+    /// Asks for a process restart (the first reason wins).
+    pub fn must_restart(&mut self, reason: String) {
+        self.restart.get_or_insert(reason);
+    }
+
+    pub fn restart_reason(&self) -> Option<&str> {
+        self.restart.as_deref()
+    }
+
+    /// Whether this replica executes requests now.
+    pub fn leads(&self) -> bool {
+        matches!(self.role, Role::Leading { .. })
+    }
+
+    /// Begins leading `term`: the shard's log frames what it appends from now on.
+    pub fn begin_leading(&mut self, term: u64, log: &SharedLog) {
+        self.role = Role::Leading { term };
+        log.frame_as(term, self.node_id, self.next_seq);
+    }
+
+    /// Takes the entries the shard appended while executing requests: they are kept for
+    /// replication and remembered as executed here. Returns their sequence numbers, in order,
+    /// for the caller to propose.
+    pub fn take_executed(&mut self, log: &SharedLog) -> Vec<(Lsn, u64)> {
+        let appended = log.take_framed();
+        let mut proposals = Vec::with_capacity(appended.len());
+        for FramedEntry { lsn, term, seq, payload } in appended {
+            self.next_seq = self.next_seq.max(seq + 1);
+            self.executed.insert(lsn, seq);
+            let entry = Entry { log_id: log_id(term, lsn), payload: EntryPayload::Normal(Redo::Payload(payload.into())) };
+            self.remember(entry);
+            proposals.push((lsn, seq));
+        }
+        proposals
+    }
+
+    /// Keeps `entry` (the next of the log) in memory.
+    fn remember(&mut self, entry: Entry) {
+        let index = entry.log_id.index;
+        if index != self.cache_first + self.cache.len() as u64 {
+            // Not contiguous (the log was cut back or restarted): start the cache over.
+            self.cache.clear();
+            self.cache_bytes = 0;
+            self.cache_first = index;
+        }
+        self.cache_bytes += entry_bytes(&entry);
+        self.last_log = Some(entry.log_id);
+        self.cache.push_back(entry);
+    }
+
+    /// Drops remembered entries beyond what the cache keeps, oldest first, but none the log has
+    /// not made durable (they could not be read back).
+    pub fn trim_cache(&mut self, durable: Lsn) {
+        while self.cache_bytes > CACHE_BYTES_MAX && self.cache_first <= durable {
+            let Some(entry) = self.cache.pop_front() else { break };
+            self.cache_bytes -= entry_bytes(&entry);
+            self.cache_first += 1;
+        }
+    }
+
+    /// Appends entries Raft gives: each at the log's next index, or (the leader's own) where it
+    /// already is. Returns `Err` with the index to cut the log back after, if an entry conflicts
+    /// with what the log holds there (the caller cuts, once the log is quiet, and calls again).
+    pub fn append(&mut self, log: &SharedLog, entries: &[Entry]) -> Result<Result<(), Lsn>, std::io::Error> {
+        for entry in entries {
+            let index = entry.log_id.index;
+            let next = log.next_lsn();
+            if index < next {
+                if self.holds(entry) {
+                    continue;
+                }
+                if !self.executed.is_empty() {
+                    self.must_restart(format!("entry {index} of the group's log replaces one this replica executed"));
+                }
+                return Ok(Err(index - 1));
+            }
+            if index > next {
+                return Err(std::io::Error::other(format!("entry {index} appended after a hole (next is {next})")));
+            }
+            let mut payload = Vec::new();
+            match &entry.payload {
+                EntryPayload::Blank => Framed::Blank { term: entry.log_id.leader_id.term }.encode(&mut payload),
+                EntryPayload::Normal(Redo::Payload(bytes)) => payload.extend_from_slice(bytes),
+                EntryPayload::Normal(Redo::Appended { seq }) => {
+                    return Err(std::io::Error::other(format!(
+                        "entry {index} (executed here as #{seq}) is not where it was appended"
+                    )));
+                }
+                EntryPayload::Membership(membership) => {
+                    let mut body = Vec::new();
+                    put_membership(&mut body, membership);
+                    Framed::Membership { term: entry.log_id.leader_id.term, body: &body }.encode(&mut payload);
+                }
+            }
+            log.append_entry(index, &payload).map_err(std::io::Error::other)?;
+            let stored = Entry {
+                log_id: entry.log_id,
+                payload: match &entry.payload {
+                    EntryPayload::Normal(_) => EntryPayload::Normal(Redo::Payload(Bytes::from(payload))),
+                    other => other.clone(),
+                },
+            };
+            self.remember(stored);
+        }
+        Ok(Ok(()))
+    }
+
+    /// Whether the log holds `entry` already (the leader's own, appended when it executed it).
+    fn holds(&self, entry: &Entry) -> bool {
+        let index = entry.log_id.index;
+        let Some(cached) = self.cached(index) else { return false };
+        if cached.log_id != entry.log_id {
+            return false;
+        }
+        match (&entry.payload, &cached.payload) {
+            (EntryPayload::Normal(Redo::Appended { seq }), _) => self.executed.get(&index) == Some(seq),
+            (EntryPayload::Normal(Redo::Payload(a)), EntryPayload::Normal(Redo::Payload(b))) => a == b,
+            (EntryPayload::Blank, EntryPayload::Blank) => true,
+            (EntryPayload::Membership(a), EntryPayload::Membership(b)) => a == b,
+            _ => false,
+        }
+    }
+
+    fn cached(&self, index: Lsn) -> Option<&Entry> {
+        let offset = index.checked_sub(self.cache_first)?;
+        self.cache.get(usize::try_from(offset).ok()?)
+    }
+
+    /// Forgets the entries after `last` (the log was cut back there).
+    pub fn truncated(&mut self, last: Option<LogId>) {
+        let keep_to = last.map_or(0, |id| id.index);
+        if self.executed.range(keep_to + 1..).next().is_some() {
+            self.must_restart(format!("the group's log was cut back after {keep_to}, over entries executed here"));
+        }
+        while self.cache_first + (self.cache.len() as u64) > keep_to + 1 {
+            match self.cache.pop_back() {
+                Some(entry) => self.cache_bytes -= entry_bytes(&entry),
+                None => break,
+            }
+        }
+        if self.cache.is_empty() {
+            self.cache_first = keep_to + 1;
+        }
+        self.last_log = last;
+    }
+
+    /// The entries of `range` the log holds (from memory, else read back from disk).
+    pub fn read(&self, from: Lsn, to_exclusive: Lsn) -> Result<Vec<Entry>, std::io::Error> {
+        let from = from.max(self.first_readable());
+        let to = to_exclusive.min(self.last_log.map_or(0, |id| id.index) + 1);
+        if from >= to {
+            return Ok(Vec::new());
+        }
+        if from >= self.cache_first {
+            return Ok((from..to).filter_map(|index| self.cached(index).cloned()).collect());
+        }
+        let mut entries = Vec::new();
+        let mut bad = None;
+        let disk_to = to.min(self.cache_first);
+        read_range(&self.storage, from, disk_to - 1, |lsn, payload| match decode_entry(lsn, payload) {
+            Ok(entry) => entries.push(entry),
+            Err(error) => {
+                bad.get_or_insert(error);
+            }
+        })
+        .map_err(std::io::Error::other)?;
+        if let Some(error) = bad {
+            return Err(error);
+        }
+        entries.extend((disk_to..to).filter_map(|index| self.cached(index).cloned()));
+        Ok(entries)
+    }
+
+    /// The replica installed a snapshot whose state is as of `last`: its log holds nothing past
+    /// it, and nothing it executed counts any more.
+    pub fn installed(&mut self, last: LogId, membership: StoredMembership) {
+        self.cache.clear();
+        self.cache_bytes = 0;
+        self.cache_first = last.index + 1;
+        self.last_log = Some(last);
+        self.executed.clear();
+        self.applied = Some(last);
+        self.membership = membership;
+    }
+
+    /// Saves the committed entry Raft last reported, if it moved past what the file holds: a
+    /// restart then recovers that far at once.
+    pub fn save_committed(&mut self) -> std::io::Result<()> {
+        let committed = self.committed_in_memory;
+        if committed.is_none() || committed <= self.state.state().committed {
+            return Ok(());
+        }
+        self.state.update(|state| state.committed = committed)
+    }
+
+    /// Whether the entry at `index` was executed here (its effect is in memory already); forgets
+    /// it either way, as Raft applies each entry once.
+    pub fn take_executed_at(&mut self, index: Lsn) -> bool {
+        self.executed.remove(&index).is_some()
+    }
+}
+
+/// What an entry costs the cache.
+fn entry_bytes(entry: &Entry) -> usize {
+    match &entry.payload {
+        EntryPayload::Normal(Redo::Payload(payload)) => payload.len() + 64,
+        _ => 64,
+    }
+}
+
+/// An entry of the group's log from the record that holds it.
+pub fn decode_entry(lsn: Lsn, payload: &[u8]) -> Result<Entry, std::io::Error> {
+    let bad = |what: &str| std::io::Error::other(format!("log record {lsn} is no entry of the group's log: {what}"));
+    let framed = Framed::decode(payload).ok_or_else(|| bad("no frame"))?;
+    let payload = match framed {
+        Framed::Blank { .. } => EntryPayload::Blank,
+        Framed::Normal { .. } => EntryPayload::Normal(Redo::Payload(Bytes::copy_from_slice(payload))),
+        Framed::Membership { body, .. } => {
+            EntryPayload::Membership(get_membership(&mut Reader::new(body)).map_err(|_| bad("its membership"))?)
+        }
+    };
+    Ok(Entry { log_id: log_id(framed.term(), lsn), payload })
+}
+
+fn now_ns() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(1, |d| d.as_nanos() as u64)
+}

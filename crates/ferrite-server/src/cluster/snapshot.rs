@@ -1,0 +1,357 @@
+//! Snapshots of a replica: its last complete checkpoint plus the log tail that makes the
+//! checkpoint's fuzzy pages consistent (the records from the checkpoint's replay point to the
+//! snapshot's last entry). What a new or lagging replica installs, streamed over the network,
+//! when the leader no longer holds the entries it needs.
+//!
+//! A snapshot is a directory `raft/snapshots/<index>` in the shard's directory:
+//!
+//! - `MANIFEST` and the page files it names: hard links to the checkpoint's own (checkpoint page
+//!   files are immutable; the links keep them while the snapshot lives, whatever later
+//!   checkpoints remove);
+//! - `TAIL`: the log records from the checkpoint's replay point to the snapshot's last entry, each
+//!   `u64 LSN, u32 length, payload`;
+//! - `META`: the snapshot's last entry (term, index) and the membership as of it.
+//!
+//! Installing one replaces the replica's checkpoint with the snapshot's, starts its log over at
+//! the checkpoint's replay point with the tail's records, and recovers its pools from those.
+
+use std::cell::RefCell;
+use std::fs::File;
+use std::io::{self, Read, Write};
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+
+use bytes::BufMut;
+use ferrite_store::persistence::ssd::checkpoint::{pages_name, sync_dir, MANIFEST_NAME};
+use ferrite_store::persistence::ssd::{
+    load_shard_in_mode, Checkpointer, Manifest, ReplayMode, ReplicaPools, ShardPaths,
+};
+use ferrite_store::persistence::wal::{read_range, FsStorage, Lsn};
+
+use super::types::{log_id, LogId, StoredMembership, C};
+use super::wire::{get_log_id, get_membership, put_log_id, put_membership, Reader};
+use crate::handler::ShardState;
+
+type SnapshotOf = openraft::type_config::alias::SnapshotOf<C, SnapshotFiles>;
+type SnapshotMeta = openraft::type_config::alias::SnapshotMetaOf<C>;
+
+const TAIL_NAME: &str = "TAIL";
+const META_NAME: &str = "META";
+
+/// A snapshot's files, in a directory of their own.
+#[derive(Debug, Clone)]
+pub struct SnapshotFiles {
+    pub dir: PathBuf,
+}
+
+impl SnapshotFiles {
+    /// Every file of the snapshot, by name, for sending.
+    pub fn files(&self) -> io::Result<Vec<String>> {
+        let mut names: Vec<String> = std::fs::read_dir(&self.dir)?
+            .filter_map(Result::ok)
+            .map(|entry| entry.file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        Ok(names)
+    }
+}
+
+/// The snapshots of one replica: where they are made, and the last one made or installed.
+#[derive(Debug, Clone)]
+pub(crate) struct SnapshotStore {
+    root: PathBuf,
+    current: Rc<RefCell<Option<(SnapshotMeta, SnapshotFiles)>>>,
+}
+
+impl SnapshotStore {
+    /// The store under `raft_dir`, with the last snapshot found there (if it is whole).
+    pub fn open(raft_dir: &Path) -> io::Result<SnapshotStore> {
+        let root = raft_dir.join("snapshots");
+        std::fs::create_dir_all(&root)?;
+        let mut newest: Option<(u64, PathBuf)> = None;
+        for entry in std::fs::read_dir(&root)?.filter_map(Result::ok) {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            match name.parse::<u64>() {
+                Ok(index) if newest.as_ref().is_none_or(|(best, _)| index > *best) => newest = Some((index, entry.path())),
+                // Half-made snapshots, and older ones, are removed.
+                _ => drop(std::fs::remove_dir_all(entry.path())),
+            }
+        }
+        let current = match newest {
+            Some((_, dir)) => read_meta(&dir).ok().map(|meta| (meta, SnapshotFiles { dir })),
+            None => None,
+        };
+        Ok(SnapshotStore { root, current: Rc::new(RefCell::new(current)) })
+    }
+
+    pub fn current(&self) -> Option<SnapshotOf> {
+        self.current
+            .borrow()
+            .as_ref()
+            .map(|(meta, files)| SnapshotOf { meta: meta.clone(), snapshot: files.clone() })
+    }
+
+    /// Where a snapshot being received is written.
+    pub fn incoming_dir(&self, tag: &str) -> PathBuf {
+        self.root.join(format!("incoming-{tag}"))
+    }
+
+    /// Makes a snapshot of the shard's last complete checkpoint and the log after it, as far as
+    /// the group committed and the log holds durably.
+    pub async fn build(
+        &self,
+        shard: &Rc<RefCell<ShardState>>,
+        paths: &ShardPaths,
+        membership: StoredMembership,
+    ) -> io::Result<SnapshotOf> {
+        let (manifest, last) = {
+            let state = shard.borrow();
+            let durability = state.durability.as_ref().ok_or_else(|| io::Error::other("no log"))?;
+            let replication = state.replication.as_ref().ok_or_else(|| io::Error::other("no replica"))?;
+            let applied = replication.applied.map_or(0, |id| id.index);
+            let last = applied.min(durability.log.durable_lsn());
+            let term = match last {
+                0 => 0,
+                _ => replication.read(last, last + 1)?.first().map(|entry| entry.log_id.leader_id.term).unwrap_or(0),
+            };
+            (durability.checkpointer.manifest().clone(), log_id(term, last))
+        };
+        if last.index + 1 < manifest.replay_from {
+            return Err(io::Error::other("the checkpoint is ahead of the durable log"));
+        }
+        let membership = membership_as_of(shard, last).unwrap_or(membership);
+        let meta = SnapshotMeta { last_log_id: Some(last), last_membership: membership };
+        let root = self.root.clone();
+        let checkpoint = paths.checkpoint.clone();
+        let wal = paths.wal.clone();
+        let meta_bytes = encode_meta(&meta);
+        let dir = tokio::task::spawn_blocking(move || {
+            write_snapshot(&root, &checkpoint, &wal, &manifest, last.index, &meta_bytes)
+        })
+        .await
+        .map_err(io::Error::other)??;
+        let files = SnapshotFiles { dir };
+        self.replace_current(meta.clone(), files.clone());
+        Ok(SnapshotOf { meta, snapshot: files })
+    }
+
+    /// Makes `files` the current snapshot, removing the one it replaces (a send that still
+    /// reads it has its files open).
+    fn replace_current(&self, meta: SnapshotMeta, files: SnapshotFiles) {
+        let old = self.current.borrow_mut().replace((meta, files.clone()));
+        if let Some((_, old)) = old.filter(|(_, old)| old.dir != files.dir) {
+            let _ = std::fs::remove_dir_all(old.dir);
+        }
+    }
+
+    /// Replaces the replica's state with the snapshot in `files` (received from the leader):
+    /// its checkpoint, its log (started over at the checkpoint's replay point with the tail's
+    /// records), and its pools, recovered from them.
+    pub async fn install(
+        &self,
+        shard: &Rc<RefCell<ShardState>>,
+        meta: &SnapshotMeta,
+        files: SnapshotFiles,
+    ) -> io::Result<()> {
+        let last = meta.last_log_id.ok_or_else(|| io::Error::other("a snapshot of nothing"))?;
+        let manifest = Manifest::read(&files.dir).map_err(io::Error::other)?.unwrap_or_default();
+        let (paths, log) = {
+            let mut state = shard.borrow_mut();
+            let durability = state.durability.as_mut().ok_or_else(|| io::Error::other("no log"))?;
+            durability.checkpointer.abandon();
+            (durability.paths.clone(), durability.log.clone())
+        };
+        // The log: everything it held is covered by the snapshot; it starts over at the
+        // checkpoint's replay point with the tail's records.
+        log.request_sync();
+        while !log.is_quiet() {
+            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+        }
+        let replay_from = manifest.replay_from.max(1);
+        log.restart_at(replay_from).map_err(io::Error::other)?;
+        for (lsn, payload) in read_tail(&files.dir.join(TAIL_NAME))? {
+            log.append_entry(lsn, &payload).map_err(io::Error::other)?;
+        }
+        if log.next_lsn() != last.index + 1 {
+            log.restart_at(last.index + 1).map_err(io::Error::other)?;
+        }
+        log.request_sync();
+        while !log.is_quiet() {
+            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+        }
+        // The checkpoint: the snapshot's files replace the replica's.
+        let checkpoint = paths.checkpoint.clone();
+        let from = files.dir.clone();
+        let installed = manifest.clone();
+        tokio::task::spawn_blocking(move || replace_checkpoint(&checkpoint, &from, &installed))
+            .await
+            .map_err(io::Error::other)??;
+        // The pools, recovered from them.
+        let loaded = {
+            let paths = paths.clone();
+            tokio::task::spawn_blocking(move || {
+                load_shard_in_mode(&paths, ReplayMode::Replicated { until: last.index }, &mut |_| {})
+            })
+            .await
+            .map_err(io::Error::other)?
+            .map_err(io::Error::other)?
+        };
+        let mut state = shard.borrow_mut();
+        if let Some(durability) = state.durability.as_mut() {
+            durability.checkpointer = Checkpointer::new(paths.checkpoint.clone(), loaded.manifest.clone());
+            durability.set_committed(last.index);
+        }
+        let replication = state.replication.as_mut().ok_or_else(|| io::Error::other("no replica"))?;
+        replication.replica = Some(ReplicaPools::new(loaded.pools, loaded.next_pool_id));
+        replication.installed(last, meta.last_membership.clone());
+        drop(state);
+        // Kept as this replica's own snapshot: another lagging replica may need it later.
+        let own = self.root.join(last.index.to_string());
+        let _ = std::fs::remove_dir_all(&own);
+        std::fs::rename(&files.dir, &own)?;
+        self.replace_current(meta.clone(), SnapshotFiles { dir: own });
+        Ok(())
+    }
+}
+
+/// The membership the replica applied as of entry `last`, from the two it keeps.
+fn membership_as_of(shard: &Rc<RefCell<ShardState>>, last: LogId) -> Option<StoredMembership> {
+    let state = shard.borrow();
+    let replication = state.replication.as_ref()?;
+    replication
+        .state
+        .state()
+        .memberships
+        .iter()
+        .rev()
+        .find(|(id, _)| id.index <= last.index)
+        .map(|(id, membership)| StoredMembership::new(Some(*id), membership.clone()))
+}
+
+fn write_snapshot(
+    root: &Path,
+    checkpoint: &Path,
+    wal: &Path,
+    manifest: &Manifest,
+    last: Lsn,
+    meta: &[u8],
+) -> io::Result<PathBuf> {
+    let temp = root.join(format!("{last}.tmp"));
+    let _ = std::fs::remove_dir_all(&temp);
+    std::fs::create_dir_all(&temp)?;
+    for pool in &manifest.pools {
+        for seq in &pool.chain {
+            let name = pages_name(pool.descriptor.id, *seq);
+            std::fs::hard_link(checkpoint.join(&name), temp.join(&name))?;
+        }
+    }
+    if checkpoint.join(MANIFEST_NAME).exists() {
+        std::fs::copy(checkpoint.join(MANIFEST_NAME), temp.join(MANIFEST_NAME))?;
+    }
+    let storage = FsStorage::open_dir(wal)?;
+    let mut tail = std::io::BufWriter::new(File::create(temp.join(TAIL_NAME))?);
+    let mut failed = None;
+    read_range(&storage, manifest.replay_from.max(1), last, |lsn, payload| {
+        if failed.is_none() {
+            let mut header = Vec::with_capacity(12);
+            header.put_u64_le(lsn);
+            header.put_u32_le(payload.len() as u32);
+            if let Err(error) = tail.write_all(&header).and_then(|()| tail.write_all(payload)) {
+                failed = Some(error);
+            }
+        }
+    })
+    .map_err(io::Error::other)?;
+    if let Some(error) = failed {
+        return Err(error);
+    }
+    tail.into_inner().map_err(io::Error::other)?.sync_all()?;
+    let mut meta_file = File::create(temp.join(META_NAME))?;
+    meta_file.write_all(meta)?;
+    meta_file.sync_all()?;
+    sync_dir(&temp)?;
+    let dir = root.join(last.to_string());
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::rename(&temp, &dir)?;
+    sync_dir(root)?;
+    Ok(dir)
+}
+
+/// The tail's records, in order.
+fn read_tail(path: &Path) -> io::Result<Vec<(Lsn, Vec<u8>)>> {
+    let mut bytes = Vec::new();
+    File::open(path)?.read_to_end(&mut bytes)?;
+    let mut records = Vec::new();
+    let mut r = Reader::new(&bytes);
+    let bad = |_| io::Error::other("the snapshot's log tail is damaged");
+    while !r.is_empty() {
+        let lsn = r.u64().map_err(bad)?;
+        let len = r.u32().map_err(bad)? as usize;
+        let payload = r.raw(len).map_err(bad)?;
+        records.push((lsn, payload.to_vec()));
+    }
+    Ok(records)
+}
+
+/// Replaces the checkpoint in `checkpoint` by the one in `from` (its page files and manifest),
+/// the manifest last, so a crash meanwhile leaves the old manifest (whose files are kept until
+/// then) or the new one whole.
+fn replace_checkpoint(checkpoint: &Path, from: &Path, manifest: &Manifest) -> io::Result<()> {
+    for pool in &manifest.pools {
+        for seq in &pool.chain {
+            let name = pages_name(pool.descriptor.id, *seq);
+            let target = checkpoint.join(&name);
+            if !target.exists() {
+                std::fs::hard_link(from.join(&name), &target)?;
+            }
+        }
+    }
+    sync_dir(checkpoint)?;
+    manifest.write(checkpoint).map_err(io::Error::other)?;
+    let kept: std::collections::HashSet<String> = manifest
+        .pools
+        .iter()
+        .flat_map(|pool| pool.chain.iter().map(move |seq| pages_name(pool.descriptor.id, *seq)))
+        .collect();
+    for entry in std::fs::read_dir(checkpoint)?.filter_map(Result::ok) {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name.ends_with(".pages") && !kept.contains(&name) {
+            std::fs::remove_file(entry.path())?;
+        }
+    }
+    sync_dir(checkpoint)
+}
+
+fn encode_meta(meta: &SnapshotMeta) -> Vec<u8> {
+    let mut out = Vec::new();
+    put_log_id(&mut out, &meta.last_log_id.unwrap_or_else(|| log_id(0, 0)));
+    match meta.last_membership.log_id() {
+        Some(id) => {
+            out.put_u8(1);
+            put_log_id(&mut out, id);
+        }
+        None => out.put_u8(0),
+    }
+    put_membership(&mut out, meta.last_membership.membership());
+    out
+}
+
+fn read_meta(dir: &Path) -> io::Result<SnapshotMeta> {
+    let mut bytes = Vec::new();
+    File::open(dir.join(META_NAME))?.read_to_end(&mut bytes)?;
+    decode_meta(&bytes)
+}
+
+pub fn decode_meta(bytes: &[u8]) -> io::Result<SnapshotMeta> {
+    let bad = |_| io::Error::other("a snapshot's META is damaged");
+    let mut r = Reader::new(bytes);
+    let last = get_log_id(&mut r).map_err(bad)?;
+    let membership_id = if r.bool().map_err(bad)? { Some(get_log_id(&mut r).map_err(bad)?) } else { None };
+    let membership = get_membership(&mut r).map_err(bad)?;
+    r.finish().map_err(bad)?;
+    Ok(SnapshotMeta { last_log_id: Some(last), last_membership: StoredMembership::new(membership_id, membership) })
+}
+
+pub fn encode_snapshot_meta(meta: &SnapshotMeta) -> Vec<u8> {
+    encode_meta(meta)
+}
