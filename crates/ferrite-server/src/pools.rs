@@ -192,6 +192,12 @@ impl Pools {
         self.next_handle
     }
 
+    /// Numbers new pools from `next` on, if that is higher (a replica that begins to lead takes
+    /// over the ids its group used).
+    pub fn continue_handles_from(&mut self, next: u64) {
+        self.next_handle = self.next_handle.max(next);
+    }
+
     pub fn find(&self, name: &str) -> Option<PoolHandle> {
         self.by_name.get(name).copied()
     }

@@ -4,8 +4,11 @@
 //! - [`view`]: what a node knows of its cluster (members, each group's leader), shared by its
 //!   shards.
 
+pub mod group;
 pub mod log_store;
+pub mod network;
 pub mod replication;
+pub mod restart;
 pub mod snapshot;
 pub mod state_file;
 pub mod state_machine;

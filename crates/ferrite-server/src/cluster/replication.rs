@@ -19,14 +19,18 @@
 //! ([`Replication::restart_reason`]).
 
 use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
+use std::time::Instant;
 
 use bytes::Bytes;
 use ferrite_store::persistence::ssd::entry::Entry as Framed;
 use ferrite_store::persistence::ssd::{FramedEntry, ReplicaPools, SharedLog};
 use ferrite_store::persistence::wal::{read_range, FsStorage, Lsn};
 use openraft::EntryPayload;
+use tokio::sync::Notify;
 
 use super::state_file::StateFile;
+use crate::completion::Completion;
 use super::types::{log_id, Entry, LogId, Redo, StoredMembership};
 use super::wire::{get_membership, put_membership, Reader};
 
@@ -38,6 +42,8 @@ const CACHE_BYTES_MAX: usize = 64 << 20;
 pub(crate) enum Role {
     /// Follows (or is a candidate, a learner, or uninitialized): answers no requests.
     Following,
+    /// Won the election of `term` and applies what came before it: requests wait.
+    Elected { term: u64 },
     /// Leads `term` and has applied every entry before its own: executes requests.
     Leading { term: u64 },
 }
@@ -71,6 +77,21 @@ pub(crate) struct Replication {
     restart: Option<String>,
     /// The log's directory, to read back entries no longer in memory.
     storage: FsStorage,
+    /// Told when the shard appended entries to propose (see `group::propose`).
+    pub proposals: Arc<Notify>,
+    /// Requests that wait for this replica to begin leading (it won the election and applies
+    /// what came before its term) or for a read's leadership to be confirmed: run again then.
+    pub waiters: Vec<Arc<Completion>>,
+    /// Until when this replica may answer reads without asking a quorum: a quorum acknowledged
+    /// it as leader recently enough that no other replica can have been elected yet.
+    pub lease_until: Option<Instant>,
+    /// How long a confirmation of leadership holds (see `GroupSettings::lease`).
+    pub lease: std::time::Duration,
+    /// Told when a request waits for leadership to be confirmed (see `group::confirm_leadership`).
+    pub confirmations: Arc<Notify>,
+    /// Set while a membership change runs on this leader: requests wait, so that no entry the
+    /// shard executes takes the index Raft gives the change.
+    pub changing_membership: bool,
 }
 
 impl Replication {
@@ -105,6 +126,12 @@ impl Replication {
             membership,
             restart: None,
             storage,
+            proposals: Arc::default(),
+            waiters: Vec::new(),
+            lease_until: None,
+            lease: std::time::Duration::ZERO,
+            confirmations: Arc::default(),
+            changing_membership: false,
         }
     }
 
@@ -131,10 +158,29 @@ impl Replication {
         matches!(self.role, Role::Leading { .. })
     }
 
-    /// Begins leading `term`: the shard's log frames what it appends from now on.
+    /// Begins leading `term`: the shard's log frames what it appends from now on, and tells the
+    /// proposer.
     pub fn begin_leading(&mut self, term: u64, log: &SharedLog) {
         self.role = Role::Leading { term };
-        log.frame_as(term, self.node_id, self.next_seq);
+        let proposals = Arc::clone(&self.proposals);
+        log.frame_as(term, self.node_id, self.next_seq, Box::new(move || proposals.notify_one()));
+    }
+
+    /// Runs every waiting request again.
+    pub fn wake_waiters(&mut self) {
+        for waiter in self.waiters.drain(..) {
+            waiter.wake();
+        }
+    }
+
+    /// Extends the lease to `until`, if that is later.
+    pub fn renew_lease(&mut self, until: Option<Instant>) {
+        self.lease_until = self.lease_until.max(until);
+    }
+
+    /// Whether this leader's lease covers a read now.
+    pub fn lease_holds(&self, now: Instant) -> bool {
+        self.lease_until.is_some_and(|until| now < until)
     }
 
     /// Takes the entries the shard appended while executing requests: they are kept for

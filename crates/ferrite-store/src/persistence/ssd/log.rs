@@ -32,13 +32,26 @@ struct LogState<S: LogStorage> {
 }
 
 /// How the records a leading replica appends are framed as its group's log entries.
-#[derive(Debug)]
 struct Framing {
     term: u64,
     origin: u64,
     next_seq: u64,
     /// Entries appended and not yet taken by [`SharedLog::take_framed`].
     appended: Vec<FramedEntry>,
+    /// Called when an entry is appended while none waits to be taken: the replica's proposer
+    /// wakes once per batch of entries, not once per entry.
+    wake: Box<dyn Fn() + Send>,
+}
+
+impl std::fmt::Debug for Framing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Framing")
+            .field("term", &self.term)
+            .field("origin", &self.origin)
+            .field("next_seq", &self.next_seq)
+            .field("appended", &self.appended.len())
+            .finish_non_exhaustive()
+    }
 }
 
 /// A record the shard appended as an entry of its group's log.
@@ -191,6 +204,9 @@ impl<S: LogStorage + Clone + 'static> SharedLog<S> {
         encode(&mut scratch);
         let appended = Self::append_locked(&mut state, self, &scratch);
         if let (Ok(lsn), Some((term, seq)), Some(framing)) = (&appended, framed, state.framing.as_mut()) {
+            if framing.appended.is_empty() {
+                (framing.wake)();
+            }
             framing.appended.push(FramedEntry { lsn: *lsn, term, seq, payload: scratch.clone() });
         }
         if scratch.capacity() <= RETAINED_SCRATCH_BYTES_MAX {
@@ -201,8 +217,9 @@ impl<S: LogStorage + Clone + 'static> SharedLog<S> {
 
     /// From now on, frames the records the shard appends as normal entries of `term` written by
     /// node `origin`, numbered from `first_seq` (cluster mode, while this node leads its group).
-    pub fn frame_as(&self, term: u64, origin: u64, first_seq: u64) {
-        self.lock().framing = Some(Framing { term, origin, next_seq: first_seq, appended: Vec::new() });
+    /// `wake` is called when entries wait to be taken ([`SharedLog::take_framed`]) where none did.
+    pub fn frame_as(&self, term: u64, origin: u64, first_seq: u64, wake: Box<dyn Fn() + Send>) {
+        self.lock().framing = Some(Framing { term, origin, next_seq: first_seq, appended: Vec::new(), wake });
     }
 
     /// Stops framing (this node no longer leads); returns the entries not yet taken.

@@ -1,0 +1,355 @@
+//! A shard's group at run time, on the shard's thread: its Raft, the listener its peers reach it
+//! on, and the tasks around them: completing flushes, proposing what the leader executed,
+//! saving the committed position, and following Raft's metrics to lead (promote the pools) or
+//! stop leading (restart the process) and to keep the node's cluster map current.
+
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use openraft::async_runtime::{Instant as _, WatchReceiver};
+use openraft::ServerState;
+use tokio::net::TcpListener;
+use tokio::sync::{watch, Notify};
+
+use super::log_store::{complete_flushes, ShardLog};
+use super::network::{serve_peers, PeerContext, PeerNetwork, ShardRaft};
+use super::replication::Role;
+use super::snapshot::SnapshotStore;
+use super::state_machine::ShardMachine;
+use super::types::{Redo, ShardNode};
+use super::view::{GroupView, NodeInfo};
+use crate::handler::ShardState;
+
+/// How a node's groups run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupSettings {
+    pub node_id: u64,
+    pub election_timeout_ms: (u64, u64),
+    pub heartbeat_ms: u64,
+}
+
+impl GroupSettings {
+    /// How long after a quorum acknowledged it a leader may still answer alone: the shortest
+    /// election timeout (no follower grants a vote sooner after hearing from its leader), less a
+    /// tenth for clocks that run at different rates. Ferrite assumes the nodes' clocks run at
+    /// rates within a tenth of each other.
+    pub fn lease(&self) -> Duration {
+        Duration::from_millis(self.election_timeout_ms.0) * 9 / 10
+    }
+}
+
+/// How often the committed position is saved and the entry cache trimmed.
+const HOUSEKEEPING: Duration = Duration::from_millis(500);
+
+/// What a shard does when its replica begins to lead: creates pools it keeps by default (the
+/// RESP pool), which only a leader can write.
+pub(crate) type OnLeading = Box<dyn Fn(&mut ShardState)>;
+
+/// Runs the shard's group until `stop`.
+pub(crate) async fn run(
+    shard: Rc<RefCell<ShardState>>,
+    peers: std::net::TcpListener,
+    settings: GroupSettings,
+    raft_dir: std::path::PathBuf,
+    on_leading: OnLeading,
+    mut stop: watch::Receiver<bool>,
+) -> std::io::Result<()> {
+    let group = shard.borrow().replication.as_ref().map_or(0, |replication| replication.group);
+    let snapshots = SnapshotStore::open(&raft_dir)?;
+    let raft_cell = Rc::new(RefCell::new(None));
+    let admits = {
+        let shard = Rc::clone(&shard);
+        Rc::new(move |from: u64| {
+            let state = shard.borrow();
+            let Some(replication) = state.replication.as_ref() else { return false };
+            let membership = replication.membership.membership();
+            membership.voter_ids().next().is_none() || membership.get_node(&from).is_some()
+        })
+    };
+    let context = PeerContext {
+        group: group as u16,
+        node_id: settings.node_id,
+        raft: Rc::clone(&raft_cell),
+        snapshots: snapshots.clone(),
+        admits,
+    };
+    let peer_task = tokio::task::spawn_local(serve_peers(TcpListener::from_std(peers)?, context, stop.clone()));
+    let log = ShardLog::new(Rc::clone(&shard));
+    let local_durable = shard.borrow().durability.as_ref().map(|durability| durability.local_durable());
+    let flush_task = local_durable.map(|durable| tokio::task::spawn_local(complete_flushes(log.flushes(), durable)));
+    let config = raft_config(&settings).map_err(std::io::Error::other)?;
+    let machine = ShardMachine::new(Rc::clone(&shard), snapshots);
+    let network = PeerNetwork { group: group as u16, node_id: settings.node_id };
+    let raft = ShardRaft::new(settings.node_id, config, network, log, machine).await.map_err(std::io::Error::other)?;
+    *raft_cell.borrow_mut() = Some(raft.clone());
+    let (proposals, confirmations) = match shard.borrow_mut().replication.as_mut() {
+        Some(replication) => {
+            replication.lease = settings.lease();
+            (Arc::clone(&replication.proposals), Arc::clone(&replication.confirmations))
+        }
+        None => return Ok(()),
+    };
+    let proposer = tokio::task::spawn_local(propose(Rc::clone(&shard), raft.clone(), proposals, stop.clone()));
+    let housekeeping = tokio::task::spawn_local(housekeep(Rc::clone(&shard), stop.clone()));
+    let leases = tokio::task::spawn_local(keep_lease(Rc::clone(&shard), raft.clone(), settings.lease()));
+    let confirming =
+        tokio::task::spawn_local(confirm_leadership(Rc::clone(&shard), raft.clone(), confirmations, settings.lease()));
+    let mut metrics = raft.metrics();
+    loop {
+        follow(&shard, &raft, &settings, &on_leading);
+        tokio::select! {
+            _ = stop.wait_for(|stop| *stop) => break,
+            changed = metrics.changed() => if changed.is_err() { break },
+        }
+    }
+    for task in [proposer, housekeeping, leases, confirming] {
+        task.abort();
+    }
+    if let Some(task) = flush_task {
+        task.abort();
+    }
+    let _ = raft.shutdown().await;
+    let _ = peer_task.await;
+    Ok(())
+}
+
+/// Keeps the leader's lease current from Raft's record of the last quorum acknowledgement.
+async fn keep_lease(shard: Rc<RefCell<ShardState>>, raft: ShardRaft, lease: Duration) {
+    let mut metrics = raft.data_metrics();
+    loop {
+        let acked = metrics.borrow_watched().last_quorum_acked.as_ref().map(|acked| acked.elapsed());
+        if let Some(replication) = shard.borrow_mut().replication.as_mut() {
+            let until = acked.and_then(|since| lease.checked_sub(since)).map(|left| std::time::Instant::now() + left);
+            replication.renew_lease(until);
+        }
+        if metrics.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
+/// Confirms with a quorum that this replica still leads (a heartbeat round) whenever requests
+/// wait for it (their leader's lease lapsed), which renews the lease, then runs them again. A
+/// failed confirmation runs them after a pause; by then Raft's state says whether this replica
+/// still leads.
+async fn confirm_leadership(
+    shard: Rc<RefCell<ShardState>>,
+    raft: ShardRaft,
+    confirmations: Arc<Notify>,
+    lease: Duration,
+) {
+    loop {
+        confirmations.notified().await;
+        let asked = std::time::Instant::now();
+        let confirmed = raft.ensure_linearizable(openraft::ReadPolicy::ReadIndex).await.is_ok();
+        if !confirmed {
+            tokio::time::sleep(CONFIRM_RETRY).await;
+        }
+        let mut state = shard.borrow_mut();
+        let Some(replication) = state.replication.as_mut() else { return };
+        if confirmed {
+            // A quorum heard from this leader after `asked`: none of them votes for another
+            // before `asked` plus the lease.
+            replication.renew_lease(Some(asked + lease));
+        }
+        replication.wake_waiters();
+    }
+}
+
+/// Pause before requests that waited for a failed confirmation of leadership run again.
+const CONFIRM_RETRY: Duration = Duration::from_millis(10);
+
+/// openraft's configuration for a group of a node with `settings`.
+fn raft_config(settings: &GroupSettings) -> Result<Arc<openraft::Config>, openraft::ConfigError> {
+    let config = openraft::Config {
+        cluster_name: "ferrite".into(),
+        election_timeout_min: settings.election_timeout_ms.0,
+        election_timeout_max: settings.election_timeout_ms.1,
+        heartbeat_interval: settings.heartbeat_ms,
+        // Snapshots are the shard's checkpoints: one is offered after each (see checkpointing).
+        snapshot_policy: openraft::SnapshotPolicy::Never,
+        // Entries behind a snapshot stay while a checkpoint interval's worth of them may still
+        // be wanted by a replica catching up from it.
+        max_in_snapshot_log_to_keep: 100_000,
+        enable_pre_vote: Some(true),
+        // A restarted leader holds elections like any node: what it committed before is only
+        // replayed from its log, not taken for granted.
+        enable_leader_restore: Some(false),
+        ..openraft::Config::default()
+    };
+    config.validate().map(Arc::new)
+}
+
+/// Looks at Raft's state after a change: keeps the cluster map current, begins leading once the
+/// replica applied everything before its own term, and restarts the process if it stops leading
+/// (or must, for another reason).
+fn follow(shard: &Rc<RefCell<ShardState>>, raft: &ShardRaft, settings: &GroupSettings, on_leading: &OnLeading) {
+    let metrics = raft.metrics().borrow_watched().clone();
+    let mut state = shard.borrow_mut();
+    let Some(replication) = state.replication.as_mut() else { return };
+    if let Some(reason) = replication.restart_reason() {
+        super::restart::restart_process(reason);
+    }
+    let leads = metrics.state == ServerState::Leader && metrics.current_leader == Some(settings.node_id);
+    let term = metrics.current_term;
+    let applied_own_term = metrics.last_applied.is_some_and(|id| id.leader_id.term == term);
+    match replication.role {
+        Role::Leading { term: led } if !leads || term != led => {
+            super::restart::restart_process(&format!(
+                "this replica stopped leading group {} (term {led}); it restarts to drop what the group did not commit",
+                replication.group
+            ));
+        }
+        Role::Following | Role::Elected { .. } if leads && applied_own_term => {
+            state.begin_leading(term);
+            on_leading(&mut state);
+        }
+        Role::Following if leads => replication.role = Role::Elected { term },
+        Role::Elected { .. } if !leads => {
+            replication.role = Role::Following;
+            replication.wake_waiters();
+        }
+        _ => {}
+    }
+    state.publish_group(&metrics);
+}
+
+impl ShardState {
+    /// This replica leads `term` and has applied every entry before its own: its pools become
+    /// stores that execute requests.
+    fn begin_leading(&mut self, term: u64) {
+        let Some(durability) = &self.durability else { return };
+        let log = durability.log.clone();
+        let Some(replication) = self.replication.as_mut() else { return };
+        let Some(replica) = replication.replica.take() else { return };
+        let group = replication.group;
+        let next_pool_id = replica.next_pool_id;
+        for (_, pool) in replica.pools {
+            let name = pool.descriptor.name.clone();
+            if let Err(error) = self.pools.insert_recovered(pool) {
+                super::restart::restart_process(&format!("pool '{name}' cannot be opened: {error}"));
+            }
+        }
+        self.pools.continue_handles_from(next_pool_id);
+        if let Some(replication) = self.replication.as_mut() {
+            replication.begin_leading(term, &log);
+            replication.wake_waiters();
+        }
+        tracing::info!(shard = self.index, group, term, "this replica leads its group");
+    }
+
+    /// Writes what this replica knows of its group into the node's cluster map.
+    fn publish_group(&mut self, metrics: &openraft::RaftMetrics<super::types::C>) {
+        let (Some(cluster), Some(replication)) = (&self.cluster, &self.replication) else { return };
+        let membership = metrics.membership_config.membership();
+        let mut voters: Vec<u64> = membership.voter_ids().collect();
+        voters.sort_unstable();
+        let mut learners: Vec<u64> = membership.learner_ids().collect();
+        learners.sort_unstable();
+        let matched = metrics
+            .replication
+            .as_ref()
+            .map(|progress| {
+                progress.iter().filter_map(|(node, matched)| Some((*node, matched.as_ref()?.index))).collect()
+            })
+            .unwrap_or_default();
+        let seen = GroupView {
+            leader: metrics.current_leader,
+            term: metrics.current_term,
+            voters,
+            learners,
+            leads_here: replication.leads(),
+            matched,
+            last_log: metrics.last_log_index.unwrap_or(0),
+        };
+        let members: Vec<NodeInfo> = membership.nodes().map(|(id, node)| node_info(*id, node)).collect();
+        cluster.map.update_group(cluster.group, seen, &members, &replication.state.state().cluster_id);
+    }
+}
+
+pub fn node_info(node_id: u64, node: &ShardNode) -> NodeInfo {
+    NodeInfo { node_id, peer: node.peer.clone(), native: node.native.clone(), resp: node.resp.clone() }
+}
+
+/// Proposes, once per turn of the shard's loop that executed writes, the entries the leader
+/// appended: in log order, in one batch, each by its sequence number. A proposal Raft refuses
+/// (this replica no longer leads, its lease lapsed) means memory holds writes the group will
+/// not have: the process restarts.
+async fn propose(
+    shard: Rc<RefCell<ShardState>>,
+    raft: ShardRaft,
+    proposals: Arc<Notify>,
+    mut stop: watch::Receiver<bool>,
+) {
+    loop {
+        tokio::select! {
+            _ = stop.wait_for(|stop| *stop) => return,
+            () = proposals.notified() => {}
+        }
+        let batch = {
+            let mut state = shard.borrow_mut();
+            let Some(log) = state.durability.as_ref().map(|durability| durability.log.clone()) else { continue };
+            let Some(replication) = state.replication.as_mut() else { continue };
+            replication.take_executed(&log)
+        };
+        if batch.is_empty() {
+            continue;
+        }
+        let data: Vec<Redo> = batch.iter().map(|(_, seq)| Redo::Appended { seq: *seq }).collect();
+        let results = match raft.client_write_many(data).await {
+            Ok(results) => results,
+            Err(fatal) => super::restart::restart_process(&format!("Raft stopped: {fatal}")),
+        };
+        let shard = Rc::clone(&shard);
+        tokio::task::spawn_local(async move {
+            let mut results = results;
+            while let Some(result) = results.next().await {
+                let refused = match result {
+                    Ok(Ok(_)) => None,
+                    Ok(Err(error)) => Some(error.to_string()),
+                    Err(fatal) => Some(fatal.to_string()),
+                };
+                if let Some(reason) = refused {
+                    if let Some(replication) = shard.borrow_mut().replication.as_mut() {
+                        replication.must_restart(format!("an entry this replica executed was not committed: {reason}"));
+                    }
+                    super::restart::restart_process(&format!(
+                        "an entry this replica executed was not committed ({reason}); it restarts to drop it"
+                    ));
+                }
+            }
+        });
+    }
+}
+
+/// Saves the committed position now and then, and trims the entry cache.
+async fn housekeep(shard: Rc<RefCell<ShardState>>, mut stop: watch::Receiver<bool>) {
+    loop {
+        tokio::select! {
+            _ = stop.wait_for(|stop| *stop) => return,
+            () = tokio::time::sleep(HOUSEKEEPING) => {}
+        }
+        let mut state = shard.borrow_mut();
+        let durable = state.durability.as_ref().map_or(0, |durability| durability.log.durable_lsn());
+        if let Some(replication) = state.replication.as_mut() {
+            replication.trim_cache(durable);
+            if let Err(error) = replication.save_committed() {
+                tracing::warn!(%error, "cannot save the group's committed position");
+            }
+        }
+    }
+}
+
+/// The members a new group starts with, by node id.
+pub fn members(nodes: &[NodeInfo]) -> BTreeMap<u64, ShardNode> {
+    nodes
+        .iter()
+        .map(|node| {
+            (node.node_id, ShardNode { peer: node.peer.clone(), native: node.native.clone(), resp: node.resp.clone() })
+        })
+        .collect()
+}
