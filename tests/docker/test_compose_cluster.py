@@ -227,8 +227,8 @@ def test_three_nodes_start_serve_both_protocols_and_leave_nothing_behind(cluster
     assert cluster.leftovers() == {"container": [], "network": [], "volume": []}
 
 
-# CLUSTER STEPS: the checks of replication through the compose cluster, per
-# /work/notes/cluster-spec.md. They run once the built server has cluster mode (`--node-id`) and
+# CLUSTER STEPS: the checks of replication through the compose cluster (docs/cluster.md), written
+# before cluster mode existed. They run once the built server has cluster mode (`--node-id`) and
 # the CLI has `ferrite cluster init`; until then the test is skipped and says so. Adjust the
 # commands here (and the cluster-init service of the compose file) if the CLI's form differs.
 CLUSTER_POOL = "replicated"
