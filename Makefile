@@ -6,7 +6,7 @@ PYTHON := $(VENV)/bin/python
 # Extra arguments for `make run`, e.g. `make run ARGS="--shards 2"`.
 ARGS ?=
 
-.PHONY: run build test test-rust test-python test-c test-bench test-fuzz bench lint deps clean
+.PHONY: run build image test test-rust test-python test-docker test-c test-bench test-fuzz bench lint deps clean
 
 ## run: build the release binaries and start a server on the embedded default configuration
 run: build
@@ -19,8 +19,13 @@ build:
 		-p ferrite-plugin-passthru -p ferrite-plugin-counter -p ferrite-plugin-faulty -p ferrite-plugin-filter \
 		-p ferrite-plugin-tabulator -p ferrite-plugin-versioning
 
+## image: the container image ferrite:latest from the release binaries and this machine's shared
+## libraries, with no registry (deploy/docker/build-image.sh; docs/deployment.md)
+image: build
+	deploy/docker/build-image.sh
+
 ## test: install what the tests need, check formatting and lints, run every test suite
-test: deps lint test-rust test-python test-c test-bench test-fuzz
+test: deps lint test-rust test-python test-docker test-c test-bench test-fuzz
 
 ## deps: Python venv with the pinned test packages, and redis-cli (Debian's redis-tools)
 deps: $(VENV)/.installed
@@ -50,6 +55,13 @@ test-python: deps
 	$(PYTHON) -m pytest testdata/protocol tests/python -q
 	$(VENV)/bin/pip install --quiet --disable-pip-version-check ./clients/python
 	$(PYTHON) -m pytest clients/python/tests -q
+
+## test-docker: the three-node cluster of deploy/docker-compose.cluster.yml in containers of an image
+## made from the debug binaries with no registry, on a compose project of its own that it removes;
+## skipped, saying why, where no Docker engine answers (tests/docker)
+test-docker: deps
+	$(CARGO) build --workspace
+	$(PYTHON) -m pytest tests/docker -q -rs
 
 ## test-c: the C client (libferrite) against real servers, under AddressSanitizer and valgrind, and
 ## the C and C++ examples built through pkg-config

@@ -237,7 +237,7 @@ def build_c_bench(profile: str, directory: str) -> Path | None:
     library = REPO_ROOT / "target" / profile
     if shutil.which("gcc") is None or not (library / "libferrite.so").exists():
         return None
-    # The binary needs the library by its SONAME (libferrite.so.0.1 for 0.1.x), and cargo builds
+    # The binary needs the library by its SONAME (libferrite.so.0.2 for 0.2.x), and cargo builds
     # only libferrite.so: the SONAME is linked to it, as clients/c/install.sh does in a prefix.
     dynamic = subprocess.run(["objdump", "-p", str(library / "libferrite.so")], capture_output=True, text=True,
                              check=True).stdout

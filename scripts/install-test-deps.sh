@@ -8,7 +8,8 @@ cd "$(dirname "$0")/.."
 
 # Debian packages: redis-cli (redis-tools) for the RESP listener's tests; redis-server,
 # redis-benchmark (redis-tools) and memcached for `bench/compare --quick` (make test-bench); the C
-# toolchain, valgrind and pkg-config for the C client's tests (make test-c).
+# toolchain, valgrind and pkg-config for the C client's tests (make test-c); iproute2, nftables and
+# util-linux for the cluster test harness.
 missing=""
 command -v redis-cli >/dev/null 2>&1 && command -v redis-benchmark >/dev/null 2>&1 || missing="$missing redis-tools"
 command -v redis-server >/dev/null 2>&1 || missing="$missing redis-server"
@@ -19,6 +20,12 @@ command -v g++ >/dev/null 2>&1 || missing="$missing g++"
 command -v valgrind >/dev/null 2>&1 || missing="$missing valgrind"
 command -v pkg-config >/dev/null 2>&1 || missing="$missing pkg-config"
 command -v openssl >/dev/null 2>&1 || missing="$missing openssl"
+# The cluster tests' harness: ip (network namespaces, veth, bridge), nft (partitions), setpriv
+# (nodes die with the test process), python3 (the harness self-test's stand-in server).
+command -v ip >/dev/null 2>&1 || missing="$missing iproute2"
+command -v nft >/dev/null 2>&1 || missing="$missing nftables"
+command -v setpriv >/dev/null 2>&1 || missing="$missing util-linux"
+command -v python3 >/dev/null 2>&1 || missing="$missing python3"
 if [ -n "$missing" ]; then
     echo "installing$missing from Debian"
     sudo=""

@@ -1,5 +1,5 @@
 //! Gives libferrite.so its SONAME, so a program linked against it records the ABI it was built
-//! for (`libferrite.so.0.1` for 0.1.x: before 1.0 a minor release may change the ABI), and the
+//! for (`libferrite.so.0.2` for 0.2.x: before 1.0 a minor release may change the ABI), and the
 //! loader refuses a later, incompatible library instead of calling it wrongly. `install.sh`
 //! installs the library under that name, with `libferrite.so` as the link for `-lferrite`.
 

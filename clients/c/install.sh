@@ -58,8 +58,8 @@ version=$(cd "$repo" && "$cargo" pkgid -p ferrite-c | sed 's/.*[#@]//')
 destdir=${DESTDIR:-}
 install -d "$destdir$includedir" "$destdir$libdir" "$destdir$libdir/pkgconfig"
 install -m 0644 "$here/include/ferrite.h" "$destdir$includedir/ferrite.h"
-# The shared library under its full version, the SONAME programs record (build.rs: libferrite.so.0.1
-# for 0.1.x, libferrite.so.MAJOR from 1.0) as a link to it, and libferrite.so for `-lferrite`.
+# The shared library under its full version, the SONAME programs record (build.rs: libferrite.so.0.2
+# for 0.2.x, libferrite.so.MAJOR from 1.0) as a link to it, and libferrite.so for `-lferrite`.
 major=${version%%.*}
 minor=${version#*.}
 minor=${minor%%.*}

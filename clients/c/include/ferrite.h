@@ -386,7 +386,7 @@ const char *ferrite_last_error(void);
 // never free it.
 const char *ferrite_status_name(int status);
 
-// The library's version, e.g. "0.1.0" (the Ferrite release it belongs to). Static: never free it.
+// The library's version, e.g. "0.2.0" (the Ferrite release it belongs to). Static: never free it.
 const char *ferrite_version(void);
 
 // Connects to the server shard at `address` ("host:port"; any shard will do) and learns the

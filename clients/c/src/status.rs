@@ -344,7 +344,7 @@ pub extern "C" fn ferrite_status_name(status: c_int) -> *const c_char {
     ALL_STATUSES.iter().find(|s| **s as c_int == status).map_or(c"unknown", |s| s.name()).as_ptr()
 }
 
-/// The library's version, e.g. "0.1.0" (the Ferrite release it belongs to). Static: never free it.
+/// The library's version, e.g. "0.2.0" (the Ferrite release it belongs to). Static: never free it.
 #[no_mangle]
 pub extern "C" fn ferrite_version() -> *const c_char {
     const VERSION: &CStr = match CStr::from_bytes_with_nul(concat!(env!("CARGO_PKG_VERSION"), "\0").as_bytes()) {

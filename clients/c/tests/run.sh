@@ -126,7 +126,7 @@ cflags=(-std=c11 -D_DEFAULT_SOURCE -Wall -Wextra -Werror -g -I clients/c/include
 test_source=clients/c/tests/test_ferrite.c
 
 step "the C test against libferrite.so"
-# The test records the library's SONAME (libferrite.so.0.1 for 0.1.x) and the loader looks for
+# The test records the library's SONAME (libferrite.so.0.2 for 0.2.x) and the loader looks for
 # that name in the rpath: cargo builds only libferrite.so, so the SONAME is linked to it, as
 # install.sh does in a prefix.
 soname=$(objdump -p "$bin/libferrite.so" | awk '$1 == "SONAME" { print $2 }')

@@ -399,19 +399,9 @@ impl TestServer {
 
     /// Waits up to `timeout` for the process to exit; `None` if it is still running then.
     pub fn wait_exit(&mut self, timeout: Duration) -> Option<ExitStatus> {
-        let child = self.child.as_mut()?;
-        let deadline = Instant::now() + timeout;
-        loop {
-            match child.try_wait() {
-                Ok(Some(status)) => {
-                    self.child = None;
-                    return Some(status);
-                }
-                Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(10)),
-                Ok(None) => return None,
-                Err(e) => panic!("cannot wait for ferrite-server (pid {}): {e}", self.pid),
-            }
-        }
+        let status = wait_exit(self.child.as_mut()?, timeout)?;
+        self.child = None;
+        Some(status)
     }
 
     /// Stops the server with SIGTERM and asserts that it exits with status 0 within
@@ -467,7 +457,22 @@ fn dialable(announced: &str) -> SocketAddr {
     address
 }
 
-fn signal(pid: u32, which: &str) {
+/// Waits up to `timeout` for `child` to exit; `None` if it is still running then.
+pub fn wait_exit(child: &mut Child, timeout: Duration) -> Option<ExitStatus> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        match child.try_wait() {
+            Ok(Some(status)) => return Some(status),
+            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(10)),
+            Ok(None) => return None,
+            Err(e) => panic!("cannot wait for pid {}: {e}", child.id()),
+        }
+    }
+}
+
+/// Sends signal `which` (`-TERM`, `-KILL`, `-STOP`, ...) to process `pid`; a process that has
+/// already exited is not an error (the caller's wait tells).
+pub fn signal(pid: u32, which: &str) {
     // `kill(1)` rather than libc: the workspace denies unsafe code, and this is not hot.
     let status = Command::new("kill").arg(which).arg(pid.to_string()).status();
     match status {
