@@ -59,6 +59,59 @@ pub struct Config {
     pub backup: BackupConfig,
     /// Users, their grants and quotas.
     pub auth: AuthConfig,
+    /// Cluster mode: this server is a node whose shards are replicas of Raft groups.
+    pub cluster: ClusterConfig,
+}
+
+/// The `[cluster]` table (see `docs/cluster.md`). A server is a cluster node when `node_id` is
+/// set (or `--node-id` given); otherwise it is a single server and the rest is unused.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ClusterConfig {
+    /// This node's id: 1 or more, unique in its cluster, never reused for another node.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub node_id: Option<u64>,
+    /// `HOST:PORT` of the peer listener of group 0, where the other nodes reach this one; group g
+    /// listens on PORT + g. Default: the client listener's host, port 7300.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub peer_listen: Option<std::net::SocketAddr>,
+    /// The host name or address other nodes and clients are told to reach this node at.
+    /// Default: the listener's address (127.0.0.1 if that is a wildcard: set it then).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub advertise_host: Option<String>,
+    /// A follower that hears nothing from its leader for a random time in `[min, max]`
+    /// milliseconds starts an election: failover takes about that long.
+    pub election_timeout_ms: [u64; 2],
+    /// How often a leader tells its followers it is there, in milliseconds.
+    pub heartbeat_ms: u64,
+    /// A file holding the cluster's secret (16 bytes or more), the same on every node: peers
+    /// prove they hold it before any message is taken. Without one, anyone who reaches the peer
+    /// port can act as a node.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub secret_file: Option<PathBuf>,
+}
+
+/// The default peer port of group 0.
+pub const PEER_PORT_DEFAULT: u16 = 7300;
+
+impl Default for ClusterConfig {
+    fn default() -> Self {
+        ClusterConfig {
+            node_id: None,
+            peer_listen: None,
+            advertise_host: None,
+            election_timeout_ms: [300, 600],
+            heartbeat_ms: 75,
+            secret_file: None,
+        }
+    }
+}
+
+impl ClusterConfig {
+    /// Whether the server is a cluster node.
+    pub fn enabled(&self) -> bool {
+        self.node_id.is_some()
+    }
 }
 
 /// The `[auth]` table. Without a users file every client may do everything; with one, clients
@@ -135,6 +188,7 @@ impl Default for Config {
             tls: TlsConfig::default(),
             backup: BackupConfig::default(),
             auth: AuthConfig::default(),
+            cluster: ClusterConfig::default(),
         }
     }
 }
@@ -420,6 +474,12 @@ pub struct Overrides {
     pub tls_client_ca: Option<PathBuf>,
     /// `--users FILE`: replaces `[auth] users_file`.
     pub users_file: Option<PathBuf>,
+    /// `--node-id`, `--peer-listen`, `--advertise-host`, `--cluster-secret`: replace the
+    /// `[cluster]` table's.
+    pub node_id: Option<u64>,
+    pub peer_listen: Option<std::net::SocketAddr>,
+    pub advertise_host: Option<String>,
+    pub cluster_secret: Option<PathBuf>,
 }
 
 impl Config {
@@ -501,6 +561,18 @@ impl Config {
         if overrides.users_file.is_some() {
             self.auth.users_file.clone_from(&overrides.users_file);
         }
+        if overrides.node_id.is_some() {
+            self.cluster.node_id = overrides.node_id;
+        }
+        if overrides.peer_listen.is_some() {
+            self.cluster.peer_listen = overrides.peer_listen;
+        }
+        if overrides.advertise_host.is_some() {
+            self.cluster.advertise_host.clone_from(&overrides.advertise_host);
+        }
+        if overrides.cluster_secret.is_some() {
+            self.cluster.secret_file.clone_from(&overrides.cluster_secret);
+        }
         self.validate()?;
         Ok(self)
     }
@@ -578,6 +650,7 @@ impl Config {
             return invalid("durability.checkpoint_interval_secs must be at least 1".into());
         }
         self.validate_log_room()?;
+        self.validate_cluster()?;
         let mut ports: Vec<u16> = self.shards.iter().map(|s| s.port).filter(|p| *p != 0).collect();
         ports.sort_unstable();
         if let Some(pair) = ports.windows(2).find(|pair| pair[0] == pair[1]) {
@@ -612,6 +685,61 @@ impl Config {
 
     /// Refuses a log whose segments cannot hold the largest record a shard can write: a put of
     /// the largest key and value with its table's growth, or the creation of the largest pool.
+    fn validate_cluster(&self) -> Result<(), ConfigError> {
+        let cluster = &self.cluster;
+        let Some(node_id) = cluster.node_id else { return Ok(()) };
+        let invalid = |message: String| Err(ConfigError::Invalid(message));
+        if node_id == 0 {
+            return invalid("[cluster] node_id must be 1 or more (0 names no node)".into());
+        }
+        if let Some(index) = self.shards.iter().position(|shard| shard.backing != Backing::Ssd) {
+            return invalid(format!(
+                "shard {index}: a cluster node replicates its shards' write-ahead logs, so every shard needs backing = \"ssd\""
+            ));
+        }
+        let [min, max] = cluster.election_timeout_ms;
+        if cluster.heartbeat_ms < 10 || cluster.heartbeat_ms > 10_000 {
+            return invalid(format!(
+                "[cluster] heartbeat_ms must be between 10 and 10000, not {}",
+                cluster.heartbeat_ms
+            ));
+        }
+        if min < 3 * cluster.heartbeat_ms || max <= min || max > 60_000 {
+            return invalid(format!(
+                "[cluster] election_timeout_ms = [{min}, {max}]: the minimum must be at least three heartbeats ({} ms), \
+                 the maximum above the minimum and at most 60000",
+                3 * cluster.heartbeat_ms
+            ));
+        }
+        if let Some(host) = &cluster.advertise_host {
+            if host.is_empty() || host.len() > 253 || host.chars().any(|c| c.is_whitespace() || c == '/' || c == '@') {
+                return invalid(format!("[cluster] advertise_host {host:?} is not a host name or address"));
+            }
+        }
+        let peer = self.peer_listen();
+        let span = self.shards.len() as u32;
+        if u32::from(peer.port()) + span > 65_536 || peer.port() == 0 {
+            return invalid(format!(
+                "[cluster] peer_listen {peer}: needs a fixed port with room for {span} groups (port + group number)"
+            ));
+        }
+        Ok(())
+    }
+
+    /// The peer listener of group 0 (see [`ClusterConfig::peer_listen`]).
+    pub fn peer_listen(&self) -> std::net::SocketAddr {
+        self.cluster.peer_listen.unwrap_or(std::net::SocketAddr::new(self.listen, PEER_PORT_DEFAULT))
+    }
+
+    /// The host other nodes and clients are told to reach this node at.
+    pub fn advertise_host(&self) -> String {
+        match &self.cluster.advertise_host {
+            Some(host) => host.clone(),
+            None if self.listen.is_unspecified() => "127.0.0.1".to_owned(),
+            None => self.listen.to_string(),
+        }
+    }
+
     fn validate_log_room(&self) -> Result<(), ConfigError> {
         let limits = &self.limits;
         let segment_bytes = self.durability.wal_segment_bytes;

@@ -57,6 +57,22 @@ struct Args {
     /// Serve Prometheus metrics on HOST:PORT (`GET /metrics`); port 0 picks a free port.
     #[arg(long, value_name = "HOST:PORT")]
     metrics_listen: Option<SocketAddr>,
+    /// Run as node N of a cluster (see docs/cluster.md): every shard is a replica of its Raft
+    /// group (replaces `[cluster] node_id`).
+    #[arg(long, value_name = "N")]
+    node_id: Option<u64>,
+    /// In cluster mode, listen for the other nodes on HOST:PORT; group g on PORT+g (replaces
+    /// `[cluster] peer_listen`; default: --listen's host, port 7300).
+    #[arg(long, value_name = "HOST:PORT", requires = "node_id")]
+    peer_listen: Option<SocketAddr>,
+    /// In cluster mode, the host name or address other nodes and clients reach this node at
+    /// (replaces `[cluster] advertise_host`; default: --listen's address).
+    #[arg(long, value_name = "HOST", requires = "node_id")]
+    advertise_host: Option<String>,
+    /// In cluster mode, the file holding the cluster's secret, the same on every node: peers
+    /// prove they hold it (replaces `[cluster] secret_file`).
+    #[arg(long, value_name = "FILE", requires = "node_id")]
+    cluster_secret: Option<PathBuf>,
     /// Log level (error, warn, info, debug, trace, off) or a tracing filter such as
     /// `warn,ferrite_server=debug` (each TARGET=LEVEL applies to the modules under TARGET).
     #[arg(long, default_value = "info", value_name = "LEVEL", value_parser = parse_log_level)]
@@ -237,6 +253,10 @@ fn effective_config(path: Option<&PathBuf>, args: &Args) -> Result<Config, Strin
             tls_key: args.tls_key.clone(),
             tls_client_ca: args.tls_client_ca.clone(),
             users_file: args.users_file.clone(),
+            node_id: args.node_id,
+            peer_listen: args.peer_listen,
+            advertise_host: args.advertise_host.clone(),
+            cluster_secret: args.cluster_secret.clone(),
         })
     })
     .map_err(|e| e.to_string())

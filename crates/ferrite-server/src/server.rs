@@ -13,6 +13,12 @@ use tracing::{error, info, warn};
 
 use crate::ado::AdoSettings;
 use crate::auth::Auth;
+use crate::cluster::group::GroupSettings;
+use crate::cluster::handshake::PeerSecret;
+use crate::cluster::replication::Replication;
+use crate::cluster::startup::recover_replica;
+use crate::cluster::view::ClusterMap;
+use crate::cluster::ShardCluster;
 use crate::config::{Backing, Config};
 use crate::data_dir::{DataDir, DataDirError};
 use crate::durability::ShardDurability;
@@ -40,6 +46,8 @@ pub enum ServerError {
     SyncThread { shard: usize, source: std::io::Error },
     #[error("shard {shard} cannot listen on {address}: {source}")]
     Bind { shard: usize, address: SocketAddr, source: std::io::Error },
+    #[error("group {shard} cannot listen for its peers on {address}: {source}")]
+    BindPeer { shard: usize, address: SocketAddr, source: std::io::Error },
     #[error("shard {shard} cannot listen for RESP on {address}: {source}")]
     BindResp { shard: usize, address: SocketAddr, source: std::io::Error },
     #[error("cannot start shard {shard}: {source}")]
@@ -50,6 +58,8 @@ pub enum ServerError {
     BindMetrics { address: SocketAddr, source: std::io::Error },
     #[error("cannot set up TLS: {0}")]
     Tls(String),
+    #[error("cannot use the cluster secret: {0}")]
+    ClusterSecret(String),
     #[error("cannot use the users file: {0}")]
     Users(String),
     #[error("cannot start the signal handler: {0}")]
@@ -71,7 +81,11 @@ pub struct BoundServer {
     /// TLS for every shard's listeners, when `[tls]` names a certificate.
     tls: Option<Arc<rustls::ServerConfig>>,
     /// Each shard's pools and durability, recovered from the data directory.
-    shards: Vec<(Pools, Option<ShardDurability>)>,
+    shards: Vec<RecoveredParts>,
+    /// In cluster mode: the node's map, and each group's peer listener, by shard index.
+    cluster: Option<(Arc<ClusterMap>, Vec<TcpListener>)>,
+    /// What this node's peers prove themselves with (`[cluster] secret_file`).
+    peer_secret: PeerSecret,
     /// The plugins pools' chains may name, shared by every shard.
     plugins: Arc<PluginRegistry>,
     /// Users, rights and quotas, shared by every shard.
@@ -101,6 +115,9 @@ impl Drop for ExitReport {
 /// configuration itself, so that a configuration it calls valid does not fail at start.
 pub fn check_files(config: &Config) -> Result<(), ServerError> {
     crate::tls::server_config(&config.tls).map_err(ServerError::Tls)?;
+    if let Some(path) = &config.cluster.secret_file {
+        PeerSecret::load(path).map_err(ServerError::ClusterSecret)?;
+    }
     if let Some(path) = &config.auth.users_file {
         ferrite_auth::UsersFile::load(path).map_err(|error| ServerError::Users(error.to_string()))?;
     }
@@ -119,6 +136,21 @@ impl BoundServer {
         };
         let data_dir = DataDir::open(&config.data_dir, config.shards.len())?;
         let shards = recover_shards(&config, &data_dir)?;
+        let peer_secret = match &config.cluster.secret_file {
+            Some(path) => PeerSecret::load(path).map_err(ServerError::ClusterSecret)?,
+            None => PeerSecret::new(None),
+        };
+        let cluster = match config.cluster.node_id {
+            Some(node_id) => Some(bind_cluster(&config, node_id)?),
+            None => None,
+        };
+        if cluster.is_some() && !peer_secret.configured && !config.peer_listen().ip().is_loopback() {
+            warn!(
+                peer_listen = %config.peer_listen(),
+                "no [cluster] secret_file: anyone who reaches the peer port can act as a node of the cluster \
+                 (docs/cluster.md)"
+            );
+        }
         let mut listeners = Vec::with_capacity(config.shards.len());
         let mut addresses = Vec::with_capacity(config.shards.len());
         for (index, shard) in config.shards.iter().enumerate() {
@@ -167,8 +199,8 @@ impl BoundServer {
             info!(users = auth.users().users.len(), file = %path.display(), "clients must authenticate");
         }
         // Pools created by users count against their quotas from the start.
-        for (pools, _) in &shards {
-            for pool in pools.each() {
+        for parts in &shards {
+            for pool in parts.pools.each() {
                 if let Some(owner) = &pool.owner {
                     auth.usage.count_pool(owner, pool.store.capacity_bytes());
                 }
@@ -188,6 +220,8 @@ impl BoundServer {
             metrics_listener,
             tls,
             shards,
+            cluster,
+            peer_secret,
             plugins,
             auth: Arc::new(auth),
             _data_dir: data_dir,
@@ -245,7 +279,31 @@ impl BoundServer {
         let mut resp_listeners = self.resp_listeners.into_iter().zip(self.resp_addresses);
         let (metrics_links, mut snapshot_requests) = ShardLinks::new(self.listeners.len());
         let shards = self.listeners.into_iter().zip(&self.config.shards).zip(self.shards);
-        for (index, ((listener, shard_config), (pools, durability))) in shards.enumerate() {
+        let (cluster_map, peer_listeners) = match self.cluster {
+            Some((map, listeners)) => (Some(map), listeners.into_iter().map(Some).collect()),
+            None => (None, Vec::new()),
+        };
+        let mut peer_listeners = peer_listeners.into_iter();
+        let peer_secret = self.peer_secret.clone();
+        let group_settings = self.config.cluster.node_id.map(|node_id| GroupSettings {
+            node_id,
+            election_timeout_ms: (
+                self.config.cluster.election_timeout_ms[0],
+                self.config.cluster.election_timeout_ms[1],
+            ),
+            heartbeat_ms: self.config.cluster.heartbeat_ms,
+            secret: peer_secret.clone(),
+            local_ip: Some(self.config.peer_listen().ip()).filter(|ip| !ip.is_unspecified()),
+        });
+        for (index, ((listener, shard_config), parts)) in shards.enumerate() {
+            let RecoveredParts { pools, durability, replica } = parts;
+            let (replication, group) = match (replica, peer_listeners.next().flatten(), &group_settings) {
+                (Some(replica), Some(peers), Some(settings)) => (
+                    Some(replica.replication),
+                    Some(shard::GroupStart { peers, settings: settings.clone(), raft_dir: replica.raft_dir }),
+                ),
+                _ => (None, None),
+            };
             let state = ShardState {
                 index: u16::try_from(index).expect("shard count is bounded by SHARDS_MAX"),
                 shard_addresses: Arc::clone(&shard_addresses),
@@ -259,8 +317,8 @@ impl BoundServer {
                 },
                 pool_bytes_max: limits.pool_bytes_max,
                 direct_value_bytes_max: limits.direct_value_bytes_max,
-                cluster: None,
-                replication: None,
+                cluster: cluster_map.as_ref().map(|map| ShardCluster { map: Arc::clone(map), group: index }),
+                replication,
                 direct_reads: crate::handler::DirectReads::new(std::time::Duration::from_millis(
                     limits.direct_read_idle_ms,
                 )),
@@ -308,7 +366,7 @@ impl BoundServer {
                         pin_to_core(index, core);
                     }
                     report.outcome =
-                        Some(shard::run(listener, resp, tls, state, snapshots, stop).map_err(|e| e.to_string()));
+                        Some(shard::run(listener, resp, tls, state, group, snapshots, stop).map_err(|e| e.to_string()));
                 })
                 .map_err(|source| ServerError::Spawn { shard: index, source })?;
             threads.push(thread);
@@ -373,12 +431,41 @@ async fn reload_users_on_hangup(mut hangups: tokio::signal::unix::Signal, auth: 
     }
 }
 
+/// A shard as recovery left it: its pools and durability, and in cluster mode its replica.
+#[derive(Debug)]
+struct RecoveredParts {
+    pools: Pools,
+    durability: Option<ShardDurability>,
+    replica: Option<ReplicaParts>,
+}
+
+/// A cluster node's shard's replica of its group, as recovery left it.
+#[derive(Debug)]
+struct ReplicaParts {
+    replication: Replication,
+    raft_dir: std::path::PathBuf,
+}
+
 /// Recovers every shard, in parallel (each has its own files): pools and durability for the
-/// `ssd` backing, empty pools for `memory`.
-fn recover_shards(config: &Config, data_dir: &DataDir) -> Result<Vec<(Pools, Option<ShardDurability>)>, ServerError> {
+/// `ssd` backing, empty pools for `memory`; in cluster mode, each shard's replica of its group.
+fn recover_shards(config: &Config, data_dir: &DataDir) -> Result<Vec<RecoveredParts>, ServerError> {
     std::thread::scope(|scope| {
-        let handles: Vec<_> =
-            (0..config.shards.len()).map(|index| scope.spawn(move || recover_one(config, data_dir, index))).collect();
+        let handles: Vec<_> = (0..config.shards.len())
+            .map(|index| {
+                scope.spawn(move || match config.cluster.node_id {
+                    Some(node_id) => recover_replica(config, data_dir, index, node_id).map(|replica| RecoveredParts {
+                        pools: replica.pools,
+                        durability: Some(replica.durability),
+                        replica: Some(ReplicaParts { replication: replica.replication, raft_dir: replica.raft_dir }),
+                    }),
+                    None => recover_one(config, data_dir, index).map(|(pools, durability)| RecoveredParts {
+                        pools,
+                        durability,
+                        replica: None,
+                    }),
+                })
+            })
+            .collect();
         handles
             .into_iter()
             .enumerate()
@@ -389,6 +476,21 @@ fn recover_shards(config: &Config, data_dir: &DataDir) -> Result<Vec<(Pools, Opt
             })
             .collect()
     })
+}
+
+/// Binds the peer listener of every group of a cluster node and makes its map, which knows the
+/// node itself from the start.
+fn bind_cluster(config: &Config, node_id: u64) -> Result<(Arc<ClusterMap>, Vec<TcpListener>), ServerError> {
+    let base = config.peer_listen();
+    let mut listeners = Vec::with_capacity(config.shards.len());
+    for index in 0..config.shards.len() {
+        let address = SocketAddr::new(base.ip(), base.port() + index as u16);
+        let error = |source| ServerError::BindPeer { shard: index, address, source };
+        let listener = TcpListener::bind(address).map_err(error)?;
+        listener.set_nonblocking(true).map_err(error)?;
+        listeners.push(listener);
+    }
+    Ok((ClusterMap::new(node_id, config.shards.len()), listeners))
 }
 
 fn recover_one(

@@ -17,6 +17,8 @@ use tracing::{debug, info, warn};
 use crate::ado;
 use crate::backup;
 use crate::checkpointing;
+use crate::cluster;
+use crate::cluster::group::{GroupSettings, OnLeading};
 use crate::connection;
 use crate::handler::ShardState;
 use crate::low_load_poll;
@@ -34,6 +36,16 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 /// Pause after a failed accept (for example, out of file descriptors) so the loop does not spin.
 const ACCEPT_RETRY_DELAY: Duration = Duration::from_millis(50);
 
+/// What a cluster node's shard needs to run its replica of its group.
+#[derive(Debug)]
+pub(crate) struct GroupStart {
+    /// The group's peer listener.
+    pub peers: std::net::TcpListener,
+    pub settings: GroupSettings,
+    /// Where its Raft state and snapshots are.
+    pub raft_dir: std::path::PathBuf,
+}
+
 /// Runs the shard's event loop on the current thread until `shutdown` turns true (or its sender is
 /// dropped), then waits for every connection to finish its current batch.
 pub(crate) fn run(
@@ -41,12 +53,13 @@ pub(crate) fn run(
     resp: Option<resp::Listener>,
     tls: Option<TlsAcceptor>,
     state: ShardState,
+    group: Option<GroupStart>,
     snapshots: tokio::sync::mpsc::UnboundedReceiver<SnapshotRequest>,
     shutdown: watch::Receiver<bool>,
 ) -> std::io::Result<()> {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let local = tokio::task::LocalSet::new();
-    local.block_on(&runtime, serve(listener, resp, tls, state, snapshots, shutdown))
+    local.block_on(&runtime, serve(listener, resp, tls, state, group, snapshots, shutdown))
 }
 
 /// Counts a new connection against the shard's limit; false if it is over the limit (and counted
@@ -76,13 +89,18 @@ async fn serve(
     resp: Option<resp::Listener>,
     tls: Option<TlsAcceptor>,
     mut state: ShardState,
+    group: Option<GroupStart>,
     snapshots: tokio::sync::mpsc::UnboundedReceiver<SnapshotRequest>,
     mut shutdown: watch::Receiver<bool>,
 ) -> std::io::Result<()> {
     let listener = TcpListener::from_std(listener)?;
     let resp = match resp {
         Some(resp) => {
-            resp::create_pool(&mut state, &resp.settings).map_err(std::io::Error::other)?;
+            // A replica creates the default pool when it begins to lead its group, if the group
+            // has none yet: only a leader writes.
+            if group.is_none() {
+                resp::create_pool(&mut state, &resp.settings).map_err(std::io::Error::other)?;
+            }
             Some((TcpListener::from_std(resp.listener)?, Rc::new(resp.settings)))
         }
         None => None,
@@ -111,6 +129,31 @@ async fn serve(
     let scrapes = tokio::task::spawn_local(metrics::answer_snapshots(Rc::clone(&shard), snapshots));
     let backups = tokio::task::spawn_local(backup::run(Rc::clone(&shard), stop.clone()));
     let index_builds = tokio::task::spawn_local(crate::handler::configure::run(Rc::clone(&shard), stop.clone()));
+    let group = group.map(|group| {
+        let settings = resp.as_ref().map(|(_, settings)| Rc::clone(settings));
+        let on_leading: OnLeading = Box::new(move |state: &mut ShardState| {
+            if let Some(settings) = &settings {
+                if let Err(error) = resp::create_pool(state, settings) {
+                    warn!(shard = state.index, %error, "cannot create the RESP default pool");
+                }
+            }
+        });
+        let task = cluster::group::run(
+            Rc::clone(&shard),
+            group.peers,
+            group.settings,
+            group.raft_dir,
+            on_leading,
+            stop.clone(),
+        );
+        let shard = Rc::clone(&shard);
+        tokio::task::spawn_local(async move {
+            if let Err(error) = task.await {
+                // Without its group the replica can neither follow nor lead: the node stops.
+                shard.borrow_mut().halt(format!("its replica of group {index} failed: {error}"));
+            }
+        })
+    });
     loop {
         tokio::select! {
             _ = stopping.wait_for(|stop| *stop) => break,
@@ -181,6 +224,9 @@ async fn serve(
     scrapes.abort();
     let _ = backups.await;
     let _ = index_builds.await;
+    if let Some(group) = group {
+        let _ = group.await;
+    }
     ado::stop_hosts(&shard).await;
     if let Some(durability) = shard.borrow_mut().durability.as_mut() {
         // Async writes acknowledged before the stop become durable now (a failed log takes none).

@@ -3,7 +3,7 @@
 //! saving the committed position, and following Raft's metrics to lead (promote the pools) or
 //! stop leading (restart the process) and to keep the node's cluster map current.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 use std::rc::Rc;
 use std::sync::Arc;
@@ -15,8 +15,9 @@ use openraft::ServerState;
 use tokio::net::TcpListener;
 use tokio::sync::{watch, Notify};
 
+use super::handshake::PeerSecret;
 use super::log_store::{complete_flushes, ShardLog};
-use super::network::{serve_peers, PeerContext, PeerNetwork, ShardRaft};
+use super::network::{serve_peers, PeerContext, PeerIdentity, PeerNetwork, ShardRaft};
 use super::replication::Role;
 use super::snapshot::SnapshotStore;
 use super::state_machine::ShardMachine;
@@ -25,11 +26,15 @@ use super::view::{GroupView, NodeInfo};
 use crate::handler::ShardState;
 
 /// How a node's groups run.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct GroupSettings {
     pub node_id: u64,
     pub election_timeout_ms: (u64, u64),
     pub heartbeat_ms: u64,
+    /// What peers prove themselves with.
+    pub secret: PeerSecret,
+    /// The address peer calls leave from (the peer listener's, unless it is a wildcard).
+    pub local_ip: Option<std::net::IpAddr>,
 }
 
 impl GroupSettings {
@@ -70,12 +75,31 @@ pub(crate) async fn run(
             membership.voter_ids().next().is_none() || membership.get_node(&from).is_some()
         })
     };
-    let context = PeerContext {
+    let cluster = Rc::new(Cell::new(shard.borrow().replication.as_ref().map_or(0, |r| r.cluster_id())));
+    let identity = PeerIdentity {
         group: group as u16,
         node_id: settings.node_id,
+        cluster: Rc::clone(&cluster),
+        secret: settings.secret.clone(),
+        local_ip: settings.local_ip,
+    };
+    let join_cluster = {
+        let shard = Rc::clone(&shard);
+        let cluster = Rc::clone(&cluster);
+        Rc::new(move |id: u64| {
+            let mut state = shard.borrow_mut();
+            let replication = state.replication.as_mut().ok_or_else(|| std::io::Error::other("no replica"))?;
+            replication.join_cluster(id)?;
+            cluster.set(id);
+            Ok(())
+        })
+    };
+    let context = PeerContext {
+        identity: identity.clone(),
         raft: Rc::clone(&raft_cell),
         snapshots: snapshots.clone(),
         admits,
+        join_cluster,
     };
     let peer_task = tokio::task::spawn_local(serve_peers(TcpListener::from_std(peers)?, context, stop.clone()));
     let log = ShardLog::new(Rc::clone(&shard));
@@ -83,7 +107,7 @@ pub(crate) async fn run(
     let flush_task = local_durable.map(|durable| tokio::task::spawn_local(complete_flushes(log.flushes(), durable)));
     let config = raft_config(&settings).map_err(std::io::Error::other)?;
     let machine = ShardMachine::new(Rc::clone(&shard), snapshots);
-    let network = PeerNetwork { group: group as u16, node_id: settings.node_id };
+    let network = PeerNetwork { identity };
     let raft = ShardRaft::new(settings.node_id, config, network, log, machine).await.map_err(std::io::Error::other)?;
     *raft_cell.borrow_mut() = Some(raft.clone());
     let (proposals, confirmations) = match shard.borrow_mut().replication.as_mut() {

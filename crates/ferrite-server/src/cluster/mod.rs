@@ -5,16 +5,18 @@
 //!   shards.
 
 pub mod group;
+pub mod handshake;
 pub mod log_store;
 pub mod network;
 pub mod replication;
 pub mod restart;
 pub mod snapshot;
+pub mod startup;
 pub mod state_file;
 pub mod state_machine;
 pub mod types;
-pub mod wire;
 pub mod view;
+pub mod wire;
 
 use std::sync::Arc;
 

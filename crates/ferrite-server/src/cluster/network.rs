@@ -2,9 +2,10 @@
 //! connection per replication stream, made on first use, remade after a failure) and the
 //! listener that hands what other replicas send to this replica's Raft.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::future::Future;
 use std::io;
+use std::net::{IpAddr, SocketAddr};
 use std::rc::Rc;
 use std::time::Duration;
 
@@ -16,13 +17,14 @@ use openraft::raft::{
 };
 use openraft::OptionalSend;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio::sync::watch;
 
+use super::handshake::{self, PeerSecret};
 use super::snapshot::{SnapshotFiles, SnapshotStore};
 use super::types::{ShardNode, Vote, C};
 use super::view::shard_address;
-use super::wire::{self, Hello, Kind, Malformed, Reader, FRAME_BODY_BYTES_MAX, FRAME_HEADER_BYTES, HELLO_BYTES, RESPONSE};
+use super::wire::{self, Hello, Kind, Malformed, Reader, FRAME_BODY_BYTES_MAX, FRAME_HEADER_BYTES, RESPONSE};
 
 type SnapshotOf = openraft::type_config::alias::SnapshotOf<C, SnapshotFiles>;
 pub(crate) type ShardRaft = openraft::Raft<C, super::state_machine::ShardMachine>;
@@ -34,11 +36,25 @@ const CHUNK_BYTES: usize = 1 << 20;
 /// How long a peer may take to install a snapshot once it has all of it.
 const INSTALL_TIMEOUT: Duration = Duration::from_secs(600);
 
+/// What both ends of a group's peer connections know: who this replica is, the cluster it
+/// belongs to, and the secret that proves it.
+#[derive(Debug, Clone)]
+pub(crate) struct PeerIdentity {
+    pub group: u16,
+    pub node_id: u64,
+    /// The cluster's id, 0 until this replica learns it (at `cluster init`, or from the first
+    /// member that calls it).
+    pub cluster: Rc<Cell<u64>>,
+    pub secret: PeerSecret,
+    /// The address calls leave from: the peer listener's, so that peers (and a test's relays)
+    /// see the node where it listens. `None` when it listens on every address.
+    pub local_ip: Option<IpAddr>,
+}
+
 /// Makes the clients openraft sends one group's messages through.
 #[derive(Debug, Clone)]
 pub(crate) struct PeerNetwork {
-    pub group: u16,
-    pub node_id: u64,
+    pub identity: PeerIdentity,
 }
 
 impl RaftNetworkFactory<C> for PeerNetwork {
@@ -46,8 +62,9 @@ impl RaftNetworkFactory<C> for PeerNetwork {
 
     async fn new_client(&mut self, target: u64, node: &ShardNode) -> PeerClient {
         PeerClient {
-            address: shard_address(&node.peer, usize::from(self.group)),
-            hello: Hello { group: self.group, from: self.node_id, to: target },
+            address: shard_address(&node.peer, usize::from(self.identity.group)),
+            identity: self.identity.clone(),
+            target,
             stream: None,
             next_id: 1,
         }
@@ -59,7 +76,8 @@ impl RaftNetworkFactory<C> for PeerNetwork {
 pub(crate) struct PeerClient {
     /// The peer's listener for this group; `None` if its address is not one.
     address: Option<String>,
-    hello: Hello,
+    identity: PeerIdentity,
+    target: u64,
     stream: Option<TcpStream>,
     next_id: u64,
 }
@@ -92,14 +110,24 @@ impl PeerClient {
     async fn connected(&mut self) -> Result<&mut TcpStream, Failure> {
         if self.stream.is_none() {
             let address = self.address.clone().ok_or_else(|| Failure::Unreachable("no peer address".into()))?;
-            let connect = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(&address));
+            let connect = tokio::time::timeout(CONNECT_TIMEOUT, connect(&address, self.identity.local_ip));
             let mut stream = match connect.await {
                 Ok(Ok(stream)) => stream,
                 Ok(Err(error)) => return Err(Failure::Unreachable(format!("{address}: {error}"))),
                 Err(_) => return Err(Failure::Unreachable(format!("{address}: no answer within {CONNECT_TIMEOUT:?}"))),
             };
             let _ = stream.set_nodelay(true);
-            stream.write_all(&self.hello.encode()).await.map_err(|e| Failure::Unreachable(e.to_string()))?;
+            let identity = &self.identity;
+            let hello = Hello {
+                group: identity.group,
+                from: identity.node_id,
+                to: self.target,
+                cluster: identity.cluster.get(),
+                nonce: handshake::nonce(),
+            };
+            handshake::call(&mut stream, &hello, &identity.secret)
+                .await
+                .map_err(|e| Failure::Unreachable(format!("{address}: {e}")))?;
             self.stream = Some(stream);
         }
         Ok(self.stream.as_mut().expect("connected above"))
@@ -119,7 +147,8 @@ impl PeerClient {
         let exchange = async {
             let stream = self.connected().await?;
             stream.write_all(&frame).await.map_err(|e| Failure::Broken(e.to_string()))?;
-            let (response_kind, response_id, body) = read_frame(stream).await.map_err(|e| Failure::Broken(e.to_string()))?;
+            let (response_kind, response_id, body) =
+                read_frame(stream).await.map_err(|e| Failure::Broken(e.to_string()))?;
             if response_id != id {
                 return Err(Failure::Broken("a response to another request".into()));
             }
@@ -217,7 +246,8 @@ impl RaftNetworkV2<C> for PeerClient {
                 let mut offset = 0u64;
                 let mut chunk = vec![0u8; CHUNK_BYTES];
                 loop {
-                    let read = std::io::Read::read(&mut file, &mut chunk).map_err(|e| Failure::Unreachable(e.to_string()))?;
+                    let read =
+                        std::io::Read::read(&mut file, &mut chunk).map_err(|e| Failure::Unreachable(e.to_string()))?;
                     self.send(Kind::SnapshotChunk, |out| {
                         wire::put_bytes(out, name.as_bytes());
                         out.extend_from_slice(&offset.to_le_bytes());
@@ -240,6 +270,23 @@ impl RaftNetworkV2<C> for PeerClient {
     }
 }
 
+/// Connects to `address` (a host name is looked up each time: a node that moved keeps its name)
+/// from `local_ip`, if given.
+async fn connect(address: &str, local_ip: Option<IpAddr>) -> io::Result<TcpStream> {
+    let mut last_error = io::Error::other("the name has no address");
+    for target in tokio::net::lookup_host(address).await? {
+        let socket = if target.is_ipv4() { TcpSocket::new_v4()? } else { TcpSocket::new_v6()? };
+        if let Some(ip) = local_ip.filter(|ip| ip.is_ipv4() == target.is_ipv4()) {
+            socket.bind(SocketAddr::new(ip, 0))?;
+        }
+        match socket.connect(target).await {
+            Ok(stream) => return Ok(stream),
+            Err(error) => last_error = error,
+        }
+    }
+    Err(last_error)
+}
+
 /// Reads one frame: its kind, request id and body (bounded before anything is allocated).
 async fn read_frame(stream: &mut TcpStream) -> io::Result<(u8, u64, Vec<u8>)> {
     let mut header = [0u8; FRAME_HEADER_BYTES];
@@ -258,14 +305,16 @@ async fn read_frame(stream: &mut TcpStream) -> io::Result<(u8, u64, Vec<u8>)> {
 /// What a peer listener needs of its replica.
 #[derive(Clone)]
 pub(crate) struct PeerContext {
-    pub group: u16,
-    pub node_id: u64,
+    pub identity: PeerIdentity,
     /// This replica's Raft, once it runs.
     pub raft: Rc<RefCell<Option<ShardRaft>>>,
     pub snapshots: SnapshotStore,
     /// Whether a node may send this replica messages: a member of its group (or anyone while
     /// the group has no members yet: a new node waits to be added).
     pub admits: Rc<dyn Fn(u64) -> bool>,
+    /// Records the cluster this replica learned it belongs to (from the first member that
+    /// calls it while it knows none).
+    pub join_cluster: Rc<dyn Fn(u64) -> io::Result<()>>,
 }
 
 /// Accepts other replicas' connections to this group's peer listener until `stop`.
@@ -301,17 +350,26 @@ struct Receiving {
 
 async fn serve_peer(mut stream: TcpStream, context: PeerContext) -> io::Result<()> {
     let _ = stream.set_nodelay(true);
-    let mut hello = [0u8; HELLO_BYTES];
-    stream.read_exact(&mut hello).await?;
-    let hello = Hello::decode(&hello).map_err(io::Error::other)?;
-    if hello.group != context.group || hello.to != context.node_id {
+    let identity = &context.identity;
+    let hello = handshake::answer(&mut stream, &identity.secret).await?;
+    if hello.group != identity.group || hello.to != identity.node_id {
         return Err(io::Error::other(format!(
             "a peer meant for node {} group {} reached node {} group {}",
-            hello.to, hello.group, context.node_id, context.group
+            hello.to, hello.group, identity.node_id, identity.group
+        )));
+    }
+    let ours = identity.cluster.get();
+    if hello.cluster != ours && ours != 0 {
+        return Err(io::Error::other(format!(
+            "node {} belongs to cluster {:016x}, this node to {ours:016x}",
+            hello.from, hello.cluster
         )));
     }
     if !(context.admits)(hello.from) {
-        return Err(io::Error::other(format!("node {} is no member of group {}", hello.from, context.group)));
+        return Err(io::Error::other(format!("node {} is no member of group {}", hello.from, identity.group)));
+    }
+    if ours == 0 && hello.cluster != 0 {
+        (context.join_cluster)(hello.cluster)?;
     }
     let mut receiving: Option<Receiving> = None;
     loop {
@@ -372,7 +430,9 @@ async fn serve_peer(mut stream: TcpStream, context: PeerContext) -> io::Result<(
                 continue;
             }
             Some(Kind::SnapshotEnd) => {
-                let Some(snapshot) = receiving.take() else { return Err(io::Error::other("a snapshot end out of place")) };
+                let Some(snapshot) = receiving.take() else {
+                    return Err(io::Error::other("a snapshot end out of place"));
+                };
                 let meta = super::snapshot::decode_meta(&snapshot.meta)?;
                 let files = SnapshotFiles { dir: snapshot.dir };
                 let installed = raft
@@ -384,7 +444,9 @@ async fn serve_peer(mut stream: TcpStream, context: PeerContext) -> io::Result<(
             _ => return Err(io::Error::other("a peer frame of unknown kind")),
         };
         if let Err(reason) = answer {
-            wire::encode_frame(Kind::Failed as u8 | RESPONSE, id, &mut response, |out| out.extend_from_slice(reason.as_bytes()));
+            wire::encode_frame(Kind::Failed as u8 | RESPONSE, id, &mut response, |out| {
+                out.extend_from_slice(reason.as_bytes())
+            });
         }
         stream.write_all(&response).await?;
     }

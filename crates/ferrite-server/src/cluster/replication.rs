@@ -30,9 +30,9 @@ use openraft::EntryPayload;
 use tokio::sync::Notify;
 
 use super::state_file::StateFile;
-use crate::completion::Completion;
 use super::types::{log_id, Entry, LogId, Redo, StoredMembership};
 use super::wire::{get_membership, put_membership, Reader};
+use crate::completion::Completion;
 
 /// Bytes of recent entries kept in memory for replication; older ones are read back from the log.
 const CACHE_BYTES_MAX: usize = 64 << 20;
@@ -144,6 +144,16 @@ impl Replication {
         self.last_log
     }
 
+    /// The id of the cluster this replica belongs to; 0 while it knows none.
+    pub fn cluster_id(&self) -> u64 {
+        parse_cluster_id(&self.state.state().cluster_id)
+    }
+
+    /// Records (durably) that this replica belongs to cluster `id`.
+    pub fn join_cluster(&mut self, id: u64) -> std::io::Result<()> {
+        self.state.update(|state| state.cluster_id = format_cluster_id(id))
+    }
+
     /// Asks for a process restart (the first reason wins).
     pub fn must_restart(&mut self, reason: String) {
         self.restart.get_or_insert(reason);
@@ -192,7 +202,8 @@ impl Replication {
         for FramedEntry { lsn, term, seq, payload } in appended {
             self.next_seq = self.next_seq.max(seq + 1);
             self.executed.insert(lsn, seq);
-            let entry = Entry { log_id: log_id(term, lsn), payload: EntryPayload::Normal(Redo::Payload(payload.into())) };
+            let entry =
+                Entry { log_id: log_id(term, lsn), payload: EntryPayload::Normal(Redo::Payload(payload.into())) };
             self.remember(entry);
             proposals.push((lsn, seq));
         }
@@ -363,6 +374,16 @@ impl Replication {
     pub fn take_executed_at(&mut self, index: Lsn) -> bool {
         self.executed.remove(&index).is_some()
     }
+}
+
+/// A cluster id as people read it: 16 hexadecimal digits.
+pub fn format_cluster_id(id: u64) -> String {
+    format!("{id:016x}")
+}
+
+/// The cluster id `text` names (as [`format_cluster_id`] writes it); 0 for none.
+pub fn parse_cluster_id(text: &str) -> u64 {
+    u64::from_str_radix(text, 16).unwrap_or(0)
 }
 
 /// What an entry costs the cache.

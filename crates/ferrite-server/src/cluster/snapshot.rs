@@ -72,7 +72,9 @@ impl SnapshotStore {
         for entry in std::fs::read_dir(&root)?.filter_map(Result::ok) {
             let name = entry.file_name().to_string_lossy().into_owned();
             match name.parse::<u64>() {
-                Ok(index) if newest.as_ref().is_none_or(|(best, _)| index > *best) => newest = Some((index, entry.path())),
+                Ok(index) if newest.as_ref().is_none_or(|(best, _)| index > *best) => {
+                    newest = Some((index, entry.path()))
+                }
                 // Half-made snapshots, and older ones, are removed.
                 _ => drop(std::fs::remove_dir_all(entry.path())),
             }
@@ -85,10 +87,7 @@ impl SnapshotStore {
     }
 
     pub fn current(&self) -> Option<SnapshotOf> {
-        self.current
-            .borrow()
-            .as_ref()
-            .map(|(meta, files)| SnapshotOf { meta: meta.clone(), snapshot: files.clone() })
+        self.current.borrow().as_ref().map(|(meta, files)| SnapshotOf { meta: meta.clone(), snapshot: files.clone() })
     }
 
     /// Where a snapshot being received is written.

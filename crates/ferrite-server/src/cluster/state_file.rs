@@ -201,7 +201,8 @@ mod tests {
             memberships: vec![(log_id(1, 1), membership(&[1, 2, 3]))],
         };
         file.save(first.clone()).expect("save");
-        let second = RaftState { vote: Some(Vote::new_committed(4, 1)), committed: Some(log_id(4, 12)), ..first.clone() };
+        let second =
+            RaftState { vote: Some(Vote::new_committed(4, 1)), committed: Some(log_id(4, 12)), ..first.clone() };
         file.save(second.clone()).expect("save");
         assert_eq!(StateFile::open(&dir).expect("reopen").state(), &second);
         // Tear the newer slot (the second save went to slot 0: sequence 2).

@@ -27,7 +27,9 @@ pub const VERSION: u16 = 1;
 /// Bytes of a frame's header: body length, kind, request id.
 pub const FRAME_HEADER_BYTES: usize = 4 + 1 + 8;
 /// Bytes of a connection's hello.
-pub const HELLO_BYTES: usize = 4 + 2 + 2 + 8 + 8;
+pub const HELLO_BYTES: usize = 4 + 2 + 2 + 8 + 8 + 8 + NONCE_BYTES;
+/// Bytes of a handshake's random challenge.
+pub const NONCE_BYTES: usize = 16;
 /// Largest frame body: a batch of entries the log reader caps at [`BATCH_BYTES_MAX`], with the
 /// largest single entry (a record of a log segment's size) always allowed through alone.
 pub const FRAME_BODY_BYTES_MAX: usize = 64 << 20;
@@ -79,12 +81,15 @@ pub struct Malformed(pub &'static str);
 
 type Decoded<T> = Result<T, Malformed>;
 
-/// A connection's first bytes.
+/// A connection's first bytes: who calls whom, in which cluster (0 while the caller knows none),
+/// and the caller's challenge for the handshake (see `handshake`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Hello {
     pub group: u16,
     pub from: u64,
     pub to: u64,
+    pub cluster: u64,
+    pub nonce: [u8; NONCE_BYTES],
 }
 
 impl Hello {
@@ -95,6 +100,8 @@ impl Hello {
         out.put_u16_le(self.group);
         out.put_u64_le(self.from);
         out.put_u64_le(self.to);
+        out.put_u64_le(self.cluster);
+        out.put_slice(&self.nonce);
         out.try_into().expect("the hello has its fixed size")
     }
 
@@ -107,7 +114,9 @@ impl Hello {
         if r.get_u16_le() != VERSION {
             return Err(Malformed("unsupported peer protocol version"));
         }
-        Ok(Hello { group: r.get_u16_le(), from: r.get_u64_le(), to: r.get_u64_le() })
+        let (group, from, to, cluster) = (r.get_u16_le(), r.get_u64_le(), r.get_u64_le(), r.get_u64_le());
+        let nonce = r[..NONCE_BYTES].try_into().expect("the hello has its fixed size");
+        Ok(Hello { group, from, to, cluster, nonce })
     }
 }
 
@@ -495,7 +504,7 @@ mod tests {
         round_trip(&response, |out, v| put_vote_response(out, v), get_vote_response);
         let transfer = TransferLeaderRequest::<C>::new(Vote::new_committed(3, 1), 2, Some(log_id(3, 7)));
         round_trip(&transfer, |out, v| put_transfer_request(out, v), get_transfer_request);
-        let hello = Hello { group: 3, from: 1, to: 2 };
+        let hello = Hello { group: 3, from: 1, to: 2, cluster: 0xfeed, nonce: [7; NONCE_BYTES] };
         assert_eq!(Hello::decode(&hello.encode()), Ok(hello));
     }
 
@@ -507,7 +516,10 @@ mod tests {
         put_option_log_id(&mut out, &None);
         put_option_log_id(&mut out, &None);
         out.put_u32_le(u32::MAX);
-        assert_eq!(get_append_request(&mut Reader::new(&out)).err(), Some(Malformed("a count larger than the message")));
+        assert_eq!(
+            get_append_request(&mut Reader::new(&out)).err(),
+            Some(Malformed("a count larger than the message"))
+        );
         let mut membership = Vec::new();
         membership.put_u32_le(3);
         assert!(get_membership(&mut Reader::new(&membership)).is_err(), "no more than a joint config");

@@ -606,7 +606,11 @@ fn a_cut_log_reads_back_without_the_records_it_dropped() {
         assert!(matches!(writer.truncate_after(cut), Err(WalError::Unflushed)), "records are buffered");
         writer.commit().expect("commit");
         writer.truncate_after(cut).expect("cut");
-        assert_eq!(replay(&storage, 1).expect("replay"), (1..=written).map(|l| (l, payload(l, 100))).collect::<Vec<_>>(), "nothing new written yet");
+        assert_eq!(
+            replay(&storage, 1).expect("replay"),
+            (1..=written).map(|l| (l, payload(l, 100))).collect::<Vec<_>>(),
+            "nothing new written yet"
+        );
         for lsn in cut + 1..=cut + 10 {
             let record = payload(lsn + 1000, 60);
             assert_eq!(writer.append(&record).expect("append"), lsn);
@@ -619,7 +623,11 @@ fn a_cut_log_reads_back_without_the_records_it_dropped() {
         assert_eq!(read, expected[2..(cut + 5) as usize].to_vec(), "cut after {cut}");
         drop(writer);
         let mut writer = open_writer(&storage, 1);
-        assert_eq!(writer.append(&payload(9999, 10)).expect("append"), cut + 11, "writing resumes after the new records");
+        assert_eq!(
+            writer.append(&payload(9999, 10)).expect("append"),
+            cut + 11,
+            "writing resumes after the new records"
+        );
     }
 }
 
