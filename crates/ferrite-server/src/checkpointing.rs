@@ -6,7 +6,8 @@ use std::cell::RefCell;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
-use ferrite_store::persistence::ssd::{CheckpointError, Step};
+use ferrite_store::persistence::ssd::{CheckpointError, CheckpointPool, Step};
+use ferrite_store::persistence::wal::Lsn;
 use tokio::sync::watch;
 use tracing::{info, warn};
 
@@ -37,14 +38,12 @@ pub(crate) async fn run(shard: Rc<RefCell<ShardState>>, mut shutdown: watch::Rec
 async fn checkpoint(shard: &Rc<RefCell<ShardState>>, shutdown: &mut watch::Receiver<bool>) -> bool {
     let started = Instant::now();
     let index = shard.borrow().index;
-    let (mut gate, log) = {
+    let (mut gate, log, keep_log_from) = {
         let mut state = shard.borrow_mut();
-        let pools = state.pools.checkpoint_pools();
-        let next_pool_id = state.pools.next_handle();
+        let (pools, next_pool_id, replay_from, keep_log_from) = source(&mut state);
         let durability = state.durability.as_mut().expect("checked by the caller");
-        let replay_from = durability.log.last_lsn() + 1;
         durability.checkpointer.begin(replay_from, next_pool_id, pools);
-        (durability.gate.clone(), durability.log.clone())
+        (durability.gate.clone(), durability.log.clone(), keep_log_from)
     };
     let mut pages_written = 0u64;
     let outcome: Result<(u64, usize), CheckpointError> = loop {
@@ -89,7 +88,7 @@ async fn checkpoint(shard: &Rc<RefCell<ShardState>>, shutdown: &mut watch::Recei
                 let log = log.clone();
                 let finished = tokio::task::spawn_blocking(move || {
                     let manifest = job.run(|| log.failure())?;
-                    let recycled = log.release_before(manifest.replay_from).map_err(|error| CheckpointError::Io {
+                    let recycled = log.release_before(manifest.replay_from.min(keep_log_from)).map_err(|error| CheckpointError::Io {
                         context: "recycling log segments".into(),
                         source: std::io::Error::other(error.to_string()),
                     })?;
@@ -124,6 +123,11 @@ async fn checkpoint(shard: &Rc<RefCell<ShardState>>, shutdown: &mut watch::Recei
         }
         tokio::task::yield_now().await;
     };
+    if outcome.is_ok() {
+        if let Some(replication) = shard.borrow().replication.as_ref() {
+            replication.checkpointed.notify_one();
+        }
+    }
     match outcome {
         Ok((seq, recycled)) => info!(
             shard = index,
@@ -142,6 +146,29 @@ async fn checkpoint(shard: &Rc<RefCell<ShardState>>, shutdown: &mut watch::Recei
         }
     }
     true
+}
+
+/// What a checkpoint begun now copies: the pools, the next pool id, the LSN recovery replays
+/// from, and the first LSN the log must keep after it.
+///
+/// A single server's pools hold every record its log holds. A replica's hold only the entries
+/// it applied (those its group committed), so recovery replays from the one after the last
+/// applied; its log also keeps what Raft has not purged, for replicas that lag behind. Its
+/// committed position is saved first: recovery replays that far.
+fn source(state: &mut ShardState) -> (Vec<CheckpointPool>, u64, Lsn, Lsn) {
+    let last = state.durability.as_ref().map_or(0, |durability| durability.log.last_lsn());
+    let Some(replication) = state.replication.as_mut() else {
+        return (state.pools.checkpoint_pools(), state.pools.next_handle(), last + 1, Lsn::MAX);
+    };
+    if let Err(error) = replication.save_committed() {
+        warn!(shard = state.index, %error, "cannot save the group's committed position before a checkpoint");
+    }
+    let replay_from = last.min(replication.applied.map_or(0, |id| id.index)) + 1;
+    let keep_from = replication.first_readable();
+    match &replication.replica {
+        Some(replica) => (replica.checkpoint_pools(), replica.next_pool_id, replay_from, keep_from),
+        None => (state.pools.checkpoint_pools(), state.pools.next_handle(), replay_from, keep_from),
+    }
 }
 
 fn abandon(shard: &Rc<RefCell<ShardState>>) {

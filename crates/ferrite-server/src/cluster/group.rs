@@ -120,6 +120,7 @@ pub(crate) async fn run(
     let proposer = tokio::task::spawn_local(propose(Rc::clone(&shard), raft.clone(), proposals, stop.clone()));
     let housekeeping = tokio::task::spawn_local(housekeep(Rc::clone(&shard), stop.clone()));
     let leases = tokio::task::spawn_local(keep_lease(Rc::clone(&shard), raft.clone(), settings.lease()));
+    let snapshotting = tokio::task::spawn_local(snapshot_checkpoints(Rc::clone(&shard), raft.clone()));
     let confirming =
         tokio::task::spawn_local(confirm_leadership(Rc::clone(&shard), raft.clone(), confirmations, settings.lease()));
     let mut metrics = raft.metrics();
@@ -130,7 +131,7 @@ pub(crate) async fn run(
             changed = metrics.changed() => if changed.is_err() { break },
         }
     }
-    for task in [proposer, housekeeping, leases, confirming] {
+    for task in [proposer, housekeeping, leases, confirming, snapshotting] {
         task.abort();
     }
     if let Some(task) = flush_task {
@@ -181,6 +182,18 @@ async fn confirm_leadership(
             replication.renew_lease(Some(asked + lease));
         }
         replication.wake_waiters();
+    }
+}
+
+/// Makes a snapshot of each checkpoint the shard completes: what a replica too far behind the
+/// log installs, and what lets Raft purge the log before it.
+async fn snapshot_checkpoints(shard: Rc<RefCell<ShardState>>, raft: ShardRaft) {
+    let Some(checkpointed) = shard.borrow().replication.as_ref().map(|r| Arc::clone(&r.checkpointed)) else { return };
+    loop {
+        checkpointed.notified().await;
+        if let Err(error) = raft.trigger().snapshot().await {
+            tracing::warn!(%error, "cannot snapshot the checkpoint");
+        }
     }
 }
 

@@ -87,6 +87,9 @@ pub(crate) struct Replication {
     pub lease_until: Option<Instant>,
     /// How long a confirmation of leadership holds (see `GroupSettings::lease`).
     pub lease: std::time::Duration,
+    /// Told when the shard completed a checkpoint: a snapshot of it is made for replicas that
+    /// lag behind the log this replica keeps (see `group::snapshot_checkpoints`).
+    pub checkpointed: Arc<Notify>,
     /// Told when a request waits for leadership to be confirmed (see `group::confirm_leadership`).
     pub confirmations: Arc<Notify>,
     /// Set while a membership change runs on this leader: requests wait, so that no entry the
@@ -131,6 +134,7 @@ impl Replication {
             lease_until: None,
             lease: std::time::Duration::ZERO,
             confirmations: Arc::default(),
+            checkpointed: Arc::default(),
             changing_membership: false,
         }
     }

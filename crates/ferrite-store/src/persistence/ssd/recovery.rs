@@ -126,6 +126,19 @@ impl ReplicaPools {
         }
     }
 
+    /// What a checkpoint of these pools copies: each one's descriptor, dirty pages and memory
+    /// file (a follower's shard checkpoints its replica as a leader's checkpoints its stores).
+    pub fn checkpoint_pools(&self) -> Vec<super::checkpoint::CheckpointPool> {
+        self.pools
+            .values()
+            .map(|pool| super::checkpoint::CheckpointPool {
+                descriptor: pool.descriptor.clone(),
+                pages: Arc::clone(&pool.pages),
+                region: Arc::clone(pool.region.file()),
+            })
+            .collect()
+    }
+
     /// Applies one record (of this shard's own kinds, [`super::record`]) with LSN `lsn`.
     pub fn apply(&mut self, lsn: Lsn, payload: &[u8]) -> Result<(), RecoveryError> {
         let bad = |reason: String| RecoveryError::BadRecord { lsn, reason };
