@@ -224,6 +224,8 @@ pub(crate) struct ShardState {
     pub direct_value_bytes_max: u64,
     /// Keys held by open direct reads, and the writers waiting for them.
     pub direct_reads: direct::DirectReads,
+    /// In cluster mode: the cluster this shard's group belongs to. `None`: a single server.
+    pub cluster: Option<crate::cluster::ShardCluster>,
 }
 
 impl ShardState {

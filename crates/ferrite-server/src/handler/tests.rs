@@ -40,6 +40,7 @@ fn durable_shard(tag: &str) -> (ShardState, std::path::PathBuf) {
         },
         pool_bytes_max: 1 << 30,
         direct_value_bytes_max: 1 << 30,
+        cluster: None,
         direct_reads: crate::handler::DirectReads::new(std::time::Duration::from_secs(30)),
         pools,
         stats: ShardStats::new(),
