@@ -224,12 +224,21 @@ pub(crate) struct ShardState {
     pub direct_value_bytes_max: u64,
     /// Keys held by open direct reads, and the writers waiting for them.
     pub direct_reads: direct::DirectReads,
+    /// In cluster mode: the cluster this shard's group belongs to. `None`: a single server.
+    pub cluster: Option<crate::cluster::ShardCluster>,
 }
 
 impl ShardState {
     /// What a connection of this shard waits on before sending responses that need durability.
     pub fn durable_gate(&self) -> Option<DurableGate> {
         self.durability.as_ref().map(|durability| durability.gate.clone())
+    }
+
+    /// How many replicas of this shard's group other than this node hold the log up to `lsn`
+    /// (RESP's `WAIT`): as the leader last learned their progress; always 0 on a single server,
+    /// which has no replicas, and on a follower.
+    pub fn replicas_holding(&self, lsn: Lsn) -> u64 {
+        self.cluster.as_ref().map_or(0, |cluster| cluster.map.with(|view| view.replicas_holding(cluster.group, lsn)))
     }
 
     /// Refuses a write before it changes anything if the log has failed or has no room for the
@@ -249,6 +258,7 @@ impl ShardState {
     /// recorded: the shard stops before any answer can reveal it.
     fn logged(&mut self, sync: bool, session: &mut Session) -> Result<(), Failure> {
         let lsn = self.log_position(sync)?;
+        session.last_write_lsn = lsn;
         let backlog = self.durability.as_ref().is_some_and(|d| d.log.pending_bytes() > ASYNC_PENDING_BYTES_MAX);
         if sync || backlog {
             session.wait_lsn = session.wait_lsn.max(lsn);
@@ -1025,4 +1035,4 @@ fn pool_of(request: &Request<'_>) -> Option<PoolHandle> {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

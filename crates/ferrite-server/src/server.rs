@@ -259,6 +259,7 @@ impl BoundServer {
                 },
                 pool_bytes_max: limits.pool_bytes_max,
                 direct_value_bytes_max: limits.direct_value_bytes_max,
+                cluster: None,
                 direct_reads: crate::handler::DirectReads::new(std::time::Duration::from_millis(
                     limits.direct_read_idle_ms,
                 )),

@@ -5,3 +5,27 @@
 //!   shards.
 
 pub mod view;
+
+use std::sync::Arc;
+
+use view::{ClusterMap, ClusterView};
+
+/// A shard's place in its cluster: the node's map, and the group (its shard index) it is a
+/// replica of.
+#[derive(Debug, Clone)]
+pub(crate) struct ShardCluster {
+    pub map: Arc<ClusterMap>,
+    pub group: usize,
+}
+
+impl ShardCluster {
+    /// A copy of the cluster map.
+    pub fn view(&self) -> ClusterView {
+        self.map.view()
+    }
+
+    /// Whether this node's replica leads the shard's group and may answer its requests now.
+    pub fn leads_here(&self) -> bool {
+        self.map.with(|view| view.groups.get(self.group).is_some_and(|group| group.leads_here))
+    }
+}
