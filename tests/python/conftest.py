@@ -25,6 +25,14 @@ class Server(FerriteServer):
         return redis.Redis(host=host, port=port, protocol=protocol, socket_timeout=10, **options)
 
 
+@pytest.fixture(params=[2, 3], ids=["resp2", "resp3"])
+def r(request, server):
+    """A redis-py client of a fresh server's shard 0, speaking RESP2, then RESP3."""
+    client = server.client(request.param)
+    yield client
+    client.close()
+
+
 @pytest.fixture
 def server():
     server = Server()

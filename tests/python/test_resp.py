@@ -10,13 +10,6 @@ import redis
 from conftest import Server
 
 
-@pytest.fixture(params=[2, 3], ids=["resp2", "resp3"])
-def r(request, server):
-    client = server.client(request.param)
-    yield client
-    client.close()
-
-
 def test_ping_set_get(r):
     assert r.ping() is True
     assert r.set("greeting", "hello") is True

@@ -9,13 +9,6 @@ import pytest
 import redis
 
 
-@pytest.fixture(params=[2, 3], ids=["resp2", "resp3"])
-def r(request, server):
-    client = server.client(request.param)
-    yield client
-    client.close()
-
-
 def test_many_key_commands_answer_as_one_command(r):
     keys = [f"k{i:06d}" for i in range(5_000)]
     assert r.mset({key: f"v{key}" for key in keys}) is True

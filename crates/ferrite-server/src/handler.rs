@@ -236,6 +236,13 @@ impl ShardState {
         self.durability.as_ref().map(|durability| durability.gate.clone())
     }
 
+    /// How many replicas of this shard's group other than this node hold the log up to `lsn`
+    /// (RESP's `WAIT`): as the leader last learned their progress; always 0 on a single server,
+    /// which has no replicas, and on a follower.
+    pub fn replicas_holding(&self, lsn: Lsn) -> u64 {
+        self.cluster.as_ref().map_or(0, |cluster| cluster.map.with(|view| view.replicas_holding(cluster.group, lsn)))
+    }
+
     /// Refuses a write before it changes anything if the log has failed or has no room for the
     /// record of a write that changes `footprint` of pool memory, growth included (a full disk):
     /// a write must never change pool memory that the log cannot record.
@@ -253,6 +260,7 @@ impl ShardState {
     /// recorded: the shard stops before any answer can reveal it.
     fn logged(&mut self, sync: bool, session: &mut Session) -> Result<(), Failure> {
         let lsn = self.log_position(sync)?;
+        session.last_write_lsn = lsn;
         let backlog = self.durability.as_ref().is_some_and(|d| d.log.pending_bytes() > ASYNC_PENDING_BYTES_MAX);
         if sync || backlog {
             session.wait_lsn = session.wait_lsn.max(lsn);
@@ -1029,4 +1037,4 @@ fn pool_of(request: &Request<'_>) -> Option<PoolHandle> {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

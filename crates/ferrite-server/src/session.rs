@@ -59,6 +59,8 @@ pub(crate) struct Session {
     /// The log position that must be durable before the responses buffered so far are sent
     /// (0: none). Raised by `sync` writes and by reads; taken by the connection once per batch.
     pub wait_lsn: Lsn,
+    /// The log position of the last write the session made (0: none yet), for RESP's `WAIT`.
+    pub last_write_lsn: Lsn,
     /// Pools this session opened.
     open: HashMap<PoolHandle, Opened>,
     /// On a connection whose responses may leave out of order (native): what its answers that

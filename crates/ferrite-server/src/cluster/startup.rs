@@ -117,7 +117,7 @@ mod tests {
 
     fn membership_of(nodes: &[u64]) -> Membership {
         let members: BTreeMap<u64, ShardNode> = nodes.iter().map(|id| (*id, ShardNode::default())).collect();
-        Membership::new_with_defaults(vec![nodes.iter().copied().collect()], members)
+        Membership::new(vec![nodes.iter().copied().collect()], members).expect("a valid membership")
     }
 
     #[test]

@@ -60,6 +60,14 @@ impl ClusterView {
     pub fn leader_of(&self, group: usize) -> Option<&NodeInfo> {
         self.groups.get(group)?.leader.and_then(|leader| self.node(leader))
     }
+
+    /// How many members of `group` other than this node are known to hold its log up to `index`:
+    /// the leader's replication progress (`matched`); 0 on a follower, which knows no one's.
+    pub fn replicas_holding(&self, group: usize, index: u64) -> u64 {
+        self.groups.get(group).map_or(0, |seen| {
+            seen.matched.iter().filter(|&&(node, held)| node != self.node_id && held >= index).count() as u64
+        })
+    }
 }
 
 /// Adds `offset` to the port of `host:port` (an address of shard 0 becomes shard `offset`'s).
@@ -130,10 +138,11 @@ impl ClusterMap {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn node(id: u64) -> NodeInfo {
+    /// Node `id` at `10.0.0.id`, its peer, native and RESP listeners on 7300, 7100 and 6379.
+    pub(crate) fn node(id: u64) -> NodeInfo {
         NodeInfo {
             node_id: id,
             peer: format!("10.0.0.{id}:7300"),
@@ -158,6 +167,20 @@ mod tests {
         map.update_group(0, GroupView { leader: Some(2), term: 4, ..seen }, &[], "c1");
         assert!(map.view().version > first.version);
         assert_eq!(map.view().cluster_id, "c1");
+    }
+
+    /// Only other members whose progress reaches the index count.
+    #[test]
+    fn replicas_holding_counts_other_members_at_or_past_the_index() {
+        let map = ClusterMap::new(1, 2);
+        let seen = GroupView { leader: Some(1), matched: vec![(1, 50), (2, 10), (3, 9)], ..GroupView::default() };
+        map.update_group(0, seen, &[], "c1");
+        let view = map.view();
+        assert_eq!(view.replicas_holding(0, 9), 2);
+        assert_eq!(view.replicas_holding(0, 10), 1);
+        assert_eq!(view.replicas_holding(0, 11), 0, "the node itself does not count");
+        assert_eq!(view.replicas_holding(1, 0), 0, "a group whose progress is unknown here");
+        assert_eq!(view.replicas_holding(7, 0), 0, "no such group");
     }
 
     #[test]

@@ -16,18 +16,10 @@ use crate::pools::Pools;
 use crate::session::Session;
 use crate::stats::ShardStats;
 
-/// A one-shard state on a fresh data directory, with its sync thread running but idle.
-fn durable_shard(tag: &str) -> (ShardState, std::path::PathBuf) {
-    let dir = std::env::temp_dir().join(format!("ferrite-handler-{}-{tag}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    let config = DurabilityConfig { commit_interval_ms: 3_600_000, ..DurabilityConfig::default() };
-    let recovered =
-        recover_shard(&ShardPaths::new(&dir), WalConfig { segment_bytes: config.wal_segment_bytes }).expect("recover");
-    let log = SharedLog::new(recovered.writer);
-    let pools = Pools::logged(log.clone(), 16, recovered.next_pool_id);
-    let durability =
-        ShardDurability::start(0, ShardPaths::new(&dir), log, recovered.checkpointer, config).expect("sync thread");
-    let state = ShardState {
+/// Shard 0's state over `pools`, with `durability` (none: the `memory` backing), limits at their
+/// largest, no plugins, no users and no cluster.
+pub(crate) fn shard_state(pools: Pools, durability: Option<ShardDurability>) -> ShardState {
+    ShardState {
         index: 0,
         shard_addresses: Arc::from(vec!["127.0.0.1:1".to_string()]),
         limits: Limits::MAX,
@@ -45,7 +37,7 @@ fn durable_shard(tag: &str) -> (ShardState, std::path::PathBuf) {
         direct_reads: crate::handler::DirectReads::new(std::time::Duration::from_secs(30)),
         pools,
         stats: ShardStats::new(),
-        durability: Some(durability),
+        durability,
         stop: tokio::sync::watch::channel(false).0,
         halted: None,
         low_load_poll: crate::low_load_poll::LowLoadPoll::new(std::time::Duration::ZERO),
@@ -69,8 +61,21 @@ fn durable_shard(tag: &str) -> (ShardState, std::path::PathBuf) {
         traffic: Default::default(),
         current_pool: None,
         current_op: crate::stats::Op::Other,
-    };
-    (state, dir)
+    }
+}
+
+/// A one-shard state on a fresh data directory, with its sync thread running but idle.
+fn durable_shard(tag: &str) -> (ShardState, std::path::PathBuf) {
+    let dir = std::env::temp_dir().join(format!("ferrite-handler-{}-{tag}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let config = DurabilityConfig { commit_interval_ms: 3_600_000, ..DurabilityConfig::default() };
+    let recovered =
+        recover_shard(&ShardPaths::new(&dir), WalConfig { segment_bytes: config.wal_segment_bytes }).expect("recover");
+    let log = SharedLog::new(recovered.writer);
+    let pools = Pools::logged(log.clone(), 16, recovered.next_pool_id);
+    let durability =
+        ShardDurability::start(0, ShardPaths::new(&dir), log, recovered.checkpointer, config).expect("sync thread");
+    (shard_state(pools, Some(durability)), dir)
 }
 
 fn session(state: &mut ShardState) -> Session {
@@ -91,6 +96,14 @@ fn open(state: &mut ShardState, session: &mut Session, name: &str) -> PoolHandle
         Ok(Response::PoolOpened { pool }) => pool,
         other => panic!("open {name}: {other:?}"),
     }
+}
+
+/// Creates the pool `name` of `size_bytes` and opens it.
+fn create_and_open(state: &mut ShardState, session: &mut Session, name: &str, size_bytes: u64) -> PoolHandle {
+    let create =
+        Request::CreatePool { name, size_bytes, expected_objects: 16, flags: CreatePoolFlags::NONE, plugins: "" };
+    assert!(answer(state, session, create).0, "create {name}");
+    open(state, session, name)
 }
 
 /// Every answer whose content depends on pool state waits until the `sync` writes before it
@@ -177,15 +190,7 @@ fn answers_that_reveal_state_wait_for_the_writes_before_them() {
 fn a_halted_shard_answers_nothing() {
     let (mut state, dir) = durable_shard("halt");
     let mut session = session(&mut state);
-    let create = Request::CreatePool {
-        name: "p",
-        size_bytes: 1 << 20,
-        expected_objects: 16,
-        flags: CreatePoolFlags::NONE,
-        plugins: "",
-    };
-    assert!(answer(&mut state, &mut session, create).0);
-    let pool = open(&mut state, &mut session, "p");
+    let pool = create_and_open(&mut state, &mut session, "p", 1 << 20);
     let stop = state.stop.subscribe();
     let failure = state.halt("a test".into());
     assert!(failure.close, "the request that found out closes its connection");
@@ -214,15 +219,7 @@ fn a_halted_shard_answers_nothing() {
 fn async_writes_wait_once_the_log_has_too_much_waiting() {
     let (mut state, dir) = durable_shard("backpressure");
     let mut session = session(&mut state);
-    let create = Request::CreatePool {
-        name: "p",
-        size_bytes: 64 << 20,
-        expected_objects: 16,
-        flags: CreatePoolFlags::NONE,
-        plugins: "",
-    };
-    assert!(answer(&mut state, &mut session, create).0);
-    let pool = open(&mut state, &mut session, "p");
+    let pool = create_and_open(&mut state, &mut session, "p", 64 << 20);
     let _ = std::mem::take(&mut session.wait_lsn);
     let value = vec![7u8; 64 * 1024];
     let flags = PutFlags::NONE.with_durability(Durability::Async);
@@ -241,5 +238,33 @@ fn async_writes_wait_once_the_log_has_too_much_waiting() {
     let durability = state.durability.as_mut().expect("durable");
     assert!(durability.log.pending_bytes() > super::ASYNC_PENDING_BYTES_MAX);
     durability.stop();
+    std::fs::remove_dir_all(&dir).expect("clean up");
+}
+
+/// Each write a session makes, `sync` or `async`, records its log position as the session's last
+/// write (what RESP's `WAIT` asks replicas to hold); reads and other sessions' writes leave it.
+#[test]
+fn a_session_knows_the_log_position_of_its_last_write() {
+    let (mut state, dir) = durable_shard("last-write");
+    let mut writer = session(&mut state);
+    let pool = create_and_open(&mut state, &mut writer, "p", 1 << 20);
+    let (stored, synced) =
+        answer(&mut state, &mut writer, Request::Put { pool, flags: PutFlags::NONE, key: b"a", value: b"1" });
+    assert!(stored && synced > 0);
+    assert_eq!(writer.last_write_lsn, synced, "a sync write's position is the one its answer waits for");
+    let flags = PutFlags::NONE.with_durability(Durability::Async);
+    assert!(answer(&mut state, &mut writer, Request::Put { pool, flags, key: b"b", value: b"2" }).0);
+    let after_async = writer.last_write_lsn;
+    assert!(after_async > synced, "an async write moves it too, though nothing waits for it");
+    assert!(answer(&mut state, &mut writer, Request::Get { pool, key: b"a" }).0);
+    let mut other = session(&mut state);
+    let other_pool = open(&mut state, &mut other, "p");
+    assert!(answer(&mut state, &mut other, Request::Erase { pool: other_pool, key: b"b" }).0);
+    assert_eq!(writer.last_write_lsn, after_async, "reads and other sessions' writes leave it");
+    assert!(other.last_write_lsn > after_async);
+    assert_eq!(state.replicas_holding(0), 0, "a single server has no replicas");
+    if let Some(durability) = state.durability.as_mut() {
+        durability.stop();
+    }
     std::fs::remove_dir_all(&dir).expect("clean up");
 }

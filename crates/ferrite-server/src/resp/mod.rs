@@ -14,6 +14,8 @@ mod commands;
 mod connection;
 mod parser;
 mod reply;
+mod slots;
+mod topology;
 
 use bytes::BytesMut;
 use ferrite_proto::{CreatePoolFlags, Limits, PoolHandle, Request, Response};

@@ -105,6 +105,14 @@ pub(crate) fn map(out: &mut BytesMut, len: usize, protocol: Protocol) {
     }
 }
 
+/// The header of a set of `len` elements (an array in RESP2); the caller writes the elements.
+pub(crate) fn set(out: &mut BytesMut, len: usize, protocol: Protocol) {
+    match protocol {
+        Protocol::Resp2 => line(out, b'*', len as i64),
+        Protocol::Resp3 => line(out, b'~', len as i64),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -130,6 +138,8 @@ mod tests {
         assert_eq!(encoded(|o| array(o, 0)), b"*0\r\n");
         assert_eq!(encoded(|o| map(o, 2, Protocol::Resp2)), b"*4\r\n");
         assert_eq!(encoded(|o| map(o, 2, Protocol::Resp3)), b"%2\r\n");
+        assert_eq!(encoded(|o| set(o, 2, Protocol::Resp2)), b"*2\r\n");
+        assert_eq!(encoded(|o| set(o, 2, Protocol::Resp3)), b"~2\r\n");
     }
 
     #[test]

@@ -49,11 +49,23 @@ pub(crate) struct Client {
     transaction: Option<Transaction>,
     /// Where a many-key command stands between its steps.
     progress: Option<Progress>,
+    /// In cluster mode, `READONLY`: reads of keys of this node's group are answered here even
+    /// when this node does not lead it.
+    readonly: bool,
 }
 
 impl Client {
     pub fn new(session: Session, pool: PoolHandle, id: u64) -> Client {
-        Client { session, pool, id, protocol: Protocol::Resp2, name: None, transaction: None, progress: None }
+        Client {
+            session,
+            pool,
+            id,
+            protocol: Protocol::Resp2,
+            name: None,
+            transaction: None,
+            progress: None,
+            readonly: false,
+        }
     }
 
     /// Whether the client may act: it has authenticated, or the server has no users.
@@ -131,7 +143,9 @@ struct Spec {
     run: Handler,
 }
 
-/// Where a command's keys are among its arguments.
+/// Where a command's keys are among its arguments. The one description of a command's keys: a
+/// command on a key that a plugin call holds waits for the call, `COMMAND` tells clients where the
+/// keys are, and in cluster mode the keys decide where the command is answered.
 #[derive(Debug, Clone, Copy)]
 enum Keys {
     None,
@@ -151,31 +165,101 @@ enum Keys {
     Pairs {
         writes: bool,
     },
+    /// The first argument, the key a plugin call acts on, which it may write; an empty one is no
+    /// key (the call acts on the pool itself).
+    Invoked,
 }
 
 impl Keys {
+    /// Where the keys are, as Redis's `COMMAND` says: the first key's position, the last's
+    /// (negative: counted from the end, -1 the last argument), and the step between two; all 0
+    /// for a command without keys.
+    fn positions(self) -> (i64, i64, i64) {
+        match self {
+            Keys::None => (0, 0, 0),
+            Keys::First { .. } | Keys::Invoked => (1, 1, 1),
+            Keys::FirstTwo { .. } => (1, 2, 1),
+            Keys::All { .. } => (1, -1, 1),
+            Keys::Pairs { .. } => (1, -1, 2),
+        }
+    }
+
+    /// Whether the command may write its keys.
+    fn writes(self) -> bool {
+        match self {
+            Keys::None => false,
+            Keys::First { writes } | Keys::FirstTwo { writes } | Keys::All { writes } | Keys::Pairs { writes } => {
+                writes
+            }
+            Keys::Invoked => true,
+        }
+    }
+
     /// The keys among `args` (the command name first), and whether the command writes them.
     fn of<'a>(self, args: Args<'a>) -> (impl Iterator<Item = &'a [u8]>, bool) {
-        let (skip, step, take, writes) = match self {
-            Keys::None => (1, 1, 0, false),
-            Keys::First { writes } => (1, 1, 1, writes),
-            Keys::FirstTwo { writes } => (1, 1, 2, writes),
-            Keys::All { writes } => (1, 1, usize::MAX, writes),
-            Keys::Pairs { writes } => (1, 2, usize::MAX, writes),
+        let (first, last, step) = self.positions();
+        let len = args.len() as i64;
+        let end = match (first, last) {
+            (0, _) => 0,
+            (_, last) if last < 0 => len + last + 1,
+            (_, last) => (last + 1).min(len),
         };
-        (args.iter().skip(skip).step_by(step).take(take), writes)
+        let invoked = matches!(self, Keys::Invoked);
+        let keys = (first..end.max(first))
+            .step_by(step.max(1) as usize)
+            .map(move |at| args.get(at as usize))
+            .filter(move |key| !(invoked && key.is_empty()));
+        (keys, self.writes())
     }
 }
 
 impl Spec {
     fn accepts(&self, args: usize) -> bool {
-        let arity = self.arity.unsigned_abs() as usize;
-        if self.arity < 0 {
-            args >= arity
-        } else {
-            args == arity
-        }
+        accepts(self.arity, args)
     }
+}
+
+/// Whether `args` arguments (the name included) suit `arity` (Redis's convention, see [`Spec`]).
+fn accepts(arity: i32, args: usize) -> bool {
+    let count = arity.unsigned_abs() as usize;
+    if arity < 0 {
+        args >= count
+    } else {
+        args == count
+    }
+}
+
+/// A subcommand (`CLIENT SETNAME`): its name, lower case, its arity counted as its command's (the
+/// command and subcommand names included), and what runs it.
+struct Subcommand {
+    name: &'static str,
+    arity: i32,
+    run: Handler,
+}
+
+/// The commands made of subcommands, and their subcommands: the command runs them through
+/// [`subcommand`], and `COMMAND` lists them.
+static SUBCOMMANDS: &[(&str, &[Subcommand])] = &[
+    ("client", &server::CLIENT),
+    ("command", &command_table::COMMAND),
+    ("config", &server::CONFIG),
+    ("cluster", &cluster::CLUSTER),
+];
+
+fn subcommands_of(command: &str) -> &'static [Subcommand] {
+    SUBCOMMANDS.iter().find(|(name, _)| *name == command).map_or(&[], |(_, subcommands)| subcommands)
+}
+
+/// Runs the subcommand `call` names (its second argument) of `command`, checking its arity.
+fn subcommand(call: &mut Call<'_, '_>, command: &str) -> Result<Flow, RespError> {
+    let name = call.args.get(1);
+    let Some(subcommand) = subcommands_of(command).iter().find(|subcommand| is(name, subcommand.name)) else {
+        return Err(RespError::unknown_subcommand(name, &command.to_uppercase()));
+    };
+    if !accepts(subcommand.arity, call.args.len()) {
+        return Err(RespError::arity(&format!("{command}|{}", subcommand.name)));
+    }
+    (subcommand.run)(call)
 }
 
 /// Every command, the most frequent first (the table is searched in order). `COMMAND LIST` and
@@ -229,15 +313,20 @@ static COMMANDS: &[Spec] = &[
     Spec { name: "select", arity: 2, keys: Keys::None, run: server::select },
     Spec { name: "quit", arity: -1, keys: Keys::None, run: server::quit },
     Spec { name: "auth", arity: -2, keys: Keys::None, run: server::auth },
-    Spec { name: "command", arity: -1, keys: Keys::None, run: server::command },
-    Spec { name: "client", arity: -2, keys: Keys::None, run: server::client },
-    Spec { name: "config", arity: -2, keys: Keys::None, run: server::config },
+    Spec { name: "command", arity: -1, keys: Keys::None, run: command_table::command },
+    Spec { name: "client", arity: -2, keys: Keys::None, run: |call| subcommand(call, "client") },
+    Spec { name: "config", arity: -2, keys: Keys::None, run: |call| subcommand(call, "config") },
     Spec { name: "time", arity: 1, keys: Keys::None, run: server::time },
     Spec { name: "multi", arity: 1, keys: Keys::None, run: transaction::multi },
     Spec { name: "exec", arity: 1, keys: Keys::None, run: transaction::exec },
     Spec { name: "discard", arity: 1, keys: Keys::None, run: transaction::discard },
     Spec { name: "watch", arity: -2, keys: Keys::None, run: transaction::watch },
-    Spec { name: "ferrite.invoke", arity: -3, keys: Keys::None, run: plugins::ferrite_invoke },
+    Spec { name: "ferrite.invoke", arity: -3, keys: Keys::Invoked, run: plugins::ferrite_invoke },
+    Spec { name: "cluster", arity: -2, keys: Keys::None, run: cluster::cluster },
+    Spec { name: "asking", arity: 1, keys: Keys::None, run: cluster::asking },
+    Spec { name: "readonly", arity: 1, keys: Keys::None, run: cluster::readonly },
+    Spec { name: "readwrite", arity: 1, keys: Keys::None, run: cluster::readwrite },
+    Spec { name: "wait", arity: 3, keys: Keys::None, run: wait::wait },
 ];
 
 fn lookup(name: &[u8]) -> Option<&'static Spec> {
@@ -267,12 +356,20 @@ macro_rules! run {
     };
 }
 
+mod cluster;
+#[cfg(test)]
+mod cluster_tests;
+mod command_table;
 mod keyspace;
 mod plugins;
+mod routing;
 mod server;
 mod steps;
 mod strings;
+#[cfg(test)]
+mod testing;
 mod transaction;
+mod wait;
 
 /// Answers one command, appending its reply to `out`; inside `MULTI`, queues it instead.
 pub(crate) fn execute(
@@ -297,6 +394,16 @@ pub(crate) fn execute(
         shard.stats.requests_denied += 1;
         shard.count_failure();
         reply::error(out, "NOAUTH Authentication required.");
+        return Flow::Continue;
+    }
+    if let Some(RespError(text)) = routing::refusal(args, client, shard) {
+        shard.stats.requests += 1;
+        shard.count_failure();
+        if is(args.get(0), "exec") {
+            // Redis discards a transaction its node cannot run.
+            client.transaction = None;
+        }
+        reply::error(out, &text);
         return Flow::Continue;
     }
     if let Some(waiting) = waits_for_plugin_call(args, client, shard) {
@@ -462,7 +569,8 @@ mod tests {
     }
 
     /// The keys a command names, which wait for a plugin call holding them: `RENAME` and `COPY`
-    /// name two, `MSETNX` every other argument, `KEYS` none (its argument is a pattern).
+    /// name two, `MSETNX` every other argument, `KEYS` none (its argument is a pattern),
+    /// `FERRITE.INVOKE` its first unless empty.
     #[test]
     fn commands_name_their_keys() {
         let keys_of = |words: &[&str]| {
@@ -484,6 +592,9 @@ mod tests {
         assert_eq!(keys_of(&["getrange", "a", "0", "1"]), (vec!["a".into()], false));
         assert_eq!(keys_of(&["unlink", "a", "b"]), (vec!["a".into(), "b".into()], true));
         assert_eq!(keys_of(&["keys", "a*"]), (vec![], false));
+        assert_eq!(keys_of(&["mset", "a", "1", "b"]), (vec!["a".into(), "b".into()], true));
+        assert_eq!(keys_of(&["ferrite.invoke", "a", "payload"]), (vec!["a".into()], true));
+        assert_eq!(keys_of(&["ferrite.invoke", "", "payload"]), (vec![], true), "a call on the pool names no key");
     }
 
     #[test]

@@ -6,9 +6,10 @@ use ferrite_proto::{Attribute, Request, Response, PROTOCOL_VERSION};
 
 use super::keyspace::count;
 use super::reply::{self, Protocol};
-use super::{integer_arg, is, lossy, Call, Client, RespError, COMMANDS, REDIS_VERSION};
-use crate::handler::{Authenticating, Flow};
+use super::{integer_arg, is, lossy, Call, Client, RespError, Subcommand, REDIS_VERSION};
+use crate::handler::{Authenticating, Flow, ShardState};
 use crate::resp::parser::parse_i64;
+use crate::resp::topology;
 use crate::session::Identity;
 
 pub(super) fn ping(call: &mut Call<'_, '_>) -> Result<Flow, RespError> {
@@ -68,9 +69,10 @@ pub(super) fn info(call: &mut Call<'_, '_>) -> Result<Flow, RespError> {
     if wanted("server") {
         text.push_str(&format!(
             "# Server\r\nredis_version:{REDIS_VERSION}\r\nferrite_version:{}\r\nferrite_protocol_version:{PROTOCOL_VERSION}\r\n\
-             redis_mode:standalone\r\narch_bits:{}\r\nprocess_id:{}\r\ntcp_port:{}\r\nuptime_in_seconds:{uptime_s}\r\n\
+             redis_mode:{}\r\narch_bits:{}\r\nprocess_id:{}\r\ntcp_port:{}\r\nuptime_in_seconds:{uptime_s}\r\n\
              uptime_in_days:{}\r\nferrite_shard:{}\r\nferrite_shards:{}\r\nferrite_pool:{}\r\n\r\n",
             env!("CARGO_PKG_VERSION"),
+            if call.shard.cluster.is_some() { "cluster" } else { "standalone" },
             usize::BITS,
             std::process::id(),
             call.settings.port,
@@ -123,6 +125,16 @@ pub(super) fn info(call: &mut Call<'_, '_>) -> Result<Flow, RespError> {
             stat("failures"),
         ));
     }
+    if wanted("replication") {
+        let replication = match &call.shard.cluster {
+            Some(cluster) => cluster.map.with(|view| topology::replication(view, cluster.group)),
+            None => "role:master\r\nconnected_slaves:0\r\nmaster_repl_offset:0\r\n".to_owned(),
+        };
+        text.push_str(&format!("# Replication\r\n{replication}\r\n"));
+    }
+    if wanted("cluster") {
+        text.push_str(&format!("# Cluster\r\ncluster_enabled:{}\r\n\r\n", u8::from(call.shard.cluster.is_some())));
+    }
     if wanted("keyspace") {
         text.push_str("# Keyspace\r\n");
         if keys > 0 {
@@ -134,6 +146,12 @@ pub(super) fn info(call: &mut Call<'_, '_>) -> Result<Flow, RespError> {
     let text = text.strip_suffix("\r\n").unwrap_or(&text);
     reply::bulk(call.out, text.as_bytes());
     Ok(Flow::Continue)
+}
+
+/// Whether this listener is a master to Redis clients (see [`topology::is_master`]); a single
+/// server always is.
+fn is_master(shard: &ShardState) -> bool {
+    shard.cluster.as_ref().is_none_or(|cluster| cluster.map.with(|view| topology::is_master(view, cluster.group)))
 }
 
 /// Client names are one printable word, as Redis requires.
@@ -211,9 +229,9 @@ pub(super) fn hello(call: &mut Call<'_, '_>) -> Result<Flow, RespError> {
     reply::bulk(out, b"id");
     reply::integer(out, i64::try_from(call.client.id).unwrap_or(i64::MAX));
     reply::bulk(out, b"mode");
-    reply::bulk(out, b"standalone");
+    reply::bulk(out, if call.shard.cluster.is_some() { "cluster" } else { "standalone" }.as_bytes());
     reply::bulk(out, b"role");
-    reply::bulk(out, b"master");
+    reply::bulk(out, if is_master(call.shard) { "master" } else { "replica" }.as_bytes());
     reply::bulk(out, b"modules");
     reply::array(out, 0);
     Ok(Flow::Continue)
@@ -291,94 +309,71 @@ fn authenticate(call: &mut Call<'_, '_>, user: &[u8], password: &[u8]) -> Result
     }
 }
 
-/// `COMMAND [COUNT|DOCS|INFO|LIST]`: `redis-cli` asks for `COMMAND DOCS` when it starts, for hints
-/// it can do without; an empty answer is a valid one.
-pub(super) fn command(call: &mut Call<'_, '_>) -> Result<Flow, RespError> {
-    if call.args.len() == 1 {
-        reply::array(call.out, 0);
-        return Ok(Flow::Continue);
-    }
-    let subcommand = call.args.get(1);
-    if is(subcommand, "COUNT") {
-        reply::integer(call.out, COMMANDS.len() as i64);
-    } else if is(subcommand, "DOCS") {
-        reply::map(call.out, 0, call.client.protocol);
-    } else if is(subcommand, "INFO") {
-        reply::array(call.out, 0);
-    } else if is(subcommand, "LIST") {
-        reply::array(call.out, COMMANDS.len());
-        for spec in COMMANDS {
-            reply::bulk(call.out, spec.name.as_bytes());
-        }
-    } else {
-        return Err(RespError::unknown_subcommand(subcommand, "COMMAND"));
+/// `CLIENT SETNAME|GETNAME|SETINFO|ID`. Client libraries send `SETNAME` and `SETINFO` on connect.
+pub(super) static CLIENT: [Subcommand; 4] = [
+    Subcommand { name: "setname", arity: 3, run: client_setname },
+    Subcommand { name: "getname", arity: 2, run: client_getname },
+    Subcommand { name: "setinfo", arity: 4, run: client_setinfo },
+    Subcommand { name: "id", arity: 2, run: client_id },
+];
+
+fn client_setname(call: &mut Call<'_, '_>) -> Result<Flow, RespError> {
+    let name = call.args.get(2);
+    check_client_name(name)?;
+    set_client_name(call.client, name);
+    reply::ok(call.out);
+    Ok(Flow::Continue)
+}
+
+fn client_getname(call: &mut Call<'_, '_>) -> Result<Flow, RespError> {
+    match &call.client.name {
+        Some(name) => reply::bulk(call.out, name),
+        None => reply::null(call.out, call.client.protocol),
     }
     Ok(Flow::Continue)
 }
 
-/// `CLIENT SETNAME|GETNAME|SETINFO|ID`. Client libraries send `SETNAME` and `SETINFO` on connect.
-pub(super) fn client(call: &mut Call<'_, '_>) -> Result<Flow, RespError> {
-    let subcommand = call.args.get(1);
-    let arity = |expected: usize, name: &str| {
-        if call.args.len() == expected {
-            Ok(())
-        } else {
-            Err(RespError::arity(&format!("client|{name}")))
-        }
-    };
-    if is(subcommand, "SETNAME") {
-        arity(3, "setname")?;
-        let name = call.args.get(2);
-        check_client_name(name)?;
-        set_client_name(call.client, name);
-        reply::ok(call.out);
-    } else if is(subcommand, "GETNAME") {
-        arity(2, "getname")?;
-        match &call.client.name {
-            Some(name) => reply::bulk(call.out, name),
-            None => reply::null(call.out, call.client.protocol),
-        }
-    } else if is(subcommand, "SETINFO") {
-        arity(4, "setinfo")?;
-        let attribute = call.args.get(2);
-        if !is(attribute, "LIB-NAME") && !is(attribute, "LIB-VER") {
-            return Err(RespError::err(format!("Unrecognized option '{}'", lossy(attribute, 128))));
-        }
-        reply::ok(call.out);
-    } else if is(subcommand, "ID") {
-        arity(2, "id")?;
-        reply::integer(call.out, i64::try_from(call.client.id).unwrap_or(i64::MAX));
-    } else {
-        return Err(RespError::unknown_subcommand(subcommand, "CLIENT"));
+fn client_setinfo(call: &mut Call<'_, '_>) -> Result<Flow, RespError> {
+    let attribute = call.args.get(2);
+    if !is(attribute, "LIB-NAME") && !is(attribute, "LIB-VER") {
+        return Err(RespError::err(format!("Unrecognized option '{}'", lossy(attribute, 128))));
     }
+    reply::ok(call.out);
+    Ok(Flow::Continue)
+}
+
+fn client_id(call: &mut Call<'_, '_>) -> Result<Flow, RespError> {
+    reply::integer(call.out, i64::try_from(call.client.id).unwrap_or(i64::MAX));
     Ok(Flow::Continue)
 }
 
 /// `CONFIG GET parameter ...`: the server is configured by its own file, not through RESP, so only
 /// the parameters tools ask about are answered (`redis-benchmark` asks for `save` and
-/// `appendonly`); any other matches nothing, which is a valid answer.
-pub(super) fn config(call: &mut Call<'_, '_>) -> Result<Flow, RespError> {
-    let subcommand = call.args.get(1);
-    if is(subcommand, "GET") {
-        if call.args.len() < 3 {
-            return Err(RespError::arity("config|get"));
-        }
-        const KNOWN: [(&str, &str); 3] = [("save", ""), ("appendonly", "no"), ("databases", "1")];
-        let parameters = call.args.skip(2);
-        let found: Vec<(&str, &str)> =
-            KNOWN.iter().copied().filter(|(name, _)| parameters.iter().any(|p| is(p, name))).collect();
-        reply::map(call.out, found.len(), call.client.protocol);
-        for (name, value) in found {
-            reply::bulk(call.out, name.as_bytes());
-            reply::bulk(call.out, value.as_bytes());
-        }
-        Ok(Flow::Continue)
-    } else if ["SET", "RESETSTAT", "REWRITE"].iter().any(|word| is(subcommand, word)) {
-        Err(RespError::err(format!(
-            "CONFIG {} is not supported: ferrite-server is configured by its configuration file",
-            lossy(subcommand, 16).to_uppercase()
-        )))
-    } else {
-        Err(RespError::unknown_subcommand(subcommand, "CONFIG"))
+/// `appendonly`); any other matches nothing, which is a valid answer. `CONFIG SET`, `RESETSTAT`
+/// and `REWRITE` are refused.
+pub(super) static CONFIG: [Subcommand; 4] = [
+    Subcommand { name: "get", arity: -3, run: config_get },
+    Subcommand { name: "set", arity: -4, run: config_refused },
+    Subcommand { name: "resetstat", arity: 2, run: config_refused },
+    Subcommand { name: "rewrite", arity: 2, run: config_refused },
+];
+
+fn config_get(call: &mut Call<'_, '_>) -> Result<Flow, RespError> {
+    const KNOWN: [(&str, &str); 3] = [("save", ""), ("appendonly", "no"), ("databases", "1")];
+    let parameters = call.args.skip(2);
+    let found: Vec<(&str, &str)> =
+        KNOWN.iter().copied().filter(|(name, _)| parameters.iter().any(|p| is(p, name))).collect();
+    reply::map(call.out, found.len(), call.client.protocol);
+    for (name, value) in found {
+        reply::bulk(call.out, name.as_bytes());
+        reply::bulk(call.out, value.as_bytes());
     }
+    Ok(Flow::Continue)
+}
+
+fn config_refused(call: &mut Call<'_, '_>) -> Result<Flow, RespError> {
+    Err(RespError::err(format!(
+        "CONFIG {} is not supported: ferrite-server is configured by its configuration file",
+        lossy(call.args.get(1), 16).to_uppercase()
+    )))
 }

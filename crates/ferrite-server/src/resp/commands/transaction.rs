@@ -4,7 +4,7 @@ use std::ops::Range;
 
 use bytes::BytesMut;
 
-use super::{dispatch, lookup, reply, unknown_command, Args, Call, Client, RespError, REPLY_BYTES_MAX};
+use super::{dispatch, lookup, reply, routing, unknown_command, Args, Call, Client, RespError, REPLY_BYTES_MAX};
 use crate::handler::{Flow, ShardState};
 
 /// Most commands, and most argument bytes, one `MULTI` transaction may queue: it is held in memory
@@ -32,14 +32,16 @@ impl Transaction {
 /// Commands that act at once inside `MULTI` rather than being queued.
 pub(super) const TRANSACTION_CONTROL: [&str; 5] = ["exec", "discard", "multi", "watch", "quit"];
 
-/// Queues a command of a transaction. A command that could never run (unknown, wrong arity, or
-/// past the transaction's size limits) is refused now, and the whole transaction with it at `EXEC`,
-/// as in Redis.
+/// Queues a command of a transaction. A command that could never run (unknown, wrong arity, past
+/// the transaction's size limits, or in cluster mode not answered by this listener) is refused
+/// now, and the whole transaction with it at `EXEC`, as in Redis.
 pub(super) fn queue(args: Args<'_>, client: &mut Client, shard: &mut ShardState, out: &mut BytesMut) {
+    let elsewhere = routing::refusal(args, client, shard);
     let transaction = client.transaction.as_mut().expect("the caller checked that a transaction is open");
     let refusal = match lookup(args.get(0)) {
         None => Some(unknown_command(args)),
         Some(spec) if !spec.accepts(args.len()) => Some(RespError::arity(spec.name)),
+        Some(_) if elsewhere.is_some() => elsewhere,
         Some(_) => {
             let bytes: usize = args.iter().map(<[u8]>::len).sum();
             if transaction.commands.len() >= TRANSACTION_COMMANDS_MAX
