@@ -88,9 +88,11 @@ async fn checkpoint(shard: &Rc<RefCell<ShardState>>, shutdown: &mut watch::Recei
                 let log = log.clone();
                 let finished = tokio::task::spawn_blocking(move || {
                     let manifest = job.run(|| log.failure())?;
-                    let recycled = log.release_before(manifest.replay_from.min(keep_log_from)).map_err(|error| CheckpointError::Io {
-                        context: "recycling log segments".into(),
-                        source: std::io::Error::other(error.to_string()),
+                    let recycled = log.release_before(manifest.replay_from.min(keep_log_from)).map_err(|error| {
+                        CheckpointError::Io {
+                            context: "recycling log segments".into(),
+                            source: std::io::Error::other(error.to_string()),
+                        }
                     })?;
                     Ok((manifest, recycled))
                 })

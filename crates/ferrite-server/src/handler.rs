@@ -27,6 +27,7 @@ use ferrite_store::{find_by_scan, FindBudget, FindQuery, PoolSpec, PutMode, PutO
 use tokio::sync::watch;
 
 use crate::ado::{AdoSettings, PoolCalls};
+use crate::cluster::gate::{concerns_group, Gate};
 use crate::completion::Completion;
 use crate::durability::{DurableGate, ShardDurability};
 use crate::low_load_poll::LowLoadPoll;
@@ -333,31 +334,45 @@ impl ShardState {
     ) -> Flow {
         self.stats.requests += 1;
         self.begin_request();
-        let mut opcode = Opcode::Error;
-        let outcome = match Request::decode(header, body) {
-            Ok(request) => match self.answer_later(&request, header, session) {
-                Some(Ok(Accepted::Later(completion))) => {
-                    // A native connection goes on answering; the answer leaves when ready.
-                    session.deferred.push(completion);
-                    return Flow::Continue;
-                }
-                Some(Ok(Accepted::Blocked(completion))) => {
+        let request = match Request::decode(header, body) {
+            Ok(request) => request,
+            // Before the handshake we do not know the peer speaks our protocol at all.
+            Err(error) if !session.handshaken => {
+                return self.answer_error(&Failure { close: true, ..Failure::from(error) }, header.request_id, out)
+            }
+            Err(error) => return self.answer_error(&Failure::from(error), header.request_id, out),
+        };
+        if session.handshaken && concerns_group(&request) {
+            match self.group_gate() {
+                Gate::Open => {}
+                Gate::Wait(completion) => {
                     // Counted when it runs again.
                     self.stats.requests -= 1;
                     return Flow::Wait { completion, consumed: false };
                 }
-                Some(Err(failure)) => Err(failure),
-                None => match self.signal_of(&request, session) {
-                    Some(signal) => return self.answer_signalled(signal, request, header, session, now_ns, out),
-                    None => {
-                        opcode = request.opcode();
-                        self.execute(request, session, now_ns)
-                    }
-                },
+                Gate::Refuse(failure) => return self.answer_error(&failure, header.request_id, out),
+            }
+        }
+        let mut opcode = Opcode::Error;
+        let outcome = match self.answer_later(&request, header, session) {
+            Some(Ok(Accepted::Later(completion))) => {
+                // A native connection goes on answering; the answer leaves when ready.
+                session.deferred.push(completion);
+                return Flow::Continue;
+            }
+            Some(Ok(Accepted::Blocked(completion))) => {
+                // Counted when it runs again.
+                self.stats.requests -= 1;
+                return Flow::Wait { completion, consumed: false };
+            }
+            Some(Err(failure)) => Err(failure),
+            None => match self.signal_of(&request, session) {
+                Some(signal) => return self.answer_signalled(signal, request, header, session, now_ns, out),
+                None => {
+                    opcode = request.opcode();
+                    self.execute(request, session, now_ns)
+                }
             },
-            // Before the handshake we do not know the peer speaks our protocol at all.
-            Err(error) if !session.handshaken => Err(Failure { close: true, ..Failure::from(error) }),
-            Err(error) => Err(Failure::from(error)),
         };
         match outcome {
             Ok(response) => {
@@ -589,6 +604,7 @@ impl ShardState {
         self.count_pool_request(pool_of(&request), op);
         request.check(&self.limits)?;
         self.authorize(&request, session)?;
+        self.refuse_unless_leading(&request)?;
         match request {
             Request::Hello { version, .. } => self.hello(version, session),
             Request::CreatePool { name, size_bytes, expected_objects, flags, plugins } => {

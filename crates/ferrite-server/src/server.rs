@@ -17,7 +17,7 @@ use crate::cluster::group::GroupSettings;
 use crate::cluster::handshake::PeerSecret;
 use crate::cluster::replication::Replication;
 use crate::cluster::startup::recover_replica;
-use crate::cluster::view::ClusterMap;
+use crate::cluster::view::{ClusterMap, NodeInfo};
 use crate::cluster::ShardCluster;
 use crate::config::{Backing, Config};
 use crate::data_dir::{DataDir, DataDirError};
@@ -228,6 +228,22 @@ impl BoundServer {
         })
     }
 
+    /// How a cluster node tells others to reach it: its advertised host with the ports of its
+    /// shard 0 listeners.
+    fn advertised(&self, node_id: u64) -> NodeInfo {
+        let host = self.config.advertise_host();
+        let at = |port: u16| match host.parse::<std::net::Ipv6Addr>() {
+            Ok(_) => format!("[{host}]:{port}"),
+            Err(_) => format!("{host}:{port}"),
+        };
+        NodeInfo {
+            node_id,
+            peer: at(self.config.peer_listen().port()),
+            native: self.addresses.first().map(|address| at(address.port())).unwrap_or_default(),
+            resp: self.resp_addresses.first().map(|address| at(address.port())).unwrap_or_default(),
+        }
+    }
+
     /// The address each shard listens on, by shard index.
     pub fn addresses(&self) -> &[SocketAddr] {
         &self.addresses
@@ -283,6 +299,9 @@ impl BoundServer {
             Some((map, listeners)) => (Some(map), listeners.into_iter().map(Some).collect()),
             None => (None, Vec::new()),
         };
+        if let (Some(map), Some(node_id)) = (&cluster_map, self.config.cluster.node_id) {
+            map.introduce(self.advertised(node_id));
+        }
         let mut peer_listeners = peer_listeners.into_iter();
         let peer_secret = self.peer_secret.clone();
         let group_settings = self.config.cluster.node_id.map(|node_id| GroupSettings {

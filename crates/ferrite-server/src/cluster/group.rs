@@ -121,6 +121,10 @@ pub(crate) async fn run(
     let housekeeping = tokio::task::spawn_local(housekeep(Rc::clone(&shard), stop.clone()));
     let leases = tokio::task::spawn_local(keep_lease(Rc::clone(&shard), raft.clone(), settings.lease()));
     let snapshotting = tokio::task::spawn_local(snapshot_checkpoints(Rc::clone(&shard), raft.clone()));
+    let admin_queued = shard.borrow().replication.as_ref().map(|replication| Arc::clone(&replication.admin_queued));
+    let administering = admin_queued.map(|queued| {
+        tokio::task::spawn_local(super::admin::administer(Rc::clone(&shard), raft.clone(), Rc::clone(&cluster), queued))
+    });
     let confirming =
         tokio::task::spawn_local(confirm_leadership(Rc::clone(&shard), raft.clone(), confirmations, settings.lease()));
     let mut metrics = raft.metrics();
@@ -131,7 +135,7 @@ pub(crate) async fn run(
             changed = metrics.changed() => if changed.is_err() { break },
         }
     }
-    for task in [proposer, housekeeping, leases, confirming, snapshotting] {
+    for task in [proposer, housekeeping, leases, confirming, snapshotting].into_iter().chain(administering) {
         task.abort();
     }
     if let Some(task) = flush_task {
@@ -228,18 +232,23 @@ fn follow(shard: &Rc<RefCell<ShardState>>, raft: &ShardRaft, settings: &GroupSet
     let metrics = raft.metrics().borrow_watched().clone();
     let mut state = shard.borrow_mut();
     let Some(replication) = state.replication.as_mut() else { return };
-    if let Some(reason) = replication.restart_reason() {
-        super::restart::restart_process(reason);
+    if let Some(reason) = replication.restart_reason().map(str::to_owned) {
+        drop(state);
+        depose(shard, reason);
+        return;
     }
     let leads = metrics.state == ServerState::Leader && metrics.current_leader == Some(settings.node_id);
     let term = metrics.current_term;
     let applied_own_term = metrics.last_applied.is_some_and(|id| id.leader_id.term == term);
     match replication.role {
         Role::Leading { term: led } if !leads || term != led => {
-            super::restart::restart_process(&format!(
+            let reason = format!(
                 "this replica stopped leading group {} (term {led}); it restarts to drop what the group did not commit",
                 replication.group
-            ));
+            );
+            drop(state);
+            depose(shard, reason);
+            return;
         }
         Role::Following | Role::Elected { .. } if leads && applied_own_term => {
             state.begin_leading(term);
@@ -255,6 +264,33 @@ fn follow(shard: &Rc<RefCell<ShardState>>, raft: &ShardRaft, settings: &GroupSet
     state.publish_group(&metrics);
 }
 
+/// How long a replica that must restart goes on refusing requests first: answers already made
+/// (an administration request's, a refusal) reach their clients.
+const RESTART_GRACE: Duration = Duration::from_millis(100);
+
+/// This replica may hold writes its group did not commit: it refuses every request from now on,
+/// and the process restarts shortly (see `restart.rs`).
+pub(crate) fn depose(shard: &Rc<RefCell<ShardState>>, reason: String) {
+    {
+        let mut state = shard.borrow_mut();
+        let Some(replication) = state.replication.as_mut() else { return };
+        if replication.role == Role::Deposed {
+            return;
+        }
+        replication.role = Role::Deposed;
+        replication.must_restart(reason.clone());
+        replication.wake_waiters();
+        if let Some(cluster) = &state.cluster {
+            cluster.map.set_leads_here(cluster.group, false);
+        }
+    }
+    tracing::warn!(%reason, "this replica stops serving and restarts");
+    tokio::task::spawn_local(async move {
+        tokio::time::sleep(RESTART_GRACE).await;
+        super::restart::restart_process(&reason);
+    });
+}
+
 impl ShardState {
     /// This replica leads `term` and has applied every entry before its own: its pools become
     /// stores that execute requests.
@@ -268,7 +304,12 @@ impl ShardState {
         for (_, pool) in replica.pools {
             let name = pool.descriptor.name.clone();
             if let Err(error) = self.pools.insert_recovered(pool) {
-                super::restart::restart_process(&format!("pool '{name}' cannot be opened: {error}"));
+                // The replica's pools passed recovery; a store that does not open over them is a
+                // bug, and leading without the pool would answer as if it did not exist.
+                if let Some(replication) = self.replication.as_mut() {
+                    replication.must_restart(format!("pool '{name}' cannot be opened: {error}"));
+                }
+                return;
             }
         }
         self.pools.continue_handles_from(next_pool_id);
@@ -312,10 +353,8 @@ pub fn node_info(node_id: u64, node: &ShardNode) -> NodeInfo {
     NodeInfo { node_id, peer: node.peer.clone(), native: node.native.clone(), resp: node.resp.clone() }
 }
 
-/// Proposes, once per turn of the shard's loop that executed writes, the entries the leader
-/// appended: in log order, in one batch, each by its sequence number. A proposal Raft refuses
-/// (this replica no longer leads, its lease lapsed) means memory holds writes the group will
-/// not have: the process restarts.
+/// Proposes the entries the leader executed, once per turn of the shard's loop that executed
+/// writes (see [`propose_executed`]).
 async fn propose(
     shard: Rc<RefCell<ShardState>>,
     raft: ShardRaft,
@@ -327,40 +366,47 @@ async fn propose(
             _ = stop.wait_for(|stop| *stop) => return,
             () = proposals.notified() => {}
         }
-        let batch = {
-            let mut state = shard.borrow_mut();
-            let Some(log) = state.durability.as_ref().map(|durability| durability.log.clone()) else { continue };
-            let Some(replication) = state.replication.as_mut() else { continue };
-            replication.take_executed(&log)
-        };
-        if batch.is_empty() {
-            continue;
-        }
-        let data: Vec<Redo> = batch.iter().map(|(_, seq)| Redo::Appended { seq: *seq }).collect();
-        let results = match raft.client_write_many(data).await {
-            Ok(results) => results,
-            Err(fatal) => super::restart::restart_process(&format!("Raft stopped: {fatal}")),
-        };
-        let shard = Rc::clone(&shard);
-        tokio::task::spawn_local(async move {
-            let mut results = results;
-            while let Some(result) = results.next().await {
-                let refused = match result {
-                    Ok(Ok(_)) => None,
-                    Ok(Err(error)) => Some(error.to_string()),
-                    Err(fatal) => Some(fatal.to_string()),
-                };
-                if let Some(reason) = refused {
-                    if let Some(replication) = shard.borrow_mut().replication.as_mut() {
-                        replication.must_restart(format!("an entry this replica executed was not committed: {reason}"));
-                    }
-                    super::restart::restart_process(&format!(
-                        "an entry this replica executed was not committed ({reason}); it restarts to drop it"
-                    ));
-                }
-            }
-        });
+        propose_executed(&shard, &raft).await;
     }
+}
+
+/// Proposes the entries the leader executed and appended since the last proposal: in log order,
+/// in one batch, each by its sequence number. One proposal at a time (the replica's lock): Raft
+/// gives entries their indexes in the order proposals reach it, which must be the log's. A
+/// proposal Raft refuses (this replica no longer leads) means memory holds writes the group will
+/// not have: the replica is deposed.
+pub(crate) async fn propose_executed(shard: &Rc<RefCell<ShardState>>, raft: &ShardRaft) {
+    let Some(lock) = shard.borrow().replication.as_ref().map(|replication| Arc::clone(&replication.proposing)) else {
+        return;
+    };
+    let _turn = lock.lock().await;
+    let batch = {
+        let mut state = shard.borrow_mut();
+        let Some(log) = state.durability.as_ref().map(|durability| durability.log.clone()) else { return };
+        let Some(replication) = state.replication.as_mut() else { return };
+        replication.take_executed(&log)
+    };
+    if batch.is_empty() {
+        return;
+    }
+    let data: Vec<Redo> = batch.iter().map(|(_, seq)| Redo::Appended { seq: *seq }).collect();
+    let mut results = match raft.client_write_many(data).await {
+        Ok(results) => results,
+        Err(fatal) => return depose(shard, format!("Raft stopped: {fatal}")),
+    };
+    let shard = Rc::clone(shard);
+    tokio::task::spawn_local(async move {
+        while let Some(result) = results.next().await {
+            let refused = match result {
+                Ok(Ok(_)) => None,
+                Ok(Err(error)) => Some(error.to_string()),
+                Err(fatal) => Some(fatal.to_string()),
+            };
+            if let Some(reason) = refused {
+                return depose(&shard, format!("an entry this replica executed was not committed ({reason})"));
+            }
+        }
+    });
 }
 
 /// Saves the committed position now and then, and trims the entry cache.

@@ -4,6 +4,8 @@
 //! - [`view`]: what a node knows of its cluster (members, each group's leader), shared by its
 //!   shards.
 
+pub mod admin;
+pub mod gate;
 pub mod group;
 pub mod handshake;
 pub mod log_store;

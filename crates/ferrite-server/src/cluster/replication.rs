@@ -29,6 +29,7 @@ use ferrite_store::persistence::wal::{read_range, FsStorage, Lsn};
 use openraft::EntryPayload;
 use tokio::sync::Notify;
 
+use super::admin::AdminJob;
 use super::state_file::StateFile;
 use super::types::{log_id, Entry, LogId, Redo, StoredMembership};
 use super::wire::{get_membership, put_membership, Reader};
@@ -46,6 +47,9 @@ pub(crate) enum Role {
     Elected { term: u64 },
     /// Leads `term` and has applied every entry before its own: executes requests.
     Leading { term: u64 },
+    /// Stopped leading, or must restart for another reason: refuses every request until the
+    /// process restarts (see `group::depose`).
+    Deposed,
 }
 
 /// A shard's replica of its group.
@@ -95,6 +99,14 @@ pub(crate) struct Replication {
     /// Set while a membership change runs on this leader: requests wait, so that no entry the
     /// shard executes takes the index Raft gives the change.
     pub changing_membership: bool,
+    /// Set while this leader hands its leadership over: requests wait (and find it deposed).
+    pub transferring: bool,
+    /// Held while entries are proposed (see `group::propose_executed`).
+    pub proposing: Arc<tokio::sync::Mutex<()>>,
+    /// Administration requests not yet run (see `admin::administer`).
+    admin: VecDeque<AdminJob>,
+    /// Told when one is queued.
+    pub admin_queued: Arc<Notify>,
 }
 
 impl Replication {
@@ -136,6 +148,10 @@ impl Replication {
             confirmations: Arc::default(),
             checkpointed: Arc::default(),
             changing_membership: false,
+            transferring: false,
+            proposing: Arc::default(),
+            admin: VecDeque::new(),
+            admin_queued: Arc::default(),
         }
     }
 
@@ -178,6 +194,17 @@ impl Replication {
         self.role = Role::Leading { term };
         let proposals = Arc::clone(&self.proposals);
         log.frame_as(term, self.node_id, self.next_seq, Box::new(move || proposals.notify_one()));
+    }
+
+    /// Queues an administration request for `admin::administer`.
+    pub fn queue_admin(&mut self, job: AdminJob) {
+        self.admin.push_back(job);
+        self.admin_queued.notify_one();
+    }
+
+    /// The next administration request to run.
+    pub fn next_admin_job(&mut self) -> Option<AdminJob> {
+        self.admin.pop_front()
     }
 
     /// Runs every waiting request again.

@@ -100,6 +100,28 @@ impl ClusterMap {
         read(&self.view.read().unwrap_or_else(std::sync::PoisonError::into_inner))
     }
 
+    /// Records that this node's replica of `group` no longer answers its requests (it stops
+    /// leading), before Raft's view says so.
+    pub fn set_leads_here(&self, group: usize, leads: bool) {
+        let mut view = self.view.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(slot) = view.groups.get_mut(group) {
+            if slot.leads_here != leads {
+                slot.leads_here = leads;
+                view.version += 1;
+            }
+        }
+    }
+
+    /// Adds this node to the map as it tells others to reach it, so that it can say where it is
+    /// before any group has members.
+    pub fn introduce(&self, node: NodeInfo) {
+        let mut view = self.view.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if !view.nodes.iter().any(|known| known.node_id == node.node_id) {
+            view.nodes.push(node);
+            view.nodes.sort_by_key(|node| node.node_id);
+        }
+    }
+
     /// Records what group `group`'s replica here now sees, with the members it knows of (and the
     /// cluster's id): the version moves if the leader, term or membership changed.
     pub fn update_group(&self, group: usize, seen: GroupView, members: &[NodeInfo], cluster_id: &str) {

@@ -17,7 +17,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::watch;
 use tracing::debug;
 
-use super::commands::{self, Client};
+use super::commands::{self, Client, UNOPENED};
 use super::parser::{Parsed, Parser};
 use super::{reply, Settings};
 use crate::buffered::{self, Buffers, Deferred, Ended, Next, WRITE_FLUSH_BYTES};
@@ -52,8 +52,11 @@ pub(crate) async fn serve(
     // client turns out to be (nobody, on a server with users, until it authenticates).
     let opened = {
         let mut shard = shard.borrow_mut();
-        super::open_pool(&mut shard, &settings, &mut session)
-            .and_then(|pool| shard.begin_identity(&mut session).map(|()| pool).map_err(|failure| failure.message))
+        // A replica that does not lead its group has no pools to open: the connection opens the
+        // pool when it first runs a command here as its leader (see `commands::ready_in_cluster`).
+        let leads = shard.replication.as_ref().is_none_or(|replication| replication.leads());
+        let pool = if leads { super::open_pool(&mut shard, &settings, &mut session) } else { Ok(UNOPENED) };
+        pool.and_then(|pool| shard.begin_identity(&mut session).map(|()| pool).map_err(|failure| failure.message))
     };
     let pool = match opened {
         Ok(pool) => pool,

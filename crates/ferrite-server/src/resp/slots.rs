@@ -87,15 +87,14 @@ pub(crate) enum Serving {
 /// (a read on a `READONLY` connection) and this node is a member of the slot's group; otherwise at
 /// the group's leader. A leader that may not answer now (its lease is not yet established) is
 /// reported down: sending the client back to it would only loop.
-pub(crate) fn serving(view: &ClusterView, group: usize, slot: u16, local_read: bool) -> Serving {
+pub(crate) fn serving(view: &ClusterView, group: usize, slot: u16) -> Serving {
     if view.groups.is_empty() {
         return Serving::Down;
     }
     let owner = group_of(slot, view.groups.len());
     let owning = &view.groups[owner];
     if owner == group {
-        let member = owning.voters.contains(&view.node_id) || owning.learners.contains(&view.node_id);
-        if owning.leads_here || (local_read && member) {
+        if owning.leads_here {
             return Serving::Here;
         }
         if owning.leader == Some(view.node_id) {

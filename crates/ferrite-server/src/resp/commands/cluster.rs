@@ -125,20 +125,11 @@ pub(super) fn asking(call: &mut Call<'_, '_>) -> Result<Flow, RespError> {
     Ok(Flow::Continue)
 }
 
-/// `READONLY`: from now on this connection's reads of keys of this node's group are answered here
-/// even when another node leads the group, from this replica, which may lag behind the leader
-/// (see `docs/resp.md`). Writes are still redirected to the leader.
+/// `READONLY` and `READWRITE`: accepted, for the clients that send them, and without effect: a
+/// follower holds its group's pools only as the replica Raft applies entries to, which answers no
+/// reads, so reads go to the leader like writes (see `docs/resp.md`).
 pub(super) fn readonly(call: &mut Call<'_, '_>) -> Result<Flow, RespError> {
     in_cluster(call)?;
-    call.client.readonly = true;
-    reply::ok(call.out);
-    Ok(Flow::Continue)
-}
-
-/// `READWRITE`: ends `READONLY`.
-pub(super) fn readwrite(call: &mut Call<'_, '_>) -> Result<Flow, RespError> {
-    in_cluster(call)?;
-    call.client.readonly = false;
     reply::ok(call.out);
     Ok(Flow::Continue)
 }

@@ -21,6 +21,8 @@ use ferrite_proto::{Attribute, ErrorCode, PoolHandle, PutFlags, Request, Respons
 use super::parser::{parse_i64, Args};
 use super::reply::{self, Protocol};
 use super::Settings;
+use crate::cluster::gate::Gate;
+use crate::cluster::replication::Role;
 use crate::completion::Completion;
 use crate::handler::{Failure, Flow, ShardState, WRONG_PASSWORD_MESSAGE};
 use crate::session::{Identity, Session};
@@ -49,23 +51,11 @@ pub(crate) struct Client {
     transaction: Option<Transaction>,
     /// Where a many-key command stands between its steps.
     progress: Option<Progress>,
-    /// In cluster mode, `READONLY`: reads of keys of this node's group are answered here even
-    /// when this node does not lead it.
-    readonly: bool,
 }
 
 impl Client {
     pub fn new(session: Session, pool: PoolHandle, id: u64) -> Client {
-        Client {
-            session,
-            pool,
-            id,
-            protocol: Protocol::Resp2,
-            name: None,
-            transaction: None,
-            progress: None,
-            readonly: false,
-        }
+        Client { session, pool, id, protocol: Protocol::Resp2, name: None, transaction: None, progress: None }
     }
 
     /// Whether the client may act: it has authenticated, or the server has no users.
@@ -325,7 +315,7 @@ static COMMANDS: &[Spec] = &[
     Spec { name: "cluster", arity: -2, keys: Keys::None, run: cluster::cluster },
     Spec { name: "asking", arity: 1, keys: Keys::None, run: cluster::asking },
     Spec { name: "readonly", arity: 1, keys: Keys::None, run: cluster::readonly },
-    Spec { name: "readwrite", arity: 1, keys: Keys::None, run: cluster::readwrite },
+    Spec { name: "readwrite", arity: 1, keys: Keys::None, run: cluster::readonly },
     Spec { name: "wait", arity: 3, keys: Keys::None, run: wait::wait },
 ];
 
@@ -406,11 +396,51 @@ pub(crate) fn execute(
         reply::error(out, &text);
         return Flow::Continue;
     }
+    if let Some(flow) = ready_in_cluster(client, shard, settings, out) {
+        return flow;
+    }
     if let Some(waiting) = waits_for_plugin_call(args, client, shard) {
         return Flow::Wait { completion: waiting, consumed: false };
     }
     dispatch(args, client, shard, settings, now_ns, out, true)
 }
+
+/// In cluster mode, on a replica that leads its group (or was just elected): the command waits
+/// until the replica may answer (its lease holds, it applied what came before its term), and the
+/// connection opens the default pool if it was accepted while the replica followed. On a
+/// follower nothing waits: routing redirected the commands with keys, and the shard refuses
+/// any other that reaches the group's pools.
+fn ready_in_cluster(
+    client: &mut Client,
+    shard: &mut ShardState,
+    settings: &Settings,
+    out: &mut BytesMut,
+) -> Option<Flow> {
+    let replication = shard.replication.as_ref()?;
+    if matches!(replication.role, Role::Following | Role::Deposed) {
+        return None;
+    }
+    match shard.group_gate() {
+        Gate::Open => {}
+        Gate::Wait(completion) => return Some(Flow::Wait { completion, consumed: false }),
+        Gate::Refuse(_) => return None,
+    }
+    if client.pool == UNOPENED {
+        match super::open_pool(shard, settings, &mut client.session) {
+            Ok(pool) => client.pool = pool,
+            Err(message) => {
+                shard.count_failure();
+                reply::error(out, &format!("ERR cannot open pool '{}': {message}", settings.pool));
+                return Some(Flow::Continue);
+            }
+        }
+    }
+    None
+}
+
+/// The pool of a connection that has not opened the default pool yet (accepted while this
+/// node's replica followed its group): no pool has this handle.
+pub(crate) const UNOPENED: PoolHandle = PoolHandle(0);
 
 /// What a session may say before it authenticates, on a server with users.
 const BEFORE_AUTHENTICATION: [&str; 3] = ["auth", "hello", "quit"];

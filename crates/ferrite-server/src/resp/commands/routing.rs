@@ -20,35 +20,32 @@ pub(super) fn refusal(args: Args<'_>, client: &Client, shard: &ShardState) -> Op
         Some(transaction) if is(args.get(0), "exec") => addressed(transaction.commands()),
         _ => addressed(std::iter::once(args)),
     };
-    let (slot, writes) = match addressed {
-        Ok(Some(addressed)) => addressed,
+    let slot = match addressed {
+        Ok(Some(slot)) => slot,
         Ok(None) => return None,
         Err(crossed) => return Some(crossed),
     };
-    let local_read = client.readonly && !writes;
-    match cluster.map.with(|view| serving(view, cluster.group, slot, local_read)) {
+    match cluster.map.with(|view| serving(view, cluster.group, slot)) {
         Serving::Here => None,
         Serving::Elsewhere(address) => Some(RespError(format!("MOVED {slot} {address}"))),
         Serving::Down => Some(RespError("CLUSTERDOWN The cluster is down".into())),
     }
 }
 
-/// The one slot the keys of `commands` hash to, and whether any of those with keys writes them;
-/// `None` if they name no key. Unknown commands and wrong arities are left for the command to
-/// refuse.
-fn addressed<'a>(commands: impl Iterator<Item = Args<'a>>) -> Result<Option<(u16, bool)>, RespError> {
-    let mut found: Option<(u16, bool)> = None;
+/// The one slot the keys of `commands` hash to; `None` if they name no key. Unknown commands
+/// and wrong arities are left for the command to refuse.
+fn addressed<'a>(commands: impl Iterator<Item = Args<'a>>) -> Result<Option<u16>, RespError> {
+    let mut found: Option<u16> = None;
     for args in commands {
         let Some(spec) = lookup(args.get(0)).filter(|spec| spec.accepts(args.len())) else { continue };
-        let (keys, writes) = spec.keys.of(args);
+        let (keys, _writes) = spec.keys.of(args);
         for key in keys {
             let slot = key_slot(key);
             match found {
-                Some((known, _)) if known != slot => {
+                Some(known) if known != slot => {
                     return Err(RespError("CROSSSLOT Keys in request don't hash to the same slot".into()))
                 }
-                Some((known, wrote)) => found = Some((known, wrote || writes)),
-                None => found = Some((slot, writes)),
+                _ => found = Some(slot),
             }
         }
     }
