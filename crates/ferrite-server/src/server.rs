@@ -294,14 +294,14 @@ impl BoundServer {
         let mut threads = Vec::with_capacity(self.listeners.len());
         let mut resp_listeners = self.resp_listeners.into_iter().zip(self.resp_addresses);
         let (metrics_links, mut snapshot_requests) = ShardLinks::new(self.listeners.len());
+        if let (Some((map, _)), Some(node_id)) = (&self.cluster, self.config.cluster.node_id) {
+            map.introduce(self.advertised(node_id));
+        }
         let shards = self.listeners.into_iter().zip(&self.config.shards).zip(self.shards);
         let (cluster_map, peer_listeners) = match self.cluster {
             Some((map, listeners)) => (Some(map), listeners.into_iter().map(Some).collect()),
             None => (None, Vec::new()),
         };
-        if let (Some(map), Some(node_id)) = (&cluster_map, self.config.cluster.node_id) {
-            map.introduce(self.advertised(node_id));
-        }
         let mut peer_listeners = peer_listeners.into_iter();
         let peer_secret = self.peer_secret.clone();
         let group_settings = self.config.cluster.node_id.map(|node_id| GroupSettings {
