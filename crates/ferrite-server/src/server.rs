@@ -286,6 +286,9 @@ impl BoundServer {
     /// Runs every shard until `shutdown` completes, then stops them and waits for them. Returns an
     /// error if a shard stops on its own.
     pub fn run(self, shutdown: impl Future<Output = ()>) -> Result<(), ServerError> {
+        if let (Some((map, _)), Some(node_id)) = (&self.cluster, self.config.cluster.node_id) {
+            map.introduce(self.advertised(node_id));
+        }
         let (stop_tx, stop_rx) = watch::channel(false);
         let (exit_tx, mut exit_rx) = mpsc::unbounded_channel();
         let shard_addresses: Arc<[String]> = self.addresses.iter().map(SocketAddr::to_string).collect();
@@ -294,9 +297,6 @@ impl BoundServer {
         let mut threads = Vec::with_capacity(self.listeners.len());
         let mut resp_listeners = self.resp_listeners.into_iter().zip(self.resp_addresses);
         let (metrics_links, mut snapshot_requests) = ShardLinks::new(self.listeners.len());
-        if let (Some((map, _)), Some(node_id)) = (&self.cluster, self.config.cluster.node_id) {
-            map.introduce(self.advertised(node_id));
-        }
         let shards = self.listeners.into_iter().zip(&self.config.shards).zip(self.shards);
         let (cluster_map, peer_listeners) = match self.cluster {
             Some((map, listeners)) => (Some(map), listeners.into_iter().map(Some).collect()),
