@@ -130,13 +130,24 @@ fn parse_log_level(text: &str) -> Result<String, String> {
     Ok(text.to_owned())
 }
 
+/// `level` with the Raft library's own messages at `warn` unless `level` names it: its `info`
+/// lines describe its internals at every start and election, which Ferrite reports in its own
+/// words.
+fn quiet_dependencies(level: &str) -> String {
+    if level.contains("openraft") {
+        level.to_owned()
+    } else {
+        format!("{level},openraft=warn")
+    }
+}
+
 fn main() -> ExitCode {
     let args = Args::parse();
     if args.print_default_config {
         print!("{DEFAULT_CONFIG_TOML}");
         return ExitCode::SUCCESS;
     }
-    let filter = EnvFilter::try_new(&args.log_level).expect("--log-level was checked when it was parsed");
+    let filter = EnvFilter::try_new(quiet_dependencies(&args.log_level)).expect("--log-level was checked when it was parsed");
     if let Some(path) = &args.check_config {
         let checked = effective_config(Some(path), &args).and_then(|config| {
             ferrite_server::check_files(&config).map(|()| config).map_err(|error| error.to_string())
@@ -292,6 +303,16 @@ fn announcement(server: &BoundServer) -> String {
     }
     if let Some(metrics) = server.metrics_address() {
         lines.push(format!("metrics: http://{metrics}/metrics"));
+    }
+    if let Some((node, cluster)) = server.cluster_node() {
+        lines.push(format!("node {}: peer {}", node.node_id, node.peer));
+        lines.push(match cluster {
+            Some(cluster) => format!("cluster: member of {cluster}"),
+            None => format!(
+                "cluster: uninitialized (make the first members with: ferrite --addr {} cluster init --node {} ...)",
+                node.native, node.native
+            ),
+        });
     }
     let client = ClientHint::for_server(server);
     lines.extend(client.notes.iter().cloned());

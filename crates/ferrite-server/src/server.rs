@@ -244,6 +244,15 @@ impl BoundServer {
         }
     }
 
+    /// In cluster mode: how this node tells others to reach it, and the cluster it belongs to
+    /// (`None` while uninitialized).
+    pub fn cluster_node(&self) -> Option<(NodeInfo, Option<String>)> {
+        let node_id = self.config.cluster.node_id?;
+        let replica = self.shards.first().and_then(|parts| parts.replica.as_ref());
+        let cluster = replica.map(|replica| replica.replication.state.state().cluster_id.clone()).filter(|id| !id.is_empty());
+        Some((self.advertised(node_id), cluster))
+    }
+
     /// The address each shard listens on, by shard index.
     pub fn addresses(&self) -> &[SocketAddr] {
         &self.addresses
