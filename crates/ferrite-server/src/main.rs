@@ -147,7 +147,8 @@ fn main() -> ExitCode {
         print!("{DEFAULT_CONFIG_TOML}");
         return ExitCode::SUCCESS;
     }
-    let filter = EnvFilter::try_new(quiet_dependencies(&args.log_level)).expect("--log-level was checked when it was parsed");
+    let filter =
+        EnvFilter::try_new(quiet_dependencies(&args.log_level)).expect("--log-level was checked when it was parsed");
     if let Some(path) = &args.check_config {
         let checked = effective_config(Some(path), &args).and_then(|config| {
             ferrite_server::check_files(&config).map(|()| config).map_err(|error| error.to_string())

@@ -249,7 +249,8 @@ impl BoundServer {
     pub fn cluster_node(&self) -> Option<(NodeInfo, Option<String>)> {
         let node_id = self.config.cluster.node_id?;
         let replica = self.shards.first().and_then(|parts| parts.replica.as_ref());
-        let cluster = replica.map(|replica| replica.replication.state.state().cluster_id.clone()).filter(|id| !id.is_empty());
+        let cluster =
+            replica.map(|replica| replica.replication.state.state().cluster_id.clone()).filter(|id| !id.is_empty());
         Some((self.advertised(node_id), cluster))
     }
 

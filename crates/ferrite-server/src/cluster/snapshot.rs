@@ -24,10 +24,11 @@ use std::rc::Rc;
 use bytes::BufMut;
 use ferrite_store::persistence::ssd::checkpoint::{pages_name, sync_dir, MANIFEST_NAME};
 use ferrite_store::persistence::ssd::{
-    load_shard_in_mode, Checkpointer, Manifest, ReplayMode, ReplicaPools, ShardPaths,
+    load_shard_in_mode, recover_shard_in_mode, Checkpointer, Manifest, ReplayMode, ReplicaPools, ShardPaths,
 };
-use ferrite_store::persistence::wal::{read_range, FsStorage, Lsn};
+use ferrite_store::persistence::wal::{read_range, FsStorage, Lsn, WalConfig};
 
+use super::state_file::{RaftState, StateFile};
 use super::types::{log_id, LogId, StoredMembership, C};
 use super::wire::{get_log_id, get_membership, put_log_id, put_membership, Reader};
 use crate::handler::ShardState;
@@ -36,6 +37,8 @@ type SnapshotOf = openraft::type_config::alias::SnapshotOf<C, SnapshotFiles>;
 type SnapshotMeta = openraft::type_config::alias::SnapshotMetaOf<C>;
 
 const TAIL_NAME: &str = "TAIL";
+/// The snapshots' directory, in the replica's Raft directory.
+const SNAPSHOTS: &str = "snapshots";
 const META_NAME: &str = "META";
 
 /// A snapshot's files, in a directory of their own.
@@ -66,18 +69,20 @@ pub(crate) struct SnapshotStore {
 impl SnapshotStore {
     /// The store under `raft_dir`, with the last snapshot found there (if it is whole).
     pub fn open(raft_dir: &Path) -> io::Result<SnapshotStore> {
-        let root = raft_dir.join("snapshots");
+        let root = raft_dir.join(SNAPSHOTS);
         std::fs::create_dir_all(&root)?;
-        let mut newest: Option<(u64, PathBuf)> = None;
+        let mut made: Vec<(u64, PathBuf)> = Vec::new();
         for entry in std::fs::read_dir(&root)?.filter_map(Result::ok) {
-            let name = entry.file_name().to_string_lossy().into_owned();
-            match name.parse::<u64>() {
-                Ok(index) if newest.as_ref().is_none_or(|(best, _)| index > *best) => {
-                    newest = Some((index, entry.path()))
-                }
-                // Half-made snapshots, and older ones, are removed.
-                _ => drop(std::fs::remove_dir_all(entry.path())),
+            match entry.file_name().to_string_lossy().parse::<u64>() {
+                Ok(index) => made.push((index, entry.path())),
+                // Half-made and half-received snapshots.
+                Err(_) => drop(std::fs::remove_dir_all(entry.path())),
             }
+        }
+        made.sort();
+        let newest = made.pop();
+        for (_, older) in made {
+            let _ = std::fs::remove_dir_all(older);
         }
         let current = match newest {
             Some((_, dir)) => read_meta(&dir).ok().map(|meta| (meta, SnapshotFiles { dir })),
@@ -146,6 +151,12 @@ impl SnapshotStore {
     /// Replaces the replica's state with the snapshot in `files` (received from the leader):
     /// its checkpoint, its log (started over at the checkpoint's replay point with the tail's
     /// records), and its pools, recovered from them.
+    ///
+    /// The snapshot is first moved where a restart finds it and the state file says it is being
+    /// installed: the checkpoint and the log are replaced one after the other, and a crash in
+    /// between would leave a checkpoint with the wrong log. A start that finds the mark finishes
+    /// the installation from the snapshot before it recovers anything
+    /// ([`finish_installing`]).
     pub async fn install(
         &self,
         shard: &Rc<RefCell<ShardState>>,
@@ -154,33 +165,34 @@ impl SnapshotStore {
     ) -> io::Result<()> {
         let last = meta.last_log_id.ok_or_else(|| io::Error::other("a snapshot of nothing"))?;
         let manifest = Manifest::read(&files.dir).map_err(io::Error::other)?.unwrap_or_default();
+        let installing = self.root.join(INSTALLING);
+        let _ = std::fs::remove_dir_all(&installing);
+        std::fs::rename(&files.dir, &installing)?;
+        sync_dir(&self.root)?;
         let (paths, log) = {
             let mut state = shard.borrow_mut();
             let durability = state.durability.as_mut().ok_or_else(|| io::Error::other("no log"))?;
             durability.checkpointer.abandon();
-            (durability.paths.clone(), durability.log.clone())
+            let (paths, log) = (durability.paths.clone(), durability.log.clone());
+            let replication = state.replication.as_mut().ok_or_else(|| io::Error::other("no replica"))?;
+            replication.state.update(|state| state.installing = Some(last))?;
+            (paths, log)
         };
         // The log: everything it held is covered by the snapshot; it starts over at the
         // checkpoint's replay point with the tail's records.
-        log.request_sync();
-        while !log.is_quiet() {
-            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
-        }
+        super::log_store::quiet(&log).await?;
         let replay_from = manifest.replay_from.max(1);
         log.restart_at(replay_from).map_err(io::Error::other)?;
-        for (lsn, payload) in read_tail(&files.dir.join(TAIL_NAME))? {
+        for (lsn, payload) in read_tail(&installing.join(TAIL_NAME))? {
             log.append_entry(lsn, &payload).map_err(io::Error::other)?;
         }
         if log.next_lsn() != last.index + 1 {
             log.restart_at(last.index + 1).map_err(io::Error::other)?;
         }
-        log.request_sync();
-        while !log.is_quiet() {
-            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
-        }
+        super::log_store::quiet(&log).await?;
         // The checkpoint: the snapshot's files replace the replica's.
         let checkpoint = paths.checkpoint.clone();
-        let from = files.dir.clone();
+        let from = installing.clone();
         let installed = manifest.clone();
         tokio::task::spawn_blocking(move || replace_checkpoint(&checkpoint, &from, &installed))
             .await
@@ -201,16 +213,70 @@ impl SnapshotStore {
             durability.set_committed(last.index);
         }
         let replication = state.replication.as_mut().ok_or_else(|| io::Error::other("no replica"))?;
+        replication.state.update(|state| installed_state(state, last))?;
         replication.replica = Some(ReplicaPools::new(loaded.pools, loaded.next_pool_id));
         replication.installed(last, meta.last_membership.clone());
         drop(state);
         // Kept as this replica's own snapshot: another lagging replica may need it later.
         let own = self.root.join(last.index.to_string());
         let _ = std::fs::remove_dir_all(&own);
-        std::fs::rename(&files.dir, &own)?;
+        std::fs::rename(&installing, &own)?;
         self.replace_current(meta.clone(), SnapshotFiles { dir: own });
         Ok(())
     }
+}
+
+/// Where a snapshot being installed is kept, in the snapshots' directory.
+const INSTALLING: &str = "installing";
+
+/// The state file's record of an installed snapshot whose last entry is `last`: its state is
+/// committed, and the log holds nothing before it a replica may read.
+fn installed_state(state: &mut RaftState, last: LogId) {
+    state.installing = None;
+    state.committed = state.committed.max(Some(last));
+    state.purged = state.purged.max(Some(last));
+}
+
+/// Finishes the installation of a snapshot a crash interrupted (the state file marks it), before
+/// the shard is recovered: the snapshot's checkpoint replaces the shard's, and its log starts
+/// over at the checkpoint's replay point with the snapshot's tail, exactly as the interrupted
+/// installation would have left them. Does nothing if no installation was interrupted.
+pub(crate) fn finish_installing(state: &mut StateFile, paths: &ShardPaths, wal_config: WalConfig) -> io::Result<()> {
+    let Some(last) = state.state().installing else { return Ok(()) };
+    let raft_dir = state.path().parent().map(Path::to_path_buf).unwrap_or_default();
+    let snapshot = raft_dir.join(SNAPSHOTS).join(INSTALLING);
+    let manifest = Manifest::read(&snapshot).map_err(io::Error::other)?.unwrap_or_default();
+    tracing::warn!(last = last.index, "finishing the installation of a snapshot a stop interrupted");
+    replace_checkpoint(&paths.checkpoint, &snapshot, &manifest)?;
+    // The log: emptied, then started over at the snapshot's first record.
+    for entry in std::fs::read_dir(&paths.wal)?.filter_map(Result::ok) {
+        if entry.path().is_file() {
+            std::fs::remove_file(entry.path())?;
+        }
+    }
+    sync_dir(&paths.wal)?;
+    let recovered =
+        recover_shard_in_mode(paths, wal_config, ReplayMode::Replicated { until: 0 }).map_err(io::Error::other)?;
+    let mut writer = recovered.writer;
+    writer.restart_at(manifest.replay_from.max(1)).map_err(io::Error::other)?;
+    for (lsn, payload) in read_tail(&snapshot.join(TAIL_NAME))? {
+        let appended = writer.append(&payload).map_err(io::Error::other)?;
+        if appended != lsn {
+            return Err(io::Error::other(format!(
+                "the snapshot's tail holds record {lsn} where the log is at {appended}"
+            )));
+        }
+    }
+    if writer.next_lsn() != last.index + 1 {
+        writer.commit().map_err(io::Error::other)?;
+        writer.restart_at(last.index + 1).map_err(io::Error::other)?;
+    }
+    writer.commit().map_err(io::Error::other)?;
+    drop(writer);
+    state.update(|state| installed_state(state, last))?;
+    let own = raft_dir.join(SNAPSHOTS).join(last.index.to_string());
+    let _ = std::fs::remove_dir_all(&own);
+    std::fs::rename(&snapshot, &own)
 }
 
 /// The membership the replica applied as of entry `last`, from the two it keeps.
@@ -299,10 +365,16 @@ fn replace_checkpoint(checkpoint: &Path, from: &Path, manifest: &Manifest) -> io
     for pool in &manifest.pools {
         for seq in &pool.chain {
             let name = pages_name(pool.descriptor.id, *seq);
+            // Another node's page files may share a name with this replica's: the snapshot's
+            // replace them (an installation the manifest does not yet name is finished from the
+            // snapshot after a crash, see `finish_installing`).
             let target = checkpoint.join(&name);
-            if !target.exists() {
-                std::fs::hard_link(from.join(&name), &target)?;
+            match std::fs::remove_file(&target) {
+                Ok(()) => {}
+                Err(error) if error.kind() == io::ErrorKind::NotFound => {}
+                Err(error) => return Err(error),
             }
+            std::fs::hard_link(from.join(&name), &target)?;
         }
     }
     sync_dir(checkpoint)?;

@@ -8,6 +8,7 @@ use ferrite_store::persistence::wal::{FsStorage, WalConfig};
 use tracing::{info, warn};
 
 use super::replication::Replication;
+use super::snapshot::finish_installing;
 use super::state_file::StateFile;
 use super::types::{log_id, LogId, StoredMembership};
 use super::wire::{get_membership, Reader};
@@ -42,12 +43,13 @@ pub(crate) fn recover_replica(
     let dir = data_dir.create_shard_dir(index).map_err(|source| ServerError::ShardDir { shard: index, source })?;
     let raft_dir = dir.join(RAFT_DIR);
     let io = |source| ServerError::ShardDir { shard: index, source };
-    let state = StateFile::open(&raft_dir).map_err(io)?;
+    let mut state = StateFile::open(&raft_dir).map_err(io)?;
+    let paths = ShardPaths::new(&dir);
+    let wal_config = WalConfig { segment_bytes: config.durability.wal_segment_bytes };
+    finish_installing(&mut state, &paths, wal_config).map_err(io)?;
     let saved = state.state().clone();
     let until = saved.committed.map_or(0, |id| id.index);
     let started = std::time::Instant::now();
-    let paths = ShardPaths::new(&dir);
-    let wal_config = WalConfig { segment_bytes: config.durability.wal_segment_bytes };
     let recovered = recover_shard_in_mode(&paths, wal_config, ReplayMode::Replicated { until })
         .map_err(|source| ServerError::Recovery { shard: index, source })?;
     let entries = recovered.entries;

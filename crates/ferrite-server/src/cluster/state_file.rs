@@ -41,6 +41,9 @@ pub struct RaftState {
     pub cluster_id: String,
     /// The two last memberships applied, oldest first, each with the entry that carried it.
     pub memberships: Vec<(LogId, Membership)>,
+    /// Set while the replica installs a snapshot whose last entry this is: a start that finds it
+    /// set finishes the installation first (see `snapshot::finish_installing`).
+    pub installing: Option<LogId>,
 }
 
 /// The state file of one replica.
@@ -127,6 +130,7 @@ fn encode_slot(sequence: u64, state: &RaftState) -> std::io::Result<Vec<u8>> {
         body.put_u64_le(id.index);
         put_membership(&mut body, membership);
     }
+    put_option_log_id(&mut body, &state.installing);
     if HEADER_BYTES + body.len() > SLOT_BYTES {
         return Err(std::io::Error::other("the Raft state does not fit its slot"));
     }
@@ -163,8 +167,9 @@ fn decode_slot(bytes: &[u8]) -> Option<(u64, RaftState)> {
         let (term, index) = (r.u64().ok()?, r.u64().ok()?);
         memberships.push((log_id(term, index), get_membership(&mut r).ok()?));
     }
+    let installing = get_option_log_id(&mut r).ok()?;
     r.finish().ok()?;
-    Some((sequence, RaftState { vote, committed, purged, cluster_id, memberships }))
+    Some((sequence, RaftState { vote, committed, purged, cluster_id, memberships, installing }))
 }
 
 #[cfg(test)]
@@ -199,6 +204,7 @@ mod tests {
             purged: None,
             cluster_id: "c-1".into(),
             memberships: vec![(log_id(1, 1), membership(&[1, 2, 3]))],
+            installing: Some(log_id(2, 7)),
         };
         file.save(first.clone()).expect("save");
         let second =
