@@ -18,6 +18,7 @@ use openraft::storage::{IOFlushed, LogState, RaftLogStorage};
 use openraft::{OptionalSend, RaftLogReader};
 use tokio::sync::watch;
 
+use super::replication::Appending;
 use super::types::{Entry, LogId, Redo, Vote, C};
 use crate::handler::ShardState;
 
@@ -70,23 +71,37 @@ impl ShardLog {
         Rc::clone(&self.flushes)
     }
 
-    /// Cuts the shard's log back after `cut_after` once it is quiet, and the replica's memory of
-    /// it with it.
-    async fn cut_after(&self, cut_after: Lsn) -> io::Result<()> {
-        let (log, last_kept) = {
-            let shard = self.shard.borrow();
-            let replication = shard.replication.as_ref().ok_or_else(no_replication)?;
-            let last_kept = match cut_after {
-                0 => None,
-                _ => replication.read(cut_after, cut_after + 1)?.first().map(|entry| entry.log_id),
-            };
-            (log_of(&shard)?, last_kept)
+    /// Cuts the shard's log back to before `cut_from` once it is quiet, and the replica's
+    /// memory of it with it.
+    async fn cut_from(&self, cut_from: Lsn) -> io::Result<()> {
+        let last_kept = match cut_from {
+            0 => None,
+            _ => {
+                let shard = self.shard.borrow();
+                let replication = shard.replication.as_ref().ok_or_else(no_replication)?;
+                replication.read(cut_from - 1, cut_from)?.first().map(|entry| entry.log_id)
+            }
         };
+        self.cut_after(last_kept).await
+    }
+
+    /// Starts the (empty) log over at `first` once it is quiet.
+    async fn start_at(&self, first: Lsn) -> io::Result<()> {
+        let log = log_of(&self.shard.borrow())?;
         quiet(&log).await?;
-        log.truncate_after(cut_after).map_err(io::Error::other)?;
+        log.restart_at(first).map_err(io::Error::other)?;
         let mut shard = self.shard.borrow_mut();
-        shard.replication.as_mut().ok_or_else(no_replication)?.truncated(last_kept);
+        shard.replication.as_mut().ok_or_else(no_replication)?.started_at(first);
         Ok(())
+    }
+
+    /// Cuts the shard's log back after `last` once it is quiet (`None`: all of it).
+    async fn cut_after(&self, last: Option<LogId>) -> io::Result<()> {
+        let log = log_of(&self.shard.borrow())?;
+        quiet(&log).await?;
+        log.truncate_after(last.map_or(0, |id| id.index)).map_err(io::Error::other)?;
+        let mut shard = self.shard.borrow_mut();
+        shard.replication.as_mut().ok_or_else(no_replication)?.truncated(last)
     }
 }
 
@@ -166,7 +181,7 @@ impl RaftLogStorage<C> for ShardLog {
         let shard = self.shard.borrow();
         let replication = shard.replication.as_ref().ok_or_else(no_replication)?;
         let purged = replication.state.state().purged;
-        Ok(LogState { last_purged_log_id: purged, last_log_id: replication.last_log().or(purged) })
+        Ok(LogState { last_purged_log_id: purged, last_log_id: replication.last_log().max(purged) })
     }
 
     async fn get_log_reader(&mut self) -> Self::LogReader {
@@ -189,10 +204,13 @@ impl RaftLogStorage<C> for ShardLog {
         Ok(())
     }
 
-    /// What recovery replayed to: nothing before it is applied again.
+    /// The last entry known committed that the log holds: Raft applies those after the last
+    /// applied at start (recovery replayed the committed entries it knew of already).
     async fn read_committed(&mut self) -> Result<Option<LogId>, io::Error> {
         let shard = self.shard.borrow();
-        Ok(shard.replication.as_ref().ok_or_else(no_replication)?.applied)
+        let replication = shard.replication.as_ref().ok_or_else(no_replication)?;
+        let committed = replication.committed_in_memory.max(replication.state.state().committed);
+        Ok(committed.min(replication.last_log()).max(replication.applied))
     }
 
     async fn append<I>(&mut self, entries: I, callback: IOFlushed<C>) -> Result<(), io::Error>
@@ -213,8 +231,9 @@ impl RaftLogStorage<C> for ShardLog {
                 replication.append(&log, &entries)?
             };
             match appended {
-                Ok(()) => break,
-                Err(cut_after) => self.cut_after(cut_after).await?,
+                Appending::Done => break,
+                Appending::CutFrom(index) => self.cut_from(index).await?,
+                Appending::StartAt(index) => self.start_at(index).await?,
             }
         }
         let log = log_of(&self.shard.borrow())?;
@@ -228,12 +247,7 @@ impl RaftLogStorage<C> for ShardLog {
     }
 
     async fn truncate_after(&mut self, last: Option<LogId>) -> Result<(), io::Error> {
-        let log = log_of(&self.shard.borrow())?;
-        quiet(&log).await?;
-        log.truncate_after(last.map_or(0, |id| id.index)).map_err(io::Error::other)?;
-        let mut shard = self.shard.borrow_mut();
-        shard.replication.as_mut().ok_or_else(no_replication)?.truncated(last);
-        Ok(())
+        self.cut_after(last).await
     }
 
     /// Records the purge; the log's segments go once a checkpoint no longer needs them either.

@@ -43,3 +43,6 @@ impl ShardCluster {
         self.map.with(|view| view.groups.get(self.group).is_some_and(|group| group.leads_here))
     }
 }
+
+#[cfg(test)]
+mod suite_tests;

@@ -38,6 +38,16 @@ use crate::completion::Completion;
 /// Bytes of recent entries kept in memory for replication; older ones are read back from the log.
 const CACHE_BYTES_MAX: usize = 64 << 20;
 
+/// How an append of entries ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Appending {
+    Done,
+    /// An entry conflicts with the log's at this index: the log is cut back to before it.
+    CutFrom(Lsn),
+    /// The log is empty and the entries begin here: the log starts over at this index.
+    StartAt(Lsn),
+}
+
 /// What a replica is in its group.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Role {
@@ -62,6 +72,9 @@ pub(crate) struct Replication {
     /// while it leads: the shard's stores hold them then.
     pub replica: Option<ReplicaPools>,
     pub role: Role,
+    /// The group's first entry (index 0, the membership `cluster init` gave), which the log,
+    /// whose first record is 1, cannot hold: kept in the state file.
+    first: Option<Entry>,
     /// Recent entries, contiguous from `cache_first`.
     cache: VecDeque<Entry>,
     cache_first: Lsn,
@@ -123,7 +136,12 @@ impl Replication {
         applied: Option<LogId>,
         membership: StoredMembership,
     ) -> Replication {
+        let first = state.state().first_entry.clone().map(|(log_id, membership)| Entry {
+            log_id,
+            payload: membership.map_or(EntryPayload::Blank, EntryPayload::Membership),
+        });
         Replication {
+            first,
             node_id,
             group,
             state,
@@ -157,7 +175,7 @@ impl Replication {
 
     /// The first log index this replica may still read: the one after the last it purged.
     pub fn first_readable(&self) -> Lsn {
-        self.state.state().purged.map_or(1, |id| id.index + 1)
+        self.state.state().purged.map_or(0, |id| id.index + 1)
     }
 
     pub fn last_log(&self) -> Option<LogId> {
@@ -256,9 +274,11 @@ impl Replication {
     }
 
     /// Drops remembered entries beyond what the cache keeps, oldest first, but none the log has
-    /// not made durable (they could not be read back).
+    /// not made durable (they could not be read back) and none executed here and not yet applied
+    /// (Raft's append of them finds them here).
     pub fn trim_cache(&mut self, durable: Lsn) {
-        while self.cache_bytes > CACHE_BYTES_MAX && self.cache_first <= durable {
+        let executed = self.executed.first_key_value().map_or(Lsn::MAX, |(first, _)| *first);
+        while self.cache_bytes > CACHE_BYTES_MAX && self.cache_first <= durable && self.cache_first < executed {
             let Some(entry) = self.cache.pop_front() else { break };
             self.cache_bytes -= entry_bytes(&entry);
             self.cache_first += 1;
@@ -266,39 +286,35 @@ impl Replication {
     }
 
     /// Appends entries Raft gives: each at the log's next index, or (the leader's own) where it
-    /// already is. Returns `Err` with the index to cut the log back after, if an entry conflicts
-    /// with what the log holds there (the caller cuts, once the log is quiet, and calls again).
-    pub fn append(&mut self, log: &SharedLog, entries: &[Entry]) -> Result<Result<(), Lsn>, std::io::Error> {
+    /// already is. Says what the caller must do first, once the log is quiet, before it calls
+    /// again, if an entry conflicts with what the log holds or the log must begin elsewhere.
+    pub fn append(&mut self, log: &SharedLog, entries: &[Entry]) -> Result<Appending, std::io::Error> {
         for entry in entries {
             let index = entry.log_id.index;
             let next = log.next_lsn();
-            if index < next {
+            if index == 0 || index < next {
                 if self.holds(entry) {
                     continue;
                 }
-                if !self.executed.is_empty() {
-                    self.must_restart(format!("entry {index} of the group's log replaces one this replica executed"));
+                if index > 0 || self.first.is_some() {
+                    if !self.executed.is_empty() {
+                        self.must_restart(format!(
+                            "entry {index} of the group's log replaces one this replica executed"
+                        ));
+                    }
+                    return Ok(Appending::CutFrom(index));
                 }
-                return Ok(Err(index - 1));
+                self.keep_first(entry)?;
+                continue;
             }
             if index > next {
-                return Err(std::io::Error::other(format!("entry {index} appended after a hole (next is {next})")));
-            }
-            let mut payload = Vec::new();
-            match &entry.payload {
-                EntryPayload::Blank => Framed::Blank { term: entry.log_id.leader_id.term }.encode(&mut payload),
-                EntryPayload::Normal(Redo::Payload(bytes)) => payload.extend_from_slice(bytes),
-                EntryPayload::Normal(Redo::Appended { seq }) => {
-                    return Err(std::io::Error::other(format!(
-                        "entry {index} (executed here as #{seq}) is not where it was appended"
-                    )));
+                if self.last_log.is_some() {
+                    return Err(std::io::Error::other(format!("entry {index} appended after a hole (next is {next})")));
                 }
-                EntryPayload::Membership(membership) => {
-                    let mut body = Vec::new();
-                    put_membership(&mut body, membership);
-                    Framed::Membership { term: entry.log_id.leader_id.term, body: &body }.encode(&mut payload);
-                }
+                // An empty log may begin anywhere (a replica whose log begins after a snapshot).
+                return Ok(Appending::StartAt(index));
             }
+            let payload = record_of(entry)?;
             log.append_entry(index, &payload).map_err(std::io::Error::other)?;
             let stored = Entry {
                 log_id: entry.log_id,
@@ -309,13 +325,30 @@ impl Replication {
             };
             self.remember(stored);
         }
-        Ok(Ok(()))
+        Ok(Appending::Done)
+    }
+
+    /// Keeps the group's first entry (see [`Replication::first`]), durably.
+    fn keep_first(&mut self, entry: &Entry) -> std::io::Result<()> {
+        let membership = match &entry.payload {
+            EntryPayload::Membership(membership) => Some(membership.clone()),
+            EntryPayload::Blank => None,
+            EntryPayload::Normal(_) => {
+                return Err(std::io::Error::other("the group's first entry is neither a membership nor blank"))
+            }
+        };
+        let first = (entry.log_id, membership);
+        self.state.update(|state| state.first_entry = Some(first))?;
+        self.first = Some(entry.clone());
+        self.last_log = self.last_log.max(Some(entry.log_id));
+        Ok(())
     }
 
     /// Whether the log holds `entry` already (the leader's own, appended when it executed it).
     fn holds(&self, entry: &Entry) -> bool {
         let index = entry.log_id.index;
-        let Some(cached) = self.cached(index) else { return false };
+        let cached = if index == 0 { self.first.as_ref() } else { self.cached(index) };
+        let Some(cached) = cached else { return false };
         if cached.log_id != entry.log_id {
             return false;
         }
@@ -333,8 +366,12 @@ impl Replication {
         self.cache.get(usize::try_from(offset).ok()?)
     }
 
-    /// Forgets the entries after `last` (the log was cut back there).
-    pub fn truncated(&mut self, last: Option<LogId>) {
+    /// Forgets the entries after `last` (the log was cut back there; `None`: all of it, the
+    /// first entry too).
+    pub fn truncated(&mut self, last: Option<LogId>) -> std::io::Result<()> {
+        if last.is_none() && self.first.take().is_some() {
+            self.state.update(|state| state.first_entry = None)?;
+        }
         let keep_to = last.map_or(0, |id| id.index);
         if self.executed.range(keep_to + 1..).next().is_some() {
             self.must_restart(format!("the group's log was cut back after {keep_to}, over entries executed here"));
@@ -348,20 +385,29 @@ impl Replication {
         if self.cache.is_empty() {
             self.cache_first = keep_to + 1;
         }
-        self.last_log = last;
+        self.last_log = last.min(self.last_log);
+        Ok(())
     }
 
     /// The entries of `range` the log holds (from memory, else read back from disk).
     pub fn read(&self, from: Lsn, to_exclusive: Lsn) -> Result<Vec<Entry>, std::io::Error> {
-        let from = from.max(self.first_readable());
-        let to = to_exclusive.min(self.last_log.map_or(0, |id| id.index) + 1);
+        let mut from = from.max(self.first_readable());
+        let to = to_exclusive.min(self.last_log.map_or(0, |id| id.index + 1));
         if from >= to {
             return Ok(Vec::new());
         }
-        if from >= self.cache_first {
-            return Ok((from..to).filter_map(|index| self.cached(index).cloned()).collect());
-        }
         let mut entries = Vec::new();
+        if from == 0 {
+            entries.extend(self.first.clone());
+            from = 1;
+        }
+        if from >= to {
+            return Ok(entries);
+        }
+        if from >= self.cache_first {
+            entries.extend((from..to).filter_map(|index| self.cached(index).cloned()));
+            return Ok(entries);
+        }
         let mut bad = None;
         let disk_to = to.min(self.cache_first);
         read_range(&self.storage, from, disk_to - 1, |lsn, payload| match decode_entry(lsn, payload) {
@@ -378,13 +424,24 @@ impl Replication {
         Ok(entries)
     }
 
-    /// The replica installed a snapshot whose state is as of `last`: its log holds nothing past
-    /// it, and nothing it executed counts any more.
-    pub fn installed(&mut self, last: LogId, membership: StoredMembership) {
+    /// The log started over at `first` (it held nothing).
+    pub fn started_at(&mut self, first: Lsn) {
+        self.cache.clear();
+        self.cache_bytes = 0;
+        self.cache_first = first;
+    }
+
+    /// The replica installed a snapshot whose state is as of `last`: its log holds `kept` past
+    /// it (the entries it held that follow the snapshot's last), and nothing it executed counts
+    /// any more.
+    pub fn installed(&mut self, last: LogId, membership: StoredMembership, kept: Vec<Entry>) {
         self.cache.clear();
         self.cache_bytes = 0;
         self.cache_first = last.index + 1;
         self.last_log = Some(last);
+        for entry in kept {
+            self.remember(entry);
+        }
         self.executed.clear();
         self.applied = Some(last);
         self.membership = membership;
@@ -405,6 +462,28 @@ impl Replication {
     pub fn take_executed_at(&mut self, index: Lsn) -> bool {
         self.executed.remove(&index).is_some()
     }
+}
+
+/// The log record that holds `entry`: its frame and, for a normal entry, the shard's record.
+pub fn record_of(entry: &Entry) -> std::io::Result<Vec<u8>> {
+    let mut payload = Vec::new();
+    let term = entry.log_id.leader_id.term;
+    match &entry.payload {
+        EntryPayload::Blank => Framed::Blank { term }.encode(&mut payload),
+        EntryPayload::Normal(Redo::Payload(bytes)) => payload.extend_from_slice(bytes),
+        EntryPayload::Normal(Redo::Appended { seq }) => {
+            return Err(std::io::Error::other(format!(
+                "entry {} (executed here as #{seq}) is not where it was appended",
+                entry.log_id.index
+            )));
+        }
+        EntryPayload::Membership(membership) => {
+            let mut body = Vec::new();
+            put_membership(&mut body, membership);
+            Framed::Membership { term, body: &body }.encode(&mut payload);
+        }
+    }
+    Ok(payload)
 }
 
 /// A cluster id as people read it: 16 hexadecimal digits.

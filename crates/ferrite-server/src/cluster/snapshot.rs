@@ -26,17 +26,22 @@ use ferrite_store::persistence::ssd::checkpoint::{pages_name, sync_dir, MANIFEST
 use ferrite_store::persistence::ssd::{
     load_shard_in_mode, recover_shard_in_mode, Checkpointer, Manifest, ReplayMode, ReplicaPools, ShardPaths,
 };
-use ferrite_store::persistence::wal::{read_range, FsStorage, Lsn, WalConfig};
+use ferrite_store::persistence::wal::{read_range, FsStorage, Lsn, WalConfig, WalWriter};
 
+use super::replication::record_of;
 use super::state_file::{RaftState, StateFile};
-use super::types::{log_id, LogId, StoredMembership, C};
-use super::wire::{get_log_id, get_membership, put_log_id, put_membership, Reader};
+use super::types::{LogId, StoredMembership, C};
+use super::wire::{
+    get_log_id, get_membership, get_option_log_id, put_log_id, put_membership, put_option_log_id, Reader,
+};
 use crate::handler::ShardState;
 
 type SnapshotOf = openraft::type_config::alias::SnapshotOf<C, SnapshotFiles>;
 type SnapshotMeta = openraft::type_config::alias::SnapshotMetaOf<C>;
 
 const TAIL_NAME: &str = "TAIL";
+/// The entries a replica's log held after a snapshot it installs, kept while it installs it.
+const KEPT_NAME: &str = "KEPT";
 /// The snapshots' directory, in the replica's Raft directory.
 const SNAPSHOTS: &str = "snapshots";
 const META_NAME: &str = "META";
@@ -100,37 +105,41 @@ impl SnapshotStore {
         self.root.join(format!("incoming-{tag}"))
     }
 
-    /// Makes a snapshot of the shard's last complete checkpoint and the log after it, as far as
-    /// the group committed and the log holds durably.
+    /// Makes a snapshot of the shard's last complete checkpoint and the log after it, up to the
+    /// last entry the replica applied (once the log holds it durably). The committed position
+    /// is saved first, so that a restart recovers at least as far as the snapshot reaches: a
+    /// replica never installs its own snapshot.
     pub async fn build(
         &self,
         shard: &Rc<RefCell<ShardState>>,
         paths: &ShardPaths,
         membership: StoredMembership,
     ) -> io::Result<SnapshotOf> {
-        let (manifest, last) = {
+        let log = {
             let state = shard.borrow();
-            let durability = state.durability.as_ref().ok_or_else(|| io::Error::other("no log"))?;
-            let replication = state.replication.as_ref().ok_or_else(|| io::Error::other("no replica"))?;
-            let applied = replication.applied.map_or(0, |id| id.index);
-            let last = applied.min(durability.log.durable_lsn());
-            let term = match last {
-                0 => 0,
-                _ => replication.read(last, last + 1)?.first().map(|entry| entry.log_id.leader_id.term).unwrap_or(0),
-            };
-            (durability.checkpointer.manifest().clone(), log_id(term, last))
+            state.durability.as_ref().ok_or_else(|| io::Error::other("no log"))?.log.clone()
         };
-        if last.index + 1 < manifest.replay_from {
-            return Err(io::Error::other("the checkpoint is ahead of the durable log"));
+        super::log_store::quiet(&log).await?;
+        let (manifest, last) = {
+            let mut state = shard.borrow_mut();
+            let manifest =
+                state.durability.as_ref().ok_or_else(|| io::Error::other("no log"))?.checkpointer.manifest().clone();
+            let replication = state.replication.as_mut().ok_or_else(|| io::Error::other("no replica"))?;
+            replication.save_committed()?;
+            (manifest, replication.applied)
+        };
+        let last_index = last.map_or(0, |id| id.index);
+        if last_index + 1 < manifest.replay_from {
+            return Err(io::Error::other("the checkpoint is ahead of what the replica applied"));
         }
-        let membership = membership_as_of(shard, last).unwrap_or(membership);
-        let meta = SnapshotMeta { last_log_id: Some(last), last_membership: membership };
+        let membership = last.and_then(|last| membership_as_of(shard, last)).unwrap_or(membership);
+        let meta = SnapshotMeta { last_log_id: last, last_membership: membership };
         let root = self.root.clone();
         let checkpoint = paths.checkpoint.clone();
         let wal = paths.wal.clone();
         let meta_bytes = encode_meta(&meta);
         let dir = tokio::task::spawn_blocking(move || {
-            write_snapshot(&root, &checkpoint, &wal, &manifest, last.index, &meta_bytes)
+            write_snapshot(&root, &checkpoint, &wal, &manifest, last_index, &meta_bytes)
         })
         .await
         .map_err(io::Error::other)??;
@@ -173,21 +182,38 @@ impl SnapshotStore {
             let mut state = shard.borrow_mut();
             let durability = state.durability.as_mut().ok_or_else(|| io::Error::other("no log"))?;
             durability.checkpointer.abandon();
-            let (paths, log) = (durability.paths.clone(), durability.log.clone());
-            let replication = state.replication.as_mut().ok_or_else(|| io::Error::other("no replica"))?;
-            replication.state.update(|state| state.installing = Some(last))?;
-            (paths, log)
+            (durability.paths.clone(), durability.log.clone())
         };
-        // The log: everything it held is covered by the snapshot; it starts over at the
-        // checkpoint's replay point with the tail's records.
         super::log_store::quiet(&log).await?;
-        let replay_from = manifest.replay_from.max(1);
-        log.restart_at(replay_from).map_err(io::Error::other)?;
-        for (lsn, payload) in read_tail(&installing.join(TAIL_NAME))? {
+        // Entries the log holds after the snapshot's last stay, if the log holds that last entry
+        // (Raft keeps them then): kept with the snapshot, as the log is about to start over.
+        let kept = {
+            let state = shard.borrow();
+            let replication = state.replication.as_ref().ok_or_else(|| io::Error::other("no replica"))?;
+            let held = replication.read(last.index, last.index + 1)?.first().map(|entry| entry.log_id);
+            if held == Some(last) {
+                replication.read(last.index + 1, Lsn::MAX)?
+            } else {
+                Vec::new()
+            }
+        };
+        let kept_records: Vec<(Lsn, Vec<u8>)> =
+            kept.iter().map(|entry| Ok((entry.log_id.index, record_of(entry)?))).collect::<io::Result<_>>()?;
+        write_records(&installing.join(KEPT_NAME), &kept_records)?;
+        if let Some(replication) = shard.borrow_mut().replication.as_mut() {
+            replication.state.update(|state| state.installing = Some(last))?;
+        }
+        // The log starts over at the checkpoint's replay point with the tail's records, then the
+        // kept ones.
+        log.restart_at(manifest.replay_from.max(1)).map_err(io::Error::other)?;
+        for (lsn, payload) in read_records(&installing.join(TAIL_NAME))? {
             log.append_entry(lsn, &payload).map_err(io::Error::other)?;
         }
         if log.next_lsn() != last.index + 1 {
             log.restart_at(last.index + 1).map_err(io::Error::other)?;
+        }
+        for (lsn, payload) in &kept_records {
+            log.append_entry(*lsn, payload).map_err(io::Error::other)?;
         }
         super::log_store::quiet(&log).await?;
         // The checkpoint: the snapshot's files replace the replica's.
@@ -215,7 +241,7 @@ impl SnapshotStore {
         let replication = state.replication.as_mut().ok_or_else(|| io::Error::other("no replica"))?;
         replication.state.update(|state| installed_state(state, last))?;
         replication.replica = Some(ReplicaPools::new(loaded.pools, loaded.next_pool_id));
-        replication.installed(last, meta.last_membership.clone());
+        replication.installed(last, meta.last_membership.clone(), kept);
         drop(state);
         // Kept as this replica's own snapshot: another lagging replica may need it later.
         let own = self.root.join(last.index.to_string());
@@ -259,19 +285,23 @@ pub(crate) fn finish_installing(state: &mut StateFile, paths: &ShardPaths, wal_c
         recover_shard_in_mode(paths, wal_config, ReplayMode::Replicated { until: 0 }).map_err(io::Error::other)?;
     let mut writer = recovered.writer;
     writer.restart_at(manifest.replay_from.max(1)).map_err(io::Error::other)?;
-    for (lsn, payload) in read_tail(&snapshot.join(TAIL_NAME))? {
-        let appended = writer.append(&payload).map_err(io::Error::other)?;
-        if appended != lsn {
-            return Err(io::Error::other(format!(
-                "the snapshot's tail holds record {lsn} where the log is at {appended}"
-            )));
+    let append = |writer: &mut WalWriter<FsStorage>, records: Vec<(Lsn, Vec<u8>)>| -> io::Result<()> {
+        for (lsn, payload) in records {
+            let appended = writer.append(&payload).map_err(io::Error::other)?;
+            if appended != lsn {
+                return Err(io::Error::other(format!(
+                    "the snapshot holds record {lsn} where the log is at {appended}"
+                )));
+            }
         }
-    }
+        writer.commit().map_err(io::Error::other).map(drop)
+    };
+    append(&mut writer, read_records(&snapshot.join(TAIL_NAME))?)?;
     if writer.next_lsn() != last.index + 1 {
-        writer.commit().map_err(io::Error::other)?;
         writer.restart_at(last.index + 1).map_err(io::Error::other)?;
     }
-    writer.commit().map_err(io::Error::other)?;
+    let kept = snapshot.join(KEPT_NAME);
+    append(&mut writer, if kept.exists() { read_records(&kept)? } else { Vec::new() })?;
     drop(writer);
     state.update(|state| installed_state(state, last))?;
     let own = raft_dir.join(SNAPSHOTS).join(last.index.to_string());
@@ -342,8 +372,20 @@ fn write_snapshot(
     Ok(dir)
 }
 
-/// The tail's records, in order.
-fn read_tail(path: &Path) -> io::Result<Vec<(Lsn, Vec<u8>)>> {
+/// Writes `records` (LSN and payload each) to a new file at `path`, synced.
+fn write_records(path: &Path, records: &[(Lsn, Vec<u8>)]) -> io::Result<()> {
+    let mut out = std::io::BufWriter::new(File::create(path)?);
+    for (lsn, payload) in records {
+        out.write_all(&lsn.to_le_bytes())?;
+        out.write_all(&(payload.len() as u32).to_le_bytes())?;
+        out.write_all(payload)?;
+    }
+    out.into_inner().map_err(io::Error::other)?.sync_all()?;
+    sync_dir(path.parent().unwrap_or(Path::new(".")))
+}
+
+/// The records of a file [`write_records`] wrote (or a snapshot's tail), in order.
+fn read_records(path: &Path) -> io::Result<Vec<(Lsn, Vec<u8>)>> {
     let mut bytes = Vec::new();
     File::open(path)?.read_to_end(&mut bytes)?;
     let mut records = Vec::new();
@@ -395,7 +437,7 @@ fn replace_checkpoint(checkpoint: &Path, from: &Path, manifest: &Manifest) -> io
 
 fn encode_meta(meta: &SnapshotMeta) -> Vec<u8> {
     let mut out = Vec::new();
-    put_log_id(&mut out, &meta.last_log_id.unwrap_or_else(|| log_id(0, 0)));
+    put_option_log_id(&mut out, &meta.last_log_id);
     match meta.last_membership.log_id() {
         Some(id) => {
             out.put_u8(1);
@@ -416,11 +458,11 @@ fn read_meta(dir: &Path) -> io::Result<SnapshotMeta> {
 pub fn decode_meta(bytes: &[u8]) -> io::Result<SnapshotMeta> {
     let bad = |_| io::Error::other("a snapshot's META is damaged");
     let mut r = Reader::new(bytes);
-    let last = get_log_id(&mut r).map_err(bad)?;
+    let last = get_option_log_id(&mut r).map_err(bad)?;
     let membership_id = if r.bool().map_err(bad)? { Some(get_log_id(&mut r).map_err(bad)?) } else { None };
     let membership = get_membership(&mut r).map_err(bad)?;
     r.finish().map_err(bad)?;
-    Ok(SnapshotMeta { last_log_id: Some(last), last_membership: StoredMembership::new(membership_id, membership) })
+    Ok(SnapshotMeta { last_log_id: last, last_membership: StoredMembership::new(membership_id, membership) })
 }
 
 pub fn encode_snapshot_meta(meta: &SnapshotMeta) -> Vec<u8> {

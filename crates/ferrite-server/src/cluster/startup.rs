@@ -56,10 +56,18 @@ pub(crate) fn recover_replica(
     // A replica that installed a snapshot whose log holds nothing of it recorded the snapshot's
     // last entry as purged: its state is as of that entry.
     let purged = saved.purged;
-    let applied = entries.applied.map(|(index, term)| log_id(term, index)).max(purged);
-    let last_log = entries.last.map(|(index, term)| log_id(term, index)).max(applied);
-    let mut memberships: Vec<StoredMembership> =
-        saved.memberships.iter().map(|(id, membership)| StoredMembership::new(Some(*id), membership.clone())).collect();
+    // The group's first entry is in the state file (the log cannot hold index 0).
+    let first = saved.first_entry.as_ref().map(|(id, _)| *id);
+    let first_applied = first.filter(|id| saved.committed >= Some(*id));
+    let applied = entries.applied.map(|(index, term)| log_id(term, index)).max(purged).max(first_applied);
+    let last_log = entries.last.map(|(index, term)| log_id(term, index)).max(applied).max(first);
+    let mut memberships: Vec<StoredMembership> = saved
+        .memberships
+        .iter()
+        .cloned()
+        .chain(saved.first_entry.iter().filter_map(|(id, membership)| Some((*id, membership.clone()?))))
+        .map(|(id, membership)| StoredMembership::new(Some(id), membership))
+        .collect();
     for (lsn, term, body) in &entries.memberships {
         let membership = get_membership(&mut Reader::new(body)).map_err(|_| ServerError::Recovery {
             shard: index,

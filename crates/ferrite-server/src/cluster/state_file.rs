@@ -44,6 +44,9 @@ pub struct RaftState {
     /// Set while the replica installs a snapshot whose last entry this is: a start that finds it
     /// set finishes the installation first (see `snapshot::finish_installing`).
     pub installing: Option<LogId>,
+    /// The group's first entry (index 0: the membership it was initialized with, or a blank),
+    /// which the log cannot hold.
+    pub first_entry: Option<(LogId, Option<Membership>)>,
 }
 
 /// The state file of one replica.
@@ -131,6 +134,18 @@ fn encode_slot(sequence: u64, state: &RaftState) -> std::io::Result<Vec<u8>> {
         put_membership(&mut body, membership);
     }
     put_option_log_id(&mut body, &state.installing);
+    match &state.first_entry {
+        Some((id, membership)) => {
+            body.put_u8(1);
+            body.put_u64_le(id.leader_id.term);
+            body.put_u64_le(id.index);
+            body.put_u8(u8::from(membership.is_some()));
+            if let Some(membership) = membership {
+                put_membership(&mut body, membership);
+            }
+        }
+        None => body.put_u8(0),
+    }
     if HEADER_BYTES + body.len() > SLOT_BYTES {
         return Err(std::io::Error::other("the Raft state does not fit its slot"));
     }
@@ -168,8 +183,15 @@ fn decode_slot(bytes: &[u8]) -> Option<(u64, RaftState)> {
         memberships.push((log_id(term, index), get_membership(&mut r).ok()?));
     }
     let installing = get_option_log_id(&mut r).ok()?;
+    let first_entry = if r.bool().ok()? {
+        let (term, index) = (r.u64().ok()?, r.u64().ok()?);
+        let membership = if r.bool().ok()? { Some(get_membership(&mut r).ok()?) } else { None };
+        Some((log_id(term, index), membership))
+    } else {
+        None
+    };
     r.finish().ok()?;
-    Some((sequence, RaftState { vote, committed, purged, cluster_id, memberships, installing }))
+    Some((sequence, RaftState { vote, committed, purged, cluster_id, memberships, installing, first_entry }))
 }
 
 #[cfg(test)]
@@ -205,6 +227,7 @@ mod tests {
             cluster_id: "c-1".into(),
             memberships: vec![(log_id(1, 1), membership(&[1, 2, 3]))],
             installing: Some(log_id(2, 7)),
+            first_entry: Some((log_id(0, 0), Some(membership(&[1, 2])))),
         };
         file.save(first.clone()).expect("save");
         let second =
