@@ -47,7 +47,7 @@ impl GroupSettings {
     }
 }
 
-/// How often the committed position is saved and the entry cache trimmed.
+/// How often the entry cache is trimmed.
 const HOUSEKEEPING: Duration = Duration::from_millis(500);
 
 /// What a shard does when its replica begins to lead: creates pools it keeps by default (the
@@ -143,6 +143,10 @@ pub(crate) async fn run(
     }
     let _ = raft.shutdown().await;
     let _ = peer_task.await;
+    // A restart then replays everything this replica knew committed at once.
+    if let Some(replication) = shard.borrow_mut().replication.as_mut() {
+        replication.save_committed()?;
+    }
     Ok(())
 }
 
@@ -409,7 +413,8 @@ pub(crate) async fn propose_executed(shard: &Rc<RefCell<ShardState>>, raft: &Sha
     });
 }
 
-/// Saves the committed position now and then, and trims the entry cache.
+/// Trims the entry cache now and then, and runs again the requests that wait for an elected
+/// replica to begin leading (should it never, they find out who leads instead).
 async fn housekeep(shard: Rc<RefCell<ShardState>>, mut stop: watch::Receiver<bool>) {
     loop {
         tokio::select! {
@@ -420,8 +425,8 @@ async fn housekeep(shard: Rc<RefCell<ShardState>>, mut stop: watch::Receiver<boo
         let durable = state.durability.as_ref().map_or(0, |durability| durability.log.durable_lsn());
         if let Some(replication) = state.replication.as_mut() {
             replication.trim_cache(durable);
-            if let Err(error) = replication.save_committed() {
-                tracing::warn!(%error, "cannot save the group's committed position");
+            if matches!(replication.role, Role::Elected { .. }) {
+                replication.wake_waiters();
             }
         }
     }

@@ -194,8 +194,10 @@ impl RaftLogStorage<C> for ShardLog {
         replication.state.update(|state| state.vote = Some(*vote))
     }
 
-    /// Kept in memory and saved with the state file now and then: a replica that restarts with
-    /// an older committed entry replays less and applies the rest again as Raft commits it.
+    /// Kept in memory, and saved with the state file before each checkpoint and snapshot and at
+    /// shutdown (a sync of its own on every commit would cost the shard's thread more than the
+    /// log's): a replica that restarts with an older committed entry replays less and applies the
+    /// rest as Raft commits it again.
     async fn save_committed(&mut self, committed: Option<LogId>) -> Result<(), io::Error> {
         let mut shard = self.shard.borrow_mut();
         if let Some(replication) = shard.replication.as_mut() {
