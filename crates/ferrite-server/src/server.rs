@@ -40,6 +40,8 @@ pub enum ServerError {
     ShardDir { shard: usize, source: std::io::Error },
     #[error("cannot recover shard {shard}: {source}")]
     Recovery { shard: usize, source: RecoveryError },
+    #[error("cannot start shard {shard}: {reason}")]
+    WrongMode { shard: usize, reason: String },
     #[error("cannot recover shard {shard}: pool '{pool}' is damaged: {reason}")]
     PoolDamaged { shard: usize, pool: String, reason: String },
     #[error("cannot start the write-ahead log sync thread of shard {shard}: {source}")]
@@ -535,6 +537,16 @@ fn recover_one(
     let dir = data_dir.create_shard_dir(index).map_err(|source| ServerError::ShardDir { shard: index, source })?;
     if shard.backing == Backing::Pmem {
         return recover_pmem(&dir.join("pmem"), index, pools_max).map(|pools| (pools, None));
+    }
+    if ShardPaths::new(&dir).is_replicated() {
+        return Err(ServerError::WrongMode {
+            shard: index,
+            reason: format!(
+                "{} belongs to a cluster node (its replica's Raft state is in {}): start it with --node-id",
+                dir.display(),
+                ferrite_store::persistence::ssd::RAFT_DIR
+            ),
+        });
     }
     let started = std::time::Instant::now();
     let wal_config = WalConfig { segment_bytes: config.durability.wal_segment_bytes };

@@ -3,7 +3,9 @@
 
 use std::path::PathBuf;
 
-use ferrite_store::persistence::ssd::{recover_shard_in_mode, ReplayMode, ReplicaPools, ShardPaths, SharedLog};
+use ferrite_store::persistence::ssd::{
+    load_shard_in_mode, recover_shard_in_mode, ReplayMode, ReplicaPools, ShardPaths, SharedLog,
+};
 use ferrite_store::persistence::wal::{FsStorage, WalConfig};
 use tracing::{info, warn};
 
@@ -17,9 +19,6 @@ use crate::data_dir::DataDir;
 use crate::durability::ShardDurability;
 use crate::pools::Pools;
 use crate::server::ServerError;
-
-/// The directory of a shard's Raft state and snapshots, inside the shard's directory.
-pub const RAFT_DIR: &str = "raft";
 
 /// A shard of a cluster node as recovery leaves it: no pools to serve (it follows until its
 /// group elects it), its replica's pools, its log and its Raft state.
@@ -41,10 +40,20 @@ pub(crate) fn recover_replica(
     node_id: u64,
 ) -> Result<RecoveredReplica, ServerError> {
     let dir = data_dir.create_shard_dir(index).map_err(|source| ServerError::ShardDir { shard: index, source })?;
-    let raft_dir = dir.join(RAFT_DIR);
+    let paths = ShardPaths::new(&dir);
+    if !paths.is_replicated() && holds_records(&paths) {
+        return Err(ServerError::WrongMode {
+            shard: index,
+            reason: format!(
+                "{} holds a single server's data, which a cluster node cannot take over: start the node on an empty \
+                 data directory and copy the data in through a client, or run it as a single server (no --node-id)",
+                dir.display()
+            ),
+        });
+    }
+    let raft_dir = paths.raft();
     let io = |source| ServerError::ShardDir { shard: index, source };
     let mut state = StateFile::open(&raft_dir).map_err(io)?;
-    let paths = ShardPaths::new(&dir);
     let wal_config = WalConfig { segment_bytes: config.durability.wal_segment_bytes };
     finish_installing(&mut state, &paths, wal_config).map_err(io)?;
     let saved = state.state().clone();
@@ -106,6 +115,16 @@ pub(crate) fn recover_replica(
     durability.recovered_in = started.elapsed();
     durability.set_committed(applied.map_or(0, |id| id.index));
     Ok(RecoveredReplica { pools, durability, replication, raft_dir })
+}
+
+/// Whether a shard that is no replica yet holds records (a single server's): a node does not
+/// take them over. A shard never written to, or one a server created and never wrote, holds none.
+fn holds_records(paths: &ShardPaths) -> bool {
+    if !paths.wal.exists() && !paths.checkpoint.exists() {
+        return false;
+    }
+    load_shard_in_mode(paths, ReplayMode::Plain, &mut |_| {})
+        .map_or(true, |loaded| !loaded.pools.is_empty() || loaded.report.records_replayed > 0)
 }
 
 /// The newest of `memberships` carried by an entry at or before `applied` (the one the replica

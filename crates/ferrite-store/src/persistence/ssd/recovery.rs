@@ -20,9 +20,23 @@ pub struct ShardPaths {
     pub checkpoint: PathBuf,
 }
 
+/// The directory in which a cluster node's shard keeps its replica's Raft state, beside its log:
+/// its presence says the log's records are entries of the group's log.
+pub const RAFT_DIR: &str = "raft";
+
 impl ShardPaths {
     pub fn new(shard_dir: &Path) -> ShardPaths {
         ShardPaths { wal: shard_dir.join("wal"), checkpoint: shard_dir.join("checkpoint") }
+    }
+
+    /// The shard's Raft state directory (see [`RAFT_DIR`]).
+    pub fn raft(&self) -> PathBuf {
+        self.wal.parent().map_or_else(|| PathBuf::from(RAFT_DIR), |dir| dir.join(RAFT_DIR))
+    }
+
+    /// Whether the shard is a replica of a cluster's group (its log holds the group's entries).
+    pub fn is_replicated(&self) -> bool {
+        self.raft().is_dir()
     }
 }
 

@@ -5,8 +5,9 @@
 //! two never disagree on a backup.
 
 use super::backup::BackupDescriptor;
-use super::recovery::{load_shard_observing, RecoveryReport, ShardPaths};
+use super::recovery::{load_shard_in_mode, RecoveryReport, ReplayMode, ShardPaths};
 use crate::hstore::{CheckReport, HStore};
+use crate::persistence::wal::Lsn;
 use crate::progress::Progress;
 
 /// What checking one pool's table found.
@@ -50,8 +51,11 @@ pub fn verify_shard(
     backup: Option<&BackupDescriptor>,
     progress: &mut Progress,
 ) -> Result<ShardCheck, String> {
+    // A replica's log may hold entries its group never committed: they are records all the
+    // same, and checked as such.
+    let mode = if paths.is_replicated() { ReplayMode::Replicated { until: Lsn::MAX } } else { ReplayMode::Plain };
     let loaded =
-        load_shard_observing(paths, &mut |bytes| progress.advance(bytes)).map_err(|error| error.to_string())?;
+        load_shard_in_mode(paths, mode, &mut |bytes| progress.advance(bytes)).map_err(|error| error.to_string())?;
     let report = loaded.report;
     if let Some(descriptor) = backup {
         let last_lsn = (report.replay_from.max(1) + report.records_replayed).saturating_sub(1);
