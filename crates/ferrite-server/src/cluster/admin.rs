@@ -173,7 +173,17 @@ async fn init(
     }
     let initialized = raft.is_initialized().await.map_err(|fatal| AdminError::Failed(fatal.to_string()))?;
     if initialized {
-        return Err(AdminError::Invalid(format!("node {node_id}'s replica of this group is initialized already")));
+        // The same init again (a retried one) is done already; another is refused.
+        let metrics = raft.metrics().borrow_watched().clone();
+        let voters: BTreeSet<u64> = metrics.membership_config.membership().voter_ids().collect();
+        let asked: BTreeSet<u64> = members.iter().map(|member| member.node_id).collect();
+        let same_cluster = shard.borrow().replication.as_ref().is_some_and(|r| r.cluster_id() == cluster_id_of(members));
+        if voters == asked && same_cluster {
+            return Ok(AdminOutcome::Done);
+        }
+        return Err(AdminError::Invalid(format!(
+            "node {node_id}'s replica of this group is initialized already, with other members"
+        )));
     }
     let id = cluster_id_of(members);
     {
