@@ -21,6 +21,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{mpsc, oneshot};
 use tracing::warn;
 
+mod groups;
+
 use crate::handler::ShardState;
 use crate::stats::{LatencySnapshot, Op, PoolCounters, OPS};
 
@@ -93,6 +95,8 @@ pub(crate) struct ShardSnapshot {
     /// What every user holds against its quota: reported by shard 0 alone, as the counts are
     /// the server's, not a shard's.
     pub users: Vec<(String, crate::auth::Held)>,
+    /// In cluster mode, the shard's replica of its group.
+    pub group: Option<groups::GroupSnapshot>,
 }
 
 impl ShardState {
@@ -148,6 +152,7 @@ impl ShardState {
                 })
                 .collect(),
             log,
+            group: self.group_snapshot(),
         }
     }
 }
@@ -420,7 +425,7 @@ impl Collector for Scrape {
             "Records appended but not yet on stable storage.",
             lsn_gauge(|l| l.appended_lsn.saturating_sub(l.durable_lsn)),
         )?;
-        Ok(())
+        self.groups(&mut encoder)
     }
 }
 

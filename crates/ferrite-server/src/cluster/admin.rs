@@ -177,7 +177,8 @@ async fn init(
         let metrics = raft.metrics().borrow_watched().clone();
         let voters: BTreeSet<u64> = metrics.membership_config.membership().voter_ids().collect();
         let asked: BTreeSet<u64> = members.iter().map(|member| member.node_id).collect();
-        let same_cluster = shard.borrow().replication.as_ref().is_some_and(|r| r.cluster_id() == cluster_id_of(members));
+        let same_cluster =
+            shard.borrow().replication.as_ref().is_some_and(|r| r.cluster_id() == cluster_id_of(members));
         if voters == asked && same_cluster {
             return Ok(AdminOutcome::Done);
         }

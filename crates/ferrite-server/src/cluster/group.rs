@@ -243,6 +243,10 @@ fn follow(shard: &Rc<RefCell<ShardState>>, raft: &ShardRaft, settings: &GroupSet
     }
     let leads = metrics.state == ServerState::Leader && metrics.current_leader == Some(settings.node_id);
     let term = metrics.current_term;
+    if metrics.state == ServerState::Candidate && replication.candidate_term != term {
+        replication.candidate_term = term;
+        replication.elections += 1;
+    }
     let applied_own_term = metrics.last_applied.is_some_and(|id| id.leader_id.term == term);
     match replication.role {
         Role::Leading { term: led } if !leads || term != led => {

@@ -112,6 +112,10 @@ pub(crate) struct Replication {
     /// Set while a membership change runs on this leader: requests wait, so that no entry the
     /// shard executes takes the index Raft gives the change.
     pub changing_membership: bool,
+    /// Elections this replica started (as a candidate), for the metrics.
+    pub elections: u64,
+    /// The term of the last election it started.
+    pub candidate_term: u64,
     /// Set while this leader hands its leadership over: requests wait (and find it deposed).
     pub transferring: bool,
     /// Held while entries are proposed (see `group::propose_executed`).
@@ -167,6 +171,8 @@ impl Replication {
             checkpointed: Arc::default(),
             changing_membership: false,
             transferring: false,
+            elections: 0,
+            candidate_term: 0,
             proposing: Arc::default(),
             admin: VecDeque::new(),
             admin_queued: Arc::default(),
