@@ -24,6 +24,8 @@ pub mod region;
 pub mod verify;
 
 #[cfg(test)]
+mod framing_tests;
+#[cfg(test)]
 mod growth_tests;
 #[cfg(test)]
 mod tests;
