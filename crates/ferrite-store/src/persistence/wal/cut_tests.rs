@@ -6,7 +6,7 @@
 
 use proptest::prelude::*;
 
-use super::sim::{Cut, SimStorage};
+use super::sim::{power_cuts, Cut, SimStorage};
 use super::tests::{open_writer, payload, replay};
 use super::{read_range, recover, Lsn, WalError, WalWriter};
 
@@ -55,35 +55,6 @@ impl Outcomes {
                 && records[base.len()..] == extension[..records.len() - base.len()]
         })
     }
-}
-
-/// Tear positions tried in each torn sector: its edges, record-header boundaries, the middle.
-const TEARS: [usize; 8] = [0, 1, 8, 31, 32, 100, 256, 511];
-
-/// Every cut worth trying of what `storage` holds unsynced: each prefix of the sector writes (a
-/// device that persists in order), the last kept one torn at a few places; and, since a device
-/// may persist a commit's sectors in any order, all but one, only one, and all with one torn.
-fn power_cuts(storage: &SimStorage) -> Vec<(Cut, String)> {
-    let sectors = storage.unsynced_sectors();
-    let mut cuts = Vec::new();
-    for kept in 0..=sectors {
-        cuts.push((Cut::prefix(kept, None), format!("first {kept} sectors kept")));
-        if kept > 0 {
-            let len = storage.unsynced_sector_len(kept - 1);
-            for at in TEARS.iter().filter(|at| **at < len) {
-                cuts.push((Cut::prefix(kept, Some(*at)), format!("first {kept} sectors kept, the last torn at {at}")));
-            }
-        }
-    }
-    for chosen in 0..sectors {
-        let all_but = Cut { keep: (0..sectors).map(|i| i != chosen).collect(), tear: None };
-        cuts.push((all_but, format!("all sectors but {chosen}")));
-        let only = Cut { keep: (0..sectors).map(|i| i == chosen).collect(), tear: None };
-        cuts.push((only, format!("only sector {chosen}")));
-        let torn = Cut { keep: vec![true; sectors], tear: Some((chosen, 40)) };
-        cuts.push((torn, format!("all sectors, {chosen} torn")));
-    }
-    cuts
 }
 
 /// Recovers what `crashed` holds from `from_lsn`, checks it against `outcomes`, then writes one
@@ -485,6 +456,22 @@ fn restarts_at_or_before_the_end_keep_what_precedes_them() {
     }
 }
 
+/// A log of records 1 to 40, cut back after `first.0` and written on up to `first.1`, then cut
+/// again (several segments back) after `second.0` and written on up to `second.1`, each step
+/// committed; and the records it holds.
+fn cut_twice(first: (Lsn, Lsn), second: (Lsn, Lsn)) -> (SimStorage, WalWriter<SimStorage>, Records) {
+    let (storage, mut writer) = log_of(&old_records(1, 40), 6);
+    let mut model = old_records(1, 40);
+    for ((cut, last), len) in [(first, 90), (second, 40)] {
+        writer.truncate_after(cut).expect("cut");
+        model.truncate(cut as usize);
+        model.extend((cut + 1..=last).map(|lsn| new_record(lsn, len)));
+        append_all(&mut writer, &model[cut as usize..]);
+        writer.commit().expect("commit");
+    }
+    (storage, writer, model)
+}
+
 /// `read_range` gives exactly the records the log holds in a range, honouring cuts across
 /// segments, and stops at the log's end; a range the log does not hold without a gap (it starts
 /// later, was restarted past it, or lost a record that later ones follow) is an error, never a
@@ -496,17 +483,7 @@ fn read_range_gives_the_records_of_a_range_or_says_why_not() {
         read_range(storage, from, to, |lsn, bytes| records.push((lsn, bytes.to_vec())))?;
         Ok(records)
     };
-    let (storage, mut writer) = log_of(&old_records(1, 40), 6);
-    writer.truncate_after(30).expect("cut");
-    let mut model = old_records(1, 30);
-    model.extend((31..=33).map(|lsn| new_record(lsn, 90)));
-    append_all(&mut writer, &model[30..]);
-    writer.commit().expect("commit");
-    writer.truncate_after(10).expect("cut again, several segments back");
-    model.truncate(10);
-    model.extend((11..=20).map(|lsn| new_record(lsn, 40)));
-    append_all(&mut writer, &model[10..]);
-    writer.commit().expect("commit");
+    let (storage, mut writer, model) = cut_twice((30, 33), (10, 20));
     for (from, to) in [(1, 20), (5, 15), (11, 11), (10, 40), (20, 20), (21, 30), (15, 9)] {
         let expected: Records = model.iter().filter(|(lsn, _)| (from..=to).contains(lsn)).cloned().collect();
         assert_eq!(read(&storage, from, to).expect("read"), expected, "{from}..={to}");
@@ -559,4 +536,18 @@ fn recycling_after_a_cut_keeps_the_records_the_checkpoint_needs() {
     let mut expected = old_records(8, 10);
     expected.push(new_record(11, 60));
     assert_eq!(replay(&storage, 8).expect("recover from the checkpoint"), expected);
+}
+
+/// A backup's copy of a log that was cut back (a replica's, which a new leader overwrote) holds
+/// the records the log holds now, never the dropped ones that earlier segments still carry.
+#[test]
+fn a_copy_of_a_cut_log_holds_the_records_that_replaced_the_dropped_ones() {
+    let (storage, _writer, model) = cut_twice((30, 35), (12, 25));
+    for until in [0, 5, 12, 13, 20, 25] {
+        let target = SimStorage::default();
+        super::copy_until(&storage, &target, until).unwrap_or_else(|e| panic!("copy until {until}: {e}"));
+        assert_eq!(replay(&target, 1).expect("the copy recovers"), model[..until as usize].to_vec(), "until {until}");
+    }
+    let error = super::copy_until(&storage, &SimStorage::default(), 30).expect_err("records 26 to 30 are gone");
+    assert!(error.to_string().contains("ends at LSN 25"), "{error}");
 }

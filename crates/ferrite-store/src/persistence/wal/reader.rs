@@ -201,7 +201,7 @@ pub fn recover<S: LogStorage>(
 /// For each started segment, the first LSN it may contribute no record at or past: the lowest
 /// first LSN of the segments after it (a later segment that starts at or before a record's LSN
 /// was written after the log was cut back, and holds what follows), or no bound for the last.
-fn superseded_from(started: &[(u64, SegmentHeader)]) -> Vec<Lsn> {
+pub(super) fn superseded_from(started: &[(u64, SegmentHeader)]) -> Vec<Lsn> {
     let mut caps = vec![Lsn::MAX; started.len()];
     let mut lowest = Lsn::MAX;
     for (index, (_, header)) in started.iter().enumerate().rev() {
