@@ -217,7 +217,8 @@ impl<S: LogStorage + Clone + 'static> SharedLog<S> {
 
     /// From now on, frames the records the shard appends as normal entries of `term` written by
     /// node `origin`, numbered from `first_seq` (cluster mode, while this node leads its group).
-    /// `wake` is called when entries wait to be taken ([`SharedLog::take_framed`]) where none did.
+    /// `wake` is called when entries wait to be taken ([`SharedLog::take_framed`]) where none did,
+    /// with the log locked: it may only signal (wake a task), never call the log.
     pub fn frame_as(&self, term: u64, origin: u64, first_seq: u64, wake: Box<dyn Fn() + Send>) {
         self.lock().framing = Some(Framing { term, origin, next_seq: first_seq, appended: Vec::new(), wake });
     }

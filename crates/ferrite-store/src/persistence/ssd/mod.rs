@@ -28,6 +28,10 @@ mod framing_tests;
 #[cfg(test)]
 mod growth_tests;
 #[cfg(test)]
+mod replicated_crash_tests;
+#[cfg(test)]
+mod replicated_tests;
+#[cfg(test)]
 mod tests;
 
 pub use backup::{

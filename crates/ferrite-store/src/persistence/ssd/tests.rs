@@ -600,7 +600,7 @@ fn cut_power_and_recover(
     });
     let after = sim.crash(&Cut { keep, tear });
     let checkpoint = temp_dir(&format!("{tag}-{}", std::process::id()));
-    let loaded = super::recovery::load_shard_with(&checkpoint, &after).expect("recovery succeeds");
+    let loaded = super::recovery::load_shard_with(&checkpoint, &after, ReplayMode::Plain).expect("recovery succeeds");
     std::fs::remove_dir_all(&checkpoint).expect("clean up");
     let pool = loaded.pools.into_iter().find(|pool| pool.descriptor.id == 1).expect("the pool was acknowledged");
     let recovered = HStore::open(pool.region).expect("the table opens");
@@ -613,11 +613,22 @@ pub(super) fn new_logged_pool<S: crate::persistence::wal::LogStorage + Clone + '
     log: &SharedLog<S>,
     descriptor: &PoolDescriptor,
 ) -> HStore<LoggedMemory<S>> {
+    new_tracked_pool(log, descriptor).0
+}
+
+/// A pool on logged memory, with the tracker of its pages (what a checkpoint of it copies).
+pub(super) type TrackedPool<S> = (HStore<LoggedMemory<S>>, std::sync::Arc<std::sync::Mutex<PageTracker>>);
+
+/// [`new_logged_pool`], with the tracker of its pages.
+pub(super) fn new_tracked_pool<S: crate::persistence::wal::LogStorage + Clone + 'static>(
+    log: &SharedLog<S>,
+    descriptor: &PoolDescriptor,
+) -> TrackedPool<S> {
     let region_bytes = descriptor.region_bytes;
     let pages = std::sync::Arc::new(std::sync::Mutex::new(PageTracker::try_new(region_bytes).expect("small")));
     let region = SharedRegion::zeroed(&descriptor.name, region_bytes).expect("memfd");
-    let memory = LoggedMemory::for_new_pool(descriptor.clone(), region, log.clone(), pages);
-    HStore::create_on_zeroed(memory, descriptor.spec).expect("create")
+    let memory = LoggedMemory::for_new_pool(descriptor.clone(), region, log.clone(), pages.clone());
+    (HStore::create_on_zeroed(memory, descriptor.spec).expect("create"), pages)
 }
 
 /// An empty log on the simulated disk, with segments of `segment_bytes`.
@@ -683,7 +694,7 @@ fn a_power_cut_during_pool_creation_leaves_no_pool_or_a_whole_one() {
                 Cut { keep: (0..sectors).map(|i| i == chosen).collect(), tear: None },
                 Cut { keep: (0..sectors).map(|i| i != chosen).collect(), tear: None },
             ] {
-                let loaded = super::recovery::load_shard_with(&checkpoint, &sim.crash(&cut));
+                let loaded = super::recovery::load_shard_with(&checkpoint, &sim.crash(&cut), ReplayMode::Plain);
                 let loaded = loaded.unwrap_or_else(|e| panic!("filler {filler}, cut {cut:?}: recovery: {e}"));
                 for pool in loaded.pools {
                     let store = HStore::open(pool.region)
