@@ -236,34 +236,49 @@ impl CutFollower {
         };
         // Where replay applied nothing, the entry the checkpoint is as of is named only if the
         // log still holds it (recycling may have taken its segment).
-        let named =
-            |lsn: Lsn| term(lsn).filter(|_| lsn > covered || !entries(crashed, lsn, lsn).expect("read").is_empty());
+        let held = |lsn: Lsn| entries(crashed, lsn, lsn).is_ok_and(|entries| !entries.is_empty());
+        let named = |lsn: Lsn| term(lsn).filter(|_| lsn > covered || held(lsn));
         assert_eq!((loaded.entries.last, loaded.entries.applied), (named(last), named(applied)), "{case}");
     }
 }
 
 /// A follower holds an old leader's entries, of which the first `committed` were committed and
-/// applied (a checkpoint holds some of them, and the log they cover is recycled). A new leader,
-/// elected with exactly those, cuts the rest: the follower cuts its log, takes the new leader's
-/// entries, acknowledges some, and the power goes during the next commit. At every power cut,
-/// recovery up to what was committed gives the old leader's committed state and the new
-/// leader's applied entries, and never an entry of the old leader past the cut once the cut or
-/// any entry after it reached the disk.
+/// applied; a checkpoint holds the first `covered` of them, and the log it covers is recycled,
+/// before or after the cut. A new leader, elected with exactly the committed ones, cuts the
+/// rest: the follower cuts its log, takes the new leader's entries, acknowledges some, and the
+/// power goes during the next commit. At every power cut, recovery up to what was committed
+/// gives the old leader's committed state and the new leader's applied entries, and never an
+/// entry of the old leader past the cut once the cut or any entry after it reached the disk.
 #[test]
 fn a_follower_cut_back_by_a_new_leader_recovers_at_every_power_cut() {
+    struct Case {
+        committed: Lsn,
+        covered: Lsn,
+        checkpoint_after_cut: bool,
+        acknowledged: usize,
+        syncs_before_failure: u64,
+    }
     let old = leader_history(1, 1, 10);
     let new = leader_history(2, 2, 4);
-    for (committed, covered, acknowledged, syncs_before_failure) in
-        [(7, 5, 0, 0), (7, 7, 2, 0), (3, 0, 1, 0), (3, 2, 0, 1)]
-    {
-        let dir = temp_dir(&format!("follower-cut-{committed}-{acknowledged}-{syncs_before_failure}"));
+    let cases = [
+        Case { committed: 7, covered: 5, checkpoint_after_cut: false, acknowledged: 0, syncs_before_failure: 0 },
+        Case { committed: 7, covered: 7, checkpoint_after_cut: false, acknowledged: 2, syncs_before_failure: 0 },
+        Case { committed: 7, covered: 7, checkpoint_after_cut: true, acknowledged: 0, syncs_before_failure: 0 },
+        Case { committed: 4, covered: 3, checkpoint_after_cut: true, acknowledged: 1, syncs_before_failure: 0 },
+        Case { committed: 3, covered: 0, checkpoint_after_cut: false, acknowledged: 1, syncs_before_failure: 0 },
+        Case { committed: 3, covered: 2, checkpoint_after_cut: false, acknowledged: 0, syncs_before_failure: 1 },
+    ];
+    for Case { committed, covered, checkpoint_after_cut, acknowledged, syncs_before_failure } in cases {
+        let tag = format!("{committed}-{covered}-{checkpoint_after_cut}-{acknowledged}-{syncs_before_failure}");
+        let dir = temp_dir(&format!("follower-cut-{tag}"));
         let follower = CutFollower { old: old.clone(), new: new.clone(), committed };
-        let (sim, log) = sim_log(4096);
+        // Segments of 1 KiB hold two or three entries each: the cut lies several segments back.
+        let (sim, log) = sim_log(1024);
         for (index, payload) in old.0.iter().enumerate() {
             log.append_entry(index as Lsn + 1, payload).expect("append");
         }
         log.commit_now().expect("commit");
-        if covered > 0 {
+        let take_checkpoint = || {
             let mut replica = ReplicaPools::new(Vec::new(), 1);
             read_range(&sim, 1, covered, |lsn, payload| {
                 if let Some(super::entry::Entry::Normal { record, .. }) = super::entry::Entry::decode(payload) {
@@ -272,10 +287,16 @@ fn a_follower_cut_back_by_a_new_leader_recovers_at_every_power_cut() {
             })
             .expect("read");
             let mut checkpointer = Checkpointer::new(dir.clone(), Manifest::default());
-            checkpoint(&mut checkpointer, &replica, covered + 1, old.0.len() as Lsn);
+            checkpoint(&mut checkpointer, &replica, covered + 1, log.durable_lsn());
             log.release_before(covered + 1).expect("recycle");
+        };
+        if covered > 0 && !checkpoint_after_cut {
+            take_checkpoint();
         }
         log.truncate_after(committed).expect("cut");
+        if covered > 0 && checkpoint_after_cut {
+            take_checkpoint();
+        }
         let (acked, rest) = new.0.split_at(acknowledged);
         for payload in acked {
             log.append_entry(log.next_lsn(), payload).expect("append");
@@ -292,8 +313,7 @@ fn a_follower_cut_back_by_a_new_leader_recovers_at_every_power_cut() {
             let mut untils = vec![committed, acked_to];
             untils.dedup();
             for until in untils {
-                let case = format!("committed {committed}, acknowledged {acknowledged}, until {until}, {what}");
-                follower.check(&dir, &crashed, until, covered, &case);
+                follower.check(&dir, &crashed, until, covered, &format!("case {tag}, until {until}, {what}"));
             }
         }
         std::fs::remove_dir_all(&dir).expect("clean up");
