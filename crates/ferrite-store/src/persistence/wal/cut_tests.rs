@@ -551,3 +551,30 @@ fn a_copy_of_a_cut_log_holds_the_records_that_replaced_the_dropped_ones() {
     let error = super::copy_until(&storage, &SimStorage::default(), 30).expect_err("records 26 to 30 are gone");
     assert!(error.to_string().contains("ends at LSN 25"), "{error}");
 }
+
+/// A gap in a restarted log is allowed only at or before the LSN recovery starts from: from the
+/// new start or later the log recovers; from anywhere in the gap, or in the old records before
+/// it, recovery refuses, naming where the log goes on.
+#[test]
+fn a_restart_gap_is_allowed_only_before_where_recovery_starts() {
+    let (storage, mut writer) = log_of(&old_records(1, 30), 10);
+    writer.restart_at(500).expect("restart");
+    append_all(&mut writer, &(500..=510).map(|lsn| new_record(lsn, 70)).collect::<Records>());
+    writer.commit().expect("commit");
+    for from in [500, 505, 510, 511] {
+        let expected: Records = (from..=510).map(|lsn| new_record(lsn, 70)).collect();
+        assert_eq!(replay(&storage, from).expect("recover"), expected, "from {from}");
+    }
+    for from in [1, 30, 31, 499] {
+        match replay(&storage, from) {
+            Err(WalError::Corrupt { reason, .. }) => {
+                assert!(reason.contains("starts at LSN 500"), "from {from}: {reason}")
+            }
+            other => panic!("from {from}: the gap before 500 is needed, got {other:?}"),
+        }
+    }
+    match replay(&storage, 512) {
+        Err(WalError::Corrupt { reason, .. }) => assert!(reason.contains("ends at LSN 510"), "{reason}"),
+        other => panic!("a checkpoint past the log's end must be refused, got {other:?}"),
+    }
+}
