@@ -5,7 +5,7 @@
 //!
 //! ```text
 //! offset  size  field
-//!      0     1  kind: 1 blank, 2 normal, 3 membership
+//!      0     1  kind: 0x81 blank, 0x82 normal, 0x83 membership
 //!      1     8  term (little-endian)
 //! normal:
 //!      9     8  origin: the node that executed the write
@@ -14,15 +14,23 @@
 //! membership:
 //!      9     .  the membership, as the server encodes it
 //! ```
+//!
+//! The kinds have the high bit set and the record kinds of a single server's log
+//! ([`super::record`]) never do, so every record says which kind of shard wrote it: recovery in
+//! the wrong mode refuses a log rather than read it the other way. The frame has no length of
+//! its own: the log record's (checksummed) length bounds the body.
 
 /// Bytes before a normal entry's record.
 pub const NORMAL_HEADER_BYTES: usize = 25;
 /// Bytes before a membership entry's body, and all of a blank entry.
 pub const HEADER_BYTES: usize = 9;
 
-const BLANK: u8 = 1;
-const NORMAL: u8 = 2;
-const MEMBERSHIP: u8 = 3;
+/// Set in every entry kind, clear in every record kind of a single server's log.
+pub const ENTRY_KIND_BIT: u8 = 0x80;
+
+const BLANK: u8 = ENTRY_KIND_BIT | 1;
+const NORMAL: u8 = ENTRY_KIND_BIT | 2;
+const MEMBERSHIP: u8 = ENTRY_KIND_BIT | 3;
 
 /// One entry as a log record holds it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -105,7 +113,7 @@ mod tests {
         let mut normal = Vec::new();
         encode_normal_header(5, 2, 8, &mut normal);
         assert_eq!(normal.len(), NORMAL_HEADER_BYTES);
-        for garbage in [&[][..], &[2, 0, 0][..], &[9; 30][..], &[1; 12][..], &normal[..20]] {
+        for garbage in [&[][..], &[0x82, 0, 0][..], &[9; 30][..], &[0x81; 12][..], &normal[..20]] {
             assert_eq!(Entry::decode(garbage), None, "{garbage:?}");
         }
     }

@@ -115,8 +115,8 @@ fn no_checkpoint() -> PathBuf {
 
 /// Recovery's reading of `disk`: the pool's memory after log replay, and where the log ends.
 fn load(disk: &SimStorage, context: &str) -> (RecoveredPool, Recovered) {
-    let loaded =
-        recovery::load_shard_with(&no_checkpoint(), disk).unwrap_or_else(|e| panic!("{context}: recovery fails: {e}"));
+    let loaded = recovery::load_shard_with(&no_checkpoint(), disk, ReplayMode::Plain)
+        .unwrap_or_else(|e| panic!("{context}: recovery fails: {e}"));
     let pool = loaded.pools.into_iter().find(|pool| pool.descriptor.id == POOL_ID);
     (pool.unwrap_or_else(|| panic!("{context}: the pool, created before any cut, is gone")), loaded.wal)
 }

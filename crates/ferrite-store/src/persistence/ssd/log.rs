@@ -217,7 +217,8 @@ impl<S: LogStorage + Clone + 'static> SharedLog<S> {
 
     /// From now on, frames the records the shard appends as normal entries of `term` written by
     /// node `origin`, numbered from `first_seq` (cluster mode, while this node leads its group).
-    /// `wake` is called when entries wait to be taken ([`SharedLog::take_framed`]) where none did.
+    /// `wake` is called when entries wait to be taken ([`SharedLog::take_framed`]) where none did,
+    /// with the log locked: it may only signal (wake a task), never call the log.
     pub fn frame_as(&self, term: u64, origin: u64, first_seq: u64, wake: Box<dyn Fn() + Send>) {
         self.lock().framing = Some(Framing { term, origin, next_seq: first_seq, appended: Vec::new(), wake });
     }
@@ -238,25 +239,42 @@ impl<S: LogStorage + Clone + 'static> SharedLog<S> {
         let mut state = self.lock();
         let next = state.writer.next_lsn();
         if next != index {
-            return Err(WalError::Poisoned(format!("entry {index} appended where the log's next is {next}")));
+            return Err(WalError::OutOfOrder { index, next });
         }
         Self::append_locked(&mut state, self, payload).map(|_| ())
     }
 
     /// Whether everything appended is written and synced (or the log failed): the condition to
-    /// cut the log back or restart it.
+    /// cut the log back or restart it, and what says a cut or restart is on stable storage.
     pub fn is_quiet(&self) -> bool {
         self.lock().writer.is_quiet()
     }
 
-    /// Cuts the log back after `last` (see [`WalWriter::truncate_after`]).
+    /// Cuts the log back after `last` (see [`WalWriter::truncate_after`]). The sync thread
+    /// writes the cut within its interval, or at once if asked ([`SharedLog::request_sync`]).
     pub fn truncate_after(&self, last: Lsn) -> Result<(), WalError> {
-        self.lock().writer.truncate_after(last)
+        let mut state = self.lock();
+        state.writer.truncate_after(last)?;
+        self.start_interval(&mut state);
+        Ok(())
     }
 
-    /// Starts the log over at `first` (see [`WalWriter::restart_at`]).
+    /// Starts the log over at `first` (see [`WalWriter::restart_at`]). The sync thread writes
+    /// the restart within its interval, or at once if asked.
     pub fn restart_at(&self, first: Lsn) -> Result<(), WalError> {
-        self.lock().writer.restart_at(first)
+        let mut state = self.lock();
+        state.writer.restart_at(first)?;
+        self.start_interval(&mut state);
+        Ok(())
+    }
+
+    /// Starts the sync thread's interval if something waits for a batch and none had: the
+    /// thread may be asleep with nothing to do.
+    fn start_interval(&self, state: &mut Locked<'_, S>) {
+        if state.oldest_pending.is_none() && state.writer.has_pending() {
+            state.oldest_pending = Some(Instant::now());
+            self.wake_sync_thread();
+        }
     }
 
     /// The LSN the next appended record gets.
@@ -271,11 +289,7 @@ impl<S: LogStorage + Clone + 'static> SharedLog<S> {
                 let counters = &mut state.counters;
                 counters.record_bytes_max = counters.record_bytes_max.max(payload.len() as u64);
                 counters.pending_bytes_max = counters.pending_bytes_max.max(pending);
-                if state.oldest_pending.is_none() {
-                    // The sync thread may be asleep with nothing to do: start its interval.
-                    state.oldest_pending = Some(Instant::now());
-                    log.wake_sync_thread();
-                }
+                log.start_interval(state);
                 log.start_spare_if_wanted(state);
                 Ok(lsn)
             }

@@ -24,7 +24,13 @@ pub mod region;
 pub mod verify;
 
 #[cfg(test)]
+mod framing_tests;
+#[cfg(test)]
 mod growth_tests;
+#[cfg(test)]
+mod replicated_crash_tests;
+#[cfg(test)]
+mod replicated_tests;
 #[cfg(test)]
 mod tests;
 

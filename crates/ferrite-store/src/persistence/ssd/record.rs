@@ -24,6 +24,11 @@ const KIND_POOL_CREATED: u8 = 1;
 const KIND_POOL_DELETED: u8 = 2;
 const KIND_TRANSACTION: u8 = 3;
 const KIND_POOL_CONFIGURED: u8 = 4;
+// A record kind never looks like an entry of a replicated log (see `entry.rs`).
+const _: () = assert!(
+    (KIND_POOL_CREATED | KIND_POOL_DELETED | KIND_TRANSACTION | KIND_POOL_CONFIGURED) & super::entry::ENTRY_KIND_BIT
+        == 0
+);
 const FORM_BYTES: u8 = 0;
 const FORM_ZEROS: u8 = 1;
 const FLAG_INDEXED: u8 = 1;

@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::checkpoint::{load_pool, remove_unreferenced, CheckpointError, Checkpointer, Manifest};
+use super::entry::Entry;
 use super::pages::PageTracker;
 use super::record::{decode, LogRecord, PoolDescriptor, Ranges};
 use super::region::SharedRegion;
@@ -106,11 +107,14 @@ pub enum ReplayMode {
 pub struct EntrySummary {
     /// The last entry the log holds: its index and term.
     pub last: Option<(Lsn, u64)>,
-    /// The last entry replayed (the last one at or before `until` the log holds): its index
-    /// and term. State is recovered exactly up to it.
+    /// The entry the recovered state is as of: its index and term. That is the last entry the
+    /// log holds at or before `until`, or at or before the checkpoint's last entry
+    /// (`replay_from - 1`) if that is later: a checkpoint holds only applied entries, which were
+    /// committed, even if the `until` the caller kept lags behind it. `None` if the log holds
+    /// no such entry (a log restarted after a snapshot: the caller knows that one's last entry).
     pub applied: Option<(Lsn, u64)>,
-    /// Membership entries at or before `applied` that the replay read: index, term and body,
-    /// in order.
+    /// Membership entries from the checkpoint's `replay_from` up to `applied`, which the replay
+    /// read: index, term and body, in order. (Earlier ones are the caller's to keep.)
     pub memberships: Vec<(Lsn, u64, Vec<u8>)>,
 }
 
@@ -291,10 +295,14 @@ pub fn load_shard_in_mode(
     load_shard_from(&paths.checkpoint, &storage, mode, progress)
 }
 
-/// [`load_shard`] with the checkpoint in `checkpoint_dir` and the log in `storage` (the
+/// [`load_shard_in_mode`] with the checkpoint in `checkpoint_dir` and the log in `storage` (the
 /// simulated disk, in tests).
-pub fn load_shard_with<S: LogStorage>(checkpoint_dir: &Path, storage: &S) -> Result<LoadedShard, RecoveryError> {
-    load_shard_from(checkpoint_dir, storage, ReplayMode::Plain, &mut |_| {})
+pub fn load_shard_with<S: LogStorage>(
+    checkpoint_dir: &Path,
+    storage: &S,
+    mode: ReplayMode,
+) -> Result<LoadedShard, RecoveryError> {
+    load_shard_from(checkpoint_dir, storage, mode, &mut |_| {})
 }
 
 fn load_shard_from<S: LogStorage>(
@@ -325,27 +333,27 @@ fn load_shard_from<S: LogStorage>(
             return;
         }
         let applied = match mode {
-            ReplayMode::Plain => replay.apply(lsn, payload),
-            ReplayMode::Replicated { until } => match super::entry::Entry::decode(payload) {
-                None => Err(RecoveryError::BadRecord { lsn, reason: "it is no entry of a replicated log".into() }),
-                Some(entry) => {
-                    entries.last = Some((lsn, entry.term()));
-                    match entry {
-                        _ if lsn > until => Ok(()),
-                        super::entry::Entry::Normal { record, .. } => replay.apply(lsn, record),
-                        super::entry::Entry::Membership { term, body } => {
-                            entries.memberships.push((lsn, term, body.to_vec()));
-                            Ok(())
-                        }
-                        super::entry::Entry::Blank { .. } => Ok(()),
+            ReplayMode::Plain => replay.apply(lsn, payload).map_err(|error| match Entry::decode(payload) {
+                Some(_) => not_plain(lsn),
+                None => error,
+            }),
+            ReplayMode::Replicated { until } => entry_of(lsn, payload).and_then(|entry| {
+                entries.last = Some((lsn, entry.term()));
+                match entry {
+                    _ if lsn > until => Ok(()),
+                    Entry::Normal { record, .. } => replay.apply(lsn, record),
+                    Entry::Membership { term, body } => {
+                        entries.memberships.push((lsn, term, body.to_vec()));
+                        Ok(())
                     }
-                    .map(|()| {
-                        if lsn <= until {
-                            entries.applied = Some((lsn, entry.term()));
-                        }
-                    })
+                    Entry::Blank { .. } => Ok(()),
                 }
-            },
+                .map(|()| {
+                    if lsn <= until {
+                        entries.applied = Some((lsn, entry.term()));
+                    }
+                })
+            }),
         };
         if let Err(error) = applied {
             replay.error = Some(error);
@@ -353,6 +361,13 @@ fn load_shard_from<S: LogStorage>(
     })?;
     if let Some(error) = replay.error {
         return Err(error);
+    }
+    if mode != ReplayMode::Plain && entries.applied.is_none() {
+        // No entry up to `until` was replayed: the state is the checkpoint's, as of the entry
+        // before its replay point (the last entry too, if none follows).
+        let covered = checkpoint_entry(storage, report.replay_from)?;
+        entries.applied = covered;
+        entries.last = entries.last.or(covered);
     }
     report.records_replayed = recovered.replayed;
     report.bytes_replayed = replay.bytes;
@@ -367,6 +382,43 @@ fn load_shard_from<S: LogStorage>(
         report,
         entries,
     })
+}
+
+/// The entry a replicated shard's log record holds, or why the record is none: a record of a
+/// single server's log says so.
+fn entry_of(lsn: Lsn, payload: &[u8]) -> Result<Entry<'_>, RecoveryError> {
+    Entry::decode(payload).ok_or_else(|| {
+        let reason = match decode(payload) {
+            Ok(_) => {
+                "it is a record of a single server's log, not an entry of a replicated shard's: this data \
+                 directory belongs to a single server, not to a cluster node"
+            }
+            Err(_) => "it is no entry of a replicated shard's log",
+        };
+        RecoveryError::BadRecord { lsn, reason: reason.into() }
+    })
+}
+
+/// Why a single server's recovery refuses the entry at `lsn`.
+fn not_plain(lsn: Lsn) -> RecoveryError {
+    RecoveryError::BadRecord {
+        lsn,
+        reason: "it is an entry of a replicated shard's log, not a record of a single server's: this data directory \
+                 belongs to a cluster node"
+            .into(),
+    }
+}
+
+/// The index and term of the entry before `replay_from` (the last a checkpoint covers), if the
+/// log holds it.
+fn checkpoint_entry<S: LogStorage>(storage: &S, replay_from: Lsn) -> Result<Option<(Lsn, u64)>, RecoveryError> {
+    let Some(lsn) = replay_from.checked_sub(1).filter(|lsn| *lsn > 0) else { return Ok(None) };
+    let mut found = Ok(None);
+    match wal::read_range(storage, lsn, lsn, |_, payload| found = entry_of(lsn, payload).map(|e| Some((lsn, e.term()))))
+    {
+        Ok(()) | Err(WalError::Missing { .. }) => found,
+        Err(error) => Err(error.into()),
+    }
 }
 
 /// Recovers the shard whose files are at `paths`, creating empty directories on first start.

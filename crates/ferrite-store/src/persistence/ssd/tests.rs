@@ -17,7 +17,7 @@ use crate::store::{PoolSpec, PutMode, RegionCopy, Store};
 
 const SEGMENT_BYTES: u64 = 256 * 1024;
 
-fn temp_dir(tag: &str) -> PathBuf {
+pub(super) fn temp_dir(tag: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("ferrite-ssd-{}-{tag}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("temp dir");
@@ -136,15 +136,15 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
-fn key(k: u16) -> Vec<u8> {
+pub(super) fn key(k: u16) -> Vec<u8> {
     format!("key-{k}").into_bytes()
 }
 
-fn value(k: u16, len: usize, version: u32) -> Vec<u8> {
+pub(super) fn value(k: u16, len: usize, version: u32) -> Vec<u8> {
     (0..len).map(|i| (i as u32).wrapping_mul(31).wrapping_add(u32::from(k) * 7 + version) as u8).collect()
 }
 
-fn assert_matches(store: &HStore<LoggedMemory>, model: &BTreeMap<u16, Vec<u8>>) {
+pub(super) fn assert_matches(store: &HStore<LoggedMemory>, model: &BTreeMap<u16, Vec<u8>>) {
     assert_eq!(store.count(), model.len() as u64);
     for (k, v) in model {
         assert_eq!(store.get(&key(*k)), Some(&v[..]), "key {k}");
@@ -468,7 +468,7 @@ fn change() -> impl Strategy<Value = Change> {
 }
 
 /// The pool's pairs, read back through the store.
-fn contents(store: &HStore<SharedRegion>) -> BTreeMap<Vec<u8>, Vec<u8>> {
+pub(super) fn contents(store: &HStore<SharedRegion>) -> BTreeMap<Vec<u8>, Vec<u8>> {
     let mut keys = Vec::new();
     store.for_each_key(&mut |key| keys.push(key.to_vec()));
     keys.into_iter()
@@ -600,7 +600,7 @@ fn cut_power_and_recover(
     });
     let after = sim.crash(&Cut { keep, tear });
     let checkpoint = temp_dir(&format!("{tag}-{}", std::process::id()));
-    let loaded = super::recovery::load_shard_with(&checkpoint, &after).expect("recovery succeeds");
+    let loaded = super::recovery::load_shard_with(&checkpoint, &after, ReplayMode::Plain).expect("recovery succeeds");
     std::fs::remove_dir_all(&checkpoint).expect("clean up");
     let pool = loaded.pools.into_iter().find(|pool| pool.descriptor.id == 1).expect("the pool was acknowledged");
     let recovered = HStore::open(pool.region).expect("the table opens");
@@ -609,19 +609,30 @@ fn cut_power_and_recover(
 }
 
 /// A new hstore pool on logged memory over `log`, created as a shard creates one.
-fn new_logged_pool<S: crate::persistence::wal::LogStorage + Clone + 'static>(
+pub(super) fn new_logged_pool<S: crate::persistence::wal::LogStorage + Clone + 'static>(
     log: &SharedLog<S>,
     descriptor: &PoolDescriptor,
 ) -> HStore<LoggedMemory<S>> {
+    new_tracked_pool(log, descriptor).0
+}
+
+/// A pool on logged memory, with the tracker of its pages (what a checkpoint of it copies).
+pub(super) type TrackedPool<S> = (HStore<LoggedMemory<S>>, std::sync::Arc<std::sync::Mutex<PageTracker>>);
+
+/// [`new_logged_pool`], with the tracker of its pages.
+pub(super) fn new_tracked_pool<S: crate::persistence::wal::LogStorage + Clone + 'static>(
+    log: &SharedLog<S>,
+    descriptor: &PoolDescriptor,
+) -> TrackedPool<S> {
     let region_bytes = descriptor.region_bytes;
     let pages = std::sync::Arc::new(std::sync::Mutex::new(PageTracker::try_new(region_bytes).expect("small")));
     let region = SharedRegion::zeroed(&descriptor.name, region_bytes).expect("memfd");
-    let memory = LoggedMemory::for_new_pool(descriptor.clone(), region, log.clone(), pages);
-    HStore::create_on_zeroed(memory, descriptor.spec).expect("create")
+    let memory = LoggedMemory::for_new_pool(descriptor.clone(), region, log.clone(), pages.clone());
+    (HStore::create_on_zeroed(memory, descriptor.spec).expect("create"), pages)
 }
 
 /// An empty log on the simulated disk, with segments of `segment_bytes`.
-fn sim_log(segment_bytes: u64) -> (SimStorage, SharedLog<SimStorage>) {
+pub(super) fn sim_log(segment_bytes: u64) -> (SimStorage, SharedLog<SimStorage>) {
     use crate::persistence::wal::{recover, WalWriter};
     let sim = SimStorage::default();
     let recovered = recover(&sim, 1, |_, _| {}).expect("an empty log");
@@ -630,7 +641,7 @@ fn sim_log(segment_bytes: u64) -> (SimStorage, SharedLog<SimStorage>) {
 }
 
 /// The descriptor of pool `id`, named `name`, of shape `spec`.
-fn descriptor_of(id: u64, name: &str, spec: PoolSpec) -> PoolDescriptor {
+pub(super) fn descriptor_of(id: u64, name: &str, spec: PoolSpec) -> PoolDescriptor {
     let region_bytes = HStore::<SharedRegion>::region_bytes_for(spec).expect("size").next_multiple_of(4096);
     PoolDescriptor {
         id,
@@ -683,7 +694,7 @@ fn a_power_cut_during_pool_creation_leaves_no_pool_or_a_whole_one() {
                 Cut { keep: (0..sectors).map(|i| i == chosen).collect(), tear: None },
                 Cut { keep: (0..sectors).map(|i| i != chosen).collect(), tear: None },
             ] {
-                let loaded = super::recovery::load_shard_with(&checkpoint, &sim.crash(&cut));
+                let loaded = super::recovery::load_shard_with(&checkpoint, &sim.crash(&cut), ReplayMode::Plain);
                 let loaded = loaded.unwrap_or_else(|e| panic!("filler {filler}, cut {cut:?}: recovery: {e}"));
                 for pool in loaded.pools {
                     let store = HStore::open(pool.region)

@@ -9,7 +9,7 @@
 //! there.
 
 use super::format::{decode_record, segment_name, Lsn, SEGMENT_HEADER_BYTES};
-use super::reader::{classify_segments, read_segment};
+use super::reader::{classify_segments, read_segment, superseded_from};
 use super::storage::{LogStorage, SegmentFile};
 use super::WalError;
 
@@ -24,13 +24,21 @@ pub struct CopiedLog {
 
 /// Copies the log in `source` into `target` (an empty directory) so that it ends with record
 /// `until` (LSN 0: an empty log). Fails if `source` does not hold every record up to `until`.
+/// Honours cuts as recovery does: records a cut dropped are not copied, and segments holding
+/// nothing else are left out.
 pub fn copy_until<S: LogStorage, T: LogStorage>(source: &S, target: &T, until: Lsn) -> Result<CopiedLog, WalError> {
     let io = |context: String| move |source| WalError::Io { context, source };
     let (started, _unstarted) = classify_segments(source)?;
+    let caps = superseded_from(&started);
     let mut copied = CopiedLog::default();
     let mut next = None;
-    for (seq, header) in started.iter().take_while(|(_, header)| until > 0 && header.first_lsn <= until) {
-        if next.is_some_and(|next| next != header.first_lsn) {
+    for (index, (seq, header)) in started.iter().enumerate() {
+        // A segment holding only records past `until`, or only records a cut dropped (a later
+        // segment starts at or before its first), has nothing to copy.
+        if header.first_lsn > until || caps[index] <= header.first_lsn {
+            continue;
+        }
+        if next.is_some_and(|next| header.first_lsn > next) {
             // The previous segment's records ended early: the log does not reach `until`.
             break;
         }
@@ -38,7 +46,8 @@ pub fn copy_until<S: LogStorage, T: LogStorage>(source: &S, target: &T, until: L
         let bytes = read_segment(source, &name)?;
         let mut position = SEGMENT_HEADER_BYTES;
         let mut lsn = header.first_lsn;
-        while lsn <= until {
+        // Records from the cap on were dropped by a cut: a later segment holds what follows.
+        while lsn <= until && lsn < caps[index] {
             match decode_record(&bytes[position as usize..], header.salt).filter(|record| record.lsn == lsn) {
                 Some(record) => {
                     position += record.size;

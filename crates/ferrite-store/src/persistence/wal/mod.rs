@@ -19,6 +19,8 @@ pub(crate) mod storage;
 mod writer;
 
 #[cfg(test)]
+mod cut_tests;
+#[cfg(test)]
 pub(crate) mod sim;
 #[cfg(test)]
 mod tests;
@@ -49,4 +51,11 @@ pub enum WalError {
     /// The log cannot be cut back or restarted while records are buffered or being written.
     #[error("the log holds records not yet written; commit them first")]
     Unflushed,
+    /// A read asked for records the log does not hold in one run: it starts after them, or
+    /// skips them (restarted past them, or a record is damaged and later ones follow).
+    #[error("the write-ahead log holds no record {lsn}: {reason}")]
+    Missing { lsn: Lsn, reason: String },
+    /// An entry of a replicated log was appended at an index other than the log's next.
+    #[error("entry {index} cannot be appended: the log's next index is {next}")]
+    OutOfOrder { index: Lsn, next: Lsn },
 }

@@ -201,7 +201,7 @@ pub fn recover<S: LogStorage>(
 /// For each started segment, the first LSN it may contribute no record at or past: the lowest
 /// first LSN of the segments after it (a later segment that starts at or before a record's LSN
 /// was written after the log was cut back, and holds what follows), or no bound for the last.
-fn superseded_from(started: &[(u64, SegmentHeader)]) -> Vec<Lsn> {
+pub(super) fn superseded_from(started: &[(u64, SegmentHeader)]) -> Vec<Lsn> {
     let mut caps = vec![Lsn::MAX; started.len()];
     let mut lowest = Lsn::MAX;
     for (index, (_, header)) in started.iter().enumerate().rev() {
@@ -213,7 +213,10 @@ fn superseded_from(started: &[(u64, SegmentHeader)]) -> Vec<Lsn> {
 
 /// Reads the records with LSNs in `from..=to` from the log in `storage` (a replica sending
 /// entries it no longer holds in memory), in order, honouring cuts as recovery does; stops early
-/// at the log's end. Reads only the segments that can hold them.
+/// at the log's end. Reads only the segments that can hold them. The records visited are always
+/// `from`, `from + 1`, ... with no gap: a range the log does not hold in one run (it starts after
+/// `from`, was restarted past part of the range, or lost a record that later ones follow) is
+/// refused with [`WalError::Missing`] once the records before the gap were visited.
 pub fn read_range<S: LogStorage>(
     storage: &S,
     from: Lsn,
@@ -222,13 +225,17 @@ pub fn read_range<S: LogStorage>(
 ) -> Result<(), WalError> {
     let (started, _) = classify_segments(storage)?;
     let caps = superseded_from(&started);
+    // The LSN the next record visited must have.
+    let mut expected = from.max(1);
     for (index, (seq, header)) in started.iter().enumerate() {
-        let holds_range = header.first_lsn <= to && caps[index] > from;
-        let starts_later = started.get(index + 1).is_some_and(|(_, next)| next.first_lsn <= from);
-        if !holds_range || starts_later {
+        if expected > to {
+            break;
+        }
+        if header.first_lsn > to || caps[index] <= expected {
             continue;
         }
-        let bytes = read_segment(storage, &segment_name(*seq))?;
+        let name = segment_name(*seq);
+        let bytes = read_segment(storage, &name)?;
         let mut next = header.first_lsn;
         let mut position = SEGMENT_HEADER_BYTES;
         while let Some(record) =
@@ -237,14 +244,29 @@ pub fn read_range<S: LogStorage>(
             if record.lsn >= caps[index] || record.lsn > to {
                 break;
             }
-            if record.lsn >= from {
+            if record.lsn > expected {
+                return Err(missing(expected, format!("the next record the log holds is {} in {name}", record.lsn)));
+            }
+            if record.lsn == expected {
                 visit(record.lsn, record.payload);
+                expected += 1;
             }
             position += record.size;
             next += 1;
         }
     }
-    Ok(())
+    // Past the records visited, the range ends with the log unless a later segment starts past
+    // them: the last segment's own records end where the log does.
+    match started.last() {
+        Some((seq, header)) if expected <= to && header.first_lsn > expected => {
+            Err(missing(expected, format!("the log goes on at LSN {} in {}", header.first_lsn, segment_name(*seq))))
+        }
+        _ => Ok(()),
+    }
+}
+
+fn missing(lsn: Lsn, reason: String) -> WalError {
+    WalError::Missing { lsn, reason }
 }
 
 /// How the last started segment ends, from what counts beyond the first record that breaks the

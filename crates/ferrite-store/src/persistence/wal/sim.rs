@@ -259,3 +259,32 @@ impl LogStorage for SimStorage {
         Ok(())
     }
 }
+
+/// Tear positions tried in each torn sector: its edges, record-header boundaries, the middle.
+const TEARS: [usize; 8] = [0, 1, 8, 31, 32, 100, 256, 511];
+
+/// Every cut worth trying of what `storage` holds unsynced: each prefix of the sector writes (a
+/// device that persists in order), the last kept one torn at a few places; and, since a device
+/// may persist a commit's sectors in any order, all but one, only one, and all with one torn.
+pub(crate) fn power_cuts(storage: &SimStorage) -> Vec<(Cut, String)> {
+    let sectors = storage.unsynced_sectors();
+    let mut cuts = Vec::new();
+    for kept in 0..=sectors {
+        cuts.push((Cut::prefix(kept, None), format!("first {kept} sectors kept")));
+        if kept > 0 {
+            let len = storage.unsynced_sector_len(kept - 1);
+            for at in TEARS.iter().filter(|at| **at < len) {
+                cuts.push((Cut::prefix(kept, Some(*at)), format!("first {kept} sectors kept, the last torn at {at}")));
+            }
+        }
+    }
+    for chosen in 0..sectors {
+        let all_but = Cut { keep: (0..sectors).map(|i| i != chosen).collect(), tear: None };
+        cuts.push((all_but, format!("all sectors but {chosen}")));
+        let only = Cut { keep: (0..sectors).map(|i| i == chosen).collect(), tear: None };
+        cuts.push((only, format!("only sector {chosen}")));
+        let torn = Cut { keep: vec![true; sectors], tear: Some((chosen, 40)) };
+        cuts.push((torn, format!("all sectors, {chosen} torn")));
+    }
+    cuts
+}

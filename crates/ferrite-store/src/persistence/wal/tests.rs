@@ -11,18 +11,18 @@ use super::writer::RETAINED_BUFFER_BYTES_MAX;
 use super::{recover, Lsn, WalConfig, WalError, WalWriter};
 
 /// Small segments, so a few records already span several of them.
-const SMALL: WalConfig = WalConfig { segment_bytes: 1024 };
+pub(super) const SMALL: WalConfig = WalConfig { segment_bytes: 1024 };
 
-fn payload(lsn: Lsn, len: usize) -> Vec<u8> {
+pub(super) fn payload(lsn: Lsn, len: usize) -> Vec<u8> {
     (0..len).map(|i| (lsn as usize * 31 + i) as u8).collect()
 }
 
-fn open_writer(storage: &SimStorage, from_lsn: Lsn) -> WalWriter<SimStorage> {
+pub(super) fn open_writer(storage: &SimStorage, from_lsn: Lsn) -> WalWriter<SimStorage> {
     let recovered = recover(storage, from_lsn, |_, _| {}).expect("recover");
     WalWriter::open(storage.clone(), SMALL, &recovered).expect("open writer")
 }
 
-fn replay(storage: &SimStorage, from_lsn: Lsn) -> Result<Vec<(Lsn, Vec<u8>)>, WalError> {
+pub(super) fn replay(storage: &SimStorage, from_lsn: Lsn) -> Result<Vec<(Lsn, Vec<u8>)>, WalError> {
     let mut records = Vec::new();
     recover(storage, from_lsn, |lsn, payload| records.push((lsn, payload.to_vec())))?;
     Ok(records)

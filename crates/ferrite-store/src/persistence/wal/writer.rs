@@ -142,9 +142,6 @@ pub struct WalWriter<S: LogStorage> {
     spare: Vec<u8>,
     /// A spare segment is being made off the writer's thread (see [`WalWriter::spare_wanted`]).
     making_spare: bool,
-    /// The next record starts a new segment (the log was cut back or restarted): its header's
-    /// first LSN supersedes the records at and past it that earlier segments hold.
-    start_new_segment: bool,
     poisoned: Option<String>,
 }
 
@@ -220,17 +217,16 @@ impl<S: LogStorage> WalWriter<S> {
             in_flight: false,
             spare: Vec::new(),
             making_spare: false,
-            start_new_segment: false,
             poisoned: None,
         })
     }
 
-    /// The LSN of the last record known to be on stable storage.
     /// The configured size of a segment.
     pub fn segment_bytes(&self) -> u64 {
         self.segment_bytes
     }
 
+    /// The LSN of the last record known to be on stable storage.
     pub fn durable_lsn(&self) -> Lsn {
         self.durable_lsn
     }
@@ -374,43 +370,9 @@ impl<S: LogStorage> WalWriter<S> {
         self.check_usable()?;
         let size = checked_record_bytes(payload.len() as u64, self.segment_bytes)?;
         let lsn = self.next_lsn;
-        let fits = !self.start_new_segment
-            && self.tail.is_some_and(|tail| self.tail_position + size <= self.segments[tail].bytes);
+        let fits = self.tail.is_some_and(|tail| self.tail_position + size <= self.segments[tail].bytes);
         if !fits {
-            self.start_new_segment = false;
-            let next = self.tail.map_or(0, |tail| tail + 1);
-            let needed = SEGMENT_HEADER_BYTES + size;
-            // Prepared segments too small for this record stay prepared for later records.
-            let usable = self.segments[next..].iter().position(|segment| segment.bytes >= needed);
-            let next = match usable {
-                Some(offset) => {
-                    let index = next + offset;
-                    let segment = self.segments.remove(index);
-                    self.segments.insert(next, segment);
-                    self.renumber_from(next)?;
-                    next
-                }
-                None => {
-                    self.prepare_segment(self.segment_bytes_for(needed))?;
-                    let last = self.segments.len() - 1;
-                    let segment = self.segments.remove(last);
-                    self.segments.insert(next, segment);
-                    self.renumber_from(next)?;
-                    next
-                }
-            };
-            self.tail = Some(next);
-            self.segments[next].salt = new_salt();
-            let header = SegmentHeader {
-                seq: self.segments[next].seq,
-                first_lsn: lsn,
-                segment_bytes: self.segments[next].bytes,
-                salt: self.segments[next].salt,
-            };
-            self.start_run(next, 0);
-            self.pending.extend_from_slice(&header.encode());
-            self.tail_position = SEGMENT_HEADER_BYTES;
-            self.finish_run();
+            self.start_segment(lsn, SEGMENT_HEADER_BYTES + size)?;
         }
         let tail = self.tail.expect("a tail segment was chosen above");
         let continues = self.runs.last().is_some_and(|run| {
@@ -426,6 +388,38 @@ impl<S: LogStorage> WalWriter<S> {
         self.segments[tail].last_lsn = Some(lsn);
         self.next_lsn += 1;
         Ok(lsn)
+    }
+
+    /// Starts the segment after the tail, whose first record will be `first_lsn`, in a prepared
+    /// segment of at least `needed` bytes (a new one if none is), and makes it the tail. Its
+    /// header is buffered like a record and written by the next commit. Fails without changing
+    /// the log if a segment is needed and the device has no room for one.
+    fn start_segment(&mut self, first_lsn: Lsn, needed: u64) -> Result<(), WalError> {
+        let next = self.tail.map_or(0, |tail| tail + 1);
+        // Prepared segments too small for this record stay prepared for later records.
+        let chosen = match self.segments[next..].iter().position(|segment| segment.bytes >= needed) {
+            Some(offset) => next + offset,
+            None => {
+                self.prepare_segment(self.segment_bytes_for(needed))?;
+                self.segments.len() - 1
+            }
+        };
+        let segment = self.segments.remove(chosen);
+        self.segments.insert(next, segment);
+        self.renumber_from(next)?;
+        self.tail = Some(next);
+        self.segments[next].salt = new_salt();
+        let header = SegmentHeader {
+            seq: self.segments[next].seq,
+            first_lsn,
+            segment_bytes: self.segments[next].bytes,
+            salt: self.segments[next].salt,
+        };
+        self.start_run(next, 0);
+        self.pending.extend_from_slice(&header.encode());
+        self.tail_position = SEGMENT_HEADER_BYTES;
+        self.finish_run();
+        Ok(())
     }
 
     /// Segment files start in sequence order (recovery relies on it), so when a prepared
@@ -532,47 +526,52 @@ impl<S: LogStorage> WalWriter<S> {
     }
 
     /// Cuts the log back so that `last` is its last record (a Raft replica dropping entries a new
-    /// leader did not keep): the next record gets LSN `last + 1` and starts a new segment, whose
-    /// header supersedes, for recovery and [`super::read_range`], the records at and past
-    /// `last + 1` that earlier segments hold. Until that record is durable a crash leaves them
-    /// in the log, as if the cut had not happened. Refused (`Poisoned` aside) while records are
-    /// buffered or a batch is being written: commit first.
+    /// leader did not keep): the next record gets LSN `last + 1`, in a new segment whose header
+    /// supersedes, for recovery and [`super::read_range`], the records at and past `last + 1`
+    /// that earlier segments hold. The header is buffered at once, so the cut is on stable
+    /// storage once the next commit returns (the log is not quiet until then); a crash before
+    /// that leaves the dropped records in the log, as if the cut had not happened. A cut at or
+    /// past the end does nothing. Refused (`Poisoned` aside) while records are buffered or a
+    /// batch is being written: commit first.
     pub fn truncate_after(&mut self, last: Lsn) -> Result<(), WalError> {
         self.check_usable()?;
         if last + 1 >= self.next_lsn {
             return Ok(());
         }
-        self.start_over(last + 1)?;
-        self.durable_lsn = self.durable_lsn.min(last);
-        for segment in &mut self.segments {
-            segment.last_lsn = segment.last_lsn.filter(|lsn| *lsn <= last);
-        }
-        Ok(())
+        self.start_over(last + 1)
     }
 
-    /// Starts the log over at `first`, forgetting every record it holds (a Raft replica that
-    /// installed a snapshot whose state covers them): the next record gets LSN `first` in a new
-    /// segment. Recovery then needs the log from `first` on only (the caller's checkpoint says
-    /// so); the older segments are recycled by the next [`WalWriter::release_before`]. Refused
-    /// while records are buffered or a batch is being written.
+    /// Starts the log over at `first`, forgetting every record it holds from `first` on and
+    /// every gap before it (a Raft replica that installed a snapshot whose state covers them):
+    /// the next record gets LSN `first`, in a new segment whose header is buffered at once, so
+    /// that the restart is on stable storage once the next commit returns (the log is not quiet
+    /// until then). Recovery then needs the log from `first` on only: the caller moves its
+    /// checkpoint there once the restart is durable, not before (until then the log recovers
+    /// only from the old checkpoint; after, only from the new one). The older segments are
+    /// recycled by the next [`WalWriter::release_before`]. Refused while records are buffered or
+    /// a batch is being written.
     pub fn restart_at(&mut self, first: Lsn) -> Result<(), WalError> {
         self.check_usable()?;
-        self.start_over(first.max(1))?;
-        // Nothing before `first` is the log's to keep any more, and nothing after it is written.
-        self.durable_lsn = self.next_lsn - 1;
-        for segment in &mut self.segments {
-            segment.last_lsn = segment.last_lsn.filter(|lsn| *lsn < first);
-        }
-        Ok(())
+        self.start_over(first.max(1))
     }
 
+    /// Starts the segment the records from `next` on go to, and forgets the records at and past
+    /// `next` that the log held.
     fn start_over(&mut self, next: Lsn) -> Result<(), WalError> {
         if !self.runs.is_empty() || self.in_flight {
             return Err(WalError::Unflushed);
         }
+        self.start_segment(next, SEGMENT_HEADER_BYTES)?;
         self.next_lsn = next;
         self.commit_first_lsn = next;
-        self.start_new_segment = true;
+        // The header's batch makes `next - 1` durable (nothing from the old log past it counts).
+        self.durable_lsn = self.durable_lsn.min(next - 1);
+        // A segment that held records past the cut now ends, for recycling, no later than the
+        // cut: one holding kept records must stay until a checkpoint covers them. (One holding
+        // only dropped records stays as long, which costs nothing but its space.)
+        for segment in &mut self.segments {
+            segment.last_lsn = segment.last_lsn.map(|lsn| lsn.min(next - 1));
+        }
         Ok(())
     }
 
