@@ -38,12 +38,21 @@ pub(crate) async fn run(shard: Rc<RefCell<ShardState>>, mut shutdown: watch::Rec
 async fn checkpoint(shard: &Rc<RefCell<ShardState>>, shutdown: &mut watch::Receiver<bool>) -> bool {
     let started = Instant::now();
     let index = shard.borrow().index;
+    let paused = match settle_leader(shard).await {
+        Settled::NotLeading => false,
+        Settled::Paused => true,
+        Settled::GaveUp => return true,
+    };
     let (mut gate, log, keep_log_from) = {
         let mut state = shard.borrow_mut();
         let (pools, next_pool_id, replay_from, keep_log_from) = source(&mut state);
         let durability = state.durability.as_mut().expect("checked by the caller");
         durability.checkpointer.begin(replay_from, next_pool_id, pools);
-        (durability.gate.clone(), durability.log.clone(), keep_log_from)
+        let begun = (durability.gate.clone(), durability.log.clone(), keep_log_from);
+        if let Some(replication) = state.replication.as_mut().filter(|_| paused) {
+            replication.resume();
+        }
+        begun
     };
     let mut pages_written = 0u64;
     let outcome: Result<(u64, usize), CheckpointError> = loop {
@@ -150,19 +159,64 @@ async fn checkpoint(shard: &Rc<RefCell<ShardState>>, shutdown: &mut watch::Recei
     true
 }
 
+/// How long a leader's requests may wait for a checkpoint to begin.
+const SETTLE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Whether a leader settled for a checkpoint to begin.
+enum Settled {
+    /// A single server, or a replica that does not lead: nothing to settle.
+    NotLeading,
+    /// Everything the leader executed is applied, and its requests wait until the checkpoint
+    /// has begun.
+    Paused,
+    /// Its entries were not all committed in time (it may be losing its leadership): no
+    /// checkpoint now.
+    GaveUp,
+}
+
+/// On a leader, pauses its requests until everything it executed is applied: its stores then
+/// hold exactly what its group committed, which a checkpoint must begin from (a pool created or
+/// deleted by an entry not yet committed would otherwise be in the checkpoint and replayed
+/// again). The pause lasts about one commit.
+async fn settle_leader(shard: &Rc<RefCell<ShardState>>) -> Settled {
+    match shard.borrow_mut().replication.as_mut() {
+        Some(replication) if replication.leads() => replication.pause(),
+        _ => return Settled::NotLeading,
+    }
+    let asked = Instant::now();
+    loop {
+        {
+            let mut state = shard.borrow_mut();
+            let last = state.durability.as_ref().map_or(0, |durability| durability.log.last_lsn());
+            let Some(replication) = state.replication.as_mut() else { return Settled::NotLeading };
+            if replication.applied.is_some_and(|id| id.index >= last) {
+                return Settled::Paused;
+            }
+            if !replication.leads() || asked.elapsed() > SETTLE_TIMEOUT {
+                replication.resume();
+                return Settled::GaveUp;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}
+
 /// What a checkpoint begun now copies: the pools, the next pool id, the LSN recovery replays
 /// from, and the first LSN the log must keep after it.
 ///
 /// A single server's pools hold every record its log holds. A replica's hold only the entries
-/// it applied (those its group committed), so recovery replays from the one after the last
-/// applied; its log also keeps what Raft has not purged, for replicas that lag behind. Its
-/// committed position is saved first: recovery replays that far.
+/// it applied (those its group committed; a leader's, settled, hold nothing more), so recovery
+/// replays from the one after the last applied; its log also keeps what Raft has not purged, for
+/// replicas that lag behind. Its committed position is saved first: recovery replays that far.
 fn source(state: &mut ShardState) -> (Vec<CheckpointPool>, u64, Lsn, Lsn) {
-    let last = state.durability.as_ref().map_or(0, |durability| durability.log.last_lsn());
+    let (last, durable) = state
+        .durability
+        .as_ref()
+        .map_or((0, 0), |durability| (durability.log.last_lsn(), durability.log.durable_lsn()));
     let Some(replication) = state.replication.as_mut() else {
         return (state.pools.checkpoint_pools(), state.pools.next_handle(), last + 1, Lsn::MAX);
     };
-    if let Err(error) = replication.save_committed() {
+    if let Err(error) = replication.save_committed(durable) {
         warn!(shard = state.index, %error, "cannot save the group's committed position before a checkpoint");
     }
     let replay_from = last.min(replication.applied.map_or(0, |id| id.index)) + 1;

@@ -212,13 +212,12 @@ async fn paused<T>(
     change: impl std::future::Future<Output = T>,
 ) -> T {
     if let Some(replication) = shard.borrow_mut().replication.as_mut() {
-        replication.changing_membership = true;
+        replication.pause();
     }
     propose_executed(shard, raft).await;
     let outcome = change.await;
     if let Some(replication) = shard.borrow_mut().replication.as_mut() {
-        replication.changing_membership = false;
-        replication.wake_waiters();
+        replication.resume();
     }
     outcome
 }

@@ -41,7 +41,7 @@ impl ShardState {
     pub(crate) fn group_gate(&mut self) -> Gate {
         let Some(replication) = self.replication.as_mut() else { return Gate::Open };
         let confirm = match replication.role {
-            Role::Leading { .. } if !replication.changing_membership && !replication.transferring => {
+            Role::Leading { .. } if replication.pauses == 0 && !replication.transferring => {
                 if replication.lease_holds(Instant::now()) {
                     return Gate::Open;
                 }

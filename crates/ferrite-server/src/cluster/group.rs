@@ -144,8 +144,10 @@ pub(crate) async fn run(
     let _ = raft.shutdown().await;
     let _ = peer_task.await;
     // A restart then replays everything this replica knew committed at once.
-    if let Some(replication) = shard.borrow_mut().replication.as_mut() {
-        replication.save_committed()?;
+    let mut state = shard.borrow_mut();
+    let durable = state.durability.as_ref().map_or(0, |durability| durability.log.durable_lsn());
+    if let Some(replication) = state.replication.as_mut() {
+        replication.save_committed(durable)?;
     }
     Ok(())
 }

@@ -109,9 +109,10 @@ pub(crate) struct Replication {
     pub checkpointed: Arc<Notify>,
     /// Told when a request waits for leadership to be confirmed (see `group::confirm_leadership`).
     pub confirmations: Arc<Notify>,
-    /// Set while a membership change runs on this leader: requests wait, so that no entry the
-    /// shard executes takes the index Raft gives the change.
-    pub changing_membership: bool,
+    /// How many reasons this leader has to execute nothing now (a membership change, whose
+    /// entry no executed one may take the index of; the beginning of a checkpoint, which needs
+    /// everything executed committed): requests wait while it is above 0.
+    pub pauses: u32,
     /// Elections this replica started (as a candidate), for the metrics.
     pub elections: u64,
     /// The term of the last election it started.
@@ -169,7 +170,7 @@ impl Replication {
             lease: std::time::Duration::ZERO,
             confirmations: Arc::default(),
             checkpointed: Arc::default(),
-            changing_membership: false,
+            pauses: 0,
             transferring: false,
             elections: 0,
             candidate_term: 0,
@@ -453,14 +454,34 @@ impl Replication {
         self.membership = membership;
     }
 
-    /// Saves the committed entry Raft last reported, if it moved past what the file holds: a
-    /// restart then recovers that far at once.
-    pub fn save_committed(&mut self) -> std::io::Result<()> {
-        let committed = self.committed_in_memory;
-        if committed.is_none() || committed <= self.state.state().committed {
+    /// Saves the committed entry Raft last reported, if it moved past what the file holds, but
+    /// never past `durable`, where this replica's log is durable: a restart recovers the saved
+    /// position at once, from entries the log then surely holds (an entry a new leader replaced
+    /// is replaced durably only up to there).
+    pub fn save_committed(&mut self, durable: Lsn) -> std::io::Result<()> {
+        let Some(committed) = self.committed_in_memory else { return Ok(()) };
+        let saved = if committed.index <= durable {
+            Some(committed)
+        } else {
+            self.read(durable, durable + 1)?.first().map(|entry| entry.log_id)
+        };
+        if saved.is_none() || saved <= self.state.state().committed {
             return Ok(());
         }
-        self.state.update(|state| state.committed = committed)
+        self.state.update(|state| state.committed = saved)
+    }
+
+    /// Pauses the execution of requests (see [`Replication::pauses`]).
+    pub fn pause(&mut self) {
+        self.pauses += 1;
+    }
+
+    /// Ends a pause; requests that waited run again once none is left.
+    pub fn resume(&mut self) {
+        self.pauses = self.pauses.saturating_sub(1);
+        if self.pauses == 0 {
+            self.wake_waiters();
+        }
     }
 
     /// Whether the entry at `index` was executed here (its effect is in memory already); forgets

@@ -122,10 +122,10 @@ impl SnapshotStore {
         super::log_store::quiet(&log).await?;
         let (manifest, last) = {
             let mut state = shard.borrow_mut();
-            let manifest =
-                state.durability.as_ref().ok_or_else(|| io::Error::other("no log"))?.checkpointer.manifest().clone();
+            let durability = state.durability.as_ref().ok_or_else(|| io::Error::other("no log"))?;
+            let (manifest, durable) = (durability.checkpointer.manifest().clone(), durability.log.durable_lsn());
             let replication = state.replication.as_mut().ok_or_else(|| io::Error::other("no replica"))?;
-            replication.save_committed()?;
+            replication.save_committed(durable)?;
             (manifest, replication.applied)
         };
         let last_index = last.map_or(0, |id| id.index);
