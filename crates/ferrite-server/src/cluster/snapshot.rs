@@ -174,6 +174,8 @@ impl SnapshotStore {
     ) -> io::Result<()> {
         let last = meta.last_log_id.ok_or_else(|| io::Error::other("a snapshot of nothing"))?;
         let manifest = Manifest::read(&files.dir).map_err(io::Error::other)?.unwrap_or_default();
+        let tail = read_records(&files.dir.join(TAIL_NAME))?;
+        check_tail(&tail, manifest.replay_from.max(1), last.index)?;
         let installing = self.root.join(INSTALLING);
         let _ = std::fs::remove_dir_all(&installing);
         std::fs::rename(&files.dir, &installing)?;
@@ -206,11 +208,8 @@ impl SnapshotStore {
         // The log starts over at the checkpoint's replay point with the tail's records, then the
         // kept ones.
         log.restart_at(manifest.replay_from.max(1)).map_err(io::Error::other)?;
-        for (lsn, payload) in read_records(&installing.join(TAIL_NAME))? {
+        for (lsn, payload) in tail {
             log.append_entry(lsn, &payload).map_err(io::Error::other)?;
-        }
-        if log.next_lsn() != last.index + 1 {
-            log.restart_at(last.index + 1).map_err(io::Error::other)?;
         }
         for (lsn, payload) in &kept_records {
             log.append_entry(*lsn, payload).map_err(io::Error::other)?;
@@ -297,9 +296,6 @@ pub(crate) fn finish_installing(state: &mut StateFile, paths: &ShardPaths, wal_c
         writer.commit().map_err(io::Error::other).map(drop)
     };
     append(&mut writer, read_records(&snapshot.join(TAIL_NAME))?)?;
-    if writer.next_lsn() != last.index + 1 {
-        writer.restart_at(last.index + 1).map_err(io::Error::other)?;
-    }
     let kept = snapshot.join(KEPT_NAME);
     append(&mut writer, if kept.exists() { read_records(&kept)? } else { Vec::new() })?;
     drop(writer);
@@ -370,6 +366,21 @@ fn write_snapshot(
     std::fs::rename(&temp, &dir)?;
     sync_dir(root)?;
     Ok(dir)
+}
+
+/// Checks that a snapshot's tail holds exactly the records from its checkpoint's replay point
+/// `from` to its last entry `last`, in order: what makes its fuzzy checkpoint whole.
+fn check_tail(tail: &[(Lsn, Vec<u8>)], from: Lsn, last: Lsn) -> io::Result<()> {
+    let expected = from..=last;
+    let whole = tail.len() as u64 == last.saturating_add(1).saturating_sub(from)
+        && tail.iter().zip(expected).all(|((lsn, _), wanted)| *lsn == wanted);
+    if whole {
+        Ok(())
+    } else {
+        Err(io::Error::other(format!(
+            "a snapshot whose log tail does not hold records {from} to {last}: it cannot make its checkpoint whole"
+        )))
+    }
 }
 
 /// Writes `records` (LSN and payload each) to a new file at `path`, synced.
