@@ -207,6 +207,14 @@ impl BoundServer {
                     auth.usage.count_pool(owner, pool.store.capacity_bytes());
                 }
             }
+            // A node counts the pools of every group it is a member of, led here or not: the
+            // quota is the user's in the whole cluster, and every node holds every group.
+            let replica = parts.replica.as_ref().and_then(|replica| replica.replication.replica.as_ref());
+            for pool in replica.iter().flat_map(|replica| replica.pools.values()) {
+                if let Some(owner) = &pool.descriptor.owner {
+                    auth.usage.count_pool(owner, pool.descriptor.spec.size_bytes);
+                }
+            }
         }
         let plugins = Arc::new(PluginRegistry::new(
             PluginRegistry::shipped_dir().as_deref(),

@@ -14,6 +14,7 @@ use super::snapshot::{SnapshotFiles, SnapshotStore};
 use super::types::{Entry, LogId, Redo, StoredMembership, C};
 use crate::handler::ShardState;
 use ferrite_store::persistence::ssd::entry::Entry as Framed;
+use ferrite_store::persistence::ssd::PoolChange;
 
 type SnapshotOf = openraft::type_config::alias::SnapshotOf<C, SnapshotFiles>;
 type SnapshotMeta = openraft::type_config::alias::SnapshotMetaOf<C>;
@@ -51,7 +52,15 @@ impl ShardState {
                         return Err(io::Error::other(format!("entry {index} holds no record")));
                     };
                     match replication.replica.as_mut() {
-                        Some(pools) => pools.apply(index, record).map_err(io::Error::other)?,
+                        Some(pools) => match pools.apply(index, record).map_err(io::Error::other)? {
+                            Some(PoolChange::Created { owner: Some(owner), size_bytes }) => {
+                                self.auth.usage.count_pool(&owner, size_bytes);
+                            }
+                            Some(PoolChange::Deleted { owner: Some(owner), size_bytes }) => {
+                                self.auth.usage.release_pool(&owner, size_bytes);
+                            }
+                            _ => {}
+                        },
                         None => replication.must_restart(format!(
                             "the leading replica was given entry {index}, which it did not execute, to apply"
                         )),

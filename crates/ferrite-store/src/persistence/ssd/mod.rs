@@ -44,8 +44,8 @@ pub use pages::PageTracker;
 pub use record::PoolDescriptor;
 pub use recovery::{
     load_shard, load_shard_in_mode, load_shard_observing, recover_shard, recover_shard_in_mode, EntrySummary,
-    LoadedShard, RecoveredPool, RecoveredShard, RecoveryError, RecoveryReport, ReplayMode, ReplicaPools, ShardPaths,
-    RAFT_DIR,
+    LoadedShard, PoolChange, RecoveredPool, RecoveredShard, RecoveryError, RecoveryReport, ReplayMode, ReplicaPools,
+    ShardPaths, RAFT_DIR,
 };
 pub use region::SharedRegion;
 pub use verify::{verify_shard, PoolCheck, ShardCheck};

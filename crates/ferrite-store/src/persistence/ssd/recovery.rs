@@ -157,8 +157,9 @@ impl ReplicaPools {
             .collect()
     }
 
-    /// Applies one record (of this shard's own kinds, [`super::record`]) with LSN `lsn`.
-    pub fn apply(&mut self, lsn: Lsn, payload: &[u8]) -> Result<(), RecoveryError> {
+    /// Applies one record (of this shard's own kinds, [`super::record`]) with LSN `lsn`; says
+    /// which pool it created or deleted, if it did (users' quotas count pools).
+    pub fn apply(&mut self, lsn: Lsn, payload: &[u8]) -> Result<Option<PoolChange>, RecoveryError> {
         let bad = |reason: String| RecoveryError::BadRecord { lsn, reason };
         self.bytes += payload.len() as u64;
         match decode(payload).map_err(|error| bad(error.to_string()))? {
@@ -169,11 +170,17 @@ impl ReplicaPools {
                 self.next_pool_id = self.next_pool_id.max(descriptor.id + 1);
                 let (region, pages) = new_region(&descriptor)?;
                 let id = descriptor.id;
+                let change =
+                    PoolChange::Created { owner: descriptor.owner.clone(), size_bytes: descriptor.spec.size_bytes };
                 let pool = self.pools.entry(id).or_insert(RecoveredPool { descriptor, region, pages });
                 apply_ranges(pool, ranges, lsn)?;
+                Ok(Some(change))
             }
             LogRecord::PoolDeleted { id } => {
-                self.pools.remove(&id).ok_or_else(|| bad(format!("deletes pool {id}, which does not exist")))?;
+                let pool =
+                    self.pools.remove(&id).ok_or_else(|| bad(format!("deletes pool {id}, which does not exist")))?;
+                let PoolDescriptor { owner, spec, .. } = pool.descriptor;
+                Ok(Some(PoolChange::Deleted { owner, size_bytes: spec.size_bytes }))
             }
             LogRecord::PoolConfigured { id, indexed } => {
                 let pool = self
@@ -181,6 +188,7 @@ impl ReplicaPools {
                     .get_mut(&id)
                     .ok_or_else(|| bad(format!("configures pool {id}, which does not exist")))?;
                 pool.descriptor.indexed = indexed;
+                Ok(None)
             }
             LogRecord::Transaction { pool, ranges } => {
                 let target = self
@@ -188,10 +196,17 @@ impl ReplicaPools {
                     .get_mut(&pool)
                     .ok_or_else(|| bad(format!("changes pool {pool}, which does not exist")))?;
                 apply_ranges(target, ranges, lsn)?;
+                Ok(None)
             }
         }
-        Ok(())
     }
+}
+
+/// A pool a record created or deleted: its owner (on a server with users) and its size.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PoolChange {
+    Created { owner: Option<String>, size_bytes: u64 },
+    Deleted { owner: Option<String>, size_bytes: u64 },
 }
 
 /// Writes the new bytes of record `lsn` into `pool`'s memory and marks their pages.
@@ -333,7 +348,7 @@ fn load_shard_from<S: LogStorage>(
             return;
         }
         let applied = match mode {
-            ReplayMode::Plain => replay.apply(lsn, payload).map_err(|error| match Entry::decode(payload) {
+            ReplayMode::Plain => replay.apply(lsn, payload).map(drop).map_err(|error| match Entry::decode(payload) {
                 Some(_) => not_plain(lsn),
                 None => error,
             }),
@@ -341,7 +356,7 @@ fn load_shard_from<S: LogStorage>(
                 entries.last = Some((lsn, entry.term()));
                 match entry {
                     _ if lsn > until => Ok(()),
-                    Entry::Normal { record, .. } => replay.apply(lsn, record),
+                    Entry::Normal { record, .. } => replay.apply(lsn, record).map(drop),
                     Entry::Membership { term, body } => {
                         entries.memberships.push((lsn, term, body.to_vec()));
                         Ok(())

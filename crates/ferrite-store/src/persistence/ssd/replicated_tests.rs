@@ -368,7 +368,7 @@ fn a_single_servers_directory_is_refused_in_replicated_mode() {
     }
     let storage = FsStorage::open_dir(&paths.wal).expect("log");
     let mut replica = ReplicaPools::new(Vec::new(), 1);
-    read_range(&storage, 1, 7, |lsn, payload| replica.apply(lsn, payload).expect("apply")).expect("read");
+    read_range(&storage, 1, 7, |lsn, payload| drop(replica.apply(lsn, payload).expect("apply"))).expect("read");
     checkpoint(&mut checkpointer, &replica, 8, 7);
     for k in 0..4 {
         server.put(k, 500);
