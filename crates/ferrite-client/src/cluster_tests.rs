@@ -70,6 +70,29 @@ async fn a_refused_request_follows_the_leader_and_its_pool_reopens_there() {
     assert_eq!((map.version, map.groups[0].leader), (2, 2));
 }
 
+/// Proves requests refused together follow the leader together and end on one open of the pool
+/// there: each put lands on the new leader, and the pool's later requests use the open it kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_refused_together_end_on_one_open_of_the_pool() {
+    let (a, b) = two_nodes(1, 1).await;
+    let session = Session::connect(&a.address).await.expect("connect");
+    let pool = session.open_pool("p").await.expect("open");
+    for _ in 0..8 {
+        a.state().answers.push_back(NodeAnswer::Refuse { refusal: refusal(2, &b.address, 1), then_map: None });
+    }
+    let mut puts = tokio::task::JoinSet::new();
+    for i in 0..8 {
+        let pool = pool.clone();
+        puts.spawn(async move { pool.put(format!("k{i}"), "v").await });
+    }
+    while let Some(put) = puts.join_next().await {
+        put.expect("task").expect("every put reaches the leader");
+    }
+    assert_eq!(b.received("put"), 8, "{:?}", b.state().log);
+    assert_eq!(pool.get("k7").await.expect("get"), b"v");
+    assert!(b.state().open.contains(&pool.handle().0), "the pool's open is one b keeps");
+}
+
 /// Proves redirects are bounded: two nodes that each name the other as leader see the request
 /// once plus five redirects, and the caller gets the last `not_leader`.
 #[tokio::test]

@@ -441,6 +441,8 @@ pub(crate) struct NodeState {
     pub(crate) log: Vec<String>,
     /// Its pool's pairs (one pool serves every name).
     pub(crate) pairs: std::collections::BTreeMap<Vec<u8>, Vec<u8>>,
+    /// The handles open on it; a put or get on another is refused with `pool_not_open`.
+    pub(crate) open: std::collections::BTreeSet<u64>,
     next_handle: u64,
 }
 
@@ -537,10 +539,17 @@ async fn serve_node_connection(
                     let handle = state.next_handle;
                     let response = match request {
                         Request::ClusterMap => Response::ClusterMap(state.map.clone()),
-                        Request::ClosePool { .. } => Response::PoolClosed,
+                        Request::ClosePool { pool } => match state.open.remove(&pool.0) {
+                            true => Response::PoolClosed,
+                            false => Response::Error { code: ErrorCode::PoolNotOpen, message: "not open" },
+                        },
                         Request::OpenPool { .. } => {
                             state.next_handle += 1;
+                            state.open.insert(handle);
                             Response::PoolOpened { pool: PoolHandle(handle) }
+                        }
+                        Request::Put { pool, .. } | Request::Get { pool, .. } if !state.open.contains(&pool.0) => {
+                            Response::Error { code: ErrorCode::PoolNotOpen, message: "not open" }
                         }
                         Request::Put { key, value, .. } => {
                             state.pairs.insert(key.to_vec(), value.to_vec());

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
-use ferrite_proto::{Attribute, FindKind, InvokeFlags, PoolHandle, PutFlags, Request, FIND_KEYS_MAX};
+use ferrite_proto::{Attribute, ErrorCode, FindKind, InvokeFlags, PoolHandle, PutFlags, Request, FIND_KEYS_MAX};
 
 use crate::cluster::{Attempt, Redirects, Resend};
 use crate::connection::{Connection, PendingReply};
@@ -100,6 +100,13 @@ pub struct Pool {
 pub(crate) struct Bound {
     pub(crate) connection: Connection,
     pub(crate) handle: PoolHandle,
+}
+
+impl Bound {
+    /// Whether both name the same open: the same handle on the same connection.
+    fn is(&self, other: &Bound) -> bool {
+        self.handle == other.handle && self.connection.is(&other.connection)
+    }
 }
 
 #[derive(Debug)]
@@ -399,23 +406,33 @@ impl Pool {
         let mut redirects = Redirects::new(resend);
         let mut bound = self.bound();
         if bound.connection.is_closed() {
-            bound = self.rebind(session, &mut redirects).await?;
+            bound = self.rebind(session, &mut redirects, &bound).await?;
         }
         loop {
             match attempt(bound.clone()).await {
+                // Another request of this pool moved it meanwhile and closed the open this one
+                // used: it goes where the pool is now.
+                Err(error) if error.code() == Some(ErrorCode::PoolNotOpen) && !self.bound().is(&bound) => {}
                 Err(error) => {
                     redirects.after(session, self.inner.shard, error, Attempt::Sent(&bound.connection)).await?;
                 }
                 done => return done,
             }
-            bound = self.rebind(session, &mut redirects).await?;
+            bound = self.rebind(session, &mut redirects, &bound).await?;
         }
     }
 
-    /// Opens the pool on its group's leader and makes that its binding, closing the old open.
-    async fn rebind(&self, session: &Session, redirects: &mut Redirects) -> Result<Bound> {
+    /// Opens the pool on its group's leader and makes that its binding in place of `failed`,
+    /// closing that open. If another request of the pool moved it meanwhile, the pool stays
+    /// where that one put it (and a second open made here is closed again), so concurrent
+    /// requests refused together end on one open.
+    async fn rebind(&self, session: &Session, redirects: &mut Redirects, failed: &Bound) -> Result<Bound> {
+        let current = self.bound();
+        if !current.is(failed) {
+            return Ok(current);
+        }
         let name = self.inner.name.as_str();
-        let bound = session
+        let fresh = session
             .routed_within(self.inner.shard, redirects, |connection| async move {
                 match connection.call(&Request::OpenPool { name }).await? {
                     Reply::PoolOpened { pool } => Ok(Bound { connection, handle: pool }),
@@ -423,9 +440,17 @@ impl Pool {
                 }
             })
             .await?;
-        let old = std::mem::replace(&mut *self.inner.bound.lock().expect(BOUND_LOCK), bound.clone());
-        old.connection.send_detached(&Request::ClosePool { pool: old.handle });
-        Ok(bound)
+        let (kept, dropped) = {
+            let mut slot = self.inner.bound.lock().expect(BOUND_LOCK);
+            if slot.is(failed) {
+                let old = std::mem::replace(&mut *slot, fresh.clone());
+                (fresh, old)
+            } else {
+                (slot.clone(), fresh)
+            }
+        };
+        dropped.connection.send_detached(&Request::ClosePool { pool: dropped.handle });
+        Ok(kept)
     }
 
     /// Where the pool is open now.
