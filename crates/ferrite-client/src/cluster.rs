@@ -173,6 +173,17 @@ impl Redirects {
                 }
                 Ok(())
             }
+            // A refusal sent as a plain `error` frame names no leader: as one that knows none.
+            (Error::Server { code: ErrorCode::NotLeader, .. }, _) => {
+                if !self.take_redirect() {
+                    return Err(error);
+                }
+                let refusal = NotLeader { group: shard, ..NotLeader::default() };
+                session.follow(&refusal, Attempt::Connecting).await;
+                self.wait().await;
+                let _ = session.refresh_map(None).await;
+                Ok(())
+            }
             (_, Attempt::Connecting) if node_failure(&error) => {
                 if !self.take_redirect() {
                     return Err(error);

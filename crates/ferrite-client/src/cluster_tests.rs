@@ -122,6 +122,19 @@ async fn an_unknown_leader_is_waited_for_then_found_in_a_new_map() {
     assert_eq!(b.state().log, ["open_pool p"]);
 }
 
+/// Proves a refusal sent as a plain `error` frame with code 28 (a server path that knows only
+/// error frames) is followed like one that knows no leader: the session waits, asks for the map
+/// again, and goes to the leader it names.
+#[tokio::test]
+async fn a_plain_not_leader_error_is_followed_through_a_new_map() {
+    let (a, b) = two_nodes(1, 1).await;
+    let elected = cluster_map(2, vec![a.as_member(1), b.as_member(2)], 2);
+    a.state().answers.push_back(NodeAnswer::RefusePlainly { then_map: elected });
+    let session = Session::connect(&a.address).await.expect("connect");
+    session.open_pool("p").await.expect("opened on the leader the new map names");
+    assert_eq!(b.state().log, ["open_pool p"]);
+}
+
 /// Proves a put whose connection broke while it was in flight is reported, never sent again
 /// (it may have been applied), and that the session asks another node for the map; the pool's
 /// next request reopens it on the leader that map names.

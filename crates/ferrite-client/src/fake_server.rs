@@ -427,6 +427,9 @@ pub(crate) enum NodeAnswer {
     /// Closes the connection instead of answering, as a node that died with the request in
     /// flight.
     Vanish,
+    /// Refuses it with a plain `error` frame of code `not_leader` (no leader named), then
+    /// answers `cluster_map` with `then_map`.
+    RefusePlainly { then_map: ClusterMap },
 }
 
 /// What a [`FakeNode`] holds, shared with the test that scripts it.
@@ -526,6 +529,12 @@ async fn serve_node_connection(
                 Some(NodeAnswer::Vanish) => {
                     state.answers.pop_front();
                     return;
+                }
+                Some(NodeAnswer::RefusePlainly { then_map }) => {
+                    state.answers.pop_front();
+                    let refusal = Response::Error { code: ErrorCode::NotLeader, message: "not the leader" };
+                    refusal.encode(frame.id(), &mut out);
+                    state.map = then_map;
                 }
                 Some(NodeAnswer::Refuse { refusal, then_map }) => {
                     state.answers.pop_front();
