@@ -31,9 +31,13 @@ MAGIC = b"FRRT"
 PROTOCOL_VERSION = 1
 RESPONSE_BIT = 0x8000
 ERROR_OPCODE = 0xFFFF
+NOT_LEADER_OPCODE = 0xFFFE
 
 KEY_BYTES_MAX = 65_536
 VALUE_INLINE_BYTES_MAX = 2_097_152
+CLUSTER_NODES_MAX = 64
+CLUSTER_GROUPS_MAX = 256
+NODE_ADDRESS_BYTES_MAX = 259
 
 U64_MAX = 2**64 - 1
 
@@ -61,6 +65,13 @@ REQUEST_OPCODES = {
     "invoke_ado": 0x0040,
     "invoke_put_ado": 0x0041,
     "backup": 0x0050,
+    "node_info": 0x0060,
+    "cluster_map": 0x0061,
+    "cluster_init": 0x0062,
+    "cluster_add_node": 0x0063,
+    "cluster_remove_node": 0x0064,
+    "cluster_transfer_leader": 0x0065,
+    "cluster_status": 0x0066,
 }
 
 # Successful response name -> the request it answers.
@@ -82,6 +93,13 @@ RESPONSE_TO_REQUEST = {
     "backed_up": "backup",
     "written": "direct_write",
     "transfer_ended": "end_transfer",
+    "node_info": "node_info",
+    "cluster_map": "cluster_map",
+    "cluster_initialized": "cluster_init",
+    "node_added": "cluster_add_node",
+    "node_removed": "cluster_remove_node",
+    "leader_transferred": "cluster_transfer_leader",
+    "cluster_status": "cluster_status",
     # "invoked" answers both invocations and "transfer_opened" both put_direct and get_direct; their
     # vectors name which one in "answers".
 }
@@ -140,6 +158,9 @@ ATTRIBUTES = {
     "pool_used": 6,
 }
 
+# A replica's role in its group, as `cluster_status` reports it (u8).
+RAFT_ROLES = {"follower": 0, "candidate": 1, "leader": 2, "learner": 3, "uninitialized": 4}
+
 ERROR_CODES = {
     "malformed_frame": 1,
     "unknown_opcode": 2,
@@ -168,6 +189,7 @@ ERROR_CODES = {
     "authentication_failed": 25,
     "permission_denied": 26,
     "quota_exceeded": 27,
+    "not_leader": 28,
 }
 
 
@@ -243,6 +265,21 @@ def optional_key(hex_or_none):
     return u8(1) + u32(len(key)) + key
 
 
+def cluster_node(node):
+    """A node as node_info, cluster_init and cluster_add_node carry it: id, peer, native, resp."""
+    return u64(node["node_id"]) + str16(node["peer"]) + str16(node["native"]) + str16(node["resp"])
+
+
+def map_entry(node):
+    """A node as a cluster_map entry carries it: id, native, resp, peer."""
+    return u64(node["node_id"]) + str16(node["native"]) + str16(node["resp"]) + str16(node["peer"])
+
+
+def node_ids(ids):
+    """A u16 count, then each node id as a u64."""
+    return u16(len(ids)) + b"".join(u64(node_id) for node_id in ids)
+
+
 def flag_bits(request_type, names, table=REQUEST_FLAGS):
     defined = table.get(request_type, {})
     bits = 0
@@ -272,8 +309,19 @@ def request_body(msg):
         if "describe" not in msg["flags"]:
             return b""
         return str16(msg["name"]) if msg["name"] is not None else b""
-    if kind == "get_statistics":
+    if kind in ("get_statistics", "node_info", "cluster_map"):
         return b""
+    if kind == "cluster_init":
+        members = msg["members"]
+        return u16(msg["group"]) + u16(len(members)) + b"".join(cluster_node(m) for m in members)
+    if kind == "cluster_add_node":
+        return u16(msg["group"]) + cluster_node(msg["node"])
+    if kind == "cluster_remove_node":
+        return u16(msg["group"]) + u64(msg["node_id"])
+    if kind == "cluster_transfer_leader":
+        return u16(msg["group"]) + u64(msg["to"])
+    if kind == "cluster_status":
+        return u16(msg["group"])
     if kind == "put":
         key, value = unhex(msg["key"]), unhex(msg["value"])
         return u64(msg["pool"]) + u32(len(key)) + u32(len(value)) + key + value
@@ -338,8 +386,53 @@ def response_body(msg):
         return u64(msg["pool"]) + u8(1 if msg["created"] else 0)
     if kind == "pool_opened":
         return u64(msg["pool"])
-    if kind in ("pool_closed", "pool_deleted", "pool_configured", "stored", "erased", "written", "transfer_ended"):
+    if kind in (
+        "pool_closed",
+        "pool_deleted",
+        "pool_configured",
+        "stored",
+        "erased",
+        "written",
+        "transfer_ended",
+        "cluster_initialized",
+        "node_added",
+        "node_removed",
+        "leader_transferred",
+    ):
         return b""
+    if kind == "node_info":
+        return cluster_node(msg) + str16(msg["cluster_id"])
+    if kind == "cluster_map":
+        groups = msg["groups"]
+        if len(groups) != msg["shard_count"]:
+            raise ValueError("cluster_map: shard_count must equal the number of groups")
+        return (
+            u64(msg["version"])
+            + str16(msg["cluster_id"])
+            + u16(msg["shard_count"])
+            + u16(len(msg["nodes"]))
+            + b"".join(map_entry(node) for node in msg["nodes"])
+            + b"".join(u64(g["leader"]) + u64(g["term"]) + node_ids(g["voters"]) + node_ids(g["learners"]) for g in groups)
+        )
+    if kind == "cluster_status":
+        figures = ("leader", "term", "last_log", "committed", "applied", "snapshot")
+        followers = msg["followers"]
+        return (
+            u64(msg["node_id"])
+            + u8(RAFT_ROLES[msg["role"]])
+            + b"".join(u64(msg[figure]) for figure in figures)
+            + u16(len(followers))
+            + b"".join(u64(f["node_id"]) + u64(f["matched"]) + u64(f["lag"]) for f in followers)
+        )
+    if kind == "not_leader":
+        return (
+            u16(ERROR_CODES["not_leader"])
+            + u16(msg["group"])
+            + u64(msg["leader"])
+            + str16(msg["leader_native"])
+            + u64(msg["map_version"])
+            + str16(msg["message"])
+        )
     if kind == "pools":
         entries = msg["pools"]
         described = "describe" in msg["flags"]
@@ -383,6 +476,8 @@ def encode_response(request_id, msg):
     kind = msg["type"]
     if kind == "error":
         opcode = ERROR_OPCODE
+    elif kind == "not_leader":
+        opcode = NOT_LEADER_OPCODE
     elif kind == "invoked":
         opcode = REQUEST_OPCODES[msg["answers"]] | RESPONSE_BIT
     elif kind == "transfer_opened":
@@ -574,6 +669,33 @@ def request_vectors():
         req("put_offset", 69, {"type": "put_offset", "pool": 1, "flags": [], "offset": 4, "key": "6b6579", "data": "7878"}),
         req("put_offset_sync", 70, {"type": "put_offset", "pool": 3, "flags": ["sync"], "offset": 0, "key": "6b", "data": ""}),
         req("put_offset_async", 71, {"type": "put_offset", "pool": 3, "flags": ["async"], "offset": 2**40, "key": "6b", "data": "00"}),
+        req("node_info", 90, {"type": "node_info"}),
+        req("cluster_map", 91, {"type": "cluster_map"}),
+        req(
+            "cluster_init_three_members",
+            92,
+            {
+                "type": "cluster_init",
+                "group": 0,
+                "members": [
+                    {"node_id": 1, "peer": "10.0.0.1:7300", "native": "10.0.0.1:7100", "resp": "10.0.0.1:6379"},
+                    {"node_id": 2, "peer": "10.0.0.2:7300", "native": "10.0.0.2:7100", "resp": ""},
+                    {"node_id": U64_MAX, "peer": "[fd00::3]:7300", "native": "node-3.example:7100", "resp": "node-3.example:6379"},
+                ],
+            },
+        ),
+        req(
+            "cluster_add_node",
+            93,
+            {
+                "type": "cluster_add_node",
+                "group": 255,
+                "node": {"node_id": 4, "peer": "10.0.0.4:7300", "native": "10.0.0.4:7100", "resp": "10.0.0.4:6379"},
+            },
+        ),
+        req("cluster_remove_node", 94, {"type": "cluster_remove_node", "group": 3, "node_id": 2}),
+        req("cluster_transfer_leader", 95, {"type": "cluster_transfer_leader", "group": 1, "to": 3}),
+        req("cluster_status", 96, {"type": "cluster_status", "group": 7}),
     ]
 
 
@@ -744,6 +866,111 @@ def response_vectors():
         resp("value_direct_read_empty", 73, {"type": "value", "answers": "direct_read", "value": ""}),
         resp("stored_put_offset", 69, {"type": "stored", "answers": "put_offset"}),
         resp("error_direct_read_past_end", 74, {"type": "error", "code": "invalid_argument", "message": "offset 9 is past the end of a value of 8 bytes"}),
+        resp(
+            "node_info_single_server",
+            90,
+            {"type": "node_info", "node_id": 0, "peer": "", "native": "0.0.0.0:11911", "resp": "", "cluster_id": ""},
+        ),
+        resp(
+            "node_info_cluster_node",
+            90,
+            {
+                "type": "node_info",
+                "node_id": 2,
+                "peer": "10.0.0.2:7300",
+                "native": "10.0.0.2:7100",
+                "resp": "10.0.0.2:6379",
+                "cluster_id": "c0ffee00-1234-5678-9abc-def012345678",
+            },
+        ),
+        resp(
+            "cluster_map_single_server",
+            91,
+            {
+                "type": "cluster_map",
+                "version": 0,
+                "cluster_id": "",
+                "shard_count": 2,
+                "nodes": [{"node_id": 0, "native": "0.0.0.0:11911", "resp": "0.0.0.0:6379", "peer": ""}],
+                "groups": [
+                    {"leader": 0, "term": 0, "voters": [0], "learners": []},
+                    {"leader": 0, "term": 0, "voters": [0], "learners": []},
+                ],
+            },
+        ),
+        resp(
+            "cluster_map_three_nodes",
+            91,
+            {
+                "type": "cluster_map",
+                "version": 17,
+                "cluster_id": "c0ffee00",
+                "shard_count": 2,
+                "nodes": [
+                    {"node_id": 1, "native": "10.0.0.1:7100", "resp": "10.0.0.1:6379", "peer": "10.0.0.1:7300"},
+                    {"node_id": 2, "native": "10.0.0.2:7100", "resp": "", "peer": "10.0.0.2:7300"},
+                    {"node_id": 3, "native": "10.0.0.3:7100", "resp": "10.0.0.3:6379", "peer": "10.0.0.3:7300"},
+                ],
+                "groups": [
+                    {"leader": 1, "term": 4, "voters": [1, 2, 3], "learners": []},
+                    {"leader": 0, "term": U64_MAX, "voters": [1, 2], "learners": [3]},
+                ],
+            },
+        ),
+        resp("cluster_initialized", 92, {"type": "cluster_initialized"}),
+        resp("node_added", 93, {"type": "node_added"}),
+        resp("node_removed", 94, {"type": "node_removed"}),
+        resp("leader_transferred", 95, {"type": "leader_transferred"}),
+        resp(
+            "cluster_status_leader",
+            96,
+            {
+                "type": "cluster_status",
+                "node_id": 1,
+                "role": "leader",
+                "leader": 1,
+                "term": 4,
+                "last_log": 1000,
+                "committed": 998,
+                "applied": 997,
+                "snapshot": 512,
+                "followers": [{"node_id": 2, "matched": 1000, "lag": 0}, {"node_id": 3, "matched": 640, "lag": 360}],
+            },
+        ),
+        resp(
+            "cluster_status_uninitialized",
+            96,
+            {
+                "type": "cluster_status",
+                "node_id": 5,
+                "role": "uninitialized",
+                "leader": 0,
+                "term": 0,
+                "last_log": 0,
+                "committed": 0,
+                "applied": 0,
+                "snapshot": 0,
+                "followers": [],
+            },
+        ),
+        resp(
+            "not_leader",
+            12,
+            {
+                "type": "not_leader",
+                "group": 3,
+                "leader": 2,
+                "leader_native": "10.0.0.2:7103",
+                "map_version": 18,
+                "message": "node 1 does not lead group 3; node 2 does",
+            },
+        ),
+        resp(
+            "not_leader_unknown",
+            10,
+            {"type": "not_leader", "group": 0, "leader": 0, "leader_native": "", "map_version": U64_MAX, "message": ""},
+        ),
+        resp("error_not_leader", 10, {"type": "error", "code": "not_leader", "message": "no leader for group 0"}),
     ]
 
 
@@ -771,6 +998,13 @@ def error_vectors():
     direct_read = REQUEST_OPCODES["direct_read"]
     end_transfer = REQUEST_OPCODES["end_transfer"]
     put_offset = REQUEST_OPCODES["put_offset"]
+    node_info = REQUEST_OPCODES["node_info"]
+    cluster_map = REQUEST_OPCODES["cluster_map"]
+    cluster_init = REQUEST_OPCODES["cluster_init"]
+    cluster_status = REQUEST_OPCODES["cluster_status"]
+
+    def member(node_id):
+        return u64(node_id) + str16("10.0.0.1:7300") + str16("10.0.0.1:7100") + str16("")
 
     def put_offset_body(key, data):
         return u64(1) + u64(0) + u32(len(key)) + u32(len(data)) + key + data
@@ -946,7 +1180,7 @@ def error_vectors():
         _invalid("find_limit_too_large", "request", 31, "invalid_argument", frame(find, 0, 31, u64(1) + u16(2) + u32(1025) + u32(0) + u8(0))),
         _invalid("find_unknown_kind", "request", 32, "invalid_argument", frame(find, 0, 32, u64(1) + u16(9) + u32(1) + u32(0) + u8(0))),
         _invalid("find_truncated_after", "request", 33, "malformed_frame", frame(find, 0, 33, u64(1) + u16(2) + u32(1) + u32(0) + u8(1) + u32(4) + b"ab")),
-        _invalid("unknown_opcode", "request", 21, "unknown_opcode", frame(0x0060, 0, 21, b"")),
+        _invalid("unknown_opcode", "request", 21, "unknown_opcode", frame(0x0070, 0, 21, b"")),
         _invalid(
             "put_truncated_body",
             "request",
@@ -1133,6 +1367,126 @@ def error_vectors():
             "malformed_frame",
             frame(ERROR_OPCODE, 0, 35, u16(ERROR_CODES["internal"]) + bytes16(b"\xc3\x28")),
         ),
+        _invalid("node_info_trailing_bytes", "request", 90, "malformed_frame", frame(node_info, 0, 90, b"\x00")),
+        _invalid("cluster_map_with_flags", "request", 91, "invalid_argument", frame(cluster_map, 0x0001, 91, b"")),
+        _invalid("cluster_status_with_flags", "request", 96, "invalid_argument", frame(cluster_status, 0x0001, 96, u16(0))),
+        _invalid("cluster_status_truncated", "request", 96, "malformed_frame", frame(cluster_status, 0, 96, b"\x00")),
+        _invalid("cluster_init_no_members", "request", 92, "invalid_argument", frame(cluster_init, 0, 92, u16(0) + u16(0))),
+        _invalid(
+            "cluster_init_too_many_members",
+            "request",
+            92,
+            "invalid_argument",
+            # The count is checked against the limit before any member is read.
+            frame(cluster_init, 0, 92, u16(0) + u16(CLUSTER_NODES_MAX + 1)),
+        ),
+        _invalid(
+            "cluster_init_node_id_zero",
+            "request",
+            92,
+            "invalid_argument",
+            frame(cluster_init, 0, 92, u16(0) + u16(1) + member(0)),
+        ),
+        _invalid(
+            "cluster_init_same_node_twice",
+            "request",
+            92,
+            "invalid_argument",
+            frame(cluster_init, 0, 92, u16(0) + u16(2) + member(1) + member(1)),
+        ),
+        _invalid(
+            "cluster_init_member_without_native",
+            "request",
+            92,
+            "invalid_argument",
+            frame(cluster_init, 0, 92, u16(0) + u16(1) + u64(1) + str16("10.0.0.1:7300") + str16("") + str16("")),
+        ),
+        _invalid(
+            "cluster_add_node_address_too_long",
+            "request",
+            93,
+            "invalid_argument",
+            frame(
+                REQUEST_OPCODES["cluster_add_node"],
+                0,
+                93,
+                u16(0) + u64(4) + str16("10.0.0.4:7300") + str16("n" * (NODE_ADDRESS_BYTES_MAX + 1)) + str16(""),
+            ),
+        ),
+        _invalid(
+            "cluster_remove_node_zero",
+            "request",
+            94,
+            "invalid_argument",
+            frame(REQUEST_OPCODES["cluster_remove_node"], 0, 94, u16(0) + u64(0)),
+        ),
+        _invalid(
+            "cluster_map_response_no_groups",
+            "response",
+            91,
+            "invalid_argument",
+            frame(cluster_map | RESPONSE_BIT, 0, 91, u64(1) + str16("") + u16(0) + u16(0)),
+        ),
+        _invalid(
+            "cluster_map_response_too_many_groups",
+            "response",
+            91,
+            "invalid_argument",
+            frame(cluster_map | RESPONSE_BIT, 0, 91, u64(1) + str16("") + u16(CLUSTER_GROUPS_MAX + 1) + u16(0)),
+        ),
+        _invalid(
+            "cluster_map_response_too_many_nodes",
+            "response",
+            91,
+            "invalid_argument",
+            # Checked before any node is read: a decoder reserves nothing for them.
+            frame(cluster_map | RESPONSE_BIT, 0, 91, u64(1) + str16("") + u16(1) + u16(CLUSTER_NODES_MAX + 1)),
+        ),
+        _invalid(
+            "cluster_map_response_too_many_voters",
+            "response",
+            91,
+            "invalid_argument",
+            frame(cluster_map | RESPONSE_BIT, 0, 91, u64(1) + str16("") + u16(1) + u16(0) + u64(0) + u64(0) + u16(CLUSTER_NODES_MAX + 1)),
+        ),
+        _invalid(
+            "cluster_map_response_missing_group",
+            "response",
+            91,
+            "malformed_frame",
+            # shard_count 2 announces two groups; only one follows.
+            frame(cluster_map | RESPONSE_BIT, 0, 91, u64(1) + str16("") + u16(2) + u16(0) + u64(0) + u64(0) + u16(0) + u16(0)),
+        ),
+        _invalid(
+            "cluster_status_response_unknown_role",
+            "response",
+            96,
+            "malformed_frame",
+            frame(cluster_status | RESPONSE_BIT, 0, 96, u64(1) + u8(9) + u64(0) * 6 + u16(0)),
+        ),
+        _invalid(
+            "cluster_status_response_too_many_followers",
+            "response",
+            96,
+            "invalid_argument",
+            frame(cluster_status | RESPONSE_BIT, 0, 96, u64(1) + u8(2) + u64(0) * 6 + u16(CLUSTER_NODES_MAX + 1)),
+        ),
+        _invalid(
+            "not_leader_other_code",
+            "response",
+            12,
+            "malformed_frame",
+            # A not_leader frame always carries code 28.
+            frame(NOT_LEADER_OPCODE, 0, 12, u16(ERROR_CODES["internal"]) + u16(0) + u64(0) + str16("") + u64(0) + str16("")),
+        ),
+        _invalid(
+            "not_leader_truncated",
+            "response",
+            12,
+            "malformed_frame",
+            frame(NOT_LEADER_OPCODE, 0, 12, u16(ERROR_CODES["not_leader"]) + u16(0) + u64(2)),
+        ),
+        _invalid("not_leader_as_request", "request", 12, "unknown_opcode", frame(NOT_LEADER_OPCODE, 0, 12, b"")),
     ]
 
 

@@ -131,6 +131,10 @@ typedef enum ferrite_status {
     FERRITE_PERMISSION_DENIED = 26,
     // The user's quota (connections, pools or pool bytes) does not allow this.
     FERRITE_QUOTA_EXCEEDED = 27,
+    // In a cluster: the node does not lead the request's group, and the session could not
+    // reach the one that does within its redirects (the leader stayed unknown or kept moving).
+    // Nothing was changed.
+    FERRITE_NOT_LEADER = 28,
     // The network failed (connecting, reading, writing, TLS), or a connect timed out.
     FERRITE_ERR_IO = 1001,
     // The connection to the shard is gone. Pools opened on it must be reopened; the session
@@ -309,6 +313,48 @@ typedef struct ferrite_response_list {
     struct ferrite_response *items;
     size_t len;
 } ferrite_response_list;
+
+// One node of a cluster map. The strings belong to the map.
+typedef struct ferrite_cluster_node {
+    // The node's id; 0 for a server not in cluster mode.
+    uint64_t node_id;
+    // `host:port` of its native listener for shard 0 (shard g listens on the port plus g).
+    char *native;
+    // `host:port` of its RESP listener for shard 0; "" if it serves none.
+    char *resp;
+    // `host:port` of its peer (node-to-node) listener; "" on a server not in cluster mode.
+    char *peer;
+} ferrite_cluster_node;
+
+// One group of a cluster map: the replicas of one shard index. The arrays belong to the map.
+typedef struct ferrite_cluster_group {
+    // The node leading the group; 0 while none is known.
+    uint64_t leader;
+    uint64_t term;
+    // The voting members, by node id; NULL when `voter_count` is 0.
+    uint64_t *voters;
+    size_t voter_count;
+    // The members receiving the log without voting (a node being added).
+    uint64_t *learners;
+    size_t learner_count;
+} ferrite_cluster_group;
+
+// The cluster map (`ferrite_cluster_map_get`). A server not in cluster mode answers one node
+// (id 0) leading every group, with `single_server` true. Free it with
+// `ferrite_cluster_map_free`.
+typedef struct ferrite_cluster_map {
+    // Moves whenever a leader or a membership changes.
+    uint64_t version;
+    // The cluster's id; "" on a server not in cluster mode or a node not yet initialized.
+    char *cluster_id;
+    // Whether the map is a single server's: nothing to route.
+    bool single_server;
+    struct ferrite_cluster_node *nodes;
+    size_t node_count;
+    // One per shard index, group 0 first.
+    struct ferrite_cluster_group *groups;
+    size_t group_count;
+} ferrite_cluster_map;
 
 // Fail with `FERRITE_POOL_EXISTS` instead of opening a pool that already exists.
 #define FERRITE_POOL_CREATE_ONLY 1
@@ -791,6 +837,21 @@ void ferrite_pool_info_list_free(struct ferrite_pool_info_list *list);
 // `list` is NULL or points to a `ferrite_statistic_list` that is empty or that this library
 // filled in and the caller has not changed.
 void ferrite_statistic_list_free(struct ferrite_statistic_list *list);
+
+// The cluster map, fetched anew from a node of the session, into `*out`; free it with
+// `ferrite_cluster_map_free`. On failure `*out` is empty.
+//
+// # Safety
+// `session` is NULL or a live session; `out` is NULL or writable.
+enum ferrite_status ferrite_cluster_map_get(const struct ferrite_session *session,
+                                            struct ferrite_cluster_map *out);
+
+// Frees a cluster map, its strings and arrays, and resets it to empty. NULL is a no-op.
+//
+// # Safety
+// `map` is NULL or points to a `ferrite_cluster_map` that is empty or that this library filled
+// in and the caller has not changed.
+void ferrite_cluster_map_free(struct ferrite_cluster_map *map);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -29,7 +29,7 @@
 #![allow(non_camel_case_types)]
 
 // In the order cbindgen writes them to the header: statuses, sessions, pools, asynchronous
-// operations, then what the library allocates.
+// operations, what the library allocates, then the cluster map.
 pub mod status;
 
 pub mod session;
@@ -40,9 +40,12 @@ pub mod op;
 
 pub mod memory;
 
+pub mod cluster;
+
 mod args;
 mod runtime;
 
+pub use cluster::*;
 pub use memory::*;
 pub use op::*;
 pub use pool::*;

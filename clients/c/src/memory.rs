@@ -194,7 +194,7 @@ impl ferrite_statistic_list {
 }
 
 /// Hands a vector to C as pointer and length; NULL for an empty one.
-fn give<T>(items: Vec<T>) -> (*mut T, usize) {
+pub(crate) fn give<T>(items: Vec<T>) -> (*mut T, usize) {
     if items.is_empty() {
         return (ptr::null_mut(), 0);
     }
@@ -207,7 +207,7 @@ fn give<T>(items: Vec<T>) -> (*mut T, usize) {
 ///
 /// # Safety
 /// `(data, len)` came from [`give`] (or is `(NULL, 0)`) and has not been taken back before.
-unsafe fn take_back<T>(data: *mut T, len: usize) -> Box<[T]> {
+pub(crate) unsafe fn take_back<T>(data: *mut T, len: usize) -> Box<[T]> {
     if data.is_null() {
         return Box::default();
     }
@@ -216,14 +216,14 @@ unsafe fn take_back<T>(data: *mut T, len: usize) -> Box<[T]> {
 }
 
 /// A NUL-terminated copy of `text` for C, freed with [`take_back_text`].
-fn give_text(text: &str) -> *mut c_char {
+pub(crate) fn give_text(text: &str) -> *mut c_char {
     // Names come from the server; an interior NUL would make the C string lie about its end.
     CString::new(text.replace('\0', "\\0")).unwrap_or_default().into_raw()
 }
 
 /// # Safety
 /// `text` is NULL or came from [`give_text`] and has not been taken back before.
-unsafe fn take_back_text(text: *mut c_char) {
+pub(crate) unsafe fn take_back_text(text: *mut c_char) {
     if !text.is_null() {
         // SAFETY: made by `CString::into_raw` in `give_text`.
         drop(unsafe { CString::from_raw(text) });

@@ -19,8 +19,8 @@ use crate::status::{ferrite_status, guard, Failure};
 #[derive(Debug)]
 pub struct ferrite_session {
     // Declared before `runtime` so the connections close while the runtime still runs.
-    session: Session,
-    runtime: Arc<Runtime>,
+    pub(crate) session: Session,
+    pub(crate) runtime: Arc<Runtime>,
 }
 
 /// How to connect (`ferrite_connect`). Initialise it with `FERRITE_OPTIONS_INIT`

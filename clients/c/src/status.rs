@@ -78,6 +78,10 @@ pub enum ferrite_status {
     FERRITE_PERMISSION_DENIED = 26,
     /// The user's quota (connections, pools or pool bytes) does not allow this.
     FERRITE_QUOTA_EXCEEDED = 27,
+    /// In a cluster: the node does not lead the request's group, and the session could not
+    /// reach the one that does within its redirects (the leader stayed unknown or kept moving).
+    /// Nothing was changed.
+    FERRITE_NOT_LEADER = 28,
     /// The network failed (connecting, reading, writing, TLS), or a connect timed out.
     FERRITE_ERR_IO = 1001,
     /// The connection to the shard is gone. Pools opened on it must be reopened; the session
@@ -102,7 +106,7 @@ pub enum ferrite_status {
 use ferrite_status::*;
 
 /// Every status, for tests and for `ferrite_status_name`.
-pub(crate) const ALL_STATUSES: [ferrite_status; 35] = [
+pub(crate) const ALL_STATUSES: [ferrite_status; 36] = [
     FERRITE_OK,
     FERRITE_MALFORMED_FRAME,
     FERRITE_UNKNOWN_OPCODE,
@@ -131,6 +135,7 @@ pub(crate) const ALL_STATUSES: [ferrite_status; 35] = [
     FERRITE_AUTHENTICATION_FAILED,
     FERRITE_PERMISSION_DENIED,
     FERRITE_QUOTA_EXCEEDED,
+    FERRITE_NOT_LEADER,
     FERRITE_ERR_IO,
     FERRITE_ERR_CLOSED,
     FERRITE_ERR_PROTOCOL,
@@ -174,6 +179,7 @@ impl ferrite_status {
             ErrorCode::AuthenticationFailed => FERRITE_AUTHENTICATION_FAILED,
             ErrorCode::PermissionDenied => FERRITE_PERMISSION_DENIED,
             ErrorCode::QuotaExceeded => FERRITE_QUOTA_EXCEEDED,
+            ErrorCode::NotLeader => FERRITE_NOT_LEADER,
             _ => FERRITE_ERR_PROTOCOL,
         }
     }
@@ -227,6 +233,7 @@ impl ferrite_status {
             FERRITE_AUTHENTICATION_FAILED => c"authentication_failed",
             FERRITE_PERMISSION_DENIED => c"permission_denied",
             FERRITE_QUOTA_EXCEEDED => c"quota_exceeded",
+            FERRITE_NOT_LEADER => c"not_leader",
             FERRITE_ERR_IO => c"err_io",
             FERRITE_ERR_CLOSED => c"err_closed",
             FERRITE_ERR_PROTOCOL => c"err_protocol",

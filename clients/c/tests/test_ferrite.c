@@ -132,6 +132,8 @@ static void test_statuses_and_version(void) {
     CHECK(FERRITE_KEY_NOT_FOUND == 13);
     CHECK(FERRITE_POOL_NOT_FOUND == 8);
     CHECK(FERRITE_QUOTA_EXCEEDED == 27);
+    CHECK(FERRITE_NOT_LEADER == 28);
+    CHECK(strcmp(ferrite_status_name(FERRITE_NOT_LEADER), "not_leader") == 0);
     CHECK(strcmp(ferrite_status_name(FERRITE_KEY_NOT_FOUND), "key_not_found") == 0);
     CHECK(strcmp(ferrite_status_name(FERRITE_ERR_BUFFER_TOO_SMALL), "err_buffer_too_small") == 0);
     CHECK(strcmp(ferrite_status_name(FERRITE_PENDING), "pending") == 0);
@@ -791,6 +793,29 @@ static void test_attributes_and_statistics(void) {
     CHECK_OK(ferrite_session_close(session));
 }
 
+/* A server not in cluster mode maps as one node (id 0, at its shard 0) leading both groups of
+   the two-shard test server; freeing the map empties it, and a second free is harmless. */
+static void test_cluster_map(void) {
+    ferrite_session *session = connect_plain();
+    REQUIRE(session != NULL);
+    ferrite_cluster_map map = {0};
+    CHECK_OK(ferrite_cluster_map_get(session, &map));
+    CHECK(map.single_server && map.version == 0 && strcmp(map.cluster_id, "") == 0);
+    CHECK(map.node_count == 1 && map.nodes[0].node_id == 0 && strchr(map.nodes[0].native, ':') != NULL);
+    CHECK(map.group_count == 2);
+    for (size_t g = 0; g < map.group_count; g++) {
+        CHECK(map.groups[g].leader == 0 && map.groups[g].voter_count == 1 && map.groups[g].voters[0] == 0);
+        CHECK(map.groups[g].learner_count == 0 && map.groups[g].learners == NULL);
+    }
+    ferrite_cluster_map_free(&map);
+    CHECK(map.nodes == NULL && map.groups == NULL && map.cluster_id == NULL);
+    ferrite_cluster_map_free(&map);
+    ferrite_cluster_map_free(NULL);
+    CHECK_STATUS(ferrite_cluster_map_get(session, NULL), FERRITE_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(ferrite_cluster_map_get(NULL, &map), FERRITE_ERR_INVALID_ARGUMENT);
+    CHECK_OK(ferrite_session_close(session));
+}
+
 static uint64_t le64(ferrite_buffer buffer) {
     uint64_t value = 0;
     for (size_t i = 0; i < buffer.len && i < 8; i++) value |= (uint64_t)buffer.data[i] << (8 * i);
@@ -1211,6 +1236,7 @@ struct test {
 
 static const struct test tests[] = {
     {"statuses_and_version", test_statuses_and_version},
+    {"cluster_map", test_cluster_map},
     {"connect_errors", test_connect_errors},
     {"connect_with_options", test_connect_with_options},
     {"options_carry_their_size", test_options_carry_their_size},

@@ -188,6 +188,14 @@ impl AsyncSession {
         })
     }
 
+    /// The cluster map, fetched anew; see `ferrite.Session.cluster_map`.
+    fn cluster_map<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let session = self.session()?;
+        self.bridge.spawn(py, async move { session.cluster_map().await }, |py, result| {
+            types::cluster_map(py, result.map_err(|error| to_py(py, error))?)
+        })
+    }
+
     /// Closes every pool opened through this session, then the session's connections. Further
     /// calls raise `ConnectionClosed`; closing twice does nothing.
     fn close<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {

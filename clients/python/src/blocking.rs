@@ -179,6 +179,16 @@ impl Session {
         types::backups(py, reports)
     }
 
+    /// The cluster map, fetched anew: `{"version", "cluster_id", "single_server", "nodes",
+    /// "groups"}`, each node `{"node_id", "native", "resp", "peer"}` and each group `{"group",
+    /// "leader", "term", "voters", "learners"}`. A single server is one node (id 0) leading every
+    /// group. In a cluster the session sends each pool's requests to its group's leader by itself.
+    fn cluster_map(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        let session = self.session()?;
+        let map = py.detach(|| session.cluster_map()).map_err(failed)?;
+        types::cluster_map(py, map)
+    }
+
     /// Closes every pool opened through this session, then the session's connections. Further
     /// calls raise `ConnectionClosed`; closing twice does nothing.
     fn close(&self, py: Python<'_>) -> PyResult<()> {

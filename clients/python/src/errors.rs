@@ -3,8 +3,10 @@
 //! ```text
 //! FerriteError                        .code (name), .number (wire code or None), .message
 //! ├── KeyNotFound, PoolExists, ...    one per ErrorCode::ALL, named by camel-casing the code
-//! │   └── InvalidArgument             also a ValueError
-//! │       └── BufferTooSmall          get_into's buffer cannot hold the value; .needed
+//! │   ├── InvalidArgument             also a ValueError
+//! │   │   └── BufferTooSmall          get_into's buffer cannot hold the value; .needed
+//! │   └── NotLeader                   in a cluster, the leader stayed out of reach; .group,
+//! │                                   .leader, .leader_native, .map_version
 //! ├── ConnectionFailed                also a ConnectionError: connecting, reading or writing failed
 //! │   └── ConnectionClosed            the shard connection (or the session) is gone
 //! └── UnexpectedResponse              the server sent something this client cannot use
@@ -207,9 +209,27 @@ pub(crate) fn to_py(py: Python<'_>, error: Error) -> PyErr {
         }
         Error::ConnectionClosed(message) => (classes.connection_closed.bind(py).clone(), message.clone()),
         Error::UnexpectedResponse(message) => (classes.unexpected_response.bind(py).clone(), message.clone()),
+        Error::NotLeader(refusal) => {
+            let error = instantiate(&code_class(py, classes, ErrorCode::NotLeader), text, refusal.message.clone());
+            return with_refusal(py, error, refusal);
+        }
         _ => (classes.base.bind(py).clone(), text.clone()),
     };
     instantiate(&class, text, message)
+}
+
+/// A `NotLeader` exception carrying what the refusal said of the group's leader.
+fn with_refusal(py: Python<'_>, error: PyErr, refusal: &ferrite_client::NotLeader) -> PyErr {
+    let value = error.value(py);
+    let set = value
+        .setattr("group", refusal.group)
+        .and_then(|()| value.setattr("leader", refusal.leader))
+        .and_then(|()| value.setattr("leader_native", &refusal.leader_native))
+        .and_then(|()| value.setattr("map_version", refusal.map_version));
+    match set {
+        Ok(()) => error,
+        Err(setting) => setting,
+    }
 }
 
 /// [`to_py`] for `map_err`, attaching to the interpreter (free when already attached).

@@ -279,6 +279,36 @@ pub(crate) fn statistics(py: Python<'_>, shards: Vec<ShardStatistics>) -> PyResu
     Ok(list.into_any().unbind())
 }
 
+/// `Session.cluster_map()`: a dict of the map, its nodes and its groups (by shard index).
+pub(crate) fn cluster_map(py: Python<'_>, map: ferrite_client::ClusterMap) -> PyResult<Py<PyAny>> {
+    let dict = PyDict::new(py);
+    dict.set_item("version", map.version)?;
+    dict.set_item("cluster_id", &map.cluster_id)?;
+    dict.set_item("single_server", map.is_single_server())?;
+    let nodes = PyList::empty(py);
+    for node in map.nodes {
+        let entry = PyDict::new(py);
+        entry.set_item("node_id", node.node_id)?;
+        entry.set_item("native", node.native)?;
+        entry.set_item("resp", node.resp)?;
+        entry.set_item("peer", node.peer)?;
+        nodes.append(entry)?;
+    }
+    dict.set_item("nodes", nodes)?;
+    let groups = PyList::empty(py);
+    for (index, group) in map.groups.into_iter().enumerate() {
+        let entry = PyDict::new(py);
+        entry.set_item("group", index)?;
+        entry.set_item("leader", group.leader)?;
+        entry.set_item("term", group.term)?;
+        entry.set_item("voters", group.voters)?;
+        entry.set_item("learners", group.learners)?;
+        groups.append(entry)?;
+    }
+    dict.set_item("groups", groups)?;
+    Ok(dict.into_any().unbind())
+}
+
 /// `Session.backup()`: one dict per shard.
 pub(crate) fn backups(py: Python<'_>, shards: Vec<ShardBackup>) -> PyResult<Py<PyAny>> {
     let list = PyList::empty(py);

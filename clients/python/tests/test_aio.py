@@ -78,6 +78,8 @@ def test_every_async_call(server):
         [info] = [p for p in await session.pools() if p.name == name]
         assert info.objects == 1 and info.memory["index_bytes"] > 0, "an indexed pool"
         assert [s["shard"] for s in await session.stats()] == [0, 1]
+        cluster = await session.cluster_map()
+        assert cluster["single_server"] and [group["leader"] for group in cluster["groups"]] == [0, 0]
 
         opened = await session.open_pool(name)
         assert await opened.get("k") == b"value"

@@ -304,6 +304,18 @@ def test_every_wire_error_code_has_its_class():
     assert issubclass(ferrite.ConnectionFailed, ConnectionError)
     assert issubclass(ferrite.UnexpectedResponse, ferrite.FerriteError)
     assert ferrite.ErrorCode.key_not_found == 13 and ferrite.ErrorCode["quota_exceeded"] == 27
+    assert ferrite.error_class("not_leader") is ferrite.NotLeader and ferrite.NotLeader.number == 28
+
+
+def test_a_single_server_maps_as_one_node_leading_every_group(server, session):
+    """The cluster map of a server not in cluster mode: node 0 at its shard 0, leading both
+    groups of the two-shard server, so a program reads both modes alike."""
+    cluster = session.cluster_map()
+    assert cluster["single_server"] is True
+    assert (cluster["version"], cluster["cluster_id"]) == (0, "")
+    assert [node["node_id"] for node in cluster["nodes"]] == [0]
+    assert cluster["nodes"][0]["native"] == session.shard_addresses[0]
+    assert [(group["group"], group["leader"], group["voters"]) for group in cluster["groups"]] == [(0, 0, [0]), (1, 0, [0])]
 
 
 def test_options_carry_the_names_every_client_uses_and_old_names_still_work_with_a_warning(server, session):

@@ -204,6 +204,65 @@ pub enum Command {
     /// Works on the file alone, with no server: a running server applies the edit on SIGHUP.
     #[command(subcommand)]
     User(UserCommand),
+
+    /// Form a cluster of servers started with --node-id, add and remove nodes, move leaders, and
+    /// show each group's replicas. Needs `admin` on every pool on a server with users.
+    #[command(subcommand)]
+    Cluster(ClusterCommand),
+}
+
+/// `ferrite cluster`. Every group (shard index) is administered in turn; --addr names any node
+/// of the cluster, except for `init`, which talks to the nodes it names.
+#[derive(Debug, Subcommand)]
+pub enum ClusterCommand {
+    /// Make the nodes at these addresses the first members of every group: asks each node who it
+    /// is, then initializes each group through the first one. Every node must run with its own
+    /// --node-id and the same number of shards, and be in no cluster yet. --addr is not used.
+    Init {
+        /// The native address of a first member (its shard 0); give one --node per node.
+        #[arg(long = "node", value_name = "HOST:PORT", required = true)]
+        nodes: Vec<String>,
+    },
+
+    /// Add the node at ADDR (started with --node-id, in no cluster yet) to every group, group by
+    /// group through each group's leader: the node first receives the group's data, then
+    /// votes. Groups it is a voter of already are skipped, so the command can be run again after
+    /// an interruption.
+    AddNode {
+        /// The new node's native address (its shard 0).
+        #[arg(value_name = "ADDR")]
+        addr: String,
+    },
+
+    /// Remove the node NODE_ID from every group it is a member of.
+    RemoveNode {
+        #[arg(value_name = "NODE_ID", value_parser = parse_node_id)]
+        node_id: u64,
+    },
+
+    /// Hand the leadership of group G to the member NODE_ID; without --group, of every group the
+    /// node at --addr leads (to move every leader off a node before its maintenance).
+    TransferLeader {
+        /// The group (shard index); all the groups --addr's node leads when not given.
+        #[arg(long, value_name = "G")]
+        group: Option<u16>,
+        /// The node to lead.
+        #[arg(long, value_name = "NODE_ID", value_parser = parse_node_id)]
+        to: u64,
+    },
+
+    /// Each group's replicas, as each member node reports its own: role, leader, term, last log
+    /// index, commit index, applied index, snapshot index and, for followers, how many entries
+    /// they lag behind the leader. A server not in cluster mode shows itself leading every group.
+    Status,
+}
+
+/// A node id: a whole number from 1 (0 stands for a server not in cluster mode).
+fn parse_node_id(text: &str) -> Result<u64, String> {
+    match text.parse::<u64>() {
+        Ok(0) | Err(_) => Err("node ids are whole numbers from 1".to_owned()),
+        Ok(id) => Ok(id),
+    }
 }
 
 /// How `find` matches keys; at most one may be given.

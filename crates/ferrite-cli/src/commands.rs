@@ -75,8 +75,11 @@ pub fn run(cli: &Cli) -> Result<Report> {
         credentials: cli.credentials().map_err(CliError)?,
         ..ClientOptions::default()
     };
-    let session =
-        blocking::Session::connect_with(&cli.addr, options).map_err(|error| CliError(connect_error(error)))?;
+    if let Command::Cluster(command) = &cli.command {
+        // It connects to the nodes it needs, which are not always --addr.
+        return crate::cluster::run(cli, command, &options);
+    }
+    let session = connect(&cli.addr, options)?;
     match &cli.command {
         Command::Pool(command) => crate::pools::run(&session, command),
         Command::Put { pool, key, value, mode, offset: None } => put(&session, pool, key, value, mode),
@@ -95,7 +98,13 @@ pub fn run(cli: &Cli) -> Result<Report> {
         Command::Bench(_) => unreachable!("main runs `bench` itself, on its own runtime"),
         Command::Check { .. } => unreachable!("main runs `check` itself: it needs no server"),
         Command::User(_) => unreachable!("main runs `user` itself: it needs no server"),
+        Command::Cluster(_) => unreachable!("run hands `cluster` on before connecting"),
     }
+}
+
+/// A session with the server at `address`, failing with what to try next.
+pub fn connect(address: &str, options: ClientOptions) -> Result<blocking::Session> {
+    blocking::Session::connect_with(address, options).map_err(|error| CliError(connect_error(error)))
 }
 
 /// `put --offset`: bytes written inside an existing value (`put_direct_offset`).

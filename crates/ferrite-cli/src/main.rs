@@ -1,12 +1,13 @@
 //! `ferrite`: the command-line client for a Ferrite server.
 //!
 //! `args` defines the command line, `commands` carries each command out with the blocking
-//! client (`pools` those on pools), `users` edits the server's users file, and `output` renders
-//! the result as text or JSON.
+//! client (`pools` those on pools, `cluster` the administration of a cluster), `users` edits the
+//! server's users file, and `output` renders the result as text or JSON.
 
 mod args;
 mod bench;
 mod check;
+mod cluster;
 mod commands;
 mod output;
 mod pools;

@@ -27,7 +27,9 @@
 use std::future::Future;
 use std::sync::Arc;
 
-use ferrite_proto::{Attribute, FindKind, Limits, PoolHandle, PutFlags};
+use ferrite_proto::{
+    Attribute, ClusterMap, ClusterNode, ClusterStatus, FindKind, Limits, NodeInfo, PoolHandle, PutFlags,
+};
 
 use crate::error::{Error, Result};
 use crate::pool::{FindPage, InvokeOptions, InvokePutOptions, InvokeResponse, PoolAttributes, ValueAttributes};
@@ -133,6 +135,46 @@ impl Session {
 
     pub fn back_up(&self, dir: &str) -> Result<Vec<crate::ShardBackup>> {
         self.runtime.block_on(self.inner.back_up(dir))
+    }
+
+    /// See [`crate::Session::is_cluster`].
+    pub fn is_cluster(&self) -> bool {
+        self.inner.is_cluster()
+    }
+
+    /// See [`crate::Session::cluster_map`].
+    pub fn cluster_map(&self) -> Result<ClusterMap> {
+        self.runtime.block_on(self.inner.cluster_map())
+    }
+
+    /// See [`crate::Session::node_info`].
+    pub fn node_info(&self) -> Result<NodeInfo> {
+        self.runtime.block_on(self.inner.node_info())
+    }
+
+    /// See [`crate::Session::cluster_init`].
+    pub fn cluster_init(&self, group: u16, members: &[ClusterNode]) -> Result<()> {
+        self.runtime.block_on(self.inner.cluster_init(group, members))
+    }
+
+    /// See [`crate::Session::cluster_add_node`].
+    pub fn cluster_add_node(&self, group: u16, node: &ClusterNode) -> Result<()> {
+        self.runtime.block_on(self.inner.cluster_add_node(group, node))
+    }
+
+    /// See [`crate::Session::cluster_remove_node`].
+    pub fn cluster_remove_node(&self, group: u16, node_id: u64) -> Result<()> {
+        self.runtime.block_on(self.inner.cluster_remove_node(group, node_id))
+    }
+
+    /// See [`crate::Session::cluster_transfer_leader`].
+    pub fn cluster_transfer_leader(&self, group: u16, to: u64) -> Result<()> {
+        self.runtime.block_on(self.inner.cluster_transfer_leader(group, to))
+    }
+
+    /// See [`crate::Session::cluster_status`].
+    pub fn cluster_status(&self, group: u16) -> Result<ClusterStatus> {
+        self.runtime.block_on(self.inner.cluster_status(group))
     }
 
     /// The async session underneath, for code that mixes both styles.

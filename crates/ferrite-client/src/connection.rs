@@ -344,6 +344,11 @@ impl Connection {
         self.peer_ip
     }
 
+    /// Whether both handles are of one connection.
+    pub(crate) fn is(&self, other: &Connection) -> bool {
+        Arc::ptr_eq(&self.shared, &other.shared)
+    }
+
     pub(crate) fn is_closed(&self) -> bool {
         self.shared.lock().closed.is_some()
     }

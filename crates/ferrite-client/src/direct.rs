@@ -9,12 +9,18 @@
 //! second buffer on either side.
 //!
 //! [`Pool::put`] and [`Pool::get`] switch to these by themselves (see [`DIRECT_THRESHOLD_BYTES`]).
+//!
+//! In a cluster, a put (whole or at offsets) that a node refuses as not its group's leader is
+//! sent whole to the leader: nothing of a direct put changes before its end, and pieces at
+//! offsets write the same bytes again. A read follows the leader when it opens; once its pieces
+//! flow, a refusal ends it with the error, since the caller has had part of the value.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use ferrite_proto::{EndTransferFlags, ErrorCode, PutFlags, Request};
 
+use crate::cluster::Resend;
 use crate::connection::PendingReply;
 use crate::error::{Error, Result};
 use crate::reply::Reply;
@@ -132,33 +138,36 @@ impl Pool {
 
     /// [`Pool::put_direct`] with a put's flags (create-only, update-only, durability).
     pub async fn put_direct_with(&self, key: impl AsRef<[u8]>, value: &[u8], flags: PutFlags) -> Result<()> {
-        let connection = self.connection();
-        let transfer = NEXT_TRANSFER.fetch_add(1, Ordering::Relaxed);
-        let open =
-            Request::PutDirect { pool: self.handle(), flags, transfer, length: value.len() as u64, key: key.as_ref() };
-        let mut in_flight = InFlight::new();
-        let expect_written = |reply: Reply| match reply {
-            Reply::TransferOpened { .. } | Reply::Written => Ok(()),
-            other => Err(other.unexpected("written")),
-        };
-        let sent = async {
-            in_flight.push(connection.send(&open).await?, expect_written).await?;
-            let piece = self.piece_bytes();
-            for (n, bytes) in value.chunks(piece).enumerate() {
-                let write = Request::DirectWrite { transfer, offset: (n * piece) as u64, bytes };
-                in_flight.push(connection.send(&write).await?, expect_written).await?;
+        let key = key.as_ref();
+        let piece = self.piece_bytes();
+        self.routed(Resend::Never, |bound| async move {
+            let connection = bound.connection;
+            let transfer = NEXT_TRANSFER.fetch_add(1, Ordering::Relaxed);
+            let open = Request::PutDirect { pool: bound.handle, flags, transfer, length: value.len() as u64, key };
+            let mut in_flight = InFlight::new();
+            let expect_written = |reply: Reply| match reply {
+                Reply::TransferOpened { .. } | Reply::Written => Ok(()),
+                other => Err(other.unexpected("written")),
+            };
+            let sent = async {
+                in_flight.push(connection.send(&open).await?, expect_written).await?;
+                for (n, bytes) in value.chunks(piece).enumerate() {
+                    let write = Request::DirectWrite { transfer, offset: (n * piece) as u64, bytes };
+                    in_flight.push(connection.send(&write).await?, expect_written).await?;
+                }
+                in_flight.drain(expect_written).await
             }
-            in_flight.drain(expect_written).await
-        }
-        .await;
-        if let Err(error) = sent {
-            connection.send_detached(&Request::EndTransfer { transfer, flags: EndTransferFlags::ABORT });
-            return Err(error);
-        }
-        match connection.call(&Request::EndTransfer { transfer, flags: EndTransferFlags::COMMIT }).await? {
-            Reply::TransferEnded => Ok(()),
-            other => Err(other.unexpected("transfer_ended")),
-        }
+            .await;
+            if let Err(error) = sent {
+                connection.send_detached(&Request::EndTransfer { transfer, flags: EndTransferFlags::ABORT });
+                return Err(error);
+            }
+            match connection.call(&Request::EndTransfer { transfer, flags: EndTransferFlags::COMMIT }).await? {
+                Reply::TransferEnded => Ok(()),
+                other => Err(other.unexpected("transfer_ended")),
+            }
+        })
+        .await
     }
 
     /// `key`'s value, read with a direct read (whatever its length).
@@ -239,12 +248,15 @@ impl Pool {
         length_max: Option<u64>,
         mut sink: impl FnMut(u64, u64, &[u8]) -> Result<()>,
     ) -> Result<u64> {
-        let connection = self.connection();
         let transfer = NEXT_TRANSFER.fetch_add(1, Ordering::Relaxed);
-        let value_length = match connection.call(&Request::GetDirect { pool: self.handle(), transfer, key }).await? {
-            Reply::TransferOpened { length } => length,
-            other => return Err(other.unexpected("transfer_opened")),
-        };
+        let (connection, value_length) = self
+            .routed(Resend::Once, |bound| async move {
+                match bound.connection.call(&Request::GetDirect { pool: bound.handle, transfer, key }).await? {
+                    Reply::TransferOpened { length } => Ok((bound.connection, length)),
+                    other => Err(other.unexpected("transfer_opened")),
+                }
+            })
+            .await?;
         let read = async {
             if offset > value_length {
                 return Err(offset_past_end(offset, value_length));
@@ -301,30 +313,28 @@ impl Pool {
         bytes: &[u8],
         flags: PutFlags,
     ) -> Result<()> {
-        let connection = self.connection();
         let key = key.as_ref();
         let piece = self.piece_bytes();
-        let mut in_flight = InFlight::new();
-        let expect_stored = |reply: Reply| match reply {
-            Reply::Stored => Ok(()),
-            other => Err(other.unexpected("stored")),
-        };
-        let mut pieces = bytes.chunks(piece).enumerate().peekable();
-        if pieces.peek().is_none() {
-            // An empty write still says whether the key and offset are valid.
-            let request = Request::PutOffset { pool: self.handle(), flags, offset, key, bytes };
-            return expect_stored(connection.call(&request).await?);
-        }
-        for (n, chunk) in pieces {
-            let request = Request::PutOffset {
-                pool: self.handle(),
-                flags,
-                offset: offset + (n * piece) as u64,
-                key,
-                bytes: chunk,
+        self.routed(Resend::Never, |bound| async move {
+            let (connection, pool) = (bound.connection, bound.handle);
+            let mut in_flight = InFlight::new();
+            let expect_stored = |reply: Reply| match reply {
+                Reply::Stored => Ok(()),
+                other => Err(other.unexpected("stored")),
             };
-            in_flight.push(connection.send(&request).await?, expect_stored).await?;
-        }
-        in_flight.drain(expect_stored).await
+            let mut pieces = bytes.chunks(piece).enumerate().peekable();
+            if pieces.peek().is_none() {
+                // An empty write still says whether the key and offset are valid.
+                let request = Request::PutOffset { pool, flags, offset, key, bytes };
+                return expect_stored(connection.call(&request).await?);
+            }
+            for (n, chunk) in pieces {
+                let request =
+                    Request::PutOffset { pool, flags, offset: offset + (n * piece) as u64, key, bytes: chunk };
+                in_flight.push(connection.send(&request).await?, expect_stored).await?;
+            }
+            in_flight.drain(expect_stored).await
+        })
+        .await
     }
 }

@@ -49,6 +49,14 @@ pub enum Error {
     #[error("{}", server_error_text(*code, message))]
     Server { code: ErrorCode, message: String },
 
+    /// In a cluster: the node that answered does not lead the group of the request's shard, and
+    /// the request had no effect ([`Error::is_not_leader`], code [`ErrorCode::NotLeader`]). A
+    /// session follows these to the leader by itself, up to
+    /// [`REDIRECTS_MAX`](crate::REDIRECTS_MAX) times per request; one that reaches the caller
+    /// means the leader stayed unknown (an election that did not end) or kept moving.
+    #[error("{}", server_error_text(ErrorCode::NotLeader, &.0.message))]
+    NotLeader(Box<ferrite_proto::NotLeader>),
+
     /// The request breaks a protocol limit (key or value too large for this server, bad pool
     /// name). Checked before sending, so it fails with the same code the server would give,
     /// without a round trip and without shipping megabytes the server would discard.
@@ -86,6 +94,7 @@ impl Error {
     pub fn code(&self) -> Option<ErrorCode> {
         match self {
             Error::Server { code, .. } => Some(*code),
+            Error::NotLeader(_) => Some(ErrorCode::NotLeader),
             Error::Protocol(error) => Some(error.code()),
             Error::InvalidArgument(_) => Some(ErrorCode::InvalidArgument),
             Error::Io { .. }
@@ -150,6 +159,12 @@ impl Error {
         self.code() == Some(ErrorCode::QuotaExceeded)
     }
 
+    /// In a cluster: the node does not lead the request's group and the session could not reach
+    /// the one that does within its redirects (see [`Error::NotLeader`]).
+    pub fn is_not_leader(&self) -> bool {
+        self.code() == Some(ErrorCode::NotLeader)
+    }
+
     /// Nothing answered at the shard's address: the TCP connection was refused, the host is
     /// unreachable, or the connection was not made in time. (An answer that went wrong is
     /// another error: [`Error::Tls`], [`Error::TlsRequired`], a server error.)
@@ -198,6 +213,16 @@ mod tests {
         assert_eq!(failed.to_string(), "ado_failed: plugin 'faulty' panicked");
         let timeout = Error::Server { code: ErrorCode::AdoTimeout, message: String::new() };
         assert!(timeout.is_ado_timeout() && !timeout.is_ado_failed());
+    }
+
+    #[test]
+    fn a_refusal_by_a_follower_carries_the_not_leader_code() {
+        let refusal =
+            ferrite_proto::NotLeader { group: 2, message: "node 1 does not lead group 2".into(), ..Default::default() };
+        let error = Error::NotLeader(Box::new(refusal));
+        assert!(error.is_not_leader());
+        assert_eq!(error.code(), Some(ErrorCode::NotLeader));
+        assert_eq!(error.to_string(), "not_leader: node 1 does not lead group 2");
     }
 
     #[test]

@@ -5,7 +5,9 @@
 //! order, vanishing mid-request, refusing a connection with an error frame.
 
 use bytes::{Bytes, BytesMut};
-use ferrite_proto::{Header, HelloReply, Limits, Request, Response, PROTOCOL_VERSION};
+use ferrite_proto::{
+    ClusterGroup, ClusterMap, ClusterNode, Header, HelloReply, Limits, Request, Response, PROTOCOL_VERSION,
+};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -33,7 +35,7 @@ impl FakeShard {
 
     pub(crate) async fn accept(&self) -> FakePeer {
         let (stream, _) = self.listener.accept().await.expect("accept the client");
-        FakePeer { stream, frames: FrameReader::new() }
+        FakePeer { stream, frames: FrameReader::new(), map: None }
     }
 }
 
@@ -59,11 +61,29 @@ impl Frame {
 pub(crate) struct FakePeer {
     stream: TcpStream,
     frames: FrameReader,
+    /// The map this peer answers `cluster_map` with, unseen by the test; `None` passes those
+    /// requests on. The handshake sets a single server's, so tests of a single server never see
+    /// the session's request for the map.
+    pub(crate) map: Option<ClusterMap>,
 }
 
 impl FakePeer {
     /// The next frame, or `None` once the client has closed the connection.
     pub(crate) async fn next_frame(&mut self) -> Option<Frame> {
+        loop {
+            let frame = self.next_raw_frame().await?;
+            match (&self.map, frame.request()) {
+                (Some(map), Request::ClusterMap) => {
+                    let mut out = BytesMut::new();
+                    Response::ClusterMap(map.clone()).encode(frame.id(), &mut out);
+                    self.send_raw(&out).await;
+                }
+                _ => return Some(frame),
+            }
+        }
+    }
+
+    async fn next_raw_frame(&mut self) -> Option<Frame> {
         loop {
             if let Some((header, body)) = self.frames.next_frame().expect("client frames are within limits") {
                 return Some(Frame { header, body });
@@ -100,7 +120,14 @@ impl FakePeer {
             shard_addresses: shard_addresses.iter().map(String::as_str).collect(),
         };
         self.reply(frame.id(), &Response::Hello(reply)).await;
+        self.map = Some(single_server_map(shard_addresses));
     }
+}
+
+/// The map a server not in cluster mode answers: node 0 at its shard 0, leading every group.
+pub(crate) fn single_server_map(shard_addresses: &[String]) -> ClusterMap {
+    let shard_count = u16::try_from(shard_addresses.len()).expect("a fake server has few shards");
+    ClusterMap::single_server(&shard_addresses[0], shard_count)
 }
 
 /// A fake shard that really stores pairs in memory and answers every request the way the
@@ -253,6 +280,16 @@ pub(crate) async fn serve_memory_shard_stalling(
                 ])
             }
             Request::Hello { .. } => error(ErrorCode::MalformedFrame, "second hello"),
+            Request::NodeInfo => {
+                log.push("node_info".to_owned());
+                let node = single_server_map(shard_addresses).nodes.remove(0);
+                Response::NodeInfo(ferrite_proto::NodeInfo { node, cluster_id: String::new() })
+            }
+            Request::ClusterMap => Response::ClusterMap(single_server_map(shard_addresses)),
+            Request::ClusterAdmin(ref admin) => {
+                log.push(admin.name().to_owned());
+                error(ErrorCode::InvalidArgument, "this server is not in cluster mode (start it with --node-id)")
+            }
             // The client lists pools with their settings only.
             Request::ListPools => error(ErrorCode::InvalidArgument, "the fake shard lists pools described only"),
             // The real server's direct transfers are tested against it (`crates/ferrite-server/tests/direct.rs`).
@@ -380,4 +417,166 @@ pub(crate) fn crc32(bytes: &[u8]) -> u32 {
         }
     }
     !crc
+}
+
+/// How a [`FakeNode`] answers the next pool request (open, put, get).
+#[derive(Debug, Clone)]
+pub(crate) enum NodeAnswer {
+    /// Refuses it with this `not_leader`, then answers `cluster_map` with `then_map`, if given.
+    Refuse { refusal: ferrite_proto::NotLeader, then_map: Option<ClusterMap> },
+    /// Closes the connection instead of answering, as a node that died with the request in
+    /// flight.
+    Vanish,
+    /// Refuses it with a plain `error` frame of code `not_leader` (no leader named), then
+    /// answers `cluster_map` with `then_map`.
+    RefusePlainly { then_map: ClusterMap },
+}
+
+/// What a [`FakeNode`] holds, shared with the test that scripts it.
+#[derive(Debug, Default)]
+pub(crate) struct NodeState {
+    /// What it answers `cluster_map` with.
+    pub(crate) map: ClusterMap,
+    /// How it answers the next pool requests, in turn; once they are used up it serves them.
+    pub(crate) answers: std::collections::VecDeque<NodeAnswer>,
+    /// Every request it received but hellos: `"open_pool p"`, `"put k"`, `"get k"`,
+    /// `"close_pool"`, `"cluster_map"`.
+    pub(crate) log: Vec<String>,
+    /// Its pool's pairs (one pool serves every name).
+    pub(crate) pairs: std::collections::BTreeMap<Vec<u8>, Vec<u8>>,
+    /// The handles open on it; a put or get on another is refused with `pool_not_open`.
+    pub(crate) open: std::collections::BTreeSet<u64>,
+    next_handle: u64,
+}
+
+/// A fake cluster node serving shard 0 of a server with one shard (so a cluster with one group)
+/// to any number of connections, for tests of how a session follows its group's leader.
+#[derive(Debug)]
+pub(crate) struct FakeNode {
+    pub(crate) address: String,
+    pub(crate) state: std::sync::Arc<std::sync::Mutex<NodeState>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for FakeNode {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl FakeNode {
+    pub(crate) async fn start() -> FakeNode {
+        let shard = FakeShard::bind().await;
+        let address = shard.address();
+        let state = std::sync::Arc::new(std::sync::Mutex::new(NodeState { next_handle: 1, ..NodeState::default() }));
+        let (serving, served) = (address.clone(), std::sync::Arc::clone(&state));
+        let task = tokio::spawn(async move {
+            loop {
+                let peer = shard.accept().await;
+                tokio::spawn(serve_node_connection(peer, serving.clone(), std::sync::Arc::clone(&served)));
+            }
+        });
+        FakeNode { address, state, task }
+    }
+
+    /// The node as a map names it.
+    pub(crate) fn as_member(&self, node_id: u64) -> ClusterNode {
+        ClusterNode { node_id, native: self.address.clone(), ..ClusterNode::default() }
+    }
+
+    pub(crate) fn state(&self) -> std::sync::MutexGuard<'_, NodeState> {
+        self.state.lock().expect("a fake node's state lock is never poisoned")
+    }
+
+    /// The requests it received, by kind: `"put"` counts every `"put k"`.
+    pub(crate) fn received(&self, kind: &str) -> usize {
+        self.state().log.iter().filter(|entry| entry.split(' ').next() == Some(kind)).count()
+    }
+}
+
+/// A map of one group led by `leader` over `nodes`, at `version`.
+pub(crate) fn cluster_map(version: u64, nodes: Vec<ClusterNode>, leader: u64) -> ClusterMap {
+    let voters = nodes.iter().map(|node| node.node_id).collect();
+    let group = ClusterGroup { leader, term: version, voters, learners: Vec::new() };
+    ClusterMap { version, cluster_id: "fake".to_owned(), nodes, groups: vec![group] }
+}
+
+async fn serve_node_connection(
+    mut peer: FakePeer,
+    address: String,
+    state: std::sync::Arc<std::sync::Mutex<NodeState>>,
+) {
+    use ferrite_proto::{ErrorCode, PoolHandle};
+
+    peer.handshake(0, std::slice::from_ref(&address), Limits::MAX).await;
+    peer.map = None;
+    while let Some(frame) = peer.next_frame().await {
+        let request = frame.request();
+        let mut out = BytesMut::new();
+        {
+            let mut state = state.lock().expect("a fake node's state lock is never poisoned");
+            let entry = match request {
+                Request::ClusterMap => "cluster_map".to_owned(),
+                Request::ClosePool { .. } => "close_pool".to_owned(),
+                Request::OpenPool { name } => format!("open_pool {name}"),
+                Request::Put { key, .. } => format!("put {}", String::from_utf8_lossy(key)),
+                Request::Get { key, .. } => format!("get {}", String::from_utf8_lossy(key)),
+                ref other => format!("{:?}", other.opcode()),
+            };
+            state.log.push(entry);
+            let pool_request = matches!(request, Request::OpenPool { .. } | Request::Put { .. } | Request::Get { .. });
+            match state.answers.front().cloned().filter(|_| pool_request) {
+                Some(NodeAnswer::Vanish) => {
+                    state.answers.pop_front();
+                    return;
+                }
+                Some(NodeAnswer::RefusePlainly { then_map }) => {
+                    state.answers.pop_front();
+                    let refusal = Response::Error { code: ErrorCode::NotLeader, message: "not the leader" };
+                    refusal.encode(frame.id(), &mut out);
+                    state.map = then_map;
+                }
+                Some(NodeAnswer::Refuse { refusal, then_map }) => {
+                    state.answers.pop_front();
+                    Response::NotLeader(refusal).encode(frame.id(), &mut out);
+                    if let Some(map) = then_map {
+                        state.map = map;
+                    }
+                }
+                None => {
+                    let opcode = request.opcode();
+                    let handle = state.next_handle;
+                    let response = match request {
+                        Request::ClusterMap => Response::ClusterMap(state.map.clone()),
+                        Request::ClosePool { pool } => match state.open.remove(&pool.0) {
+                            true => Response::PoolClosed,
+                            false => Response::Error { code: ErrorCode::PoolNotOpen, message: "not open" },
+                        },
+                        Request::OpenPool { .. } => {
+                            state.next_handle += 1;
+                            state.open.insert(handle);
+                            Response::PoolOpened { pool: PoolHandle(handle) }
+                        }
+                        Request::Put { pool, .. } | Request::Get { pool, .. } if !state.open.contains(&pool.0) => {
+                            Response::Error { code: ErrorCode::PoolNotOpen, message: "not open" }
+                        }
+                        Request::Put { key, value, .. } => {
+                            state.pairs.insert(key.to_vec(), value.to_vec());
+                            Response::Stored
+                        }
+                        Request::Get { key, .. } => match state.pairs.get(key) {
+                            Some(value) => Response::Value(value),
+                            None => Response::Error { code: ErrorCode::KeyNotFound, message: "no such key" },
+                        },
+                        _ => Response::Error {
+                            code: ErrorCode::InvalidArgument,
+                            message: "the fake node does not serve this",
+                        },
+                    };
+                    response.encode_answer(opcode, frame.id(), &mut out);
+                }
+            }
+        }
+        peer.send_raw(&out).await;
+    }
 }

@@ -26,12 +26,17 @@
 //! Programs without an async runtime use [`blocking`], a thin layer over the same code.
 //! [`plugins`] has typed helpers for invoking the shipped plugins (`counter`, `tabulator`).
 //!
+//! Against a cluster ([`Session::is_cluster`]) the session keeps the cluster map and sends each
+//! pool's requests to the leader of its group, following `not_leader` answers where the leader
+//! moves (at most [`REDIRECTS_MAX`] per request); the API is the same.
+//!
 //! Requests are checked against the server's announced limits before they are sent, so a key
 //! or value that is too large fails locally with the error code the server would have given.
 //! Server errors keep their stable wire code: see [`Error::code`].
 
 mod address;
 pub mod blocking;
+mod cluster;
 mod connection;
 mod direct;
 mod error;
@@ -44,15 +49,18 @@ mod tls;
 mod tls_problem;
 
 #[cfg(test)]
+mod cluster_tests;
+#[cfg(test)]
 mod fake_server;
 #[cfg(test)]
 mod tests;
 
+pub use cluster::{LEADER_UNKNOWN_WAITS_MS, REDIRECTS_MAX};
 pub use direct::{DirectMemory, DIRECT_THRESHOLD_BYTES, PIECES_IN_FLIGHT, PIECE_BYTES_MAX};
 pub use error::{Error, Result};
 pub use ferrite_proto::{
-    Attribute, Durability, ErrorCode, FindKind, Limits, PoolHandle, PoolMemory, PoolSetting, ProtocolError, PutFlags,
-    FIND_KEYS_MAX,
+    Attribute, ClusterGroup, ClusterMap, ClusterNode, ClusterStatus, Durability, ErrorCode, FindKind, FollowerProgress,
+    Limits, NodeInfo, NotLeader, PoolHandle, PoolMemory, PoolSetting, ProtocolError, PutFlags, RaftRole, FIND_KEYS_MAX,
 };
 pub use pool::{FindPage, InvokeOptions, InvokePutOptions, InvokeResponse, Pool, PoolAttributes, ValueAttributes};
 pub use session::{ClientOptions, PoolInfo, PoolOptions, Session, ShardBackup, ShardStatistics, UserCredentials};

@@ -1,15 +1,18 @@
 //! An open pool and its key-value operations.
 
+use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
-use ferrite_proto::{Attribute, FindKind, InvokeFlags, PoolHandle, PutFlags, Request, FIND_KEYS_MAX};
+use ferrite_proto::{Attribute, ErrorCode, FindKind, InvokeFlags, PoolHandle, PutFlags, Request, FIND_KEYS_MAX};
 
+use crate::cluster::{Attempt, Redirects, Resend};
 use crate::connection::{Connection, PendingReply};
 use crate::error::{Error, Result};
 use crate::reply::Reply;
+use crate::session::Session;
 
 /// What the server knows about one value, fetched in one round trip by
 /// [`Pool::value_attributes`].
@@ -83,41 +86,66 @@ pub struct InvokeResponse {
 /// server when [`Pool::close`] is called or the last clone is dropped, whichever comes first:
 /// every open must be matched by one close, or the pool could never be deleted while this
 /// connection lives.
+///
+/// In a cluster the pool follows its group's leader: a request the node refuses with
+/// `not_leader` reopens the pool on the leader and goes there (see `docs/clients.md`,
+/// "Clusters").
 #[derive(Debug, Clone)]
 pub struct Pool {
     inner: Arc<PoolInner>,
 }
 
+/// Where a pool is open: the connection and the server's handle on it.
+#[derive(Debug, Clone)]
+pub(crate) struct Bound {
+    pub(crate) connection: Connection,
+    pub(crate) handle: PoolHandle,
+}
+
+impl Bound {
+    /// Whether both name the same open: the same handle on the same connection.
+    fn is(&self, other: &Bound) -> bool {
+        self.handle == other.handle && self.connection.is(&other.connection)
+    }
+}
+
 #[derive(Debug)]
 struct PoolInner {
-    connection: Connection,
-    handle: PoolHandle,
+    /// A std mutex held only to copy or swap the binding: in a cluster a redirected request
+    /// moves it to the group's new leader.
+    bound: Mutex<Bound>,
     name: String,
     shard: u16,
     created: bool,
     /// Set by an explicit close, so dropping the last clone does not close a second time.
     closed: AtomicBool,
+    /// In a cluster: the session whose routes a redirected request follows. `None` on a single
+    /// server, where nothing moves.
+    session: Option<Session>,
 }
+
+const BOUND_LOCK: &str = "the pool's binding lock is held only to copy or swap it";
 
 impl Drop for PoolInner {
     fn drop(&mut self) {
         if !*self.closed.get_mut() {
+            let bound = self.bound.get_mut().expect(BOUND_LOCK);
             // Queued without waiting: Drop cannot await, and nobody needs the reply.
-            self.connection.send_detached(&Request::ClosePool { pool: self.handle });
+            bound.connection.send_detached(&Request::ClosePool { pool: bound.handle });
         }
     }
 }
 
 impl Pool {
-    pub(crate) fn new(connection: Connection, handle: PoolHandle, name: &str, shard: u16, created: bool) -> Pool {
+    pub(crate) fn new(bound: Bound, name: &str, shard: u16, created: bool, session: Option<Session>) -> Pool {
         Pool {
             inner: Arc::new(PoolInner {
-                connection,
-                handle,
+                bound: Mutex::new(bound),
                 name: name.to_owned(),
                 shard,
                 created,
                 closed: AtomicBool::new(false),
+                session,
             }),
         }
     }
@@ -131,9 +159,10 @@ impl Pool {
         self.inner.shard
     }
 
-    /// The server's handle for this open; meaningful only on this pool's connection.
+    /// The server's handle for this open; meaningful only on this pool's connection (in a
+    /// cluster it changes when the pool follows its group's leader).
     pub fn handle(&self) -> PoolHandle {
-        self.inner.handle
+        self.bound().handle
     }
 
     /// Whether the call that returned this pool created it (`false`: it existed and was opened).
@@ -157,8 +186,8 @@ impl Pool {
         if value.len() > inline_max {
             return self.put_direct_with(key, value, flags).await;
         }
-        let request = Request::Put { pool: self.inner.handle, flags, key: key.as_ref(), value };
-        match self.call(&request).await? {
+        let key = key.as_ref();
+        match self.call(Resend::Never, |pool| Request::Put { pool, flags, key, value }).await? {
             Reply::Stored => Ok(()),
             other => Err(other.unexpected("stored")),
         }
@@ -174,7 +203,7 @@ impl Pool {
     /// A value too long to come inline is read with a direct read ([`Pool::get_direct`]).
     pub async fn get_bytes(&self, key: impl AsRef<[u8]>) -> Result<bytes::Bytes> {
         let key = key.as_ref();
-        match self.call(&Request::Get { pool: self.inner.handle, key }).await {
+        match self.call(Resend::Once, |pool| Request::Get { pool, key }).await {
             Ok(Reply::Value(value)) => Ok(value),
             Ok(other) => Err(other.unexpected("value")),
             Err(error) if error.code() == Some(ferrite_proto::ErrorCode::ValueTooLarge) => {
@@ -186,7 +215,8 @@ impl Pool {
 
     /// Removes `key` and its value. Fails with `key_not_found` if absent.
     pub async fn erase(&self, key: impl AsRef<[u8]>) -> Result<()> {
-        match self.call(&Request::Erase { pool: self.inner.handle, key: key.as_ref() }).await? {
+        let key = key.as_ref();
+        match self.call(Resend::Never, |pool| Request::Erase { pool, key }).await? {
             Reply::Erased => Ok(()),
             other => Err(other.unexpected("erased")),
         }
@@ -194,7 +224,7 @@ impl Pool {
 
     /// Number of key-value pairs in the pool.
     pub async fn count(&self) -> Result<u64> {
-        match self.call(&Request::Count { pool: self.inner.handle }).await? {
+        match self.call(Resend::Once, |pool| Request::Count { pool }).await? {
             Reply::Count(count) => Ok(count),
             other => Err(other.unexpected("count")),
         }
@@ -202,19 +232,29 @@ impl Pool {
 
     /// One attribute of `key`'s value, or of the pool (then `key` is ignored; pass `b""`).
     pub async fn attribute(&self, attribute: Attribute, key: impl AsRef<[u8]>) -> Result<u64> {
-        self.send_attribute(attribute, key.as_ref()).await?.await_attribute().await
+        let key = key.as_ref();
+        self.routed(Resend::Once, |bound| async move {
+            send_attribute(&bound, attribute, key).await?.await_attribute().await
+        })
+        .await
     }
 
     /// Length, CRC-32 and write time of `key`'s value: three requests pipelined into one round
     /// trip.
     pub async fn value_attributes(&self, key: impl AsRef<[u8]>) -> Result<ValueAttributes> {
         let key = key.as_ref();
-        let length = self.send_attribute(Attribute::ValueLength, key).await?;
-        let crc32 = self.send_attribute(Attribute::Crc32, key).await?;
-        let write_time = self.send_attribute(Attribute::WriteTime, key).await?;
-        let length = length.await_attribute().await?;
-        let crc32 = crc32.await_attribute().await?;
-        let write_time_ns = write_time.await_attribute().await?;
+        let (length, crc32, write_time_ns) = self
+            .routed(Resend::Once, |bound| async move {
+                let length = send_attribute(&bound, Attribute::ValueLength, key).await?;
+                let crc32 = send_attribute(&bound, Attribute::Crc32, key).await?;
+                let write_time = send_attribute(&bound, Attribute::WriteTime, key).await?;
+                Ok((
+                    length.await_attribute().await?,
+                    crc32.await_attribute().await?,
+                    write_time.await_attribute().await?,
+                ))
+            })
+            .await?;
         let crc32 = u32::try_from(crc32)
             .map_err(|_| Error::UnexpectedResponse(format!("crc32 attribute {crc32:#x} does not fit 32 bits")))?;
         Ok(ValueAttributes { length, crc32, write_time_ns })
@@ -223,14 +263,17 @@ impl Pool {
     /// Object count, capacity and used bytes of the pool: three requests pipelined into one
     /// round trip.
     pub async fn pool_attributes(&self) -> Result<PoolAttributes> {
-        let objects = self.send_attribute(Attribute::ObjectCount, b"").await?;
-        let size = self.send_attribute(Attribute::PoolSize, b"").await?;
-        let used = self.send_attribute(Attribute::PoolUsed, b"").await?;
-        Ok(PoolAttributes {
-            objects: objects.await_attribute().await?,
-            size_bytes: size.await_attribute().await?,
-            used_bytes: used.await_attribute().await?,
+        self.routed(Resend::Once, |bound| async move {
+            let objects = send_attribute(&bound, Attribute::ObjectCount, b"").await?;
+            let size = send_attribute(&bound, Attribute::PoolSize, b"").await?;
+            let used = send_attribute(&bound, Attribute::PoolUsed, b"").await?;
+            Ok(PoolAttributes {
+                objects: objects.await_attribute().await?,
+                size_bytes: size.await_attribute().await?,
+                used_bytes: used.await_attribute().await?,
+            })
         })
+        .await
     }
 
     /// One page of a search of the pool: up to `limit` (1 to 1,024) keys matching `pattern` as
@@ -241,8 +284,7 @@ impl Pool {
     /// any other pool is searched by walking its hash table, in hash order, where a key may come
     /// back twice (after the table grew) and a page may pass `limit` by the keys of one bucket.
     pub async fn find(&self, kind: FindKind, pattern: &[u8], after: Option<&[u8]>, limit: u32) -> Result<FindPage> {
-        let request = Request::Find { pool: self.inner.handle, kind, pattern, after, limit };
-        match self.call(&request).await? {
+        match self.call(Resend::Once, |pool| Request::Find { pool, kind, pattern, after, limit }).await? {
             Reply::Found { keys, next } => {
                 Ok(FindPage { keys: keys.iter().map(|k| k.to_vec()).collect(), next: next.map(|k| k.to_vec()) })
             }
@@ -285,7 +327,7 @@ impl Pool {
             flags = flags.union(InvokeFlags::FIRE_AND_FORGET);
         }
         let value_size = options.create_size.unwrap_or(0);
-        self.invoked(&Request::InvokeAdo { pool: self.inner.handle, flags, key, payload, value_size }).await
+        self.invoked(|pool| Request::InvokeAdo { pool, flags, key, payload, value_size }).await
     }
 
     /// Runs the pool's plugin chain on the pool itself rather than on a key: [`Pool::invoke`]
@@ -314,11 +356,11 @@ impl Pool {
         if options.fire_and_forget {
             flags = flags.union(InvokeFlags::FIRE_AND_FORGET);
         }
-        self.invoked(&Request::InvokePutAdo { pool: self.inner.handle, flags, key, value, payload }).await
+        self.invoked(|pool| Request::InvokePutAdo { pool, flags, key, value, payload }).await
     }
 
-    async fn invoked(&self, request: &Request<'_>) -> Result<Vec<InvokeResponse>> {
-        match self.call(request).await? {
+    async fn invoked<'r>(&self, request: impl Fn(PoolHandle) -> Request<'r>) -> Result<Vec<InvokeResponse>> {
+        match self.call(Resend::Never, request).await? {
             Reply::Invoked(buffers) => Ok(buffers),
             other => Err(other.unexpected("invoked")),
         }
@@ -330,25 +372,101 @@ impl Pool {
         if self.inner.closed.swap(true, Ordering::AcqRel) {
             return Ok(());
         }
-        match self.call(&Request::ClosePool { pool: self.inner.handle }).await? {
-            Reply::PoolClosed => Ok(()),
-            other => Err(other.unexpected("pool_closed")),
+        let bound = self.bound();
+        match bound.connection.call(&Request::ClosePool { pool: bound.handle }).await {
+            Ok(Reply::PoolClosed) => Ok(()),
+            Ok(other) => Err(other.unexpected("pool_closed")),
+            // In a cluster, a node that no longer leads the pool's group serves it no more: the
+            // open ends with the connection, and there is nothing to follow to the leader.
+            Err(error) if error.is_not_leader() => Ok(()),
+            Err(error) => Err(error),
         }
     }
 
-    async fn call(&self, request: &Request<'_>) -> Result<Reply> {
-        self.inner.connection.call(request).await
+    /// Sends the request `request` makes of the pool's handle and waits for its reply, following
+    /// the group's leader in a cluster ([`Pool::routed`]).
+    async fn call<'r>(&self, resend: Resend, request: impl Fn(PoolHandle) -> Request<'r>) -> Result<Reply> {
+        self.routed(resend, |bound| {
+            let request = request(bound.handle);
+            async move { bound.connection.call(&request).await }
+        })
+        .await
     }
 
-    /// The pool's shard connection, for the direct transfers (`direct.rs`).
-    pub(crate) fn connection(&self) -> &Connection {
-        &self.inner.connection
+    /// Runs `attempt` on where the pool is open. In a cluster, a `not_leader` answer (or, for a
+    /// read, a connection that broke in flight) reopens the pool on its group's leader and runs
+    /// `attempt` there, within the session's redirect budget; a connection found closed before
+    /// anything was sent reopens the pool first.
+    pub(crate) async fn routed<T, F, Fut>(&self, resend: Resend, mut attempt: F) -> Result<T>
+    where
+        F: FnMut(Bound) -> Fut,
+        Fut: Future<Output = Result<T>>,
+    {
+        let Some(session) = &self.inner.session else { return attempt(self.bound()).await };
+        let mut redirects = Redirects::new(resend);
+        let mut bound = self.bound();
+        if bound.connection.is_closed() {
+            bound = self.rebind(session, &mut redirects, &bound).await?;
+        }
+        loop {
+            match attempt(bound.clone()).await {
+                // Another request of this pool moved it meanwhile and closed the open this one
+                // used: it goes where the pool is now.
+                Err(error) if error.code() == Some(ErrorCode::PoolNotOpen) && !self.bound().is(&bound) => {}
+                Err(error) => {
+                    redirects.after(session, self.inner.shard, error, Attempt::Sent(&bound.connection)).await?;
+                }
+                done => return done,
+            }
+            bound = self.rebind(session, &mut redirects, &bound).await?;
+        }
     }
 
-    async fn send_attribute(&self, attribute: Attribute, key: &[u8]) -> Result<PendingAttribute> {
-        let request = Request::GetAttribute { pool: self.inner.handle, attribute, key };
-        Ok(PendingAttribute(self.inner.connection.send(&request).await?))
+    /// Opens the pool on its group's leader and makes that its binding in place of `failed`,
+    /// closing that open. If another request of the pool moved it meanwhile, the pool stays
+    /// where that one put it (and a second open made here is closed again), so concurrent
+    /// requests refused together end on one open.
+    async fn rebind(&self, session: &Session, redirects: &mut Redirects, failed: &Bound) -> Result<Bound> {
+        let current = self.bound();
+        if !current.is(failed) {
+            return Ok(current);
+        }
+        let name = self.inner.name.as_str();
+        let fresh = session
+            .routed_within(self.inner.shard, redirects, |connection| async move {
+                match connection.call(&Request::OpenPool { name }).await? {
+                    Reply::PoolOpened { pool } => Ok(Bound { connection, handle: pool }),
+                    other => Err(other.unexpected("pool_opened")),
+                }
+            })
+            .await?;
+        let (kept, dropped) = {
+            let mut slot = self.inner.bound.lock().expect(BOUND_LOCK);
+            if slot.is(failed) {
+                let old = std::mem::replace(&mut *slot, fresh.clone());
+                (fresh, old)
+            } else {
+                (slot.clone(), fresh)
+            }
+        };
+        dropped.connection.send_detached(&Request::ClosePool { pool: dropped.handle });
+        Ok(kept)
     }
+
+    /// Where the pool is open now.
+    pub(crate) fn bound(&self) -> Bound {
+        self.inner.bound.lock().expect(BOUND_LOCK).clone()
+    }
+
+    /// The pool's shard connection, for its limits (`direct.rs`).
+    pub(crate) fn connection(&self) -> Connection {
+        self.bound().connection
+    }
+}
+
+async fn send_attribute(bound: &Bound, attribute: Attribute, key: &[u8]) -> Result<PendingAttribute> {
+    let request = Request::GetAttribute { pool: bound.handle, attribute, key };
+    Ok(PendingAttribute(bound.connection.send(&request).await?))
 }
 
 /// One page of [`Pool::find`] results.

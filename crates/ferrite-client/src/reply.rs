@@ -6,7 +6,10 @@
 //! on the caller's task rather than on the single reader task.
 
 use bytes::Bytes;
-use ferrite_proto::{Header, Limits, PoolHandle, PoolInfo, PoolMemory, PoolSettings, Response, PROTOCOL_VERSION};
+use ferrite_proto::{
+    ClusterMap, ClusterStatus, Header, Limits, NodeInfo, PoolHandle, PoolInfo, PoolMemory, PoolSettings, Response,
+    PROTOCOL_VERSION,
+};
 
 use crate::error::{Error, Result};
 use crate::pool::InvokeResponse;
@@ -71,10 +74,18 @@ pub(crate) enum Reply {
     TransferOpened { length: u64 },
     Written,
     TransferEnded,
+    NodeInfo(NodeInfo),
+    ClusterMap(ClusterMap),
+    ClusterInitialized,
+    NodeAdded,
+    NodeRemoved,
+    LeaderTransferred,
+    ClusterStatus(ClusterStatus),
 }
 
 impl Reply {
-    /// Decodes one response frame. An error frame becomes [`Error::Server`]; a body that does not
+    /// Decodes one response frame. An error frame becomes [`Error::Server`], a `not_leader` one
+    /// [`Error::NotLeader`]; a body that does not
     /// decode becomes [`Error::UnexpectedResponse`], failing only the request it answers (the
     /// header was sound, so the stream is still in step).
     pub(crate) fn decode(header: &Header, body: &Bytes) -> Result<Reply> {
@@ -88,6 +99,7 @@ impl Reply {
             Response::Error { code, message } => {
                 return Err(Error::Server { code, message: message.to_owned() });
             }
+            Response::NotLeader(refusal) => return Err(Error::NotLeader(Box::new(refusal))),
             Response::Hello(reply) => {
                 if reply.version != PROTOCOL_VERSION {
                     return Err(Error::UnexpectedResponse(format!(
@@ -132,6 +144,13 @@ impl Reply {
                     .map(|buffer| InvokeResponse { layer: buffer.layer, data: body.slice_ref(buffer.data) })
                     .collect(),
             ),
+            Response::NodeInfo(info) => Reply::NodeInfo(info),
+            Response::ClusterMap(map) => Reply::ClusterMap(map),
+            Response::ClusterInitialized => Reply::ClusterInitialized,
+            Response::NodeAdded => Reply::NodeAdded,
+            Response::NodeRemoved => Reply::NodeRemoved,
+            Response::LeaderTransferred => Reply::LeaderTransferred,
+            Response::ClusterStatus(status) => Reply::ClusterStatus(status),
         })
     }
 
@@ -157,6 +176,13 @@ impl Reply {
             Reply::TransferOpened { .. } => "transfer_opened",
             Reply::Written => "written",
             Reply::TransferEnded => "transfer_ended",
+            Reply::NodeInfo(_) => "node_info",
+            Reply::ClusterMap(_) => "cluster_map",
+            Reply::ClusterInitialized => "cluster_initialized",
+            Reply::NodeAdded => "node_added",
+            Reply::NodeRemoved => "node_removed",
+            Reply::LeaderTransferred => "leader_transferred",
+            Reply::ClusterStatus(_) => "cluster_status",
         }
     }
 

@@ -4,12 +4,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ferrite_proto::{shard_for_pool, CreatePoolFlags, Durability, Limits, PoolMemory, PoolSetting, Request};
+use foldhash::HashMap;
 use tokio::sync::Mutex;
 
 use crate::address::resolve_shard_address;
+use crate::cluster::{fetch_map, predates_clusters, Resend, Routes};
 use crate::connection::Connection;
 use crate::error::{Error, Result};
-use crate::pool::Pool;
+use crate::pool::{Bound, Pool};
 use crate::reply::{Hello, PoolRow, Reply};
 
 /// How to connect.
@@ -197,6 +199,10 @@ impl ShardStatistics {
 /// opened on the dead connection do not come back: their handles lived in the server-side
 /// session that ended with it, so they fail with [`Error::ConnectionClosed`] and must be
 /// reopened.
+///
+/// In a cluster (`docs/clients.md`, "Clusters") the session keeps the cluster map and sends each
+/// pool's requests to the leader of the pool's group, following the leader where it moves;
+/// pools then reopen themselves on the new leader.
 #[derive(Debug, Clone)]
 pub struct Session {
     inner: Arc<SessionInner>,
@@ -205,13 +211,17 @@ pub struct Session {
 #[derive(Debug)]
 struct SessionInner {
     options: ClientOptions,
-    /// Dialable addresses of every shard, by index (unspecified hosts already resolved).
+    /// Dialable addresses of every shard of the node first reached, by index (unspecified hosts
+    /// already resolved).
     shard_addresses: Vec<String>,
     /// The limits announced by the shard we first reached.
     limits: Limits,
-    /// Lazily opened connections. A Tokio mutex because it is held across the connect, so that
-    /// concurrent first uses of a shard share one connection rather than racing to open several.
-    shards: Vec<Mutex<Option<Connection>>>,
+    /// Connections by the address they reach, each opened on first use. A Tokio mutex per
+    /// address because it is held across the connect, so that concurrent first uses of a shard
+    /// share one connection rather than racing to open several.
+    connections: std::sync::Mutex<HashMap<String, Arc<Mutex<Option<Connection>>>>>,
+    /// In a cluster: where each group's requests go. `None` on a single server.
+    routes: Option<std::sync::Mutex<Routes>>,
 }
 
 impl Session {
@@ -237,16 +247,28 @@ impl Session {
             .map(|announced| resolve_shard_address(announced, connection.peer_ip()))
             .collect::<Result<Vec<_>>>()?;
         let limits = connection.limits();
-        let mut first = Some(connection);
-        let shards = (0..shard_count)
-            .map(|index| Mutex::new(if index == usize::from(hello.shard_index) { first.take() } else { None }))
-            .collect();
-        Ok(Session { inner: Arc::new(SessionInner { options, shard_addresses, limits, shards }) })
+        let shard_count_u16 = u16::try_from(shard_count).expect("the hello reply carries the shard count as a u16");
+        let routes = match fetch_map(&connection, shard_count_u16).await {
+            Ok(map) if map.is_single_server() => None,
+            Ok(map) => Some(std::sync::Mutex::new(Routes::new(map, connection.peer_ip()))),
+            Err(error) if predates_clusters(&error) => None,
+            Err(error) => return Err(error),
+        };
+        let first = shard_addresses[usize::from(hello.shard_index)].clone();
+        let connections = HashMap::from_iter([(first, Arc::new(Mutex::new(Some(connection))))]);
+        let connections = std::sync::Mutex::new(connections);
+        Ok(Session { inner: Arc::new(SessionInner { options, shard_addresses, limits, connections, routes }) })
     }
 
     /// Number of shards on the server.
     pub fn shard_count(&self) -> u16 {
-        u16::try_from(self.inner.shards.len()).expect("the hello reply carries the shard count as a u16")
+        u16::try_from(self.inner.shard_addresses.len()).expect("the hello reply carries the shard count as a u16")
+    }
+
+    /// Whether the server is a node of a cluster (its cluster map names nodes other than a
+    /// single server's node 0), so that requests are routed to each group's leader.
+    pub fn is_cluster(&self) -> bool {
+        self.inner.routes.is_some()
     }
 
     /// The address of every shard, by index, as this client dials them.
@@ -271,7 +293,6 @@ impl Session {
             return Err(Error::InvalidArgument(format!("pool {name:?}: size must be greater than zero")));
         }
         let shard = self.shard_for_pool(name);
-        let connection = self.connection(shard).await?;
         let mut flags = CreatePoolFlags::NONE;
         if options.create_only {
             flags = flags.union(CreatePoolFlags::CREATE_ONLY);
@@ -290,30 +311,46 @@ impl Session {
             flags,
             plugins: &plugins,
         };
-        match connection.call(&request).await? {
-            Reply::PoolCreated { pool, created } => Ok(Pool::new(connection, pool, name, shard, created)),
-            other => Err(other.unexpected("pool_created")),
-        }
+        let request = &request;
+        self.routed(shard, Resend::Never, |connection| async move {
+            match connection.call(request).await? {
+                Reply::PoolCreated { pool, created } => {
+                    Ok(self.pool(Bound { connection, handle: pool }, name, created))
+                }
+                other => Err(other.unexpected("pool_created")),
+            }
+        })
+        .await
     }
 
     /// Opens an existing pool. Fails with `pool_not_found` ([`Error::is_pool_not_found`]).
     pub async fn open_pool(&self, name: &str) -> Result<Pool> {
-        let shard = self.shard_for_pool(name);
-        let connection = self.connection(shard).await?;
-        match connection.call(&Request::OpenPool { name }).await? {
-            Reply::PoolOpened { pool } => Ok(Pool::new(connection, pool, name, shard, false)),
-            other => Err(other.unexpected("pool_opened")),
-        }
+        self.routed(self.shard_for_pool(name), Resend::Never, |connection| async move {
+            match connection.call(&Request::OpenPool { name }).await? {
+                Reply::PoolOpened { pool } => Ok(self.pool(Bound { connection, handle: pool }, name, false)),
+                other => Err(other.unexpected("pool_opened")),
+            }
+        })
+        .await
+    }
+
+    /// A pool just opened on `bound`; in a cluster it follows its group's leader through this
+    /// session.
+    fn pool(&self, bound: Bound, name: &str, created: bool) -> Pool {
+        let session = self.inner.routes.is_some().then(|| self.clone());
+        Pool::new(bound, name, self.shard_for_pool(name), created, session)
     }
 
     /// Deletes a pool and all its pairs. Refused with `pool_in_use` while any session (this one
     /// included) has it open, so close or drop every [`Pool`] for it first.
     pub async fn delete_pool(&self, name: &str) -> Result<()> {
-        let connection = self.connection(self.shard_for_pool(name)).await?;
-        match connection.call(&Request::DeletePool { name }).await? {
-            Reply::PoolDeleted => Ok(()),
-            other => Err(other.unexpected("pool_deleted")),
-        }
+        self.routed(self.shard_for_pool(name), Resend::Never, |connection| async move {
+            match connection.call(&Request::DeletePool { name }).await? {
+                Reply::PoolDeleted => Ok(()),
+                other => Err(other.unexpected("pool_deleted")),
+            }
+        })
+        .await
     }
 
     /// Changes a setting of the existing pool `name` (MCAS `configure_pool`; needs `admin` on a
@@ -323,11 +360,13 @@ impl Session {
     /// whole and its setting durable. [`PoolSetting::RemoveIndex`] drops it. Adding an index the
     /// pool has, or removing one it has not, changes nothing.
     pub async fn configure_pool(&self, name: &str, setting: PoolSetting) -> Result<()> {
-        let connection = self.connection(self.shard_for_pool(name)).await?;
-        match connection.call(&Request::ConfigurePool { name, setting }).await? {
-            Reply::PoolConfigured => Ok(()),
-            other => Err(other.unexpected("pool_configured")),
-        }
+        self.routed(self.shard_for_pool(name), Resend::Never, |connection| async move {
+            match connection.call(&Request::ConfigurePool { name, setting }).await? {
+                Reply::PoolConfigured => Ok(()),
+                other => Err(other.unexpected("pool_configured")),
+            }
+        })
+        .await
     }
 
     /// Lists the pools of every shard, shard by shard, with their settings (a described
@@ -335,7 +374,7 @@ impl Session {
     /// version 3).
     pub async fn list_pools(&self) -> Result<Vec<PoolInfo>> {
         let mut pools = Vec::new();
-        for (shard, reply) in self.ask_every_shard(&Request::DescribePools { name: None }).await? {
+        for (shard, reply) in self.ask_every_shard(&Request::DescribePools { name: None }, Resend::Once).await? {
             match reply {
                 Reply::Pools(rows) => {
                     for row in rows {
@@ -355,17 +394,21 @@ impl Session {
         let shard = self.shard_for_pool(name);
         let request = Request::DescribePools { name: Some(name) };
         request.check(&self.limits())?;
-        match self.connection(shard).await?.call(&request).await? {
-            Reply::Pools(rows) => {
-                rows.into_iter().find(|row| row.name == name).map(|row| PoolInfo::from_row(row, shard)).transpose()
+        let request = &request;
+        self.routed(shard, Resend::Once, |connection| async move {
+            match connection.call(request).await? {
+                Reply::Pools(rows) => {
+                    rows.into_iter().find(|row| row.name == name).map(|row| PoolInfo::from_row(row, shard)).transpose()
+                }
+                other => Err(other.unexpected("pools")),
             }
-            other => Err(other.unexpected("pools")),
-        }
+        })
+        .await
     }
 
     /// The counters of every shard, by shard index.
     pub async fn statistics(&self) -> Result<Vec<ShardStatistics>> {
-        self.ask_every_shard(&Request::GetStatistics)
+        self.ask_every_shard(&Request::GetStatistics, Resend::Once)
             .await?
             .into_iter()
             .map(|(shard, reply)| match reply {
@@ -382,7 +425,7 @@ impl Session {
     pub async fn back_up(&self, dir: &str) -> Result<Vec<ShardBackup>> {
         let request = Request::Backup { dir };
         request.check(&self.limits())?;
-        self.ask_every_shard(&request)
+        self.ask_every_shard(&request, Resend::Never)
             .await?
             .into_iter()
             .map(|(shard, reply)| match reply {
@@ -394,40 +437,64 @@ impl Session {
             .collect()
     }
 
-    /// Sends `request` to every shard before waiting for any reply, so the slowest shard, not
-    /// the sum of all, sets the latency.
-    async fn ask_every_shard(&self, request: &Request<'_>) -> Result<Vec<(u16, Reply)>> {
-        let mut pending = Vec::with_capacity(self.inner.shards.len());
+    /// Sends `request` to every shard (in a cluster: to each group's leader) and gathers the
+    /// replies by shard. On a single server every request is sent before any reply is awaited,
+    /// so the slowest shard, not the sum of all, sets the latency; in a cluster each shard's
+    /// request follows its group's leader in turn.
+    async fn ask_every_shard(&self, request: &Request<'_>, resend: Resend) -> Result<Vec<(u16, Reply)>> {
+        let mut replies = Vec::with_capacity(self.shard_addresses().len());
+        if self.inner.routes.is_some() {
+            for shard in 0..self.shard_count() {
+                let reply = self.routed(shard, resend, |connection| async move { connection.call(request).await });
+                replies.push((shard, reply.await?));
+            }
+            return Ok(replies);
+        }
+        let mut pending = Vec::with_capacity(self.shard_addresses().len());
         for shard in 0..self.shard_count() {
             pending.push((shard, self.connection(shard).await?.send(request).await?));
         }
-        let mut replies = Vec::with_capacity(pending.len());
         for (shard, reply) in pending {
             replies.push((shard, reply.wait().await?));
         }
         Ok(replies)
     }
 
-    /// The connection to `shard`, opened (or reopened, if it died) on demand.
-    async fn connection(&self, shard: u16) -> Result<Connection> {
-        let slot = self
+    /// In a cluster: where each group's requests go.
+    pub(crate) fn routes(&self) -> Option<&std::sync::Mutex<Routes>> {
+        self.inner.routes.as_ref()
+    }
+
+    /// The connection to `shard` of the node this session first reached, opened (or reopened,
+    /// if it died) on demand.
+    pub(crate) async fn connection(&self, shard: u16) -> Result<Connection> {
+        let address = self
             .inner
-            .shards
+            .shard_addresses
             .get(usize::from(shard))
             .expect("shard indexes come from shard_for_pool or 0..shard_count");
+        self.connection_at(address, shard).await
+    }
+
+    /// The connection to the shard `shard` listening at `address`, opened (or reopened, if it
+    /// died) on demand.
+    pub(crate) async fn connection_at(&self, address: &str, shard: u16) -> Result<Connection> {
+        let slot = {
+            let mut connections = self.inner.connections.lock().expect("the connections lock is held for lookups only");
+            Arc::clone(connections.entry(address.to_owned()).or_default())
+        };
         let mut slot = slot.lock().await;
         if let Some(connection) = slot.as_ref().filter(|c| !c.is_closed()) {
             return Ok(connection.clone());
         }
-        let address = &self.inner.shard_addresses[usize::from(shard)];
         let (connection, hello) = open_shard(address, &self.inner.options).await?;
         // A shard that disagrees about who it is would make us route pools to the wrong place.
-        if hello.shard_index != shard || hello.shard_addresses.len() != self.inner.shards.len() {
+        let shard_count = self.shard_addresses().len();
+        if hello.shard_index != shard || hello.shard_addresses.len() != shard_count {
             return Err(Error::UnexpectedResponse(format!(
-                "{address} says it is shard {} of {}, but the session expected shard {shard} of {}",
+                "{address} says it is shard {} of {}, but the session expected shard {shard} of {shard_count}",
                 hello.shard_index,
                 hello.shard_addresses.len(),
-                self.inner.shards.len()
             )));
         }
         *slot = Some(connection.clone());

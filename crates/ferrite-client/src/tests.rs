@@ -24,7 +24,8 @@ async fn connect_learns_shards_and_limits_and_resolves_unspecified_hosts() {
     let server = tokio::spawn(async move {
         let mut peer = shard.accept().await;
         peer.handshake(0, &[format!("0.0.0.0:{port}"), "[::]:9".to_owned(), "10.0.0.5:7".to_owned()], limits).await;
-        peer
+        // Answers the session's request for the cluster map, then waits for it to hang up.
+        assert!(peer.next_frame().await.is_none());
     });
 
     let session = Session::connect(&format!("127.0.0.1:{port}")).await.expect("connect");
@@ -34,7 +35,9 @@ async fn connect_learns_shards_and_limits_and_resolves_unspecified_hosts() {
         [format!("127.0.0.1:{port}"), "127.0.0.1:9".to_owned(), "10.0.0.5:7".to_owned()]
     );
     assert_eq!(session.limits(), limits);
-    drop(server.await.expect("fake server"));
+    assert!(!session.is_cluster());
+    drop(session);
+    server.await.expect("fake server");
 }
 
 /// Proves responses are matched to requests by id, not by arrival order.

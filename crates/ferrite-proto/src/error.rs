@@ -58,11 +58,14 @@ pub enum ErrorCode {
     /// The operation would take the session's user past its quota (connections, pools or pool
     /// bytes); nothing was changed.
     QuotaExceeded = 27,
+    /// This node does not lead the group of the request's shard (or leads it without a valid
+    /// lease); nothing was changed. Carried by a `not_leader` frame, which names the leader.
+    NotLeader = 28,
 }
 
 impl ErrorCode {
     /// Every code, in numeric order.
-    pub const ALL: [ErrorCode; 27] = [
+    pub const ALL: [ErrorCode; 28] = [
         ErrorCode::MalformedFrame,
         ErrorCode::UnknownOpcode,
         ErrorCode::FrameTooLarge,
@@ -90,6 +93,7 @@ impl ErrorCode {
         ErrorCode::AuthenticationFailed,
         ErrorCode::PermissionDenied,
         ErrorCode::QuotaExceeded,
+        ErrorCode::NotLeader,
     ];
 
     pub fn as_u16(self) -> u16 {
@@ -130,6 +134,7 @@ impl ErrorCode {
             ErrorCode::AuthenticationFailed => "authentication_failed",
             ErrorCode::PermissionDenied => "permission_denied",
             ErrorCode::QuotaExceeded => "quota_exceeded",
+            ErrorCode::NotLeader => "not_leader",
         }
     }
 
@@ -163,6 +168,7 @@ impl ErrorCode {
             ErrorCode::AuthenticationFailed => "authentication failed: unknown user or wrong password",
             ErrorCode::PermissionDenied => "the user has no grant for this operation on this pool",
             ErrorCode::QuotaExceeded => "the user's quota does not allow this",
+            ErrorCode::NotLeader => "this node does not lead the shard's group; nothing was changed",
         }
     }
 }
@@ -215,6 +221,12 @@ pub enum ProtocolError {
     RelativeBackupDir { dir: String },
     #[error("unknown {field} {value}")]
     InvalidField { field: &'static str, value: u64 },
+    #[error("{count} {what} exceed the limit of {max}")]
+    TooManyEntries { what: &'static str, count: usize, max: usize },
+    #[error("{field} of {len} bytes exceeds the limit of {max}")]
+    FieldTooLong { field: &'static str, len: usize, max: usize },
+    #[error("invalid cluster message: {reason}")]
+    InvalidCluster { reason: &'static str },
 }
 
 impl ProtocolError {
@@ -233,7 +245,10 @@ impl ProtocolError {
             | ProtocolError::InvalidFindLimit(_)
             | ProtocolError::InvalidPluginChain { .. }
             | ProtocolError::RelativeBackupDir { .. }
-            | ProtocolError::InvalidInvocation { .. } => ErrorCode::InvalidArgument,
+            | ProtocolError::InvalidInvocation { .. }
+            | ProtocolError::TooManyEntries { .. }
+            | ProtocolError::FieldTooLong { .. }
+            | ProtocolError::InvalidCluster { .. } => ErrorCode::InvalidArgument,
             ProtocolError::Truncated { .. }
             | ProtocolError::TrailingBytes { .. }
             | ProtocolError::InvalidUtf8 { .. }

@@ -8,6 +8,7 @@
 //! This crate does no I/O. Decoding borrows from the caller's buffer so the server can parse a
 //! request and store its value without an intermediate copy.
 
+mod cluster;
 mod credentials;
 mod error;
 mod frame;
@@ -18,12 +19,17 @@ mod routing;
 pub mod vectors;
 mod wire;
 
+pub use cluster::{
+    shard_address, ClusterAdmin, ClusterGroup, ClusterMap, ClusterNode, ClusterStatus, FollowerProgress, NodeInfo,
+    NotLeader, RaftRole,
+};
 pub use credentials::Credentials;
 pub use error::{ErrorCode, ProtocolError};
 pub use frame::{Header, HEADER_BYTES};
 pub use limits::{
-    Limits, FIND_KEYS_MAX, FIND_REPLY_KEY_BYTES_MAX, FIND_SCAN_KEYS_MAX, FRAME_BODY_BYTES_MAX, FRAME_OVERHEAD_BYTES,
-    KEY_BYTES_MAX, POOLS_PER_SHARD_MAX, POOL_NAME_BYTES_MAX, VALUE_INLINE_BYTES_MAX,
+    Limits, CLUSTER_GROUPS_MAX, CLUSTER_ID_BYTES_MAX, CLUSTER_NODES_MAX, FIND_KEYS_MAX, FIND_REPLY_KEY_BYTES_MAX,
+    FIND_SCAN_KEYS_MAX, FRAME_BODY_BYTES_MAX, FRAME_OVERHEAD_BYTES, KEY_BYTES_MAX, NODE_ADDRESS_BYTES_MAX,
+    POOLS_PER_SHARD_MAX, POOL_NAME_BYTES_MAX, VALUE_INLINE_BYTES_MAX,
 };
 pub use message::{
     is_plugin_name, plugin_names, Attribute, BackupReport, CreatePoolFlags, Durability, EndTransferFlags, FindKind,

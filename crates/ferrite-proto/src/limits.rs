@@ -26,6 +26,21 @@ pub const FIND_SCAN_KEYS_MAX: usize = 16 * 1024;
 /// entry per pool) always fits in one frame.
 pub const POOLS_PER_SHARD_MAX: usize = 4096;
 
+/// Most nodes a cluster may have: bounds a `cluster_map` (one entry per node) and every list of
+/// members, so a map always fits one frame.
+pub const CLUSTER_NODES_MAX: usize = 64;
+
+/// Most groups a cluster map may carry: one per shard index, and a server runs at most this many
+/// shards.
+pub const CLUSTER_GROUPS_MAX: usize = 256;
+
+/// Longest node address (`host:port`) a cluster message may carry: a DNS name (253 bytes), a
+/// colon and a port (5 digits).
+pub const NODE_ADDRESS_BYTES_MAX: usize = 253 + 1 + 5;
+
+/// Longest cluster id, in bytes of UTF-8.
+pub const CLUSTER_ID_BYTES_MAX: usize = 64;
+
 /// Bytes of one `list_pools` entry with the longest name: name (2 + 255) plus objects, size,
 /// used (3 x 8), open count (4) and the six memory figures (6 x 8).
 const POOL_INFO_BYTES_MAX: usize = 2 + POOL_NAME_BYTES_MAX + 3 * 8 + 4 + 6 * 8;

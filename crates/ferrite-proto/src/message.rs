@@ -4,6 +4,10 @@ use std::fmt;
 
 use bytes::{BufMut, BytesMut};
 
+use crate::cluster::{
+    decode_map, decode_node_info, decode_status, encode_map, encode_node_info, encode_status, AdminKind, ClusterAdmin,
+    ClusterMap, ClusterStatus, NodeInfo, NotLeader,
+};
 use crate::error::{ErrorCode, ProtocolError};
 use crate::frame::Header;
 use crate::limits::{Limits, FIND_KEYS_MAX, KEY_BYTES_MAX, POOL_NAME_BYTES_MAX, VALUE_INLINE_BYTES_MAX};
@@ -19,7 +23,9 @@ pub const HELLO_MAGIC: [u8; 4] = *b"FRRT";
 /// Bit that turns a request opcode into the opcode of its successful response.
 const RESPONSE_BIT: u16 = 0x8000;
 
-/// Message types. A successful response carries `request opcode | 0x8000`; any failure is [`Opcode::Error`].
+/// Message types. A successful response carries `request opcode | 0x8000`; any failure is
+/// [`Opcode::Error`], except a refusal by a node that does not lead the shard's group
+/// ([`Opcode::NotLeader`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u16)]
 pub enum Opcode {
@@ -46,12 +52,21 @@ pub enum Opcode {
     InvokeAdo = 0x0040,
     InvokePutAdo = 0x0041,
     Backup = 0x0050,
+    NodeInfo = 0x0060,
+    ClusterMap = 0x0061,
+    ClusterInit = 0x0062,
+    ClusterAddNode = 0x0063,
+    ClusterRemoveNode = 0x0064,
+    ClusterTransferLeader = 0x0065,
+    ClusterStatus = 0x0066,
+    /// The failure that names a group's leader (see [`NotLeader`]).
+    NotLeader = 0xFFFE,
     Error = 0xFFFF,
 }
 
 impl Opcode {
     /// Every request opcode.
-    pub const REQUESTS: [Opcode; 23] = [
+    pub const REQUESTS: [Opcode; 30] = [
         Opcode::Hello,
         Opcode::CreatePool,
         Opcode::OpenPool,
@@ -75,6 +90,13 @@ impl Opcode {
         Opcode::InvokeAdo,
         Opcode::InvokePutAdo,
         Opcode::Backup,
+        Opcode::NodeInfo,
+        Opcode::ClusterMap,
+        Opcode::ClusterInit,
+        Opcode::ClusterAddNode,
+        Opcode::ClusterRemoveNode,
+        Opcode::ClusterTransferLeader,
+        Opcode::ClusterStatus,
     ];
 
     pub fn from_request(raw: u16) -> Option<Opcode> {
@@ -83,7 +105,7 @@ impl Opcode {
 
     pub fn response_code(self) -> u16 {
         match self {
-            Opcode::Error => Opcode::Error as u16,
+            Opcode::Error | Opcode::NotLeader => self as u16,
             other => other as u16 | RESPONSE_BIT,
         }
     }
@@ -600,6 +622,12 @@ pub enum Request<'a> {
     Backup {
         dir: &'a str,
     },
+    /// Which node answered and the cluster it belongs to; any shard of any node answers.
+    NodeInfo,
+    /// Every node and each group's leader and members; any shard of any node answers.
+    ClusterMap,
+    /// The administration of a group (cluster mode; `admin` on every pool).
+    ClusterAdmin(ClusterAdmin),
 }
 
 /// Most plugins in a pool's chain.
@@ -785,6 +813,17 @@ fn no_flags(header: &Header, message: &'static str) -> Result<(), ProtocolError>
     }
 }
 
+/// An administration request of `kind`, which defines no flags.
+fn admin<'a>(
+    header: &Header,
+    message: &'static str,
+    kind: AdminKind,
+    r: &mut Reader<'_>,
+) -> Result<Request<'a>, ProtocolError> {
+    no_flags(header, message)?;
+    Ok(Request::ClusterAdmin(kind.decode(r)?))
+}
+
 impl<'a> Request<'a> {
     pub fn opcode(&self) -> Opcode {
         match self {
@@ -811,6 +850,15 @@ impl<'a> Request<'a> {
             Request::InvokeAdo { .. } => Opcode::InvokeAdo,
             Request::InvokePutAdo { .. } => Opcode::InvokePutAdo,
             Request::Backup { .. } => Opcode::Backup,
+            Request::NodeInfo => Opcode::NodeInfo,
+            Request::ClusterMap => Opcode::ClusterMap,
+            Request::ClusterAdmin(admin) => match admin {
+                ClusterAdmin::Init { .. } => Opcode::ClusterInit,
+                ClusterAdmin::AddNode { .. } => Opcode::ClusterAddNode,
+                ClusterAdmin::RemoveNode { .. } => Opcode::ClusterRemoveNode,
+                ClusterAdmin::TransferLeader { .. } => Opcode::ClusterTransferLeader,
+                ClusterAdmin::Status { .. } => Opcode::ClusterStatus,
+            },
         }
     }
 
@@ -864,7 +912,13 @@ impl<'a> Request<'a> {
                 }
                 Ok(())
             }
-            Request::ClosePool { .. } | Request::ListPools | Request::Count { .. } | Request::GetStatistics => Ok(()),
+            Request::ClosePool { .. }
+            | Request::ListPools
+            | Request::Count { .. }
+            | Request::GetStatistics
+            | Request::NodeInfo
+            | Request::ClusterMap => Ok(()),
+            Request::ClusterAdmin(admin) => admin.check(),
             Request::Backup { dir } => check_backup_dir(dir),
             Request::InvokeAdo { flags, key, payload, value_size, .. } => {
                 check_key(key, limits)?;
@@ -1058,7 +1112,22 @@ impl<'a> Request<'a> {
                 check_invoke_put_ado(flags, key)?;
                 Request::InvokePutAdo { pool, flags, key, value, payload }
             }
-            Opcode::Error => return Err(ProtocolError::UnknownOpcode(header.opcode)),
+            Opcode::NodeInfo => {
+                no_flags(header, "node_info")?;
+                Request::NodeInfo
+            }
+            Opcode::ClusterMap => {
+                no_flags(header, "cluster_map")?;
+                Request::ClusterMap
+            }
+            Opcode::ClusterInit => admin(header, "cluster_init", AdminKind::Init, &mut r)?,
+            Opcode::ClusterAddNode => admin(header, "cluster_add_node", AdminKind::AddNode, &mut r)?,
+            Opcode::ClusterRemoveNode => admin(header, "cluster_remove_node", AdminKind::RemoveNode, &mut r)?,
+            Opcode::ClusterTransferLeader => {
+                admin(header, "cluster_transfer_leader", AdminKind::TransferLeader, &mut r)?
+            }
+            Opcode::ClusterStatus => admin(header, "cluster_status", AdminKind::Status, &mut r)?,
+            Opcode::Error | Opcode::NotLeader => return Err(ProtocolError::UnknownOpcode(header.opcode)),
         };
         r.finish()?;
         Ok(request)
@@ -1104,7 +1173,12 @@ impl<'a> Request<'a> {
             }
             Request::Backup { dir } => put_str16(out, dir),
             Request::ClosePool { pool } | Request::Count { pool } => out.put_u64_le(pool.0),
-            Request::ListPools | Request::GetStatistics | Request::DescribePools { name: None } => {}
+            Request::ListPools
+            | Request::GetStatistics
+            | Request::DescribePools { name: None }
+            | Request::NodeInfo
+            | Request::ClusterMap => {}
+            Request::ClusterAdmin(admin) => admin.encode(out),
             Request::DescribePools { name: Some(name) } => put_str16(out, name),
             Request::Put { pool, key, value, .. } => {
                 out.put_u64_le(pool.0);
@@ -1403,6 +1477,19 @@ pub enum Response<'a> {
     /// A direct transfer ended: a put's value is the key's (durable as its flags asked), or it
     /// was dropped; a read's key is released.
     TransferEnded,
+    NodeInfo(NodeInfo),
+    ClusterMap(ClusterMap),
+    /// The group has its first members (`cluster_init`).
+    ClusterInitialized,
+    /// The node is a voter of the group (`cluster_add_node`).
+    NodeAdded,
+    /// The node is no longer a member of the group (`cluster_remove_node`).
+    NodeRemoved,
+    /// The node the request named leads the group (`cluster_transfer_leader`).
+    LeaderTransferred,
+    ClusterStatus(ClusterStatus),
+    /// A refusal: this node does not lead the shard's group. Nothing was changed.
+    NotLeader(NotLeader),
     Error {
         code: ErrorCode,
         message: &'a str,
@@ -1434,6 +1521,14 @@ impl<'a> Response<'a> {
             Response::TransferOpened { .. } => Opcode::GetDirect,
             Response::Written => Opcode::DirectWrite,
             Response::TransferEnded => Opcode::EndTransfer,
+            Response::NodeInfo(_) => Opcode::NodeInfo,
+            Response::ClusterMap(_) => Opcode::ClusterMap,
+            Response::ClusterInitialized => Opcode::ClusterInit,
+            Response::NodeAdded => Opcode::ClusterAddNode,
+            Response::NodeRemoved => Opcode::ClusterRemoveNode,
+            Response::LeaderTransferred => Opcode::ClusterTransferLeader,
+            Response::ClusterStatus(_) => Opcode::ClusterStatus,
+            Response::NotLeader(_) => Opcode::NotLeader,
             Response::Error { .. } => Opcode::Error,
         }
     }
@@ -1515,7 +1610,15 @@ impl<'a> Response<'a> {
             | Response::Stored
             | Response::Erased
             | Response::Written
-            | Response::TransferEnded => {}
+            | Response::TransferEnded
+            | Response::ClusterInitialized
+            | Response::NodeAdded
+            | Response::NodeRemoved
+            | Response::LeaderTransferred => {}
+            Response::NodeInfo(info) => encode_node_info(info, out),
+            Response::ClusterMap(map) => encode_map(map, out),
+            Response::ClusterStatus(status) => encode_status(status, out),
+            Response::NotLeader(not_leader) => not_leader.encode(out),
             Response::TransferOpened { length } => out.put_u64_le(*length),
             Response::Pools(pools) => {
                 out.put_u16_le(u16::try_from(pools.len()).expect("pools per shard fit u16"));
@@ -1588,6 +1691,8 @@ impl<'a> Response<'a> {
             let raw = r.u16()?;
             let code = ErrorCode::from_u16(raw).ok_or(ProtocolError::UnknownErrorCode(raw))?;
             Response::Error { code, message: r.str16("error message")? }
+        } else if header.opcode == Opcode::NotLeader as u16 {
+            Response::NotLeader(NotLeader::decode(&mut r)?)
         } else {
             let request_opcode = (header.opcode & RESPONSE_BIT != 0)
                 .then(|| Opcode::from_request(header.opcode & !RESPONSE_BIT))
@@ -1685,12 +1790,19 @@ impl<'a> Response<'a> {
                 }
                 Response::Invoked { buffers }
             }
-            Opcode::Error => return Err(ProtocolError::UnknownOpcode(Opcode::Error as u16)),
+            Opcode::NodeInfo => Response::NodeInfo(decode_node_info(r)?),
+            Opcode::ClusterMap => Response::ClusterMap(decode_map(r)?),
+            Opcode::ClusterInit => Response::ClusterInitialized,
+            Opcode::ClusterAddNode => Response::NodeAdded,
+            Opcode::ClusterRemoveNode => Response::NodeRemoved,
+            Opcode::ClusterTransferLeader => Response::LeaderTransferred,
+            Opcode::ClusterStatus => Response::ClusterStatus(decode_status(r)?),
+            Opcode::Error | Opcode::NotLeader => return Err(ProtocolError::UnknownOpcode(opcode as u16)),
         })
     }
 }
 
-fn truncate_utf8(text: &str, max: usize) -> &str {
+pub(crate) fn truncate_utf8(text: &str, max: usize) -> &str {
     if text.len() <= max {
         return text;
     }

@@ -7,9 +7,10 @@
 use serde_json::{json, Map, Value};
 
 use crate::{
-    Attribute, BackupReport, CreatePoolFlags, EndTransferFlags, ErrorCode, FindKind, Header, HelloReply, InvokeBuffer,
-    InvokeFlags, Limits, Opcode, PoolDescription, PoolHandle, PoolInfo, PoolMemory, PoolSetting, PoolSettings,
-    PutFlags, Request, Response, Statistic,
+    Attribute, BackupReport, ClusterAdmin, ClusterGroup, ClusterMap, ClusterNode, ClusterStatus, CreatePoolFlags,
+    EndTransferFlags, ErrorCode, FindKind, FollowerProgress, Header, HelloReply, InvokeBuffer, InvokeFlags, Limits,
+    NodeInfo, NotLeader, Opcode, PoolDescription, PoolHandle, PoolInfo, PoolMemory, PoolSetting, PoolSettings,
+    PutFlags, RaftRole, Request, Response, Statistic,
 };
 
 const PUT_FLAGS: [(&str, PutFlags); 4] = [
@@ -70,6 +71,37 @@ fn pool_info_json(p: &PoolInfo<'_>) -> Value {
     })
 }
 
+/// A cluster node as `cluster_init`, `cluster_add_node` and `node_info` carry it, or as a
+/// `cluster_map` entry: the same fields, named alike.
+fn cluster_node(entry: &Value) -> Result<ClusterNode, String> {
+    Ok(ClusterNode {
+        node_id: entry_u64(entry, "node_id")?,
+        peer: entry_str(entry, "peer")?.to_owned(),
+        native: entry_str(entry, "native")?.to_owned(),
+        resp: entry_str(entry, "resp")?.to_owned(),
+    })
+}
+
+fn cluster_node_json(node: &ClusterNode) -> Value {
+    json!({"node_id": node.node_id, "peer": node.peer, "native": node.native, "resp": node.resp})
+}
+
+/// A list of node ids (a group's voters or learners).
+fn node_ids(entry: &Value, field: &str) -> Result<Vec<u64>, String> {
+    entry
+        .get(field)
+        .and_then(Value::as_array)
+        .ok_or_else(|| format!("entry field {field:?} is not a list"))?
+        .iter()
+        .map(|id| id.as_u64().ok_or_else(|| format!("an id of {field:?} is not an unsigned integer")))
+        .collect()
+}
+
+/// The entries of the list `field` of `f`, each mapped by `entry`.
+fn entries<T>(f: &Fields<'_>, field: &str, entry: fn(&Value) -> Result<T, String>) -> Result<Vec<T>, String> {
+    f.array(field)?.iter().map(entry).collect()
+}
+
 /// Bytes as lowercase hex, as the vectors write byte strings.
 pub fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
@@ -98,6 +130,8 @@ fn flag_names(bits: u16, known: &[(&str, u16)]) -> Value {
 /// A JSON message with its byte strings decoded from hex up front, so messages can borrow them.
 #[derive(Debug)]
 pub struct Fields<'j> {
+    /// The message whole, for the messages whose fields are an entry's (`node_info`).
+    message: &'j Value,
     object: &'j Map<String, Value>,
     bytes: Vec<(&'static str, Vec<u8>)>,
     /// A `found` response's `keys`.
@@ -132,7 +166,7 @@ impl<'j> Fields<'j> {
                 .collect::<Result<_, String>>()?,
             _ => Vec::new(),
         };
-        Ok(Fields { object, bytes, keys, buffers })
+        Ok(Fields { message, object, bytes, keys, buffers })
     }
 
     fn get(&self, field: &str) -> Result<&'j Value, String> {
@@ -301,6 +335,22 @@ pub fn request<'f>(f: &'f Fields<'_>) -> Result<Request<'f>, String> {
             key: f.bytes("key")?,
             bytes: f.bytes("data")?,
         },
+        "node_info" => Request::NodeInfo,
+        "cluster_map" => Request::ClusterMap,
+        "cluster_init" => Request::ClusterAdmin(ClusterAdmin::Init {
+            group: f.u16("group")?,
+            members: entries(f, "members", cluster_node)?,
+        }),
+        "cluster_add_node" => {
+            Request::ClusterAdmin(ClusterAdmin::AddNode { group: f.u16("group")?, node: cluster_node(f.get("node")?)? })
+        }
+        "cluster_remove_node" => {
+            Request::ClusterAdmin(ClusterAdmin::RemoveNode { group: f.u16("group")?, node_id: f.u64("node_id")? })
+        }
+        "cluster_transfer_leader" => {
+            Request::ClusterAdmin(ClusterAdmin::TransferLeader { group: f.u16("group")?, to: f.u64("to")? })
+        }
+        "cluster_status" => Request::ClusterAdmin(ClusterAdmin::Status { group: f.u16("group")? }),
         other => return Err(format!("unknown request type {other:?}")),
     })
 }
@@ -369,6 +419,24 @@ pub fn request_json(request: &Request<'_>) -> Value {
             "type": "put_offset", "pool": pool.0, "flags": flag_names(flags.bits(), &bits(&PUT_FLAGS, PutFlags::bits)),
             "offset": offset, "key": hex(key), "data": hex(bytes),
         }),
+        Request::NodeInfo => json!({"type": "node_info"}),
+        Request::ClusterMap => json!({"type": "cluster_map"}),
+        Request::ClusterAdmin(admin) => match admin {
+            ClusterAdmin::Init { group, members } => json!({
+                "type": "cluster_init", "group": group,
+                "members": members.iter().map(cluster_node_json).collect::<Vec<_>>(),
+            }),
+            ClusterAdmin::AddNode { group, node } => {
+                json!({"type": "cluster_add_node", "group": group, "node": cluster_node_json(node)})
+            }
+            ClusterAdmin::RemoveNode { group, node_id } => {
+                json!({"type": "cluster_remove_node", "group": group, "node_id": node_id})
+            }
+            ClusterAdmin::TransferLeader { group, to } => {
+                json!({"type": "cluster_transfer_leader", "group": group, "to": to})
+            }
+            ClusterAdmin::Status { group } => json!({"type": "cluster_status", "group": group}),
+        },
     }
 }
 
@@ -477,6 +545,56 @@ pub fn response<'f>(f: &'f Fields<'_>) -> Result<(Response<'f>, Option<Opcode>),
         }
         "written" => Response::Written,
         "transfer_ended" => Response::TransferEnded,
+        "node_info" => {
+            Response::NodeInfo(NodeInfo { node: cluster_node(f.message)?, cluster_id: f.str("cluster_id")?.to_owned() })
+        }
+        "cluster_map" => {
+            let groups = entries(f, "groups", |entry| {
+                Ok(ClusterGroup {
+                    leader: entry_u64(entry, "leader")?,
+                    term: entry_u64(entry, "term")?,
+                    voters: node_ids(entry, "voters")?,
+                    learners: node_ids(entry, "learners")?,
+                })
+            })?;
+            if usize::from(f.u16("shard_count")?) != groups.len() {
+                return Err("shard_count differs from the number of groups".to_owned());
+            }
+            Response::ClusterMap(ClusterMap {
+                version: f.u64("version")?,
+                cluster_id: f.str("cluster_id")?.to_owned(),
+                nodes: entries(f, "nodes", cluster_node)?,
+                groups,
+            })
+        }
+        "cluster_initialized" => Response::ClusterInitialized,
+        "node_added" => Response::NodeAdded,
+        "node_removed" => Response::NodeRemoved,
+        "leader_transferred" => Response::LeaderTransferred,
+        "cluster_status" => Response::ClusterStatus(ClusterStatus {
+            node_id: f.u64("node_id")?,
+            role: by_name(&RaftRole::ALL, f.str("role")?, RaftRole::name, "role")?,
+            leader: f.u64("leader")?,
+            term: f.u64("term")?,
+            last_log: f.u64("last_log")?,
+            committed: f.u64("committed")?,
+            applied: f.u64("applied")?,
+            snapshot: f.u64("snapshot")?,
+            followers: entries(f, "followers", |entry| {
+                Ok(FollowerProgress {
+                    node_id: entry_u64(entry, "node_id")?,
+                    matched: entry_u64(entry, "matched")?,
+                    lag: entry_u64(entry, "lag")?,
+                })
+            })?,
+        }),
+        "not_leader" => Response::NotLeader(NotLeader {
+            group: f.u16("group")?,
+            leader: f.u64("leader")?,
+            leader_native: f.str("leader_native")?.to_owned(),
+            map_version: f.u64("map_version")?,
+            message: f.str("message")?.to_owned(),
+        }),
         "error" => Response::Error {
             code: by_name(&ErrorCode::ALL, f.str("code")?, ErrorCode::name, "error code")?,
             message: f.str("message")?,
@@ -546,6 +664,36 @@ pub fn response_json(response: &Response<'_>, header: &Header) -> Value {
         }
         Response::Written => json!({"type": "written"}),
         Response::TransferEnded => json!({"type": "transfer_ended"}),
+        Response::NodeInfo(info) => {
+            let mut message = cluster_node_json(&info.node);
+            message["type"] = json!("node_info");
+            message["cluster_id"] = json!(info.cluster_id);
+            message
+        }
+        Response::ClusterMap(map) => json!({
+            "type": "cluster_map", "version": map.version, "cluster_id": map.cluster_id,
+            "shard_count": map.groups.len(),
+            "nodes": map.nodes.iter().map(cluster_node_json).collect::<Vec<_>>(),
+            "groups": map.groups.iter().map(|g| json!({
+                "leader": g.leader, "term": g.term, "voters": g.voters, "learners": g.learners,
+            })).collect::<Vec<_>>(),
+        }),
+        Response::ClusterInitialized => json!({"type": "cluster_initialized"}),
+        Response::NodeAdded => json!({"type": "node_added"}),
+        Response::NodeRemoved => json!({"type": "node_removed"}),
+        Response::LeaderTransferred => json!({"type": "leader_transferred"}),
+        Response::ClusterStatus(status) => json!({
+            "type": "cluster_status", "node_id": status.node_id, "role": status.role.name(),
+            "leader": status.leader, "term": status.term, "last_log": status.last_log,
+            "committed": status.committed, "applied": status.applied, "snapshot": status.snapshot,
+            "followers": status.followers.iter().map(|p| json!({
+                "node_id": p.node_id, "matched": p.matched, "lag": p.lag,
+            })).collect::<Vec<_>>(),
+        }),
+        Response::NotLeader(refusal) => json!({
+            "type": "not_leader", "group": refusal.group, "leader": refusal.leader,
+            "leader_native": refusal.leader_native, "map_version": refusal.map_version, "message": refusal.message,
+        }),
         Response::Error { code, message } => json!({"type": "error", "code": code.name(), "message": message}),
     }
 }

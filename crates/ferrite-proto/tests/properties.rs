@@ -8,9 +8,10 @@
 
 use bytes::BytesMut;
 use ferrite_proto::{
-    Attribute, CreatePoolFlags, Durability, ErrorCode, FindKind, Header, HelloReply, InvokeBuffer, InvokeFlags, Limits,
-    Opcode, PoolDescription, PoolHandle, PoolInfo, PoolMemory, PoolSettings, PutFlags, Request, Response, Statistic,
-    HEADER_BYTES, VALUE_INLINE_BYTES_MAX,
+    Attribute, ClusterAdmin, ClusterGroup, ClusterMap, ClusterNode, ClusterStatus, CreatePoolFlags, Durability,
+    ErrorCode, FindKind, FollowerProgress, Header, HelloReply, InvokeBuffer, InvokeFlags, Limits, NodeInfo, NotLeader,
+    Opcode, PoolDescription, PoolHandle, PoolInfo, PoolMemory, PoolSettings, PutFlags, RaftRole, Request, Response,
+    Statistic, HEADER_BYTES, VALUE_INLINE_BYTES_MAX,
 };
 use proptest::collection::vec;
 use proptest::option;
@@ -36,6 +37,9 @@ enum OwnedRequest {
     GetStatistics,
     InvokeAdo { pool: u64, flags: InvokeFlags, key: Vec<u8>, payload: Vec<u8>, value_size: u64 },
     InvokePutAdo { pool: u64, flags: InvokeFlags, key: Vec<u8>, value: Vec<u8>, payload: Vec<u8> },
+    NodeInfo,
+    ClusterMap,
+    ClusterAdmin(ClusterAdmin),
 }
 
 impl OwnedRequest {
@@ -75,6 +79,9 @@ impl OwnedRequest {
             OwnedRequest::InvokePutAdo { pool, flags, key, value, payload } => {
                 Request::InvokePutAdo { pool: PoolHandle(*pool), flags: *flags, key, value, payload }
             }
+            OwnedRequest::NodeInfo => Request::NodeInfo,
+            OwnedRequest::ClusterMap => Request::ClusterMap,
+            OwnedRequest::ClusterAdmin(admin) => Request::ClusterAdmin(admin.clone()),
         }
     }
 }
@@ -118,6 +125,8 @@ enum OwnedResponse {
         code: ErrorCode,
         message: String,
     },
+    /// A cluster message: these own their fields already.
+    Cluster(Response<'static>),
 }
 
 /// A `list_pools` entry: name, objects, size, used, open count, memory, plugin chain.
@@ -179,6 +188,7 @@ impl OwnedResponse {
                 buffers: buffers.iter().map(|(layer, data)| InvokeBuffer { layer: *layer, data }).collect(),
             },
             OwnedResponse::Error { code, message } => Response::Error { code: *code, message },
+            OwnedResponse::Cluster(response) => response.clone(),
         }
     }
 
@@ -212,6 +222,82 @@ fn text() -> impl Strategy<Value = String> {
 
 fn byte_string(max_len: usize) -> impl Strategy<Value = Vec<u8>> {
     vec(any::<u8>(), 0..=max_len)
+}
+
+/// A `host:port` a cluster message may carry (at most `NODE_ADDRESS_BYTES_MAX` bytes), or empty
+/// where `optional`.
+fn node_address(optional: bool) -> impl Strategy<Value = String> {
+    let address = prop_oneof!["[a-z0-9.-]{1,60}:[0-9]{1,5}", "\\[[0-9a-f:]{2,39}\\]:[0-9]{1,5}", "[a-z]{259}"];
+    if optional {
+        prop_oneof![Just(String::new()), address].boxed()
+    } else {
+        address.boxed()
+    }
+}
+
+/// A node a cluster may make a member: id at least 1, peer and native addresses.
+fn member() -> impl Strategy<Value = ClusterNode> {
+    (1..=u64::MAX, node_address(false), node_address(false), node_address(true))
+        .prop_map(|(node_id, peer, native, resp)| ClusterNode { node_id, peer, native, resp })
+}
+
+fn cluster_admin() -> impl Strategy<Value = ClusterAdmin> {
+    prop_oneof![
+        (any::<u16>(), vec(member(), 1..=8)).prop_map(|(group, members)| {
+            // Member ids are distinct: the first of each id stays.
+            let mut seen = std::collections::HashSet::new();
+            let members = members.into_iter().filter(|m| seen.insert(m.node_id)).collect();
+            ClusterAdmin::Init { group, members }
+        }),
+        (any::<u16>(), member()).prop_map(|(group, node)| ClusterAdmin::AddNode { group, node }),
+        (any::<u16>(), 1..=u64::MAX).prop_map(|(group, node_id)| ClusterAdmin::RemoveNode { group, node_id }),
+        (any::<u16>(), 1..=u64::MAX).prop_map(|(group, to)| ClusterAdmin::TransferLeader { group, to }),
+        any::<u16>().prop_map(|group| ClusterAdmin::Status { group }),
+    ]
+}
+
+/// Every cluster response, within the protocol's limits.
+fn cluster_response() -> impl Strategy<Value = Response<'static>> {
+    let node = || {
+        (any::<u64>(), node_address(true), node_address(true), node_address(true))
+            .prop_map(|(node_id, peer, native, resp)| ClusterNode { node_id, peer, native, resp })
+    };
+    let group = (any::<u64>(), any::<u64>(), vec(any::<u64>(), 0..=64), vec(any::<u64>(), 0..=4))
+        .prop_map(|(leader, term, voters, learners)| ClusterGroup { leader, term, voters, learners });
+    let status = (
+        any::<u64>(),
+        select(RaftRole::ALL.to_vec()),
+        any::<[u64; 6]>(),
+        vec(any::<[u64; 3]>().prop_map(|[node_id, matched, lag]| FollowerProgress { node_id, matched, lag }), 0..=64),
+    )
+        .prop_map(|(node_id, role, [leader, term, last_log, committed, applied, snapshot], followers)| {
+            ClusterStatus { node_id, role, leader, term, last_log, committed, applied, snapshot, followers }
+        });
+    prop_oneof![
+        (node(), "\\PC{0,16}").prop_map(|(node, cluster_id)| Response::NodeInfo(NodeInfo { node, cluster_id })),
+        (any::<u64>(), "[a-z0-9-]{0,64}", vec(node(), 0..=8), vec(group, 1..=16)).prop_map(
+            |(version, cluster_id, nodes, groups)| Response::ClusterMap(ClusterMap {
+                version,
+                cluster_id,
+                nodes,
+                groups
+            })
+        ),
+        Just(Response::ClusterInitialized),
+        Just(Response::NodeAdded),
+        Just(Response::NodeRemoved),
+        Just(Response::LeaderTransferred),
+        status.prop_map(Response::ClusterStatus),
+        (any::<u16>(), any::<u64>(), node_address(true), any::<u64>(), text()).prop_map(
+            |(group, leader, leader_native, map_version, message)| Response::NotLeader(NotLeader {
+                group,
+                leader,
+                leader_native,
+                map_version,
+                message
+            })
+        ),
+    ]
 }
 
 /// Valid requests whose keys and values hold at most `max_len` bytes.
@@ -306,6 +392,9 @@ fn request(max_len: usize) -> impl Strategy<Value = OwnedRequest> {
                 value,
                 payload
             }),
+        Just(OwnedRequest::NodeInfo),
+        Just(OwnedRequest::ClusterMap),
+        cluster_admin().prop_map(OwnedRequest::ClusterAdmin),
     ]
 }
 
@@ -343,13 +432,17 @@ fn response() -> impl Strategy<Value = OwnedResponse> {
         (select(vec![Opcode::InvokeAdo, Opcode::InvokePutAdo]), vec((any::<u16>(), byte_string(64)), 0..8))
             .prop_map(|(answers, buffers)| OwnedResponse::Invoked { answers, buffers }),
         (select(ErrorCode::ALL.to_vec()), text()).prop_map(|(code, message)| OwnedResponse::Error { code, message }),
+        cluster_response().prop_map(OwnedResponse::Cluster),
     ]
 }
 
 /// Opcodes worth hitting often: every request, its response, and `error`, beside arbitrary ones.
 fn opcode() -> impl Strategy<Value = u16> {
-    let known: Vec<u16> =
-        Opcode::REQUESTS.iter().flat_map(|op| [*op as u16, op.response_code()]).chain([Opcode::Error as u16]).collect();
+    let known: Vec<u16> = Opcode::REQUESTS
+        .iter()
+        .flat_map(|op| [*op as u16, op.response_code()])
+        .chain([Opcode::Error as u16, Opcode::NotLeader as u16])
+        .collect();
     prop_oneof![select(known), any::<u16>()]
 }
 

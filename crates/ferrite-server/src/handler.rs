@@ -4,6 +4,7 @@
 //! frames it has buffered, calls [`ShardState::handle`] for each, and writes the responses once.
 
 mod authorize;
+mod cluster;
 pub(crate) mod configure;
 mod direct;
 mod invoke;
@@ -60,15 +61,18 @@ pub(crate) struct Failure {
     pub message: String,
     /// Close the connection after answering: the peer is not a client we can talk to.
     close: bool,
+    /// In cluster mode: this node does not lead the shard's group; the client is sent a
+    /// `not_leader` frame naming the leader instead of an `error` frame (see `cluster.rs`).
+    redirect: Option<Box<ferrite_proto::NotLeader>>,
 }
 
 impl Failure {
     pub(crate) fn new(code: ErrorCode, message: impl Into<String>) -> Self {
-        Failure { code, message: message.into(), close: false }
+        Failure { code, message: message.into(), close: false, redirect: None }
     }
 
     fn closing(code: ErrorCode, message: impl Into<String>) -> Self {
-        Failure { code, message: message.into(), close: true }
+        Failure { close: true, ..Failure::new(code, message) }
     }
 }
 
@@ -450,7 +454,7 @@ impl ShardState {
     /// Answers a request that failed with its error frame; closes the connection if it must.
     fn answer_error(&mut self, failure: &Failure, request_id: u64, out: &mut BytesMut) -> Flow {
         self.count_failure();
-        Response::Error { code: failure.code, message: &failure.message }.encode(request_id, out);
+        failure.encode(request_id, out);
         if failure.close {
             Flow::Close
         } else {
@@ -541,6 +545,11 @@ impl ShardState {
         if let Request::Backup { dir } = *request {
             return Some(
                 self.checked(request, session).and_then(|()| self.queue_backup(dir, header.request_id, session)),
+            );
+        }
+        if let Request::ClusterAdmin(admin) = request {
+            return Some(
+                self.checked(request, session).and_then(|()| self.cluster_admin(admin, header.request_id, session)),
             );
         }
         if let Some(invoke) = Invoke::of(request, header.request_id) {
@@ -751,6 +760,11 @@ impl ShardState {
             }
             Request::ConfigurePool { .. } => {
                 Err(Failure::new(ErrorCode::InvalidArgument, "a pool is configured on a native connection"))
+            }
+            Request::NodeInfo => Ok(self.node_info()),
+            Request::ClusterMap => self.cluster_map(),
+            Request::ClusterAdmin(_) => {
+                Err(Failure::new(ErrorCode::InvalidArgument, "a cluster is administered on a native connection"))
             }
         }
     }

@@ -3,7 +3,7 @@
 import enum
 from os import PathLike
 from types import TracebackType
-from typing import Final, Literal, final
+from typing import Final, Literal, TypedDict, final
 
 from typing_extensions import Buffer, Self, TypeAlias, deprecated
 
@@ -48,6 +48,7 @@ class ErrorCode(enum.IntEnum):
     authentication_failed = 25
     permission_denied = 26
     quota_exceeded = 27
+    not_leader = 28
 
 def error_class(code: str | int) -> type[FerriteError]: ...
 
@@ -85,6 +86,14 @@ class AdoTimeout(FerriteError): ...
 class AuthenticationFailed(FerriteError): ...
 class PermissionDenied(FerriteError): ...
 class QuotaExceeded(FerriteError): ...
+
+class NotLeader(FerriteError):
+    # In a cluster: the node does not lead the request's group, and the session could not reach
+    # the one that does within its 5 redirects. What the last refusal said:
+    group: int
+    leader: int  # 0 while no leader is known
+    leader_native: str  # "" while no leader is known
+    map_version: int
 
 class BufferTooSmall(InvalidArgument):
     needed: int | None
@@ -180,6 +189,26 @@ def connect(
     tls_key: _StrPath | None = None,
 ) -> Session: ...
 
+class _ClusterNode(TypedDict):
+    node_id: int  # 0 on a server not in cluster mode
+    native: str  # host:port of its shard 0 (shard g listens on the port plus g)
+    resp: str
+    peer: str
+
+class _ClusterGroup(TypedDict):
+    group: int  # the shard index
+    leader: int  # 0 while no leader is known
+    term: int
+    voters: list[int]
+    learners: list[int]
+
+class _ClusterMap(TypedDict):
+    version: int
+    cluster_id: str  # "" on a single server, or a node not yet in a cluster
+    single_server: bool
+    nodes: list[_ClusterNode]
+    groups: list[_ClusterGroup]
+
 @final
 class Session:
     @property
@@ -209,6 +238,7 @@ class Session:
     def pools(self) -> list[PoolInfo]: ...
     def stats(self) -> list[dict[str, int]]: ...
     def backup(self, directory: str) -> list[dict[str, int]]: ...
+    def cluster_map(self) -> _ClusterMap: ...
     def close(self) -> None: ...
     def __enter__(self) -> Self: ...
     def __exit__(
@@ -295,6 +325,7 @@ __all__ = [
     "Limits",
     "MalformedFrame",
     "NoSpace",
+    "NotLeader",
     "PermissionDenied",
     "Pool",
     "PoolAttributes",

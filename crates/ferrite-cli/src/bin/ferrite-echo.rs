@@ -283,6 +283,17 @@ fn respond_native(header: &Header, body: &[u8], script: &Script, shard: u16, out
         }
         Ok(Request::EndTransfer { .. }) => Response::TransferEnded,
         Ok(Request::PutOffset { .. }) => Response::Stored,
+        Ok(Request::NodeInfo) => {
+            let node = ferrite_proto::ClusterNode { native: script.addresses[0].clone(), ..Default::default() };
+            Response::NodeInfo(ferrite_proto::NodeInfo { node, cluster_id: String::new() })
+        }
+        Ok(Request::ClusterMap) => {
+            let shard_count = u16::try_from(script.addresses.len()).expect("at most 256 shards");
+            Response::ClusterMap(ferrite_proto::ClusterMap::single_server(&script.addresses[0], shard_count))
+        }
+        Ok(Request::ClusterAdmin(_)) => {
+            Response::Error { code: ferrite_proto::ErrorCode::InvalidArgument, message: "the echo is no cluster" }
+        }
         Err(error) => {
             message = error.to_string();
             Response::Error { code: error.code(), message: &message }

@@ -5,7 +5,8 @@
 //! What each request needs: `read` for get, count, attributes and find; `write` for put and
 //! erase; `invoke` plus `read` (read-only calls) or `write` (others) for plugin calls, since a
 //! plugin acts with its caller's rights; `admin` for creating and deleting pools, and `admin` on
-//! every pool (`*`) for a backup. Opening a pool needs any right on it; listing shows only the
+//! every pool (`*`) for a backup and for the administration of a cluster's groups. What a node
+//! and its cluster are (`node_info`, `cluster_map`) needs no right. Opening a pool needs any right on it; listing shows only the
 //! pools the user has rights on. A direct transfer's pieces and commit need its right again (the
 //! users file may have been reloaded since it opened); one that lost it is ended.
 
@@ -194,7 +195,9 @@ impl ShardState {
             | Request::ClosePool { .. }
             | Request::ListPools
             | Request::DescribePools { .. }
-            | Request::GetStatistics => {
+            | Request::GetStatistics
+            | Request::NodeInfo
+            | Request::ClusterMap => {
                 return match session.identity {
                     Identity::Nobody if !matches!(request, Request::Hello { .. }) => Err(self.deny_unauthenticated()),
                     _ => Ok(()),
@@ -206,7 +209,7 @@ impl ShardState {
             Request::OpenPool { name } => {
                 self.rights_on(&session.identity, name).is_empty().then(|| ("any", name.to_owned()))
             }
-            Request::Backup { .. } => {
+            Request::Backup { .. } | Request::ClusterAdmin(_) => {
                 (!self.rights_everywhere(&session.identity).contains(Rights::ADMIN)).then(|| ("admin", "*".to_owned()))
             }
             Request::Put { pool, .. }

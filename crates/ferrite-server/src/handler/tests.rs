@@ -65,7 +65,7 @@ pub(crate) fn shard_state(pools: Pools, durability: Option<ShardDurability>) -> 
 }
 
 /// A one-shard state on a fresh data directory, with its sync thread running but idle.
-fn durable_shard(tag: &str) -> (ShardState, std::path::PathBuf) {
+pub(super) fn durable_shard(tag: &str) -> (ShardState, std::path::PathBuf) {
     let dir = std::env::temp_dir().join(format!("ferrite-handler-{}-{tag}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let config = DurabilityConfig { commit_interval_ms: 3_600_000, ..DurabilityConfig::default() };
