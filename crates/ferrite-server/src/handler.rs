@@ -3,6 +3,7 @@
 //! Everything here is synchronous and runs on the shard's thread: the connection task decodes the
 //! frames it has buffered, calls [`ShardState::handle`] for each, and writes the responses once.
 
+mod administer;
 mod authorize;
 mod cluster;
 pub(crate) mod configure;

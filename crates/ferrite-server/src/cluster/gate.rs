@@ -33,7 +33,14 @@ pub(crate) enum Gate {
 /// leader serves. The rest (the handshake, statistics, the cluster's map and administration) any
 /// node answers.
 pub(crate) fn concerns_group(request: &Request<'_>) -> bool {
-    !matches!(request, Request::Hello { .. } | Request::GetStatistics)
+    !matches!(
+        request,
+        Request::Hello { .. }
+            | Request::GetStatistics
+            | Request::NodeInfo
+            | Request::ClusterMap
+            | Request::ClusterAdmin(_)
+    )
 }
 
 impl ShardState {
@@ -65,29 +72,5 @@ impl ShardState {
             Some(replication) if !replication.leads() && concerns_group(request) => Err(self.not_leader()),
             _ => Ok(()),
         }
-    }
-}
-
-impl ShardState {
-    /// The refusal of a request by a replica that does not lead its group.
-    pub(crate) fn not_leader(&self) -> Failure {
-        let (node, group, leader) = match &self.cluster {
-            Some(cluster) => cluster.map.with(|view| {
-                let leader = view.leader_of(cluster.group).map(|leader| {
-                    format!(
-                        "node {} at {}",
-                        leader.node_id,
-                        super::view::shard_address(&leader.native, cluster.group).unwrap_or_default()
-                    )
-                });
-                (view.node_id, cluster.group, leader)
-            }),
-            None => (0, 0, None),
-        };
-        let message = match leader {
-            Some(leader) => format!("node {node} does not lead group {group}; {leader} does"),
-            None => format!("node {node} does not lead group {group}, and no leader is known yet"),
-        };
-        Failure::new(ferrite_proto::ErrorCode::InvalidArgument, message)
     }
 }

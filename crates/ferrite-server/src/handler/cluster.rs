@@ -7,18 +7,14 @@
 
 use bytes::BytesMut;
 use ferrite_proto::{
-    ClusterAdmin, ClusterGroup, ClusterMap, ClusterNode, ErrorCode, NodeInfo, NotLeader, Response, CLUSTER_GROUPS_MAX,
+    ClusterGroup, ClusterMap, ClusterNode, ErrorCode, NodeInfo, NotLeader, Response, CLUSTER_GROUPS_MAX,
 };
 
-use super::{Accepted, Failure, ShardState};
+use super::{Failure, ShardState};
 use crate::cluster::view::{shard_address, ClusterView};
-use crate::session::Session;
 
 // Every shard index of a server is a group of its cluster map.
 const _: () = assert!(crate::config::SHARDS_MAX <= CLUSTER_GROUPS_MAX);
-
-/// What the administration of a group answers on a server started without `--node-id`.
-const NOT_IN_CLUSTER_MODE: &str = "this server is not in cluster mode (start it with --node-id)";
 
 impl ShardState {
     /// `node_info`: this node and its cluster; node 0 with its native address on a server not in
@@ -48,42 +44,6 @@ impl ShardState {
         Ok(Response::ClusterMap(map))
     }
 
-    /// The administration of this shard's group (`cluster_init`, `cluster_add_node`,
-    /// `cluster_remove_node`, `cluster_transfer_leader`, `cluster_status`), already checked and
-    /// authorized (`admin` on every pool). Refused on a server not in cluster mode, and when sent
-    /// to a shard other than its group's. In cluster mode the Raft core carries it out: it
-    /// answers through a [`Completion`](crate::completion::Completion) it completes with the
-    /// request's answer frame (`request_id`; `session.answers` tells the connection), since
-    /// most of these wait for the group (a node added answers once it caught up). Until the core
-    /// does, they are refused as not available, and the request id and session go unused.
-    pub(crate) fn cluster_admin(
-        &mut self,
-        admin: &ClusterAdmin,
-        _request_id: u64,
-        _session: &Session,
-    ) -> Result<Accepted, Failure> {
-        if self.cluster.is_none() {
-            return Err(Failure::new(ErrorCode::InvalidArgument, NOT_IN_CLUSTER_MODE));
-        }
-        if admin.group() != self.index {
-            return Err(Failure::new(
-                ErrorCode::WrongShard,
-                format!(
-                    "{} of group {} reached shard {}: send it to shard {} of the node (its native port plus {})",
-                    admin.name(),
-                    admin.group(),
-                    self.index,
-                    admin.group(),
-                    admin.group()
-                ),
-            ));
-        }
-        Err(Failure::new(
-            ErrorCode::Internal,
-            format!("{} is not available on this node: its cluster core does not administer groups yet", admin.name()),
-        ))
-    }
-
     /// The refusal of a request on this shard by a node that does not lead its group (or leads
     /// it without a valid lease): a `not_leader` frame naming the leader this node knows of, its
     /// native address for this shard, and this node's map version. The Raft core answers every
@@ -91,26 +51,8 @@ impl ShardState {
     ///
     /// # Panics
     /// On a server not in cluster mode, which leads every group.
-    #[cfg_attr(not(test), expect(dead_code, reason = "the Raft core refuses a follower's requests with it"))]
     pub(crate) fn not_leader(&self) -> Failure {
-        let cluster = self.cluster.as_ref().expect("only a cluster node can be a group's follower");
-        let view = cluster.view();
-        let leader = view.leader_of(cluster.group);
-        let leader_native = leader.and_then(|leader| shard_address(&leader.native, cluster.group)).unwrap_or_default();
-        let message = match leader {
-            Some(leader) => format!(
-                "node {} does not lead group {}; node {} does, at {leader_native}",
-                view.node_id, cluster.group, leader.node_id
-            ),
-            None => format!("node {} does not lead group {}, and no leader is known yet", view.node_id, cluster.group),
-        };
-        Failure::redirect(NotLeader {
-            group: self.index,
-            leader: leader.map_or(0, |leader| leader.node_id),
-            leader_native,
-            map_version: view.version,
-            message,
-        })
+        not_leader(self.cluster.as_ref().expect("only a cluster node can be a group's follower"))
     }
 
     /// A server not in cluster mode as a cluster node: id 0, its shard 0 native address, no
@@ -144,8 +86,33 @@ impl Failure {
     }
 }
 
-fn cluster_node(node: &crate::cluster::view::NodeInfo) -> ClusterNode {
+pub(super) fn cluster_node(node: &crate::cluster::view::NodeInfo) -> ClusterNode {
     ClusterNode { node_id: node.node_id, peer: node.peer.clone(), native: node.native.clone(), resp: node.resp.clone() }
+}
+
+/// The `not_leader` refusal of a replica of `cluster`'s group (see [`ShardState::not_leader`]).
+/// A leader this node's map names but that is this node itself (it was just elected, or is being
+/// deposed) is not named: the client waits and asks again rather than come back at once.
+pub(crate) fn not_leader(cluster: &crate::cluster::ShardCluster) -> Failure {
+    let view = cluster.view();
+    let leader = view.leader_of(cluster.group).filter(|leader| leader.node_id != view.node_id);
+    let leader_native = leader.and_then(|leader| shard_address(&leader.native, cluster.group)).unwrap_or_default();
+    let message = match leader {
+        Some(leader) => format!(
+            "node {} does not lead group {}; node {} does, at {leader_native}",
+            view.node_id, cluster.group, leader.node_id
+        ),
+        None => {
+            format!("node {} does not lead group {} now, and knows no other leader yet", view.node_id, cluster.group)
+        }
+    };
+    Failure::redirect(NotLeader {
+        group: u16::try_from(cluster.group).expect("groups are shard indexes"),
+        leader: leader.map_or(0, |leader| leader.node_id),
+        leader_native,
+        map_version: view.version,
+        message,
+    })
 }
 
 /// A node's view of its cluster as the `cluster_map` answer carries it.
@@ -171,11 +138,12 @@ fn map_of(view: &ClusterView) -> ClusterMap {
 mod tests {
     use std::sync::Arc;
 
-    use ferrite_proto::{Header, HEADER_BYTES};
+    use ferrite_proto::{ClusterAdmin, Header, HEADER_BYTES};
 
     use super::*;
     use crate::cluster::view::{ClusterMap as NodeMap, GroupView, NodeInfo as ViewNode};
     use crate::cluster::ShardCluster;
+    use crate::session::Session;
 
     fn view_node(id: u64) -> ViewNode {
         ViewNode {
@@ -231,7 +199,7 @@ mod tests {
         state.cluster = Some(follower(None));
         let Response::NotLeader(unknown) = decoded(&state.not_leader()) else { panic!("a not_leader frame") };
         assert_eq!((unknown.leader, unknown.leader_native.as_str()), (0, ""));
-        assert!(unknown.message.contains("no leader is known"), "{}", unknown.message);
+        assert!(unknown.message.contains("knows no other leader"), "{}", unknown.message);
 
         let other = Failure::new(ErrorCode::KeyNotFound, "no key");
         assert_eq!(decoded(&other), Response::Error { code: ErrorCode::KeyNotFound, message: "" });
