@@ -84,6 +84,9 @@ pub struct ClusterConfig {
     pub election_timeout_ms: [u64; 2],
     /// How often a leader tells its followers it is there, in milliseconds.
     pub heartbeat_ms: u64,
+    /// Entries the log keeps behind the latest snapshot, for members that lag: one further
+    /// behind is sent the snapshot instead.
+    pub log_kept_entries: u64,
     /// A file holding the cluster's secret (16 bytes or more), the same on every node: peers
     /// prove they hold it before any message is taken. Without one, anyone who reaches the peer
     /// port can act as a node.
@@ -102,6 +105,7 @@ impl Default for ClusterConfig {
             advertise_host: None,
             election_timeout_ms: [300, 600],
             heartbeat_ms: 75,
+            log_kept_entries: 100_000,
             secret_file: None,
         }
     }

@@ -331,6 +331,7 @@ impl BoundServer {
                 self.config.cluster.election_timeout_ms[1],
             ),
             heartbeat_ms: self.config.cluster.heartbeat_ms,
+            log_kept_entries: self.config.cluster.log_kept_entries,
             secret: peer_secret.clone(),
             local_ip: Some(self.config.peer_listen().ip()).filter(|ip| !ip.is_unspecified()),
         });

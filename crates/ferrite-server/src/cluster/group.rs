@@ -31,6 +31,8 @@ pub struct GroupSettings {
     pub node_id: u64,
     pub election_timeout_ms: (u64, u64),
     pub heartbeat_ms: u64,
+    /// Entries kept behind the latest snapshot (`[cluster] log_kept_entries`).
+    pub log_kept_entries: u64,
     /// What peers prove themselves with.
     pub secret: PeerSecret,
     /// The address peer calls leave from (the peer listener's, unless it is a wildcard).
@@ -219,9 +221,9 @@ fn raft_config(settings: &GroupSettings) -> Result<Arc<openraft::Config>, openra
         heartbeat_interval: settings.heartbeat_ms,
         // Snapshots are the shard's checkpoints: one is offered after each (see checkpointing).
         snapshot_policy: openraft::SnapshotPolicy::Never,
-        // Entries behind a snapshot stay while a checkpoint interval's worth of them may still
-        // be wanted by a replica catching up from it.
-        max_in_snapshot_log_to_keep: 100_000,
+        // Entries behind a snapshot stay for replicas that lag a little: sending them is cheaper
+        // than a snapshot.
+        max_in_snapshot_log_to_keep: settings.log_kept_entries,
         enable_pre_vote: Some(true),
         // A restarted leader holds elections like any node: what it committed before is only
         // replayed from its log, not taken for granted.
