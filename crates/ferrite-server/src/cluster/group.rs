@@ -96,8 +96,17 @@ pub(crate) async fn run(
             Ok(())
         })
     };
+    let heard = {
+        let shard = Rc::clone(&shard);
+        Rc::new(move || {
+            if let Some(replication) = shard.borrow_mut().replication.as_mut() {
+                replication.last_heard = Some(std::time::Instant::now());
+            }
+        })
+    };
     let context = PeerContext {
         identity: identity.clone(),
+        heard,
         raft: Rc::clone(&raft_cell),
         snapshots: snapshots.clone(),
         admits,
@@ -115,6 +124,7 @@ pub(crate) async fn run(
     let (proposals, confirmations) = match shard.borrow_mut().replication.as_mut() {
         Some(replication) => {
             replication.lease = settings.lease();
+            replication.fresh_for = Duration::from_millis(settings.election_timeout_ms.1);
             (Arc::clone(&replication.proposals), Arc::clone(&replication.confirmations))
         }
         None => return Ok(()),
@@ -237,7 +247,9 @@ fn raft_config(settings: &GroupSettings) -> Result<Arc<openraft::Config>, openra
 /// replica applied everything before its own term, and restarts the process if it stops leading
 /// (or must, for another reason).
 fn follow(shard: &Rc<RefCell<ShardState>>, raft: &ShardRaft, settings: &GroupSettings, on_leading: &OnLeading) {
-    let metrics = raft.metrics().borrow_watched().clone();
+    // Read in place: the metrics change with every batch of entries applied.
+    let watched = raft.metrics();
+    let metrics = watched.borrow_watched();
     let mut state = shard.borrow_mut();
     let Some(replication) = state.replication.as_mut() else { return };
     if let Some(reason) = replication.restart_reason().map(str::to_owned) {
@@ -356,8 +368,18 @@ impl ShardState {
             matched,
             last_log: metrics.last_log_index.unwrap_or(0),
         };
-        let members: Vec<NodeInfo> = membership.nodes().map(|(id, node)| node_info(*id, node)).collect();
+        // The members' addresses only when the membership changed: the rest changes with every
+        // batch of entries.
+        let membership_id = metrics.membership_config.log_id().as_ref().map(|id| id.index);
+        let members: Vec<NodeInfo> = if replication.published_membership != Some(membership_id) {
+            membership.nodes().map(|(id, node)| node_info(*id, node)).collect()
+        } else {
+            Vec::new()
+        };
         cluster.map.update_group(cluster.group, seen, &members, &replication.state.state().cluster_id);
+        if let Some(replication) = self.replication.as_mut() {
+            replication.published_membership = Some(membership_id);
+        }
     }
 }
 

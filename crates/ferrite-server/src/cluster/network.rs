@@ -312,6 +312,8 @@ pub(crate) struct PeerContext {
     /// Whether a node may send this replica messages: a member of its group (or anyone while
     /// the group has no members yet: a new node waits to be added).
     pub admits: Rc<dyn Fn(u64) -> bool>,
+    /// Records that the group's leader reached this replica (an append it accepted).
+    pub heard: Rc<dyn Fn()>,
     /// Records the cluster this replica learned it belongs to (from the first member that
     /// calls it while it knows none).
     pub join_cluster: Rc<dyn Fn(u64) -> io::Result<()>>,
@@ -381,8 +383,11 @@ async fn serve_peer(mut stream: TcpStream, context: PeerContext) -> io::Result<(
         let answer = match Kind::from_u8(kind) {
             Some(Kind::AppendEntries) => {
                 let request = parse(&body, wire::get_append_request)?;
-                raft.append_entries(request)
-                    .await
+                let reply = raft.append_entries(request).await;
+                if matches!(reply, Ok(AppendEntriesResponse::Success | AppendEntriesResponse::PartialSuccess(_))) {
+                    (context.heard)();
+                }
+                reply
                     .map(|reply| respond(kind, id, &mut response, |out| wire::put_append_response(out, &reply)))
                     .map_err(|e| e.to_string())
             }

@@ -113,6 +113,13 @@ pub(crate) struct Replication {
     /// entry no executed one may take the index of; the beginning of a checkpoint, which needs
     /// everything executed committed): requests wait while it is above 0.
     pub pauses: u32,
+    /// When this follower last took entries (or a heartbeat) from its leader.
+    pub last_heard: Option<Instant>,
+    /// How long after `last_heard` it may still answer reads itself (`READONLY` RESP reads):
+    /// the longest election timeout, past which another leader may have been elected unseen.
+    pub fresh_for: std::time::Duration,
+    /// The membership (by the index of its entry) whose members the cluster map last took.
+    pub published_membership: Option<Option<u64>>,
     /// Elections this replica started (as a candidate), for the metrics.
     pub elections: u64,
     /// The term of the last election it started.
@@ -172,6 +179,9 @@ impl Replication {
             checkpointed: Arc::default(),
             pauses: 0,
             transferring: false,
+            last_heard: None,
+            fresh_for: std::time::Duration::ZERO,
+            published_membership: None,
             elections: 0,
             candidate_term: 0,
             proposing: Arc::default(),
@@ -242,6 +252,14 @@ impl Replication {
     /// Extends the lease to `until`, if that is later.
     pub fn renew_lease(&mut self, until: Option<Instant>) {
         self.lease_until = self.lease_until.max(until);
+    }
+
+    /// Whether this follower may answer a read from its replica now: it heard from its leader
+    /// recently (see [`Replication::fresh_for`]).
+    pub fn reads_locally(&self, now: Instant) -> bool {
+        self.role == Role::Following
+            && self.replica.is_some()
+            && self.last_heard.is_some_and(|heard| now.saturating_duration_since(heard) < self.fresh_for)
     }
 
     /// Whether this leader's lease covers a read now.

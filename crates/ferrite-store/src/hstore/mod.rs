@@ -149,6 +149,30 @@ pub struct HStore<M: PoolMemory> {
     used_bytes: u64,
 }
 
+/// The value stored under the client key `key` in the hstore region `bytes`, looked up in place
+/// with no store open over it: what a cluster follower reads from its replica of a pool, whose
+/// memory its group's log changes underneath any store. Only the key's subtable is read; a
+/// region whose header, directory entry or table does not make sense gives `None`, as does an
+/// absent key.
+pub fn peek<'a>(bytes: &'a [u8], key: &[u8]) -> Option<&'a [u8]> {
+    let header = Header::decode(bytes).ok()?;
+    if header.region_bytes != bytes.len() as u64 {
+        return None;
+    }
+    let hash = header.hash(key);
+    let number = subtable_of(hash, header.subtables);
+    let raw = layout::slice(bytes, header.directory_entry_offset(number), DIRECTORY_ENTRY_BYTES)?;
+    let entry = DirectoryEntry::decode(raw, number).ok()?;
+    let subtable = Subtable { offset: entry.offset, buckets: entry.buckets };
+    let table_bytes = entry.buckets.checked_mul(ENTRY_BYTES)?;
+    if entry.buckets == 0 || layout::slice(bytes, entry.offset, table_bytes).is_none() {
+        return None;
+    }
+    let bucket = subtable.find(bytes, tag_of(hash), key, false)?;
+    let occupant = subtable.occupant(bytes, bucket);
+    subtable.pair(bytes, bucket, &occupant).map(|(_, value)| value)
+}
+
 impl<M: PoolMemory> fmt::Debug for HStore<M> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("HStore")

@@ -855,3 +855,40 @@ proptest! {
         run_model(28 << 10, hash_key, ops)?;
     }
 }
+
+/// `peek` finds in place, with no store open, exactly what the store holds: every stored value,
+/// nothing for absent keys or the engine's own allocations' keys, and nothing (never a panic)
+/// from a region whose header or directory is damaged.
+#[test]
+fn peek_reads_what_the_store_holds() {
+    let mut store = checked_store(1 << 20);
+    let mut model = BTreeMap::new();
+    for i in 0..2_000u32 {
+        let (key, value) = (format!("key-{i}").into_bytes(), format!("value-{}", i * 7).into_bytes());
+        store.put(&key, &value, PutMode::Upsert, 0).expect("put");
+        model.insert(key, value);
+    }
+    for i in (0..2_000u32).step_by(3) {
+        let key = format!("key-{i}").into_bytes();
+        store.erase(&key).expect("erase");
+        model.remove(&key);
+    }
+    let bytes = store.memory().bytes();
+    for i in 0..2_000u32 {
+        let key = format!("key-{i}").into_bytes();
+        assert_eq!(peek(bytes, &key), model.get(&key).map(Vec::as_slice), "key-{i}");
+    }
+    assert_eq!(peek(bytes, b"never stored"), None);
+    assert_eq!(peek(&bytes[..bytes.len() - 1], b"key-1"), None, "a region of the wrong size");
+    let mut damaged = bytes.to_vec();
+    let header = index(HEADER_BYTES);
+    for byte in &mut damaged[header..header + 4096] {
+        *byte ^= 0x5a;
+    }
+    for i in 0..2_000u32 {
+        let _ = peek(&damaged, format!("key-{i}").as_bytes());
+    }
+    let mut zeroed = bytes.to_vec();
+    zeroed[..header].fill(0);
+    assert_eq!(peek(&zeroed, b"key-1"), None, "no header");
+}

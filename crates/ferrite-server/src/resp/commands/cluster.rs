@@ -125,11 +125,20 @@ pub(super) fn asking(call: &mut Call<'_, '_>) -> Result<Flow, RespError> {
     Ok(Flow::Continue)
 }
 
-/// `READONLY` and `READWRITE`: accepted, for the clients that send them, and without effect: a
-/// follower holds its group's pools only as the replica Raft applies entries to, which answers no
-/// reads, so reads go to the leader like writes (see `docs/resp.md`).
+/// `READONLY`: from now on a follower may answer this connection's reads of its group's keys
+/// from its replica, which may lag a little behind the leader (see `follower.rs` and
+/// `docs/resp.md`). Writes are still redirected to the leader.
 pub(super) fn readonly(call: &mut Call<'_, '_>) -> Result<Flow, RespError> {
     in_cluster(call)?;
+    call.client.readonly = true;
+    reply::ok(call.out);
+    Ok(Flow::Continue)
+}
+
+/// `READWRITE`: ends `READONLY`.
+pub(super) fn readwrite(call: &mut Call<'_, '_>) -> Result<Flow, RespError> {
+    in_cluster(call)?;
+    call.client.readonly = false;
     reply::ok(call.out);
     Ok(Flow::Continue)
 }

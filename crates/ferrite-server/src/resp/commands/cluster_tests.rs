@@ -151,8 +151,9 @@ fn a_group_without_a_leader_is_down() {
     assert!(fresh.send(&["CLUSTER", "INFO"]).text().starts_with("cluster_state:fail\r\ncluster_slots_assigned:0\r\n"));
 }
 
-/// `READONLY` is accepted and changes nothing: a follower's replica answers no reads, so reads of
-/// its group's keys are redirected to the leader like writes; `READWRITE` is accepted too.
+/// `READONLY` on a node whose replica may not answer reads itself (here it has none running; in a
+/// cluster, one that has not heard from its leader lately) changes nothing: reads are redirected
+/// to the leader like writes; `READWRITE` is accepted too.
 #[test]
 fn readonly_connections_are_still_redirected_to_the_leader() {
     let mut follower = Connection::to(2, 0);

@@ -51,11 +51,23 @@ pub(crate) struct Client {
     transaction: Option<Transaction>,
     /// Where a many-key command stands between its steps.
     progress: Option<Progress>,
+    /// In cluster mode, `READONLY`: a follower may answer this connection's reads of its
+    /// group's keys from its replica (see `follower.rs`).
+    readonly: bool,
 }
 
 impl Client {
     pub fn new(session: Session, pool: PoolHandle, id: u64) -> Client {
-        Client { session, pool, id, protocol: Protocol::Resp2, name: None, transaction: None, progress: None }
+        Client {
+            session,
+            pool,
+            id,
+            protocol: Protocol::Resp2,
+            name: None,
+            transaction: None,
+            progress: None,
+            readonly: false,
+        }
     }
 
     /// Whether the client may act: it has authenticated, or the server has no users.
@@ -315,7 +327,7 @@ static COMMANDS: &[Spec] = &[
     Spec { name: "cluster", arity: -2, keys: Keys::None, run: cluster::cluster },
     Spec { name: "asking", arity: 1, keys: Keys::None, run: cluster::asking },
     Spec { name: "readonly", arity: 1, keys: Keys::None, run: cluster::readonly },
-    Spec { name: "readwrite", arity: 1, keys: Keys::None, run: cluster::readonly },
+    Spec { name: "readwrite", arity: 1, keys: Keys::None, run: cluster::readwrite },
     Spec { name: "wait", arity: 3, keys: Keys::None, run: wait::wait },
 ];
 
@@ -350,6 +362,7 @@ mod cluster;
 #[cfg(test)]
 mod cluster_tests;
 mod command_table;
+mod follower;
 mod keyspace;
 mod plugins;
 mod routing;
@@ -385,6 +398,9 @@ pub(crate) fn execute(
         shard.count_failure();
         reply::error(out, "NOAUTH Authentication required.");
         return Flow::Continue;
+    }
+    if let Some(flow) = follower::read_here(args, client, shard, settings, out) {
+        return flow;
     }
     if let Some(RespError(text)) = routing::refusal(args, client, shard) {
         shard.stats.requests += 1;

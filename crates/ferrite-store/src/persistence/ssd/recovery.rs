@@ -157,6 +157,13 @@ impl ReplicaPools {
             .collect()
     }
 
+    /// The value under `key` in the pool named `name`, read in place (see
+    /// [`crate::hstore::peek`]); `None` if there is no such pool.
+    pub fn peek(&self, name: &str, key: &[u8]) -> Option<Option<&[u8]>> {
+        let pool = self.pools.values().find(|pool| pool.descriptor.name == name)?;
+        Some(crate::hstore::peek(pool.region.bytes(), key))
+    }
+
     /// Applies one record (of this shard's own kinds, [`super::record`]) with LSN `lsn`; says
     /// which pool it created or deleted, if it did (users' quotas count pools).
     pub fn apply(&mut self, lsn: Lsn, payload: &[u8]) -> Result<Option<PoolChange>, RecoveryError> {
