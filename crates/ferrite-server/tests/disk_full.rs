@@ -81,7 +81,7 @@ fn a_full_disk_refuses_writes_cleanly_and_recovers_when_space_returns() {
     assert_eq!(has_index(), refused.0 == PoolSetting::RemoveIndex, "a refused {:?} changed nothing", refused.0);
 
     disk.remove_ballast(&server);
-    pool.put(format!("key-{stored}"), value(stored)).expect("space is back: the write succeeds");
+    small_disk::once_room_is_back(|| pool.put(format!("key-{stored}"), value(stored)));
     pool.put_direct("direct-new", &large).expect("space is back: a direct put succeeds");
     assert!(pool.get("direct-new").expect("read directly") == large);
     session.configure_pool("filler", PoolSetting::AddIndex).expect("space is back: the index is added");

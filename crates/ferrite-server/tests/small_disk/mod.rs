@@ -78,6 +78,24 @@ impl SmallDisk {
     }
 }
 
+/// Runs `write` until it succeeds, for a few seconds at most, while it fails for want of room:
+/// right after the ballast goes, the log may be making its spare segment in the room that came
+/// back, and a write that needs a segment of its own then finds none until the spare is in.
+pub fn once_room_is_back<T>(mut write: impl FnMut() -> Result<T, ferrite_client::Error>) -> T {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        match write() {
+            Ok(done) => return done,
+            Err(error)
+                if error.code() == Some(ferrite_proto::ErrorCode::NoSpace) && std::time::Instant::now() < deadline =>
+            {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            Err(error) => panic!("space is back, yet the write fails: {error}"),
+        }
+    }
+}
+
 fn which(program: &str) -> String {
     let output = Command::new("sh").args(["-c", &format!("command -v {program}")]).output().expect("sh");
     String::from_utf8(output.stdout).expect("UTF-8").trim().to_owned()
