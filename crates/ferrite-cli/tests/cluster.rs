@@ -23,8 +23,8 @@ fn ferrite(server: &TestServer, args: &[&str]) -> Output {
 
 /// Proves what the command line refuses, each with status 2 and an `error:` line: `init`
 /// without a node, a node id of 0 or not a number, `transfer-leader` without
-/// `--to`, `add-node` without its address, and an unknown subcommand. No server runs: nothing
-/// connects.
+/// `--to`, `add-node` without its address, `local` without its options, with a node count out
+/// of 1 to 9, no shard, or with `--json`. No server runs: nothing connects or starts.
 #[test]
 fn cluster_usage_errors_exit_with_status_2() {
     for args in [
@@ -36,6 +36,11 @@ fn cluster_usage_errors_exit_with_status_2() {
         &["cluster", "transfer-leader", "--group", "-1", "--to", "2"],
         &["cluster", "add-node"],
         &["cluster", "local"],
+        &["cluster", "local", "--nodes", "0", "--data-dir", "d"],
+        &["cluster", "local", "--nodes", "10", "--data-dir", "d"],
+        &["cluster", "local", "--nodes", "3"],
+        &["cluster", "local", "--nodes", "3", "--data-dir", "d", "--shards", "0"],
+        &["--json", "cluster", "local", "--nodes", "3", "--data-dir", "d"],
     ] {
         let output = ferrite_offline(args);
         let stderr = text(&output.stderr);
