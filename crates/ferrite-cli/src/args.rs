@@ -239,7 +239,7 @@ pub enum ClusterCommand {
     AddNode {
         /// The new node's native address (its shard 0).
         #[arg(value_name = "ADDR")]
-        addr: String,
+        node: String,
     },
 
     /// Remove the node NODE_ID from every group it is a member of.
@@ -685,6 +685,17 @@ mod tests {
         ] {
             assert!(invoke_mode(args).is_err(), "{args:?} accepted");
         }
+    }
+
+    /// Proves `add-node`'s address and the global --addr stay apart: the node that is added is
+    /// not the node the command is sent through.
+    #[test]
+    fn add_node_keeps_its_address_apart_from_addr() {
+        let cli = Cli::try_parse_from(["ferrite", "--addr", "10.0.0.1:7100", "cluster", "add-node", "10.0.0.4:7100"])
+            .expect("valid");
+        assert_eq!(cli.addr, "10.0.0.1:7100");
+        let Command::Cluster(ClusterCommand::AddNode { node }) = cli.command else { panic!("cluster add-node") };
+        assert_eq!(node, "10.0.0.4:7100");
     }
 
     #[test]

@@ -16,7 +16,7 @@ pub fn run(cli: &Cli, command: &ClusterCommand, options: &ClientOptions) -> Resu
     let nodes = Nodes::new(options, cli.json || !std::io::stderr().is_terminal());
     match command {
         ClusterCommand::Init { nodes: addresses } => init(&nodes, addresses),
-        ClusterCommand::AddNode { addr } => add_node(&nodes, &cli.addr, addr),
+        ClusterCommand::AddNode { node } => add_node(&nodes, &cli.addr, node),
         ClusterCommand::RemoveNode { node_id } => remove_node(&nodes, &cli.addr, *node_id),
         ClusterCommand::TransferLeader { group, to } => transfer_leader(&nodes, &cli.addr, *group, *to),
         ClusterCommand::Status => status(&nodes, &cli.addr),
