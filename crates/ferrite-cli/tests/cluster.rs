@@ -91,3 +91,29 @@ fn cluster_status_shows_a_single_server_leading_every_group() {
     assert_eq!(json["groups"].as_array().map(Vec::len), Some(2));
     assert_eq!(json["groups"][1]["replicas"][0]["role"], "leader");
 }
+
+/// A node in cluster mode that no `cluster init` reached yet, on a free peer port (a node's peer
+/// port is fixed: group g listens on it + g).
+fn uninitialized_node() -> TestServer {
+    let free = (20_000..32_000)
+        .step_by(97)
+        .find(|port| std::net::TcpListener::bind(("127.0.0.1", *port)).is_ok())
+        .expect("a free port on loopback");
+    TestServer::builder_for(server_binary())
+        .args(&["--node-id", "1", "--peer-listen", &format!("127.0.0.1:{free}")])
+        .start()
+}
+
+/// Proves `ferrite stats` answers on a node that is in no cluster yet (its groups have no
+/// leader, so its pools cannot be listed): the node's counters, and a line saying why the pools
+/// are missing. Containers' health checks run it on nodes waiting for `cluster init`.
+#[test]
+fn stats_answer_on_a_node_waiting_for_its_cluster() {
+    let node = uninitialized_node();
+    let shown = ok(&ferrite(&node, &["stats"]));
+    assert!(shown.starts_with("COUNTER"), "{shown}");
+    assert!(shown.contains("pools: not listed: not_leader: no leader of group 0 is known"), "{shown}");
+    let json: Value = serde_json::from_str(&ok(&ferrite(&node, &["--json", "stats"]))).expect("JSON");
+    assert_eq!(json["pools"], Value::Null, "{json}");
+    assert!(json["pools_not_listed"].as_str().is_some_and(|why| why.contains("not_leader")), "{json}");
+}
