@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::io::IsTerminal;
+use std::time::{Duration, Instant};
 
 use ferrite_client::{blocking, ClientOptions, ClusterMap, ClusterNode, ClusterStatus, RaftRole};
 use serde_json::{json, Value};
@@ -229,7 +230,12 @@ fn transfer_leader(nodes: &Nodes<'_>, address: &str, group: Option<u16>, to: u64
         let outcome = if members.leader == to {
             "led by it already"
         } else {
-            in_group(group, || session.cluster_transfer_leader(group, to))?;
+            in_group(group, || {
+                session.cluster_transfer_leader(group, to).or_else(|error| match leads_by_now(&session, group, to) {
+                    true => Ok(()),
+                    false => Err(error),
+                })
+            })?;
             "transferred"
         };
         nodes.progress(&format!("group {group}: {outcome}"));
@@ -242,6 +248,23 @@ fn transfer_leader(nodes: &Nodes<'_>, address: &str, group: Option<u16>, to: u64
         ));
     }
     Ok(group_report(&format!("leadership to node {to}"), &rows))
+}
+
+/// Whether `to` leads `group` by now, as the cluster's map says within a few seconds: the leader
+/// that hands its group over restarts itself, and its answer may not leave before the
+/// connection closes.
+fn leads_by_now(session: &blocking::Session, group: u16, to: u64) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let map = session.cluster_map();
+        if map.is_ok_and(|map| map.groups.get(usize::from(group)).is_some_and(|members| members.leader == to)) {
+            return true;
+        }
+        if Instant::now() > deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
 
 /// One row per group with what became of it.
