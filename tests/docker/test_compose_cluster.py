@@ -29,8 +29,6 @@ BUILT = Path(os.environ.get("CARGO_TARGET_DIR", REPO_ROOT / "target")) / "debug"
 NODES = ("node1", "node2", "node3")
 NATIVE_PORT = 11911
 RESP_PORT = 6379
-# The server options of cluster mode (docs/deployment.md, "A cluster in containers").
-CLUSTER_OPTIONS = ("--node-id", "--peer-listen", "--advertise-host")
 # Bounds on waiting, not assertions on time: a node recovers an empty data directory at once.
 HEALTHY_TIMEOUT_S = 120
 COMMAND_TIMEOUT_S = 120
@@ -67,19 +65,6 @@ def compose_command() -> list[str] | None:
     if shutil.which("docker-compose") is not None:
         return ["docker-compose"]
     return None
-
-
-def help_mentions(command: list[str], text: str) -> bool:
-    result = run(*command, "--help", timeout=30)
-    return result.returncode == 0 and text in result.stdout
-
-
-def server_has_cluster_mode() -> bool:
-    return help_mentions([str(BUILT / "ferrite-server")], "--node-id")
-
-
-def cli_has_cluster_commands() -> bool:
-    return help_mentions([str(BUILT / "ferrite"), "cluster"], "init")
 
 
 ENGINE_PROBLEM = docker_engine_problem()
@@ -123,34 +108,18 @@ def image(stop_on_sigterm):
 
 class Cluster:
     """One compose project of the cluster file: its own name, host ports chosen by Docker, and
-    commands run in it. Nodes of a server without cluster mode run without the cluster options
-    (an override file drops them), as single servers."""
+    commands run in it."""
 
-    def __init__(self, image: str, workdir: Path):
+    def __init__(self, image: str):
         self.project = f"ferrite-test-{uuid.uuid4().hex[:12]}"
         self.env = dict(os.environ, FERRITE_IMAGE=image, FERRITE_NOFILE=str(open_files_limit(image)))
         for node in NODES:
             self.env[f"FERRITE_{node.upper()}_NATIVE_PORT"] = ""
             self.env[f"FERRITE_{node.upper()}_RESP_PORT"] = ""
-        self.files = [COMPOSE_FILE]
-        if not server_has_cluster_mode():
-            self.files.append(self._without_cluster_options(workdir / "single-servers.yml"))
-
-    @staticmethod
-    def _without_cluster_options(path: Path) -> Path:
-        services = yaml.safe_load(COMPOSE_FILE.read_text())["services"]
-        override = {}
-        for node in NODES:
-            command = services[node]["command"]
-            kept = [word for index, word in enumerate(command)
-                    if word not in CLUSTER_OPTIONS and (index == 0 or command[index - 1] not in CLUSTER_OPTIONS)]
-            override[node] = {"command": kept}
-        path.write_text(yaml.safe_dump({"services": override}))
-        return path
 
     def compose(self, *arguments: str) -> subprocess.CompletedProcess:
-        files = [word for path in self.files for word in ("--file", str(path))]
-        return run(*compose_command(), "--project-name", self.project, *files, *arguments, env=self.env)
+        return run(*compose_command(), "--project-name", self.project, "--file", str(COMPOSE_FILE), *arguments,
+                   env=self.env)
 
     def compose_check(self, *arguments: str) -> str:
         result = self.compose(*arguments)
@@ -201,8 +170,8 @@ class Cluster:
 
 
 @pytest.fixture
-def cluster(image, tmp_path):
-    cluster = Cluster(image, tmp_path)
+def cluster(image):
+    cluster = Cluster(image)
     try:
         yield cluster
     finally:
@@ -227,10 +196,9 @@ def test_three_nodes_start_serve_both_protocols_and_leave_nothing_behind(cluster
     assert cluster.leftovers() == {"container": [], "network": [], "volume": []}
 
 
-# CLUSTER STEPS: the checks of replication through the compose cluster (docs/cluster.md), written
-# before cluster mode existed. They run once the built server has cluster mode (`--node-id`) and
-# the CLI has `ferrite cluster init`; until then the test is skipped and says so. Adjust the
-# commands here (and the cluster-init service of the compose file) if the CLI's form differs.
+# CLUSTER STEPS: replication through the compose cluster (docs/cluster.md): the compose file's
+# cluster-init service initializes it, a write goes through node1, node1 is killed, and node2
+# reads the write back from the two nodes left.
 CLUSTER_POOL = "replicated"
 
 
@@ -245,9 +213,6 @@ def wait_for(what: str, cluster: Cluster, attempt) -> subprocess.CompletedProces
         time.sleep(1)
 
 
-@pytest.mark.skipif(not (server_has_cluster_mode() and cli_has_cluster_commands()),
-                    reason="cluster mode is not built yet "
-                           "(ferrite-server has no --node-id or ferrite no `cluster init`)")
 def test_a_write_through_one_node_survives_the_loss_of_that_node(cluster):
     cluster.up_and_healthy()
     # Init: the compose file's one-shot service makes the three nodes the first members.

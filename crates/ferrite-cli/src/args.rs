@@ -55,20 +55,28 @@ impl Cli {
             eprintln!("warning: --async is deprecated: use --fire-and-forget (async names a durability)");
             mode.fire_and_forget = true;
         }
-        if let Some((subcommand, message)) = cli.contradiction() {
+        if let Some((path, message)) = cli.contradiction() {
             let mut command = Cli::command();
             // Gives each subcommand its full name (`ferrite invoke`) for its usage line.
             command.build();
-            let subcommand = command.find_subcommand_mut(subcommand).expect("contradiction names a subcommand");
+            let subcommand = path.iter().fold(&mut command, |command, name| {
+                command.find_subcommand_mut(name).expect("contradiction names a subcommand")
+            });
             subcommand.error(clap::error::ErrorKind::ArgumentConflict, message).exit();
         }
         cli
     }
 
     /// A contradiction between arguments that clap's declarations cannot express, because it
-    /// depends on a value, with the subcommand it is in: `invoke` with an empty KEY (the pool
-    /// itself, which has no value) and `--put` or `--create-size`.
-    fn contradiction(&self) -> Option<(&'static str, String)> {
+    /// depends on a value or on a global option, with the subcommand it is in: `invoke` with an
+    /// empty KEY (the pool itself, which has no value) and `--put` or `--create-size`;
+    /// `cluster local` with `--json` (it prints lines as its nodes come and go).
+    fn contradiction(&self) -> Option<(&'static [&'static str], String)> {
+        if let Command::Cluster(ClusterCommand::Local(_)) = &self.command {
+            return self.json.then(|| {
+                (&["cluster", "local"][..], "--json is not offered: cluster local prints a line per event".to_owned())
+            });
+        }
         let Command::Invoke { key, mode, .. } = &self.command else { return None };
         let flag = match mode {
             _ if !key.is_empty() => return None,
@@ -76,7 +84,7 @@ impl Cli {
             InvokeMode { create_size: Some(_), .. } => "--create-size",
             _ => return None,
         };
-        Some(("invoke", format!("{flag} needs a KEY: an empty KEY invokes the pool itself, which has no value")))
+        Some((&["invoke"], format!("{flag} needs a KEY: an empty KEY invokes the pool itself, which has no value")))
     }
 
     /// The credentials `--user` asks for: the password from `FERRITE_PASSWORD`, or asked for on
@@ -231,7 +239,7 @@ pub enum ClusterCommand {
     AddNode {
         /// The new node's native address (its shard 0).
         #[arg(value_name = "ADDR")]
-        addr: String,
+        node: String,
     },
 
     /// Remove the node NODE_ID from every group it is a member of.
@@ -255,6 +263,30 @@ pub enum ClusterCommand {
     /// index, commit index, applied index, snapshot index and, for followers, how many entries
     /// they lag behind the leader. A server not in cluster mode shows itself leading every group.
     Status,
+
+    /// Start a cluster of N nodes on this machine, for trying and testing: N ferrite-server
+    /// processes on loopback (the one beside this `ferrite`, or the first on PATH), node I with
+    /// its data in DIR/node-I, initialized as `cluster init` does. Prints each node's addresses
+    /// and pid, then keeps running: a node that exits is reported, not restarted (start it again
+    /// with the command line in DIR/node-I/command); Ctrl-C or SIGTERM stops every node. Ports
+    /// are chosen free at the first run and kept in DIR/nodes: a later run on DIR starts the
+    /// same cluster again, with its data. --addr and the TLS and user options are not used.
+    Local(LocalArgs),
+}
+
+/// `ferrite cluster local`.
+#[derive(Debug, Args)]
+pub struct LocalArgs {
+    /// How many nodes to start (1 to 9; 3 tolerates the loss of one).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=9))]
+    pub nodes: u16,
+    /// Where the nodes keep their data (DIR/node-I), logs (DIR/node-I/server.log) and command
+    /// lines (DIR/node-I/command); created if missing.
+    #[arg(long, value_name = "DIR")]
+    pub data_dir: std::path::PathBuf,
+    /// Shards per node (groups of the cluster): node ports are base..base+S-1.
+    #[arg(long, value_name = "S", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub shards: u16,
 }
 
 /// A node id: a whole number from 1 (0 stands for a server not in cluster mode).
@@ -653,6 +685,17 @@ mod tests {
         ] {
             assert!(invoke_mode(args).is_err(), "{args:?} accepted");
         }
+    }
+
+    /// Proves `add-node`'s address and the global --addr stay apart: the node that is added is
+    /// not the node the command is sent through.
+    #[test]
+    fn add_node_keeps_its_address_apart_from_addr() {
+        let cli = Cli::try_parse_from(["ferrite", "--addr", "10.0.0.1:7100", "cluster", "add-node", "10.0.0.4:7100"])
+            .expect("valid");
+        assert_eq!(cli.addr, "10.0.0.1:7100");
+        let Command::Cluster(ClusterCommand::AddNode { node }) = cli.command else { panic!("cluster add-node") };
+        assert_eq!(node, "10.0.0.4:7100");
     }
 
     #[test]

@@ -3,6 +3,8 @@
 //! command works group by group; progress goes to standard error as each group is done.
 
 use std::collections::BTreeMap;
+use std::io::IsTerminal;
+use std::time::{Duration, Instant};
 
 use ferrite_client::{blocking, ClientOptions, ClusterMap, ClusterNode, ClusterStatus, RaftRole};
 use serde_json::{json, Value};
@@ -12,24 +14,32 @@ use crate::commands::{connect, CliError, Result};
 use crate::output::{Report, Table};
 
 pub fn run(cli: &Cli, command: &ClusterCommand, options: &ClientOptions) -> Result<Report> {
-    let nodes = Nodes { options, quiet: cli.json };
+    let nodes = Nodes::new(options, cli.json || !std::io::stderr().is_terminal());
     match command {
         ClusterCommand::Init { nodes: addresses } => init(&nodes, addresses),
-        ClusterCommand::AddNode { addr } => add_node(&nodes, &cli.addr, addr),
+        ClusterCommand::AddNode { node } => add_node(&nodes, &cli.addr, node),
         ClusterCommand::RemoveNode { node_id } => remove_node(&nodes, &cli.addr, *node_id),
         ClusterCommand::TransferLeader { group, to } => transfer_leader(&nodes, &cli.addr, *group, *to),
         ClusterCommand::Status => status(&nodes, &cli.addr),
+        ClusterCommand::Local(_) => unreachable!("main runs `cluster local` itself: it starts the servers"),
     }
 }
 
 /// How the command reaches nodes, and whether it tells its progress.
-struct Nodes<'o> {
+#[derive(Debug)]
+pub struct Nodes<'o> {
     options: &'o ClientOptions,
-    /// With --json, standard error stays quiet but for errors.
+    /// Standard error stays quiet but for errors with --json, and where it is no terminal: there
+    /// it is most often read apart from standard output (a log, a capture), where a progress
+    /// line, which standard output's report repeats, would only come out of order.
     quiet: bool,
 }
 
-impl Nodes<'_> {
+impl<'o> Nodes<'o> {
+    pub fn new(options: &'o ClientOptions, quiet: bool) -> Nodes<'o> {
+        Nodes { options, quiet }
+    }
+
     fn connect(&self, address: &str) -> Result<blocking::Session> {
         connect(address, self.options.clone())
     }
@@ -61,21 +71,19 @@ fn in_group<T>(group: u16, step: impl FnOnce() -> ferrite_client::Result<T>) -> 
     step().map_err(|error| CliError(format!("group {group}: {error}")))
 }
 
-/// `cluster init`: asks each node who it is, then makes them every group's first voters.
-fn init(nodes: &Nodes<'_>, addresses: &[String]) -> Result<Report> {
+/// `cluster init`: asks each node who it is, then makes them every group's first voters. Nodes
+/// that are all members of one cluster already are sent the same init again, which each group
+/// accepts if it has exactly these voters (so an interrupted init is finished, and a repeated
+/// one changes nothing) and refuses otherwise.
+pub fn init(nodes: &Nodes<'_>, addresses: &[String]) -> Result<Report> {
     let mut members: Vec<ClusterNode> = Vec::with_capacity(addresses.len());
+    let mut clusters: Vec<String> = Vec::with_capacity(addresses.len());
     let mut first: Option<(blocking::Session, &str)> = None;
     for address in addresses {
         let session = nodes.connect(address)?;
         let info = session.node_info()?;
         if info.node.node_id == 0 {
             return Err(not_in_cluster_mode(address));
-        }
-        if !info.cluster_id.is_empty() {
-            return Err(CliError(format!(
-                "{address} (node {}) is a member of cluster {} already",
-                info.node.node_id, info.cluster_id
-            )));
         }
         if let Some(twin) = members.iter().position(|member| member.node_id == info.node.node_id) {
             return Err(CliError(format!(
@@ -93,8 +101,10 @@ fn init(nodes: &Nodes<'_>, addresses: &[String]) -> Result<Report> {
             }
         }
         members.push(info.node);
+        clusters.push(info.cluster_id);
         first.get_or_insert((session, address.as_str()));
     }
+    let again = same_cluster_already(addresses, &members, &clusters)?;
     let (session, address) = first.expect("clap requires one --node at least");
     let groups = session.shard_count();
     for group in 0..groups {
@@ -103,17 +113,39 @@ fn init(nodes: &Nodes<'_>, addresses: &[String]) -> Result<Report> {
     }
     let cluster_id = session.node_info()?.cluster_id;
     let ids: Vec<String> = members.iter().map(|member| member.node_id.to_string()).collect();
+    let how = if again { "initialized already" } else { "initialized" };
     Ok(Report::text(
         format!(
-            "cluster {cluster_id}: nodes {} voting in all {groups} groups (initialized through {address})",
+            "cluster {cluster_id}: nodes {} voting in all {groups} groups ({how}, through {address})",
             ids.join(", ")
         ),
         json!({
             "cluster_id": cluster_id,
             "groups": groups,
             "members": members.iter().map(node_json).collect::<Vec<_>>(),
+            "initialized_already": again,
         }),
     ))
+}
+
+/// Whether the nodes (their `clusters`, as each said) are members of one cluster already, in
+/// which case the init is sent again; refused when only some are, or they are in different
+/// clusters: a node joins a cluster with `add-node`.
+fn same_cluster_already(addresses: &[String], members: &[ClusterNode], clusters: &[String]) -> Result<bool> {
+    let Some(member) = clusters.iter().position(|cluster| !cluster.is_empty()) else { return Ok(false) };
+    match clusters.iter().position(|cluster| cluster != &clusters[member]) {
+        None => Ok(true),
+        Some(other) => {
+            let in_other =
+                if clusters[other].is_empty() { "in none".to_owned() } else { format!("in {}", clusters[other]) };
+            Err(CliError(format!(
+                "{} (node {}) is a member of cluster {} already and {} (node {}) is {in_other}: an init names \
+                 the nodes of one new cluster (or all of an existing one's, again); add a node to a cluster \
+                 with `ferrite cluster add-node`",
+                addresses[member], members[member].node_id, clusters[member], addresses[other], members[other].node_id
+            )))
+        }
+    }
 }
 
 /// `cluster add-node ADDR`: the node joins every group it is not a voter of yet, group by group.
@@ -198,7 +230,12 @@ fn transfer_leader(nodes: &Nodes<'_>, address: &str, group: Option<u16>, to: u64
         let outcome = if members.leader == to {
             "led by it already"
         } else {
-            in_group(group, || session.cluster_transfer_leader(group, to))?;
+            in_group(group, || {
+                session.cluster_transfer_leader(group, to).or_else(|error| match leads_by_now(&session, group, to) {
+                    true => Ok(()),
+                    false => Err(error),
+                })
+            })?;
             "transferred"
         };
         nodes.progress(&format!("group {group}: {outcome}"));
@@ -211,6 +248,23 @@ fn transfer_leader(nodes: &Nodes<'_>, address: &str, group: Option<u16>, to: u64
         ));
     }
     Ok(group_report(&format!("leadership to node {to}"), &rows))
+}
+
+/// Whether `to` leads `group` by now, as the cluster's map says within a few seconds: the leader
+/// that hands its group over restarts itself, and its answer may not leave before the
+/// connection closes.
+fn leads_by_now(session: &blocking::Session, group: u16, to: u64) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let map = session.cluster_map();
+        if map.is_ok_and(|map| map.groups.get(usize::from(group)).is_some_and(|members| members.leader == to)) {
+            return true;
+        }
+        if Instant::now() > deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
 
 /// One row per group with what became of it.

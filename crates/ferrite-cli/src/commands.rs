@@ -605,22 +605,38 @@ fn value_attributes(session: &blocking::Session, pool_name: &str, key: &str) -> 
     ))
 }
 
+/// The counters are the node's own; its pools, in a cluster, are listed by each group's leader,
+/// so a node whose groups have no leader (not initialized yet, or an election running) shows its
+/// counters and says why the pools are missing: `stats` is how containers check a node's health.
 fn statistics(session: &blocking::Session) -> Result<Report> {
     let shards = session.statistics()?;
-    let mut pools = session.list_pools()?;
-    pools.sort_by(|a, b| a.name.cmp(&b.name));
+    let pools = match session.list_pools() {
+        Ok(mut pools) => {
+            pools.sort_by(|a, b| a.name.cmp(&b.name));
+            Ok(pools)
+        }
+        Err(error) if error.code() == Some(ErrorCode::NotLeader) => Err(error.to_string()),
+        Err(error) => return Err(error.into()),
+    };
     let users = user_quotas(&shards);
     let mut text = statistics_table(&shards);
     if !users.is_empty() {
         text.push('\n');
         text.push_str(&user_quota_table(&users));
     }
-    if !pools.is_empty() {
-        text.push('\n');
-        text.push_str(&pool_memory_table(&pools));
-    }
     let mut json = statistics_json(&shards);
-    json["pools"] = json!(pools_json(&pools));
+    match &pools {
+        Ok(pools) if pools.is_empty() => json["pools"] = json!([]),
+        Ok(pools) => {
+            text.push('\n');
+            text.push_str(&pool_memory_table(pools));
+            json["pools"] = json!(pools_json(pools));
+        }
+        Err(why) => {
+            text.push_str(&format!("\npools: not listed: {why}\n"));
+            json["pools_not_listed"] = json!(why);
+        }
+    }
     json["users"] = users
         .iter()
         .map(|(user, fields)| {

@@ -1,14 +1,16 @@
 //! `ferrite`: the command-line client for a Ferrite server.
 //!
 //! `args` defines the command line, `commands` carries each command out with the blocking
-//! client (`pools` those on pools, `cluster` the administration of a cluster), `users` edits the
-//! server's users file, and `output` renders the result as text or JSON.
+//! client (`pools` those on pools, `cluster` the administration of a cluster), `local` runs a
+//! cluster of servers on this machine, `users` edits the server's users file, and `output`
+//! renders the result as text or JSON.
 
 mod args;
 mod bench;
 mod check;
 mod cluster;
 mod commands;
+mod local;
 mod output;
 mod pools;
 mod users;
@@ -38,6 +40,9 @@ fn main() -> ExitCode {
                 ExitCode::from(2)
             }
         };
+    }
+    if let args::Command::Cluster(args::ClusterCommand::Local(options)) = &cli.command {
+        return local::main(options);
     }
     let outcome = match &cli.command {
         // `user` edits a file and needs no server, so it never connects.

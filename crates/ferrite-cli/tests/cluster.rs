@@ -23,8 +23,8 @@ fn ferrite(server: &TestServer, args: &[&str]) -> Output {
 
 /// Proves what the command line refuses, each with status 2 and an `error:` line: `init`
 /// without a node, a node id of 0 or not a number, `transfer-leader` without
-/// `--to`, `add-node` without its address, and an unknown subcommand. No server runs: nothing
-/// connects.
+/// `--to`, `add-node` without its address, `local` without its options, with a node count out
+/// of 1 to 9, no shard, or with `--json`. No server runs: nothing connects or starts.
 #[test]
 fn cluster_usage_errors_exit_with_status_2() {
     for args in [
@@ -36,6 +36,11 @@ fn cluster_usage_errors_exit_with_status_2() {
         &["cluster", "transfer-leader", "--group", "-1", "--to", "2"],
         &["cluster", "add-node"],
         &["cluster", "local"],
+        &["cluster", "local", "--nodes", "0", "--data-dir", "d"],
+        &["cluster", "local", "--nodes", "10", "--data-dir", "d"],
+        &["cluster", "local", "--nodes", "3"],
+        &["cluster", "local", "--nodes", "3", "--data-dir", "d", "--shards", "0"],
+        &["--json", "cluster", "local", "--nodes", "3", "--data-dir", "d"],
     ] {
         let output = ferrite_offline(args);
         let stderr = text(&output.stderr);
@@ -85,4 +90,30 @@ fn cluster_status_shows_a_single_server_leading_every_group() {
     assert_eq!(json["nodes"][0]["node_id"], 0);
     assert_eq!(json["groups"].as_array().map(Vec::len), Some(2));
     assert_eq!(json["groups"][1]["replicas"][0]["role"], "leader");
+}
+
+/// A node in cluster mode that no `cluster init` reached yet, on a free peer port (a node's peer
+/// port is fixed: group g listens on it + g).
+fn uninitialized_node() -> TestServer {
+    let free = (20_000..32_000)
+        .step_by(97)
+        .find(|port| std::net::TcpListener::bind(("127.0.0.1", *port)).is_ok())
+        .expect("a free port on loopback");
+    TestServer::builder_for(server_binary())
+        .args(&["--node-id", "1", "--peer-listen", &format!("127.0.0.1:{free}")])
+        .start()
+}
+
+/// Proves `ferrite stats` answers on a node that is in no cluster yet (its groups have no
+/// leader, so its pools cannot be listed): the node's counters, and a line saying why the pools
+/// are missing. Containers' health checks run it on nodes waiting for `cluster init`.
+#[test]
+fn stats_answer_on_a_node_waiting_for_its_cluster() {
+    let node = uninitialized_node();
+    let shown = ok(&ferrite(&node, &["stats"]));
+    assert!(shown.starts_with("COUNTER"), "{shown}");
+    assert!(shown.contains("pools: not listed: not_leader: no leader of group 0 is known"), "{shown}");
+    let json: Value = serde_json::from_str(&ok(&ferrite(&node, &["--json", "stats"]))).expect("JSON");
+    assert_eq!(json["pools"], Value::Null, "{json}");
+    assert!(json["pools_not_listed"].as_str().is_some_and(|why| why.contains("not_leader")), "{json}");
 }

@@ -406,9 +406,10 @@ impl Session {
         .await
     }
 
-    /// The counters of every shard, by shard index.
+    /// The counters of every shard of the node this session connected to, by shard index: in a
+    /// cluster, that node's own (any node answers, whether or not it leads, or is initialized).
     pub async fn statistics(&self) -> Result<Vec<ShardStatistics>> {
-        self.ask_every_shard(&Request::GetStatistics, Resend::Once)
+        self.ask_own_shards(&Request::GetStatistics)
             .await?
             .into_iter()
             .map(|(shard, reply)| match reply {
@@ -442,14 +443,21 @@ impl Session {
     /// so the slowest shard, not the sum of all, sets the latency; in a cluster each shard's
     /// request follows its group's leader in turn.
     async fn ask_every_shard(&self, request: &Request<'_>, resend: Resend) -> Result<Vec<(u16, Reply)>> {
-        let mut replies = Vec::with_capacity(self.shard_addresses().len());
-        if self.inner.routes.is_some() {
-            for shard in 0..self.shard_count() {
-                let reply = self.routed(shard, resend, |connection| async move { connection.call(request).await });
-                replies.push((shard, reply.await?));
-            }
-            return Ok(replies);
+        if self.inner.routes.is_none() {
+            return self.ask_own_shards(request).await;
         }
+        let mut replies = Vec::with_capacity(self.shard_addresses().len());
+        for shard in 0..self.shard_count() {
+            let reply = self.routed(shard, resend, |connection| async move { connection.call(request).await });
+            replies.push((shard, reply.await?));
+        }
+        Ok(replies)
+    }
+
+    /// Sends `request` to every shard of the node this session connected to, every request
+    /// before any reply is awaited, and gathers the replies by shard.
+    async fn ask_own_shards(&self, request: &Request<'_>) -> Result<Vec<(u16, Reply)>> {
+        let mut replies = Vec::with_capacity(self.shard_addresses().len());
         let mut pending = Vec::with_capacity(self.shard_addresses().len());
         for shard in 0..self.shard_count() {
             pending.push((shard, self.connection(shard).await?.send(request).await?));
