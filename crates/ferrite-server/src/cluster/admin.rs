@@ -343,21 +343,28 @@ async fn transfer_leader(
     }
     propose_executed(shard, raft).await;
     raft.trigger().transfer_leader(to).await.map_err(|fatal| AdminError::Failed(fatal.to_string()))?;
-    let started = Instant::now();
+    let deadline = tokio::time::Instant::now() + TRANSFER_TIMEOUT;
+    let mut metrics = raft.metrics();
     loop {
-        let metrics = raft.metrics().borrow_watched().clone();
-        if metrics.current_leader == Some(to) && metrics.state != ServerState::Leader {
+        // Done once this replica stepped down: it restarts shortly after (see `group::depose`),
+        // and the answer must leave before; `to` was asked to take over and is elected at once
+        // (clients find it in the map).
+        if metrics.borrow_watched().state != ServerState::Leader {
             return Ok(AdminOutcome::Done);
         }
-        if started.elapsed() > TRANSFER_TIMEOUT {
-            if let Some(replication) = shard.borrow_mut().replication.as_mut() {
-                replication.transferring = false;
+        match tokio::time::timeout_at(deadline, metrics.changed()).await {
+            Ok(Ok(())) => {}
+            Ok(Err(_)) => return Err(AdminError::Failed("this replica's Raft stopped".into())),
+            Err(_) => {
+                if let Some(replication) = shard.borrow_mut().replication.as_mut() {
+                    replication.transferring = false;
+                    replication.wake_waiters();
+                }
+                return Err(AdminError::Failed(format!(
+                    "node {to} did not take over within {TRANSFER_TIMEOUT:?}; the leadership stays where it is"
+                )));
             }
-            return Err(AdminError::Failed(format!(
-                "node {to} did not take over within {TRANSFER_TIMEOUT:?}; the leadership stays where it is"
-            )));
         }
-        tokio::time::sleep(POLL).await;
     }
 }
 

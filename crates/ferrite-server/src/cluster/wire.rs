@@ -488,22 +488,22 @@ mod tests {
             leader_commit: None,
             entries,
         };
-        round_trip(&append, |out, v| put_append_request(out, v), get_append_request);
+        round_trip(&append, put_append_request, get_append_request);
         for response in [
             AppendEntriesResponse::Success,
             AppendEntriesResponse::PartialSuccess(Some(log_id(3, 9))),
             AppendEntriesResponse::Conflict,
             AppendEntriesResponse::HigherVote(Vote::new(7, 2)),
         ] {
-            round_trip(&response, |out, v| put_append_response(out, v), get_append_response);
+            round_trip(&response, put_append_response, get_append_response);
         }
         let mut vote = VoteRequest::<C>::new(Vote::new(3, 2), Some(log_id(2, 40)));
         vote.leadership_transfer = true;
-        round_trip(&vote, |out, v| put_vote_request(out, v), get_vote_request);
+        round_trip(&vote, put_vote_request, get_vote_request);
         let response = VoteResponse::<C>::new(Vote::new(3, 2), None, true);
-        round_trip(&response, |out, v| put_vote_response(out, v), get_vote_response);
+        round_trip(&response, put_vote_response, get_vote_response);
         let transfer = TransferLeaderRequest::<C>::new(Vote::new_committed(3, 1), 2, Some(log_id(3, 7)));
-        round_trip(&transfer, |out, v| put_transfer_request(out, v), get_transfer_request);
+        round_trip(&transfer, put_transfer_request, get_transfer_request);
         let hello = Hello { group: 3, from: 1, to: 2, cluster: 0xfeed, nonce: [7; NONCE_BYTES] };
         assert_eq!(Hello::decode(&hello.encode()), Ok(hello));
     }
