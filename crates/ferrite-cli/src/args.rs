@@ -224,7 +224,7 @@ pub enum Command {
 #[derive(Debug, Subcommand)]
 pub enum ClusterCommand {
     /// Make the nodes at these addresses the first members of every group: asks each node who it
-    /// is, then initializes each group through the first one. Every node must run with its own
+    /// is, then initializes each group on every one of them. Every node must run with its own
     /// --node-id and the same number of shards, and be in no cluster yet. --addr is not used.
     Init {
         /// The native address of a first member (its shard 0); give one --node per node.

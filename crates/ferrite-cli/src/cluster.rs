@@ -78,7 +78,7 @@ fn in_group<T>(group: u16, step: impl FnOnce() -> ferrite_client::Result<T>) -> 
 pub fn init(nodes: &Nodes<'_>, addresses: &[String]) -> Result<Report> {
     let mut members: Vec<ClusterNode> = Vec::with_capacity(addresses.len());
     let mut clusters: Vec<String> = Vec::with_capacity(addresses.len());
-    let mut first: Option<(blocking::Session, &str)> = None;
+    let mut sessions: Vec<blocking::Session> = Vec::with_capacity(addresses.len());
     for address in addresses {
         let session = nodes.connect(address)?;
         let info = session.node_info()?;
@@ -91,34 +91,36 @@ pub fn init(nodes: &Nodes<'_>, addresses: &[String]) -> Result<Report> {
                 addresses[twin], info.node.node_id
             )));
         }
-        if let Some((first, first_address)) = &first {
+        if let Some(first) = sessions.first() {
             if first.shard_count() != session.shard_count() {
                 return Err(CliError(format!(
-                    "{address} runs {} shards and {first_address} runs {}: every node runs the same number",
+                    "{address} runs {} shards and {} runs {}: every node runs the same number",
                     session.shard_count(),
+                    addresses[0],
                     first.shard_count()
                 )));
             }
         }
         members.push(info.node);
         clusters.push(info.cluster_id);
-        first.get_or_insert((session, address.as_str()));
+        sessions.push(session);
     }
     let again = same_cluster_already(addresses, &members, &clusters)?;
-    let (session, address) = first.expect("clap requires one --node at least");
-    let groups = session.shard_count();
+    let groups = sessions[0].shard_count();
     for group in 0..groups {
-        in_group(group, || session.cluster_init(group, &members))?;
+        // Every member is told: a replica votes only once it knows its cluster, and a member
+        // that is initialized already (a leader reached it first) confirms the same members.
+        for (session, address) in sessions.iter().zip(addresses) {
+            in_group(group, || session.cluster_init(group, &members))
+                .map_err(|CliError(error)| CliError(format!("{address}: {error}")))?;
+        }
         nodes.progress(&format!("group {group}: initialized"));
     }
-    let cluster_id = session.node_info()?.cluster_id;
+    let cluster_id = sessions[0].node_info()?.cluster_id;
     let ids: Vec<String> = members.iter().map(|member| member.node_id.to_string()).collect();
     let how = if again { "initialized already" } else { "initialized" };
     Ok(Report::text(
-        format!(
-            "cluster {cluster_id}: nodes {} voting in all {groups} groups ({how}, through {address})",
-            ids.join(", ")
-        ),
+        format!("cluster {cluster_id}: nodes {} voting in all {groups} groups ({how})", ids.join(", ")),
         json!({
             "cluster_id": cluster_id,
             "groups": groups,
@@ -288,6 +290,9 @@ fn status(nodes: &Nodes<'_>, address: &str) -> Result<Report> {
     if map.is_single_server() {
         return Ok(single_server_status(address, &map));
     }
+    if map.cluster_id.is_empty() {
+        return Ok(no_cluster_status(address, &session));
+    }
     let mut sessions: BTreeMap<u64, std::result::Result<blocking::Session, String>> = BTreeMap::new();
     let mut groups: Vec<(u16, Vec<Replica>)> = Vec::new();
     for (group, members) in (0..).zip(&map.groups) {
@@ -396,6 +401,18 @@ fn cluster_status_report(map: &ClusterMap, groups: &[(u16, Vec<Replica>)]) -> Re
 }
 
 /// What a server not in cluster mode looks like as a cluster: itself, leading every group.
+/// The status of a node in cluster mode that belongs to no cluster yet.
+fn no_cluster_status(address: &str, session: &blocking::Session) -> Report {
+    let node_id = session.node_info().map_or(0, |info| info.node.node_id);
+    Report::text(
+        format!(
+            "node {node_id} at {address} belongs to no cluster yet: form one with `ferrite cluster init --node ADDR ...`, \
+             or add it to one with `ferrite --addr MEMBER cluster add-node {address}`"
+        ),
+        json!({ "cluster_id": "", "node_id": node_id, "single_server": false, "groups": [] }),
+    )
+}
+
 fn single_server_status(address: &str, map: &ClusterMap) -> Report {
     let mut table = Table::new(&[("GROUP", true), ("NODE", true), ("ROLE", false), ("LEADER", true)]);
     let mut json_groups = Vec::new();

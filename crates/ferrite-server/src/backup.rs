@@ -128,7 +128,7 @@ async fn back_up(shard: &Rc<RefCell<ShardState>>, dir: &Path) -> Result<ShardBac
         {
             let mut state = shard.borrow_mut();
             let durability = state.durability.as_mut().ok_or("the shard keeps no log")?;
-            if !durability.checkpointer.in_progress() {
+            if !durability.checkpoints_held() {
                 durability.backing_up = true;
                 break;
             }

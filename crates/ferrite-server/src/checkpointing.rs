@@ -45,6 +45,13 @@ async fn checkpoint(shard: &Rc<RefCell<ShardState>>, shutdown: &mut watch::Recei
     };
     let (mut gate, log, keep_log_from) = {
         let mut state = shard.borrow_mut();
+        if state.durability.as_ref().is_some_and(|durability| durability.checkpoints_held()) {
+            // A snapshot installation began while the leader settled.
+            if let Some(replication) = state.replication.as_mut().filter(|_| paused) {
+                replication.resume();
+            }
+            return true;
+        }
         let (pools, next_pool_id, replay_from, keep_log_from) = source(&mut state);
         let durability = state.durability.as_mut().expect("checked by the caller");
         durability.checkpointer.begin(replay_from, next_pool_id, pools);

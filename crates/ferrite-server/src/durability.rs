@@ -175,6 +175,9 @@ pub(crate) struct ShardDurability {
     /// A backup is copying the checkpoint and log: no checkpoint may start (it would remove the
     /// page files and recycle the segments the copy reads).
     pub backing_up: bool,
+    /// A snapshot from the group's leader is replacing the checkpoint and the log: no checkpoint
+    /// may start (see `cluster::snapshot`).
+    pub installing: bool,
     /// How long the last checkpoint took and how many pages it wrote, and the pages written
     /// since start, for the metrics endpoint.
     pub last_checkpoint_took: std::time::Duration,
@@ -231,6 +234,7 @@ impl ShardDurability {
         Ok(ShardDurability {
             paths,
             backing_up: false,
+            installing: false,
             last_checkpoint_took: std::time::Duration::ZERO,
             last_checkpoint_pages: 0,
             checkpoint_pages_total: 0,
@@ -288,10 +292,16 @@ impl ShardDurability {
         }
     }
 
+    /// Whether no checkpoint may begin now: one runs, or a backup or a snapshot installation
+    /// uses the checkpoint's files.
+    pub fn checkpoints_held(&self) -> bool {
+        self.checkpointer.in_progress() || self.backing_up || self.installing
+    }
+
     /// A checkpoint is due: enough log has accumulated, or enough time has passed and something
     /// changed since the last one.
     pub fn checkpoint_due(&self) -> bool {
-        if self.checkpointer.in_progress() || self.backing_up {
+        if self.checkpoints_held() {
             return false;
         }
         let changed = self.log.last_lsn() >= self.checkpointer.manifest().replay_from.max(1);

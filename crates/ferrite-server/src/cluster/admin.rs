@@ -26,9 +26,10 @@ use super::types::ShardNode;
 use super::view::NodeInfo;
 use crate::handler::ShardState;
 
-/// How long a new node may take to catch up before it becomes a voter: long enough for a
-/// snapshot of a large shard.
-const CATCH_UP_TIMEOUT: Duration = Duration::from_secs(3600);
+/// How long a new node may go without taking more of the log before adding it is given up
+/// (it stays a learner): long enough to stream and install a snapshot of a large shard, which
+/// counts as one step.
+const STALLED_AFTER: Duration = Duration::from_secs(300);
 /// How far behind the leader's log a learner may be when it is made a voter.
 const CAUGHT_UP_LAG: u64 = 64;
 /// How long a transfer of the leadership may take.
@@ -171,20 +172,8 @@ async fn init(
             "node {node_id} is not among the members it was asked to initialize the group with"
         )));
     }
-    let initialized = raft.is_initialized().await.map_err(|fatal| AdminError::Failed(fatal.to_string()))?;
-    if initialized {
-        // The same init again (a retried one) is done already; another is refused.
-        let metrics = raft.metrics().borrow_watched().clone();
-        let voters: BTreeSet<u64> = metrics.membership_config.membership().voter_ids().collect();
-        let asked: BTreeSet<u64> = members.iter().map(|member| member.node_id).collect();
-        let same_cluster =
-            shard.borrow().replication.as_ref().is_some_and(|r| r.cluster_id() == cluster_id_of(members));
-        if voters == asked && same_cluster {
-            return Ok(AdminOutcome::Done);
-        }
-        return Err(AdminError::Invalid(format!(
-            "node {node_id}'s replica of this group is initialized already, with other members"
-        )));
+    if raft.is_initialized().await.map_err(|fatal| AdminError::Failed(fatal.to_string()))? {
+        return initialized_already(shard, raft, members);
     }
     let id = cluster_id_of(members);
     {
@@ -194,9 +183,36 @@ async fn init(
     }
     cluster.set(id);
     let nodes: BTreeMap<u64, ShardNode> = members.iter().map(|node| (node.node_id, shard_node(node))).collect();
-    raft.initialize(nodes).await.map_err(|error| AdminError::Failed(error.to_string()))?;
+    if let Err(error) = raft.initialize(nodes).await {
+        // Another member, initialized by the same command, may have replicated to this one
+        // while it was being initialized: then it has these members already.
+        if raft.is_initialized().await.unwrap_or(false) {
+            return initialized_already(shard, raft, members);
+        }
+        return Err(AdminError::Failed(error.to_string()));
+    }
     tracing::info!(cluster = %format_cluster_id(id), members = members.len(), "initialized the group");
     Ok(AdminOutcome::Done)
+}
+
+/// The answer to an init of a replica initialized already: done if it was with the same members
+/// (an init retried, or sent to every member), refused otherwise.
+fn initialized_already(
+    shard: &Rc<RefCell<ShardState>>,
+    raft: &ShardRaft,
+    members: &[NodeInfo],
+) -> Result<AdminOutcome, AdminError> {
+    let metrics = raft.metrics().borrow_watched().clone();
+    let voters: BTreeSet<u64> = metrics.membership_config.membership().voter_ids().collect();
+    let asked: BTreeSet<u64> = members.iter().map(|member| member.node_id).collect();
+    let same_cluster = shard.borrow().replication.as_ref().is_some_and(|r| r.cluster_id() == cluster_id_of(members));
+    if voters == asked && same_cluster {
+        return Ok(AdminOutcome::Done);
+    }
+    let node_id = node_id_of(shard);
+    Err(AdminError::Invalid(format!(
+        "node {node_id}'s replica of this group is initialized already, with other members"
+    )))
 }
 
 /// Whether this replica leads its group now.
@@ -253,7 +269,7 @@ async fn add_node(
 
 /// Waits until learner `node_id` holds the log up to near the leader's last entry.
 async fn wait_caught_up(shard: &Rc<RefCell<ShardState>>, raft: &ShardRaft, node_id: u64) -> Result<(), AdminError> {
-    let started = Instant::now();
+    let mut progressed = (0, Instant::now());
     let mut reported = Instant::now();
     loop {
         if !leads(shard) {
@@ -271,10 +287,12 @@ async fn wait_caught_up(shard: &Rc<RefCell<ShardState>>, raft: &ShardRaft, node_
         if matched + CAUGHT_UP_LAG >= last {
             return Ok(());
         }
-        if started.elapsed() > CATCH_UP_TIMEOUT {
+        if matched > progressed.0 {
+            progressed = (matched, Instant::now());
+        } else if progressed.1.elapsed() > STALLED_AFTER {
             return Err(AdminError::Failed(format!(
-                "node {node_id} did not catch up within {CATCH_UP_TIMEOUT:?} (it holds {matched} of {last} entries); \
-                 it stays a learner"
+                "node {node_id} took no more of the log for {STALLED_AFTER:?} (it holds {matched} of {last} entries; \
+                 is it reachable at its peer address?); it stays a learner"
             )));
         }
         if reported.elapsed() > Duration::from_secs(5) {

@@ -238,6 +238,10 @@ fn raft_config(settings: &GroupSettings) -> Result<Arc<openraft::Config>, openra
         // A restarted leader holds elections like any node: what it committed before is only
         // replayed from its log, not taken for granted.
         enable_leader_restore: Some(false),
+        // A member replaced by an empty node, or one whose committed position was not saved
+        // before a kill, answers with less than the leader last saw: replicate to it again from
+        // what it has instead of stopping replication to it.
+        allow_log_reversion: Some(true),
         ..openraft::Config::default()
     };
     config.validate().map(Arc::new)
@@ -253,6 +257,14 @@ fn follow(shard: &Rc<RefCell<ShardState>>, raft: &ShardRaft, settings: &GroupSet
     let mut state = shard.borrow_mut();
     let Some(replication) = state.replication.as_mut() else { return };
     if let Some(reason) = replication.restart_reason().map(str::to_owned) {
+        drop(state);
+        depose(shard, reason);
+        return;
+    }
+    if let Err(fatal) = &metrics.running_state {
+        // Raft stopped for good (its storage failed): this replica can neither lead nor follow
+        // until the process starts again from its files.
+        let reason = format!("Raft stopped in group {}: {fatal}", replication.group);
         drop(state);
         depose(shard, reason);
         return;

@@ -147,11 +147,18 @@ impl PeerClient {
         let exchange = async {
             let stream = self.connected().await?;
             stream.write_all(&frame).await.map_err(|e| Failure::Broken(e.to_string()))?;
-            let (response_kind, response_id, body) =
-                read_frame(stream).await.map_err(|e| Failure::Broken(e.to_string()))?;
-            if response_id != id {
-                return Err(Failure::Broken("a response to another request".into()));
-            }
+            // A response to an earlier request this stream carried (one whose caller stopped
+            // waiting) may come first: skip it.
+            let (response_kind, body) = loop {
+                let (response_kind, response_id, body) =
+                    read_frame(stream).await.map_err(|e| Failure::Broken(e.to_string()))?;
+                if response_id == id {
+                    break (response_kind, body);
+                }
+                if response_id > id {
+                    return Err(Failure::Broken("a response to a request not made".into()));
+                }
+            };
             match Kind::from_u8(response_kind) {
                 Some(Kind::Failed) => Err(Failure::Unreachable(String::from_utf8_lossy(&body).into_owned())),
                 Some(answered) if answered == kind && response_kind & RESPONSE != 0 => Ok(body),
@@ -370,17 +377,26 @@ async fn serve_peer(mut stream: TcpStream, context: PeerContext) -> io::Result<(
     if !(context.admits)(hello.from) {
         return Err(io::Error::other(format!("node {} is no member of group {}", hello.from, identity.group)));
     }
-    if ours == 0 && hello.cluster != 0 {
-        (context.join_cluster)(hello.cluster)?;
-    }
     let mut receiving: Option<Receiving> = None;
     loop {
         let (kind, id, body) = read_frame(&mut stream).await?;
         let Some(raft) = context.raft.borrow().clone() else {
             return Err(io::Error::other("this replica's Raft is not running"));
         };
+        let kind_of = Kind::from_u8(kind);
+        let replicated = matches!(kind_of, Some(Kind::AppendEntries | Kind::SnapshotBegin));
+        if replicated && identity.cluster.get() == 0 && hello.cluster != 0 {
+            // A leader of the cluster replicates to this replica: it joins that cluster.
+            (context.join_cluster)(hello.cluster)?;
+        }
         let mut response = Vec::new();
-        let answer = match Kind::from_u8(kind) {
+        let answer = match kind_of {
+            Some(Kind::Vote | Kind::PreVote) if identity.cluster.get() == 0 => {
+                // A replica that belongs to no cluster yet is new, or empty after losing its
+                // disk: a vote it gave before may be forgotten, so it votes only once a leader
+                // has replicated to it.
+                Err("this replica has joined no cluster yet and does not vote".to_owned())
+            }
             Some(Kind::AppendEntries) => {
                 let request = parse(&body, wire::get_append_request)?;
                 let reply = raft.append_entries(request).await;

@@ -180,10 +180,10 @@ impl SnapshotStore {
         let _ = std::fs::remove_dir_all(&installing);
         std::fs::rename(&files.dir, &installing)?;
         sync_dir(&self.root)?;
+        let _held = CheckpointsHeld::wait(shard).await?;
         let (paths, log) = {
-            let mut state = shard.borrow_mut();
-            let durability = state.durability.as_mut().ok_or_else(|| io::Error::other("no log"))?;
-            durability.checkpointer.abandon();
+            let state = shard.borrow();
+            let durability = state.durability.as_ref().ok_or_else(|| io::Error::other("no log"))?;
             (durability.paths.clone(), durability.log.clone())
         };
         super::log_store::quiet(&log).await?;
@@ -253,6 +253,40 @@ impl SnapshotStore {
 
 /// Where a snapshot being installed is kept, in the snapshots' directory.
 const INSTALLING: &str = "installing";
+
+/// How often an installation looks whether the checkpoint or backup it waits for is done.
+const HELD_POLL: std::time::Duration = std::time::Duration::from_millis(10);
+
+/// Checkpoints (and backups) held off while a snapshot replaces the checkpoint and the log: one
+/// running would write page files and a manifest over the snapshot's, or copy half of each.
+struct CheckpointsHeld {
+    shard: Rc<RefCell<ShardState>>,
+}
+
+impl CheckpointsHeld {
+    /// Waits until no checkpoint or backup runs, then holds them off until dropped.
+    async fn wait(shard: &Rc<RefCell<ShardState>>) -> io::Result<CheckpointsHeld> {
+        loop {
+            {
+                let mut state = shard.borrow_mut();
+                let durability = state.durability.as_mut().ok_or_else(|| io::Error::other("no log"))?;
+                if !durability.checkpoints_held() {
+                    durability.installing = true;
+                    return Ok(CheckpointsHeld { shard: Rc::clone(shard) });
+                }
+            }
+            tokio::time::sleep(HELD_POLL).await;
+        }
+    }
+}
+
+impl Drop for CheckpointsHeld {
+    fn drop(&mut self) {
+        if let Some(durability) = self.shard.borrow_mut().durability.as_mut() {
+            durability.installing = false;
+        }
+    }
+}
 
 /// The state file's record of an installed snapshot whose last entry is `last`: its state is
 /// committed, and the log holds nothing before it a replica may read.
