@@ -6,7 +6,8 @@
 # 1. builds libferrite and what the tests talk to (the server, its plugin host, the counter
 #    plugin, and the `ferrite` command for the users file);
 # 2. starts two servers on loopback with free ports: a plain one (direct values up to 8 MiB),
-#    and one with mutual TLS and users (certificates made here with openssl);
+#    and one with mutual TLS and users (certificates made here with openssl); and a three-node
+#    cluster (`ferrite cluster local`);
 # 3. compiles tests/test_ferrite.c with gcc against libferrite.so and runs it;
 # 4. runs it again built with AddressSanitizer (and LeakSanitizer) against libferrite.a: no
 #    invalid access in C, and no leak of anything the library handed out, Rust allocations
@@ -113,7 +114,22 @@ start_server secure --tls-cert "$tls/server.pem" --tls-key "$tls/server-key.pem"
     --users "$work/users.toml"
 secure_address=$server_address
 
+# A three-node cluster on loopback (`ferrite cluster local`), for the redirection test; its
+# command stops every node on SIGTERM.
+"$bin/ferrite" cluster local --nodes 3 --data-dir "$work/cluster" >"$work/cluster.out" 2>"$work/cluster.err" &
+server_pids+=("$!")
+for _ in $(seq 600); do
+    grep -qx 'Ctrl-C stops every node.' "$work/cluster.out" && break
+    kill -0 "${server_pids[-1]}" 2>/dev/null || { cat "$work/cluster.err" >&2; exit 1; }
+    sleep 0.1
+done
+grep -qx 'Ctrl-C stops every node.' "$work/cluster.out" ||
+    { echo "run.sh: cluster local was not ready in 60 s" >&2; cat "$work/cluster.err" >&2; exit 1; }
+cluster_addresses=$(sed -n 's/^node [0-9]*: native \([^ ]*\) .*/\1/p' "$work/cluster.out" | paste -sd,)
+echo "cluster (pid ${server_pids[-1]}) at $cluster_addresses"
+
 export FERRITE_TEST_ADDR=$plain_address
+export FERRITE_TEST_CLUSTER_ADDRS=$cluster_addresses
 export FERRITE_TEST_DIRECT_MAX=$direct_max
 export FERRITE_TEST_TLS_ADDR=$secure_address
 export FERRITE_TEST_CA=$tls/ca.pem

@@ -12,6 +12,9 @@
  *   FERRITE_TEST_DIRECT_MAX
  *                          the plain server's limits.direct_value_bytes_max, if set low enough to
  *                          test a put past it; that check skips without it.
+ *   FERRITE_TEST_CLUSTER_ADDRS
+ *                          the native addresses of a three-node cluster's nodes, separated by
+ *                          commas; the cluster test skips without it.
  *
  * Prints each test and ends with "N passed, N failed"; exits 1 if any failed.
  */
@@ -816,6 +819,60 @@ static void test_cluster_map(void) {
     CHECK_OK(ferrite_session_close(session));
 }
 
+/* A three-node cluster (FERRITE_TEST_CLUSTER_ADDRS, the nodes' native addresses separated by
+   commas): a session with any node maps all three, and pool requests reach each group's leader
+   through whichever node the session was opened with (the library follows not_leader). */
+static void test_cluster_follows_leaders(void) {
+    const char *list = getenv("FERRITE_TEST_CLUSTER_ADDRS");
+    if (list == NULL || list[0] == '\0') {
+        skipped = 1;
+        return;
+    }
+    char nodes[3][64] = {{0}};
+    size_t count = 0;
+    for (const char *at = list; *at != '\0' && count < 3; count++) {
+        size_t len = strcspn(at, ",");
+        REQUIRE(len > 0 && len < sizeof nodes[0]);
+        memcpy(nodes[count], at, len);
+        at += len + (at[len] == ',');
+    }
+    REQUIRE(count == 3);
+    char name[128];
+    pool_name(name, sizeof name, "cluster");
+    for (size_t n = 0; n < count; n++) {
+        ferrite_session *session = NULL;
+        CHECK_OK(ferrite_connect(nodes[n], NULL, &session));
+        REQUIRE(session != NULL);
+        ferrite_cluster_map map = {0};
+        CHECK_OK(ferrite_cluster_map_get(session, &map));
+        CHECK(!map.single_server && map.cluster_id != NULL && map.cluster_id[0] != '\0');
+        CHECK(map.node_count == 3);
+        ferrite_cluster_map_free(&map);
+        ferrite_pool *pool = NULL;
+        if (n == 0) {
+            CHECK_OK(ferrite_pool_create(session, name, 1 << 20, 64, FERRITE_POOL_CREATE_ONLY, NULL, &pool));
+        } else {
+            CHECK_OK(ferrite_pool_open(session, name, &pool));
+        }
+        REQUIRE(pool != NULL);
+        char key[32], value[32];
+        snprintf(key, sizeof key, "through-%zu", n);
+        snprintf(value, sizeof value, "node-%zu", n);
+        CHECK(put_text(pool, key, value));
+        for (size_t m = 0; m <= n; m++) {
+            ferrite_buffer read = {0};
+            snprintf(key, sizeof key, "through-%zu", m);
+            snprintf(value, sizeof value, "node-%zu", m);
+            CHECK_OK(ferrite_get(pool, KEY(key), &read));
+            CHECK(buffer_is(read, value));
+            ferrite_buffer_free(&read);
+        }
+        CHECK_OK(ferrite_pool_close(pool));
+        if (n + 1 == count) CHECK_OK(ferrite_pool_delete(session, name));
+        CHECK_OK(ferrite_session_close(session));
+    }
+}
+
 static uint64_t le64(ferrite_buffer buffer) {
     uint64_t value = 0;
     for (size_t i = 0; i < buffer.len && i < 8; i++) value |= (uint64_t)buffer.data[i] << (8 * i);
@@ -1237,6 +1294,7 @@ struct test {
 static const struct test tests[] = {
     {"statuses_and_version", test_statuses_and_version},
     {"cluster_map", test_cluster_map},
+    {"cluster_follows_leaders", test_cluster_follows_leaders},
     {"connect_errors", test_connect_errors},
     {"connect_with_options", test_connect_with_options},
     {"options_carry_their_size", test_options_carry_their_size},
