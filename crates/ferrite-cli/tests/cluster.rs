@@ -117,3 +117,18 @@ fn stats_answer_on_a_node_waiting_for_its_cluster() {
     assert_eq!(json["pools"], Value::Null, "{json}");
     assert!(json["pools_not_listed"].as_str().is_some_and(|why| why.contains("not_leader")), "{json}");
 }
+
+/// Proves `cluster status` on a node in no cluster yet says so and how to form or join one,
+/// instead of an empty table.
+#[test]
+fn cluster_status_on_a_node_of_no_cluster_says_how_to_form_one() {
+    let node = uninitialized_node();
+    let shown = ok(&ferrite(&node, &["cluster", "status"]));
+    assert!(shown.starts_with("node 1 at "), "{shown}");
+    assert!(shown.contains("belongs to no cluster yet"), "{shown}");
+    assert!(shown.contains("cluster init") && shown.contains("cluster add-node"), "{shown}");
+    let json: Value = serde_json::from_str(&ok(&ferrite(&node, &["--json", "cluster", "status"]))).expect("JSON");
+    assert_eq!(json["cluster_id"], "", "{json}");
+    assert_eq!(json["node_id"], 1, "{json}");
+    assert_eq!(json["groups"].as_array().map(Vec::len), Some(0), "{json}");
+}
