@@ -355,8 +355,9 @@ impl Load {
 
     /// Stops the clients, reads every key once more (recorded in the history too), and checks
     /// that every acknowledged write is there and every key's history is linearizable. Panics
-    /// with the history's summary and the problems found, the history saved to a file.
-    pub fn finish_and_check(mut self) -> History {
+    /// with the history's summary and the problems found, the history saved to a file. Returns
+    /// what the final reads found, key by key.
+    pub fn finish_and_check(mut self) -> Vec<(String, Option<Value>)> {
         self.stop.store(true, Ordering::Relaxed);
         for thread in self.threads.drain(..) {
             thread.join().expect("a load client panicked");
@@ -364,13 +365,13 @@ impl Load {
         let finals = final_reads(&self.history, &self.keys, &self.seeds);
         let acknowledged = self.acknowledged();
         assert!(acknowledged > 0, "the load had no write acknowledged at all: {}", self.history.summary());
-        if let Err(anomalies) = check_acknowledged(&self.history, finals) {
+        if let Err(anomalies) = check_acknowledged(&self.history, finals.clone()) {
             panic!("acknowledged writes lost or unwritten values read:\n{anomalies}\n{}", self.report());
         }
         let verdict = check_linearizable(&self.history, &CheckOptions::default());
         assert!(verdict.is_linearizable(), "the history is not linearizable:\n{verdict}\n{}", self.report());
         eprintln!("load: {acknowledged} writes acknowledged; {}", self.history.summary());
-        self.history.clone()
+        finals
     }
 
     /// The summary, and where the whole history was saved.
@@ -521,6 +522,44 @@ fn final_reads(history: &History, keys: &[String], seeds: &[String]) -> Vec<(Str
         }
     }
     finals
+}
+
+/// Reads every key of `finals` through the native address of node `index` only (no redirects
+/// followed: it must lead), and asserts each holds what the final reads found.
+pub fn assert_node_serves(cluster: &Cluster, index: usize, finals: &[(String, Option<Value>)]) {
+    let addr = cluster.node(index).native_addr().to_string();
+    let found = block_on(LEADER_TIMEOUT, async {
+        let session = Session::connect_with(&addr, client_options()).await.map_err(|e| e.to_string())?;
+        let pool = session.open_pool(POOL).await.map_err(|e| e.to_string())?;
+        let mut found = Vec::new();
+        for (key, _) in finals {
+            let value = match pool.get(key).await {
+                Ok(value) => Some(Value::from(value)),
+                Err(error) if error.code() == Some(ErrorCode::KeyNotFound) => None,
+                Err(error) => return Err(format!("{key}: {error}")),
+            };
+            found.push((key.clone(), value));
+        }
+        Ok(found)
+    });
+    let found = found.unwrap_or_else(|| panic!("node {index} did not answer the reads in time"));
+    assert_eq!(found.as_ref().ok(), Some(&finals.to_vec()), "node {index} answers other values");
+}
+
+/// Sends one RESP command (`words`) to `addr` and reads the first line of the answer; `None` if
+/// none comes within [`ASK_TIMEOUT`] or the connection fails.
+pub fn resp_line(addr: SocketAddr, words: &[&str]) -> Option<String> {
+    use std::io::{BufRead, BufReader, Write};
+    let stream = std::net::TcpStream::connect_timeout(&addr, ASK_TIMEOUT).ok()?;
+    stream.set_read_timeout(Some(ASK_TIMEOUT)).ok()?;
+    let mut command = format!("*{}\r\n", words.len());
+    for word in words {
+        command.push_str(&format!("${}\r\n{word}\r\n", word.len()));
+    }
+    (&stream).write_all(command.as_bytes()).ok()?;
+    let mut line = String::new();
+    BufReader::new(&stream).read_line(&mut line).ok()?;
+    Some(line.trim_end().to_owned()).filter(|line| !line.is_empty())
 }
 
 /// A configuration file with `toml` in it (the rest stays the embedded default), for
