@@ -80,6 +80,8 @@ use std::process::ExitStatus;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 pub use faults::Mode;
+// Each test file uses its own subset (the self-test uses `process_state`).
+#[allow(unused_imports)]
 pub use process::{process_state, Readiness};
 
 use crate::common::fresh_dir;
