@@ -136,12 +136,10 @@ impl DurabilityTask {
             loop {
                 signal.published.notified().await;
                 let state = signal.state();
-                local.send_if_modified(|current| {
-                    let durable = signal.durable.load(Ordering::Acquire);
-                    let changed = *current != durable;
-                    *current = durable;
-                    changed
-                });
+                // Every batch is told, even one that ends where an earlier one did: a replica whose
+                // log was cut back writes the same positions again, and what waits for them
+                // (Raft's flush callbacks) must hear of it.
+                local.send_replace(signal.durable.load(Ordering::Acquire));
                 to_connections.send_if_modified(|current| {
                     let changed = *current != state;
                     *current = state;
@@ -261,7 +259,7 @@ impl ShardDurability {
         self.signal.published.notify_one();
     }
 
-    /// The durable end of the log itself, as the shard's thread learns it.
+    /// The durable end of the log itself, as the shard's thread learns it after each batch.
     pub fn local_durable(&self) -> watch::Receiver<Lsn> {
         self.local.clone()
     }

@@ -114,8 +114,10 @@ pub(crate) async fn run(
     };
     let peer_task = tokio::task::spawn_local(serve_peers(TcpListener::from_std(peers)?, context, stop.clone()));
     let log = ShardLog::new(Rc::clone(&shard));
-    let local_durable = shard.borrow().durability.as_ref().map(|durability| durability.local_durable());
-    let flush_task = local_durable.map(|durable| tokio::task::spawn_local(complete_flushes(log.flushes(), durable)));
+    let local_durable =
+        shard.borrow().durability.as_ref().map(|durability| (durability.log.clone(), durability.local_durable()));
+    let flush_task =
+        local_durable.map(|(wal, batches)| tokio::task::spawn_local(complete_flushes(log.flushes(), wal, batches)));
     let config = raft_config(&settings).map_err(std::io::Error::other)?;
     let machine = ShardMachine::new(Rc::clone(&shard), snapshots);
     let network = PeerNetwork { identity };

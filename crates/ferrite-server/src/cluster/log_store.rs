@@ -106,10 +106,14 @@ impl ShardLog {
 }
 
 /// Completes the flush callbacks whose entries the log has made durable, for as long as the
-/// shard runs: Raft counts an entry as this replica's only then.
-pub(crate) async fn complete_flushes(flushes: Flushes, mut durable: watch::Receiver<Lsn>) {
+/// shard runs: Raft counts an entry as this replica's only then. It looks at the log's own
+/// durable end after each batch (`batches` tells of each): the position a batch reported may
+/// be from before the log was cut back, and the entries written there since are not durable
+/// until a later batch.
+pub(crate) async fn complete_flushes(flushes: Flushes, log: SharedLog, mut batches: watch::Receiver<Lsn>) {
     loop {
-        let lsn = *durable.borrow_and_update();
+        batches.borrow_and_update();
+        let lsn = log.durable_lsn();
         let done: Vec<IOFlushed<C>> = {
             let mut waiting = flushes.borrow_mut();
             let (done, pending): (Vec<_>, Vec<_>) = waiting.drain(..).partition(|(index, _)| *index <= lsn);
@@ -119,7 +123,7 @@ pub(crate) async fn complete_flushes(flushes: Flushes, mut durable: watch::Recei
         for callback in done {
             callback.io_completed(Ok(()));
         }
-        if durable.changed().await.is_err() {
+        if batches.changed().await.is_err() {
             return;
         }
     }

@@ -369,11 +369,17 @@ impl Replication {
         Ok(())
     }
 
-    /// Whether the log holds `entry` already (the leader's own, appended when it executed it).
+    /// Whether the log holds `entry` already (the leader's own, appended when it executed it, or
+    /// one a leader sends again). Looked up on disk when memory no longer has it (after a
+    /// restart): an entry the log holds must never be cut and written again, since this replica
+    /// may be one of the majority that committed it.
     fn holds(&self, entry: &Entry) -> bool {
         let index = entry.log_id.index;
-        let cached = if index == 0 { self.first.as_ref() } else { self.cached(index) };
-        let Some(cached) = cached else { return false };
+        let held = match index {
+            0 => self.first.clone(),
+            _ => self.cached(index).cloned().or_else(|| self.read(index, index + 1).ok()?.pop()),
+        };
+        let Some(cached) = held.as_ref() else { return false };
         if cached.log_id != entry.log_id {
             return false;
         }

@@ -51,12 +51,12 @@ impl StoreBuilder<C, ShardLog, ShardMachine, Guard> for Builder {
         if let Some(task) = durability.take_task() {
             tokio::task::spawn_local(task.run());
         }
-        let durable = durability.local_durable();
+        let (wal, batches) = (durability.log.clone(), durability.local_durable());
         let mut state = shard_state(replica.pools, Some(durability));
         state.replication = Some(replica.replication);
         let shard = Rc::new(RefCell::new(state));
         let log = ShardLog::new(Rc::clone(&shard));
-        tokio::task::spawn_local(complete_flushes(log.flushes(), durable));
+        tokio::task::spawn_local(complete_flushes(log.flushes(), wal, batches));
         let snapshots = SnapshotStore::open(&replica.raft_dir).expect("snapshots");
         let machine = ShardMachine::new(shard, snapshots);
         Ok((Guard { dir, _data_dir: std::sync::Mutex::new(data_dir) }, log, machine))
@@ -137,5 +137,41 @@ fn the_replica_passes_openrafts_storage_suite() {
             apply_multiple,
         );
         assert!(failed.is_empty(), "failed:\n{}", failed.join("\n"));
+    });
+}
+
+/// Appends `entries` and waits (bounded) until the log reports them durable.
+async fn append_durably(log: &mut ShardLog, entries: Vec<super::types::Entry>) -> Result<(), String> {
+    use openraft::storage::{IOFlushed, RaftLogStorage};
+    use openraft::type_config::TypeConfigExt;
+    let (sender, flushed) = C::oneshot();
+    log.append(entries, IOFlushed::signal(sender)).await.map_err(|error| error.to_string())?;
+    match tokio::time::timeout(std::time::Duration::from_secs(10), flushed).await {
+        Ok(Ok(Ok(()))) => Ok(()),
+        Ok(outcome) => Err(format!("the flush failed: {outcome:?}")),
+        Err(_) => Err("the entries were never reported durable".into()),
+    }
+}
+
+/// Proves that entries written again where the log was cut back (a restarted replica's
+/// uncommitted tail, replaced by its new leader's entries) are reported durable: the log's
+/// durable end was past them before the cut, and a flush waiting for that same position again
+/// was never told (the replica then never acknowledged its leader).
+#[test]
+fn entries_written_again_after_a_cut_are_reported_durable() {
+    use openraft::storage::RaftLogStorage;
+    use openraft::testing::{blank_ent, log_id};
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    let local = tokio::task::LocalSet::new();
+    local.block_on(&runtime, async {
+        let (_guard, mut log, _machine) = Builder { tag: "cut".into() }.build().await.expect("a store");
+        let first_term: Vec<_> = (1..=5).map(|index| blank_ent::<C>(1, 1, index)).collect();
+        append_durably(&mut log, first_term).await.expect("the first entries");
+        log.truncate_after(Some(log_id::<C>(1, 1, 3))).await.expect("the cut");
+        let second_term: Vec<_> = (4..=5).map(|index| blank_ent::<C>(2, 2, index)).collect();
+        append_durably(&mut log, second_term).await.expect("the entries written again");
+        let held = openraft::RaftLogReader::try_get_log_entries(&mut log, 1..6).await.expect("a read");
+        let terms: Vec<u64> = held.iter().map(|entry| entry.log_id.leader_id.term).collect();
+        assert_eq!(terms, [1, 1, 1, 2, 2]);
     });
 }
