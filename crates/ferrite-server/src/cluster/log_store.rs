@@ -66,6 +66,12 @@ impl ShardLog {
         ShardLog { shard, flushes: Rc::default() }
     }
 
+    /// The shard whose log this is, for tests that look inside.
+    #[cfg(test)]
+    pub fn shard(&self) -> Rc<RefCell<ShardState>> {
+        Rc::clone(&self.shard)
+    }
+
     /// The flush callbacks, for [`complete_flushes`].
     pub fn flushes(&self) -> Flushes {
         Rc::clone(&self.flushes)

@@ -314,11 +314,12 @@ impl Replication {
     /// already is. Says what the caller must do first, once the log is quiet, before it calls
     /// again, if an entry conflicts with what the log holds or the log must begin elsewhere.
     pub fn append(&mut self, log: &SharedLog, entries: &[Entry]) -> Result<Appending, std::io::Error> {
+        let on_disk = self.held_on_disk(log.next_lsn(), entries);
         for entry in entries {
             let index = entry.log_id.index;
             let next = log.next_lsn();
             if index == 0 || index < next {
-                if self.holds(entry) {
+                if self.holds(entry, &on_disk) {
                     continue;
                 }
                 if index > 0 || self.first.is_some() {
@@ -369,17 +370,30 @@ impl Replication {
         Ok(())
     }
 
-    /// Whether the log holds `entry` already (the leader's own, appended when it executed it, or
-    /// one a leader sends again). Looked up on disk when memory no longer has it (after a
-    /// restart): an entry the log holds must never be cut and written again, since this replica
-    /// may be one of the majority that committed it.
-    fn holds(&self, entry: &Entry) -> bool {
+    /// The entries of `entries` before `next` (the log's end) that the log holds but memory no
+    /// longer does (after a restart), read back in one pass: an entry the log holds must never
+    /// be cut and written again, since this replica may be one of the majority that committed
+    /// it.
+    fn held_on_disk(&self, next: Lsn, entries: &[Entry]) -> Vec<Entry> {
+        let mut uncached = entries.iter().map(|entry| entry.log_id.index).filter(|index| *index > 0 && *index < next);
+        let Some(from) = uncached.find(|index| self.cached(*index).is_none()) else { return Vec::new() };
+        let to = entries.last().map_or(from, |entry| entry.log_id.index).min(next - 1);
+        // Unreadable: taken as not held, so the leader's entries replace them.
+        self.read(from, to + 1).unwrap_or_default()
+    }
+
+    /// Whether the log holds `entry` already: the leader's own, appended when it executed it, or
+    /// one a leader sends again (in memory, or among those read back from disk, `on_disk`).
+    fn holds(&self, entry: &Entry, on_disk: &[Entry]) -> bool {
         let index = entry.log_id.index;
         let held = match index {
-            0 => self.first.clone(),
-            _ => self.cached(index).cloned().or_else(|| self.read(index, index + 1).ok()?.pop()),
+            0 => self.first.as_ref(),
+            _ => self.cached(index).or_else(|| {
+                let offset = index.checked_sub(on_disk.first()?.log_id.index)?;
+                on_disk.get(usize::try_from(offset).ok()?).filter(|held| held.log_id.index == index)
+            }),
         };
-        let Some(cached) = held.as_ref() else { return false };
+        let Some(cached) = held else { return false };
         if cached.log_id != entry.log_id {
             return false;
         }

@@ -175,3 +175,32 @@ fn entries_written_again_after_a_cut_are_reported_durable() {
         assert_eq!(terms, [1, 1, 1, 2, 2]);
     });
 }
+
+/// Proves that entries a leader sends again, which the log holds but memory no longer does (as
+/// after a restart), are kept, not cut and written again (this replica may be one of the
+/// majority that committed them), while an entry of another term at the same index is a
+/// conflict that cuts the log.
+#[test]
+fn entries_sent_again_are_kept_and_only_conflicts_cut() {
+    use openraft::storage::{IOFlushed, RaftLogStorage};
+    use openraft::testing::blank_ent;
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    let local = tokio::task::LocalSet::new();
+    local.block_on(&runtime, async {
+        let (_guard, mut log, _machine) = Builder { tag: "resent".into() }.build().await.expect("a store");
+        append_durably(&mut log, (1..=5).map(|index| blank_ent::<C>(1, 1, index)).collect()).await.expect("entries");
+        let shard = log.shard();
+        let durable = || shard.borrow().durability.as_ref().map_or(0, |durability| durability.log.durable_lsn());
+        // Memory forgets the entries, as after a restart.
+        shard.borrow_mut().replication.as_mut().expect("a replica").started_at(6);
+        log.append((3..=5).map(|index| blank_ent::<C>(1, 1, index)).collect::<Vec<_>>(), IOFlushed::noop())
+            .await
+            .expect("entries sent again");
+        assert_eq!(durable(), 5, "the log was cut over entries it held");
+        log.append(vec![blank_ent::<C>(2, 2, 5)], IOFlushed::noop()).await.expect("a conflicting entry");
+        assert!(durable() < 5, "a conflict at 5 cuts the log");
+        let held = openraft::RaftLogReader::try_get_log_entries(&mut log, 1..6).await.expect("a read");
+        let terms: Vec<u64> = held.iter().map(|entry| entry.log_id.leader_id.term).collect();
+        assert_eq!(terms, [1, 1, 1, 1, 2]);
+    });
+}
