@@ -10,6 +10,7 @@ pub mod group;
 pub mod handshake;
 pub mod log_store;
 pub mod network;
+pub mod read_back;
 pub mod replication;
 pub mod restart;
 pub mod snapshot;

@@ -25,11 +25,12 @@ use std::time::Instant;
 use bytes::Bytes;
 use ferrite_store::persistence::ssd::entry::Entry as Framed;
 use ferrite_store::persistence::ssd::{FramedEntry, ReplicaPools, SharedLog};
-use ferrite_store::persistence::wal::{read_range, FsStorage, Lsn};
+use ferrite_store::persistence::wal::{FsStorage, Lsn};
 use openraft::EntryPayload;
 use tokio::sync::Notify;
 
 use super::admin::AdminJob;
+use super::read_back::ReadBack;
 use super::state_file::StateFile;
 use super::types::{log_id, Entry, LogId, Redo, StoredMembership};
 use super::wire::{get_membership, put_membership, Reader};
@@ -92,8 +93,8 @@ pub(crate) struct Replication {
     pub membership: StoredMembership,
     /// Why this replica must restart its process, once it knows it must.
     restart: Option<String>,
-    /// The log's directory, to read back entries no longer in memory.
-    storage: FsStorage,
+    /// Entries no longer in memory, read back from the log's directory.
+    read_back: ReadBack,
     /// Told when the shard appended entries to propose (see `group::propose`).
     pub proposals: Arc<Notify>,
     /// Requests that wait for this replica to begin leading (it won the election and applies
@@ -170,7 +171,7 @@ impl Replication {
             committed_in_memory: None,
             membership,
             restart: None,
-            storage,
+            read_back: ReadBack::new(storage),
             proposals: Arc::default(),
             waiters: Vec::new(),
             lease_until: None,
@@ -418,6 +419,7 @@ impl Replication {
             self.state.update(|state| state.first_entry = None)?;
         }
         let keep_to = last.map_or(0, |id| id.index);
+        self.read_back.forget();
         if self.executed.range(keep_to + 1..).next().is_some() {
             self.must_restart(format!("the group's log was cut back after {keep_to}, over entries executed here"));
         }
@@ -453,24 +455,15 @@ impl Replication {
             entries.extend((from..to).filter_map(|index| self.cached(index).cloned()));
             return Ok(entries);
         }
-        let mut bad = None;
         let disk_to = to.min(self.cache_first);
-        read_range(&self.storage, from, disk_to - 1, |lsn, payload| match decode_entry(lsn, payload) {
-            Ok(entry) => entries.push(entry),
-            Err(error) => {
-                bad.get_or_insert(error);
-            }
-        })
-        .map_err(std::io::Error::other)?;
-        if let Some(error) = bad {
-            return Err(error);
-        }
+        entries.extend(self.read_back.read(from, disk_to, self.first_readable(), self.cache_first)?);
         entries.extend((disk_to..to).filter_map(|index| self.cached(index).cloned()));
         Ok(entries)
     }
 
     /// The log started over at `first` (it held nothing).
     pub fn started_at(&mut self, first: Lsn) {
+        self.read_back.forget();
         self.cache.clear();
         self.cache_bytes = 0;
         self.cache_first = first;
@@ -480,6 +473,7 @@ impl Replication {
     /// it (the entries it held that follow the snapshot's last), and nothing it executed counts
     /// any more.
     pub fn installed(&mut self, last: LogId, membership: StoredMembership, kept: Vec<Entry>) {
+        self.read_back.forget();
         self.cache.clear();
         self.cache_bytes = 0;
         self.cache_first = last.index + 1;
@@ -562,7 +556,7 @@ pub fn parse_cluster_id(text: &str) -> u64 {
 }
 
 /// What an entry costs the cache.
-fn entry_bytes(entry: &Entry) -> usize {
+pub(crate) fn entry_bytes(entry: &Entry) -> usize {
     match &entry.payload {
         EntryPayload::Normal(Redo::Payload(payload)) => payload.len() + 64,
         _ => 64,

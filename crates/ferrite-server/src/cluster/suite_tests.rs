@@ -204,3 +204,49 @@ fn entries_sent_again_are_kept_and_only_conflicts_cut() {
         assert_eq!(terms, [1, 1, 1, 1, 2]);
     });
 }
+
+/// Proves that reads of entries memory no longer holds (as after a restart) give exactly the
+/// log's entries, whatever order they come in: backwards in small steps as Raft's start-up
+/// scans, single entries all over, forwards, and across the window's edges, and again after the
+/// log was cut back where a window lay.
+#[test]
+fn entries_read_back_from_disk_are_the_logs_in_any_order() {
+    use openraft::storage::RaftLogStorage;
+    use openraft::testing::{blank_ent, log_id};
+    use openraft::RaftLogReader;
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    let local = tokio::task::LocalSet::new();
+    local.block_on(&runtime, async {
+        let (_guard, mut log, _machine) = Builder { tag: "readback".into() }.build().await.expect("a store");
+        // Terms change every 700 entries: each entry's term says where it is.
+        let term_of = |index: u64| 1 + (index - 1) / 700;
+        let entries = (1..=3000).map(|index| blank_ent::<C>(term_of(index), 1, index)).collect();
+        append_durably(&mut log, entries).await.expect("entries");
+        let shard = log.shard();
+        shard.borrow_mut().replication.as_mut().expect("a replica").started_at(3001);
+        let mut reader = log.clone();
+        let mut read = |from: u64, to: u64| {
+            let read = futures_util::FutureExt::now_or_never(reader.try_get_log_entries(from..to));
+            let held = read.expect("a read from disk does not wait").expect("a read");
+            held.iter().map(|entry| (entry.log_id.index, entry.log_id.leader_id.term)).collect::<Vec<_>>()
+        };
+        let expected = |from: u64, to: u64| (from..to).map(|index| (index, term_of(index))).collect::<Vec<_>>();
+        let mut end: u64 = 3001;
+        while end > 1 {
+            let start = end.saturating_sub(64).max(1);
+            assert_eq!(read(start, end), expected(start, end), "{start}..{end}");
+            end = start;
+        }
+        for index in [1, 2999, 1500, 3000, 700, 701, 1024, 1025, 2048] {
+            assert_eq!(read(index, index + 1), expected(index, index + 1), "{index}");
+        }
+        assert_eq!(read(1, 3001), expected(1, 3001));
+        log.truncate_after(Some(log_id::<C>(term_of(2000), 1, 2000))).await.expect("the cut");
+        append_durably(&mut log, (2001..=2100).map(|index| blank_ent::<C>(9, 2, index)).collect()).await.expect("more");
+        shard.borrow_mut().replication.as_mut().expect("a replica").started_at(2101);
+        let after: Vec<(u64, u64)> = read(1990, 2010);
+        let wanted: Vec<(u64, u64)> =
+            (1990..2010).map(|index| (index, if index <= 2000 { term_of(index) } else { 9 })).collect();
+        assert_eq!(after, wanted);
+    });
+}
