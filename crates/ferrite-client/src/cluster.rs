@@ -26,14 +26,16 @@ use crate::error::{Error, Result};
 use crate::reply::Reply;
 use crate::session::Session;
 
-/// Most `not_leader` answers (and unreachable leaders) one request follows before its error
-/// reaches the caller.
+/// Most `not_leader` answers naming a leader one request follows before its error reaches the
+/// caller (waits while no leader is known, or the one known is unreachable, are counted apart:
+/// [`LEADER_UNKNOWN_WAITS_MS`]).
 pub const REDIRECTS_MAX: usize = 5;
 
 /// How long a request waits, in turn, each time no leader of its group is known (or the one
-/// known cannot be reached) before it asks again: an election takes a few hundred
-/// milliseconds.
-pub const LEADER_UNKNOWN_WAITS_MS: [u64; REDIRECTS_MAX] = [50, 100, 200, 400, 800];
+/// known cannot be reached) before it asks again; the request fails once they are spent. An
+/// election takes a few hundred milliseconds, so the waits stay short (at most 250 ms): a
+/// leader elected meanwhile is found within one of them, about 1.7 s in all.
+pub const LEADER_UNKNOWN_WAITS_MS: [u64; 10] = [25, 50, 100, 150, 200, 200, 200, 250, 250, 250];
 
 /// Whether a request whose connection broke while it was in flight is sent again.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -161,11 +163,12 @@ impl Redirects {
     ) -> Result<()> {
         match (&error, attempt) {
             (Error::NotLeader(refusal), _) => {
-                if !self.take_redirect() {
+                let unknown = refusal.leader == 0 || refusal.leader_native.is_empty();
+                if !(if unknown { self.take_wait() } else { self.take_redirect() }) {
                     return Err(error);
                 }
                 session.follow(refusal, attempt).await;
-                if refusal.leader == 0 || refusal.leader_native.is_empty() {
+                if unknown {
                     self.wait().await;
                     // Without an answer the session keeps its map, and the next attempt says
                     // the leader is still unknown.
@@ -175,7 +178,7 @@ impl Redirects {
             }
             // A refusal sent as a plain `error` frame names no leader: as one that knows none.
             (Error::Server { code: ErrorCode::NotLeader, .. }, _) => {
-                if !self.take_redirect() {
+                if !self.take_wait() {
                     return Err(error);
                 }
                 let refusal = NotLeader { group: shard, ..NotLeader::default() };
@@ -185,7 +188,7 @@ impl Redirects {
                 Ok(())
             }
             (_, Attempt::Connecting) if node_failure(&error) => {
-                if !self.take_redirect() {
+                if !self.take_wait() {
                     return Err(error);
                 }
                 self.wait().await;
@@ -215,9 +218,14 @@ impl Redirects {
         true
     }
 
+    /// Takes one wait from the budget; `false` once [`LEADER_UNKNOWN_WAITS_MS`] are spent.
+    fn take_wait(&mut self) -> bool {
+        self.waits < LEADER_UNKNOWN_WAITS_MS.len()
+    }
+
     /// Waits the next of [`LEADER_UNKNOWN_WAITS_MS`].
     async fn wait(&mut self) {
-        let ms = LEADER_UNKNOWN_WAITS_MS[self.waits.min(REDIRECTS_MAX - 1)];
+        let ms = LEADER_UNKNOWN_WAITS_MS[self.waits.min(LEADER_UNKNOWN_WAITS_MS.len() - 1)];
         self.waits += 1;
         tokio::time::sleep(Duration::from_millis(ms)).await;
     }
