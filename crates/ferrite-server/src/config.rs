@@ -79,8 +79,9 @@ pub struct ClusterConfig {
     /// Default: the listener's address (127.0.0.1 if that is a wildcard: set it then).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub advertise_host: Option<String>,
-    /// A follower that hears nothing from its leader for a random time in `[min, max]`
-    /// milliseconds starts an election: failover takes about that long.
+    /// A follower that hears nothing from its leader for `max` milliseconds (the leader's lease,
+    /// during which it votes for no one) and then a random time in `[min, max]` starts an
+    /// election: a dead leader is replaced after `max + [min, max]`, 450-600 ms by default.
     pub election_timeout_ms: [u64; 2],
     /// How often a leader tells its followers it is there, in milliseconds.
     pub heartbeat_ms: u64,
@@ -103,8 +104,8 @@ impl Default for ClusterConfig {
             node_id: None,
             peer_listen: None,
             advertise_host: None,
-            election_timeout_ms: [300, 600],
-            heartbeat_ms: 75,
+            election_timeout_ms: [150, 300],
+            heartbeat_ms: 50,
             log_kept_entries: 100_000,
             secret_file: None,
         }

@@ -457,8 +457,10 @@ pub(crate) async fn propose_executed(shard: &Rc<RefCell<ShardState>>, raft: &Sha
     });
 }
 
-/// Trims the entry cache now and then, and runs again the requests that wait for an elected
-/// replica to begin leading (should it never, they find out who leads instead).
+/// Trims the entry cache now and then, saves the committed position (a restart then replays
+/// what was committed from its log at once, instead of applying it again entry by entry as Raft
+/// commits it anew), and runs again the requests that wait for an elected replica to begin
+/// leading (should it never, they find out who leads instead).
 async fn housekeep(shard: Rc<RefCell<ShardState>>, mut stop: watch::Receiver<bool>) {
     loop {
         tokio::select! {
@@ -469,6 +471,9 @@ async fn housekeep(shard: Rc<RefCell<ShardState>>, mut stop: watch::Receiver<boo
         let durable = state.durability.as_ref().map_or(0, |durability| durability.log.durable_lsn());
         if let Some(replication) = state.replication.as_mut() {
             replication.trim_cache(durable);
+            if let Err(error) = replication.save_committed(durable) {
+                tracing::warn!(%error, "cannot save the group's committed position");
+            }
             if matches!(replication.role, Role::Elected { .. }) {
                 replication.wake_waiters();
             }

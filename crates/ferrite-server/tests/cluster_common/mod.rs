@@ -112,11 +112,24 @@ pub fn cli(args: &[String]) -> CliRun {
 }
 
 /// `ferrite --addr ADDR WORDS...`.
+///
+/// A node that stepped down restarts its process, and refuses connections for a moment: a run
+/// refused so is tried again, for up to [`RESTART_WAIT`].
 pub fn cli_at(addr: SocketAddr, words: &[&str]) -> CliRun {
     let mut args = vec!["--addr".to_owned(), addr.to_string()];
     args.extend(words.iter().map(|word| (*word).to_owned()));
-    cli(&args)
+    let deadline = Instant::now() + RESTART_WAIT;
+    loop {
+        let run = cli(&args);
+        if run.success || !run.stderr.contains("Connection refused") || Instant::now() > deadline {
+            return run;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
+
+/// How long a node that restarts itself may refuse connections.
+pub const RESTART_WAIT: Duration = Duration::from_secs(10);
 
 /// `ferrite cluster init` of `members` (node indexes), sent through the first; panics unless it
 /// succeeds.
