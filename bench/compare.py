@@ -212,7 +212,10 @@ QUICK = {
     "memory": dict(FULL["memory"], keys=[20_000]),
     "ado": dict(FULL["ado"], seconds=0.5, in_flight=[1, 16], connections=[16], keys=5_000),
     "metrics": dict(FULL["metrics"], seconds=0.5, keys=10_000, pipelines=[1], scrape_s=0.2),
-    "cluster": dict(FULL["cluster"], seconds=0.5, keys=10_000, failovers=3),
+    # A debug cluster commits a few hundred SETs per second: fewer requests than elsewhere (50 per
+    # connection and batch, at most 2,000).
+    "cluster": dict(FULL["cluster"], seconds=0.5, keys=10_000, failovers=3, quick_requests_per_batch=50,
+                    quick_requests_max=2_000),
     "large-values": dict(FULL["large-values"], sizes=[4 << 10, 3 << 20], crossover_sizes=[1 << 20],
                          crossover_outstanding=[8], many_clients_size_max=0, seconds=0.5, seconds_large=0.5,
                          large_from=4 << 20, once_from=1 << 30, data_bytes=16 << 20, probe_seconds=0.5,
@@ -436,12 +439,14 @@ class Run:
         result["command"] = display(argv)
         return result
 
-    def redis_benchmark(self, port, pipeline, value_size, keys, seconds, clients=1, tests="set,get", counters=None):
+    def redis_benchmark(self, port, pipeline, value_size, keys, seconds, clients=1, tests="set,get", counters=None,
+                        quick_requests=None):
         """redis-benchmark's `tests` (SET and GET unless told otherwise); returns one point per
         test, {"SET": point, "GET": point} by default. With `counters` (a function returning the
         server's counters), each point also holds under "counters" how much each counter grew
         during the measured run: read just before and just after it, so the calibration run is not
-        counted."""
+        counted. `quick_requests` replaces the quick run's request count, for a server too slow in
+        a debug build for the usual one (a debug cluster)."""
         base = [*self.client_wrap, "redis-benchmark", "-h", "127.0.0.1", "-p", str(port), "-c", str(clients),
                 "-P", str(pipeline), "-t", tests, "-d", str(value_size), "-r", str(keys)]
         key = (port, pipeline, value_size, keys, clients, tests)
@@ -449,7 +454,7 @@ class Run:
             # More requests with more connections: 2,000 spread over 64 connections are done in a
             # few milliseconds, near redis-benchmark's clock resolution, and every system would
             # come out with the same figure.
-            requests = min(50_000, 2_000 * pipeline * clients)
+            requests = quick_requests or min(50_000, 2_000 * pipeline * clients)
         else:
             # redis-benchmark takes a request count, not a duration: measure the rate briefly (or
             # take the rate of the previous repetition), then ask for rate x seconds.
@@ -1386,6 +1391,11 @@ def cluster_failovers(run, s, cluster):
     bounded; a round that times out is a failure and ends the rounds (the cluster is then in no
     state to measure)."""
     ports = [node["resp"] for node in cluster.nodes.values()]
+    run.commands.append(f"# python: {s['failovers']} rounds of: group 0's leader from `ferrite --addr NODE --json "
+                        "cluster status`; kill -9 PID; that status on a survivor every "
+                        f"{s['poll_s']} s until the survivors agree on a new leader; then "
+                        f"`{display(run.server_wrap)} sh -c \"exec $(cat {display([cluster.dir])}/node-N/command)\"` "
+                        "and the status until it is back in sync")
     writer = ClusterWriter(ports, s["write_interval_s"])
     try:
         for round_ in range(s["failovers"]):
@@ -1458,9 +1468,11 @@ def cluster(run):
 
                 def measure(system=system, clients=clients, pipeline=pipeline):
                     target = systems[system]
+                    quick = (min(s["quick_requests_max"], s["quick_requests_per_batch"] * clients * pipeline)
+                             if run.quick else None)
                     point = run.redis_benchmark(target["port"], pipeline, s["value_size"], s["keys"], s["seconds"],
-                                                clients=clients, tests="set",
-                                                counters=cluster_counters(run, target))["SET"]
+                                                clients=clients, tests="set", counters=cluster_counters(run, target),
+                                                quick_requests=quick)["SET"]
                     run.add("cluster", system, "redis-benchmark", cluster_point(point, target), op="put",
                             clients=clients, pipeline=pipeline)
                 run.attempt(f"cluster: {system}, {clients} connection(s), pipeline {pipeline}", measure)

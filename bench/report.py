@@ -699,13 +699,14 @@ def section_cluster(doc):
     lines = ["## Cluster", ""]
     if not s or not any(row["scenario"] == "cluster" for row in rows):
         return lines + ["Not measured: this run is older than this scenario, or every point of it failed.", ""]
+    placement = ("Every server process (the cluster's three nodes included) ran on CPU 0, redis-benchmark on CPU 1: "
+                 "each system had one CPU, which the cluster's nodes shared." if doc["placement"] == "pinned" else
+                 "Nothing was pinned: the servers and redis-benchmark shared the CPUs.")
     lines += [f"`redis-benchmark -t set -d {s['value_size']} -r {s['keys']}`, {s['seconds']} s per point, against: a "
               f"{s['nodes']}-node cluster on loopback (`ferrite cluster local`, one shard per node, so one Raft group; "
               "redis-benchmark on its leader's RESP port, which owns every slot), a single server (no cluster mode) "
               "and Redis AOF `always`, all `sync`, in turn at each point, each started for the repetition and "
-              f"stopped at its end. Placement: {doc['placement']} (pinned: every server process, the cluster's "
-              "three nodes included, on CPU 0, redis-benchmark on CPU 1). Ops/s and p50 latency (us; per batch "
-              "when pipelined).", ""]
+              f"stopped at its end. {placement} Ops/s and p50 latency (us; per batch when pipelined).", ""]
     systems = ["ferrite-cluster", "ferrite-single", "redis-always"]
     body, met = [], []
     for clients, pipeline in s["points"]:
@@ -760,7 +761,8 @@ def section_cluster(doc):
               f"until the survivors agree on a new leader (`ferrite --json cluster status` on a survivor every "
               f"{s['poll_s']} s, the time its answer arrived) and until a SET sent after the kill is acknowledged. "
               "The killed node is then started again from its command line and waited for until it is back in sync "
-              f"(at most {s['max_lag']} entries behind). p99 is nearest-rank: with 50 rounds, the largest.", ""]
+              f"(at most {s['max_lag']} entries behind). p99 is nearest-rank: with {len(rounds)} rounds, the "
+              f"{'largest' if len(rounds) < 100 else f'{-(-len(rounds) * 99 // 100)}th'}.", ""]
     body = []
     for label, key in (("leader agreed", "leader_agreed_s"), ("writes accepted", "writes_accepted_s"),
                        ("killed node back in sync, after its restart", "resync_s")):
