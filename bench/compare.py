@@ -57,11 +57,11 @@ Scenarios:
              --cluster refuses a cluster of one master), the three systems in turn at each point. Each
              point keeps what bounds it: the CPU seconds of every server process, the disk's flushes
              (/proc/diskstats) and each Ferrite node's log commits (fdatasyncs). Then, in the first
-             repetition, 50 failovers (3 with --quick) under a light write load: kill -9 of the
-             leader, the time until the survivors agree on a new leader (cluster status polled every
-             15 ms) and until a SET sent after the kill is acknowledged; the node is started again
-             from its command line and caught up before the next round. Every server is started and
-             stopped (by its pid) in each repetition, its data deleted
+             repetition, on a fresh cluster, 50 failovers (3 with --quick) under a light write load:
+             kill -9 of the leader, the time until the survivors agree on a new leader (cluster
+             status polled every 15 ms) and until a SET sent after the kill is acknowledged; the node
+             is started again from its command line and caught up before the next round. Every
+             server is started and stopped (by its pid) in each repetition, its data deleted
 The limit rows come from `ferrite-echo`, which answers without storing anything: what the protocol
 and the loopback transport allow at the same concurrency, with the same tool.
 """
@@ -1213,6 +1213,15 @@ class LocalCluster:
                 os.kill(node["pid"], signal.SIGKILL)
 
 
+    def keep_logs(self):
+        """Copies each node's log beside the run's other logs, which a failed run keeps, before its
+        data directory is deleted."""
+        for node_id in self.nodes:
+            path = os.path.join(self.dir, f"node-{node_id}", "server.log")
+            if os.path.exists(path):
+                shutil.copy(path, os.path.join(self.run.work, f"{self.name}-r{self.run.repetition + 1}-node-{node_id}.log"))
+
+
 class ClusterWriter:
     """A light write load through RESP, on a thread of its own, acting as a Redis Cluster client
     would: a SET at a time to a new key every `interval_s`, following `-MOVED` to the leader; on
@@ -1452,9 +1461,11 @@ def cluster_failovers(run, s, cluster):
 def cluster(run):
     """Durable SETs from redis-benchmark against a three-node cluster (its leader), a single
     server and Redis AOF always, in turn at each point, with each point's bounds; then, in the
-    first repetition, `failovers` kill -9s of the leader under a light write load. Every server is
-    started for this repetition and stopped by its pid at its end, its data deleted."""
+    first repetition, `failovers` kill -9s of the leader of a fresh cluster under a light write
+    load. Every server is started for this repetition and stopped by its pid at its end, its data
+    deleted."""
     s = run.settings["cluster"]
+    failures = len(run.failures)
     systems = cluster_servers(run, s)
     try:
         if run.repetition == 0:
@@ -1476,20 +1487,34 @@ def cluster(run):
                     run.add("cluster", system, "redis-benchmark", cluster_point(point, target), op="put",
                             clients=clients, pipeline=pipeline)
                 run.attempt(f"cluster: {system}, {clients} connection(s), pipeline {pipeline}", measure)
-        for system in ("ferrite-single", "redis-always"):
-            if system in systems:
-                run.stop(systems[system]["proc"])
-        if run.repetition == 0 and "port" in systems.get("ferrite-cluster", {}):
-            run.attempt(f"cluster: {s['failovers']} failovers", lambda: cluster_failovers(
-                run, s, systems["ferrite-cluster"]["cluster"]))
     finally:
         for system in CLUSTER_SYSTEMS:
             if "cluster" in systems.get(system, {}):
                 systems[system]["cluster"].stop()
+                if len(run.failures) > failures:
+                    systems[system]["cluster"].keep_logs()
             elif "proc" in systems.get(system, {}):
                 run.stop(systems[system]["proc"])
         for name in ("ferrite-cluster-data", "ferrite-single-data", "redis-always"):
             shutil.rmtree(os.path.join(run.work, name), ignore_errors=True)
+    if run.repetition == 0:
+        run.attempt(f"cluster: {s['failovers']} failovers", lambda: cluster_failover_run(run, s))
+
+
+def cluster_failover_run(run, s):
+    """The failovers, on a cluster of their own: a node killed on the throughput points' cluster
+    would have to apply their hundreds of thousands of entries when started again (which takes
+    minutes: see docs/benchmarks.md, "Cluster"), so every round would time that catch-up rather
+    than a failover."""
+    cluster, failed = LocalCluster(run, "ferrite-cluster-failover", s["nodes"]), True
+    try:
+        cluster_failovers(run, s, cluster)
+        failed = False
+    finally:
+        cluster.stop()
+        if failed:
+            cluster.keep_logs()
+        shutil.rmtree(cluster.dir, ignore_errors=True)
 
 
 def process_rss_bytes(pid):
