@@ -1219,7 +1219,8 @@ class LocalCluster:
         for node_id in self.nodes:
             path = os.path.join(self.dir, f"node-{node_id}", "server.log")
             if os.path.exists(path):
-                shutil.copy(path, os.path.join(self.run.work, f"{self.name}-r{self.run.repetition + 1}-node-{node_id}.log"))
+                kept = f"{self.name}-r{self.run.repetition + 1}-node-{node_id}.log"
+                shutil.copy(path, os.path.join(self.run.work, kept))
 
 
 class ClusterWriter:
@@ -1230,7 +1231,8 @@ class ClusterWriter:
     outage is the first acknowledgement of a SET sent after the kill."""
 
     def __init__(self, ports, interval_s, retry_s=0.002, reply_timeout_s=2.0):
-        self.ports, self.interval_s, self.retry_s, self.reply_timeout_s = list(ports), interval_s, retry_s, reply_timeout_s
+        self.ports, self.interval_s = list(ports), interval_s
+        self.retry_s, self.reply_timeout_s = retry_s, reply_timeout_s
         self.acks = []  # (sent ns, acknowledged ns), monotonic
         self.errors = {}  # first words of each kind of failure -> count
         self.lock = threading.Lock()
@@ -1338,7 +1340,8 @@ def cluster_servers(run, s):
                                           natives={i: n["native"] for i, n in cluster.nodes.items()})
 
     def start_single():
-        proc, native, resp = run.start_ferrite(name="ferrite-single", data=os.path.join(run.work, "ferrite-single-data"))
+        data = os.path.join(run.work, "ferrite-single-data")
+        proc, native, resp = run.start_ferrite(name="ferrite-single", data=data)
         if not resp:
             raise Failure("ferrite-server announced no RESP listener")
         systems["ferrite-single"] = {"proc": proc, "port": int(resp[0].rsplit(":", 1)[1]), "pids": [proc.pid],

@@ -773,7 +773,8 @@ def section_cluster(doc):
     writes = [row["writes_accepted_s"] for row in rounds]
     median, p99 = nearest_rank(writes, 50), nearest_rank(writes, 99)
     verdict = "met" if median <= FAILOVER_TARGET_MEDIAN_S and p99 <= FAILOVER_TARGET_P99_S else "**not met**"
-    lines += ["", f"- Target (writes accepted again ≤ {FAILOVER_TARGET_MEDIAN_S} s median, ≤ {FAILOVER_TARGET_P99_S} s "
+    lines += ["", f"- Target (writes accepted again ≤ {FAILOVER_TARGET_MEDIAN_S} s median, "
+              f"≤ {FAILOVER_TARGET_P99_S} s "
               f"p99): {verdict} ({fmt_s(median)} s, {fmt_s(p99)} s).", ""]
     return lines
 
