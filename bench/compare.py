@@ -1140,9 +1140,25 @@ class LocalCluster:
                     for m in CLUSTER_NODE_LINE.finditer(text)}
 
         # cluster local waits up to 120 s for its nodes and 30 s for the election itself.
-        self.local, self.nodes = run.start(name, argv, ready, timeout=180)
+        try:
+            self.local, self.nodes = run.start(name, argv, ready, timeout=180)
+        except BaseException:
+            self.kill_started(os.path.join(run.work, f"{name}.log"))
+            raise
         if len(self.nodes) != nodes:
             raise Failure(f"ferrite cluster local announced {len(self.nodes)} node(s), not {nodes}")
+
+    def kill_started(self, log_path):
+        """After `cluster local` failed to start (and was stopped), kills by pid any node it had
+        started that still runs, so none outlives the run."""
+        try:
+            with open(log_path, encoding="utf-8", errors="replace") as f:
+                pids = [int(pid) for pid in re.findall(r"^node \d+ ready \(pid (\d+)\)$", f.read(), re.M)]
+        except OSError:
+            return
+        for pid in pids:
+            if alive(pid, self.dir):
+                os.kill(pid, signal.SIGKILL)
 
     def status(self, node_id, timeout=5):
         """`ferrite --json cluster status` asked of node `node_id` (on the load generator's CPU, so
