@@ -50,6 +50,18 @@ Scenarios:
              latency of 16-byte gets beside a loop of 1 GiB direct puts, then gets, on the same shard
              (and beside the same loops against the echo, as a control). The 1 GiB points are measured
              in the first repetition only; --skip-1gib leaves them out (about 13 minutes with them)
+  cluster    a three-node cluster (`ferrite cluster local --nodes 3`, one shard per node, so one
+             Raft group; sync writes, the default) against a single server and Redis with appendfsync
+             always: SET only from redis-benchmark (16-byte values, random keys) at 64 connections
+             with pipeline 1 and 16 and at 1 connection, against group 0's leader (redis-benchmark
+             --cluster refuses a cluster of one master), the three systems in turn at each point. Each
+             point keeps what bounds it: the CPU seconds of every server process, the disk's flushes
+             (/proc/diskstats) and each Ferrite node's log commits (fdatasyncs). Then, in the first
+             repetition, on a fresh cluster, 50 failovers (3 with --quick) under a light write load:
+             kill -9 of the leader, the time until the survivors agree on a new leader (cluster
+             status polled every 15 ms) and until a SET sent after the kill is acknowledged; the node
+             is started again from its command line and caught up before the next round. Every
+             server is started and stopped (by its pid) in each repetition, its data deleted
 The limit rows come from `ferrite-echo`, which answers without storing anything: what the protocol
 and the loopback transport allow at the same concurrency, with the same tool.
 """
@@ -169,6 +181,16 @@ FULL["large-values"] = {
     "data_bytes": 256 << 20, "keys_max": 65536, "key_size": 16,
     "probe_seconds": 5, "probe_keys": 1000, "probe_value_size": 16, "probe_loop_size": 1 << 30,
 }
+# Cluster: redis-benchmark SETs (`value_size`-byte values, random keys over `keys`) at each
+# (connections, pipeline) of `points` against a `nodes`-node cluster of one shard per node (its
+# leader's RESP port), a single server and Redis AOF always, in turn at each point; then, in the
+# first repetition only, `failovers` kill -9s of the leader under a SET every `write_interval_s`,
+# cluster status polled every `poll_s`, each wait bounded by `failover_timeout_s` (election, write
+# accepted) or `resync_timeout_s` (the killed node started again until at most `max_lag` entries
+# behind).
+FULL["cluster"] = {"seconds": 3, "keys": 100_000, "value_size": 16, "points": [[64, 1], [64, 16], [1, 1]], "nodes": 3,
+                   "failovers": 50, "write_interval_s": 0.01, "poll_s": 0.015, "failover_timeout_s": 10,
+                   "resync_timeout_s": 60, "max_lag": 16}
 QUICK = {
     "small-ops": dict(FULL["small-ops"], seconds=0.5, outstanding=[1, 16], keys=10_000),
     "ycsb": dict(
@@ -190,6 +212,10 @@ QUICK = {
     "memory": dict(FULL["memory"], keys=[20_000]),
     "ado": dict(FULL["ado"], seconds=0.5, in_flight=[1, 16], connections=[16], keys=5_000),
     "metrics": dict(FULL["metrics"], seconds=0.5, keys=10_000, pipelines=[1], scrape_s=0.2),
+    # A debug cluster commits a few hundred SETs per second: fewer requests than elsewhere (50 per
+    # connection and batch, at most 2,000).
+    "cluster": dict(FULL["cluster"], seconds=0.5, keys=10_000, failovers=3, quick_requests_per_batch=50,
+                    quick_requests_max=2_000),
     "large-values": dict(FULL["large-values"], sizes=[4 << 10, 3 << 20], crossover_sizes=[1 << 20],
                          crossover_outstanding=[8], many_clients_size_max=0, seconds=0.5, seconds_large=0.5,
                          large_from=4 << 20, once_from=1 << 30, data_bytes=16 << 20, probe_seconds=0.5,
@@ -264,15 +290,15 @@ class Run:
 
     # --- processes ---------------------------------------------------------------------------
 
-    def start(self, name, argv, ready, cwd=None):
+    def start(self, name, argv, ready, cwd=None, timeout=STARTUP_TIMEOUT_S):
         """Starts a server with stdout and stderr in a log, and waits until `ready(log_text)` is
-        true (or the process dies, or STARTUP_TIMEOUT_S passes)."""
+        true (or the process dies, or `timeout` seconds pass)."""
         log_path = os.path.join(self.work, f"{name}.log")
         self.commands.append(display(argv) + " &")
         with open(log_path, "wb") as out:
             proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=cwd or self.work)
         self.processes.append((name, proc))
-        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        deadline = time.monotonic() + timeout
         while True:
             with open(log_path, encoding="utf-8", errors="replace") as f:
                 text = f.read()
@@ -283,7 +309,7 @@ class Run:
                 raise Failure(f"{name} exited with status {proc.returncode} before it was ready:\n{text[-2000:]}")
             if time.monotonic() > deadline:
                 self.stop(proc)
-                raise Failure(f"{name} was not ready within {STARTUP_TIMEOUT_S} s:\n{text[-2000:]}")
+                raise Failure(f"{name} was not ready within {timeout} s:\n{text[-2000:]}")
             time.sleep(0.05)
 
     def stop(self, proc):
@@ -413,12 +439,14 @@ class Run:
         result["command"] = display(argv)
         return result
 
-    def redis_benchmark(self, port, pipeline, value_size, keys, seconds, clients=1, tests="set,get", counters=None):
+    def redis_benchmark(self, port, pipeline, value_size, keys, seconds, clients=1, tests="set,get", counters=None,
+                        quick_requests=None):
         """redis-benchmark's `tests` (SET and GET unless told otherwise); returns one point per
         test, {"SET": point, "GET": point} by default. With `counters` (a function returning the
         server's counters), each point also holds under "counters" how much each counter grew
         during the measured run: read just before and just after it, so the calibration run is not
-        counted."""
+        counted. `quick_requests` replaces the quick run's request count, for a server too slow in
+        a debug build for the usual one (a debug cluster)."""
         base = [*self.client_wrap, "redis-benchmark", "-h", "127.0.0.1", "-p", str(port), "-c", str(clients),
                 "-P", str(pipeline), "-t", tests, "-d", str(value_size), "-r", str(keys)]
         key = (port, pipeline, value_size, keys, clients, tests)
@@ -426,7 +454,7 @@ class Run:
             # More requests with more connections: 2,000 spread over 64 connections are done in a
             # few milliseconds, near redis-benchmark's clock resolution, and every system would
             # come out with the same figure.
-            requests = min(50_000, 2_000 * pipeline * clients)
+            requests = quick_requests or min(50_000, 2_000 * pipeline * clients)
         else:
             # redis-benchmark takes a request count, not a duration: measure the rate briefly (or
             # take the rate of the previous repetition), then ask for rate x seconds.
@@ -1055,6 +1083,457 @@ def poll(run, servers):
             log(f"poll: {system} idle: {cpu_s:.2f} s of CPU in {clock_s:.2f} s")
     if targets:
         run.attempt(f"poll: idle CPU over {s['idle_s']} s", idle)
+
+
+# --- cluster ------------------------------------------------------------------------------------
+
+# The systems of the cluster scenario, in the order they take turns at each point.
+CLUSTER_SYSTEMS = ["ferrite-cluster", "ferrite-single", "redis-always"]
+# A node of `ferrite cluster local`'s announcement.
+CLUSTER_NODE_LINE = re.compile(r"^node (\d+): native (\S+) resp (\S+) peer (\S+) pid (\d+)$", re.M)
+
+
+def disk_flushes(path):
+    """The flush requests the block device holding `path` has completed and the milliseconds it
+    spent on them (/proc/diskstats fields 19 and 20, Linux 5.5 and later): every fdatasync of every
+    process on the machine that reached that disk, Redis's included, which no server counter
+    gives. None where `path` is on no block device (an overlay, a tmpfs) or the kernel is older."""
+    device = os.stat(path).st_dev
+    try:
+        with open("/proc/diskstats", encoding="utf-8") as f:
+            for line in f:
+                fields = line.split()
+                if len(fields) >= 20 and (int(fields[0]), int(fields[1])) == (os.major(device), os.minor(device)):
+                    return {"disk_flushes": int(fields[18]), "disk_flush_ms": int(fields[19])}
+    except OSError:
+        pass
+    return None
+
+
+def alive(pid, marker):
+    """Whether process `pid` still runs and is the one meant (its command line holds `marker`, so
+    a recycled pid is never taken for it)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return marker.encode() in f.read()
+    except OSError:
+        return False
+
+
+class LocalCluster:
+    """A three-node (`nodes`) cluster of one shard per node on loopback, started by `ferrite cluster
+    local` pinned like every server (its nodes inherit its CPU), in a data directory of its own.
+    Knows each node's addresses and current pid: the ones `cluster local` started, then the ones
+    this harness starts again from `DIR/node-N/command` after killing a node."""
+
+    def __init__(self, run, name, nodes):
+        self.run, self.name = run, name
+        self.dir = os.path.join(run.work, f"{name}-data")
+        shutil.rmtree(self.dir, ignore_errors=True)
+        argv = [*run.server_wrap, run.bin["ferrite"], "cluster", "local", "--nodes", str(nodes), "--data-dir", self.dir]
+
+        def ready(text):
+            if "Ctrl-C stops every node." not in text:
+                return None
+            return {int(m.group(1)): {"native": m.group(2), "resp": int(m.group(3).rsplit(":", 1)[1]),
+                                      "pid": int(m.group(5)), "proc": None}
+                    for m in CLUSTER_NODE_LINE.finditer(text)}
+
+        # cluster local waits up to 120 s for its nodes and 30 s for the election itself.
+        try:
+            self.local, self.nodes = run.start(name, argv, ready, timeout=180)
+        except BaseException:
+            self.kill_started(os.path.join(run.work, f"{name}.log"))
+            raise
+        if len(self.nodes) != nodes:
+            raise Failure(f"ferrite cluster local announced {len(self.nodes)} node(s), not {nodes}")
+
+    def kill_started(self, log_path):
+        """After `cluster local` failed to start (and was stopped), kills by pid any node it had
+        started that still runs, so none outlives the run."""
+        try:
+            with open(log_path, encoding="utf-8", errors="replace") as f:
+                pids = [int(pid) for pid in re.findall(r"^node \d+ ready \(pid (\d+)\)$", f.read(), re.M)]
+        except OSError:
+            return
+        for pid in pids:
+            if alive(pid, self.dir):
+                os.kill(pid, signal.SIGKILL)
+
+    def status(self, node_id, timeout=5):
+        """`ferrite --json cluster status` asked of node `node_id` (on the load generator's CPU, so
+        polling it takes nothing from the servers); None if it fails or hangs."""
+        argv = [*self.run.client_wrap, self.run.bin["ferrite"], "--addr", self.nodes[node_id]["native"], "--json",
+                "cluster", "status"]
+        try:
+            done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+            return json.loads(done.stdout) if done.returncode == 0 else None
+        except (subprocess.TimeoutExpired, json.JSONDecodeError):
+            return None
+
+    def leader(self, timeout_s=30):
+        """The node id of group 0's leader, as node after node reports it, within `timeout_s`."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            for node_id in self.nodes:
+                status = self.status(node_id)
+                replicas = (status or {}).get("groups", [{}])[0].get("replicas", [])
+                leaders = [r["node_id"] for r in replicas if r.get("role") == "leader"]
+                if len(leaders) == 1:
+                    return leaders[0]
+            time.sleep(0.05)
+        raise Failure(f"{self.name}: group 0 had no leader within {timeout_s} s")
+
+    def pids(self):
+        return [node["pid"] for node in self.nodes.values()]
+
+    def kill(self, node_id):
+        """kill -9 of one node by its pid; returns the monotonic time just before the signal."""
+        node = self.nodes[node_id]
+        if not alive(node["pid"], self.dir):
+            raise Failure(f"{self.name}: node {node_id} (pid {node['pid']}) is not running")
+        killed_at = time.monotonic_ns()
+        os.kill(node["pid"], signal.SIGKILL)
+        if node["proc"]:
+            node["proc"].wait()
+            self.run.processes = [(n, p) for n, p in self.run.processes if p is not node["proc"]]
+        return killed_at
+
+    def restart(self, node_id):
+        """Starts a killed node again with the command line `cluster local` left in its directory,
+        pinned as before; the process is this harness's (stopped by its pid at the end)."""
+        node_dir = os.path.join(self.dir, f"node-{node_id}")
+        with open(os.path.join(node_dir, "command"), encoding="utf-8") as f:
+            command = f.read().strip()
+        argv = [*self.run.server_wrap, "sh", "-c", f"exec {command}"]
+        with open(os.path.join(node_dir, "server.log"), "ab") as out:
+            proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        self.run.processes.append((f"{self.name}-node-{node_id}", proc))
+        self.nodes[node_id].update(pid=proc.pid, proc=proc)
+
+    def stop(self):
+        """Stops `cluster local` (SIGTERM: it stops the nodes it still has), every node this harness
+        started again, and, last, any node left running, each by its own pid."""
+        if self.local.poll() is None:
+            self.local.terminate()
+            try:
+                self.local.wait(STOP_TIMEOUT_S + 20)  # cluster local gives its nodes 15 s
+            except subprocess.TimeoutExpired:
+                self.local.kill()
+                self.local.wait()
+        self.run.processes = [(n, p) for n, p in self.run.processes if p is not self.local]
+        for node in self.nodes.values():
+            if node["proc"]:
+                self.run.stop(node["proc"])
+            elif alive(node["pid"], self.dir):
+                os.kill(node["pid"], signal.SIGKILL)
+
+
+    def keep_logs(self):
+        """Copies each node's log beside the run's other logs, which a failed run keeps, before its
+        data directory is deleted."""
+        for node_id in self.nodes:
+            path = os.path.join(self.dir, f"node-{node_id}", "server.log")
+            if os.path.exists(path):
+                kept = f"{self.name}-r{self.run.repetition + 1}-node-{node_id}.log"
+                shutil.copy(path, os.path.join(self.run.work, kept))
+
+
+class ClusterWriter:
+    """A light write load through RESP, on a thread of its own, acting as a Redis Cluster client
+    would: a SET at a time to a new key every `interval_s`, following `-MOVED` to the leader; on
+    a refused or broken connection, a timeout or `-CLUSTERDOWN`, it tries the next node after
+    `retry_s`. Keeps when each acknowledged SET was sent and acknowledged, so a failover's write
+    outage is the first acknowledgement of a SET sent after the kill."""
+
+    def __init__(self, ports, interval_s, retry_s=0.002, reply_timeout_s=2.0):
+        self.ports, self.interval_s = list(ports), interval_s
+        self.retry_s, self.reply_timeout_s = retry_s, reply_timeout_s
+        self.acks = []  # (sent ns, acknowledged ns), monotonic
+        self.errors = {}  # first words of each kind of failure -> count
+        self.lock = threading.Lock()
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self.loop, daemon=True)
+        self.thread.start()
+
+    def note(self, what):
+        self.errors[what] = self.errors.get(what, 0) + 1
+
+    def loop(self):
+        index, port, sock, reader, number = 0, self.ports[0], None, None, 0
+        while not self.done.is_set():
+            try:
+                if sock is None:
+                    sock = socket.create_connection(("127.0.0.1", port), timeout=self.reply_timeout_s)
+                    reader = sock.makefile("rb")
+                key = f"failover:{number:012d}".encode()
+                sent = time.monotonic_ns()
+                sock.sendall(b"*3\r\n$3\r\nSET\r\n$%d\r\n%s\r\n$16\r\n%s\r\n" % (len(key), key, b"v" * 16))
+                line = reader.readline()
+                if not line:
+                    raise OSError("connection closed")
+            except OSError as error:  # refused, reset, closed, timed out
+                self.note(type(error).__name__)
+                if sock:
+                    sock.close()
+                sock, index = None, (index + 1) % len(self.ports)
+                port = self.ports[index]
+                self.done.wait(self.retry_s)
+                continue
+            if line == b"+OK\r\n":
+                with self.lock:
+                    self.acks.append((sent, time.monotonic_ns()))
+                number += 1
+                self.done.wait(self.interval_s)
+            elif line.startswith(b"-MOVED "):
+                self.note("MOVED")
+                sock.close()
+                sock, port = None, int(line.split()[2].rsplit(b":", 1)[1])
+            else:
+                self.note(line[:24].decode(errors="replace").strip())
+                sock.close()
+                sock, index = None, (index + 1) % len(self.ports)
+                port = self.ports[index]
+                self.done.wait(self.retry_s)
+        if sock:
+            sock.close()
+
+    def first_ack_after(self, start_ns):
+        """When the first SET sent at or after `start_ns` was acknowledged; None if none yet."""
+        with self.lock:
+            return next((acked for sent, acked in self.acks if sent >= start_ns), None)
+
+    def stop(self):
+        self.done.set()
+        self.thread.join(self.reply_timeout_s + 5)
+        return len(self.acks)
+
+
+def cluster_agreed(status, killed):
+    """The new leader of group 0 if every surviving member (all but `killed`) reports the same
+    leader, that leader is a survivor, and it reports itself as leader; else None."""
+    replicas = [r for r in ((status or {}).get("groups") or [{}])[0].get("replicas", []) if r["node_id"] != killed]
+    if not replicas or any(r.get("role") not in ("leader", "follower") for r in replicas):
+        return None
+    leaders = {r.get("leader") for r in replicas}
+    if len(leaders) != 1:
+        return None
+    leader = leaders.pop()
+    if leader in (None, 0, killed) or not any(r["node_id"] == leader and r["role"] == "leader" for r in replicas):
+        return None
+    return leader
+
+
+def cluster_in_sync(status, node_id, max_lag):
+    """Whether node `node_id` is back in group 0: a follower (or the leader) of the leader every
+    member names, no more than `max_lag` entries behind as the leader counts (a light write load
+    runs, so an entry or two may be in flight)."""
+    replicas = ((status or {}).get("groups") or [{}])[0].get("replicas", [])
+    mine = next((r for r in replicas if r["node_id"] == node_id), None)
+    if not mine or mine.get("role") not in ("leader", "follower"):
+        return False
+    if len({r.get("leader") for r in replicas}) != 1 or any(r.get("role") == "unreachable" for r in replicas):
+        return False
+    return mine["role"] == "leader" or (mine.get("lag") is not None and mine["lag"] <= max_lag)
+
+
+def cluster_servers(run, s):
+    """The cluster scenario's three systems, fresh for this repetition: system -> {pids, resp port,
+    native addresses of the Ferrite nodes}. The cluster's RESP target is the leader of group 0:
+    with one group (one shard per node) it owns all 16,384 slots, and redis-benchmark --cluster
+    refuses a cluster of one master, so plain redis-benchmark against the leader sends what a
+    cluster client would."""
+    systems = {}
+
+    def start_cluster():
+        cluster = LocalCluster(run, "ferrite-cluster", s["nodes"])
+        systems["ferrite-cluster"] = {"cluster": cluster}
+        leader = cluster.leader()
+        port = cluster.nodes[leader]["resp"]
+        if not resp_answers(port):
+            raise Failure(f"the cluster's leader (node {leader}) did not answer SET/GET at RESP port {port}")
+        systems["ferrite-cluster"].update(port=port, leader=leader, pids=cluster.pids(),
+                                          natives={i: n["native"] for i, n in cluster.nodes.items()})
+
+    def start_single():
+        data = os.path.join(run.work, "ferrite-single-data")
+        proc, native, resp = run.start_ferrite(name="ferrite-single", data=data)
+        if not resp:
+            raise Failure("ferrite-server announced no RESP listener")
+        systems["ferrite-single"] = {"proc": proc, "port": int(resp[0].rsplit(":", 1)[1]), "pids": [proc.pid],
+                                     "natives": {0: native[0]}}
+
+    def start_redis():
+        proc, port = run.start_redis("redis-always")
+        systems["redis-always"] = {"proc": proc, "port": port, "pids": [proc.pid], "natives": {}}
+
+    for system, start in zip(CLUSTER_SYSTEMS, (start_cluster, start_single, start_redis)):
+        run.attempt(f"cluster: starting {system}", start)
+    return systems
+
+
+def cluster_counters(run, target):
+    """What bounds a point, read just before and just after its measured run: the CPU ticks of
+    every server process of the system, the disk's flushes, and each Ferrite node's `puts` and
+    `wal_commits` (a commit is one fdatasync, two when it crosses into a new log segment)."""
+    def read():
+        counters = {"cpu_ticks": sum(process_cpu_ticks(pid) for pid in target["pids"])}
+        counters.update(disk_flushes(run.work) or {})
+        for node_id, addr in target["natives"].items():
+            stats = ferrite_stats(run, addr)
+            counters[f"node{node_id}_puts"] = stats.get("puts", 0)
+            counters[f"node{node_id}_wal_commits"] = stats.get("wal_commits", 0)
+        return counters
+    return read
+
+
+def cluster_point(point, target):
+    """A redis-benchmark point with its bounds: server CPU busy (CPU seconds per second of the
+    run), fdatasyncs per second (the leader's, and every node's), the disk's flushes per second and
+    their mean time."""
+    grown = point.pop("counters")
+    measured_s = point["ops"] / max(point["ops_per_s"], 1e-9)
+    cpu_s = grown["cpu_ticks"] / CLOCK_TICKS_PER_S
+    point.update(measured_s=round(measured_s, 3), server_cpu_s=round(cpu_s, 3),
+                 server_cpu_busy=round(cpu_s / max(measured_s, 1e-9), 2), clock_ticks_per_s=CLOCK_TICKS_PER_S)
+    if "disk_flushes" in grown:
+        point.update(disk_flushes=grown["disk_flushes"],
+                     disk_flushes_per_s=round(grown["disk_flushes"] / max(measured_s, 1e-9)),
+                     disk_flush_ms_mean=round(grown["disk_flush_ms"] / max(1, grown["disk_flushes"]), 3))
+    nodes = {node_id: (grown.get(f"node{node_id}_puts", 0), grown.get(f"node{node_id}_wal_commits", 0))
+             for node_id in target["natives"]}
+    if nodes:
+        main = target.get("leader", 0)
+        puts, commits = nodes[main]
+        point.update(puts=puts, wal_commits=commits, fdatasyncs_per_s=round(commits / max(measured_s, 1e-9)),
+                     puts_per_fdatasync=round(puts / max(1, commits), 1),
+                     fdatasyncs_per_s_all_nodes=round(sum(c for _, c in nodes.values()) / max(measured_s, 1e-9)),
+                     by_node={str(i): {"puts": p, "wal_commits": c} for i, (p, c) in nodes.items()})
+    return point
+
+
+def cluster_failovers(run, s, cluster):
+    """`failovers` rounds under a light write load: kill -9 group 0's leader, time until the
+    survivors agree on a new leader (status polled every `poll_s`) and until a SET sent after the
+    kill is acknowledged, start the node again, wait until it is back in sync. Every wait is
+    bounded; a round that times out is a failure and ends the rounds (the cluster is then in no
+    state to measure)."""
+    ports = [node["resp"] for node in cluster.nodes.values()]
+    run.commands.append(f"# python: {s['failovers']} rounds of: group 0's leader from `ferrite --addr NODE --json "
+                        "cluster status`; kill -9 PID; that status on a survivor every "
+                        f"{s['poll_s']} s until the survivors agree on a new leader; then "
+                        f"`{display(run.server_wrap)} sh -c \"exec $(cat {display([cluster.dir])}/node-N/command)\"` "
+                        "and the status until it is back in sync")
+    writer = ClusterWriter(ports, s["write_interval_s"])
+    try:
+        for round_ in range(s["failovers"]):
+            leader = cluster.leader()
+            survivor = next(node_id for node_id in cluster.nodes if node_id != leader)
+            # Only a cluster that takes writes before the kill says anything about after it.
+            ready_from = time.monotonic_ns()
+            deadline = time.monotonic() + s["failover_timeout_s"]
+            while writer.first_ack_after(ready_from) is None:
+                if time.monotonic() > deadline:
+                    raise Failure(f"round {round_ + 1}: no write acknowledged before the kill within "
+                                  f"{s['failover_timeout_s']} s ({writer.errors})")
+                time.sleep(0.005)
+            killed_at = cluster.kill(leader)
+            deadline = time.monotonic() + s["failover_timeout_s"]
+            elected_ns, new_leader, polls = None, None, 0
+            while time.monotonic() < deadline:
+                polls += 1
+                new_leader = cluster_agreed(cluster.status(survivor, timeout=s["failover_timeout_s"]), leader)
+                if new_leader:
+                    elected_ns = time.monotonic_ns()
+                    break
+                time.sleep(s["poll_s"])
+            accepted_ns = writer.first_ack_after(killed_at)
+            while accepted_ns is None and time.monotonic() < deadline:
+                time.sleep(0.002)
+                accepted_ns = writer.first_ack_after(killed_at)
+            if elected_ns is None or accepted_ns is None:
+                raise Failure(f"round {round_ + 1}: after killing node {leader}, "
+                              f"{'no leader agreed on' if elected_ns is None else 'no write acknowledged'} within "
+                              f"{s['failover_timeout_s']} s (writer: {writer.errors})")
+            restarted = time.monotonic()
+            cluster.restart(leader)
+            deadline = restarted + s["resync_timeout_s"]
+            while not cluster_in_sync(cluster.status(survivor), leader, s["max_lag"]):
+                if time.monotonic() > deadline:
+                    raise Failure(f"round {round_ + 1}: node {leader}, started again, was not back in sync within "
+                                  f"{s['resync_timeout_s']} s")
+                time.sleep(s["poll_s"])
+            point = {"ops": 0, "errors": 0, "ops_per_s": 0.0, "killed": leader, "new_leader": new_leader,
+                     "leader_agreed_s": round((elected_ns - killed_at) / 1e9, 4),
+                     "writes_accepted_s": round((accepted_ns - killed_at) / 1e9, 4),
+                     "status_polls": polls, "resync_s": round(time.monotonic() - restarted, 3)}
+            run.add("cluster", "ferrite-cluster", "failover", point, op="failover", round=round_ + 1)
+            log(f"cluster: failover {round_ + 1}: node {leader} killed, node {new_leader} leads after "
+                f"{point['leader_agreed_s']:.3f} s, writes accepted after {point['writes_accepted_s']:.3f} s, "
+                f"back in sync {point['resync_s']:.2f} s after its restart")
+    finally:
+        acked = writer.stop()
+        run.commands.append(f"# python: {acked} SETs through RESP during the failovers, one every "
+                            f"{s['write_interval_s']} s (writer failures: {writer.errors})")
+
+
+def cluster(run):
+    """Durable SETs from redis-benchmark against a three-node cluster (its leader), a single
+    server and Redis AOF always, in turn at each point, with each point's bounds; then, in the
+    first repetition, `failovers` kill -9s of the leader of a fresh cluster under a light write
+    load. Every server is started for this repetition and stopped by its pid at its end, its data
+    deleted."""
+    s = run.settings["cluster"]
+    failures = len(run.failures)
+    systems = cluster_servers(run, s)
+    try:
+        if run.repetition == 0:
+            run.commands.append("# python: utime + stime of every server process (/proc/PID/stat), the disk's flush "
+                                "requests (/proc/diskstats) and `ferrite --json stats` of every Ferrite node, just "
+                                "before and just after each redis-benchmark run below")
+        for clients, pipeline in s["points"]:
+            for system in CLUSTER_SYSTEMS:
+                if system not in systems or "port" not in systems[system]:
+                    continue
+
+                def measure(system=system, clients=clients, pipeline=pipeline):
+                    target = systems[system]
+                    quick = (min(s["quick_requests_max"], s["quick_requests_per_batch"] * clients * pipeline)
+                             if run.quick else None)
+                    point = run.redis_benchmark(target["port"], pipeline, s["value_size"], s["keys"], s["seconds"],
+                                                clients=clients, tests="set", counters=cluster_counters(run, target),
+                                                quick_requests=quick)["SET"]
+                    run.add("cluster", system, "redis-benchmark", cluster_point(point, target), op="put",
+                            clients=clients, pipeline=pipeline)
+                run.attempt(f"cluster: {system}, {clients} connection(s), pipeline {pipeline}", measure)
+    finally:
+        for system in CLUSTER_SYSTEMS:
+            if "cluster" in systems.get(system, {}):
+                systems[system]["cluster"].stop()
+                if len(run.failures) > failures:
+                    systems[system]["cluster"].keep_logs()
+            elif "proc" in systems.get(system, {}):
+                run.stop(systems[system]["proc"])
+        for name in ("ferrite-cluster-data", "ferrite-single-data", "redis-always"):
+            shutil.rmtree(os.path.join(run.work, name), ignore_errors=True)
+    if run.repetition == 0:
+        run.attempt(f"cluster: {s['failovers']} failovers", lambda: cluster_failover_run(run, s))
+
+
+def cluster_failover_run(run, s):
+    """The failovers, on a cluster of their own: a node killed on the throughput points' cluster
+    would have to apply their hundreds of thousands of entries when started again (which takes
+    minutes: see docs/benchmarks.md, "Cluster"), so every round would time that catch-up rather
+    than a failover."""
+    cluster, failed = LocalCluster(run, "ferrite-cluster-failover", s["nodes"]), True
+    try:
+        cluster_failovers(run, s, cluster)
+        failed = False
+    finally:
+        cluster.stop()
+        if failed:
+            cluster.keep_logs()
+        shutil.rmtree(cluster.dir, ignore_errors=True)
 
 
 def process_rss_bytes(pid):
@@ -1756,7 +2235,8 @@ def main():
 
         scenarios = [("small-ops", small_ops), ("ycsb", ycsb), ("values", values), ("shards", shards),
                      ("durability", durability), ("poll", poll), ("ado", ado), ("metrics", metrics),
-                     ("restart", restart), ("memory", memory), ("large-values", large_values)]
+                     ("restart", restart), ("memory", memory), ("large-values", large_values),
+                     ("cluster", cluster)]
         for name, scenario in scenarios:
             if name not in only:
                 continue
@@ -1766,7 +2246,7 @@ def main():
                 run.repetition = repetition
                 run.note_load(f"{name} #{repetition + 1}")
                 log(f"--- {name}, repetition {repetition + 1} of {repeat} ---")
-                if name in ("shards", "restart", "memory"):
+                if name in ("shards", "restart", "memory", "cluster"):
                     scenario(run)
                 else:
                     scenario(run, servers)

@@ -21,6 +21,8 @@ SYSTEMS = {
     "ferrite-poll-off": "Ferrite RESP, poll off",
     "ferrite-metrics-off": "Ferrite RESP, no metrics endpoint",
     "ferrite-metrics-scraped": "Ferrite RESP, metrics scraped",
+    "ferrite-cluster": "Ferrite cluster (3 nodes)",
+    "ferrite-single": "Ferrite single server",
     "redis": "Redis",
     "redis-everysec": "Redis AOF everysec",
     "redis-always": "Redis AOF always",
@@ -33,6 +35,14 @@ SYSTEMS = {
 # bandwidth with async durability.
 LARGE_TARGET_FROM_BYTES = 1 << 20
 LARGE_TARGET_FRACTION = 0.8
+
+# The cluster targets: at 64 connections (pipeline 1 and 16), a three-node cluster's durable SETs
+# reach this fraction of a single server's and of Redis AOF always's; after a leader's kill -9,
+# writes are accepted again within these times (median and p99).
+CLUSTER_TARGET_SINGLE = 0.5
+CLUSTER_TARGET_ALWAYS = 1.0
+FAILOVER_TARGET_MEDIAN_S = 1.0
+FAILOVER_TARGET_P99_S = 3.0
 
 # The limit each system's figures are read against: the echo over the same protocol family and
 # with the same load generator.
@@ -669,6 +679,106 @@ def section_ado(doc):
     return lines
 
 
+def nearest_rank(values, percent):
+    """The nearest-rank percentile of `values`: a value that was measured, never an interpolation
+    (with fewer than 100 values, p99 is the largest)."""
+    ordered = sorted(values)
+    if not ordered:
+        return None
+    return ordered[max(0, min(len(ordered) - 1, -(-len(ordered) * percent // 100) - 1))]
+
+
+def fmt_s(value):
+    return "-" if value is None else f"{value:.3f}"
+
+
+def section_cluster(doc):
+    """The cluster scenario: durable SETs against a three-node cluster, a single server and Redis
+    AOF always with what bounds each point, the targets, and the failover times."""
+    rows, s = doc["rows"], doc["settings"].get("cluster")
+    lines = ["## Cluster", ""]
+    if not s or not any(row["scenario"] == "cluster" for row in rows):
+        return lines + ["Not measured: this run is older than this scenario, or every point of it failed.", ""]
+    placement = ("Every server process (the cluster's three nodes included) ran on CPU 0, redis-benchmark on CPU 1: "
+                 "each system had one CPU, which the cluster's nodes shared." if doc["placement"] == "pinned" else
+                 "Nothing was pinned: the servers and redis-benchmark shared the CPUs.")
+    lines += [f"`redis-benchmark -t set -d {s['value_size']} -r {s['keys']}`, {s['seconds']} s per point, against: a "
+              f"{s['nodes']}-node cluster on loopback (`ferrite cluster local`, one shard per node, so one Raft group; "
+              "redis-benchmark on its leader's RESP port, which owns every slot), a single server (no cluster mode) "
+              "and Redis AOF `always`, all `sync`, in turn at each point, each started for the repetition and "
+              f"stopped at its end. {placement} Ops/s and p50 latency (us; per batch when pipelined).", ""]
+    systems = ["ferrite-cluster", "ferrite-single", "redis-always"]
+    body, met = [], []
+    for clients, pipeline in s["points"]:
+        found = {system: find(rows, "cluster", system, tool="redis-benchmark", clients=clients, pipeline=pipeline)
+                 for system in systems}
+        r = {system: rate_of(row) for system, row in found.items()}
+        vs_single = ratio(r["ferrite-cluster"], r["ferrite-single"])
+        vs_always = ratio(r["ferrite-cluster"], r["redis-always"])
+        if clients >= 64:
+            met.append((clients, pipeline, vs_single, vs_always))
+        body.append([clients, pipeline, *(fmt_rate(r[system]) for system in systems),
+                     f"**{fmt_ratio(vs_single)}**", f"**{fmt_ratio(vs_always)}**",
+                     *(fmt_us((found[system] or {}).get("p50_us")) for system in systems)])
+    lines += table(["connections", "pipeline", "cluster ops/s", "single ops/s", "Redis always ops/s",
+                    "cluster ÷ single", "cluster ÷ always", "cluster p50", "single p50", "always p50"], body)
+    lines.append("")
+    for clients, pipeline, vs_single, vs_always in met:
+        verdict = ("met" if vs_single is not None and vs_always is not None and vs_single >= CLUSTER_TARGET_SINGLE
+                   and vs_always >= CLUSTER_TARGET_ALWAYS else "**not met**")
+        lines.append(f"- Target at {clients} connections, pipeline {pipeline} (cluster ≥ {CLUSTER_TARGET_SINGLE}x "
+                     f"single, ≥ {CLUSTER_TARGET_ALWAYS}x Redis always): {verdict} ({fmt_ratio(vs_single)}, "
+                     f"{fmt_ratio(vs_always)}).")
+    lines += ["", "What bounds each point: the server processes' CPU seconds per second of the run (all three nodes "
+              "for the cluster; 1.00 is all of CPU 0 when pinned), log commits per second (each one `fdatasync`, two "
+              "when a commit crosses into a new log segment; the leader's, and all nodes' together), and the disk's "
+              "flush requests per second and their mean time (/proc/diskstats: every process on the machine, Redis's "
+              "fsyncs included).", ""]
+    detail = []
+    for clients, pipeline in s["points"]:
+        for system in systems:
+            row = find(rows, "cluster", system, tool="redis-benchmark", clients=clients, pipeline=pipeline)
+            if not row:
+                continue
+            detail.append([clients, pipeline, SYSTEMS.get(system, system), fmt_rate(row["ops_per_s"]),
+                           fmt_us(row.get("p50_us")), fmt_us(row.get("p99_us")), fmt_ratio(row.get("server_cpu_busy")),
+                           fmt_rate(row.get("fdatasyncs_per_s")), fmt_rate(row.get("fdatasyncs_per_s_all_nodes")),
+                           "-" if row.get("puts_per_fdatasync") is None else f"{row['puts_per_fdatasync']:,.1f}",
+                           fmt_rate(row.get("disk_flushes_per_s")), fmt_cpu(row.get("disk_flush_ms_mean")),
+                           spread(row), row.get("errors", 0)])
+    lines += table(["connections", "pipeline", "system", "ops/s", "p50 us", "p99 us", "server CPUs busy",
+                    "fdatasyncs/s (leader)", "fdatasyncs/s (all nodes)", "puts per fdatasync", "disk flushes/s",
+                    "mean flush ms", "spread", "errors"], detail, ["---:", "---:", "---", *["---:"] * 11])
+    lines.append("")
+    rounds = sorted((row for row in rows if row["scenario"] == "cluster" and row["tool"] == "failover"),
+                    key=lambda row: row["round"])
+    lines += ["### Failover", ""]
+    if not rounds:
+        return lines + ["Not measured (the failovers run in the first repetition; see the failures below).", ""]
+    lines += [f"{len(rounds)} rounds of {s['failovers']} asked for, under a light write load (one SET at a time, a new "
+              f"key every {s['write_interval_s']} s, through RESP, following `-MOVED`, trying the next node on a "
+              "refused or broken connection or `-CLUSTERDOWN`): kill -9 of group 0's leader by its pid, then the time "
+              f"until the survivors agree on a new leader (`ferrite --json cluster status` on a survivor every "
+              f"{s['poll_s']} s, the time its answer arrived) and until a SET sent after the kill is acknowledged. "
+              "The killed node is then started again from its command line and waited for until it is back in sync "
+              f"(at most {s['max_lag']} entries behind). p99 is nearest-rank: with {len(rounds)} rounds, the "
+              f"{'largest' if len(rounds) < 100 else f'{-(-len(rounds) * 99 // 100)}th'}.", ""]
+    body = []
+    for label, key in (("leader agreed", "leader_agreed_s"), ("writes accepted", "writes_accepted_s"),
+                       ("killed node back in sync, after its restart", "resync_s")):
+        values = [row[key] for row in rounds if row.get(key) is not None]
+        body.append([label, fmt_s(nearest_rank(values, 50)), fmt_s(nearest_rank(values, 99)),
+                     fmt_s(max(values) if values else None), fmt_s(min(values) if values else None)])
+    lines += table(["seconds after the kill", "median", "p99", "max", "min"], body, ["---", *["---:"] * 4])
+    writes = [row["writes_accepted_s"] for row in rounds]
+    median, p99 = nearest_rank(writes, 50), nearest_rank(writes, 99)
+    verdict = "met" if median <= FAILOVER_TARGET_MEDIAN_S and p99 <= FAILOVER_TARGET_P99_S else "**not met**"
+    lines += ["", f"- Target (writes accepted again ≤ {FAILOVER_TARGET_MEDIAN_S} s median, "
+              f"≤ {FAILOVER_TARGET_P99_S} s "
+              f"p99): {verdict} ({fmt_s(median)} s, {fmt_s(p99)} s).", ""]
+    return lines
+
+
 def section_restart(doc):
     rows, s = doc["rows"], doc["settings"]["restart"]
     lines = ["## Restart, memory and log traffic", "",
@@ -961,7 +1071,7 @@ def markdown(doc, plots):
     sections = {"small-ops": section_small_ops, "ycsb": section_ycsb, "values": section_values, "shards": section_shards,
                 "durability": section_durability, "poll": section_poll, "ado": section_ado,
                 "metrics": section_metrics, "restart": section_restart, "memory": section_memory,
-                "large-values": section_large_values}
+                "large-values": section_large_values, "cluster": section_cluster}
     for name in doc["scenarios"]:
         if name in sections:
             lines += sections[name](doc)
