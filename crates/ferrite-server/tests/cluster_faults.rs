@@ -23,7 +23,8 @@ use cluster_common::{
 };
 use cluster_harness::{Cluster, ClusterSpec};
 
-/// Longer than the longest election timeout (600 ms by default), with room for a slow machine:
+/// Longer than a dead leader's lease and an election timeout (600 ms by default), with room for a
+/// slow machine:
 /// the rest of the group must have elected another leader by then.
 const PAST_ELECTION: Duration = Duration::from_secs(2);
 
@@ -199,6 +200,33 @@ fn every_node_killed_at_once_loses_nothing() {
         load.wait_for_acks(SERVING, LEADER_TIMEOUT, "after every node restarted");
         eprintln!("round {round}: node {} leads {} ms after the kill", next + 1, killed.elapsed().as_millis());
     }
+    load.finish_and_check();
+}
+
+/// Five nodes: the leader and a follower are killed at once; the three left are a majority,
+/// elect a leader and serve the load. A third node killed leaves two, a minority: nothing more
+/// is acknowledged until one of the dead nodes is back. Nothing acknowledged is lost.
+#[test]
+fn five_nodes_serve_with_two_dead_and_not_with_three() {
+    let _serial = serial();
+    let (cluster, load) = loaded(ClusterSpec { nodes: 5, ..ClusterSpec::default() });
+    let first = wait_for_leader(&cluster, 0, &all(&cluster), LEADER_TIMEOUT);
+    let follower = (first + 1) % cluster.node_count();
+    cluster.node(first).kill9();
+    cluster.node(follower).kill9();
+    let alive: Vec<usize> = all(&cluster).into_iter().filter(|index| ![first, follower].contains(index)).collect();
+    let next = wait_for_leader(&cluster, 0, &alive, LEADER_TIMEOUT);
+    load.wait_for_acks(SERVING, LEADER_TIMEOUT, "with two of five nodes dead");
+    // A third death: two of five cannot commit.
+    cluster.node(next).kill9();
+    std::thread::sleep(PAST_ELECTION);
+    let before = load.acknowledged();
+    std::thread::sleep(PAST_ELECTION);
+    assert_eq!(load.acknowledged(), before, "a minority of two acknowledged writes");
+    cluster.node(first).restart();
+    load.wait_for_acks(SERVING, LEADER_TIMEOUT, "with three of five nodes alive again");
+    cluster.node(follower).restart();
+    cluster.node(next).restart();
     load.finish_and_check();
 }
 
