@@ -1,7 +1,8 @@
 //! Faults other than a leader's crash, each under concurrent load, with real processes on a real
 //! network (`cluster_harness`): a paused leader, a leader cut off from the majority, a follower
-//! that lost its disk (with a kill in the middle of the snapshot it installs), every node killed at
-//! once, and a node killed while it is being added. After each, the cluster must serve again,
+//! that lost its disk (with a kill in the middle of the snapshot it installs), a follower whose
+//! disk fills, every node killed at once, five nodes with two and three of them dead, and a node
+//! killed while it is being added. After each, the cluster must serve again,
 //! every acknowledged write must be there and every key's history linearizable
 //! (`ferrite-history`): a deposed leader that acknowledged a write it could not commit, a split
 //! brain or a replica that came back without the data shows up there.
@@ -18,8 +19,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use cluster_common::{
-    assert_node_serves, cli_at, config_file, create_pool, form, leader, resp_line, serial, status, wait_caught_up,
-    wait_for_leader, wait_in_sync, Load, LoadSpec, LEADER_TIMEOUT,
+    assert_node_serves, cli_at, config_file, create_pool, form, leader, put_bulk, resp_line, serial, status,
+    wait_caught_up, wait_for_leader, wait_in_sync, Load, LoadSpec, LEADER_TIMEOUT,
 };
 use cluster_harness::{Cluster, ClusterSpec};
 
@@ -228,6 +229,103 @@ fn five_nodes_serve_with_two_dead_and_not_with_three() {
     cluster.node(follower).restart();
     cluster.node(next).restart();
     load.finish_and_check();
+}
+
+/// Mounts a tmpfs of `bytes` over `dir` (holding a copy of what `dir` held); `None` where this
+/// process may not mount (then the test says so and passes without running).
+fn small_disk_over(dir: &Path, bytes: u64) -> Option<std::path::PathBuf> {
+    let disk = dir.with_extension("small-disk");
+    std::fs::create_dir_all(&disk).ok()?;
+    let mount = |args: &[&str]| std::process::Command::new("mount").args(args).status().is_ok_and(|s| s.success());
+    if !mount(&["-t", "tmpfs", "-o", &format!("size={bytes}"), "tmpfs", &disk.display().to_string()]) {
+        return None;
+    }
+    let copied = std::process::Command::new("cp")
+        .args(["-a", &format!("{}/.", dir.display()), &disk.display().to_string()])
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(copied, "the node's data is copied onto the small disk");
+    assert!(mount(&["--bind", &disk.display().to_string(), &dir.display().to_string()]), "the small disk is bound");
+    Some(disk)
+}
+
+/// Unmounts what [`small_disk_over`] mounted, whatever the test's outcome.
+struct SmallDiskMounts(Vec<std::path::PathBuf>);
+
+impl Drop for SmallDiskMounts {
+    fn drop(&mut self) {
+        for path in self.0.iter().rev() {
+            let _ = std::process::Command::new("umount").arg("-l").arg(path).status();
+        }
+    }
+}
+
+/// A follower's disk fills under load: the group goes on with the leader and the other
+/// follower; once the follower's disk has room again and it is started again, it catches up,
+/// and nothing acknowledged is lost.
+#[test]
+fn a_follower_whose_disk_fills_is_left_behind_and_catches_up() {
+    let _serial = serial();
+    // Small log segments (values up to 256 KiB): the log needs a new one soon after the disk is
+    // full.
+    let config = config_file("[limits]\nvalue_bytes_max = 262144\n[durability]\nwal_segment_bytes = 2097152\n");
+    let spec =
+        ClusterSpec { extra_args: vec!["--config".into(), config.display().to_string()], ..ClusterSpec::default() };
+    let (cluster, load) = loaded(spec);
+    let leader_at_start = wait_for_leader(&cluster, 0, &all(&cluster), LEADER_TIMEOUT);
+    let full = (leader_at_start + 1) % cluster.node_count();
+    let node = cluster.node(full);
+    node.kill9();
+    let data = node.data_dir();
+    let Some(disk) = small_disk_over(&data, 256 << 20) else {
+        eprintln!("skipping: this process may not mount a tmpfs");
+        return;
+    };
+    let _mounts = SmallDiskMounts(vec![data.clone(), disk.clone()]);
+    node.restart();
+    // Ballast takes all the room but a little: the log fills its segment, then finds no room for
+    // the next.
+    let available = std::process::Command::new("df")
+        .args(["-B1", "--output=avail"])
+        .arg(&disk)
+        .output()
+        .ok()
+        .and_then(|out| String::from_utf8(out.stdout).ok()?.lines().nth(1)?.trim().parse::<u64>().ok())
+        .expect("the small disk's free room");
+    let ballast = vec![0u8; usize::try_from(available - (256 << 10)).expect("a size")];
+    std::fs::write(disk.join("ballast"), ballast).expect("the ballast is written");
+    // The load fills the follower's disk while the other two go on acknowledging writes.
+    let filled = Instant::now() + Duration::from_secs(60);
+    loop {
+        // Large values fill the follower's log segments (and its spare) quickly.
+        let stored = put_bulk(&cluster, leader_at_start, 16, 200 << 10, LEADER_TIMEOUT);
+        assert!(stored > 0, "no large value was stored while the follower's disk fills");
+        let stderr = node.stderr();
+        if let Some(line) = stderr.lines().find(|line| line.contains("No space left on device")) {
+            eprintln!("the follower's disk is full: {line}");
+            break;
+        }
+        assert!(Instant::now() < filled, "the follower's disk did not fill within 60 s");
+    }
+    load.wait_for_acks(SERVING, LEADER_TIMEOUT, "with the follower's disk full");
+    // It waits before it tries again: no restart loop while the disk stays full.
+    let starts = node.stderr().matches("replica recovered").count();
+    std::thread::sleep(Duration::from_secs(3));
+    let restarted = node.stderr().matches("replica recovered").count() - starts;
+    assert!(restarted <= 1, "a follower with a full disk restarted {restarted} times in 3 s");
+    // Room again, and the follower started again: it catches up.
+    let grown = std::process::Command::new("mount")
+        .args(["-o", "remount,size=1g", &disk.display().to_string()])
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(grown, "the small disk is given room again");
+    if node.is_running() {
+        node.kill9();
+    }
+    node.restart();
+    wait_caught_up(&cluster, 0, full, LEADER_TIMEOUT);
+    load.finish_and_check();
+    cluster.node(full).kill9();
 }
 
 /// A fourth node is added (`cluster add-node`) under load and killed while the change runs; the

@@ -264,11 +264,12 @@ fn follow(shard: &Rc<RefCell<ShardState>>, raft: &ShardRaft, settings: &GroupSet
         return;
     }
     if let Err(fatal) = &metrics.running_state {
-        // Raft stopped for good (its storage failed): this replica can neither lead nor follow
-        // until the process starts again from its files.
+        // Raft stopped for good (its storage failed: a full disk, most often): this replica can
+        // neither lead nor follow until the process starts again from its files, which helps
+        // only once the cause is gone, so it waits a while first instead of restarting in a loop.
         let reason = format!("Raft stopped in group {}: {fatal}", replication.group);
         drop(state);
-        depose(shard, reason);
+        depose_after(shard, reason, STORAGE_RETRY);
         return;
     }
     let leads = metrics.state == ServerState::Leader && metrics.current_leader == Some(settings.node_id);
@@ -306,9 +307,18 @@ fn follow(shard: &Rc<RefCell<ShardState>>, raft: &ShardRaft, settings: &GroupSet
 /// (an administration request's, a refusal) reach their clients.
 const RESTART_GRACE: Duration = Duration::from_millis(100);
 
+/// How long a replica whose Raft stopped (its storage failed) waits before it restarts the
+/// process to try again.
+const STORAGE_RETRY: Duration = Duration::from_secs(5);
+
 /// This replica may hold writes its group did not commit: it refuses every request from now on,
 /// and the process restarts shortly (see `restart.rs`).
 pub(crate) fn depose(shard: &Rc<RefCell<ShardState>>, reason: String) {
+    depose_after(shard, reason, RESTART_GRACE);
+}
+
+/// [`depose`], the process restarting after `delay`.
+fn depose_after(shard: &Rc<RefCell<ShardState>>, reason: String, delay: Duration) {
     {
         let mut state = shard.borrow_mut();
         let Some(replication) = state.replication.as_mut() else { return };
@@ -322,9 +332,9 @@ pub(crate) fn depose(shard: &Rc<RefCell<ShardState>>, reason: String) {
             cluster.map.set_leads_here(cluster.group, false);
         }
     }
-    tracing::warn!(%reason, "this replica stops serving and restarts");
+    tracing::warn!(%reason, restart_in_ms = delay.as_millis() as u64, "this replica stops serving and restarts");
     tokio::task::spawn_local(async move {
-        tokio::time::sleep(RESTART_GRACE).await;
+        tokio::time::sleep(delay).await;
         super::restart::restart_process(&reason);
     });
 }

@@ -63,6 +63,25 @@ pub fn block_on<T>(timeout: Duration, future: impl Future<Output = T>) -> Option
     runtime.block_on(async { tokio::time::timeout(timeout, future).await.ok() })
 }
 
+/// Stores `count` values of `bytes` each (keys `bulk-N`, apart from the load's) in the load's
+/// pool through node `via`, following redirects to the leader: a quick way to grow every
+/// replica's log. Returns how many were acknowledged within `timeout`.
+pub fn put_bulk(cluster: &Cluster, via: usize, count: usize, bytes: usize, timeout: Duration) -> usize {
+    let addr = cluster.node(via).native_addr().to_string();
+    block_on(timeout, async {
+        let Ok(session) = Session::connect_with(&addr, client_options()).await else { return 0 };
+        let Ok(pool) = session.open_pool(POOL).await else { return 0 };
+        let mut stored = 0;
+        for n in 0..count {
+            if pool.put(format!("bulk-{n}"), vec![(n % 251) as u8; bytes]).await.is_ok() {
+                stored += 1;
+            }
+        }
+        stored
+    })
+    .unwrap_or(0)
+}
+
 fn client_options() -> ClientOptions {
     ClientOptions { connect_timeout: ASK_TIMEOUT, ..ClientOptions::default() }
 }
