@@ -5,7 +5,7 @@
 //! what it did not replay forwards. Each read from disk therefore takes a window of entries
 //! around the ones asked for, and the next reads inside it are answered from memory.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::io;
 
@@ -16,21 +16,30 @@ use super::types::Entry;
 
 /// Entries read on each side of those asked for.
 const WINDOW_ENTRIES: u64 = 1024;
-/// The most bytes of entries a window keeps beyond those asked for (large values make large
-/// entries).
+/// The most bytes of entries a window keeps on each side of those asked for, and the most bytes
+/// asked for that are kept at all (large values make large entries).
 const WINDOW_BYTES_MAX: usize = 32 << 20;
 
 /// The window last read from the log's directory.
 #[derive(Debug)]
 pub(crate) struct ReadBack {
     storage: FsStorage,
+    /// [`WINDOW_BYTES_MAX`], smaller in tests.
+    bytes_max: Cell<usize>,
     /// Contiguous entries, the first at index `first`.
     window: RefCell<(Lsn, VecDeque<Entry>)>,
 }
 
 impl ReadBack {
     pub fn new(storage: FsStorage) -> ReadBack {
-        ReadBack { storage, window: RefCell::new((0, VecDeque::new())) }
+        ReadBack { storage, bytes_max: Cell::new(WINDOW_BYTES_MAX), window: RefCell::new((0, VecDeque::new())) }
+    }
+
+    /// Keeps windows of at most `bytes` on each side, and reads of more than `bytes` not at all.
+    #[cfg(test)]
+    pub fn limit_bytes(&self, bytes: usize) {
+        self.bytes_max.set(bytes);
+        self.forget();
     }
 
     /// Entries `from..to` of the log on disk, which holds them from `readable` on and up to
@@ -42,22 +51,26 @@ impl ReadBack {
         let window_from = from.saturating_sub(WINDOW_ENTRIES).max(readable).max(1);
         let window_to = to.saturating_add(WINDOW_ENTRIES).min(limit);
         let mut window: VecDeque<Entry> = VecDeque::new();
-        let (mut before_bytes, mut after_bytes) = (0usize, 0usize);
+        let (mut before_bytes, mut asked_bytes, mut after_bytes) = (0usize, 0usize, 0usize);
+        let bytes_max = self.bytes_max.get();
         let mut bad = None;
         read_range(&self.storage, window_from, window_to - 1, |lsn, payload| match decode_entry(lsn, payload) {
             Ok(entry) if lsn < from => {
                 // The nearest ones before `from` are kept.
                 before_bytes += entry_bytes(&entry);
                 window.push_back(entry);
-                while before_bytes > WINDOW_BYTES_MAX {
+                while before_bytes > bytes_max {
                     let Some(dropped) = window.pop_front() else { break };
                     before_bytes -= entry_bytes(&dropped);
                 }
             }
-            Ok(entry) if lsn < to => window.push_back(entry),
+            Ok(entry) if lsn < to => {
+                asked_bytes += entry_bytes(&entry);
+                window.push_back(entry);
+            }
             Ok(entry) => {
                 after_bytes += entry_bytes(&entry);
-                if after_bytes <= WINDOW_BYTES_MAX {
+                if after_bytes <= bytes_max {
                     window.push_back(entry);
                 }
             }
@@ -70,6 +83,12 @@ impl ReadBack {
             return Err(error);
         }
         let first = window.front().map_or(from, |entry| entry.log_id.index);
+        if asked_bytes > bytes_max {
+            // A large read is answered, not kept: memory holds at most a window's worth.
+            self.forget();
+            let skip = usize::try_from(from.saturating_sub(first)).unwrap_or(usize::MAX);
+            return Ok(window.into_iter().skip(skip).take_while(|entry| entry.log_id.index < to).collect());
+        }
         *self.window.borrow_mut() = (first, window);
         self.in_window(from, to).ok_or_else(|| io::Error::other(format!("entries {from} to {to} were not read back")))
     }

@@ -436,6 +436,12 @@ impl Replication {
         Ok(())
     }
 
+    /// Bounds the entries kept after reads from disk (see [`ReadBack::limit_bytes`]).
+    #[cfg(test)]
+    pub fn limit_read_back(&self, bytes: usize) {
+        self.read_back.limit_bytes(bytes);
+    }
+
     /// The entries of `range` the log holds (from memory, else read back from disk).
     pub fn read(&self, from: Lsn, to_exclusive: Lsn) -> Result<Vec<Entry>, std::io::Error> {
         let mut from = from.max(self.first_readable());

@@ -241,6 +241,13 @@ fn entries_read_back_from_disk_are_the_logs_in_any_order() {
             assert_eq!(read(index, index + 1), expected(index, index + 1), "{index}");
         }
         assert_eq!(read(1, 3001), expected(1, 3001));
+        // With windows of ten entries' bytes (blank entries count 64 each): reads larger than
+        // that are answered and not kept, smaller ones keep a window; both give the log's entries.
+        shard.borrow().replication.as_ref().expect("a replica").limit_read_back(640);
+        for (from, to) in [(1, 3001), (100, 200), (150, 152), (2990, 3001), (1, 2), (690, 711), (5, 15)] {
+            assert_eq!(read(from, to), expected(from, to), "{from}..{to} with small windows");
+        }
+        shard.borrow().replication.as_ref().expect("a replica").limit_read_back(32 << 20);
         log.truncate_after(Some(log_id::<C>(term_of(2000), 1, 2000))).await.expect("the cut");
         append_durably(&mut log, (2001..=2100).map(|index| blank_ent::<C>(9, 2, index)).collect()).await.expect("more");
         shard.borrow_mut().replication.as_mut().expect("a replica").started_at(2101);
