@@ -30,6 +30,7 @@ struct ShardFinding {
 struct ShardSummary {
     checkpoint_seq: u64,
     checkpoint_pages: u64,
+    pages_in_log: u64,
     replay_from: u64,
     records_replayed: u64,
     torn_tail: Option<(String, u64)>,
@@ -147,6 +148,7 @@ fn check_pmem_shard(dir: PathBuf) -> ShardFinding {
     let summary = ShardSummary {
         checkpoint_seq: catalog.seq,
         checkpoint_pages: 0,
+        pages_in_log: 0,
         replay_from: 0,
         records_replayed: 0,
         torn_tail: None,
@@ -177,6 +179,7 @@ fn check_shard(
         ShardSummary {
             checkpoint_seq: report.checkpoint_seq,
             checkpoint_pages: report.checkpoint_pages,
+            pages_in_log: report.pages_in_log,
             replay_from: report.replay_from,
             records_replayed: report.records_replayed,
             torn_tail: report.torn_tail,
@@ -209,8 +212,12 @@ fn print_text(data_dir: &Path, directory_damage: Option<&str>, findings: &[Shard
                     (None, None) => String::new(),
                 };
                 let backup = summary.backup_lsn.map(|lsn| format!("; backup up to LSN {lsn}")).unwrap_or_default();
+                let in_log = match summary.pages_in_log {
+                    0 => String::new(),
+                    pages => format!(", {pages} of them in the log"),
+                };
                 println!(
-                    "{}: checkpoint {} ({} pages), {} log records from LSN {}{tail}{backup}",
+                    "{}: checkpoint {} ({} pages{in_log}), {} log records from LSN {}{tail}{backup}",
                     shard.dir.display(),
                     summary.checkpoint_seq,
                     summary.checkpoint_pages,
@@ -256,6 +263,7 @@ fn to_json(data_dir: &Path, directory_damage: Option<&str>, findings: &[ShardFin
                 "dir": shard.dir.display().to_string(),
                 "checkpoint": summary.checkpoint_seq,
                 "checkpoint_pages": summary.checkpoint_pages,
+                "checkpoint_pages_in_log": summary.pages_in_log,
                 "replay_from_lsn": summary.replay_from,
                 "records_replayed": summary.records_replayed,
                 "backup_lsn": summary.backup_lsn,

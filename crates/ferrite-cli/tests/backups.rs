@@ -476,3 +476,69 @@ fn backup_check_and_restore_show_progress_on_large_data() {
     assert!(lines.lines().filter(|line| line.contains("(100%)")).count() == 2, "{lines}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Large values whose pages a checkpoint keeps in the log (its segments held under their own
+/// names) come back whole after a restart, a kill -9, and through a backup and its restore; `ferrite check`
+/// reads them back from the log, on the data directory and on the backup.
+#[test]
+fn large_values_kept_in_the_log_survive_restarts_kills_backups_and_restores() {
+    let dir = common::fresh_dir("backup-in-log");
+    let data = dir.join("data");
+    let builder = || {
+        TestServer::builder_for(server_binary()).shards(1).data_dir(&data).append_config(
+            "[durability]\nwal_segment_bytes = 4194304\ncheckpoint_wal_bytes = 4194304\ncheckpoint_interval_secs = 1\n",
+        )
+    };
+    let value = |index: usize, round: u8| -> Vec<u8> {
+        (0..512 * 1024).map(|at: usize| (at.wrapping_mul(7) ^ index.wrapping_mul(131)) as u8 ^ round).collect()
+    };
+    let server = builder().start();
+    let session = ferrite_client::blocking::Session::connect(&server.addr_string()).expect("connect");
+    let pool = session.create_pool("large", Default::default()).expect("create a pool");
+    for index in 0..24 {
+        pool.put(format!("value-{index}"), value(index, 1)).expect("put a large value");
+    }
+    common::wait_until("segments held for a checkpoint", Duration::from_secs(30), || {
+        let shards = session.statistics().expect("statistics");
+        (shards[0].get("wal_held_bytes").unwrap_or(0) > 0).then_some(())
+    });
+    let held = files_ending(&data.join("shard-0/wal"), ".held");
+    assert!(!held.is_empty(), "held segments are in the log directory under their own names");
+    let backup = dir.join("backup");
+    ok(&ferrite(&server, &["backup", backup.to_str().expect("UTF-8 path")]));
+    assert!(!files_ending(&backup.join("shard-0/wal"), ".held").is_empty(), "the backup holds them too");
+    for index in 0..12 {
+        pool.put(format!("value-{index}"), value(index, 2)).expect("replace a large value");
+    }
+    drop(pool);
+    drop(session);
+    let mut server = server;
+    server.kill9();
+    drop(server);
+
+    for checked in [&data, &backup] {
+        let report = ferrite_offline(&["check", checked.to_str().expect("UTF-8 path")]);
+        let stdout = ok(&report);
+        assert!(stdout.contains("of them in the log"), "check reads pages back from the log:\n{stdout}");
+    }
+    let expect_values = |server: &TestServer, replaced: bool| {
+        let session = ferrite_client::blocking::Session::connect(&server.addr_string()).expect("connect");
+        let pool = session.open_pool("large").expect("the pool");
+        for index in 0..24 {
+            let round = if replaced && index < 12 { 2 } else { 1 };
+            assert!(
+                pool.get(format!("value-{index}")).expect("get") == value(index, round),
+                "value {index} round {round}"
+            );
+        }
+    };
+    let server = builder().start();
+    expect_values(&server, true);
+    server.stop_gracefully();
+    let restored_dir = dir.join("restored");
+    ok(&restore(&backup, &restored_dir));
+    let server = TestServer::builder_for(server_binary()).shards(1).data_dir(&restored_dir).start();
+    expect_values(&server, false);
+    server.stop_gracefully();
+    let _ = std::fs::remove_dir_all(&dir);
+}

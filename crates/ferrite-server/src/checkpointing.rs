@@ -7,7 +7,7 @@ use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use ferrite_store::persistence::ssd::{CheckpointError, CheckpointPool, Step};
-use ferrite_store::persistence::wal::Lsn;
+use ferrite_store::persistence::wal::{Lsn, Released};
 use tokio::sync::watch;
 use tracing::{info, warn};
 
@@ -54,7 +54,9 @@ async fn checkpoint(shard: &Rc<RefCell<ShardState>>, shutdown: &mut watch::Recei
         }
         let (pools, next_pool_id, replay_from, keep_log_from) = source(&mut state);
         let durability = state.durability.as_mut().expect("checked by the caller");
-        durability.checkpointer.begin(replay_from, next_pool_id, pools);
+        let held = durability.log.held_segments();
+        let segment_bytes = durability.log.segment_bytes();
+        durability.checkpointer.begin(replay_from, next_pool_id, pools, &held, segment_bytes);
         let begun = (durability.gate.clone(), durability.log.clone(), keep_log_from);
         if let Some(replication) = state.replication.as_mut().filter(|_| paused) {
             replication.resume();
@@ -62,7 +64,7 @@ async fn checkpoint(shard: &Rc<RefCell<ShardState>>, shutdown: &mut watch::Recei
         begun
     };
     let mut pages_written = 0u64;
-    let outcome: Result<(u64, usize), CheckpointError> = loop {
+    let outcome: Result<(u64, Released), CheckpointError> = loop {
         if let Some(reason) = log.failure() {
             // Pool memory may hold changes the log never took: nothing more may be copied.
             break Err(CheckpointError::LogFailed(reason));
@@ -104,12 +106,14 @@ async fn checkpoint(shard: &Rc<RefCell<ShardState>>, shutdown: &mut watch::Recei
                 let log = log.clone();
                 let finished = tokio::task::spawn_blocking(move || {
                     let manifest = job.run(|| log.failure())?;
-                    let recycled = log.release_before(manifest.replay_from.min(keep_log_from)).map_err(|error| {
-                        CheckpointError::Io {
-                            context: "recycling log segments".into(),
-                            source: std::io::Error::other(error.to_string()),
-                        }
-                    })?;
+                    let held = manifest.held_segments();
+                    let recycled =
+                        log.release_before(manifest.replay_from.min(keep_log_from), &held).map_err(|error| {
+                            CheckpointError::Io {
+                                context: "recycling log segments".into(),
+                                source: std::io::Error::other(error.to_string()),
+                            }
+                        })?;
                     Ok((manifest, recycled))
                 })
                 .await
@@ -147,11 +151,12 @@ async fn checkpoint(shard: &Rc<RefCell<ShardState>>, shutdown: &mut watch::Recei
         }
     }
     match outcome {
-        Ok((seq, recycled)) => info!(
+        Ok((seq, released)) => info!(
             shard = index,
             checkpoint = seq,
             pages_written,
-            log_segments_recycled = recycled,
+            log_segments_recycled = released.recycled,
+            log_segments_held = released.held,
             elapsed_ms = started.elapsed().as_millis() as u64,
             "checkpoint complete"
         ),

@@ -285,8 +285,10 @@ impl ShardDurability {
             wal_record_bytes_max: counters.record_bytes_max,
             wal_pending_bytes_max: counters.pending_bytes_max,
             wal_buffer_bytes: self.log.buffer_bytes() as u64,
+            wal_held_bytes: self.log.held_bytes(),
             durable_lsn: self.gate.durable_lsn(),
             checkpoints: self.checkpoints,
+            checkpoint_pages: self.checkpoint_pages_total,
         }
     }
 

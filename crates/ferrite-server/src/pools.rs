@@ -319,7 +319,7 @@ impl Pools {
         let mut catalog = pmem.catalog.clone();
         catalog.seq += 1;
         catalog.next_pool_id = id + 1;
-        catalog.pools.push(ManifestPool { descriptor, chain: Vec::new() });
+        catalog.pools.push(ManifestPool { descriptor, chain: Vec::new(), in_log: Vec::new() });
         if let Err(error) = catalog.write(&pmem.dir) {
             drop(store);
             remove_files(&pmem.dir);

@@ -583,6 +583,7 @@ fn recover_one(
         pools = count,
         checkpoint = report.checkpoint_seq,
         checkpoint_pages = report.checkpoint_pages,
+        checkpoint_pages_in_log = report.pages_in_log,
         replayed_from_lsn = report.replay_from,
         records_replayed = report.records_replayed,
         bytes_replayed = report.bytes_replayed,

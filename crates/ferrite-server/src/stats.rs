@@ -29,8 +29,10 @@ pub(crate) struct DurabilityReport {
     pub wal_record_bytes_max: u64,
     pub wal_pending_bytes_max: u64,
     pub wal_buffer_bytes: u64,
+    pub wal_held_bytes: u64,
     pub durable_lsn: u64,
     pub checkpoints: u64,
+    pub checkpoint_pages: u64,
 }
 
 /// What a shard's pools hold together.
@@ -113,8 +115,10 @@ impl ShardStats {
                 ("wal_record_bytes_max", d.wal_record_bytes_max),
                 ("wal_pending_bytes_max", d.wal_pending_bytes_max),
                 ("wal_buffer_bytes", d.wal_buffer_bytes),
+                ("wal_held_bytes", d.wal_held_bytes),
                 ("durable_lsn", d.durable_lsn),
                 ("checkpoints", d.checkpoints),
+                ("checkpoint_pages", d.checkpoint_pages),
             ]
         });
         [

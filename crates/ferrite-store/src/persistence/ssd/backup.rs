@@ -1,7 +1,7 @@
 //! Online backups of a shard on the `ssd` backing, and restoring them.
 //!
-//! A backup of a shard is its last checkpoint (the manifest and the page files it names: immutable
-//! once written) and its log from the checkpoint's replay point up to a *backup LSN*, copied so
+//! A backup of a shard is its last checkpoint (the manifest, the page files it names and the log
+//! segments held for it: immutable once written) and its log from the checkpoint's replay point up to a *backup LSN*, copied so
 //! that it ends exactly there ([`copy_until`]). The shard makes everything up to that LSN durable
 //! before the copy starts and starts no checkpoint until it ends, so neither the page files nor
 //! the log segments the copy reads are removed or recycled under it, while writes go on. The
@@ -31,7 +31,7 @@ use std::path::{Path, PathBuf};
 use super::checkpoint::{sync_dir, Manifest, MANIFEST_NAME};
 use super::recovery::ShardPaths;
 use crate::persistence::identity::{shard_dir, Identity, SHARD_DIR_PREFIX};
-use crate::persistence::wal::{copy_until, FsStorage, Lsn, WalError};
+use crate::persistence::wal::{copy_until, find_segment, held_name, FsStorage, Lsn, WalError};
 use crate::progress::Progress;
 
 /// How much a copy reads and writes at a time, between two counts of its progress.
@@ -282,20 +282,31 @@ pub fn back_up_shard(
     create_dir(&copied.checkpoint)?;
     create_dir(&copied.wal)?;
     let mut backup = ShardBackup { lsn: descriptor.lsn, files: 0, bytes: 0 };
+    let mut held_segments = std::collections::BTreeSet::new();
     if let Some(manifest) = Manifest::read(&source.checkpoint)? {
+        held_segments = manifest.held_segments();
         for name in std::iter::once(MANIFEST_NAME.to_owned()).chain(manifest.files()) {
             backup.bytes += copy_file(&source.checkpoint.join(name), &copied.checkpoint, progress)?;
             backup.files += 1;
         }
     }
+    let source_log = FsStorage::open_dir(&source.wal).map_err(io_error(format!("opening {}", source.wal.display())))?;
     let log = copy_until(
-        &FsStorage::open_dir(&source.wal).map_err(io_error(format!("opening {}", source.wal.display())))?,
+        &source_log,
         &FsStorage::open_dir(&copied.wal).map_err(io_error(format!("opening {}", copied.wal.display())))?,
         descriptor.lsn,
     )?;
     backup.files += log.segments;
     backup.bytes += log.bytes;
     progress.advance(log.bytes);
+    // Segments held for the checkpoint (large values kept in the log): those still in the log
+    // were copied with it.
+    for seq in held_segments {
+        if let Some(name) = find_segment(&source_log, seq)?.filter(|name| *name == held_name(seq)) {
+            backup.bytes += copy_file(&source.wal.join(name), &copied.wal, progress)?;
+            backup.files += 1;
+        }
+    }
     for dir in [&copied.checkpoint, &copied.wal] {
         sync_dir(dir).map_err(io_error(format!("syncing {}", dir.display())))?;
     }

@@ -15,6 +15,12 @@
 //! or before the durable end of the log; replaying from `replay_from` rewrites every byte that
 //! changed after that moment, and the bytes no record touches are already right.
 //!
+//! Pages whose bytes one log record holds (the pages of large values, see [`LogExtent`]) are not
+//! copied: the manifest refers to the record, and the log holds the segment it lies in until no
+//! checkpoint refers to it ([`crate::persistence::wal::held_name`]). Recovery applies a pool's
+//! page files, then the records its manifest refers to. A held segment less than half of which
+//! the checkpoint still needs is cleaned: its pages are copied after all, and it is recycled.
+//!
 //! A pool's state is its chain of page files applied in order. When a chain grows past
 //! [`CHAIN_MAX`] files, the next checkpoint of that pool copies every non-zero page into one new
 //! file that replaces the chain.
@@ -23,7 +29,7 @@
 //!
 //! ```text
 //! MANIFEST   0  8 magic "FRCKMANI"     page file   0  8 magic "FRCKPAGE"
-//!            8  2 version (1)                      8  2 version (1)
+//!            8  2 version (2)                      8  2 version (1)
 //!           10  2 reserved                        10  2 reserved
 //!           12  4 CRC-32C of bytes 16..end        12  4 CRC-32C of bytes 16..64
 //!           16  8 checkpoint sequence             16  8 pool id
@@ -32,8 +38,11 @@
 //!           40  4 pool count                      40  8 page count
 //!           44  .. per pool: descriptor (as in    48 16 reserved
 //!              the log), u32 file count, u64      64  .. entries: u64 page number, u32 CRC-32C
-//!              file sequence per file                 of the page number and the page, u32
-//!                                                     reserved, 4096 bytes of page
+//!              file sequence per file, u32            of the page number and the page, u32
+//!              extent count, per extent: u64          reserved, 4096 bytes of page
+//!              first page, u64 pages, u64 LSN,
+//!              u64 segment, u64 record offset
+//!              (version 2; version 1 has none)
 //! ```
 
 use std::fs::{File, OpenOptions};
@@ -42,15 +51,21 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use super::pages::{PageTracker, PAGE_BYTES};
-use super::record::{decode_descriptor, encode_descriptor, is_all_zero, PoolDescriptor};
-use crate::persistence::wal::Lsn;
+use std::collections::{BTreeSet, HashMap};
+
+use super::pages::{LogExtent, PageTracker, PAGE_BYTES};
+use super::record::{decode, decode_descriptor, encode_descriptor, is_all_zero, LogRecord, PoolDescriptor};
+use crate::persistence::wal::{read_record_at, LogStorage, Lsn, RecordAt};
 
 pub const MANIFEST_NAME: &str = "MANIFEST";
 const MANIFEST_TEMP_NAME: &str = "MANIFEST.tmp";
 const MANIFEST_MAGIC: [u8; 8] = *b"FRCKMANI";
 const PAGES_MAGIC: [u8; 8] = *b"FRCKPAGE";
 const FORMAT_VERSION: u16 = 1;
+/// The manifest's format: version 2 adds each pool's extents kept in the log. Version 1
+/// manifests (written before) are read as having none.
+const MANIFEST_VERSION: u16 = 2;
+const EXTENT_BYTES: usize = 40;
 const PAGES_HEADER_BYTES: u64 = 64;
 const ENTRY_HEADER_BYTES: u64 = 16;
 /// Bytes one page takes in a page file.
@@ -66,6 +81,9 @@ pub enum CheckpointError {
     Io { context: String, source: io::Error },
     #[error("checkpoint file {file} is damaged at offset {offset}: {reason}")]
     Corrupt { file: String, offset: u64, reason: String },
+    /// A page a checkpoint keeps in the log cannot be read back from it.
+    #[error("pool {pool}: pages {first_page}..{end_page} kept in the log at LSN {lsn} cannot be read: {reason}")]
+    InLog { pool: u64, first_page: u64, end_page: u64, lsn: Lsn, reason: String },
     /// The write-ahead log failed while the checkpoint ran: it is abandoned, never completed.
     #[error("the write-ahead log failed ({0}); the checkpoint is abandoned")]
     LogFailed(String),
@@ -81,6 +99,8 @@ pub struct ManifestPool {
     pub descriptor: PoolDescriptor,
     /// Sequence numbers of its page files, applied in this order.
     pub chain: Vec<u64>,
+    /// Pages whose bytes log records hold, applied after the page files.
+    pub in_log: Vec<LogExtent>,
 }
 
 /// The last complete checkpoint of a shard.
@@ -115,7 +135,7 @@ impl Manifest {
     pub fn encode(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(64 + self.pools.len() * 64);
         out.extend_from_slice(&MANIFEST_MAGIC);
-        out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+        out.extend_from_slice(&MANIFEST_VERSION.to_le_bytes());
         out.extend_from_slice(&[0; 6]);
         out.extend_from_slice(&self.seq.to_le_bytes());
         out.extend_from_slice(&self.replay_from.to_le_bytes());
@@ -126,6 +146,12 @@ impl Manifest {
             out.extend_from_slice(&(pool.chain.len() as u32).to_le_bytes());
             for seq in &pool.chain {
                 out.extend_from_slice(&seq.to_le_bytes());
+            }
+            out.extend_from_slice(&(pool.in_log.len() as u32).to_le_bytes());
+            for extent in &pool.in_log {
+                for field in [extent.first_page, extent.pages, extent.lsn, extent.at.segment, extent.at.position] {
+                    out.extend_from_slice(&field.to_le_bytes());
+                }
             }
         }
         let crc = crc32c::crc32c(&out[16..]);
@@ -144,8 +170,8 @@ impl Manifest {
             return Err(corrupt(0, "not a checkpoint manifest (bad magic or too short)".into()));
         }
         let version = u16::from_le_bytes([bytes[8], bytes[9]]);
-        if version != FORMAT_VERSION {
-            return Err(corrupt(8, format!("format version {version}; this build reads {FORMAT_VERSION}")));
+        if !(1..=MANIFEST_VERSION).contains(&version) {
+            return Err(corrupt(8, format!("format version {version}; this build reads 1 to {MANIFEST_VERSION}")));
         }
         let (stored, computed) = (u32_at(bytes, 12), crc32c::crc32c(&bytes[16..]));
         if stored != computed {
@@ -170,7 +196,34 @@ impl Manifest {
             let chain_bytes = bytes.get(at..at.saturating_add(chain_len * 8)).ok_or_else(short)?;
             let chain = chain_bytes.chunks_exact(8).map(|raw| u64_at(raw, 0)).collect();
             at += chain_len * 8;
-            manifest.pools.push(ManifestPool { descriptor, chain });
+            let mut in_log = Vec::new();
+            if version >= 2 {
+                let count = bytes.get(at..at + 4).map(|_| u32_at(bytes, at)).ok_or_else(short)? as usize;
+                at += 4;
+                let raw = bytes.get(at..at.saturating_add(count.saturating_mul(EXTENT_BYTES))).ok_or_else(short)?;
+                for (index, raw) in raw.chunks_exact(EXTENT_BYTES).enumerate() {
+                    let extent = LogExtent {
+                        first_page: u64_at(raw, 0),
+                        pages: u64_at(raw, 8),
+                        lsn: u64_at(raw, 16),
+                        at: RecordAt { segment: u64_at(raw, 24), position: u64_at(raw, 32) },
+                    };
+                    let after_previous =
+                        in_log.last().is_none_or(|last: &LogExtent| last.end_page() <= extent.first_page);
+                    let region_pages = descriptor.region_bytes.div_ceil(PAGE_BYTES);
+                    let inside = extent.pages > 0
+                        && extent.first_page.checked_add(extent.pages).is_some_and(|end| end <= region_pages);
+                    if !after_previous || !inside {
+                        return Err(corrupt(
+                            at + index * EXTENT_BYTES,
+                            "an extent kept in the log overlaps another or lies outside the pool".into(),
+                        ));
+                    }
+                    in_log.push(extent);
+                }
+                at += count * EXTENT_BYTES;
+            }
+            manifest.pools.push(ManifestPool { descriptor, chain, in_log });
         }
         if at != bytes.len() {
             return Err(corrupt(at, "trailing bytes after the last pool".into()));
@@ -205,16 +258,75 @@ impl Manifest {
     pub fn files(&self) -> impl Iterator<Item = String> + '_ {
         self.pools.iter().flat_map(|pool| pool.chain.iter().map(|seq| pages_name(pool.descriptor.id, *seq)))
     }
+
+    /// The log segments this manifest refers to (which the log must hold).
+    pub fn held_segments(&self) -> BTreeSet<u64> {
+        self.pools.iter().flat_map(|pool| pool.in_log.iter().map(|extent| extent.at.segment)).collect()
+    }
 }
 
-/// Applies a pool's chain of page files to `region` (zeroed, `descriptor.region_bytes` long).
-/// Returns how many pages were loaded.
-pub fn load_pool(dir: &Path, pool: &ManifestPool, region: &mut [u8]) -> Result<u64, CheckpointError> {
+/// Applies a pool's chain of page files to `region` (zeroed, `descriptor.region_bytes` long),
+/// then the pages it keeps in the log (read from `log`). Returns how many pages were loaded.
+pub fn load_pool<S: LogStorage>(
+    dir: &Path,
+    log: &S,
+    pool: &ManifestPool,
+    region: &mut [u8],
+) -> Result<u64, CheckpointError> {
     let mut loaded = 0;
     for seq in &pool.chain {
         loaded += load_pages(dir, pool.descriptor.id, *seq, pool.descriptor.region_bytes, region)?;
     }
+    let mut last: Option<(RecordAt, Vec<u8>)> = None;
+    for extent in &pool.in_log {
+        let failed = |reason: String| CheckpointError::InLog {
+            pool: pool.descriptor.id,
+            first_page: extent.first_page,
+            end_page: extent.end_page(),
+            lsn: extent.lsn,
+            reason,
+        };
+        if last.as_ref().is_none_or(|(at, _)| *at != extent.at) {
+            let payload = read_record_at(log, extent.at, extent.lsn).map_err(|error| failed(error.to_string()))?;
+            last = Some((extent.at, payload));
+        }
+        let payload = &last.as_ref().expect("read above").1;
+        apply_extent(pool.descriptor.id, extent, payload, region).map_err(failed)?;
+        loaded += extent.pages;
+    }
     Ok(loaded)
+}
+
+/// Copies the pages of `extent` from `payload`, the record that holds them: a transaction of
+/// pool `pool` whose ranges cover every byte of them.
+fn apply_extent(pool: u64, extent: &LogExtent, payload: &[u8], region: &mut [u8]) -> Result<(), String> {
+    let Ok(LogRecord::Transaction { pool: record_pool, ranges }) = decode(payload) else {
+        return Err("the record there is not a transaction".into());
+    };
+    if record_pool != pool {
+        return Err(format!("the record there changes pool {record_pool}"));
+    }
+    let (start, end) = (extent.first_page * PAGE_BYTES, extent.end_page() * PAGE_BYTES);
+    if end > region.len() as u64 {
+        return Err("the pages lie outside the pool's region".into());
+    }
+    let mut covered = 0;
+    for (offset, len, bytes) in ranges {
+        let (from, to) = (offset.max(start), (offset + u64::from(len)).min(end));
+        if from >= to {
+            continue;
+        }
+        let target = &mut region[from as usize..to as usize];
+        match bytes {
+            Some(bytes) => target.copy_from_slice(&bytes[(from - offset) as usize..(to - offset) as usize]),
+            None => target.fill(0),
+        }
+        covered += to - from;
+    }
+    if covered != end - start {
+        return Err(format!("the record holds {covered} of the pages' {} bytes", end - start));
+    }
+    Ok(())
 }
 
 fn load_pages(dir: &Path, pool: u64, seq: u64, region_bytes: u64, region: &mut [u8]) -> Result<u64, CheckpointError> {
@@ -303,6 +415,8 @@ struct ActivePool {
     whole: bool,
     chain: Vec<u64>,
     open: Option<OpenPages>,
+    /// Pages kept in the log instead of copied, as the pool's tracker had them at the start.
+    in_log: Vec<LogExtent>,
 }
 
 #[derive(Debug)]
@@ -431,22 +545,51 @@ impl Checkpointer {
     }
 
     /// Begins a checkpoint at log position `replay_from` (the LSN the next record will get) over
-    /// `pools`, every pool of the shard. Takes each pool's changed pages.
-    pub fn begin(&mut self, replay_from: Lsn, next_pool_id: u64, pools: Vec<CheckpointPool>) {
+    /// `pools`, every pool of the shard. Takes each pool's changed pages, less those kept in the
+    /// log. `held` are the segments the log holds for the last checkpoint: one of them less than
+    /// half of which (by `segment_bytes`, or its records' extent if larger) this checkpoint would
+    /// still refer to is cleaned, its pages copied instead, so held segments take at most about
+    /// twice the bytes of the pages they keep.
+    pub fn begin(
+        &mut self,
+        replay_from: Lsn,
+        next_pool_id: u64,
+        pools: Vec<CheckpointPool>,
+        held: &BTreeSet<u64>,
+        segment_bytes: u64,
+    ) {
+        let extents: Vec<Vec<LogExtent>> = pools
+            .iter()
+            .map(|pool| pool.pages.lock().unwrap_or_else(std::sync::PoisonError::into_inner).in_log())
+            .collect();
+        let cleaned = segments_to_clean(extents.iter().flatten(), held, segment_bytes);
         let pools = pools
             .into_iter()
-            .map(|source| {
-                let held = self.manifest.pools.iter().find(|pool| pool.descriptor.id == source.descriptor.id);
-                let whole = held.is_some_and(|pool| pool.chain.len() >= CHAIN_MAX);
+            .zip(extents)
+            .map(|(source, extents)| {
+                let kept = self.manifest.pools.iter().find(|pool| pool.descriptor.id == source.descriptor.id);
+                let whole = kept.is_some_and(|pool| pool.chain.len() >= CHAIN_MAX);
                 let mut tracker = source.pages.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
                 let dirty = tracker.take_dirty();
-                let pages = if whole { (0..tracker.pages()).collect() } else { dirty };
+                let (cleaned, in_log): (Vec<LogExtent>, Vec<LogExtent>) =
+                    extents.into_iter().partition(|extent| cleaned.contains(&extent.at.segment));
+                for extent in &cleaned {
+                    tracker.forget(extent);
+                }
+                let candidates: Box<dyn Iterator<Item = u64>> =
+                    if whole { Box::new(0..tracker.pages()) } else { Box::new(dirty.into_iter()) };
+                let mut pages: Vec<u64> = candidates
+                    .filter(|page| !covers(&in_log, *page))
+                    .chain(cleaned.iter().flat_map(|extent| extent.first_page..extent.end_page()))
+                    .collect();
                 drop(tracker);
-                let chain = match held {
+                pages.sort_unstable();
+                pages.dedup();
+                let chain = match kept {
                     Some(pool) if !whole => pool.chain.clone(),
                     _ => Vec::new(),
                 };
-                ActivePool { source, pages, next: 0, whole, chain, open: None }
+                ActivePool { source, pages, next: 0, whole, chain, open: None, in_log }
             })
             .collect();
         self.active = Some(Active { replay_from, next_pool_id, pools, current: 0 });
@@ -560,7 +703,7 @@ impl Checkpointer {
                 headers.push((Arc::clone(&open.file), pages_name(id, open.seq), header));
                 chain.push(open.seq);
             }
-            pools.push(ManifestPool { descriptor: pool.source.descriptor.clone(), chain });
+            pools.push(ManifestPool { descriptor: pool.source.descriptor.clone(), chain, in_log: pool.in_log.clone() });
         }
         let manifest = Manifest {
             seq: self.manifest.seq + 1,
@@ -600,6 +743,27 @@ impl Checkpointer {
             }
         }
     }
+}
+
+/// Whether one of `extents` (sorted, disjoint) holds `page`.
+fn covers(extents: &[LogExtent], page: u64) -> bool {
+    let after = extents.partition_point(|extent| extent.first_page <= page);
+    after > 0 && extents[after - 1].end_page() > page
+}
+
+/// The held segments less than half of which `extents` need (see [`Checkpointer::begin`]).
+fn segments_to_clean<'a>(
+    extents: impl Iterator<Item = &'a LogExtent>,
+    held: &BTreeSet<u64>,
+    segment_bytes: u64,
+) -> BTreeSet<u64> {
+    let mut needed: HashMap<u64, (u64, u64)> = HashMap::new();
+    for extent in extents.filter(|extent| held.contains(&extent.at.segment)) {
+        let (bytes, size) = needed.entry(extent.at.segment).or_insert((0, segment_bytes));
+        *bytes += extent.pages * PAGE_BYTES;
+        *size = (*size).max(extent.at.position + extent.pages * PAGE_BYTES);
+    }
+    needed.into_iter().filter(|(_, (bytes, size))| *bytes < size / 2).map(|(segment, _)| segment).collect()
 }
 
 /// Removes files in `dir` that no complete checkpoint references: page files of a checkpoint a

@@ -4,6 +4,7 @@
 //! one gathers, so under load each sync covers every operation that arrived during the previous
 //! one, and the shard's thread never waits for the disk.
 
+use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::thread::JoinHandle;
@@ -11,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use super::record::{pool_created_payload_max, transaction_payload_max, POOL_DELETED_PAYLOAD_BYTES};
 use crate::persistence::wal::{
-    record_bytes, spare_name, FsStorage, LogStorage, Lsn, WalError, WalWriter, SEGMENT_HEADER_BYTES,
+    record_bytes, spare_name, FsStorage, LogStorage, Lsn, RecordAt, Released, WalError, WalWriter, SEGMENT_HEADER_BYTES,
 };
 use crate::store::WriteFootprint;
 
@@ -192,6 +193,13 @@ impl<S: LogStorage + Clone + 'static> SharedLog<S> {
     /// failure poisons the log. The scratch buffer is the shard's, kept from record to record: a
     /// buffer per record cost a fresh allocation, faulted in page by page, for every large value.
     pub fn append_encoded(&self, encode: impl FnOnce(&mut Vec<u8>)) -> Result<Lsn, WalError> {
+        self.append_encoded_at(encode).map(|(lsn, _)| lsn)
+    }
+
+    /// [`SharedLog::append_encoded`], also saying where the record lies in the log when its
+    /// payload is the record `encode` wrote, as it is in a single server's log (a leader's
+    /// entries are framed, and a checkpoint refers to no record of a replicated log).
+    pub fn append_encoded_at(&self, encode: impl FnOnce(&mut Vec<u8>)) -> Result<(Lsn, Option<RecordAt>), WalError> {
         let mut state = self.lock();
         let mut scratch = std::mem::take(&mut state.scratch);
         scratch.clear();
@@ -203,6 +211,7 @@ impl<S: LogStorage + Clone + 'static> SharedLog<S> {
         });
         encode(&mut scratch);
         let appended = Self::append_locked(&mut state, self, &scratch);
+        let at = (framed.is_none() && appended.is_ok()).then(|| state.writer.last_record_at());
         if let (Ok(lsn), Some((term, seq)), Some(framing)) = (&appended, framed, state.framing.as_mut()) {
             if framing.appended.is_empty() {
                 (framing.wake)();
@@ -212,7 +221,7 @@ impl<S: LogStorage + Clone + 'static> SharedLog<S> {
         if scratch.capacity() <= RETAINED_SCRATCH_BYTES_MAX {
             state.scratch = scratch;
         }
-        appended
+        appended.map(|lsn| (lsn, at))
     }
 
     /// From now on, frames the records the shard appends as normal entries of `term` written by
@@ -474,8 +483,23 @@ impl<S: LogStorage + Clone + 'static> SharedLog<S> {
     }
 
     /// See [`WalWriter::release_before`].
-    pub fn release_before(&self, lsn: Lsn) -> Result<usize, WalError> {
-        self.lock().writer.release_before(lsn)
+    pub fn release_before(&self, lsn: Lsn, held: &BTreeSet<u64>) -> Result<Released, WalError> {
+        self.lock().writer.release_before(lsn, held)
+    }
+
+    /// The segments the log holds for the last checkpoint ([`crate::persistence::wal::held_name`]).
+    pub fn held_segments(&self) -> BTreeSet<u64> {
+        self.lock().writer.held_segments()
+    }
+
+    /// The configured size of a segment.
+    pub fn segment_bytes(&self) -> u64 {
+        self.lock().writer.segment_bytes()
+    }
+
+    /// See [`WalWriter::held_bytes`].
+    pub fn held_bytes(&self) -> u64 {
+        self.lock().writer.held_bytes()
     }
 
     /// See [`WalWriter::retained_bytes`].

@@ -14,6 +14,11 @@ use crate::persistence::wal::{FsStorage, LogStorage, Lsn};
 pub const UNLOGGED: Lsn = Lsn::MAX;
 use crate::persistence::{Offset, PoolMemory};
 
+/// A range of a transaction this long or longer (a large value, a piece of a direct put) is
+/// kept in the log for checkpoints: they refer to its record instead of copying its whole pages.
+/// Shorter ones are copied: a reference costs a manifest entry and pins a log segment.
+pub const IN_LOG_RANGE_BYTES_MIN: u64 = 64 * 1024;
+
 /// One pool's memory, logged. `modify` notes the range; `commit` encodes the new bytes of every
 /// noted range (merged) as one transaction record and appends it to the shard's log, then marks
 /// the pages with the record's LSN for the checkpointer. The first commit of a new pool's memory
@@ -94,13 +99,16 @@ impl<S: LogStorage + Clone + 'static> PoolMemory for LoggedMemory<S> {
             return;
         }
         let (pool, ranges, memory, creating) = (self.pool, &mut self.ranges, self.region.bytes(), self.creating.take());
-        let lsn = self
+        let transaction = creating.is_none();
+        let (lsn, at) = self
             .log
-            .append_encoded(|out| match creating {
+            .append_encoded_at(|out| match creating {
                 Some(descriptor) => encode_pool_created(&descriptor, ranges, memory, out),
                 None => encode_transaction(pool, ranges, memory, out),
             })
-            .unwrap_or(UNLOGGED);
+            .unwrap_or((UNLOGGED, None));
+        // A transaction's record holds its ranges merged (encoding merged them in place).
+        let at = at.filter(|_| transaction);
         let mut pages = self.pages.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         // Frees first: a page this transaction freed and wrote again (a new value in the old
         // one's place) is recorded as changed just below, which makes it needed again.
@@ -110,7 +118,10 @@ impl<S: LogStorage + Clone + 'static> PoolMemory for LoggedMemory<S> {
             }
         }
         for &(offset, len) in &self.ranges {
-            pages.record(offset, len, lsn);
+            match at {
+                Some(at) if len >= IN_LOG_RANGE_BYTES_MIN => pages.record_in_log(offset, len, lsn, at),
+                _ => pages.record(offset, len, lsn),
+            }
         }
         self.ranges.clear();
         // Released pages read as zeros, which no log record says: harmless for bytes that are

@@ -28,6 +28,8 @@ mod framing_tests;
 #[cfg(test)]
 mod growth_tests;
 #[cfg(test)]
+mod in_log_tests;
+#[cfg(test)]
 mod replicated_crash_tests;
 #[cfg(test)]
 mod replicated_tests;

@@ -1,10 +1,31 @@
 //! Which pages of a pool's memory changed, and at which log position: what an incremental
 //! checkpoint copies, and when it may copy it (the page-LSN rule).
 
-use crate::persistence::wal::Lsn;
+use std::collections::BTreeMap;
+
+use crate::persistence::wal::{Lsn, RecordAt};
 
 /// Pool memory is checkpointed in pages of this size.
 pub const PAGE_BYTES: u64 = 4096;
+
+/// Whole pages of pool memory whose bytes are exactly what one log record wrote there: a
+/// checkpoint refers to the record instead of copying the pages (see `docs/durability.md`,
+/// "Large values"). Every byte of a large value is so written to the disk once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LogExtent {
+    pub first_page: u64,
+    pub pages: u64,
+    /// The record's LSN.
+    pub lsn: Lsn,
+    /// Where the record lies in the log.
+    pub at: RecordAt,
+}
+
+impl LogExtent {
+    pub fn end_page(&self) -> u64 {
+        self.first_page + self.pages
+    }
+}
 
 /// Per-page bookkeeping of one pool's memory: the LSN of each page's last change, the pages
 /// changed since the last checkpoint began, and the pages that hold nothing the engine needs.
@@ -17,6 +38,9 @@ pub struct PageTracker {
     /// Pages wholly inside memory the engine freed ([`freed`](Self::freed)) and not written
     /// since: a checkpoint need not copy them. Known only since the pool was loaded.
     free_bits: Vec<u64>,
+    /// Pages whose bytes one log record holds ([`LogExtent`]), by first page. Any other change
+    /// of a page, or its freeing, takes it out.
+    in_log: BTreeMap<u64, LogExtent>,
 }
 
 impl PageTracker {
@@ -33,7 +57,7 @@ impl PageTracker {
         let mut free_bits = Vec::new();
         free_bits.try_reserve_exact(pages.div_ceil(64))?;
         free_bits.resize(pages.div_ceil(64), 0);
-        Ok(PageTracker { page_lsn, dirty_bits, dirty: Vec::new(), free_bits })
+        Ok(PageTracker { page_lsn, dirty_bits, dirty: Vec::new(), free_bits, in_log: BTreeMap::new() })
     }
 
     /// Pages in the region.
@@ -46,7 +70,9 @@ impl PageTracker {
         if len == 0 {
             return;
         }
-        for page in Self::page_span(offset, len) {
+        let span = Self::page_span(offset, len);
+        self.forget_in_log(span.start, span.end);
+        for page in span {
             self.page_lsn[page as usize] = lsn;
             let (word, bit) = ((page / 64) as usize, page % 64);
             self.free_bits[word] &= !(1 << bit);
@@ -78,11 +104,68 @@ impl PageTracker {
     /// objects may share, are left as they are.
     pub fn freed(&mut self, offset: u64, len: u64, lsn: Lsn) {
         let first = offset.div_ceil(PAGE_BYTES);
-        let end = offset.saturating_add(len) / PAGE_BYTES;
-        for page in first..end.min(self.pages()) {
+        let end = (offset.saturating_add(len) / PAGE_BYTES).min(self.pages());
+        self.forget_in_log(first, end);
+        for page in first..end {
             self.page_lsn[page as usize] = lsn;
             self.free_bits[(page / 64) as usize] |= 1 << (page % 64);
         }
+    }
+
+    /// Records that `len` bytes at `offset` changed in the record with LSN `lsn`, found in the
+    /// log at `at`, which holds their bytes: the whole pages inside need no copy in a checkpoint
+    /// while nothing else changes them.
+    pub fn record_in_log(&mut self, offset: u64, len: u64, lsn: Lsn, at: RecordAt) {
+        self.record(offset, len, lsn);
+        let first = offset.div_ceil(PAGE_BYTES);
+        let end = (offset.saturating_add(len) / PAGE_BYTES).min(self.pages());
+        if first < end {
+            self.in_log.insert(first, LogExtent { first_page: first, pages: end - first, lsn, at });
+        }
+    }
+
+    /// Adds pages a checkpoint found in the log (recovery): they stay there until changed.
+    pub fn restore_in_log(&mut self, extent: LogExtent) {
+        let end = extent.end_page().min(self.pages());
+        if extent.first_page < end {
+            self.forget_in_log(extent.first_page, end);
+            self.in_log.insert(extent.first_page, LogExtent { pages: end - extent.first_page, ..extent });
+        }
+    }
+
+    /// Takes pages `first..end` out of their log extents (they changed otherwise, or were
+    /// freed), splitting an extent that covers more.
+    fn forget_in_log(&mut self, first: u64, end: u64) {
+        if self.in_log.is_empty() || first >= end {
+            return;
+        }
+        let overlapping: Vec<LogExtent> = self
+            .in_log
+            .range(..end)
+            .rev()
+            .take_while(|(_, extent)| extent.end_page() > first)
+            .map(|(_, extent)| *extent)
+            .collect();
+        for extent in overlapping {
+            self.in_log.remove(&extent.first_page);
+            if extent.first_page < first {
+                self.in_log.insert(extent.first_page, LogExtent { pages: first - extent.first_page, ..extent });
+            }
+            if extent.end_page() > end {
+                self.in_log.insert(end, LogExtent { first_page: end, pages: extent.end_page() - end, ..extent });
+            }
+        }
+    }
+
+    /// Every extent of pages the log holds, in page order.
+    pub fn in_log(&self) -> Vec<LogExtent> {
+        self.in_log.values().copied().collect()
+    }
+
+    /// Takes `extent`'s pages out of the log's keeping: a checkpoint copies them instead (its
+    /// cleaner, freeing the log space they pin).
+    pub fn forget(&mut self, extent: &LogExtent) {
+        self.forget_in_log(extent.first_page, extent.end_page());
     }
 
     /// Whether `page` holds nothing the engine needs (see [`freed`](Self::freed)).

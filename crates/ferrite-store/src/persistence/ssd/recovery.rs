@@ -69,6 +69,8 @@ pub struct RecoveredPool {
 pub struct RecoveryReport {
     pub checkpoint_seq: u64,
     pub checkpoint_pages: u64,
+    /// Of the checkpoint's pages, those read from log records it keeps (large values).
+    pub pages_in_log: u64,
     pub replay_from: Lsn,
     pub records_replayed: u64,
     pub bytes_replayed: u64,
@@ -344,7 +346,15 @@ fn load_shard_from<S: LogStorage>(
     let mut entries = EntrySummary::default();
     for pool in &manifest.pools {
         let (mut region, pages) = new_region(&pool.descriptor)?;
-        let loaded = load_pool(checkpoint_dir, pool, region.bytes_mut())?;
+        let loaded = load_pool(checkpoint_dir, storage, pool, region.bytes_mut())?;
+        {
+            // The pages are still the records' bytes: the next checkpoint keeps them there too.
+            let mut tracker = pages.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            for extent in &pool.in_log {
+                tracker.restore_in_log(*extent);
+                report.pages_in_log += extent.pages;
+            }
+        }
         report.checkpoint_pages += loaded;
         progress(loaded * super::pages::PAGE_BYTES);
         replay.pools.insert(pool.descriptor.id, RecoveredPool { descriptor: pool.descriptor.clone(), region, pages });

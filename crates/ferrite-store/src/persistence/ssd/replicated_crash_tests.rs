@@ -57,7 +57,7 @@ fn checkpoint_step(leader: &Leader<SimStorage>, checkpointer: &mut Checkpointer)
             leader.log.request_sync();
             return None;
         }
-        checkpointer.begin(durable + 1, 2, vec![leader.checkpoint_pool()]);
+        checkpointer.begin(durable + 1, 2, vec![leader.checkpoint_pool()], &Default::default(), 1 << 20);
     }
     loop {
         let durable = leader.log.durable_lsn();
@@ -70,7 +70,7 @@ fn checkpoint_step(leader: &Leader<SimStorage>, checkpointer: &mut Checkpointer)
             }
             Step::Finish(job) => {
                 let replay_from = checkpointer.complete(job.run(|| None)).expect("complete");
-                leader.log.release_before(replay_from).expect("recycle");
+                leader.log.release_before(replay_from, &Default::default()).expect("recycle");
                 return Some(durable);
             }
         }
@@ -288,7 +288,7 @@ fn a_follower_cut_back_by_a_new_leader_recovers_at_every_power_cut() {
             .expect("read");
             let mut checkpointer = Checkpointer::new(dir.clone(), Manifest::default());
             checkpoint(&mut checkpointer, &replica, covered + 1, log.durable_lsn());
-            log.release_before(covered + 1).expect("recycle");
+            log.release_before(covered + 1, &Default::default()).expect("recycle");
         };
         if covered > 0 && !checkpoint_after_cut {
             take_checkpoint();

@@ -274,7 +274,7 @@ fn follow(wal: &Path, until: Lsn) -> ReplicaPools {
 
 /// Checkpoints `replica`, whose state is as of entry `replay_from - 1`, durable up to `durable`.
 pub(super) fn checkpoint(checkpointer: &mut Checkpointer, replica: &ReplicaPools, replay_from: Lsn, durable: Lsn) {
-    checkpointer.begin(replay_from, replica.next_pool_id, replica.checkpoint_pools());
+    checkpointer.begin(replay_from, replica.next_pool_id, replica.checkpoint_pools(), &Default::default(), 1 << 20);
     loop {
         match checkpointer.step(durable, 64).expect("step") {
             Step::Write(write) => checkpointer.recycle(write.run().expect("write pages")),

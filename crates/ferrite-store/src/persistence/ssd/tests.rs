@@ -15,7 +15,7 @@ use crate::persistence::wal::sim::SimStorage;
 use crate::persistence::wal::{Lsn, WalConfig};
 use crate::store::{PoolSpec, PutMode, RegionCopy, Store};
 
-const SEGMENT_BYTES: u64 = 256 * 1024;
+pub(super) const SEGMENT_BYTES: u64 = 256 * 1024;
 
 pub(super) fn temp_dir(tag: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("ferrite-ssd-{}-{tag}", std::process::id()));
@@ -25,16 +25,16 @@ pub(super) fn temp_dir(tag: &str) -> PathBuf {
 }
 
 /// A pool as the test shard holds it: its descriptor, its store, its page tracker.
-type LivePool = (PoolDescriptor, HStore<LoggedMemory>, std::sync::Arc<std::sync::Mutex<PageTracker>>);
+pub(super) type LivePool = (PoolDescriptor, HStore<LoggedMemory>, std::sync::Arc<std::sync::Mutex<PageTracker>>);
 
-struct Shard {
-    log: SharedLog,
-    checkpointer: Checkpointer,
-    pools: BTreeMap<u64, LivePool>,
-    next_pool_id: u64,
+pub(super) struct Shard {
+    pub(super) log: SharedLog,
+    pub(super) checkpointer: Checkpointer,
+    pub(super) pools: BTreeMap<u64, LivePool>,
+    pub(super) next_pool_id: u64,
 }
 
-fn open_shard(paths: &ShardPaths) -> Shard {
+pub(super) fn open_shard(paths: &ShardPaths) -> Shard {
     let recovered = recover_shard(paths, WalConfig { segment_bytes: SEGMENT_BYTES }).expect("recovery succeeds");
     let log = SharedLog::new(recovered.writer);
     let mut pools = BTreeMap::new();
@@ -47,7 +47,7 @@ fn open_shard(paths: &ShardPaths) -> Shard {
 }
 
 impl Shard {
-    fn create_pool(&mut self, name: &str, spec: PoolSpec) -> u64 {
+    pub(super) fn create_pool(&mut self, name: &str, spec: PoolSpec) -> u64 {
         let id = self.next_pool_id;
         self.next_pool_id += 1;
         let descriptor = descriptor_of(id, name, spec);
@@ -67,11 +67,11 @@ impl Shard {
         self.pools.remove(&id);
     }
 
-    fn store(&mut self, id: u64) -> &mut HStore<LoggedMemory> {
+    pub(super) fn store(&mut self, id: u64) -> &mut HStore<LoggedMemory> {
         &mut self.pools.get_mut(&id).expect("pool exists").1
     }
 
-    fn sync(&self) {
+    pub(super) fn sync(&self) {
         let log = self.log.clone();
         let thread = log
             .spawn_sync_thread("test-sync".into(), std::time::Duration::from_millis(1), Box::new(|_| {}))
@@ -80,7 +80,7 @@ impl Shard {
         thread.stop();
     }
 
-    fn begin_checkpoint(&mut self) {
+    pub(super) fn begin_checkpoint(&mut self) {
         let pools = self
             .pools
             .values()
@@ -90,17 +90,19 @@ impl Shard {
                 region: store.memory().region().file().clone(),
             })
             .collect();
-        self.checkpointer.begin(self.log.last_lsn() + 1, self.next_pool_id, pools);
+        let held = self.log.held_segments();
+        self.checkpointer.begin(self.log.last_lsn() + 1, self.next_pool_id, pools, &held, self.log.segment_bytes());
     }
 
     /// Puts a finished checkpoint in place and recycles the log it covers.
     fn finish_checkpoint(&mut self, job: super::checkpoint::FinishJob) {
         let replay_from = self.checkpointer.complete(job.run(|| self.log.failure())).expect("finish");
-        self.log.release_before(replay_from).expect("release");
+        let held = self.checkpointer.manifest().held_segments();
+        self.log.release_before(replay_from, &held).expect("release");
     }
 
     /// Runs the checkpoint in progress for at most `steps` steps; true if it completed.
-    fn step_checkpoint(&mut self, steps: usize) -> bool {
+    pub(super) fn step_checkpoint(&mut self, steps: usize) -> bool {
         for _ in 0..steps {
             match self.checkpointer.step(self.log.durable_lsn(), 3).expect("step") {
                 Step::Write(write) => self.checkpointer.recycle(write.run().expect("write pages")),
@@ -117,7 +119,7 @@ impl Shard {
 }
 
 #[derive(Debug, Clone)]
-enum Op {
+pub(super) enum Op {
     Put(u16, usize),
     Erase(u16),
     BeginCheckpoint,
@@ -126,8 +128,13 @@ enum Op {
 }
 
 fn op() -> impl Strategy<Value = Op> {
+    op_with_large(8_000..40_000)
+}
+
+/// Random operations whose largest values have lengths in `large`.
+pub(super) fn op_with_large(large: std::ops::Range<usize>) -> impl Strategy<Value = Op> {
     prop_oneof![
-        10 => (0u16..300, prop_oneof![4 => 0usize..40, 4 => 40usize..3000, 1 => 8_000usize..40_000])
+        10 => (0u16..300, prop_oneof![4 => 0usize..40, 4 => 40usize..3000, 1 => large])
             .prop_map(|(k, len)| Op::Put(k, len)),
         3 => (0u16..300).prop_map(Op::Erase),
         1 => Just(Op::BeginCheckpoint),
@@ -153,10 +160,14 @@ pub(super) fn assert_matches(store: &HStore<LoggedMemory>, model: &BTreeMap<u16,
 }
 
 fn run(ops: Vec<Op>, tag: &str) {
+    run_in(ops, tag, PoolSpec { size_bytes: 1 << 20, expected_objects: 16 });
+}
+
+/// Runs `ops` on a pool of `spec` (and another pool, deleted at the first checkpoint).
+pub(super) fn run_in(ops: Vec<Op>, tag: &str, spec: PoolSpec) {
     let dir = temp_dir(tag);
     let paths = ShardPaths::new(&dir);
     let mut shard = open_shard(&paths);
-    let spec = PoolSpec { size_bytes: 1 << 20, expected_objects: 16 };
     let id = shard.create_pool("model", spec);
     let doomed = shard.create_pool("doomed", spec);
     shard.store(doomed).put(b"x", b"y", PutMode::Upsert, 1).expect("put");
@@ -581,7 +592,7 @@ fn apply_change(
 /// Cuts the power during the commit of what `log` holds unsynced: the disk keeps the sectors
 /// `keep_bits` chooses (cycled), one of them torn at the place `tear` and `tear_at` choose. Then
 /// recovers pool 1 from what is left, checks its table, and returns its pairs.
-fn cut_power_and_recover(
+pub(super) fn cut_power_and_recover(
     sim: &SimStorage,
     log: &SharedLog<SimStorage>,
     keep_bits: &[bool],

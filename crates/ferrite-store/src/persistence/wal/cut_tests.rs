@@ -288,7 +288,7 @@ impl Model {
         if let Some(fraction) = step.checkpoint {
             let above = writer.durable_lsn() + 1 - self.from_lsn;
             let lsn = self.from_lsn + above * u64::from(fraction) / 256;
-            writer.release_before(lsn).expect("release");
+            writer.release_before(lsn, &Default::default()).expect("release");
             self.from_lsn = lsn;
         }
         if let Some(fraction) = step.cut {
@@ -365,7 +365,7 @@ proptest! {
 fn a_cut_to_the_checkpoint_survives_recycling_and_a_power_cut() {
     let (storage, mut writer) = log_of(&old_records(1, 40), 8);
     writer.truncate_after(12).expect("cut");
-    writer.release_before(13).expect("recycle what the checkpoint covers");
+    writer.release_before(13, &Default::default()).expect("recycle what the checkpoint covers");
     let outcomes = Outcomes { alternatives: vec![(Vec::new(), vec![new_record(13, 50)])] };
     check_recovery(&storage.crash(&Cut::default()), 13, &outcomes, "recycled, nothing committed");
     append_all(&mut writer, &[new_record(13, 50)]);
@@ -433,7 +433,7 @@ fn a_restart_survives_a_power_cut_at_every_point() {
 fn a_restart_survives_recycling_and_a_power_cut() {
     let (storage, mut writer) = log_of(&old_records(1, 30), 7);
     writer.restart_at(500).expect("restart");
-    assert!(writer.release_before(500).expect("recycle") >= 4, "every old segment goes");
+    assert!(writer.release_before(500, &Default::default()).expect("recycle").recycled >= 4, "every old segment goes");
     let outcomes = Outcomes { alternatives: vec![(Vec::new(), Vec::new())] };
     check_recovery(&storage.crash(&Cut::default()), 500, &outcomes, "restart recycled, nothing committed");
     writer.commit().expect("commit the restart");
@@ -498,7 +498,7 @@ fn read_range_gives_the_records_of_a_range_or_says_why_not() {
         Err(WalError::Missing { lsn: 21, .. }) => {}
         other => panic!("a range across the restart's gap must be refused, got {other:?}"),
     }
-    writer.release_before(100).expect("recycle");
+    writer.release_before(100, &Default::default()).expect("recycle");
     match read(&storage, 1, 100) {
         Err(WalError::Missing { lsn: 1, .. }) => {}
         other => panic!("a range before the log's start must be refused, got {other:?}"),
@@ -528,7 +528,10 @@ fn recycling_after_a_cut_keeps_the_records_the_checkpoint_needs() {
     // Segments hold records 1-7, 8-14, ...: the cut lies inside the second one.
     writer.truncate_after(10).expect("cut");
     writer.commit().expect("commit the cut");
-    assert_eq!(writer.release_before(8).expect("recycle what a checkpoint at 8 covers"), 1);
+    assert_eq!(
+        writer.release_before(8, &Default::default()).expect("recycle what a checkpoint at 8 covers").recycled,
+        1
+    );
     let outcomes = Outcomes { alternatives: vec![(old_records(8, 10), Vec::new())] };
     check_recovery(&storage.crash(&Cut::default()), 8, &outcomes, "recycled below the cut");
     append_all(&mut writer, &[new_record(11, 60)]);

@@ -329,7 +329,7 @@ fn recycled_segments_never_resurrect_old_records() {
         writer.append(&payload(lsn, 100)).expect("append");
     }
     writer.commit().expect("commit");
-    let recycled = writer.release_before(25).expect("release");
+    let recycled = writer.release_before(25, &Default::default()).expect("release").recycled;
     assert!(recycled >= 2, "segments holding only records before LSN 25 are recycled");
     for lsn in 31..=60 {
         writer.append(&payload(lsn, 100)).expect("append");
@@ -364,7 +364,10 @@ fn recycling_while_records_are_buffered_keeps_them_in_place() {
     for lsn in 41..=50 {
         writer.append(&payload(lsn, 100)).expect("append");
     }
-    assert!(writer.release_before(45).expect("release") >= 2, "durable segments before LSN 31 are recycled");
+    assert!(
+        writer.release_before(45, &Default::default()).expect("release").recycled >= 2,
+        "durable segments before LSN 31 are recycled"
+    );
     writer.finish_batch(batch.write()).expect("the batch lands");
     for lsn in 51..=60 {
         writer.append(&payload(lsn, 100)).expect("append");
@@ -497,7 +500,11 @@ fn recover_past_stale_record_images(later_image: bool) -> Result<Vec<Lsn>, WalEr
         writer.append(&payload(lsn, 900)).expect("append");
     }
     writer.commit().expect("commit");
-    assert_eq!(writer.release_before(4).expect("release"), 2, "segments 1 and 2 are recycled");
+    assert_eq!(
+        writer.release_before(4, &Default::default()).expect("release").recycled,
+        2,
+        "segments 1 and 2 are recycled"
+    );
     // Record 7 does not fit in segment 6's rest, so it starts the recycled segment 1 and ends
     // exactly where the first image begins, which claims LSN 8.
     assert_eq!(writer.next_lsn(), 7);
@@ -649,6 +656,9 @@ fn a_restarted_log_recovers_from_its_new_start() {
     let expected: Vec<_> = (500..510).map(|l| (l, payload(l, 100))).collect();
     assert_eq!(replay(&storage, 500).expect("replay from the new start"), expected);
     assert!(replay(&storage, 20).is_err(), "the records 31 to 499 are nowhere: recovery from before the gap fails");
-    assert!(writer.release_before(500).expect("release") > 0, "the old segments are recycled");
+    assert!(
+        writer.release_before(500, &Default::default()).expect("release").recycled > 0,
+        "the old segments are recycled"
+    );
     assert_eq!(replay(&storage, 500).expect("replay"), expected);
 }

@@ -6,12 +6,14 @@
 //! the I/O (on any thread, while the shard keeps appending), and [`WalWriter::finish_batch`]
 //! publishes the new durable LSN. [`WalWriter::commit`] does all three in place.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use super::format::{
     encode_record, new_salt, record_bytes, segment_name, Lsn, RecordPlace, SegmentHeader, RECORD_ALIGN_BYTES,
     RECORD_HEADER_BYTES, SEGMENT_HEADER_BYTES,
 };
+use super::held::{held_name, parse_held_name, RecordAt};
 use super::reader::Recovered;
 use super::storage::{LogStorage, SegmentFile};
 use super::WalError;
@@ -143,6 +145,19 @@ pub struct WalWriter<S: LogStorage> {
     /// A spare segment is being made off the writer's thread (see [`WalWriter::spare_wanted`]).
     making_spare: bool,
     poisoned: Option<String>,
+    /// Where the last appended record lies.
+    last_at: RecordAt,
+    /// Segments a checkpoint holds (see [`super::held`]), by sequence number, with their sizes.
+    held: BTreeMap<u64, u64>,
+}
+
+/// What [`WalWriter::release_before`] did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Released {
+    /// Segments recycled: renamed to follow the log and prepared for its records.
+    pub recycled: usize,
+    /// Segments that left the log to be held for the checkpoint.
+    pub held: usize,
 }
 
 /// Largest buffer a finished batch hands back for reuse. A batch holding a large record (a
@@ -200,7 +215,17 @@ impl<S: LogStorage> WalWriter<S> {
             let (file, bytes) = open(*seq)?;
             segments.push(Segment { seq: *seq, file, bytes, last_lsn: None, salt: 0 });
         }
-        let next_seq = segments.iter().map(|s| s.seq + 1).max().unwrap_or(1);
+        let mut held = BTreeMap::new();
+        let names =
+            storage.list().map_err(|source| WalError::Io { context: "listing the log directory".into(), source })?;
+        for seq in names.iter().filter_map(|name| parse_held_name(name)) {
+            let name = held_name(seq);
+            let io = |source| WalError::Io { context: format!("opening {name}"), source };
+            held.insert(seq, storage.open(&name).map_err(io)?.size_bytes().map_err(io)?);
+        }
+        // Sequence numbers are never given twice, held segments' included: a checkpoint names a
+        // segment by its number.
+        let next_seq = segments.iter().map(|s| s.seq + 1).chain(held.keys().map(|seq| seq + 1)).max().unwrap_or(1);
         let durable_lsn = recovered.next_lsn - 1;
         Ok(WalWriter {
             storage,
@@ -218,7 +243,24 @@ impl<S: LogStorage> WalWriter<S> {
             spare: Vec::new(),
             making_spare: false,
             poisoned: None,
+            last_at: RecordAt { segment: 0, position: 0 },
+            held,
         })
+    }
+
+    /// Where the last appended record lies in the log.
+    pub fn last_record_at(&self) -> RecordAt {
+        self.last_at
+    }
+
+    /// The segments held for checkpoints.
+    pub fn held_segments(&self) -> BTreeSet<u64> {
+        self.held.keys().copied().collect()
+    }
+
+    /// Bytes of the segments held for checkpoints.
+    pub fn held_bytes(&self) -> u64 {
+        self.held.values().sum()
     }
 
     /// The configured size of a segment.
@@ -382,6 +424,7 @@ impl<S: LogStorage> WalWriter<S> {
             self.start_run(tail, self.tail_position);
         }
         let place = RecordPlace { salt: self.segments[tail].salt, commit_first_lsn: self.commit_first_lsn };
+        self.last_at = RecordAt { segment: self.segments[tail].seq, position: self.tail_position };
         encode_record(lsn, place, payload, &mut self.pending);
         self.finish_run();
         self.tail_position += size;
@@ -575,35 +618,66 @@ impl<S: LogStorage> WalWriter<S> {
         Ok(())
     }
 
-    /// Recycles every segment whose records all precede `lsn` (a completed checkpoint covers
-    /// them) and are durable: each is renamed to a new, later sequence number and becomes a
-    /// prepared segment, so the log reuses its files instead of allocating new ones. Returns how
-    /// many were recycled. Buffered records and a batch in flight are all newer than the durable
-    /// LSN, so they never lie in a recycled segment.
-    pub fn release_before(&mut self, lsn: Lsn) -> Result<usize, WalError> {
+    /// Releases every segment whose records all precede `lsn` (a completed checkpoint covers
+    /// them) and are durable. One the checkpoint refers to (its sequence number is in `held`)
+    /// leaves the log to be held ([`super::held`]); any other is recycled: renamed to a new,
+    /// later sequence number, it becomes a prepared segment, so the log reuses its files instead
+    /// of allocating new ones. Held segments the checkpoint no longer refers to are recycled
+    /// likewise. Buffered records and a batch in flight are all newer than the durable LSN, so
+    /// they never lie in a released segment.
+    pub fn release_before(&mut self, lsn: Lsn, held: &BTreeSet<u64>) -> Result<Released, WalError> {
         self.check_usable()?;
-        let Some(tail) = self.tail else { return Ok(0) };
-        let lsn = lsn.min(self.durable_lsn + 1);
-        let releasable =
-            self.segments[..tail].iter().take_while(|segment| segment.last_lsn.is_none_or(|last| last < lsn)).count();
-        for _ in 0..releasable {
-            let (from, to) = (segment_name(self.segments[0].seq), segment_name(self.next_seq));
+        let mut released = Released::default();
+        if let Some(tail) = self.tail {
+            let lsn = lsn.min(self.durable_lsn + 1);
+            let releasable = self.segments[..tail]
+                .iter()
+                .take_while(|segment| segment.last_lsn.is_none_or(|last| last < lsn))
+                .count();
+            for _ in 0..releasable {
+                let seq = self.segments[0].seq;
+                if held.contains(&seq) {
+                    let (from, to) = (segment_name(seq), held_name(seq));
+                    self.storage
+                        .rename(&from, &to)
+                        .map_err(|source| WalError::Io { context: format!("holding {from} as {to}"), source })?;
+                    let segment = self.segments.remove(0);
+                    self.held.insert(seq, segment.bytes);
+                    released.held += 1;
+                } else {
+                    let (from, to) = (segment_name(seq), segment_name(self.next_seq));
+                    self.storage
+                        .rename(&from, &to)
+                        .map_err(|source| WalError::Io { context: format!("recycling {from} as {to}"), source })?;
+                    let mut segment = self.segments.remove(0);
+                    segment.seq = self.next_seq;
+                    segment.last_lsn = None;
+                    segment.salt = 0;
+                    self.next_seq += 1;
+                    self.segments.push(segment);
+                    released.recycled += 1;
+                }
+                self.tail = self.tail.map(|tail| tail - 1);
+                // Buffered runs name segments by index, and every index just moved down by one.
+                for run in &mut self.runs {
+                    run.segment -= 1;
+                }
+            }
+        }
+        let unheld: Vec<u64> = self.held.keys().copied().filter(|seq| !held.contains(seq)).collect();
+        for seq in unheld {
+            let (from, to) = (held_name(seq), segment_name(self.next_seq));
             self.storage
                 .rename(&from, &to)
                 .map_err(|source| WalError::Io { context: format!("recycling {from} as {to}"), source })?;
-            let mut segment = self.segments.remove(0);
-            segment.seq = self.next_seq;
-            segment.last_lsn = None;
-            segment.salt = 0;
+            let bytes = self.held.remove(&seq).unwrap_or(0);
+            let io = |source| WalError::Io { context: format!("opening {to}"), source };
+            let file = self.storage.open(&to).map_err(io)?;
+            self.segments.push(Segment { seq: self.next_seq, file: Arc::new(file), bytes, last_lsn: None, salt: 0 });
             self.next_seq += 1;
-            self.segments.push(segment);
-            self.tail = self.tail.map(|tail| tail - 1);
-            // Buffered runs name segments by index, and every index just moved down by one.
-            for run in &mut self.runs {
-                run.segment -= 1;
-            }
+            released.recycled += 1;
         }
-        Ok(releasable)
+        Ok(released)
     }
 
     /// Bytes of log between the oldest record still kept and the end: what a checkpoint would

@@ -1,0 +1,279 @@
+//! Pages kept in the log: a checkpoint refers to the records that hold large values instead of
+//! copying their pages, the log holds those records' segments until no checkpoint needs them,
+//! the cleaner copies what little of a held segment is still needed, and recovery (after a
+//! restart or a power cut at any point) reads them back.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+use proptest::prelude::*;
+
+use super::checkpoint::{CheckpointPool, Checkpointer, Manifest, Step};
+use super::recovery::{load_shard_with, ReplayMode};
+use super::tests::{
+    assert_matches, contents, descriptor_of, key, new_tracked_pool, op_with_large, open_shard, run_in, sim_log,
+    temp_dir, value, Shard,
+};
+use super::ShardPaths;
+use crate::hstore::HStore;
+use crate::persistence::wal::sim::{Cut, SimStorage};
+use crate::persistence::wal::{held_name, LogStorage};
+use crate::store::{PoolSpec, PutMode, Store};
+
+/// Bytes of every page file in `dir`.
+fn page_file_bytes(dir: &Path) -> u64 {
+    std::fs::read_dir(dir)
+        .expect("list")
+        .map(|entry| entry.expect("entry"))
+        .filter(|entry| entry.file_name().to_string_lossy().ends_with(".pages"))
+        .map(|entry| entry.metadata().expect("size").len())
+        .sum()
+}
+
+/// Held segment files in the log directory.
+fn held_files(paths: &ShardPaths) -> BTreeSet<String> {
+    std::fs::read_dir(&paths.wal)
+        .expect("list")
+        .map(|entry| entry.expect("entry").file_name().to_string_lossy().into_owned())
+        .filter(|name| name.ends_with(".held"))
+        .collect()
+}
+
+fn checkpoint(shard: &mut Shard) {
+    shard.sync();
+    shard.begin_checkpoint();
+    assert!(shard.step_checkpoint(100_000), "a checkpoint completes");
+}
+
+fn reopen(shard: Shard, paths: &ShardPaths) -> Shard {
+    shard.sync();
+    shard.log.wait_for_spare();
+    drop(shard);
+    open_shard(paths)
+}
+
+/// Large values are written to the disk once: the checkpoint refers to their records, copies
+/// a few pages only, and the log holds their segments (under their own names); a restart reads
+/// them back. Replaced and erased values give their segments back to the log.
+#[test]
+fn pages_of_large_values_are_kept_in_the_log_not_copied() {
+    let dir = temp_dir("in-log");
+    let paths = ShardPaths::new(&dir);
+    let mut shard = open_shard(&paths);
+    let id = shard.create_pool("large", PoolSpec { size_bytes: 8 << 20, expected_objects: 64 });
+    let mut model = BTreeMap::new();
+    for k in 0..6u16 {
+        let v = value(k, 200 * 1024, 1);
+        shard.store(id).put(&key(k), &v, PutMode::Upsert, 1).expect("room");
+        model.insert(k, v);
+    }
+    shard.store(id).put(&key(100), b"small", PutMode::Upsert, 1).expect("room");
+    model.insert(100, b"small".to_vec());
+    checkpoint(&mut shard);
+    let manifest = shard.checkpointer.manifest().clone();
+    let kept: u64 = manifest.pools.iter().flat_map(|pool| &pool.in_log).map(|extent| extent.pages).sum();
+    assert!(kept >= 6 * 48, "the values' whole pages are kept in the log ({kept} pages)");
+    let copied = page_file_bytes(&paths.checkpoint);
+    assert!(copied < 6 * 200 * 1024 / 2, "the values' pages are not copied ({copied} bytes of page files)");
+    let held = shard.log.held_segments();
+    assert!(held.len() >= 4, "the segments before the log's tail are held: {held:?}");
+    assert_eq!(held_files(&paths), held.iter().map(|seq| held_name(*seq)).collect(), "held under their own names");
+    assert!(held.is_subset(&manifest.held_segments()), "only segments the checkpoint refers to are held");
+
+    let mut shard = reopen(shard, &paths);
+    assert_matches(shard.store(id), &model);
+
+    for k in 0..6u16 {
+        let v = value(k, 200 * 1024, 2);
+        shard.store(id).put(&key(k), &v, PutMode::Upsert, 2).expect("room");
+        model.insert(k, v);
+    }
+    checkpoint(&mut shard);
+    let now_held = shard.log.held_segments();
+    assert!(now_held.is_disjoint(&held), "segments of replaced values are recycled: {held:?} then {now_held:?}");
+    let mut shard = reopen(shard, &paths);
+    assert_matches(shard.store(id), &model);
+
+    for k in 0..6u16 {
+        shard.store(id).erase(&key(k)).expect("present");
+        model.remove(&k);
+    }
+    checkpoint(&mut shard);
+    // The segments held before this checkpoint are recycled by it; those it began with in the
+    // log (the replaced values') by the next.
+    checkpoint(&mut shard);
+    assert!(shard.log.held_segments().is_empty(), "nothing is held once no value needs it");
+    assert!(held_files(&paths).is_empty());
+    let mut shard = reopen(shard, &paths);
+    assert_matches(shard.store(id), &model);
+    drop(shard);
+    std::fs::remove_dir_all(&dir).expect("clean up");
+}
+
+/// A held segment of which less than half is still needed is cleaned: the next checkpoint copies
+/// its pages and the log recycles it, so held segments take at most about twice what they keep.
+#[test]
+fn a_held_segment_mostly_unneeded_is_cleaned() {
+    let dir = temp_dir("in-log-clean");
+    let paths = ShardPaths::new(&dir);
+    let mut shard = open_shard(&paths);
+    let id = shard.create_pool("clean", PoolSpec { size_bytes: 8 << 20, expected_objects: 64 });
+    let mut model = BTreeMap::new();
+    for k in 0..12u16 {
+        let v = value(k, 70 * 1024, 1);
+        shard.store(id).put(&key(k), &v, PutMode::Upsert, 1).expect("room");
+        model.insert(k, v);
+    }
+    checkpoint(&mut shard);
+    let held = shard.log.held_segments();
+    assert!(held.len() >= 2, "three values to a segment, held: {held:?}");
+    let copied_before = page_file_bytes(&paths.checkpoint);
+    for k in (0..12u16).filter(|k| k % 3 != 0) {
+        shard.store(id).erase(&key(k)).expect("present");
+        model.remove(&k);
+    }
+    checkpoint(&mut shard);
+    let refers = shard.checkpointer.manifest().held_segments();
+    assert!(refers.is_disjoint(&held), "the checkpoint no longer refers to the cleaned segments: {refers:?}");
+    assert!(shard.log.held_segments().is_disjoint(&held), "the cleaned segments are recycled");
+    let copied = page_file_bytes(&paths.checkpoint) - copied_before;
+    assert!(copied >= 3 * 16 * 4096, "the values left in them were copied ({copied} bytes)");
+    let mut shard = reopen(shard, &paths);
+    assert_matches(shard.store(id), &model);
+    drop(shard);
+    std::fs::remove_dir_all(&dir).expect("clean up");
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 10, ..ProptestConfig::default() })]
+
+    /// The recovery model of `tests.rs` with values large enough to be kept in the log: random
+    /// puts, overwrites, erases, fuzzy checkpoints stopped at random steps, restarts.
+    #[test]
+    fn recovery_restores_large_values_kept_in_the_log(ops in proptest::collection::vec(op_with_large(60_000..300_000), 1..150)) {
+        static CASE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let tag = format!("in-log-model-{}", CASE.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
+        run_in(ops, &tag, PoolSpec { size_bytes: 24 << 20, expected_objects: 64 });
+    }
+}
+
+/// A checkpoint of `store` (pool 1) on the simulated disk's log, its files in `dir`, run to its
+/// end, and the log released up to it.
+fn checkpoint_on_sim(
+    checkpointer: &mut Checkpointer,
+    log: &super::SharedLog<SimStorage>,
+    store: &HStore<super::LoggedMemory<SimStorage>>,
+    pages: &std::sync::Arc<std::sync::Mutex<super::PageTracker>>,
+    descriptor: &super::PoolDescriptor,
+) {
+    log.commit_now().expect("commit");
+    let pool = CheckpointPool {
+        descriptor: descriptor.clone(),
+        pages: pages.clone(),
+        region: store.memory().region().file().clone(),
+    };
+    let held = log.held_segments();
+    checkpointer.begin(log.last_lsn() + 1, 2, vec![pool], &held, log.segment_bytes());
+    loop {
+        match checkpointer.step(log.durable_lsn(), 16).expect("step") {
+            Step::Write(write) => checkpointer.recycle(write.run().expect("write")),
+            Step::WaitDurable(_) => {
+                log.commit_now().expect("commit");
+            }
+            Step::Continue => {}
+            Step::Finish(job) => {
+                let replay_from = checkpointer.complete(job.run(|| None)).expect("complete");
+                let held = checkpointer.manifest().held_segments();
+                log.release_before(replay_from, &held).expect("release");
+                return;
+            }
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+    /// Large values kept in the log by one checkpoint, some replaced or erased, a second
+    /// checkpoint (whose cleaner may copy what the first kept, and which recycles held segments
+    /// into the log, where new records overwrite them), then a large put in progress and a power
+    /// cut keeping any subset of the unsynced sectors, one torn: recovery from the checkpoint
+    /// and the log holds every acknowledged value and the table is whole.
+    #[test]
+    fn a_power_cut_after_checkpoints_that_keep_values_in_the_log_loses_nothing_acknowledged(
+        lens in proptest::collection::vec(60_000usize..150_000, 3..7),
+        changes in proptest::collection::vec(0u8..3, 3..7),
+        new_len in 60_000usize..200_000,
+        piece in 20_000usize..70_000,
+        synced_pieces in 0usize..4,
+        acknowledge in any::<bool>(),
+        keep_bits in proptest::collection::vec(any::<bool>(), 1..64),
+        tear in any::<proptest::sample::Index>(),
+        tear_at in any::<proptest::sample::Index>(),
+    ) {
+        let (sim, log) = sim_log(256 * 1024);
+        let descriptor = descriptor_of(1, "in-log", PoolSpec { size_bytes: 8 << 20, expected_objects: 64 });
+        let (mut store, pages) = new_tracked_pool(&log, &descriptor);
+        let dir = temp_dir(&format!("in-log-cut-{}", lens.len() * 1000 + new_len % 1000));
+        let mut checkpointer = Checkpointer::new(dir.clone(), Manifest::default());
+        let mut model = BTreeMap::new();
+        for (k, len) in lens.iter().enumerate() {
+            let v = value(k as u16, *len, 1);
+            store.put(&key(k as u16), &v, PutMode::Upsert, 1).expect("room");
+            model.insert(key(k as u16), v);
+        }
+        checkpoint_on_sim(&mut checkpointer, &log, &store, &pages, &descriptor);
+        for (k, change) in changes.iter().enumerate().take(lens.len()) {
+            match change {
+                0 => {}
+                1 => {
+                    let v = value(k as u16, lens[k] / 2 + 70_000, 2);
+                    store.put(&key(k as u16), &v, PutMode::Upsert, 2).expect("room");
+                    model.insert(key(k as u16), v);
+                }
+                _ => {
+                    store.erase(&key(k as u16)).expect("present");
+                    model.remove(&key(k as u16));
+                }
+            }
+        }
+        checkpoint_on_sim(&mut checkpointer, &log, &store, &pages, &descriptor);
+        let new = value(1, new_len, 3);
+        let old = model.get(&key(1)).cloned();
+        let mut staged = store.stage_value(3, new.len() as u64).expect("room");
+        for (n, chunk) in new.chunks(piece).enumerate() {
+            store.write_staged(&mut staged, (n * piece) as u64, chunk);
+            if n < synced_pieces {
+                log.commit_now().expect("commit");
+            }
+        }
+        store.commit_staged(&key(1), staged, PutMode::Upsert, 3).expect("room");
+        if acknowledge {
+            log.commit_now().expect("commit");
+        }
+        sim.fail_syncs_after(0);
+        let _ = log.commit_now();
+        let sectors = sim.unsynced_sectors();
+        let keep: Vec<bool> = (0..sectors).map(|i| keep_bits[i % keep_bits.len()]).collect();
+        let tear = (sectors > 0).then(|| {
+            let torn = tear.index(sectors);
+            (torn, tear_at.index(sim.unsynced_sector_len(torn) + 1))
+        });
+        let after = sim.crash(&Cut { keep, tear });
+        prop_assert!(after.list().expect("list").iter().all(|name| !name.ends_with(".tmp")));
+        let loaded = load_shard_with(&dir, &after, ReplayMode::Plain).expect("recovery succeeds");
+        std::fs::remove_dir_all(&dir).expect("clean up");
+        let pool = loaded.pools.into_iter().find(|pool| pool.descriptor.id == 1).expect("the pool");
+        let recovered = HStore::open(pool.region).expect("the table opens");
+        recovered.check().expect("table invariants hold");
+        let mut found = contents(&recovered);
+        let large = found.remove(&key(1));
+        if acknowledge {
+            prop_assert!(large.as_ref() == Some(&new), "an acknowledged put was lost");
+        } else {
+            prop_assert!(large == old || large.as_ref() == Some(&new), "key 1 holds neither its old nor its new value");
+        }
+        model.remove(&key(1));
+        prop_assert_eq!(found, model);
+    }
+}
