@@ -110,6 +110,32 @@ fn pages_of_large_values_are_kept_in_the_log_not_copied() {
     std::fs::remove_dir_all(&dir).expect("clean up");
 }
 
+/// Values replayed from the log after a restart are kept there by the next checkpoint too: a
+/// restart does not make a checkpoint copy what it would not have copied before.
+#[test]
+fn values_replayed_after_a_restart_stay_in_the_log() {
+    let dir = temp_dir("in-log-replayed");
+    let paths = ShardPaths::new(&dir);
+    let mut shard = open_shard(&paths);
+    let id = shard.create_pool("replayed", PoolSpec { size_bytes: 8 << 20, expected_objects: 64 });
+    let mut model = BTreeMap::new();
+    for k in 0..6u16 {
+        let v = value(k, 200 * 1024, 1);
+        shard.store(id).put(&key(k), &v, PutMode::Upsert, 1).expect("room");
+        model.insert(k, v);
+    }
+    let mut shard = reopen(shard, &paths);
+    checkpoint(&mut shard);
+    let copied = page_file_bytes(&paths.checkpoint);
+    assert!(copied < 6 * 200 * 1024 / 2, "replayed values are not copied ({copied} bytes of page files)");
+    let kept: u64 = shard.checkpointer.manifest().pools.iter().flat_map(|pool| &pool.in_log).map(|e| e.pages).sum();
+    assert!(kept >= 6 * 48, "their pages are kept in the log ({kept})");
+    let mut shard = reopen(shard, &paths);
+    assert_matches(shard.store(id), &model);
+    drop(shard);
+    std::fs::remove_dir_all(&dir).expect("clean up");
+}
+
 /// A held segment of which less than half is still needed is cleaned: the next checkpoint copies
 /// its pages and the log recycles it, so held segments take at most about twice what they keep.
 #[test]

@@ -9,10 +9,11 @@ use std::time::{Duration, Instant};
 
 use super::checkpoint::{load_pool, remove_unreferenced, CheckpointError, Checkpointer, Manifest};
 use super::entry::Entry;
+use super::logged::IN_LOG_RANGE_BYTES_MIN;
 use super::pages::PageTracker;
 use super::record::{decode, LogRecord, PoolDescriptor, Ranges};
 use super::region::SharedRegion;
-use crate::persistence::wal::{self, FsStorage, LogStorage, Lsn, TornCommit, WalConfig, WalError, WalWriter};
+use crate::persistence::wal::{self, FsStorage, LogStorage, Lsn, RecordAt, TornCommit, WalConfig, WalError, WalWriter};
 
 /// Where a shard keeps its log and its checkpoints.
 #[derive(Debug, Clone)]
@@ -169,6 +170,17 @@ impl ReplicaPools {
     /// Applies one record (of this shard's own kinds, [`super::record`]) with LSN `lsn`; says
     /// which pool it created or deleted, if it did (users' quotas count pools).
     pub fn apply(&mut self, lsn: Lsn, payload: &[u8]) -> Result<Option<PoolChange>, RecoveryError> {
+        self.apply_at(lsn, None, payload)
+    }
+
+    /// [`ReplicaPools::apply`] of a record found at `at` in a single server's log: a checkpoint may
+    /// keep the pages of its large ranges there.
+    fn apply_at(
+        &mut self,
+        lsn: Lsn,
+        at: Option<RecordAt>,
+        payload: &[u8],
+    ) -> Result<Option<PoolChange>, RecoveryError> {
         let bad = |reason: String| RecoveryError::BadRecord { lsn, reason };
         self.bytes += payload.len() as u64;
         match decode(payload).map_err(|error| bad(error.to_string()))? {
@@ -182,7 +194,7 @@ impl ReplicaPools {
                 let change =
                     PoolChange::Created { owner: descriptor.owner.clone(), size_bytes: descriptor.spec.size_bytes };
                 let pool = self.pools.entry(id).or_insert(RecoveredPool { descriptor, region, pages });
-                apply_ranges(pool, ranges, lsn)?;
+                apply_ranges(pool, ranges, lsn, None)?;
                 Ok(Some(change))
             }
             LogRecord::PoolDeleted { id } => {
@@ -204,7 +216,7 @@ impl ReplicaPools {
                     .pools
                     .get_mut(&pool)
                     .ok_or_else(|| bad(format!("changes pool {pool}, which does not exist")))?;
-                apply_ranges(target, ranges, lsn)?;
+                apply_ranges(target, ranges, lsn, at)?;
                 Ok(None)
             }
         }
@@ -219,7 +231,12 @@ pub enum PoolChange {
 }
 
 /// Writes the new bytes of record `lsn` into `pool`'s memory and marks their pages.
-fn apply_ranges(pool: &mut RecoveredPool, ranges: Ranges<'_>, lsn: Lsn) -> Result<(), RecoveryError> {
+fn apply_ranges(
+    pool: &mut RecoveredPool,
+    ranges: Ranges<'_>,
+    lsn: Lsn,
+    at: Option<RecordAt>,
+) -> Result<(), RecoveryError> {
     let id = pool.descriptor.id;
     let mut pages = pool.pages.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     let memory = pool.region.bytes_mut();
@@ -234,7 +251,12 @@ fn apply_ranges(pool: &mut RecoveredPool, ranges: Ranges<'_>, lsn: Lsn) -> Resul
             Some(bytes) => target.copy_from_slice(bytes),
             None => target.fill(0),
         }
-        pages.record(offset, u64::from(len), lsn);
+        match at {
+            Some(at) if u64::from(len) >= IN_LOG_RANGE_BYTES_MIN => {
+                pages.record_in_log(offset, u64::from(len), lsn, at)
+            }
+            _ => pages.record(offset, u64::from(len), lsn),
+        }
     }
     Ok(())
 }
@@ -359,16 +381,18 @@ fn load_shard_from<S: LogStorage>(
         progress(loaded * super::pages::PAGE_BYTES);
         replay.pools.insert(pool.descriptor.id, RecoveredPool { descriptor: pool.descriptor.clone(), region, pages });
     }
-    let recovered = wal::recover(storage, report.replay_from, |lsn, payload| {
+    let recovered = wal::recover_placed(storage, report.replay_from, |lsn, at, payload| {
         progress(payload.len() as u64);
         if replay.error.is_some() {
             return;
         }
         let applied = match mode {
-            ReplayMode::Plain => replay.apply(lsn, payload).map(drop).map_err(|error| match Entry::decode(payload) {
-                Some(_) => not_plain(lsn),
-                None => error,
-            }),
+            ReplayMode::Plain => {
+                replay.apply_at(lsn, Some(at), payload).map(drop).map_err(|error| match Entry::decode(payload) {
+                    Some(_) => not_plain(lsn),
+                    None => error,
+                })
+            }
             ReplayMode::Replicated { until } => entry_of(lsn, payload).and_then(|entry| {
                 entries.last = Some((lsn, entry.term()));
                 match entry {

@@ -29,7 +29,7 @@ mod tests;
 pub use copy::{copy_until, CopiedLog};
 pub use format::{encode_record, record_bytes, Lsn, RecordPlace, SEGMENT_HEADER_BYTES};
 pub use held::{find_segment, held_name, parse_held_name, read_record_at, RecordAt};
-pub use reader::{read_range, recover, Recovered, SegmentState, TornCommit};
+pub use reader::{read_range, recover, recover_placed, Recovered, SegmentState, TornCommit};
 pub use storage::{FsSegment, FsStorage, LogStorage, SegmentFile};
 pub use writer::{spare_name, BatchOutcome, CommitBatch, Released, WalConfig, WalWriter};
 

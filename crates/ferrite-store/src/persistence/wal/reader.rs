@@ -21,6 +21,7 @@ use super::format::{
     decode_record, parse_segment_name, segment_name, Lsn, SegmentHeader, FORMAT_VERSION, RECORD_ALIGN_BYTES,
     RECORD_MAGIC, SEGMENT_HEADER_BYTES, SEGMENT_MAGIC,
 };
+use super::held::RecordAt;
 use super::storage::{LogStorage, SegmentFile};
 use super::WalError;
 
@@ -88,6 +89,15 @@ pub fn recover<S: LogStorage>(
     from_lsn: Lsn,
     mut apply: impl FnMut(Lsn, &[u8]),
 ) -> Result<Recovered, WalError> {
+    recover_placed(storage, from_lsn, |lsn, _, payload| apply(lsn, payload))
+}
+
+/// [`recover`], also telling `apply` where each record lies in the log.
+pub fn recover_placed<S: LogStorage>(
+    storage: &S,
+    from_lsn: Lsn,
+    mut apply: impl FnMut(Lsn, RecordAt, &[u8]),
+) -> Result<Recovered, WalError> {
     let from_lsn = from_lsn.max(1);
     let (started, unstarted) = classify_segments(storage)?;
     let mut recovered = Recovered {
@@ -120,7 +130,7 @@ pub fn recover<S: LogStorage>(
         {
             if record.lsn < caps[index] {
                 if record.lsn >= from_lsn {
-                    apply(record.lsn, record.payload);
+                    apply(record.lsn, RecordAt { segment: *seq, position }, record.payload);
                     recovered.replayed += 1;
                 }
                 last_lsn = Some(record.lsn);
