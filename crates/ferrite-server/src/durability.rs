@@ -286,6 +286,8 @@ impl ShardDurability {
             wal_pending_bytes_max: counters.pending_bytes_max,
             wal_buffer_bytes: self.log.buffer_bytes() as u64,
             wal_held_bytes: self.log.held_bytes(),
+            wal_spares_written: counters.spares_written,
+            wal_spares_reserved: counters.spares_reserved,
             durable_lsn: self.gate.durable_lsn(),
             checkpoints: self.checkpoints,
             checkpoint_pages: self.checkpoint_pages_total,
