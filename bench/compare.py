@@ -69,6 +69,7 @@ and the loopback transport allow at the same concurrency, with the same tool.
 import argparse
 import datetime
 import json
+import mmap
 import os
 import platform
 import re
@@ -171,6 +172,13 @@ FULL["memory"] = {"keys": [1_000_000, 4_000_000, 10_000_000], "resp_key_size": 1
 # connection, one at a time, on an idle one-shard server and while a loop of `probe_loop_size`
 # direct puts, then gets (async), runs on another connection of the same shard; and, as a control,
 # while the same loops run against the echo instead.
+# First of all, in the first repetition, durable large puts against the disk: the disk's own
+# sequential durable write bandwidth (`disk_probe_bytes` written to a new file on the work
+# directory's file system with O_DIRECT and one fdatasync, best of `disk_probe_runs`), then at
+# each of `durable_sizes` a fresh one-shard server taking `durable_bytes` of sync direct puts over
+# `data_bytes` of keys twice, fresh and once it has run a while (checkpoints taken, the log's held
+# segments recycled), each with the bytes the server wrote to the disk per value byte; then sync
+# SETs through RESP at `resp_sizes` for `resp_seconds`, Ferrite against Redis appendfsync always.
 FULL["large-values"] = {
     "sizes": [4 << 10, 64 << 10, 1 << 20, 64 << 20, 1 << 30],
     "crossover_sizes": [64 << 10, 256 << 10, 512 << 10, 1 << 20, 2 << 20],
@@ -180,6 +188,8 @@ FULL["large-values"] = {
     "seconds": 1.5, "seconds_large": 3, "large_from": 16 << 20, "once_from": 1 << 30, "once_ops": 3,
     "data_bytes": 256 << 20, "keys_max": 65536, "key_size": 16,
     "probe_seconds": 5, "probe_keys": 1000, "probe_value_size": 16, "probe_loop_size": 1 << 30,
+    "disk_probe_bytes": 1 << 30, "disk_probe_runs": 2, "durable_sizes": [1 << 20, 64 << 20, 1 << 30],
+    "durable_bytes": 4 << 30, "resp_sizes": [1 << 20, 2 << 20], "resp_seconds": 3,
 }
 # Cluster: redis-benchmark SETs (`value_size`-byte values, random keys over `keys`) at each
 # (connections, pipeline) of `points` against a `nodes`-node cluster of one shard per node (its
@@ -219,7 +229,8 @@ QUICK = {
     "large-values": dict(FULL["large-values"], sizes=[4 << 10, 3 << 20], crossover_sizes=[1 << 20],
                          crossover_outstanding=[8], many_clients_size_max=0, seconds=0.5, seconds_large=0.5,
                          large_from=4 << 20, once_from=1 << 30, data_bytes=16 << 20, probe_seconds=0.5,
-                         probe_loop_size=8 << 20),
+                         probe_loop_size=8 << 20, disk_probe_bytes=64 << 20, durable_sizes=[1 << 20, 4 << 20],
+                         durable_bytes=32 << 20, resp_sizes=[1 << 20], resp_seconds=0.5),
 }
 SCENARIOS = list(FULL)
 
@@ -1952,6 +1963,8 @@ def large_values(run, servers):
             port = run.attempt("large-values: starting redis", lambda: run.start_redis("redis")[1])
         servers["large-values-redis"] = port
     redis_port = servers["large-values-redis"]
+    if first:
+        large_values_durable(run, s)
     for size, points in large_points(s, run.args.skip_1gib):
         once = size >= s["once_from"]
         if once and not first:
@@ -2045,6 +2058,107 @@ def large_values(run, servers):
                 run.stop(echo[0])
     if first:
         large_values_probe(run, s)
+
+
+def disk_probe(directory, size):
+    """Bytes per second of writing `size` bytes to a new file in `directory` with O_DIRECT (4 MiB
+    writes) and one fdatasync: the disk's sequential durable write bandwidth, what a log that
+    writes each value byte once can reach at best. Buffered writes where the file system refuses
+    O_DIRECT (tmpfs). Returns (bytes per second, whether O_DIRECT was used)."""
+    chunk = 4 << 20
+    buffer = mmap.mmap(-1, chunk)
+    buffer.write(os.urandom(chunk))
+    path = os.path.join(directory, "disk-probe")
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_DIRECT)
+        direct = True
+    except OSError:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        direct = False
+    try:
+        started = time.monotonic()
+        for offset in range(0, size, chunk):
+            os.pwritev(fd, [buffer], offset)
+        os.fdatasync(fd)
+        return size / (time.monotonic() - started), direct
+    finally:
+        os.close(fd)
+        os.unlink(path)
+
+
+def large_values_durable(run, s):
+    """Durable large puts against the disk's own bandwidth and Redis appendfsync always (see the
+    settings' comment): the disk probe, sync direct puts fresh and after a while with the disk
+    bytes per value byte, sync RESP SETs."""
+    for attempt in range(s["disk_probe_runs"]):
+        def probe(attempt=attempt):
+            rate, direct = disk_probe(run.work, s["disk_probe_bytes"])
+            run.add("large-values-disk", "disk", "O_DIRECT + fdatasync" if direct else "write + fdatasync",
+                    {"ops": 1, "errors": 0, "ops_per_s": rate / s["disk_probe_bytes"], "bytes_per_s": rate,
+                     "attempt": attempt}, value_size=s["disk_probe_bytes"])
+        run.attempt(f"large-values: disk probe {attempt + 1} ({size_text(s['disk_probe_bytes'])})", probe)
+    for size in s["durable_sizes"]:
+        if run.args.skip_1gib and size >= s["once_from"]:
+            continue
+        data = os.path.join(run.work, f"durable-{size}-data")
+        shutil.rmtree(data, ignore_errors=True)
+        started = run.attempt(f"large-values: starting ferrite-server for durable {size_text(size)} puts",
+                              lambda data=data: run.start_ferrite(resp=False, data=data, name="ferrite-server-durable"))
+        if started is None:
+            continue
+        proc, addr = started[0], started[1][0]
+        try:
+            for phase in ("fresh", "after a while"):
+                def measure(phase=phase):
+                    keys = large_keys(s, size)
+                    ops = max(1, s["durable_bytes"] // size)
+                    before = (ferrite_stats(run, addr), process_write_bytes(proc.pid))
+                    put = run.ferrite_bench(addr, "put", seconds=0, ops=ops, keys=keys, key_size=s["key_size"],
+                                            value_size=size, pool="large", keep_pool=True, durability="sync",
+                                            transfer="direct")
+                    point = ferrite_point(put)
+                    point["settle_s"] = settle(proc.pid)
+                    after = (ferrite_stats(run, addr), process_write_bytes(proc.pid))
+                    stored = put.get("value_bytes") or 0
+                    grown = {name: after[0].get(name, 0) - before[0].get(name, 0)
+                             for name in ("wal_bytes", "checkpoints", "checkpoint_pages")}
+                    disk = None if None in (after[1], before[1]) else after[1] - before[1]
+                    point.update(value_bytes=stored, wal_bytes=grown["wal_bytes"], checkpoints=grown["checkpoints"],
+                                 checkpoint_pages=grown["checkpoint_pages"], disk_write_bytes=disk,
+                                 wal_held_bytes=after[0].get("wal_held_bytes"),
+                                 wal_spares_written=after[0].get("wal_spares_written"),
+                                 wal_spares_reserved=after[0].get("wal_spares_reserved"),
+                                 disk_bytes_per_value_byte=round(disk / stored, 4) if stored and disk is not None
+                                 else None)
+                    run.add("large-values-durable", "ferrite-sync", "ferrite bench", point, op="put",
+                            transfer="direct", value_size=size, phase=phase)
+                run.attempt(f"large-values: durable direct puts of {size_text(size)}, {phase}", measure)
+        finally:
+            run.stop(proc)
+            shutil.rmtree(data, ignore_errors=True)
+    resp_servers = []
+    try:
+        ferrite = run.attempt("large-values: starting ferrite-server for durable RESP SETs",
+                              lambda: run.start_ferrite(resp=True, name="ferrite-server-resp-large"))
+        redis = run.attempt("large-values: starting redis (appendfsync always)",
+                            lambda: run.start_redis("redis-always"))
+        resp_servers = [server[0] for server in (ferrite, redis) if server]
+        targets = []
+        if ferrite and ferrite[2]:
+            targets.append(("ferrite-sync", ferrite[2][0]))
+        if redis:
+            targets.append(("redis-always", f"127.0.0.1:{redis[1]}"))
+        for size in s["resp_sizes"]:
+            for system, addr in targets:
+                def measure(system=system, addr=addr, size=size):
+                    put = run.ferrite_bench(addr, "put", seconds=s["resp_seconds"], keys=large_keys(s, size),
+                                            key_size=s["key_size"], value_size=size, target="resp")
+                    run.add("large-values-resp", system, "ferrite bench --target resp", ferrite_point(put), op="put",
+                            value_size=size)
+                run.attempt(f"large-values: durable RESP SETs of {size_text(size)} against {system}", measure)
+    finally:
+        for proc in resp_servers:
+            run.stop(proc)
 
 
 def large_values_probe(run, s):

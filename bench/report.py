@@ -35,6 +35,13 @@ SYSTEMS = {
 # bandwidth with async durability.
 LARGE_TARGET_FROM_BYTES = 1 << 20
 LARGE_TARGET_FRACTION = 0.8
+# Durable large puts against the disk's own bandwidth (the probe): direct puts of this size and up
+# at the first fraction, smaller ones (from 1 MiB) at the second; at most this many disk bytes per
+# value byte; RESP SETs at least this many times Redis appendfsync always.
+DURABLE_LARGE_FROM_BYTES = 64 << 20
+DURABLE_TARGETS = (0.8, 0.7)
+DURABLE_DISK_BYTES_MAX = 1.2
+DURABLE_RESP_TIMES_REDIS = 2.0
 
 # The cluster targets: at 64 connections (pipeline 1 and 16), a three-node cluster's durable SETs
 # reach this fraction of a single server's and of Redis AOF always's; after a leader's kill -9,
@@ -855,6 +862,59 @@ def section_memory(doc):
     return lines
 
 
+def durable_large_tables(rows, gib, fmt_gib):
+    """The durable large puts against the disk probe, and the RESP SETs against Redis always."""
+    lines = []
+    probes = [row for row in rows if row["scenario"] == "large-values-disk"]
+    disk = max((gib(row) for row in probes), default=None)
+    durable = sorted((row for row in rows if row["scenario"] == "large-values-durable"),
+                     key=lambda row: (row["value_size"], row["phase"] != "fresh"))
+    if probes and durable:
+        runs = ", ".join(f"{gib(row):.3f}" for row in sorted(probes, key=lambda row: row["attempt"]))
+        lines += [f"### Durable direct puts against the disk ({probes[0]['tool']}: {runs} GiB/s, best {disk:.3f})",
+                  "",
+                  f"Sync direct puts on a fresh one-shard server, one connection, one put at a time, then as many "
+                  f"again on the same server once it has run a while. Targets: ≥ {DURABLE_TARGETS[0]} of the disk "
+                  f"from {size_label(DURABLE_LARGE_FROM_BYTES)}, ≥ {DURABLE_TARGETS[1]} below; at most "
+                  f"{DURABLE_DISK_BYTES_MAX} disk bytes per value byte (the server's /proc/PID/io `write_bytes` over "
+                  "the run and its settling ÷ value bytes stored). Checkpoint pages: pages the run's checkpoints "
+                  "copied; held: log bytes kept for the last checkpoint at the end.", ""]
+        body = []
+        for row in durable:
+            target = DURABLE_TARGETS[0] if row["value_size"] >= DURABLE_LARGE_FROM_BYTES else DURABLE_TARGETS[1]
+            fraction = ratio(gib(row), disk)
+            per_byte = row.get("disk_bytes_per_value_byte")
+            body.append([size_label(row["value_size"]), row["phase"], fmt_number(row.get("value_bytes")),
+                         fmt_gib(gib(row)), f"**{fmt_ratio(fraction)}**",
+                         "-" if fraction is None else ("yes" if fraction >= target else "**no**") + f" (≥ {target})",
+                         f"**{fmt_number(per_byte)}**",
+                         "-" if per_byte is None else "yes" if per_byte <= DURABLE_DISK_BYTES_MAX else "**no**",
+                         fmt_number(row.get("wal_bytes")), fmt_number(row.get("checkpoints")),
+                         fmt_number(row.get("checkpoint_pages")), fmt_number(row.get("wal_held_bytes")),
+                         fmt_us(row.get("p50_us")), fmt_us(row.get("p99_us"))])
+        lines += table(["value", "server", "value bytes", "put GiB/s", "÷ disk", "target", "disk bytes / value byte",
+                        f"≤ {DURABLE_DISK_BYTES_MAX}", "log bytes", "checkpoints", "checkpoint pages", "held bytes",
+                        "p50 us", "p99 us"], body,
+                       ["---:", "---", "---:", "---:", "---:", "---", "---:", "---", *["---:"] * 6])
+        lines.append("")
+    resp = [row for row in rows if row["scenario"] == "large-values-resp"]
+    if resp:
+        body = []
+        for size in sorted({row["value_size"] for row in resp}):
+            ferrite = gib(find(rows, "large-values-resp", "ferrite-sync", op="put", value_size=size))
+            redis = gib(find(rows, "large-values-resp", "redis-always", op="put", value_size=size))
+            times = ratio(ferrite, redis)
+            body.append([size_label(size), fmt_gib(ferrite), fmt_gib(redis), f"**{fmt_ratio(times)}**",
+                         "-" if times is None else "yes" if times >= DURABLE_RESP_TIMES_REDIS else "**no**"])
+        lines += ["### Durable SETs through RESP against Redis appendfsync always", "",
+                  "`ferrite bench --target resp --workload put`, one connection, one SET at a time; Ferrite's RESP "
+                  "pool is sync (a SET is answered once durable), Redis runs with `appendfsync always`.", ""]
+        lines += table(["value", "Ferrite GiB/s", "Redis always GiB/s", "Ferrite ÷ Redis",
+                        f"≥ {DURABLE_RESP_TIMES_REDIS}"], body, ["---:", "---:", "---:", "---:", "---"])
+        lines.append("")
+    return lines
+
+
 def section_large_values(doc):
     """Large values: throughput by size against the echo and Redis, the target, what sync costs,
     write amplification, the inline/direct crossover and the small-get probe."""
@@ -874,6 +934,7 @@ def section_large_values(doc):
         return find(rows, "large-values", system, op=op, transfer=transfer, value_size=size, clients=clients,
                     outstanding=outstanding)
 
+    lines += durable_large_tables(rows, gib, fmt_gib)
     sizes = sorted({row["value_size"] for row in rows if row["scenario"] == "large-values"})
     main_sizes = [size for size in s["sizes"] if size in sizes]
     lines += ["Value bytes per second (GiB/s), one shard, every row driven by `ferrite bench`; \"echo\" is the "

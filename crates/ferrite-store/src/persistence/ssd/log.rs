@@ -227,9 +227,11 @@ impl<S: LogStorage + Clone + 'static> SharedLog<S> {
         self.append_encoded(|out| out.extend_from_slice(payload))
     }
 
-    /// Buffers the record `encode` writes into the log's scratch buffer; returns its LSN. A
-    /// failure poisons the log. The scratch buffer is the shard's, kept from record to record: a
-    /// buffer per record cost a fresh allocation, faulted in page by page, for every large value.
+    /// Buffers the record `encode` writes; returns its LSN. A failure poisons the log. A single
+    /// server's records are encoded straight into the log's buffer; a leader's, framed as entries
+    /// of its group's log, into a scratch buffer first, as the Raft log store keeps a copy. The
+    /// scratch buffer is the shard's, kept from record to record: a buffer per record cost a fresh
+    /// allocation, faulted in page by page, for every large value.
     pub fn append_encoded(&self, encode: impl FnOnce(&mut Vec<u8>)) -> Result<Lsn, WalError> {
         self.append_encoded_at(encode).map(|(lsn, _)| lsn)
     }
@@ -239,6 +241,11 @@ impl<S: LogStorage + Clone + 'static> SharedLog<S> {
     /// entries are framed, and a checkpoint refers to no record of a replicated log).
     pub fn append_encoded_at(&self, encode: impl FnOnce(&mut Vec<u8>)) -> Result<(Lsn, Option<RecordAt>), WalError> {
         let mut state = self.lock();
+        if state.framing.is_none() {
+            let appended = state.writer.append_encoded(encode);
+            let appended = Self::appended_locked(&mut state, self, appended);
+            return appended.map(|lsn| (lsn, Some(state.writer.last_record_at())));
+        }
         let mut scratch = std::mem::take(&mut state.scratch);
         scratch.clear();
         let framed = state.framing.as_mut().map(|framing| {
@@ -249,7 +256,6 @@ impl<S: LogStorage + Clone + 'static> SharedLog<S> {
         });
         encode(&mut scratch);
         let appended = Self::append_locked(&mut state, self, &scratch);
-        let at = (framed.is_none() && appended.is_ok()).then(|| state.writer.last_record_at());
         if let (Ok(lsn), Some((term, seq)), Some(framing)) = (&appended, framed, state.framing.as_mut()) {
             if framing.appended.is_empty() {
                 (framing.wake)();
@@ -259,7 +265,7 @@ impl<S: LogStorage + Clone + 'static> SharedLog<S> {
         if scratch.capacity() <= RETAINED_SCRATCH_BYTES_MAX {
             state.scratch = scratch;
         }
-        appended.map(|lsn| (lsn, at))
+        appended.map(|lsn| (lsn, None))
     }
 
     /// From now on, frames the records the shard appends as normal entries of `term` written by
@@ -330,13 +336,24 @@ impl<S: LogStorage + Clone + 'static> SharedLog<S> {
     }
 
     fn append_locked(state: &mut Locked<'_, S>, log: &Self, payload: &[u8]) -> Result<Lsn, WalError> {
-        match state.writer.append(payload) {
-            Ok(lsn) => {
+        let appended = state.writer.append(payload).map(|lsn| (lsn, payload.len() as u64));
+        Self::appended_locked(state, log, appended)
+    }
+
+    /// What follows an append: the counters, the sync thread's interval and a spare segment if
+    /// one is wanted; or, if the record was refused, the log failed for good.
+    fn appended_locked(
+        state: &mut Locked<'_, S>,
+        log: &Self,
+        appended: Result<(Lsn, u64), WalError>,
+    ) -> Result<Lsn, WalError> {
+        match appended {
+            Ok((lsn, payload_len)) => {
                 let pending = state.writer.pending_bytes() as u64;
                 let counters = &mut state.counters;
-                counters.record_bytes_max = counters.record_bytes_max.max(payload.len() as u64);
+                counters.record_bytes_max = counters.record_bytes_max.max(payload_len);
                 counters.pending_bytes_max = counters.pending_bytes_max.max(pending);
-                state.took(payload.len() as u64);
+                state.took(payload_len);
                 log.start_interval(state);
                 log.start_spare_if_wanted(state);
                 Ok(lsn)

@@ -141,17 +141,28 @@ pub struct RecordPlace {
 /// Appends one record to `out`.
 pub fn encode_record(lsn: Lsn, place: RecordPlace, payload: &[u8], out: &mut Vec<u8>) {
     let start = out.len();
-    let len = u32::try_from(payload.len()).expect("the writer refuses payloads larger than a segment");
-    let in_commit = u32::try_from(lsn - place.commit_first_lsn).expect("a commit holds fewer than 2^32 records");
-    out.extend_from_slice(&RECORD_MAGIC);
-    out.extend_from_slice(&len.to_le_bytes());
-    out.extend_from_slice(&lsn.to_le_bytes());
-    out.extend_from_slice(&place.salt.to_le_bytes());
-    out.extend_from_slice(&in_commit.to_le_bytes());
-    let crc = crc32c::crc32c_append(crc32c::crc32c(&out[start + 4..start + 28]), payload);
-    out.extend_from_slice(&crc.to_le_bytes());
+    out.resize(start + RECORD_HEADER_BYTES as usize, 0);
     out.extend_from_slice(payload);
-    out.resize(start + record_bytes(payload.len()) as usize, 0);
+    seal_record(out, start, lsn, place);
+}
+
+/// Makes the bytes of `out` from `start` on a record: they are room for its header followed by
+/// its payload; the header is filled in and the record padded. The payload is written in place,
+/// so a record's bytes need not be copied from another buffer to be framed.
+pub fn seal_record(out: &mut Vec<u8>, start: usize, lsn: Lsn, place: RecordPlace) {
+    let payload_len = out.len() - start - RECORD_HEADER_BYTES as usize;
+    let len = u32::try_from(payload_len).expect("the writer refuses payloads larger than a segment");
+    let in_commit = u32::try_from(lsn - place.commit_first_lsn).expect("a commit holds fewer than 2^32 records");
+    let header = &mut out[start..start + RECORD_HEADER_BYTES as usize];
+    header[0..4].copy_from_slice(&RECORD_MAGIC);
+    header[4..8].copy_from_slice(&len.to_le_bytes());
+    header[8..16].copy_from_slice(&lsn.to_le_bytes());
+    header[16..24].copy_from_slice(&place.salt.to_le_bytes());
+    header[24..28].copy_from_slice(&in_commit.to_le_bytes());
+    let (header, payload) = out[start..].split_at(RECORD_HEADER_BYTES as usize);
+    let crc = crc32c::crc32c_append(crc32c::crc32c(&header[4..28]), payload);
+    out[start + 28..start + 32].copy_from_slice(&crc.to_le_bytes());
+    out.resize(start + record_bytes(payload_len) as usize, 0);
 }
 
 /// A record read back from a segment.

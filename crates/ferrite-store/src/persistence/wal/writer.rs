@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use super::format::{
-    encode_record, new_salt, record_bytes, segment_name, Lsn, RecordPlace, SegmentHeader, RECORD_ALIGN_BYTES,
+    new_salt, record_bytes, seal_record, segment_name, Lsn, RecordPlace, SegmentHeader, RECORD_ALIGN_BYTES,
     RECORD_HEADER_BYTES, SEGMENT_HEADER_BYTES,
 };
 use super::held::{held_name, parse_held_name, RecordAt};
@@ -409,28 +409,50 @@ impl<S: LogStorage> WalWriter<S> {
     /// succeeds. Fails without changing anything if it needs a new segment and the device has
     /// no room for one (which [`WalWriter::ensure_room`] beforehand rules out).
     pub fn append(&mut self, payload: &[u8]) -> Result<Lsn, WalError> {
+        self.append_encoded(|out| out.extend_from_slice(payload)).map(|(lsn, _)| lsn)
+    }
+
+    /// [`WalWriter::append`] of the payload `encode` appends to the buffer it is given: the
+    /// log's own, so the payload is written where the record goes, not copied there from another
+    /// buffer (a large value's bytes are copied once on their way to the disk, from pool
+    /// memory). Returns the LSN and the payload's length.
+    pub fn append_encoded(&mut self, encode: impl FnOnce(&mut Vec<u8>)) -> Result<(Lsn, u64), WalError> {
         self.check_usable()?;
-        let size = checked_record_bytes(payload.len() as u64, self.segment_bytes)?;
         let lsn = self.next_lsn;
+        let mut start = self.pending.len();
+        self.pending.resize(start + RECORD_HEADER_BYTES as usize, 0);
+        encode(&mut self.pending);
+        let payload_len = (self.pending.len() - start) as u64 - RECORD_HEADER_BYTES;
+        let size = match checked_record_bytes(payload_len, self.segment_bytes) {
+            Ok(size) => size,
+            Err(error) => {
+                self.pending.truncate(start);
+                return Err(error);
+            }
+        };
         let fits = self.tail.is_some_and(|tail| self.tail_position + size <= self.segments[tail].bytes);
         if !fits {
+            // The segment's header goes first: the record moves behind it (once a segment).
+            let record = self.pending.split_off(start);
             self.start_segment(lsn, SEGMENT_HEADER_BYTES + size)?;
+            start = self.pending.len();
+            self.pending.extend_from_slice(&record);
         }
         let tail = self.tail.expect("a tail segment was chosen above");
         let continues = self.runs.last().is_some_and(|run| {
-            run.segment == tail && run.position + (run.end - run.start) as u64 == self.tail_position
+            run.segment == tail && run.position + (run.end - run.start) as u64 == self.tail_position && run.end == start
         });
         if !continues {
-            self.start_run(tail, self.tail_position);
+            self.runs.push(Run { segment: tail, position: self.tail_position, start, end: start });
         }
         let place = RecordPlace { salt: self.segments[tail].salt, commit_first_lsn: self.commit_first_lsn };
         self.last_at = RecordAt { segment: self.segments[tail].seq, position: self.tail_position };
-        encode_record(lsn, place, payload, &mut self.pending);
+        seal_record(&mut self.pending, start, lsn, place);
         self.finish_run();
         self.tail_position += size;
         self.segments[tail].last_lsn = Some(lsn);
         self.next_lsn += 1;
-        Ok(lsn)
+        Ok((lsn, payload_len))
     }
 
     /// Starts the segment after the tail, whose first record will be `first_lsn`, in a prepared
