@@ -258,18 +258,28 @@ impl ShardState {
     }
 
     /// Accounts for a write just applied: a `sync` one makes the batch's responses (and later
-    /// reads) wait for its record to be durable. An `async` one does too while more than
-    /// [`ASYNC_PENDING_BYTES_MAX`] of log waits for the disk: its connection then reads nothing
-    /// more until the commit lands, so clients writing faster than the disk slow to its pace
-    /// instead of growing the log's buffer without bound. If the log could not take the record (it failed
+    /// reads) wait for its record to be durable. An `async` one waits too while more than
+    /// [`ASYNC_PENDING_BYTES_MAX`] of log waits for a batch: its connection then reads nothing
+    /// more until the batch on its way to the disk is durable (or, with none on its way, its own
+    /// record), so clients writing faster than the disk slow to its pace instead of growing the
+    /// log's buffer without bound, while the shard fills the next batch as the disk writes one. If the log could not take the record (it failed
     /// under the write, after the room was reserved), pool memory holds a change nothing
     /// recorded: the shard stops before any answer can reveal it.
     fn logged(&mut self, sync: bool, session: &mut Session) -> Result<(), Failure> {
         let lsn = self.log_position(sync)?;
         session.last_write_lsn = lsn;
-        let backlog = self.durability.as_ref().is_some_and(|d| d.log.pending_bytes() > ASYNC_PENDING_BYTES_MAX);
-        if sync || backlog {
+        if sync {
             session.wait_lsn = session.wait_lsn.max(lsn);
+        } else if let Some(durability) = self.durability.as_ref() {
+            if durability.log.pending_bytes() > ASYNC_PENDING_BYTES_MAX {
+                // While a batch is on its way to the disk, the wait is for that batch, not for
+                // this record: the connection then fills the next batch while the disk writes
+                // the one before (a stream of large values keeps the disk and the shard busy at
+                // once). With none on its way, for this record.
+                let taken = durability.log.taken_lsn();
+                let wait = if taken > durability.gate.durable_lsn() { taken } else { lsn };
+                session.wait_lsn = session.wait_lsn.max(wait);
+            }
         }
         Ok(())
     }

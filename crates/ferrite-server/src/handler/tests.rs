@@ -179,6 +179,7 @@ fn answers_that_reveal_state_wait_for_the_writes_before_them() {
     assert!(!ok && wait >= deleted_at, "'no such pool' must wait for the deletion: {wait} < {deleted_at}");
     if let Some(durability) = state.durability.as_mut() {
         durability.stop();
+        durability.log.wait_for_spare();
     }
     std::fs::remove_dir_all(&dir).expect("clean up");
 }
@@ -209,6 +210,8 @@ fn a_halted_shard_answers_nothing() {
     let durability = state.durability.as_mut().expect("durable");
     assert!(durability.log.failure().is_some(), "the log takes nothing more");
     durability.stop();
+    // A spare segment still being made would land in the directory as it is removed.
+    durability.log.wait_for_spare();
     std::fs::remove_dir_all(&dir).expect("clean up");
 }
 
@@ -238,6 +241,8 @@ fn async_writes_wait_once_the_log_has_too_much_waiting() {
     let durability = state.durability.as_mut().expect("durable");
     assert!(durability.log.pending_bytes() > super::ASYNC_PENDING_BYTES_MAX);
     durability.stop();
+    // A spare segment still being made would land in the directory as it is removed.
+    durability.log.wait_for_spare();
     std::fs::remove_dir_all(&dir).expect("clean up");
 }
 
@@ -265,6 +270,7 @@ fn a_session_knows_the_log_position_of_its_last_write() {
     assert_eq!(state.replicas_holding(0), 0, "a single server has no replicas");
     if let Some(durability) = state.durability.as_mut() {
         durability.stop();
+        durability.log.wait_for_spare();
     }
     std::fs::remove_dir_all(&dir).expect("clean up");
 }

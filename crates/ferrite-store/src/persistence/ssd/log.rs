@@ -126,6 +126,8 @@ struct Shared<S: LogStorage> {
     poisoned: AtomicBool,
     /// Bytes appended that no batch has taken yet.
     pending: AtomicU64,
+    /// The LSN of the last record a batch took.
+    taken: AtomicU64,
 }
 
 /// The log's state, locked; publishes the writer's room, last LSN and failure when released.
@@ -155,6 +157,7 @@ impl<S: LogStorage> Drop for Locked<'_, S> {
         self.shared.last_appended.store(writer.next_lsn() - 1, Ordering::Release);
         self.shared.poisoned.store(writer.poisoned().is_some(), Ordering::Release);
         self.shared.pending.store(writer.pending_bytes() as u64, Ordering::Release);
+        self.shared.taken.store(writer.taken_lsn(), Ordering::Release);
     }
 }
 
@@ -208,6 +211,7 @@ impl<S: LogStorage + Clone + 'static> SharedLog<S> {
             last_appended: AtomicU64::new(state.writer.next_lsn() - 1),
             poisoned: AtomicBool::new(state.writer.poisoned().is_some()),
             pending: AtomicU64::new(state.writer.pending_bytes() as u64),
+            taken: AtomicU64::new(state.writer.taken_lsn()),
             state: Mutex::new(state),
             urgent: AtomicBool::new(false),
             thread: OnceLock::new(),
@@ -488,8 +492,7 @@ impl<S: LogStorage + Clone + 'static> SharedLog<S> {
     /// directory in one process must: the thread making a spare would otherwise rename it into
     /// place under a sequence number the recovered log may be using by then. (A process that
     /// exits takes the thread with it, and recovery removes its temporary file.)
-    #[cfg(test)]
-    pub(crate) fn wait_for_spare(&self) {
+    pub fn wait_for_spare(&self) {
         while self.lock().writer.making_spare() {
             std::thread::sleep(Duration::from_millis(1));
         }
@@ -535,6 +538,12 @@ impl<S: LogStorage + Clone + 'static> SharedLog<S> {
     /// Bytes appended that no batch has taken yet. Takes no lock.
     pub fn pending_bytes(&self) -> u64 {
         self.shared.pending.load(Ordering::Acquire)
+    }
+
+    /// The LSN of the last record a batch took: durable once that batch's write returns. Takes
+    /// no lock.
+    pub fn taken_lsn(&self) -> Lsn {
+        self.shared.taken.load(Ordering::Acquire)
     }
 
     /// Memory the log's buffers hold now: the writer's ([`WalWriter::buffer_bytes`]) and the

@@ -300,6 +300,11 @@ impl<S: LogStorage> WalWriter<S> {
         !self.runs.is_empty()
     }
 
+    /// The LSN of the last record a batch took (written, or being written).
+    pub fn taken_lsn(&self) -> Lsn {
+        self.commit_first_lsn - 1
+    }
+
     /// Bytes buffered and not yet taken by a batch.
     pub fn pending_bytes(&self) -> usize {
         self.pending.len()
