@@ -64,7 +64,8 @@ pub fn read_record_at<S: LogStorage>(storage: &S, at: RecordAt, lsn: Lsn) -> Res
     file.read_exact_at(at.position, &mut head).map_err(io(format!("reading {name}")))?;
     let payload_len = u64::from(u32::from_le_bytes(head[4..8].try_into().expect("4 bytes")));
     let end = at.position + RECORD_HEADER_BYTES + payload_len;
-    if end > header.segment_bytes {
+    let file_bytes = file.size_bytes().map_err(io(format!("reading the size of {name}")))?;
+    if end > header.segment_bytes.min(file_bytes) {
         return Err(corrupt(at.position, "the record's length runs past the segment".into()));
     }
     let mut bytes = vec![0u8; (RECORD_HEADER_BYTES + payload_len) as usize];
