@@ -2113,10 +2113,14 @@ def large_values_durable(run, s):
                     keys = large_keys(s, size)
                     ops = max(1, s["durable_bytes"] // size)
                     before = (ferrite_stats(run, addr), process_write_bytes(proc.pid))
+                    ticks = process_cpu_ticks(proc.pid)
                     put = run.ferrite_bench(addr, "put", seconds=0, ops=ops, keys=keys, key_size=s["key_size"],
                                             value_size=size, pool="large", keep_pool=True, durability="sync",
                                             transfer="direct")
                     point = ferrite_point(put)
+                    # The server's CPU time over the puts (every thread: the shard, the log's sync
+                    # and spare threads, checkpoints' blocking I/O), against their wall time.
+                    point["server_cpu_s"] = (process_cpu_ticks(proc.pid) - ticks) / os.sysconf("SC_CLK_TCK")
                     point["settle_s"] = settle(proc.pid)
                     after = (ferrite_stats(run, addr), process_write_bytes(proc.pid))
                     stored = put.get("value_bytes") or 0

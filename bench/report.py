@@ -862,6 +862,16 @@ def section_memory(doc):
     return lines
 
 
+def cpu_columns(row):
+    """The server's CPU over a durable put run: its share of the wall time, and value GiB per CPU
+    second (what one CPU could carry at that cost)."""
+    cpu, stored = row.get("server_cpu_s"), row.get("value_bytes")
+    ops, rate = row.get("ops"), row.get("ops_per_s")
+    if not cpu or not stored or not ops or not rate:
+        return ["-", "-"]
+    return [f"{cpu / (ops / rate):.2f}", f"{stored / (1 << 30) / cpu:.3f}"]
+
+
 def durable_large_tables(rows, gib, fmt_gib):
     """The durable large puts against the disk probe, and the RESP SETs against Redis always."""
     lines = []
@@ -878,7 +888,10 @@ def durable_large_tables(rows, gib, fmt_gib):
                   f"from {size_label(DURABLE_LARGE_FROM_BYTES)}, ≥ {DURABLE_TARGETS[1]} below; at most "
                   f"{DURABLE_DISK_BYTES_MAX} disk bytes per value byte (the server's /proc/PID/io `write_bytes` over "
                   "the run and its settling ÷ value bytes stored). Checkpoint pages: pages the run's checkpoints "
-                  "copied; held: log bytes kept for the last checkpoint at the end.", ""]
+                  "copied; held: log bytes kept for the last checkpoint at the end. Server CPU: the server "
+                  "process's CPU time during the puts (all its threads) ÷ their wall time; on one CPU (pinned) "
+                  "near 1 means the puts were bound by that CPU, and value GiB ÷ server CPU seconds is the "
+                  "most one CPU could carry.", ""]
         body = []
         for row in durable:
             target = DURABLE_TARGETS[0] if row["value_size"] >= DURABLE_LARGE_FROM_BYTES else DURABLE_TARGETS[1]
@@ -891,11 +904,11 @@ def durable_large_tables(rows, gib, fmt_gib):
                          "-" if per_byte is None else "yes" if per_byte <= DURABLE_DISK_BYTES_MAX else "**no**",
                          fmt_number(row.get("wal_bytes")), fmt_number(row.get("checkpoints")),
                          fmt_number(row.get("checkpoint_pages")), fmt_number(row.get("wal_held_bytes")),
-                         fmt_us(row.get("p50_us")), fmt_us(row.get("p99_us"))])
+                         *cpu_columns(row), fmt_us(row.get("p50_us")), fmt_us(row.get("p99_us"))])
         lines += table(["value", "server", "value bytes", "put GiB/s", "÷ disk", "target", "disk bytes / value byte",
                         f"≤ {DURABLE_DISK_BYTES_MAX}", "log bytes", "checkpoints", "checkpoint pages", "held bytes",
-                        "p50 us", "p99 us"], body,
-                       ["---:", "---", "---:", "---:", "---:", "---", "---:", "---", *["---:"] * 6])
+                        "server CPU", "GiB per CPU s", "p50 us", "p99 us"], body,
+                       ["---:", "---", "---:", "---:", "---:", "---", "---:", "---", *["---:"] * 8])
         lines.append("")
     resp = [row for row in rows if row["scenario"] == "large-values-resp"]
     if resp:

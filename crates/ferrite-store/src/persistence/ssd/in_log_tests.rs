@@ -303,3 +303,43 @@ proptest! {
         prop_assert_eq!(found, model);
     }
 }
+
+/// A held segment that is missing, or whose record of a kept value is damaged, stops recovery
+/// with the pool, the pages and the reason named: nothing is loaded from bytes that fail their
+/// checks, and nothing is silently left out.
+#[test]
+fn a_missing_or_damaged_held_segment_is_refused_with_its_place() {
+    let dir = temp_dir("in-log-damage");
+    let paths = ShardPaths::new(&dir);
+    let mut shard = open_shard(&paths);
+    let id = shard.create_pool("damaged", PoolSpec { size_bytes: 8 << 20, expected_objects: 64 });
+    for k in 0..6u16 {
+        shard.store(id).put(&key(k), &value(k, 200 * 1024, 1), PutMode::Upsert, 1).expect("room");
+    }
+    checkpoint(&mut shard);
+    let held = shard.log.held_segments();
+    let seq = *held.iter().next().expect("a held segment");
+    shard.log.wait_for_spare();
+    drop(shard);
+    let path = paths.wal.join(held_name(seq));
+    let original = std::fs::read(&path).expect("read the held segment");
+
+    let mut damaged = original.clone();
+    let at = damaged.len() / 2;
+    damaged[at] ^= 0x40;
+    std::fs::write(&path, &damaged).expect("damage it");
+    let error = super::load_shard(&paths).map(drop).expect_err("a damaged kept value is refused");
+    let text = error.to_string();
+    assert!(text.contains("kept in the log") && text.contains("no intact record"), "{text}");
+
+    std::fs::remove_file(&path).expect("remove it");
+    let error = super::load_shard(&paths).map(drop).expect_err("a missing held segment is refused");
+    let text = error.to_string();
+    assert!(text.contains("neither held nor in the log"), "{text}");
+
+    std::fs::write(&path, &original).expect("put it back");
+    let mut shard = open_shard(&paths);
+    assert_eq!(shard.store(id).count(), 6, "whole again once the segment is back");
+    drop(shard);
+    std::fs::remove_dir_all(&dir).expect("clean up");
+}
