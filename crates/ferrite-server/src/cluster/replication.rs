@@ -24,8 +24,8 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use ferrite_store::persistence::ssd::entry::Entry as Framed;
-use ferrite_store::persistence::ssd::{FramedEntry, ReplicaPools, SharedLog};
-use ferrite_store::persistence::wal::{FsStorage, Lsn};
+use ferrite_store::persistence::ssd::{FramedEntry, ReplicaPools, SharedLog, IN_LOG_RANGE_BYTES_MIN};
+use ferrite_store::persistence::wal::{FsStorage, Lsn, RecordAt};
 use openraft::EntryPayload;
 use tokio::sync::Notify;
 
@@ -85,6 +85,9 @@ pub(crate) struct Replication {
     /// Entries this replica executed and appended as leader and Raft has not applied yet: their
     /// indexes and sequence numbers.
     executed: BTreeMap<Lsn, u64>,
+    /// Where entries appended and not yet applied lie in the log, for those large enough that a
+    /// checkpoint keeps their pages there (see `ReplicaPools::apply_at`).
+    places: BTreeMap<Lsn, RecordAt>,
     /// The sequence number the next entry executed here gets.
     next_seq: u64,
     pub applied: Option<LogId>,
@@ -165,6 +168,7 @@ impl Replication {
             cache_bytes: 0,
             last_log,
             executed: BTreeMap::new(),
+            places: BTreeMap::new(),
             // Unique across restarts: a process's entries never share a sequence with an earlier one's.
             next_seq: now_ns(),
             applied,
@@ -342,7 +346,10 @@ impl Replication {
                 return Ok(Appending::StartAt(index));
             }
             let payload = record_of(entry)?;
-            log.append_entry(index, &payload).map_err(std::io::Error::other)?;
+            let at = log.append_entry(index, &payload).map_err(std::io::Error::other)?;
+            if payload.len() as u64 >= IN_LOG_RANGE_BYTES_MIN {
+                self.places.insert(index, at);
+            }
             let stored = Entry {
                 log_id: entry.log_id,
                 payload: match &entry.payload {
@@ -420,6 +427,7 @@ impl Replication {
         }
         let keep_to = last.map_or(0, |id| id.index);
         self.read_back.forget();
+        self.places.split_off(&(keep_to + 1));
         if self.executed.range(keep_to + 1..).next().is_some() {
             self.must_restart(format!("the group's log was cut back after {keep_to}, over entries executed here"));
         }
@@ -470,6 +478,7 @@ impl Replication {
     /// The log started over at `first` (it held nothing).
     pub fn started_at(&mut self, first: Lsn) {
         self.read_back.forget();
+        self.places.clear();
         self.cache.clear();
         self.cache_bytes = 0;
         self.cache_first = first;
@@ -480,6 +489,7 @@ impl Replication {
     /// any more.
     pub fn installed(&mut self, last: LogId, membership: StoredMembership, kept: Vec<Entry>) {
         self.read_back.forget();
+        self.places.clear();
         self.cache.clear();
         self.cache_bytes = 0;
         self.cache_first = last.index + 1;
@@ -526,6 +536,15 @@ impl Replication {
     /// it either way, as Raft applies each entry once.
     pub fn take_executed_at(&mut self, index: Lsn) -> bool {
         self.executed.remove(&index).is_some()
+    }
+
+    /// Where entry `index`, about to be applied, lies in the log, if it is large (see
+    /// [`Replication::places`]); forgets it and every earlier one.
+    pub fn take_place(&mut self, index: Lsn) -> Option<RecordAt> {
+        let later = self.places.split_off(&(index + 1));
+        let place = self.places.remove(&index);
+        self.places = later;
+        place
     }
 }
 

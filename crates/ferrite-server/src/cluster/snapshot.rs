@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
 use bytes::BufMut;
-use ferrite_store::persistence::ssd::checkpoint::{pages_name, sync_dir, MANIFEST_NAME};
+use ferrite_store::persistence::ssd::checkpoint::{pages_name, sync_dir, write_in_log_pages, MANIFEST_NAME};
 use ferrite_store::persistence::ssd::{
     load_shard_in_mode, recover_shard_in_mode, Checkpointer, Manifest, ReplayMode, ReplicaPools, ShardPaths,
 };
@@ -120,6 +120,9 @@ impl SnapshotStore {
             state.durability.as_ref().ok_or_else(|| io::Error::other("no log"))?.log.clone()
         };
         super::log_store::quiet(&log).await?;
+        // No checkpoint may complete while the snapshot copies this one: it would recycle the
+        // log segments held for the pages this one keeps in the log.
+        let held = CheckpointsHeld::wait(shard).await?;
         let (manifest, last) = {
             let mut state = shard.borrow_mut();
             let durability = state.durability.as_ref().ok_or_else(|| io::Error::other("no log"))?;
@@ -143,6 +146,7 @@ impl SnapshotStore {
         })
         .await
         .map_err(io::Error::other)??;
+        drop(held);
         let files = SnapshotFiles { dir };
         self.replace_current(meta.clone(), files.clone());
         Ok(SnapshotOf { meta, snapshot: files })
@@ -257,8 +261,10 @@ const INSTALLING: &str = "installing";
 /// How often an installation looks whether the checkpoint or backup it waits for is done.
 const HELD_POLL: std::time::Duration = std::time::Duration::from_millis(10);
 
-/// Checkpoints (and backups) held off while a snapshot replaces the checkpoint and the log: one
-/// running would write page files and a manifest over the snapshot's, or copy half of each.
+/// Checkpoints (and backups) held off while a snapshot replaces the checkpoint and the log (one
+/// running would write page files and a manifest over the snapshot's, or copy half of each), or
+/// while a snapshot is made of the checkpoint (one completing would recycle the log segments its
+/// large values are read from).
 struct CheckpointsHeld {
     shard: Rc<RefCell<ShardState>>,
 }
@@ -370,10 +376,10 @@ fn write_snapshot(
             std::fs::hard_link(checkpoint.join(&name), temp.join(&name))?;
         }
     }
-    if checkpoint.join(MANIFEST_NAME).exists() {
-        std::fs::copy(checkpoint.join(MANIFEST_NAME), temp.join(MANIFEST_NAME))?;
-    }
     let storage = FsStorage::open_dir(wal)?;
+    if checkpoint.join(MANIFEST_NAME).exists() {
+        standalone(manifest, &temp, &storage)?.write(&temp).map_err(io::Error::other)?;
+    }
     let mut tail = std::io::BufWriter::new(File::create(temp.join(TAIL_NAME))?);
     let mut failed = None;
     read_range(&storage, manifest.replay_from.max(1), last, |lsn, payload| {
@@ -400,6 +406,20 @@ fn write_snapshot(
     std::fs::rename(&temp, &dir)?;
     sync_dir(root)?;
     Ok(dir)
+}
+
+/// `manifest` as a snapshot in `dir` holds it: the pages its checkpoint keeps in the log (large
+/// values, in segments the log holds for it) are written into one more page file of each pool,
+/// read from `log`, as a snapshot must stand on its own where it is installed.
+fn standalone(manifest: &Manifest, dir: &Path, log: &FsStorage) -> io::Result<Manifest> {
+    let mut copy = manifest.clone();
+    let next_seq = manifest.pools.iter().flat_map(|pool| pool.chain.iter().copied()).max().unwrap_or(0) + 1;
+    for pool in copy.pools.iter_mut().filter(|pool| !pool.in_log.is_empty()) {
+        write_in_log_pages(dir, log, pool, next_seq).map_err(io::Error::other)?;
+        pool.chain.push(next_seq);
+        pool.in_log.clear();
+    }
+    Ok(copy)
 }
 
 /// Checks that a snapshot's tail holds exactly the records from its checkpoint's replay point

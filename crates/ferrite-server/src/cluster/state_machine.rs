@@ -47,12 +47,13 @@ impl ShardState {
         let replication = self.replication.as_mut().ok_or_else(|| io::Error::other("no replica"))?;
         match &entry.payload {
             EntryPayload::Normal(Redo::Payload(payload)) => {
+                let at = replication.take_place(index);
                 if !replication.take_executed_at(index) {
                     let Some(Framed::Normal { record, .. }) = Framed::decode(payload) else {
                         return Err(io::Error::other(format!("entry {index} holds no record")));
                     };
                     match replication.replica.as_mut() {
-                        Some(pools) => match pools.apply(index, record).map_err(io::Error::other)? {
+                        Some(pools) => match pools.apply_at(index, at, record).map_err(io::Error::other)? {
                             Some(PoolChange::Created { owner: Some(owner), size_bytes }) => {
                                 self.auth.usage.count_pool(&owner, size_bytes);
                             }

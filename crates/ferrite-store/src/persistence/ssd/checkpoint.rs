@@ -53,6 +53,7 @@ use std::sync::{Arc, Mutex};
 
 use std::collections::{BTreeSet, HashMap};
 
+use super::entry::{Entry, ENTRY_KIND_BIT};
 use super::pages::{LogExtent, PageTracker, PAGE_BYTES};
 use super::record::{decode, decode_descriptor, encode_descriptor, is_all_zero, LogRecord, PoolDescriptor};
 use crate::persistence::wal::{read_record_at, LogStorage, Lsn, RecordAt};
@@ -297,26 +298,41 @@ pub fn load_pool<S: LogStorage>(
     Ok(loaded)
 }
 
-/// Copies the pages of `extent` from `payload`, the record that holds them: a transaction of
-/// pool `pool` whose ranges cover every byte of them.
+/// Copies the pages of `extent` into `region` (the pool's memory) from `payload`, the log record
+/// that holds them.
 fn apply_extent(pool: u64, extent: &LogExtent, payload: &[u8], region: &mut [u8]) -> Result<(), String> {
-    let Ok(LogRecord::Transaction { pool: record_pool, ranges }) = decode(payload) else {
+    let (start, end) = (extent.first_page * PAGE_BYTES, extent.end_page() * PAGE_BYTES);
+    if end > region.len() as u64 {
+        return Err("the pages lie outside the pool's region".into());
+    }
+    extent_pages(pool, extent, payload, &mut region[start as usize..end as usize])
+}
+
+/// Copies the pages of `extent` into `pages` (as long as they are) from `payload`, the log record
+/// that holds them: a transaction of pool `pool` whose ranges cover every byte of them (in a
+/// replicated shard's log, framed as a normal entry of its group's log).
+fn extent_pages(pool: u64, extent: &LogExtent, payload: &[u8], pages: &mut [u8]) -> Result<(), String> {
+    let record = match payload.first() {
+        Some(kind) if kind & ENTRY_KIND_BIT != 0 => match Entry::decode(payload) {
+            Some(Entry::Normal { record, .. }) => record,
+            _ => return Err("the entry there holds no record".into()),
+        },
+        _ => payload,
+    };
+    let Ok(LogRecord::Transaction { pool: record_pool, ranges }) = decode(record) else {
         return Err("the record there is not a transaction".into());
     };
     if record_pool != pool {
         return Err(format!("the record there changes pool {record_pool}"));
     }
     let (start, end) = (extent.first_page * PAGE_BYTES, extent.end_page() * PAGE_BYTES);
-    if end > region.len() as u64 {
-        return Err("the pages lie outside the pool's region".into());
-    }
     let mut covered = 0;
     for (offset, len, bytes) in ranges {
         let (from, to) = (offset.max(start), (offset + u64::from(len)).min(end));
         if from >= to {
             continue;
         }
-        let target = &mut region[from as usize..to as usize];
+        let target = &mut pages[(from - start) as usize..(to - start) as usize];
         match bytes {
             Some(bytes) => target.copy_from_slice(&bytes[(from - offset) as usize..(to - offset) as usize]),
             None => target.fill(0),
@@ -386,6 +402,51 @@ fn load_pages(dir: &Path, pool: u64, seq: u64, region_bytes: u64, region: &mut [
         }
         index += entries;
     }
+    Ok(count)
+}
+
+/// Writes the pages `pool` keeps in the log (read from `log`) into a new page file `seq` of the
+/// pool in `dir`, synced: what a copy of the checkpoint that must stand without the log (a
+/// replica's snapshot) holds instead of its extents. Returns how many pages it wrote.
+pub fn write_in_log_pages<S: LogStorage>(
+    dir: &Path,
+    log: &S,
+    pool: &ManifestPool,
+    seq: u64,
+) -> Result<u64, CheckpointError> {
+    let id = pool.descriptor.id;
+    let name = pages_name(id, seq);
+    let context = || format!("writing {}", dir.join(&name).display());
+    let file = OpenOptions::new().write(true).create_new(true).open(dir.join(&name)).map_err(io_error(context()))?;
+    let mut offset = PAGES_HEADER_BYTES;
+    let mut count = 0;
+    for extent in &pool.in_log {
+        let failed = |reason: String| CheckpointError::InLog {
+            pool: id,
+            first_page: extent.first_page,
+            end_page: extent.end_page(),
+            lsn: extent.lsn,
+            reason,
+        };
+        let payload = read_record_at(log, extent.at, extent.lsn).map_err(|error| failed(error.to_string()))?;
+        let mut pages = vec![0u8; (extent.pages * PAGE_BYTES) as usize];
+        extent_pages(id, extent, &payload, &mut pages).map_err(failed)?;
+        let mut entries = Vec::with_capacity((extent.pages * ENTRY_BYTES) as usize);
+        for (index, page) in pages.chunks_exact(PAGE_BYTES as usize).enumerate() {
+            let number = extent.first_page + index as u64;
+            let crc = crc32c::crc32c_append(crc32c::crc32c(&number.to_le_bytes()), page);
+            entries.extend_from_slice(&number.to_le_bytes());
+            entries.extend_from_slice(&crc.to_le_bytes());
+            entries.extend_from_slice(&[0; 4]);
+            entries.extend_from_slice(page);
+        }
+        file.write_all_at(&entries, offset).map_err(io_error(context()))?;
+        offset += entries.len() as u64;
+        count += extent.pages;
+    }
+    let header = pages_header(id, seq, pool.descriptor.region_bytes, count);
+    file.write_all_at(&header, 0).map_err(io_error(context()))?;
+    file.sync_data().map_err(io_error(context()))?;
     Ok(count)
 }
 

@@ -9,7 +9,7 @@ use std::path::Path;
 use proptest::prelude::*;
 
 use super::checkpoint::{CheckpointPool, Checkpointer, Manifest, Step};
-use super::recovery::{load_shard_with, ReplayMode};
+use super::recovery::{load_shard_in_mode, load_shard_with, ReplayMode};
 use super::tests::{
     assert_matches, contents, descriptor_of, key, new_tracked_pool, op_with_large, open_shard, run_in, sim_log,
     temp_dir, value, Shard,
@@ -342,4 +342,127 @@ fn a_missing_or_damaged_held_segment_is_refused_with_its_place() {
     assert_eq!(shard.store(id).count(), 6, "whole again once the segment is back");
     drop(shard);
     std::fs::remove_dir_all(&dir).expect("clean up");
+}
+
+/// Runs a checkpoint of `pools` in `checkpointer` over `log` (everything appended committed and
+/// durable) to its end and releases the log up to it.
+fn checkpoint_pools(checkpointer: &mut Checkpointer, log: &super::SharedLog, pools: Vec<CheckpointPool>, next: u64) {
+    log.commit_now().expect("commit");
+    let held = log.held_segments();
+    checkpointer.begin(log.last_lsn() + 1, next, pools, &held, log.segment_bytes());
+    loop {
+        match checkpointer.step(log.durable_lsn(), 64).expect("step") {
+            Step::Write(write) => checkpointer.recycle(write.run().expect("write")),
+            Step::WaitDurable(_) => {
+                log.commit_now().expect("commit");
+            }
+            Step::Continue => {}
+            Step::Finish(job) => {
+                let replay_from = checkpointer.complete(job.run(|| None)).expect("complete");
+                let held = checkpointer.manifest().held_segments();
+                log.release_before(replay_from, &held).expect("release");
+                return;
+            }
+        }
+    }
+}
+
+/// Pages kept in the log / all pages of the manifest's extents.
+fn kept_pages(manifest: &Manifest) -> u64 {
+    manifest.pools.iter().flat_map(|pool| &pool.in_log).map(|extent| extent.pages).sum()
+}
+
+/// In a cluster, large values are written once on every replica too: the leader's records,
+/// framed as entries of its group's log, and a follower's copies of them, appended as entries
+/// and applied once committed, are kept in each one's log by its checkpoints; recovery in
+/// replicated mode reads them back; and a snapshot's copy of such a checkpoint, which must stand
+/// without the log, holds their pages in a page file of its own.
+#[test]
+fn replicas_keep_large_values_in_their_logs_and_snapshots_carry_them() {
+    use super::entry::Entry;
+    use crate::persistence::wal::{read_range, WalConfig};
+    const CONFIG: WalConfig = WalConfig { segment_bytes: 256 * 1024 };
+    let dir = temp_dir("in-log-replicated");
+    let (leader_paths, follower_paths) = (ShardPaths::new(&dir.join("leader")), ShardPaths::new(&dir.join("follower")));
+    let mode = ReplayMode::Replicated { until: 0 };
+
+    let recovered = super::recover_shard_in_mode(&leader_paths, CONFIG, mode).expect("recover");
+    let (log, checkpointer) = (super::SharedLog::new(recovered.writer), recovered.checkpointer);
+    log.frame_as(1, 1, 1, Box::new(|| {}));
+    let descriptor = descriptor_of(1, "replicated", PoolSpec { size_bytes: 8 << 20, expected_objects: 64 });
+    let (mut store, pages) = new_tracked_pool(&log, &descriptor);
+    let mut model = BTreeMap::new();
+    for k in 0..6u16 {
+        let v = value(k, 200 * 1024, 1);
+        store.put(&key(k), &v, PutMode::Upsert, 1).expect("room");
+        model.insert(key(k), v);
+    }
+    log.take_framed();
+    log.commit_now().expect("commit");
+    let last = log.last_lsn();
+
+    let (log_of_leader, checkpointer_of_leader) = (log, checkpointer);
+    let recovered = super::recover_shard_in_mode(&follower_paths, CONFIG, mode).expect("recover");
+    let (log, mut checkpointer) = (super::SharedLog::new(recovered.writer), recovered.checkpointer);
+    let mut replica = super::ReplicaPools::new(Vec::new(), 1);
+    let leader_log = crate::persistence::wal::FsStorage::open_dir(&leader_paths.wal).expect("the leader's log");
+    read_range(&leader_log, 1, last, |lsn, payload| {
+        let at = log.append_entry(lsn, payload).expect("append");
+        if let Some(Entry::Normal { record, .. }) = Entry::decode(payload) {
+            replica.apply_at(lsn, Some(at), record).expect("apply");
+        }
+    })
+    .expect("read the leader's log");
+
+    let region = store.memory().region().file().clone();
+    let (leader_log, mut leader_checkpointer) = (log_of_leader, checkpointer_of_leader);
+    checkpoint_pools(&mut leader_checkpointer, &leader_log, vec![CheckpointPool { descriptor, pages, region }], 2);
+    assert!(
+        kept_pages(leader_checkpointer.manifest()) >= 6 * 48,
+        "the leader's checkpoint keeps the values in its log"
+    );
+    leader_log.wait_for_spare();
+    drop((store, leader_log));
+    let loaded = load_shard_in_mode(&leader_paths, ReplayMode::Replicated { until: last }, &mut |_| {}).expect("load");
+    let pool = loaded.pools.into_iter().next().expect("the pool");
+    assert_eq!(contents(&HStore::open(pool.region).expect("opens")), model, "the leader recovers them");
+    checkpoint_pools(&mut checkpointer, &log, replica.checkpoint_pools(), replica.next_pool_id);
+    let manifest = checkpointer.manifest().clone();
+    assert!(kept_pages(&manifest) >= 6 * 48, "the follower's checkpoint keeps the values in its own log");
+    assert!(!log.held_segments().is_empty(), "its log holds their segments");
+    let loaded =
+        load_shard_in_mode(&follower_paths, ReplayMode::Replicated { until: last }, &mut |_| {}).expect("load");
+    let pool = loaded.pools.into_iter().next().expect("the pool");
+    assert_eq!(contents(&HStore::open(pool.region).expect("opens")), model, "the follower recovers them");
+
+    // A snapshot: the checkpoint's page files, one more holding the kept pages, and a manifest
+    // naming it instead of the extents; loaded with no log at all.
+    let snapshot = ShardPaths::new(&dir.join("snapshot"));
+    std::fs::create_dir_all(&snapshot.checkpoint).expect("snapshot dir");
+    std::fs::create_dir_all(&snapshot.wal).expect("snapshot log dir");
+    let mut standalone = manifest.clone();
+    for pool in &mut standalone.pools {
+        for seq in &pool.chain {
+            let name = super::checkpoint::pages_name(pool.descriptor.id, *seq);
+            std::fs::copy(follower_paths.checkpoint.join(&name), snapshot.checkpoint.join(&name)).expect("copy");
+        }
+        let seq = pool.chain.iter().max().map_or(1, |seq| seq + 1);
+        let written =
+            super::checkpoint::write_in_log_pages(&snapshot.checkpoint, &log_storage(&follower_paths), pool, seq)
+                .expect("write the kept pages");
+        assert_eq!(written, kept_pages(&manifest));
+        pool.chain.push(seq);
+        pool.in_log.clear();
+    }
+    standalone.write(&snapshot.checkpoint).expect("manifest");
+    let loaded = load_shard_in_mode(&snapshot, ReplayMode::Replicated { until: last }, &mut |_| {}).expect("load");
+    let pool = loaded.pools.into_iter().next().expect("the pool");
+    assert_eq!(contents(&HStore::open(pool.region).expect("opens")), model, "the snapshot stands alone");
+    log.wait_for_spare();
+    drop(log);
+    std::fs::remove_dir_all(&dir).expect("clean up");
+}
+
+fn log_storage(paths: &ShardPaths) -> crate::persistence::wal::FsStorage {
+    crate::persistence::wal::FsStorage::open_dir(&paths.wal).expect("log directory")
 }

@@ -240,9 +240,8 @@ impl<S: LogStorage + Clone + 'static> SharedLog<S> {
         self.append_encoded_at(encode).map(|(lsn, _)| lsn)
     }
 
-    /// [`SharedLog::append_encoded`], also saying where the record lies in the log when its
-    /// payload is the record `encode` wrote, as it is in a single server's log (a leader's
-    /// entries are framed, and a checkpoint refers to no record of a replicated log).
+    /// [`SharedLog::append_encoded`], also saying where the record lies in the log (a checkpoint
+    /// may keep the pages of its large ranges there).
     pub fn append_encoded_at(&self, encode: impl FnOnce(&mut Vec<u8>)) -> Result<(Lsn, Option<RecordAt>), WalError> {
         let mut state = self.lock();
         if state.framing.is_none() {
@@ -260,6 +259,7 @@ impl<S: LogStorage + Clone + 'static> SharedLog<S> {
         });
         encode(&mut scratch);
         let appended = Self::append_locked(&mut state, self, &scratch);
+        let at = state.writer.last_record_at();
         if let (Ok(lsn), Some((term, seq)), Some(framing)) = (&appended, framed, state.framing.as_mut()) {
             if framing.appended.is_empty() {
                 (framing.wake)();
@@ -269,7 +269,7 @@ impl<S: LogStorage + Clone + 'static> SharedLog<S> {
         if scratch.capacity() <= RETAINED_SCRATCH_BYTES_MAX {
             state.scratch = scratch;
         }
-        appended.map(|lsn| (lsn, None))
+        appended.map(|lsn| (lsn, Some(at)))
     }
 
     /// From now on, frames the records the shard appends as normal entries of `term` written by
@@ -292,13 +292,14 @@ impl<S: LogStorage + Clone + 'static> SharedLog<S> {
 
     /// Buffers `payload`, already an entry of the group's log, as the record with LSN `index`
     /// (an entry another node wrote, or one of Raft's own): the log's next LSN must be `index`.
-    pub fn append_entry(&self, index: Lsn, payload: &[u8]) -> Result<(), WalError> {
+    /// Returns where the record lies in the log.
+    pub fn append_entry(&self, index: Lsn, payload: &[u8]) -> Result<RecordAt, WalError> {
         let mut state = self.lock();
         let next = state.writer.next_lsn();
         if next != index {
             return Err(WalError::OutOfOrder { index, next });
         }
-        Self::append_locked(&mut state, self, payload).map(|_| ())
+        Self::append_locked(&mut state, self, payload).map(|_| state.writer.last_record_at())
     }
 
     /// Whether everything appended is written and synced (or the log failed): the condition to

@@ -41,7 +41,7 @@ pub use backup::{
 };
 pub use checkpoint::{CheckpointError, CheckpointPool, Checkpointer, Manifest, Step};
 pub use log::{FramedEntry, LogCounters, SharedLog, SyncThread};
-pub use logged::{LoggedMemory, UNLOGGED};
+pub use logged::{LoggedMemory, IN_LOG_RANGE_BYTES_MIN, UNLOGGED};
 pub use pages::PageTracker;
 pub use record::PoolDescriptor;
 pub use recovery::{

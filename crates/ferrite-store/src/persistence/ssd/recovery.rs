@@ -173,9 +173,9 @@ impl ReplicaPools {
         self.apply_at(lsn, None, payload)
     }
 
-    /// [`ReplicaPools::apply`] of a record found at `at` in a single server's log: a checkpoint may
-    /// keep the pages of its large ranges there.
-    fn apply_at(
+    /// [`ReplicaPools::apply`] of a record found at `at` in the log (alone, or framed as an
+    /// entry): a checkpoint may keep the pages of its large ranges there.
+    pub fn apply_at(
         &mut self,
         lsn: Lsn,
         at: Option<RecordAt>,
@@ -397,7 +397,7 @@ fn load_shard_from<S: LogStorage>(
                 entries.last = Some((lsn, entry.term()));
                 match entry {
                     _ if lsn > until => Ok(()),
-                    Entry::Normal { record, .. } => replay.apply(lsn, record).map(drop),
+                    Entry::Normal { record, .. } => replay.apply_at(lsn, Some(at), record).map(drop),
                     Entry::Membership { term, body } => {
                         entries.memberships.push((lsn, term, body.to_vec()));
                         Ok(())

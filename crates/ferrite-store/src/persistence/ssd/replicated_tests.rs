@@ -324,8 +324,10 @@ fn a_replica_that_installed_a_snapshot_recovers_from_it() {
     let (log, mut checkpointer) = new_shard(&paths);
     log.restart_at(covered + 1).expect("restart after the snapshot");
     let storage = FsStorage::open_dir(&leader_paths.wal).expect("leader's log");
-    read_range(&storage, covered + 1, last, |lsn, payload| log.append_entry(lsn, payload).expect("append"))
-        .expect("read the tail");
+    read_range(&storage, covered + 1, last, |lsn, payload| {
+        log.append_entry(lsn, payload).expect("append");
+    })
+    .expect("read the tail");
     settle(&log);
     drop(log);
     checkpoint(&mut checkpointer, &follow(&leader_paths.wal, covered), covered + 1, last);
