@@ -19,8 +19,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use cluster_common::{
-    assert_node_serves, cli_at, config_file, create_pool, form, leader, put_bulk, resp_line, serial, status,
-    wait_caught_up, wait_for_leader, wait_in_sync, Load, LoadSpec, LEADER_TIMEOUT,
+    assert_node_serves, bulk_served, cli_at, config_file, create_pool, form, leader, put_bulk, resp_line, serial,
+    status, wait_caught_up, wait_for_leader, wait_in_sync, Load, LoadSpec, LEADER_TIMEOUT,
 };
 use cluster_harness::{Cluster, ClusterSpec};
 
@@ -129,12 +129,15 @@ fn receiving_snapshot(dir: &Path) -> bool {
 /// checkpoints and purges its log, so the empty follower, started again, must catch up by a
 /// snapshot. It is killed once more while receiving it (when that moment is caught), started
 /// again, and must end up with everything: in sync (lag 0), and serving every key's final value
-/// once it is made the leader.
+/// once it is made the leader, the large values among them too (which the leader's checkpoints
+/// keep in its log, and its snapshot must carry in a page file).
 #[test]
 fn a_follower_that_lost_its_disk_catches_up_by_snapshot() {
+    const LARGE: (usize, usize) = (8, 200 * 1024);
     let _serial = serial();
     let (cluster, load) = loaded(snapshotting());
     let leader_at_start = wait_for_leader(&cluster, 0, &all(&cluster), LEADER_TIMEOUT);
+    assert_eq!(put_bulk(&cluster, leader_at_start, LARGE.0, LARGE.1, LEADER_TIMEOUT), LARGE.0, "large values stored");
     let wiped = (leader_at_start + 1) % cluster.node_count();
     let node = cluster.node(wiped);
     node.kill9();
@@ -174,6 +177,11 @@ fn a_follower_that_lost_its_disk_catches_up_by_snapshot() {
     assert!(run.success, "transfer-leader to the wiped node: {run:?}");
     assert_eq!(wait_for_leader(&cluster, 0, &all(&cluster), LEADER_TIMEOUT), wiped);
     assert_node_serves(&cluster, wiped, &finals);
+    assert_eq!(
+        bulk_served(&cluster, wiped, LARGE.0, LARGE.1, LEADER_TIMEOUT),
+        LARGE.0,
+        "the large values came with the snapshot"
+    );
 }
 
 /// Waits until node `index` reports a snapshot, and returns the index it covers.

@@ -82,6 +82,24 @@ pub fn put_bulk(cluster: &Cluster, via: usize, count: usize, bytes: usize, timeo
     .unwrap_or(0)
 }
 
+/// How many of the `count` values [`put_bulk`] stored (of `bytes` bytes each) node `via` serves
+/// whole: it must lead the group.
+pub fn bulk_served(cluster: &Cluster, via: usize, count: usize, bytes: usize, timeout: Duration) -> usize {
+    let addr = cluster.node(via).native_addr().to_string();
+    block_on(timeout, async {
+        let Ok(session) = Session::connect_with(&addr, client_options()).await else { return 0 };
+        let Ok(pool) = session.open_pool(POOL).await else { return 0 };
+        let mut served = 0;
+        for n in 0..count {
+            if pool.get(format!("bulk-{n}")).await.is_ok_and(|value| value == vec![(n % 251) as u8; bytes]) {
+                served += 1;
+            }
+        }
+        served
+    })
+    .unwrap_or(0)
+}
+
 fn client_options() -> ClientOptions {
     ClientOptions { connect_timeout: ASK_TIMEOUT, ..ClientOptions::default() }
 }
