@@ -666,6 +666,7 @@ impl Checkpointer {
                 source: io::Error::other("no checkpoint is in progress"),
             });
         };
+        let replay_from = active.replay_from;
         let Some(pool) = active.pools.get_mut(active.current) else {
             // The log is recycled up to `replay_from` once this checkpoint is in place, so every
             // record before it must be durable first (a page-less record, such as a pool's
@@ -691,6 +692,14 @@ impl Checkpointer {
             }
             if tracker.is_free(page) {
                 // Freed by a durable record: whatever the chain holds for it is never read.
+                pool.next += 1;
+                copied += 1;
+                continue;
+            }
+            if pool.whole && tracker.written_whole_since(page, replay_from) {
+                // A whole copy takes every page, those written since it began too: one that a
+                // record replayed from `replay_from` writes whole (a large value's piece arriving
+                // meanwhile) needs no copy, as replay rewrites every byte of it.
                 pool.next += 1;
                 copied += 1;
                 continue;

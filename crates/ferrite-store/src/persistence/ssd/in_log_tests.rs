@@ -476,3 +476,37 @@ fn replicas_keep_large_values_in_their_logs_and_snapshots_carry_them() {
 fn log_storage(paths: &ShardPaths) -> crate::persistence::wal::FsStorage {
     crate::persistence::wal::FsStorage::open_dir(&paths.wal).expect("log directory")
 }
+
+/// A checkpoint that copies a pool whole (its chain of page files at its longest) copies every
+/// page, those written while it runs too, but not the pages of a large value that arrives
+/// meanwhile: replay from the checkpoint rewrites them whole. A restart finds the value.
+#[test]
+fn a_whole_copy_leaves_out_the_large_values_written_while_it_runs() {
+    let dir = temp_dir("in-log-whole");
+    let paths = ShardPaths::new(&dir);
+    let mut shard = open_shard(&paths);
+    let id = shard.create_pool("whole", PoolSpec { size_bytes: 8 << 20, expected_objects: 64 });
+    let mut model = BTreeMap::new();
+    while shard.checkpointer.manifest().pools.first().is_none_or(|pool| pool.chain.len() < super::checkpoint::CHAIN_MAX)
+    {
+        let k = model.len() as u16;
+        shard.store(id).put(&key(k), &value(k, 100, 1), PutMode::Upsert, 1).expect("room");
+        model.insert(k, value(k, 100, 1));
+        checkpoint(&mut shard);
+    }
+    shard.sync();
+    shard.begin_checkpoint();
+    let large = value(500, 600 * 1024, 2);
+    shard.store(id).put(&key(500), &large, PutMode::Upsert, 2).expect("room");
+    model.insert(500, large);
+    assert!(shard.step_checkpoint(100_000), "the whole copy completes");
+    let chain = &shard.checkpointer.manifest().pools[0].chain;
+    assert_eq!(chain.len(), 1, "the copy replaced the chain");
+    let name = super::checkpoint::pages_name(id, chain[0]);
+    let copied = std::fs::metadata(paths.checkpoint.join(name)).expect("the page file").len();
+    assert!(copied < 300 * 1024, "the large value's pages were left to replay ({copied} bytes copied)");
+    let mut shard = reopen(shard, &paths);
+    assert_matches(shard.store(id), &model);
+    drop(shard);
+    std::fs::remove_dir_all(&dir).expect("clean up");
+}

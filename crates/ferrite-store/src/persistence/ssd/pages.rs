@@ -157,6 +157,11 @@ impl PageTracker {
         }
     }
 
+    /// Whether `page` is, as of now, wholly the bytes of a record with an LSN of `lsn` or later.
+    pub fn written_whole_since(&self, page: u64, lsn: Lsn) -> bool {
+        self.in_log.range(..=page).next_back().is_some_and(|(_, extent)| extent.end_page() > page && extent.lsn >= lsn)
+    }
+
     /// Every extent of pages the log holds, in page order.
     pub fn in_log(&self) -> Vec<LogExtent> {
         self.in_log.values().copied().collect()
