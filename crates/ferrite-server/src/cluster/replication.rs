@@ -541,10 +541,16 @@ impl Replication {
     /// Where entry `index`, about to be applied, lies in the log, if it is large (see
     /// [`Replication::places`]); forgets it and every earlier one.
     pub fn take_place(&mut self, index: Lsn) -> Option<RecordAt> {
-        let later = self.places.split_off(&(index + 1));
-        let place = self.places.remove(&index);
-        self.places = later;
-        place
+        while let Some(first) = self.places.first_entry() {
+            if *first.key() > index {
+                break;
+            }
+            let (at, place) = first.remove_entry();
+            if at == index {
+                return Some(place);
+            }
+        }
+        None
     }
 }
 

@@ -201,7 +201,12 @@ pub fn segment_name(seq: u64) -> String {
 
 /// The sequence number in a segment file name, or `None` for other files.
 pub fn parse_segment_name(name: &str) -> Option<u64> {
-    let hex = name.strip_prefix("wal-")?.strip_suffix(".log")?;
+    parse_sequence_name(name, ".log")
+}
+
+/// The sequence number in a name `wal-<16 hex digits><suffix>`, or `None` for other names.
+pub(super) fn parse_sequence_name(name: &str, suffix: &str) -> Option<u64> {
+    let hex = name.strip_prefix("wal-")?.strip_suffix(suffix)?;
     if hex.len() != 16 {
         return None;
     }

@@ -9,7 +9,9 @@
 //! and its checksum holds: the same binding recovery of the log asks of every record, so no
 //! stale or forged bytes can pass for a value's.
 
-use super::format::{decode_record, segment_name, Lsn, SegmentHeader, RECORD_HEADER_BYTES, SEGMENT_HEADER_BYTES};
+use super::format::{
+    decode_record, parse_sequence_name, segment_name, Lsn, SegmentHeader, RECORD_HEADER_BYTES, SEGMENT_HEADER_BYTES,
+};
 use super::storage::{LogStorage, SegmentFile};
 use super::WalError;
 
@@ -27,11 +29,7 @@ pub fn held_name(seq: u64) -> String {
 
 /// The sequence number in a held segment's file name, or `None` for other files.
 pub fn parse_held_name(name: &str) -> Option<u64> {
-    let hex = name.strip_prefix("wal-")?.strip_suffix(".held")?;
-    if hex.len() != 16 {
-        return None;
-    }
-    u64::from_str_radix(hex, 16).ok()
+    parse_sequence_name(name, ".held")
 }
 
 /// The name segment `seq` has in `storage`: held, or still in the log (a crash came between the
