@@ -391,7 +391,13 @@ impl BoundServer {
             };
             let resp = resp_listeners.next().map(|(listener, address)| resp::Listener {
                 listener,
-                settings: resp::Settings::new(&self.config.resp, index, address.port(), &limits.protocol_limits()),
+                settings: resp::Settings::new(
+                    &self.config.resp,
+                    index,
+                    address.port(),
+                    &limits.protocol_limits(),
+                    limits.direct_value_bytes_max,
+                ),
             });
             let core = shard_config.core;
             let tls = self.tls.clone().map(tokio_rustls::TlsAcceptor::from);

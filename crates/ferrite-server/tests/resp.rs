@@ -156,7 +156,7 @@ fn pipelined_commands_are_answered_in_order() {
 }
 
 /// A value at the limit is stored and read back whole; one over it is refused with an error that
-/// leaves the connection usable.
+/// leaves the connection usable, except by `SET`, which streams it (see below).
 #[test]
 fn large_values_and_the_value_limit() {
     let server = TestServer::builder().resp().config("value_bytes_max", 1024 * 1024).start();
@@ -168,10 +168,125 @@ fn large_values_and_the_value_limit() {
     assert_eq!(c.read(), Reply::Bulk(value.clone()));
     let mut over = value;
     over.push(0);
-    c.send_bytes(&encode(&[b"SET", b"over", &over]));
+    c.send_bytes(&encode(&[b"MSET", b"over", &over]));
     let Reply::Error(message) = c.read() else { panic!("a value over the limit is an error") };
     assert!(message.starts_with("ERR ") && message.contains("value"), "{message}");
     assert_eq!(c.call(&["EXISTS", "over"]), Reply::Integer(0));
+}
+
+/// A value of `len` bytes that no piece boundary or period lines up with.
+fn long_value(len: usize, seed: u8) -> Vec<u8> {
+    (0..len).map(|i| (i % 251) as u8 ^ seed).collect()
+}
+
+/// `SET` of a value past the inline limit streams it into the pool and `GET` answers it in
+/// pieces: byte for byte, trickling in, pipelined between small commands, with `NX` and `XX`;
+/// options it cannot honour, a transaction, a value past the direct limit and a client that
+/// hangs up half way each leave the key's value as it was. Acknowledged values survive kill -9.
+#[test]
+fn values_past_the_inline_limit_stream_through_set_and_get() {
+    let data_dir = common::fresh_dir("resp-long").join("data");
+    let builder = || {
+        TestServer::builder()
+            .resp()
+            .data_dir(&data_dir)
+            .config("value_bytes_max", 64 * 1024)
+            .config("direct_value_bytes_max", 8 * 1024 * 1024)
+    };
+    let mut server = builder().start();
+    let mut c = RespClient::connect(server.resp_addr(0));
+    let first = long_value(5 * 1024 * 1024 + 7, 0);
+    let command = encode(&[b"SET", b"long", &first]);
+    // The length line, then the value in two parts a moment apart.
+    let (head, tail) = command.split_at(command.len() / 3);
+    c.send_bytes(head);
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    c.send_bytes(tail);
+    assert_eq!(c.read(), ok());
+    assert_eq!(c.call(&["STRLEN", "long"]), Reply::Integer(first.len() as i64));
+    c.send_bytes(&encode(&[b"GET", b"long"]));
+    assert_eq!(c.read(), Reply::Bulk(first.clone()));
+
+    // Pipelined: each reply in its place.
+    let second = long_value(200 * 1024, 1);
+    let mut pipeline = encode(&[b"SET", b"small", b"v"]);
+    pipeline.extend(encode(&[b"SET", b"second", &second, b"XX"]));
+    pipeline.extend(encode(&[b"SET", b"second", &second, b"NX"]));
+    pipeline.extend(encode(&[b"GET", b"second"]));
+    pipeline.extend(encode(&[b"SET", b"long", &second, b"NX"]));
+    pipeline.extend(encode(&[b"GET", b"small"]));
+    c.send_bytes(&pipeline);
+    assert_eq!(c.read(), ok());
+    assert_eq!(c.read(), Reply::Nil, "XX of a missing key sets nothing");
+    assert_eq!(c.read(), ok(), "NX of a missing key sets it");
+    assert_eq!(c.read(), Reply::Bulk(second.clone()));
+    assert_eq!(c.read(), Reply::Nil, "NX of a present key sets nothing");
+    assert_eq!(c.read(), bulk("v"));
+
+    // Refused once the options have come: the key keeps its value, the connection carries on.
+    c.send_bytes(&encode(&[b"SET", b"long", &second, b"EX", b"10"]));
+    let Reply::Error(message) = c.read() else { panic!("EX is refused") };
+    assert!(message.contains("do not expire"), "{message}");
+    c.send_bytes(&encode(&[b"SET", b"long", &second, b"GET"]));
+    let Reply::Error(message) = c.read() else { panic!("GET is refused for long values") };
+    assert!(message.contains("not supported"), "{message}");
+    c.send_bytes(&encode(&[b"SET", b"long", &second, b"NX", b"bogus"]));
+    assert_eq!(c.read(), error("ERR syntax error"));
+    assert_eq!(c.call(&["STRLEN", "long"]), Reply::Integer(first.len() as i64));
+
+    // Not queued in a transaction, which then runs nothing.
+    assert_eq!(c.call(&["MULTI"]), ok());
+    assert_eq!(c.call(&["SET", "queued", "1"]), simple("QUEUED"));
+    c.send_bytes(&encode(&[b"SET", b"long", &second]));
+    let Reply::Error(message) = c.read() else { panic!("refused in a transaction") };
+    assert!(message.contains("transaction"), "{message}");
+    let Reply::Error(message) = c.call(&["EXEC"]) else { panic!("EXEC aborts") };
+    assert!(message.starts_with("EXECABORT"), "{message}");
+    assert_eq!(c.call(&["EXISTS", "queued"]), Reply::Integer(0));
+
+    // A client that hangs up half way through a value changes nothing.
+    let mut quitter = RespClient::connect(server.resp_addr(0));
+    let halted = encode(&[b"SET", b"long", &second]);
+    quitter.send_bytes(&halted[..halted.len() / 2]);
+    drop(quitter);
+    // Past the direct limit: a protocol error as soon as the length line arrives.
+    let mut huge = RespClient::connect(server.resp_addr(0));
+    huge.send_bytes(b"*3\r\n$3\r\nSET\r\n$4\r\nhuge\r\n$8388609\r\n");
+    let Reply::Error(message) = huge.read() else { panic!("past the direct limit") };
+    assert!(message.starts_with("ERR Protocol error: invalid bulk length 8388609"), "{message}");
+    assert!(huge.is_closed());
+    c.send_bytes(&encode(&[b"GET", b"long"]));
+    assert_eq!(c.read(), Reply::Bulk(first.clone()));
+
+    server.kill9();
+    let server = builder().start();
+    let mut c = RespClient::connect(server.resp_addr(0));
+    c.send_bytes(&encode(&[b"GET", b"long"]));
+    assert_eq!(c.read(), Reply::Bulk(first), "acknowledged before kill -9");
+    c.send_bytes(&encode(&[b"GET", b"second"]));
+    assert_eq!(c.read(), Reply::Bulk(second));
+}
+
+/// A long `GET` holds its key: another connection's `SET` of it waits until the whole value has
+/// left, so the reader gets one value, never parts of two.
+#[test]
+fn a_long_get_holds_its_key_until_its_last_piece() {
+    let server = TestServer::builder().resp().config("value_bytes_max", 64 * 1024).start();
+    let mut reader = RespClient::connect(server.resp_addr(0));
+    let mut writer = RespClient::connect(server.resp_addr(0));
+    let old = long_value(16 * 1024 * 1024, 2);
+    let new = long_value(16 * 1024 * 1024, 3);
+    writer.send_bytes(&encode(&[b"SET", b"held", &old]));
+    assert_eq!(writer.read(), ok());
+    // The reader asks and reads nothing yet: the value fills the sockets and the read stalls.
+    reader.send_bytes(&encode(&[b"GET", b"held"]));
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    writer.send_bytes(&encode(&[b"SET", b"held", &new]));
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    assert_eq!(reader.read(), Reply::Bulk(old), "the value as it was when the GET began");
+    assert_eq!(writer.read(), ok());
+    reader.send_bytes(&encode(&[b"GET", b"held"]));
+    assert_eq!(reader.read(), Reply::Bulk(new));
 }
 
 /// A framing error gets `-ERR Protocol error: ...` and closes that connection, answering the

@@ -16,9 +16,11 @@ use resp_wire::{bulk, encode, error, ok, simple, Reply, RespClient};
 
 const USER: &str = "member";
 const PASSWORD: &str = "correct horse battery";
+/// A user who may only read.
+const READER: &str = "reader";
 const NOAUTH: &str = "NOAUTH Authentication required.";
 
-/// A server whose one user may do everything, serving RESP, with `config` changes.
+/// A server whose user `member` may do everything and `reader` only read, serving RESP, with `config` changes.
 fn server(config: &[(&str, u64)]) -> TestServer {
     let path = fresh_dir("resp-users").join("users.toml");
     let mut users = UsersFile::default();
@@ -26,6 +28,11 @@ fn server(config: &[(&str, u64)]) -> TestServer {
     users.add(USER, Some(hash), None).expect("add the user");
     users
         .grant(USER, PoolPattern::new("*").expect("pattern"), Rights::parse_list("all").expect("rights"))
+        .expect("grant");
+    let hash = secret::hash_secret(PASSWORD.as_bytes()).expect("hash");
+    users.add(READER, Some(hash), None).expect("add the reader");
+    users
+        .grant(READER, PoolPattern::new("*").expect("pattern"), Rights::parse_list("read").expect("rights"))
         .expect("grant");
     users.save(&path).expect("save the users file");
     let mut builder = TestServer::builder().resp().arg("--users").arg(path.display().to_string());
@@ -112,4 +119,25 @@ fn unauthenticated_resp_connections_are_closed_at_the_handshake_deadline() {
     });
     let statistics = native.statistics().expect("statistics");
     assert_eq!(statistics[0].get("clients_timed_out"), Some(3), "{statistics:?}");
+}
+
+/// A `SET` of a value past the inline limit by a user without the right to write is refused with
+/// `NOPERM` once its value has been read and dropped: nothing is staged, the key keeps its value
+/// and the connection carries on.
+#[test]
+fn a_long_set_needs_the_right_to_write() {
+    let server = server(&[("value_bytes_max", 64 * 1024)]);
+    let long = vec![b'w'; 1024 * 1024];
+    let mut member = RespClient::connect(server.resp_addr(0));
+    assert_eq!(member.call(&["AUTH", USER, PASSWORD]), ok());
+    member.send_bytes(&encode(&[b"SET", b"long", &long]));
+    assert_eq!(member.read(), ok());
+
+    let mut reader = RespClient::connect(server.resp_addr(0));
+    assert_eq!(reader.call(&["AUTH", READER, PASSWORD]), ok());
+    reader.send_bytes(&encode(&[b"SET", b"long", &vec![b'r'; 2 * 1024 * 1024]]));
+    let Reply::Error(message) = reader.read() else { panic!("a reader may not write") };
+    assert!(message.starts_with("NOPERM"), "{message}");
+    reader.send_bytes(&encode(&[b"GET", b"long"]));
+    assert_eq!(reader.read(), Reply::Bulk(long), "the connection carries on; the value is as it was");
 }

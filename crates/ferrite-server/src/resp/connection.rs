@@ -23,6 +23,7 @@ use super::{reply, Settings};
 use crate::buffered::{self, Buffers, Deferred, Ended, Next, WRITE_FLUSH_BYTES};
 use crate::handler::{Flow, ShardState};
 use crate::session::Session;
+use crate::write_through::WriteThrough;
 
 /// How much room a read asks for.
 const READ_CHUNK_BYTES: usize = 16 * 1024;
@@ -97,9 +98,9 @@ pub(crate) async fn serve(
         idle_timeout: admission.idle_timeout,
         in_flight_max: usize::try_from(admission.in_flight_max).unwrap_or(usize::MAX),
     };
-    let ended = buffered::drive(socket, &mut shutdown, &mut buffers, gate, &in_order, |buffers, _| {
+    let ended = buffered::drive(socket, &mut shutdown, &mut buffers, gate, &in_order, |buffers, through| {
         let mut shard = shard.borrow_mut();
-        let next = connection.answer_buffered(&mut shard, &settings, buffers);
+        let next = connection.answer_buffered(&mut shard, &settings, buffers, through);
         if !buffers.write.is_empty() && connection.client.authenticated() {
             handshaken.set(true);
         }
@@ -141,15 +142,25 @@ async fn close_gently(stream: &mut ClientStream, shutdown: &mut watch::Receiver<
 }
 
 impl Connection {
-    /// Answers every complete command in the read buffer, until the output buffer fills.
-    fn answer_buffered(&mut self, shard: &mut ShardState, settings: &Settings, buffers: &mut Buffers) -> Next {
+    /// Answers every complete command in the read buffer, until the output buffer fills; moves a
+    /// long value (`commands/long_values.rs`) on first.
+    fn answer_buffered(
+        &mut self,
+        shard: &mut ShardState,
+        settings: &Settings,
+        buffers: &mut Buffers,
+        through: &WriteThrough<'_>,
+    ) -> Next {
         // One clock read per batch: every write in it gets the same timestamp.
         let now_ns = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
-        let Buffers { read, write, .. } = buffers;
         loop {
-            if write.len() >= WRITE_FLUSH_BYTES {
+            if buffers.write.len() >= WRITE_FLUSH_BYTES {
                 return Next::Flush;
             }
+            if let Some(next) = commands::go_on(&mut self.parser, &mut self.client, shard, buffers, through, now_ns) {
+                return next;
+            }
+            let Buffers { read, write, .. } = &mut *buffers;
             self.parser.set_authenticated(self.client.authenticated());
             match self.parser.parse(read) {
                 Ok(Parsed::Incomplete { needed }) => {
@@ -160,6 +171,16 @@ impl Connection {
                     return Next::Read;
                 }
                 Ok(Parsed::Skip { consumed }) => read.advance(consumed),
+                Ok(Parsed::LongValue { value_start, length, options }) => {
+                    let args = self.parser.args(read);
+                    if let Some(completion) =
+                        commands::begin_set(args, length, options, &mut self.client, shard, settings)
+                    {
+                        return Next::Wait(completion);
+                    }
+                    self.parser.take_long_value();
+                    read.advance(value_start);
+                }
                 Ok(Parsed::Command { consumed }) => {
                     let args = self.parser.args(read);
                     match commands::execute(args, &mut self.client, shard, settings, now_ns, write) {

@@ -47,9 +47,11 @@ pub(crate) struct Settings {
 }
 
 impl Settings {
-    /// What shard `index`'s listener, bound to `port`, serves.
-    pub fn new(config: &RespConfig, index: usize, port: u16, limits: &Limits) -> Settings {
-        let limits = ParseLimits::for_server(limits.key_bytes_max as usize, limits.value_bytes_max as usize);
+    /// What shard `index`'s listener, bound to `port`, serves: keys and values within `limits`,
+    /// and `SET` values up to `long_value_bytes_max` streamed (`commands/long_values.rs`).
+    pub fn new(config: &RespConfig, index: usize, port: u16, limits: &Limits, long_value_bytes_max: u64) -> Settings {
+        let limits = ParseLimits::for_server(limits.key_bytes_max as usize, limits.value_bytes_max as usize)
+            .with_long_values(long_value_bytes_max);
         Settings {
             pool: config.pool_name(index),
             pool_size_bytes: config.pool_size_bytes,
@@ -133,19 +135,62 @@ pub(crate) fn refusal() -> BytesMut {
 /// What a RESP connection parses from `input` when its bytes arrive in two reads, the first of
 /// `first_read` bytes, from a client that has `authenticated` or not: each whole command's
 /// arguments, in order, until the parser needs more bytes or refuses them (then an empty command
-/// marks the refusal). For the `resp_parse` fuzz target, through [`crate::fuzzing`].
+/// marks the refusal). `SET` values past 64 bytes (up to 4 KiB) stream as long values do, and come
+/// out as one argument with the options after them. For the `resp_parse` fuzz target, through
+/// [`crate::fuzzing`].
 pub(crate) fn parse_in_two_reads(input: &[u8], first_read: usize, authenticated: bool) -> Vec<Vec<Vec<u8>>> {
-    let limits = parser::ParseLimits::for_server(ferrite_proto::KEY_BYTES_MAX, ferrite_proto::VALUE_INLINE_BYTES_MAX);
-    let mut parser = parser::Parser::new(limits);
+    let limits = parser::ParseLimits {
+        value_bytes_max: 64,
+        ..parser::ParseLimits::for_server(ferrite_proto::KEY_BYTES_MAX, ferrite_proto::VALUE_INLINE_BYTES_MAX)
+    };
+    let mut parser = parser::Parser::new(limits.with_long_values(4096));
     parser.set_authenticated(authenticated);
     let mut buffer: Vec<u8> = input[..first_read].to_vec();
     let mut rest = &input[first_read..];
     let mut commands = Vec::new();
+    // A long value's command so far, its length still to come, and the options after it.
+    let mut long: Option<(Vec<Vec<u8>>, Option<usize>, usize)> = None;
     loop {
+        if let Some((args, Some(length), options)) = &mut long {
+            if buffer.len() < *length + 2 {
+                if rest.is_empty() {
+                    return commands;
+                }
+                buffer.extend_from_slice(rest);
+                rest = &[];
+                continue;
+            }
+            if &buffer[*length..*length + 2] != b"\r\n" {
+                commands.push(Vec::new());
+                return commands;
+            }
+            args.push(buffer[..*length].to_vec());
+            buffer.drain(..*length + 2);
+            parser.resume_array(*options);
+            if *options == 0 {
+                commands.extend(long.take().map(|(args, ..)| args));
+            } else {
+                long = long.take().map(|(args, _, options)| (args, None, options));
+            }
+            continue;
+        }
         match parser.parse(&buffer) {
             Ok(parser::Parsed::Command { consumed }) => {
-                commands.push(parser.args(&buffer).iter().map(<[u8]>::to_vec).collect());
+                let parsed = parser.args(&buffer).iter().map(<[u8]>::to_vec);
+                match long.take() {
+                    Some((mut args, _, _)) => {
+                        args.extend(parsed);
+                        commands.push(args);
+                    }
+                    None => commands.push(parsed.collect()),
+                }
                 buffer.drain(..consumed);
+            }
+            Ok(parser::Parsed::LongValue { value_start, length, options }) => {
+                let args = parser.args(&buffer).iter().map(<[u8]>::to_vec).collect();
+                parser.take_long_value();
+                buffer.drain(..value_start);
+                long = Some((args, Some(length as usize), options));
             }
             Ok(parser::Parsed::Skip { consumed }) => {
                 buffer.drain(..consumed);

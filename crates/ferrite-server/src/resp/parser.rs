@@ -12,6 +12,12 @@
 //! [`UNAUTHENTICATED_ARGS_MAX`] and [`UNAUTHENTICATED_BULK_BYTES_MAX`]. The parser is resumable: when a command has arrived only in part it
 //! remembers the arguments it has, so a large command trickling in is not parsed again from its
 //! first byte on every read.
+//!
+//! One argument may be longer than the command limit: the value of `SET key value [options]`
+//! past the inline value limit (up to the direct value limit). The parser does not wait for it:
+//! it yields [`Parsed::LongValue`] at the value's length line, the connection streams the value's
+//! bytes into a staged value as they arrive (`commands/long_values.rs`), and
+//! [`Parser::resume_array`] then parses the options that follow as the rest of the same array.
 
 use std::ops::Range;
 
@@ -92,6 +98,11 @@ pub(crate) enum ProtocolError {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct ParseLimits {
     pub bulk_bytes_max: usize,
+    /// Longest value taken in the command: a `SET` value longer than this streams
+    /// ([`Parsed::LongValue`]) when `long_value_bytes_max` allows it.
+    pub value_bytes_max: usize,
+    /// Longest `SET` value streamed into a staged value (the direct value limit); 0: none is.
+    pub long_value_bytes_max: u64,
     pub args_max: usize,
     pub inline_bytes_max: usize,
     pub command_bytes_max: usize,
@@ -102,10 +113,17 @@ impl ParseLimits {
     pub fn for_server(key_bytes_max: usize, value_bytes_max: usize) -> ParseLimits {
         ParseLimits {
             bulk_bytes_max: key_bytes_max + value_bytes_max,
+            value_bytes_max,
+            long_value_bytes_max: 0,
             args_max: ARGS_MAX,
             inline_bytes_max: INLINE_BYTES_MAX,
             command_bytes_max: COMMAND_BYTES_MAX,
         }
+    }
+
+    /// These limits, with `SET` values up to `long_value_bytes_max` streamed.
+    pub fn with_long_values(self, long_value_bytes_max: u64) -> ParseLimits {
+        ParseLimits { long_value_bytes_max, ..self }
     }
 }
 
@@ -121,6 +139,11 @@ pub(crate) enum Parsed {
     /// hold for it to be complete (already checked against the limits), so the caller can grow the
     /// buffer once instead of doubling it over and over.
     Incomplete { needed: Option<usize> },
+    /// A `SET` whose value, `length` bytes, is longer than the inline value limit: its name and
+    /// key are [`Parser::args`], its value begins at `value_start`, and `options` more arguments
+    /// follow the value. The command stays half parsed (this comes again from the same bytes)
+    /// until the caller takes it with [`Parser::take_long_value`].
+    LongValue { value_start: usize, length: u64, options: usize },
 }
 
 /// Where a partly parsed array stands.
@@ -130,6 +153,9 @@ struct Progress {
     expected: usize,
     /// Offset of the first byte not yet parsed.
     position: usize,
+    /// Whether these are the arguments after a long value ([`Parser::resume_array`]), where
+    /// none streams.
+    after_long_value: bool,
 }
 
 /// A resumable RESP request parser. Feed it the same buffer, grown by appending, until it yields a
@@ -381,6 +407,7 @@ impl Parser {
         };
         match self.parse_bulks(buf, progress) {
             Ok(Parsed::Incomplete { needed }) => Ok(Parsed::Incomplete { needed }),
+            Ok(long @ Parsed::LongValue { .. }) => Ok(long),
             Ok(done) => {
                 self.progress = None;
                 Ok(done)
@@ -415,7 +442,7 @@ impl Parser {
         // Reserve for what has arrived, not for what the peer claims: a count of a million costs
         // nothing until a million arguments are actually sent.
         self.args.reserve(expected.min(64));
-        let progress = Progress { expected, position: consumed };
+        let progress = Progress { expected, position: consumed, after_long_value: false };
         self.progress = Some(progress);
         Ok(Count::Args(progress))
     }
@@ -439,6 +466,16 @@ impl Parser {
             };
             let len = parse_i64(&buf[start + 1..line_end]).ok_or(ProtocolError::InvalidBulkLength)?;
             let len = u64::try_from(len).map_err(|_| ProtocolError::InvalidBulkLength)?;
+            let data_start = line_end + 2;
+            if self.streams(buf, &progress, len) {
+                let max = self.limits.long_value_bytes_max;
+                if len > max {
+                    return Err(ProtocolError::BulkTooLarge { len, max: max as usize });
+                }
+                self.progress = Some(progress);
+                let options = progress.expected - self.args.len() - 1;
+                return Ok(Parsed::LongValue { value_start: data_start, length: len, options });
+            }
             let max = self.limits.bulk_bytes_max;
             if len > max as u64 {
                 return Err(ProtocolError::BulkTooLarge { len, max });
@@ -446,7 +483,6 @@ impl Parser {
             if !self.authenticated && len > UNAUTHENTICATED_BULK_BYTES_MAX as u64 {
                 return Err(ProtocolError::UnauthenticatedBulkLength);
             }
-            let data_start = line_end + 2;
             // `len` is at most `bulk_bytes_max`, so this cannot overflow.
             let data_end = data_start + len as usize;
             let needed = data_end + 2;
@@ -464,6 +500,36 @@ impl Parser {
             progress.position = needed;
         }
         Ok(Parsed::Command { consumed: progress.position })
+    }
+
+    /// Whether a bulk string of `len` bytes, next in the array, is a long `SET` value: the third
+    /// argument of a `SET`, longer than the inline value limit, on a listener that streams them.
+    fn streams(&self, buf: &[u8], progress: &Progress, len: u64) -> bool {
+        self.limits.long_value_bytes_max > 0
+            && self.authenticated
+            && len > self.limits.value_bytes_max as u64
+            && !progress.after_long_value
+            && self.args.len() == 2
+            && buf[self.args[0].clone()].eq_ignore_ascii_case(b"set")
+    }
+
+    /// Takes the long value [`Parsed::LongValue`] announced: the caller has copied the key, and
+    /// consumes the value's bytes itself. The parser starts afresh.
+    pub fn take_long_value(&mut self) {
+        self.progress = None;
+        self.args.clear();
+    }
+
+    /// Parses the `options` arguments that follow a long value, once its bytes and their `\r\n`
+    /// have left the buffer, as the rest of its array: the next [`Parsed::Command`] holds just
+    /// them. Nothing to do for none.
+    pub fn resume_array(&mut self, options: usize) {
+        debug_assert!(self.progress.is_none(), "resumed inside another command");
+        if options > 0 {
+            self.args.clear();
+            self.inline = false;
+            self.progress = Some(Progress { expected: options, position: 0, after_long_value: true });
+        }
     }
 
     /// Parses one inline command line, ended by `\n` (an `\r` before it is dropped).
@@ -518,6 +584,7 @@ mod tests {
                 }
                 Parsed::Skip { consumed } => buf = &buf[consumed..],
                 Parsed::Incomplete { .. } => return Ok(commands),
+                Parsed::LongValue { .. } => unreachable!("these limits stream no value"),
             }
         }
     }
@@ -542,6 +609,7 @@ mod tests {
                         buf.drain(..consumed);
                     }
                     Parsed::Incomplete { .. } => break,
+                    Parsed::LongValue { .. } => unreachable!("these limits stream no value"),
                 }
             }
         }
@@ -759,6 +827,7 @@ mod tests {
                         }
                         break;
                     }
+                    Ok(Parsed::LongValue { .. }) => prop_assert!(false, "these limits stream no value"),
                     Err(_) => break,
                 }
             }
@@ -813,5 +882,48 @@ mod tests {
                 lines.iter().map(|words| words.iter().map(|w| w.clone().into_bytes()).collect()).collect();
             prop_assert_eq!(parse_in_pieces(&input, &[cut.index(input.len() + 1)]).expect("valid"), expected);
         }
+    }
+
+    /// A `SET` value past the inline limit stops the parser at its length line (again and again
+    /// until it is taken), with the name and key as arguments; the options after the value are
+    /// then parsed as the rest of the same array. No other argument streams, nor any for a client
+    /// that has not authenticated, and past the long limit the length is refused.
+    #[test]
+    fn long_set_values_stop_the_parser_at_their_length() {
+        let long = ParseLimits { value_bytes_max: 8, ..limits() }.with_long_values(64);
+        let mut parser = Parser::new(long);
+        let input = b"*5\r\n$3\r\nsEt\r\n$1\r\nk\r\n$20\r\n01234567890123456789\r\n$2\r\nNX\r\n$3\r\nGET\r\n";
+        let header = b"*5\r\n$3\r\nsEt\r\n$1\r\nk\r\n$20\r\n".len();
+        for _ in 0..2 {
+            let parsed = parser.parse(&input[..header - 1]).expect("parses");
+            assert_eq!(parsed, Parsed::Incomplete { needed: None });
+            let parsed = parser.parse(input).expect("parses");
+            assert_eq!(parsed, Parsed::LongValue { value_start: header, length: 20, options: 2 });
+            assert_eq!(strings(&[parser.args(input).iter().map(<[u8]>::to_vec).collect()]), [["sEt", "k"]]);
+        }
+        parser.take_long_value();
+        let rest = &input[header + 22..];
+        parser.resume_array(2);
+        assert_eq!(parser.parse(&rest[..5]), Ok(Parsed::Incomplete { needed: Some(8) }));
+        assert_eq!(parser.parse(rest), Ok(Parsed::Command { consumed: rest.len() }));
+        assert_eq!(strings(&[parser.args(rest).iter().map(<[u8]>::to_vec).collect()]), [["NX", "GET"]]);
+
+        // Not a SET's value, or after the value: taken whole, within the argument limit.
+        let mut parser = Parser::new(long);
+        let get = b"*2\r\n$3\r\nGET\r\n$20\r\n01234567890123456789\r\n";
+        assert_eq!(parser.parse(get), Ok(Parsed::Command { consumed: get.len() }));
+        parser.resume_array(3);
+        let tail = b"$3\r\nSET\r\n$1\r\nk\r\n$20\r\n01234567890123456789\r\n";
+        assert_eq!(parser.parse(tail), Ok(Parsed::Command { consumed: tail.len() }), "no long value in a tail");
+
+        let mut stranger = Parser::new(long);
+        stranger.set_authenticated(false);
+        assert_eq!(stranger.parse(input), Ok(Parsed::Command { consumed: input.len() }), "within its limits");
+
+        let mut parser = Parser::new(long);
+        let past = b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$65\r\n";
+        assert_eq!(parser.parse(past), Err(ProtocolError::BulkTooLarge { len: 65, max: 64 }));
+        let mut plain = Parser::new(ParseLimits { value_bytes_max: 8, ..limits() });
+        assert_eq!(plain.parse(input), Ok(Parsed::Command { consumed: input.len() }), "without long values");
     }
 }

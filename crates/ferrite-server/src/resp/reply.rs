@@ -84,6 +84,12 @@ pub(crate) fn bulk(out: &mut BytesMut, value: &[u8]) {
     out.extend_from_slice(b"\r\n");
 }
 
+/// The length line of a bulk string whose bytes the caller writes, then `\r\n` (a long value
+/// sent in pieces).
+pub(crate) fn bulk_header(out: &mut BytesMut, len: u64) {
+    line(out, b'$', i64::try_from(len).unwrap_or(i64::MAX));
+}
+
 /// "No value": a missing key's `GET`, a `SET NX` that did not set.
 pub(crate) fn null(out: &mut BytesMut, protocol: Protocol) {
     match protocol {

@@ -406,3 +406,38 @@ fn wait_counts_replicas_holding_the_last_write() {
             .starts_with("ERR WAIT cannot be used with replica instances"));
     });
 }
+
+/// A `SET` of a value past the inline limit is routed by its key before any of the value is
+/// staged: a key of another group is answered `MOVED` once the value has been read and dropped.
+#[test]
+fn a_long_set_is_redirected_before_its_value_is_staged() {
+    let mut leader = Connection::to(1, 0);
+    let long = 8 * 1024 * 1024;
+    let args = |key: &'static str| (["set".as_bytes(), key.as_bytes()].concat(), [0..3, 3..3 + key.len()]);
+    let (source, ranges) = args("foo");
+    let begun = super::begin_set(
+        super::Args::new(&source, &ranges),
+        long,
+        0,
+        &mut leader.client,
+        &mut leader.shard,
+        &leader.settings,
+    );
+    assert!(begun.is_none(), "taken at once");
+    assert_eq!(super::long_values::refusal(&leader.client), Some("MOVED 12182 10.0.0.2:6380"));
+    assert_eq!(leader.shard.stats.direct_transfers, 0, "nothing staged");
+
+    let mut here = Connection::to(1, 0);
+    let (source, ranges) = args("bar");
+    let begun = super::begin_set(
+        super::Args::new(&source, &ranges),
+        long,
+        0,
+        &mut here.client,
+        &mut here.shard,
+        &here.settings,
+    );
+    assert!(begun.is_none());
+    assert_eq!(super::long_values::refusal(&here.client), None, "its own group's key is staged");
+    assert_eq!(here.shard.stats.direct_transfers, 1);
+}

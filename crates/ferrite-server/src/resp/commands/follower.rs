@@ -2,7 +2,8 @@
 //! `STRLEN` of keys of the listener's own group, on a connection that sent `READONLY`, by a
 //! follower that heard from its leader within the longest election timeout. The reply may miss
 //! the writes of the last moments (see `docs/cluster.md`, "Reads"); every other command, and
-//! every read a follower may not answer, is redirected to the leader as usual.
+//! every read a follower may not answer (a value past the inline limit among them), is redirected
+//! to the leader as usual.
 
 use std::time::Instant;
 
@@ -51,6 +52,11 @@ pub(super) fn read_here(
     }
     let replica = replication.replica.as_ref()?;
     let value = |key: &[u8]| replica.peek(&settings.pool, key).flatten();
+    // A value past the inline limit is answered in pieces, by the leader (`long_values.rs`).
+    let inline_max = shard.limits.value_bytes_max as usize;
+    if matches!(*command, "get" | "mget") && keys.iter().any(|key| value(key).is_some_and(|v| v.len() > inline_max)) {
+        return None;
+    }
     match *command {
         "get" => match value(keys[0]) {
             Some(found) => reply::bulk(out, found),

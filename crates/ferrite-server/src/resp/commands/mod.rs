@@ -26,6 +26,8 @@ use crate::cluster::replication::Role;
 use crate::completion::Completion;
 use crate::handler::{Failure, Flow, ShardState, WRONG_PASSWORD_MESSAGE};
 use crate::session::{Identity, Session};
+use long_values::LongValue;
+pub(crate) use long_values::{begin_set, go_on};
 use steps::Progress;
 use transaction::{queue, Transaction, TRANSACTION_CONTROL};
 
@@ -54,6 +56,8 @@ pub(crate) struct Client {
     /// In cluster mode, `READONLY`: a follower may answer this connection's reads of its
     /// group's keys from its replica (see `follower.rs`).
     readonly: bool,
+    /// A value longer than the inline limit on its way in or out (`long_values.rs`).
+    long_value: Option<LongValue>,
 }
 
 impl Client {
@@ -67,6 +71,7 @@ impl Client {
             transaction: None,
             progress: None,
             readonly: false,
+            long_value: None,
         }
     }
 
@@ -364,6 +369,7 @@ mod cluster_tests;
 mod command_table;
 mod follower;
 mod keyspace;
+mod long_values;
 mod plugins;
 mod routing;
 mod server;
@@ -432,13 +438,29 @@ fn ready_in_cluster(
     settings: &Settings,
     out: &mut BytesMut,
 ) -> Option<Flow> {
+    match not_ready_in_cluster(client, shard, settings)? {
+        NotReady::Wait(completion) => Some(Flow::Wait { completion, consumed: false }),
+        NotReady::Refused(RespError(text)) => {
+            reply::error(out, &text);
+            Some(Flow::Continue)
+        }
+    }
+}
+
+/// Why a command cannot run yet in cluster mode ([`ready_in_cluster`]).
+enum NotReady {
+    Wait(Arc<Completion>),
+    Refused(RespError),
+}
+
+fn not_ready_in_cluster(client: &mut Client, shard: &mut ShardState, settings: &Settings) -> Option<NotReady> {
     let replication = shard.replication.as_ref()?;
     if matches!(replication.role, Role::Following | Role::Deposed) {
         return None;
     }
     match shard.group_gate() {
         Gate::Open => {}
-        Gate::Wait(completion) => return Some(Flow::Wait { completion, consumed: false }),
+        Gate::Wait(completion) => return Some(NotReady::Wait(completion)),
         Gate::Refuse(_) => return None,
     }
     if client.pool == UNOPENED {
@@ -446,8 +468,10 @@ fn ready_in_cluster(
             Ok(pool) => client.pool = pool,
             Err(message) => {
                 shard.count_failure();
-                reply::error(out, &format!("ERR cannot open pool '{}': {message}", settings.pool));
-                return Some(Flow::Continue);
+                return Some(NotReady::Refused(RespError::err(format!(
+                    "cannot open pool '{}': {message}",
+                    settings.pool
+                ))));
             }
         }
     }

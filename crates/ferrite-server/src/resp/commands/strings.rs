@@ -12,7 +12,7 @@ use super::{
 };
 use crate::ado::Answer;
 use crate::handler::Flow;
-use crate::resp::parser::parse_i64;
+use crate::resp::parser::{parse_i64, Args};
 
 pub(super) fn get(call: &mut Call<'_, '_>) -> Result<Flow, RespError> {
     let key = call.args.get(1);
@@ -20,6 +20,11 @@ pub(super) fn get(call: &mut Call<'_, '_>) -> Result<Flow, RespError> {
         Ok(Response::Value(value)) => reply::bulk(call.out, value),
         Ok(other) => return Err(RespError::unexpected(&other)),
         Err(failure) if failure.code == ErrorCode::KeyNotFound => reply::null(call.out, call.client.protocol),
+        // Longer than the inline limit: answered in pieces, unless the reply must be whole (in
+        // `EXEC`'s array, or held for a plugin's signal).
+        Err(failure) if failure.code == ErrorCode::ValueTooLarge && call.steppable => {
+            return super::long_values::begin_get(call.client, call.shard, key, call.out)
+        }
         Err(failure) => return Err(failure.into()),
     }
     Ok(Flow::Continue)
@@ -28,32 +33,9 @@ pub(super) fn get(call: &mut Call<'_, '_>) -> Result<Flow, RespError> {
 /// `SET key value [NX|XX] [GET] [KEEPTTL]`. Expiry options are refused: keys do not expire.
 pub(super) fn set(call: &mut Call<'_, '_>) -> Result<Flow, RespError> {
     let (key, value) = (call.args.get(1), call.args.get(2));
-    let (mut nx, mut xx, mut get) = (false, false, false);
-    let options = call.args.skip(3);
-    for option in options.iter() {
-        if is(option, "NX") && !xx {
-            nx = true;
-        } else if is(option, "XX") && !nx {
-            xx = true;
-        } else if is(option, "GET") {
-            get = true;
-        } else if is(option, "KEEPTTL") {
-            // Keys have no time to live to keep.
-        } else if ["EX", "PX", "EXAT", "PXAT"].iter().any(|word| is(option, word)) {
-            return Err(RespError::no_expiry("SET with EX, PX, EXAT or PXAT"));
-        } else {
-            return Err(RespError::syntax());
-        }
-    }
-    let old = if get { Some(read_value(call, key)?) } else { None };
-    let flags = if nx {
-        PutFlags::CREATE_ONLY
-    } else if xx {
-        PutFlags::UPDATE_ONLY
-    } else {
-        PutFlags::NONE
-    };
-    let stored = store(call, key, value, flags)?;
+    let options = SetOptions::parse(call.args.skip(3))?;
+    let old = if options.get { Some(read_value(call, key)?) } else { None };
+    let stored = store(call, key, value, options.flags())?;
     match old {
         Some(Some(old)) => reply::bulk(call.out, &old),
         Some(None) => reply::null(call.out, call.client.protocol),
@@ -61,6 +43,50 @@ pub(super) fn set(call: &mut Call<'_, '_>) -> Result<Flow, RespError> {
         None => reply::null(call.out, call.client.protocol),
     }
     Ok(Flow::Continue)
+}
+
+/// The options of a `SET`, after its value.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct SetOptions {
+    /// `NX`: only if the key is absent.
+    pub nx: bool,
+    /// `XX`: only if the key is present.
+    pub xx: bool,
+    /// `GET`: answer the old value.
+    pub get: bool,
+}
+
+impl SetOptions {
+    pub fn parse(options: Args<'_>) -> Result<SetOptions, RespError> {
+        let mut parsed = SetOptions::default();
+        for option in options.iter() {
+            if is(option, "NX") && !parsed.xx {
+                parsed.nx = true;
+            } else if is(option, "XX") && !parsed.nx {
+                parsed.xx = true;
+            } else if is(option, "GET") {
+                parsed.get = true;
+            } else if is(option, "KEEPTTL") {
+                // Keys have no time to live to keep.
+            } else if ["EX", "PX", "EXAT", "PXAT"].iter().any(|word| is(option, word)) {
+                return Err(RespError::no_expiry("SET with EX, PX, EXAT or PXAT"));
+            } else {
+                return Err(RespError::syntax());
+            }
+        }
+        Ok(parsed)
+    }
+
+    /// The put's flags: `NX` creates only, `XX` updates only.
+    pub fn flags(self) -> PutFlags {
+        if self.nx {
+            PutFlags::CREATE_ONLY
+        } else if self.xx {
+            PutFlags::UPDATE_ONLY
+        } else {
+            PutFlags::NONE
+        }
+    }
 }
 
 pub(super) fn mget(call: &mut Call<'_, '_>) -> Result<Flow, RespError> {

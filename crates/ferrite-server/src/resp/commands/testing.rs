@@ -108,7 +108,8 @@ impl Connection {
         let mut shard = shard_state(Pools::in_memory(StoreKind::HStore, 16), None);
         shard.cluster = cluster;
         let port = 6379 + shard.cluster.as_ref().map_or(0, |cluster| cluster.group as u16);
-        let settings = Settings::new(&RespConfig::default(), 0, port, &Limits::MAX);
+        let settings =
+            Settings::new(&RespConfig::default(), 0, port, &Limits::MAX, crate::config::DIRECT_VALUE_BYTES_DEFAULT);
         let mut session = Session::for_server();
         let pool = open_pool(&mut shard, &settings, &mut session).expect("the default pool");
         shard.begin_identity(&mut session).expect("no users: everyone");

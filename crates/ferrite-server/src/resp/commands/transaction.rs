@@ -23,6 +23,11 @@ pub(super) struct Transaction {
 }
 
 impl Transaction {
+    /// Notes a command refused while queueing: `EXEC` will run nothing.
+    pub(super) fn refuse(&mut self) {
+        self.failed = true;
+    }
+
     /// The queued commands, in order.
     pub fn commands(&self) -> impl Iterator<Item = Args<'_>> {
         self.commands.iter().map(|ranges| Args::new(&self.bytes, ranges))

@@ -1,0 +1,418 @@
+//! Values longer than the inline limit through RESP, streamed in pieces as the native protocol's
+//! direct transfers move them (`handler/direct.rs`), so no buffer ever holds one whole.
+//!
+//! - `SET key value [NX|XX]` with a value past `limits.value_bytes_max` (up to
+//!   `limits.direct_value_bytes_max`): the parser stops at the value's length line
+//!   ([`Parsed::LongValue`](crate::resp::parser::Parsed::LongValue)); the command is checked as
+//!   far as it can be without its options (rights, cluster routing, the pool's room), a direct put
+//!   stages the value, each piece of up to the inline limit is written to the staged value and
+//!   logged as it lands, and once the options have arrived the value is committed as the key's
+//!   with one small record, as `end_transfer` commits a direct put. A reader sees the old value
+//!   or the new one, never part of it, and a crash before the commit leaves the old one.
+//! - A command that is refused after its value has begun to arrive (no right to write, a key
+//!   another node serves, a full pool, a bad option) has the rest of its value read and dropped,
+//!   then its error answered: the connection stays usable, as `redis-server` keeps it.
+//! - `GET` of such a value answers it in pieces under a direct read, which holds the key: writers
+//!   from other connections wait until the last piece has left (or the read has been idle for the
+//!   shard's hold limit). A piece that cannot be read once the reply has begun ends the
+//!   connection: a bulk string cannot be taken back half sent.
+//!
+//! Each piece is one native request, bounded work in one turn of the shard loop, so the shard
+//! serves every other client between the pieces of a 1 GiB value. The pieces are as durable as a
+//! direct put's: the `+OK` waits for the log like any `SET` of the pool.
+
+use std::sync::Arc;
+
+use bytes::{Buf, BytesMut};
+use ferrite_proto::{Attribute, EndTransferFlags, ErrorCode, PutFlags, Request, Response};
+
+use super::strings::SetOptions;
+use super::{not_ready_in_cluster, reply, routing, Args, Client, NotReady, RespError};
+use crate::buffered::{Buffers, Next};
+use crate::completion::Completion;
+use crate::handler::{Failure, Flow, ShardState};
+use crate::resp::parser::{Parsed, Parser, ProtocolError};
+use crate::resp::Settings;
+use crate::write_through::WriteThrough;
+
+/// The direct transfer that carries a connection's long value: a RESP session opens no other.
+const TRANSFER: u64 = 0;
+
+/// A long value on its way in or out of one connection.
+#[derive(Debug)]
+pub(crate) enum LongValue {
+    /// A `SET`'s value arriving.
+    Arriving(Arriving),
+    /// A `GET`'s value leaving: `sent` of its `length` bytes have been answered.
+    Leaving { length: u64, sent: u64 },
+}
+
+#[derive(Debug)]
+pub(crate) struct Arriving {
+    key: Box<[u8]>,
+    length: u64,
+    received: u64,
+    /// Arguments after the value (the options).
+    options: usize,
+    /// Why the `SET` is refused, once its bytes have all been read; nothing is staged then.
+    refusal: Option<RespError>,
+    stage: Stage,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Stage {
+    /// The value's bytes, then its `\r\n`.
+    Value,
+    /// The options, parsed by the connection's parser.
+    Options,
+    /// Everything has arrived: the value is committed with these options.
+    Commit(SetOptions),
+}
+
+/// Takes the `SET` the parser stopped at: `args` are its name and key, and the `length`-byte value
+/// follows, then `options` more arguments. `None`: taken, the connection consumes the bytes before
+/// the value and goes on with [`go_on`]. `Some`: not taken yet, the command waits for this (the
+/// group's leader to be ready) and is parsed again after it.
+pub(crate) fn begin_set(
+    args: Args<'_>,
+    length: u64,
+    options: usize,
+    client: &mut Client,
+    shard: &mut ShardState,
+    settings: &Settings,
+) -> Option<Arc<Completion>> {
+    shard.begin_request();
+    let key = args.get(1);
+    let refusal = match refusal_before_staging(key, client, shard, settings) {
+        Some(NotReady::Wait(completion)) => return Some(completion),
+        Some(NotReady::Refused(refusal)) => Some(refusal),
+        None => stage(key, length, client, shard).err(),
+    };
+    shard.stats.requests += 1;
+    client.long_value = Some(LongValue::Arriving(Arriving {
+        key: key.into(),
+        length,
+        received: 0,
+        options,
+        refusal,
+        stage: Stage::Value,
+    }));
+    None
+}
+
+/// What refuses a long `SET` before anything is staged, as [`super::execute`] would refuse the
+/// command, or makes it wait.
+fn refusal_before_staging(
+    key: &[u8],
+    client: &mut Client,
+    shard: &mut ShardState,
+    settings: &Settings,
+) -> Option<NotReady> {
+    if let Some(transaction) = &mut client.transaction {
+        transaction.refuse();
+        return Some(NotReady::Refused(RespError::err(format!(
+            "a SET of a value longer than {} bytes cannot be queued in a transaction",
+            shard.limits.value_bytes_max
+        ))));
+    }
+    // Routing looks at a whole command: the value's place holds an empty one.
+    let source = [b"set".as_slice(), key].concat();
+    let ranges = [0..3, 3..source.len(), source.len()..source.len()];
+    if let Some(refusal) = routing::refusal(Args::new(&source, &ranges), client, shard) {
+        return Some(NotReady::Refused(refusal));
+    }
+    not_ready_in_cluster(client, shard, settings)
+}
+
+/// Opens the direct put that stages the value: the pool's room and the session's right to write
+/// are checked here.
+fn stage(key: &[u8], length: u64, client: &mut Client, shard: &mut ShardState) -> Result<(), RespError> {
+    let request = Request::PutDirect { pool: client.pool, flags: PutFlags::NONE, transfer: TRANSFER, length, key };
+    match shard.execute(request, &mut client.session, 0) {
+        Ok(Response::TransferOpened { .. }) => Ok(()),
+        Ok(other) => Err(RespError::unexpected(&other)),
+        Err(failure) => Err(failure.into()),
+    }
+}
+
+/// Begins answering `GET` of `key`, whose value is longer than the inline limit: its length line
+/// now, its bytes in pieces through [`go_on`].
+pub(super) fn begin_get(
+    client: &mut Client,
+    shard: &mut ShardState,
+    key: &[u8],
+    out: &mut BytesMut,
+) -> Result<Flow, RespError> {
+    let request = Request::GetDirect { pool: client.pool, transfer: TRANSFER, key };
+    let length = match shard.execute(request, &mut client.session, 0) {
+        Ok(Response::TransferOpened { length }) => length,
+        Ok(other) => return Err(RespError::unexpected(&other)),
+        Err(failure) => return Err(failure.into()),
+    };
+    reply::bulk_header(out, length);
+    client.long_value = Some(LongValue::Leaving { length, sent: 0 });
+    Ok(Flow::Continue)
+}
+
+/// Moves the connection's long value on, if it has one: `None` once there is none (the
+/// connection parses its next command), else what the connection does next.
+pub(crate) fn go_on(
+    parser: &mut Parser,
+    client: &mut Client,
+    shard: &mut ShardState,
+    buffers: &mut Buffers,
+    through: &WriteThrough<'_>,
+    now_ns: u64,
+) -> Option<Next> {
+    let Buffers { read, write, .. } = buffers;
+    loop {
+        let arriving = match client.long_value.as_mut()? {
+            LongValue::Leaving { length, sent } => {
+                let (length, sent) = (*length, *sent);
+                return Some(send_piece(client, shard, length, sent, write, through));
+            }
+            LongValue::Arriving(arriving) => arriving,
+        };
+        match arriving.stage {
+            Stage::Value => match receive(client, shard, read, now_ns) {
+                Received::Needs(needed) => {
+                    read.reserve(needed.saturating_sub(read.len()));
+                    return Some(Next::Read);
+                }
+                // Back to the socket loop after each piece logged, so its wait for the log (when
+                // the log's backlog is long) paces the client.
+                Received::Piece => return Some(Next::Flush),
+                Received::Dropped => {}
+                Received::Whole { options } => {
+                    parser.resume_array(options);
+                }
+                Received::Unframed(error) => return Some(protocol_error(client, shard, write, &error)),
+            },
+            Stage::Options => match parser.parse(read) {
+                Ok(Parsed::Command { consumed }) => {
+                    let options = SetOptions::parse(parser.args(read));
+                    read.advance(consumed);
+                    options_arrived(client, shard, options);
+                }
+                Ok(Parsed::Incomplete { needed }) => {
+                    read.reserve(needed.unwrap_or(0).saturating_sub(read.len()));
+                    return Some(Next::Read);
+                }
+                Ok(Parsed::Skip { .. } | Parsed::LongValue { .. }) => {
+                    unreachable!("the rest of an array holds bulk strings only, none streamed")
+                }
+                Err(error) => return Some(protocol_error(client, shard, write, &error)),
+            },
+            Stage::Commit(options) => match commit(client, shard, options, now_ns, write) {
+                Flow::Wait { completion, .. } => return Some(Next::Wait(completion)),
+                Flow::Continue | Flow::Close => {}
+            },
+        }
+    }
+}
+
+/// What arrived of a long value's bytes.
+enum Received {
+    /// The buffer must hold this many bytes for the next step.
+    Needs(usize),
+    /// A piece was staged (and logged).
+    Piece,
+    /// Bytes of a refused `SET` were dropped.
+    Dropped,
+    /// The value and its `\r\n` have arrived; `options` arguments follow.
+    Whole { options: usize },
+    /// The value was not followed by `\r\n`.
+    Unframed(ProtocolError),
+}
+
+/// The `SET` arriving on `client`, which the caller knows there is.
+fn arriving_on(client: &mut Client) -> &mut Arriving {
+    match &mut client.long_value {
+        Some(LongValue::Arriving(arriving)) => arriving,
+        _ => unreachable!("called while a value arrives"),
+    }
+}
+
+fn receive(client: &mut Client, shard: &mut ShardState, read: &mut BytesMut, now_ns: u64) -> Received {
+    let arriving = arriving_on(client);
+    let remaining = arriving.length - arriving.received;
+    if remaining == 0 {
+        if read.len() < 2 {
+            return Received::Needs(2);
+        }
+        if &read[..2] != b"\r\n" {
+            return Received::Unframed(ProtocolError::MissingBulkTerminator);
+        }
+        read.advance(2);
+        if arriving.options == 0 {
+            arriving.stage = Stage::Commit(SetOptions::default());
+        } else {
+            arriving.stage = Stage::Options;
+        }
+        return Received::Whole { options: arriving.options };
+    }
+    if arriving.refusal.is_some() {
+        let dropped = remaining.min(read.len() as u64) as usize;
+        if dropped == 0 {
+            return Received::Needs(1);
+        }
+        read.advance(dropped);
+        arriving.received += dropped as u64;
+        return Received::Dropped;
+    }
+    // Whole pieces of the inline limit: each is logged as one record, which the log keeps for the
+    // value instead of a checkpoint copying its pages (`docs/durability.md`).
+    let piece = remaining.min(u64::from(shard.limits.value_bytes_max)) as usize;
+    if read.len() < piece {
+        return Received::Needs(piece);
+    }
+    let request = Request::DirectWrite { transfer: TRANSFER, offset: arriving.received, bytes: &read[..piece] };
+    if let Err(failure) = shard.execute(request, &mut client.session, now_ns) {
+        let arriving = arriving_on(client);
+        arriving.refusal = Some(failure.into());
+        abort(client, shard);
+    }
+    let arriving = arriving_on(client);
+    arriving.received += piece as u64;
+    read.advance(piece);
+    Received::Piece
+}
+
+fn options_arrived(client: &mut Client, shard: &mut ShardState, options: Result<SetOptions, RespError>) {
+    let arriving = arriving_on(client);
+    let options = options.and_then(|options| match options.get {
+        true => Err(RespError::err(format!(
+            "SET with GET is not supported for values longer than {} bytes",
+            shard.limits.value_bytes_max
+        ))),
+        false => Ok(options),
+    });
+    match options {
+        Ok(options) => arriving.stage = Stage::Commit(options),
+        Err(refusal) => {
+            arriving.stage = Stage::Commit(SetOptions::default());
+            if arriving.refusal.is_none() {
+                arriving.refusal = Some(refusal);
+                abort(client, shard);
+            }
+        }
+    }
+}
+
+/// Commits the staged value as the key's, unless the `SET` was refused or its condition (`NX`,
+/// `XX`) does not hold; answers it. Waits first for a plugin call or another connection's long
+/// read holding the key.
+fn commit(client: &mut Client, shard: &mut ShardState, options: SetOptions, now_ns: u64, out: &mut BytesMut) -> Flow {
+    let pool = client.pool;
+    let arriving = arriving_on(client);
+    if let Some(RespError(text)) = arriving.refusal.take() {
+        client.long_value = None;
+        shard.count_failure();
+        reply::error(out, &text);
+        return Flow::Continue;
+    }
+    let key = std::mem::take(&mut arriving.key);
+    if shard.may_wait(&mut client.session, pool, true) {
+        if let Some(completion) = shard.wait_for_key(pool, &key, true, 0) {
+            arriving_on(client).key = key;
+            return Flow::Wait { completion, consumed: true };
+        }
+    }
+    client.long_value = None;
+    if options.nx || options.xx {
+        let request = Request::GetAttribute { pool, attribute: Attribute::ValueLength, key: &key };
+        let present = match shard.execute(request, &mut client.session, now_ns) {
+            Ok(_) => true,
+            Err(failure) if failure.code == ErrorCode::KeyNotFound => false,
+            Err(failure) => {
+                abort(client, shard);
+                shard.count_failure();
+                reply::error(out, &RespError::from(failure).0);
+                return Flow::Continue;
+            }
+        };
+        let holds = if options.nx { !present } else { present };
+        if !holds {
+            abort(client, shard);
+            reply::null(out, client.protocol);
+            return Flow::Continue;
+        }
+    }
+    match end_transfer(client, shard, EndTransferFlags::COMMIT, now_ns) {
+        Ok(()) => reply::ok(out),
+        Err(failure) => {
+            shard.count_failure();
+            reply::error(out, &RespError::from(failure).0);
+        }
+    }
+    Flow::Continue
+}
+
+/// Ends the connection's transfer: commits or drops a `SET`'s staged value, releases a `GET`'s
+/// hold on its key.
+fn end_transfer(
+    client: &mut Client,
+    shard: &mut ShardState,
+    flags: EndTransferFlags,
+    now_ns: u64,
+) -> Result<(), Failure> {
+    shard.execute(Request::EndTransfer { transfer: TRANSFER, flags }, &mut client.session, now_ns).map(drop)
+}
+
+/// Drops the staged value, if one is staged: the key keeps its value.
+fn abort(client: &mut Client, shard: &mut ShardState) {
+    // Fails only when nothing is staged (the `SET` was refused before), which is what is wanted.
+    let _ = end_transfer(client, shard, EndTransferFlags::ABORT, 0);
+}
+
+/// Answers the next piece of a long `GET`; ends the read after the last.
+fn send_piece(
+    client: &mut Client,
+    shard: &mut ShardState,
+    length: u64,
+    sent: u64,
+    out: &mut BytesMut,
+    through: &WriteThrough<'_>,
+) -> Next {
+    let piece = (length - sent).min(u64::from(shard.limits.value_bytes_max));
+    let request = Request::DirectRead { transfer: TRANSFER, offset: sent, length: piece as u32 };
+    match shard.execute(request, &mut client.session, 0) {
+        Ok(Response::Value(bytes)) if bytes.len() as u64 == piece => {
+            through.append(out, bytes, client.session.wait_lsn)
+        }
+        Ok(_) | Err(_) => {
+            // Half a bulk string has left: nothing after it could be read as a reply.
+            tracing::debug!(length, sent, "a long GET could not read its next piece; closing the connection");
+            client.long_value = None;
+            let _ = end_transfer(client, shard, EndTransferFlags::COMMIT, 0);
+            return Next::Close;
+        }
+    }
+    let sent = sent + piece;
+    if sent < length {
+        client.long_value = Some(LongValue::Leaving { length, sent });
+        return Next::Flush;
+    }
+    client.long_value = None;
+    let _ = end_transfer(client, shard, EndTransferFlags::COMMIT, 0);
+    out.extend_from_slice(b"\r\n");
+    Next::Flush
+}
+
+/// Answers a framing error inside a long `SET` and closes, dropping what was staged.
+fn protocol_error(client: &mut Client, shard: &mut ShardState, out: &mut BytesMut, error: &ProtocolError) -> Next {
+    abort(client, shard);
+    client.long_value = None;
+    shard.count_failure();
+    reply::error(out, &format!("ERR Protocol error: {error}"));
+    Next::Close
+}
+
+/// Why the long `SET` under way on `client` will be refused, if it will.
+#[cfg(test)]
+pub(super) fn refusal(client: &Client) -> Option<&str> {
+    match &client.long_value {
+        Some(LongValue::Arriving(arriving)) => arriving.refusal.as_ref().map(|RespError(text)| text.as_str()),
+        _ => None,
+    }
+}
