@@ -684,7 +684,8 @@ fn version_histories_survive_kill_9_whole() {
 }
 
 /// Signals from RESP: `SET`, `GET` and a one-key `DEL` on the default pool are signalled to its
-/// chain and answered after it; a `GET` of a missing key is not signalled.
+/// chain and answered after it; a `GET` of a missing key is not signalled, and a `SET` of a value
+/// past the inline limit is refused.
 #[test]
 fn resp_commands_are_signalled_too() {
     let config = "signals = [\"post-put\", \"post-get\", \"post-erase\"]\n[resp]\nplugins = [\"faulty\"]";
@@ -714,6 +715,14 @@ fn resp_commands_are_signalled_too() {
     assert_eq!(resp(&mut client, &["DEL", "k1", "absent", "k2"]), ":2");
     assert!(logged("faulty: ADO::Signal::post-erase on k1") && logged("faulty: ADO::Signal::post-erase on k2"));
     assert!(!logged("post-erase on absent"));
+
+    // A SET past the inline limit would stream, but its signal would hold the reply whole:
+    // refused once its value has been read, and the connection carries on.
+    let long = "v".repeat(2 * 1024 * 1024 + 1);
+    let reply = resp(&mut client, &["SET", "long", &long]);
+    assert!(reply.starts_with("-ERR") && reply.contains("signalled"), "{reply}");
+    assert_eq!(resp(&mut client, &["EXISTS", "long"]), ":0");
+    assert!(!logged("post-put on long"));
 }
 
 /// The read callbacks: a plugin opens another key for reading (`open_key`), reads its value (a

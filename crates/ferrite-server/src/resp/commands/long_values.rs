@@ -9,6 +9,9 @@
 //!   logged as it lands, and once the options have arrived the value is committed as the key's
 //!   with one small record, as `end_transfer` commits a direct put. A reader sees the old value
 //!   or the new one, never part of it, and a crash before the commit leaves the old one.
+//! - On a default pool whose plugins take `SET`'s post-put signal, a long `SET` is refused, and a
+//!   long `GET` answered with the inline limit's error, as a signal holds the whole reply until
+//!   the plugins have handled it.
 //! - A command that is refused after its value has begun to arrive (no right to write, a key
 //!   another node serves, a full pool, a bad option) has the rest of its value read and dropped,
 //!   then its error answered: the connection stays usable, as `redis-server` keeps it.
@@ -27,7 +30,7 @@ use bytes::{Buf, BytesMut};
 use ferrite_proto::{Attribute, EndTransferFlags, ErrorCode, PutFlags, Request, Response};
 
 use super::strings::SetOptions;
-use super::{not_ready_in_cluster, reply, routing, Args, Client, NotReady, RespError};
+use super::{lookup, not_ready_in_cluster, plugins, reply, routing, Args, Client, NotReady, RespError};
 use crate::buffered::{Buffers, Next};
 use crate::completion::Completion;
 use crate::handler::{Failure, Flow, ShardState};
@@ -115,11 +118,19 @@ fn refusal_before_staging(
             shard.limits.value_bytes_max
         ))));
     }
-    // Routing looks at a whole command: the value's place holds an empty one.
+    // Routing and signals look at a whole command: the value's place holds an empty one.
     let source = [b"set".as_slice(), key].concat();
     let ranges = [0..3, 3..source.len(), source.len()..source.len()];
-    if let Some(refusal) = routing::refusal(Args::new(&source, &ranges), client, shard) {
+    let args = Args::new(&source, &ranges);
+    if let Some(refusal) = routing::refusal(args, client, shard) {
         return Some(NotReady::Refused(refusal));
+    }
+    let set = lookup(b"set").expect("SET is a command");
+    if plugins::signal_of(set, args, client, shard).is_some() {
+        return Some(NotReady::Refused(RespError::err(format!(
+            "a SET of a value longer than {} bytes cannot be signalled to the pool's plugins (post-put)",
+            shard.limits.value_bytes_max
+        ))));
     }
     not_ready_in_cluster(client, shard, settings)
 }
