@@ -178,7 +178,8 @@ FULL["memory"] = {"keys": [1_000_000, 4_000_000, 10_000_000], "resp_key_size": 1
 # each of `durable_sizes` a fresh one-shard server taking `durable_bytes` of sync direct puts over
 # `data_bytes` of keys twice, fresh and once it has run a while (checkpoints taken, the log's held
 # segments recycled), each with the bytes the server wrote to the disk per value byte; then sync
-# SETs through RESP at `resp_sizes` for `resp_seconds`, Ferrite against Redis appendfsync always.
+# SETs through RESP at `resp_sizes` for `resp_seconds`, Ferrite against Redis appendfsync always
+# (past Ferrite's 2 MiB inline limit its SETs stream the value into the pool as it arrives).
 FULL["large-values"] = {
     "sizes": [4 << 10, 64 << 10, 1 << 20, 64 << 20, 1 << 30],
     "crossover_sizes": [64 << 10, 256 << 10, 512 << 10, 1 << 20, 2 << 20],
@@ -189,7 +190,7 @@ FULL["large-values"] = {
     "data_bytes": 256 << 20, "keys_max": 65536, "key_size": 16,
     "probe_seconds": 5, "probe_keys": 1000, "probe_value_size": 16, "probe_loop_size": 1 << 30,
     "disk_probe_bytes": 1 << 30, "disk_probe_runs": 2, "durable_sizes": [1 << 20, 64 << 20, 1 << 30],
-    "durable_bytes": 4 << 30, "resp_sizes": [1 << 20, 2 << 20], "resp_seconds": 3,
+    "durable_bytes": 4 << 30, "resp_sizes": [1 << 20, 2 << 20, 4 << 20, 16 << 20, 64 << 20], "resp_seconds": 3,
 }
 # Cluster: redis-benchmark SETs (`value_size`-byte values, random keys over `keys`) at each
 # (connections, pipeline) of `points` against a `nodes`-node cluster of one shard per node (its
@@ -230,7 +231,7 @@ QUICK = {
                          crossover_outstanding=[8], many_clients_size_max=0, seconds=0.5, seconds_large=0.5,
                          large_from=4 << 20, once_from=1 << 30, data_bytes=16 << 20, probe_seconds=0.5,
                          probe_loop_size=8 << 20, disk_probe_bytes=64 << 20, durable_sizes=[1 << 20, 4 << 20],
-                         durable_bytes=32 << 20, resp_sizes=[1 << 20], resp_seconds=0.5),
+                         durable_bytes=32 << 20, resp_sizes=[1 << 20, 4 << 20], resp_seconds=0.5),
 }
 SCENARIOS = list(FULL)
 

@@ -124,10 +124,6 @@ fn open_pool_mut<'p>(pools: &'p mut Pools, session: &Session, handle: PoolHandle
 /// [`ShardState::logged`]): the log's buffer stays near this, however fast clients write.
 const ASYNC_PENDING_BYTES_MAX: u64 = 1024 * 1024;
 
-/// Log bytes no batch has taken past which an `async` write waits for its own record even
-/// though no batch is on its way to the disk (the log's thread has fallen behind).
-const ASYNC_UNTAKEN_BYTES_MAX: u64 = 4 * ASYNC_PENDING_BYTES_MAX;
-
 /// What a client is told when the shard's log refuses or fails.
 fn log_failure(shard: u16, error: &WalError) -> Failure {
     match error {
@@ -275,22 +271,13 @@ impl ShardState {
         if sync {
             session.wait_lsn = session.wait_lsn.max(lsn);
         } else if let Some(durability) = self.durability.as_ref() {
-            let pending = durability.log.pending_bytes();
-            if pending > ASYNC_PENDING_BYTES_MAX {
+            if durability.log.pending_bytes() > ASYNC_PENDING_BYTES_MAX {
                 // While a batch is on its way to the disk, the wait is for that batch, not for
                 // this record: the connection then fills the next batch while the disk writes
                 // the one before (a stream of large values keeps the disk and the shard busy at
-                // once). With none on its way, the log takes what is pending as soon as this
-                // turn ends, so nothing is waited for unless the log has not taken several
-                // records' worth: then for this record.
+                // once). With none on its way, for this record.
                 let taken = durability.log.taken_lsn();
-                let wait = if taken > durability.gate.durable_lsn() {
-                    taken
-                } else if pending > ASYNC_UNTAKEN_BYTES_MAX {
-                    lsn
-                } else {
-                    0
-                };
+                let wait = if taken > durability.gate.durable_lsn() { taken } else { lsn };
                 session.wait_lsn = session.wait_lsn.max(wait);
             }
         }
