@@ -131,19 +131,36 @@ pub(crate) struct Socket<'a> {
     pub handshaken: &'a Cell<bool>,
     /// After the handshake, the longest a client may send nothing (`None`: no limit).
     pub idle_timeout: Option<Duration>,
+    /// Whether the connection has a value being staged (its session has a direct put open):
+    /// then its client may send nothing for at most `staging_idle`, whatever `idle_timeout` says,
+    /// so a client that stops half way cannot hold the staged value's heap space for ever.
+    /// The connection sets it after each batch it answers.
+    pub staging: &'a Cell<bool>,
+    pub staging_idle: Duration,
     /// Most answers the connection may have coming (plugin calls in flight) before it reads no
     /// more requests: a client cannot pile up calls without bound.
     pub in_flight_max: usize,
 }
 
 impl Socket<'_> {
-    /// When the read under way must have brought something, if ever.
+    /// When the read under way must have brought something, if ever: the handshake deadline
+    /// or the idle timeout, and sooner while a value is being staged.
     fn read_deadline(&self) -> Option<Instant> {
-        if self.handshaken.get() {
-            self.idle_timeout.map(|idle| Instant::now() + idle)
+        let now = Instant::now();
+        let talk = if self.handshaken.get() {
+            self.idle_timeout.map(|idle| now + idle)
         } else {
             Some(self.handshake_deadline)
-        }
+        };
+        earliest(talk, self.staging.get().then(|| now + self.staging_idle))
+    }
+}
+
+/// The earlier of two deadlines, either of which may be none.
+fn earliest(first: Option<Instant>, second: Option<Instant>) -> Option<Instant> {
+    match (first, second) {
+        (Some(first), Some(second)) => Some(first.min(second)),
+        (first, second) => first.or(second),
     }
 }
 
@@ -321,6 +338,20 @@ async fn send(
 mod tests {
     use super::*;
 
+    /// A client staging a value may be silent for the staging limit at most, even on a server
+    /// without an idle timeout and before its handshake deadline; one with nothing staged keeps
+    /// the idle timeout or the handshake deadline.
+    #[test]
+    fn a_staging_client_idles_for_the_shorter_limit() {
+        let now = Instant::now();
+        let (soon, later) = (Some(now + Duration::from_secs(1)), Some(now + Duration::from_secs(60)));
+        assert_eq!(earliest(None, None), None);
+        assert_eq!(earliest(later, None), later);
+        assert_eq!(earliest(None, soon), soon);
+        assert_eq!(earliest(later, soon), soon);
+        assert_eq!(earliest(soon, later), soon);
+    }
+
     /// Large buffers stay until the connection idles; then the empty ones go back to the
     /// allocator and one holding part of a request stays.
     #[test]
@@ -373,6 +404,8 @@ mod tests {
             handshake_deadline: Instant::now(),
             handshaken: &handshaken,
             idle_timeout: None,
+            staging: &Cell::new(false),
+            staging_idle: Duration::from_secs(30),
             in_flight_max: 1,
         };
         let (_stop, mut shutdown) = watch::channel(false);

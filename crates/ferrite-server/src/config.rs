@@ -332,7 +332,9 @@ pub struct LimitsConfig {
     pub direct_value_bytes_max: u64,
     /// A direct read that has read no piece for this long stops holding its key once a writer
     /// waits for it (the writer goes ahead, the read's next piece fails), so a client that stops
-    /// reading cannot hold a key's writers for ever.
+    /// reading cannot hold a key's writers for ever. A connection with a direct put (or a long
+    /// RESP `SET`) under way that sends nothing for this long is closed and its staged value
+    /// dropped, so one that stops sending cannot hold the value's heap space for ever.
     pub direct_read_idle_ms: u64,
     pub pools_per_shard_max: u32,
     pub connections_per_shard_max: u32,

@@ -54,18 +54,22 @@ pub(crate) async fn serve(
         (Arc::clone(&shard.traffic), shard.admission)
     };
     let handshaken = Cell::new(false);
+    let staging = Cell::new(false);
     let socket = buffered::Socket {
         stream: &mut stream,
         traffic: &traffic,
         handshake_deadline: Instant::now() + admission.handshake_timeout,
         handshaken: &handshaken,
         idle_timeout: admission.idle_timeout,
+        staging: &staging,
+        staging_idle: admission.staging_idle,
         in_flight_max: usize::try_from(admission.in_flight_max).unwrap_or(usize::MAX),
     };
     let ended = buffered::drive(socket, &mut shutdown, &mut buffers, gate, &deferred, |buffers, through| {
         let mut shard = shard.borrow_mut();
         let next = framing.answer_buffered(&mut shard, buffers, through);
         handshaken.set(framing.session.handshaken);
+        staging.set(framing.session.transfers.stages_any());
         shard.submit_soon();
         shard.low_load_poll.answered();
         deferred.pending.borrow_mut().append(&mut framing.session.deferred);

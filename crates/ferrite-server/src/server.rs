@@ -353,6 +353,7 @@ impl BoundServer {
                     connections_max: u64::from(limits.connections_per_shard_max),
                     handshake_timeout: Duration::from_millis(limits.handshake_timeout_ms),
                     idle_timeout: (limits.idle_timeout_ms > 0).then(|| Duration::from_millis(limits.idle_timeout_ms)),
+                    staging_idle: Duration::from_millis(limits.direct_read_idle_ms),
                     in_flight_max: u64::from(limits.requests_in_flight_per_connection_max),
                 },
                 pool_bytes_max: limits.pool_bytes_max,

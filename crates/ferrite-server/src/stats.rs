@@ -13,6 +13,10 @@ pub(crate) struct Admission {
     pub connections_max: u64,
     pub handshake_timeout: Duration,
     pub idle_timeout: Option<Duration>,
+    /// The longest a client with a value being staged (an open direct put, a long RESP `SET`)
+    /// may send nothing, whatever `idle_timeout` says: the staged value holds its pool's heap
+    /// space (`limits.direct_read_idle_ms`).
+    pub staging_idle: Duration,
     /// Most answers one connection may have pending (plugin calls) before it reads on.
     pub in_flight_max: u64,
 }

@@ -225,6 +225,28 @@ fn transfers_end_with_their_session_and_misuse_is_refused() {
     assert_eq!(pool.pool_attributes().expect("attributes").used_bytes, used, "the staged value was freed");
 }
 
+/// A session that stops sending half way through a direct put is disconnected once it has sent
+/// nothing for `limits.direct_read_idle_ms`, though the server has no idle timeout, and its
+/// staged value is dropped; a quiet session with nothing staged stays connected.
+#[test]
+fn a_session_silent_in_a_direct_put_is_disconnected() {
+    let server = TestServer::builder().config("direct_read_idle_ms", 1000).start();
+    let session = blocking::Session::connect(&server.addr_string()).expect("connect");
+    let pool = pool(&session, "silent", 64 << 20);
+    let mut raw = RawClient::handshaken(server.addr(0));
+    let handle = raw.open_pool(2, "silent");
+    let open = Request::PutDirect { pool: handle, flags: PutFlags::NONE, transfer: 1, length: 10 << 20, key: b"k" };
+    answer(&mut raw, 3, &open).expect("opened");
+    answer(&mut raw, 4, &Request::DirectWrite { transfer: 1, offset: 0, bytes: &[7u8; 1 << 20] }).expect("a piece");
+    let started = Instant::now();
+    raw.expect_closed();
+    let silence = started.elapsed();
+    assert!(silence >= Duration::from_millis(900) && silence < Duration::from_secs(5), "{silence:?}");
+    let missing = pool.get("k").expect_err("never committed");
+    assert_eq!(missing.code(), Some(ErrorCode::KeyNotFound), "{missing}");
+    assert_eq!(pool.pool_attributes().expect("attributes").used_bytes, 0, "the staged value was freed");
+}
+
 /// kill -9 while clients stream large direct puts, many rounds: after each restart every key
 /// holds a value some put wrote, whole (its old one or its new one), and every acknowledged put
 /// is there.

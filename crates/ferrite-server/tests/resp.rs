@@ -6,6 +6,8 @@
 mod common;
 mod resp_wire;
 
+use std::time::Duration;
+
 use common::{wait_until, TestServer, SETTLE_TIMEOUT};
 use ferrite_client::blocking;
 use resp_wire::{bulk, encode, error, ok, redis_cli, redis_cli_installed, simple, Reply, RespClient};
@@ -265,6 +267,34 @@ fn values_past_the_inline_limit_stream_through_set_and_get() {
     assert_eq!(c.read(), Reply::Bulk(first), "acknowledged before kill -9");
     c.send_bytes(&encode(&[b"GET", b"second"]));
     assert_eq!(c.read(), Reply::Bulk(second));
+}
+
+/// A client that goes silent half way through a long `SET` is disconnected once it has sent
+/// nothing for `limits.direct_read_idle_ms`, and its staged value dropped (its key is never
+/// written); a silent client with nothing staged stays connected (there is no idle timeout by
+/// default).
+#[test]
+fn a_client_silent_in_a_long_set_is_disconnected_and_its_value_dropped() {
+    let server =
+        TestServer::builder().resp().config("value_bytes_max", 64 * 1024).config("direct_read_idle_ms", 1000).start();
+    let mut idle = RespClient::connect(server.resp_addr(0));
+    assert_eq!(idle.call(&["PING"]), simple("PONG"));
+    let mut silent = RespClient::connect(server.resp_addr(0));
+    assert_eq!(silent.call(&["PING"]), simple("PONG"), "past its handshake: no deadline but the staging one");
+    let command = encode(&[b"SET", b"stalled", &long_value(4 * 1024 * 1024, 4)]);
+    silent.send_bytes(&command[..1024 * 1024]);
+    let started = std::time::Instant::now();
+    let native = blocking::Session::connect(&server.addr_string()).expect("native connect");
+    let staged = || native.statistics().expect("statistics")[0].get("direct_transfers") == Some(1);
+    wait_until("the value staged", SETTLE_TIMEOUT, || staged().then_some(()));
+
+    assert!(silent.is_closed(), "disconnected after its silence");
+    let silence = started.elapsed();
+    assert!(silence >= Duration::from_millis(900) && silence < Duration::from_secs(5), "{silence:?}");
+    assert_eq!(idle.call(&["EXISTS", "stalled"]), Reply::Integer(0), "nothing staged is committed");
+    assert_eq!(idle.call(&["PING"]), simple("PONG"), "nothing staged: still connected");
+    let statistics = native.statistics().expect("statistics");
+    assert_eq!(statistics[0].get("clients_timed_out"), Some(1), "{statistics:?}");
 }
 
 /// A long `GET` holds its key: another connection's `SET` of it waits until the whole value has

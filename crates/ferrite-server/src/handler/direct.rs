@@ -70,6 +70,11 @@ impl Transfers {
         self.open.is_empty()
     }
 
+    /// Whether a direct put of this session is staging a value (which holds room in its pool).
+    pub fn stages_any(&self) -> bool {
+        !self.open.is_empty() && self.open.values().any(|transfer| matches!(transfer, Transfer::Put(_)))
+    }
+
     /// How many of this session's direct reads hold `key` of `pool`.
     pub fn reads_of(&self, pool: PoolHandle, key: &[u8]) -> u32 {
         if self.open.is_empty() {

@@ -28,6 +28,7 @@ pub(crate) fn shard_state(pools: Pools, durability: Option<ShardDurability>) -> 
             connections_max: 16,
             handshake_timeout: std::time::Duration::from_secs(10),
             idle_timeout: None,
+            staging_idle: std::time::Duration::from_secs(30),
             in_flight_max: 256,
         },
         pool_bytes_max: 1 << 30,

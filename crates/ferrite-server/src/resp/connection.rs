@@ -90,12 +90,16 @@ pub(crate) async fn serve(
     // handshake. On a server with users that is the first after it has authenticated: replies
     // to a stranger (`NOAUTH`) do not end its handshake deadline.
     let handshaken = std::cell::Cell::new(false);
+    // A long SET stages its value (`commands/long_values.rs`): see `buffered::Socket::staging`.
+    let staging = std::cell::Cell::new(false);
     let socket = buffered::Socket {
         stream: &mut stream,
         traffic: &traffic,
         handshake_deadline: std::time::Instant::now() + admission.handshake_timeout,
         handshaken: &handshaken,
         idle_timeout: admission.idle_timeout,
+        staging: &staging,
+        staging_idle: admission.staging_idle,
         in_flight_max: usize::try_from(admission.in_flight_max).unwrap_or(usize::MAX),
     };
     let ended = buffered::drive(socket, &mut shutdown, &mut buffers, gate, &in_order, |buffers, through| {
@@ -107,6 +111,7 @@ pub(crate) async fn serve(
         shard.submit_soon();
         shard.low_load_poll.answered();
         let session = &mut connection.client.session;
+        staging.set(session.transfers.stages_any());
         (next, std::mem::take(&mut session.wait_lsn), std::mem::take(&mut session.batch_ops))
     })
     .await;
