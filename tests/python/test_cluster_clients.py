@@ -112,6 +112,22 @@ def test_followers_answer_reads_after_readonly_and_wait_counts_replicas(cluster)
     assert follower.get(key) == b"v1"
     with pytest.raises(redis.exceptions.MovedError):
         follower.set(key, "v2")
+    # A value past the inline limit is streamed by the leader; a follower redirects its reads
+    # there rather than copying it whole into a reply.
+    long_key, long_value = "{replicated-key}long", b"x" * (2 * 1024 * 1024 + 1)
+    assert leader.set(long_key, long_value)
+    deadline = time.monotonic() + 5
+    while True:
+        try:
+            answer = follower.get(long_key)
+        except redis.exceptions.MovedError:
+            break
+        assert answer is None and time.monotonic() < deadline, "a follower does not answer a long value"
+        time.sleep(0.05)
+    with pytest.raises(redis.exceptions.MovedError):
+        follower.mget(key, long_key)
+    assert follower.mget(key) == [b"v1"], "short values are still answered by the follower"
+    assert leader.get(long_key) == long_value
     leader.close()
     follower.close()
 

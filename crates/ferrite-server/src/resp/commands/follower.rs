@@ -52,23 +52,30 @@ pub(super) fn read_here(
     }
     let replica = replication.replica.as_ref()?;
     let value = |key: &[u8]| replica.peek(&settings.pool, key).flatten();
-    // A value past the inline limit is answered in pieces, by the leader (`long_values.rs`).
+    // A value past the inline limit is answered in pieces, by the leader (`long_values.rs`):
+    // the reply begun here is taken back.
     let inline_max = shard.limits.value_bytes_max as usize;
-    if matches!(*command, "get" | "mget") && keys.iter().any(|key| value(key).is_some_and(|v| v.len() > inline_max)) {
-        return None;
-    }
+    let started = out.len();
+    let bulk_or_null = |out: &mut BytesMut, key: &[u8]| match value(key) {
+        Some(found) if found.len() > inline_max => false,
+        Some(found) => {
+            reply::bulk(out, found);
+            true
+        }
+        None => {
+            reply::null(out, client.protocol);
+            true
+        }
+    };
     match *command {
-        "get" => match value(keys[0]) {
-            Some(found) => reply::bulk(out, found),
-            None => reply::null(out, client.protocol),
-        },
-        "mget" => {
-            reply::array(out, keys.len());
-            for key in &keys {
-                match value(key) {
-                    Some(found) => reply::bulk(out, found),
-                    None => reply::null(out, client.protocol),
-                }
+        "get" | "mget" => {
+            if *command == "mget" {
+                reply::array(out, keys.len());
+            }
+            // `GET` has one key; `MGET` answers each in its array.
+            if !keys.iter().all(|key| bulk_or_null(out, key)) {
+                out.truncate(started);
+                return None;
             }
         }
         "exists" => reply::integer(out, keys.iter().filter(|key| value(key).is_some()).count() as i64),

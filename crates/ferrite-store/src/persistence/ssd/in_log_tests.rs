@@ -18,6 +18,7 @@ use super::ShardPaths;
 use crate::hstore::HStore;
 use crate::persistence::wal::held_name;
 use crate::persistence::wal::sim::{Cut, SimStorage};
+use crate::persistence::wal::storage::LogStorage;
 use crate::store::{PoolSpec, PutMode, Store};
 
 /// Bytes of every page file in `dir`.
@@ -193,29 +194,12 @@ fn checkpoint_on_sim(
     pages: &std::sync::Arc<std::sync::Mutex<super::PageTracker>>,
     descriptor: &super::PoolDescriptor,
 ) {
-    log.commit_now().expect("commit");
     let pool = CheckpointPool {
         descriptor: descriptor.clone(),
         pages: pages.clone(),
         region: store.memory().region().file().clone(),
     };
-    let held = log.held_segments();
-    checkpointer.begin(log.last_lsn() + 1, 2, vec![pool], &held, log.segment_bytes());
-    loop {
-        match checkpointer.step(log.durable_lsn(), 16).expect("step") {
-            Step::Write(write) => checkpointer.recycle(write.run().expect("write")),
-            Step::WaitDurable(_) => {
-                log.commit_now().expect("commit");
-            }
-            Step::Continue => {}
-            Step::Finish(job) => {
-                let replay_from = checkpointer.complete(job.run(|| None)).expect("complete");
-                let held = checkpointer.manifest().held_segments();
-                log.release_before(replay_from, &held).expect("release");
-                return;
-            }
-        }
-    }
+    checkpoint_pools(checkpointer, log, vec![pool], 2);
 }
 
 proptest! {
@@ -339,7 +323,12 @@ fn a_missing_or_damaged_held_segment_is_refused_with_its_place() {
 
 /// Runs a checkpoint of `pools` in `checkpointer` over `log` (everything appended committed and
 /// durable) to its end and releases the log up to it.
-fn checkpoint_pools(checkpointer: &mut Checkpointer, log: &super::SharedLog, pools: Vec<CheckpointPool>, next: u64) {
+fn checkpoint_pools<S: LogStorage + Clone + 'static>(
+    checkpointer: &mut Checkpointer,
+    log: &super::SharedLog<S>,
+    pools: Vec<CheckpointPool>,
+    next: u64,
+) {
     log.commit_now().expect("commit");
     let held = log.held_segments();
     checkpointer.begin(log.last_lsn() + 1, next, pools, &held, log.segment_bytes());
