@@ -161,7 +161,19 @@ impl RaftLogReader<C> for ShardLog {
 
     /// At most [`super::wire::BATCH_BYTES_MAX`] of entries (a larger single one alone), so that
     /// one append request stays a bounded frame.
+    ///
+    /// A range that begins before the first entry still held (the leader purged its log while a
+    /// replication stream was about to send from there) gets no entries: openraft sends a
+    /// heartbeat and chooses again (a snapshot), where the entries after the purge would have
+    /// followed `start - 1` with a hole between them.
     async fn limited_get_log_entries(&mut self, start: u64, end: u64) -> Result<Vec<Entry>, io::Error> {
+        let purged = {
+            let shard = self.shard.borrow();
+            start < shard.replication.as_ref().ok_or_else(no_replication)?.first_readable()
+        };
+        if purged {
+            return Ok(Vec::new());
+        }
         let mut entries = self.try_get_log_entries(start..end).await?;
         let mut bytes = 0;
         let keep = entries

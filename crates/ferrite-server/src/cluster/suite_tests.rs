@@ -257,3 +257,26 @@ fn entries_read_back_from_disk_are_the_logs_in_any_order() {
         assert_eq!(after, wanted);
     });
 }
+
+/// Proves that a replication stream asking for entries the leader purged meanwhile gets none
+/// (openraft then sends a heartbeat and chooses a snapshot), not the entries after the purge,
+/// which would follow its previous entry with a hole between them; a range that begins after
+/// the purge is read as always.
+#[test]
+fn a_stream_asking_for_purged_entries_gets_none() {
+    use openraft::storage::RaftLogStorage;
+    use openraft::testing::{blank_ent, log_id};
+    use openraft::RaftLogReader;
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    let local = tokio::task::LocalSet::new();
+    local.block_on(&runtime, async {
+        let (_guard, mut log, _machine) = Builder { tag: "purged".into() }.build().await.expect("a store");
+        append_durably(&mut log, (1..=10).map(|index| blank_ent::<C>(1, 1, index)).collect()).await.expect("entries");
+        log.purge(log_id::<C>(1, 1, 6)).await.expect("the purge");
+        let from_purged = log.limited_get_log_entries(3, 10).await.expect("a read");
+        assert!(from_purged.is_empty(), "{from_purged:?}");
+        let after: Vec<u64> =
+            log.limited_get_log_entries(7, 10).await.expect("a read").iter().map(|entry| entry.log_id.index).collect();
+        assert_eq!(after, [7, 8, 9]);
+    });
+}
