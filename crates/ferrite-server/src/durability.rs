@@ -80,6 +80,11 @@ impl DurableGate {
         }
     }
 
+    /// Asks for a commit at the end of the shard's current loop turn, without waiting for it.
+    pub fn ask_for_commit(&self) {
+        self.wanted.notify_one();
+    }
+
     /// Whether a response that needs the log durable up to `lsn` may leave now.
     pub fn is_durable(&self, lsn: Lsn) -> bool {
         let state = *self.durable.borrow();

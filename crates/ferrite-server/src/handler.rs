@@ -124,6 +124,10 @@ fn open_pool_mut<'p>(pools: &'p mut Pools, session: &Session, handle: PoolHandle
 /// [`ShardState::logged`]): the log's buffer stays near this, however fast clients write.
 const ASYNC_PENDING_BYTES_MAX: u64 = 1024 * 1024;
 
+/// Log bytes an `async` write leaves untaken when no batch is on its way to the disk before its
+/// connection waits for its own record (see [`ShardState::logged`]).
+const ASYNC_UNTAKEN_BYTES_MAX: u64 = 4 * 1024 * 1024;
+
 /// What a client is told when the shard's log refuses or fails.
 fn log_failure(shard: u16, error: &WalError) -> Failure {
     match error {
@@ -271,14 +275,23 @@ impl ShardState {
         if sync {
             session.wait_lsn = session.wait_lsn.max(lsn);
         } else if let Some(durability) = self.durability.as_ref() {
-            if durability.log.pending_bytes() > ASYNC_PENDING_BYTES_MAX {
+            let pending = durability.log.pending_bytes();
+            if pending > ASYNC_PENDING_BYTES_MAX {
                 // While a batch is on its way to the disk, the wait is for that batch, not for
                 // this record: the connection then fills the next batch while the disk writes
                 // the one before (a stream of large values keeps the disk and the shard busy at
-                // once). With none on its way, for this record.
+                // once). With none on its way, the backlog is handed to the disk at once and
+                // the connection reads on, unless it has grown past the untaken bound: waiting
+                // for this record there made a stream of large values a chain of flushes, the
+                // disk idle while the shard read each piece.
                 let taken = durability.log.taken_lsn();
-                let wait = if taken > durability.gate.durable_lsn() { taken } else { lsn };
-                session.wait_lsn = session.wait_lsn.max(wait);
+                if taken > durability.gate.durable_lsn() {
+                    session.wait_lsn = session.wait_lsn.max(taken);
+                } else if pending > ASYNC_UNTAKEN_BYTES_MAX {
+                    session.wait_lsn = session.wait_lsn.max(lsn);
+                } else {
+                    durability.gate.ask_for_commit();
+                }
             }
         }
         Ok(())

@@ -217,8 +217,9 @@ fn a_halted_shard_answers_nothing() {
 }
 
 /// `async` writes are acknowledged without waiting for the disk, until more than a bound of log
-/// waits for it: from then on each one waits for its commit, so a client writing faster than the
-/// disk cannot grow the log's buffer without bound.
+/// waits for it untaken (with no batch on its way to the disk, the backlog past the first bound is
+/// only handed to the sync thread): from then on each one waits for its commit, so a client
+/// writing faster than the disk cannot grow the log's buffer without bound.
 #[test]
 fn async_writes_wait_once_the_log_has_too_much_waiting() {
     let (mut state, dir) = durable_shard("backpressure");
@@ -227,7 +228,7 @@ fn async_writes_wait_once_the_log_has_too_much_waiting() {
     let _ = std::mem::take(&mut session.wait_lsn);
     let value = vec![7u8; 64 * 1024];
     let flags = PutFlags::NONE.with_durability(Durability::Async);
-    let keys: Vec<String> = (0..32).map(|i| format!("k{i}")).collect();
+    let keys: Vec<String> = (0..96).map(|i| format!("k{i}")).collect();
     let mut waits = Vec::new();
     for key in &keys {
         let (stored, wait) =
@@ -235,9 +236,13 @@ fn async_writes_wait_once_the_log_has_too_much_waiting() {
         assert!(stored);
         waits.push(wait);
     }
-    // The sync thread is never asked here, so everything stays pending: 32 records of 64 KiB.
+    // The sync thread is never asked here, so everything stays pending: 96 records of 64 KiB.
     let first_waiting = waits.iter().position(|wait| *wait > 0).expect("some async write waits");
-    assert!(first_waiting >= 15, "async writes waited early, from write {first_waiting}");
+    let untaken_max = (super::ASYNC_UNTAKEN_BYTES_MAX / value.len() as u64) as usize;
+    assert!(
+        (untaken_max - 4..=untaken_max).contains(&first_waiting),
+        "async writes waited from write {first_waiting}, not once about {untaken_max} waited"
+    );
     assert!(waits[first_waiting..].iter().all(|wait| *wait > 0), "every later write waits too: {waits:?}");
     let durability = state.durability.as_mut().expect("durable");
     assert!(durability.log.pending_bytes() > super::ASYNC_PENDING_BYTES_MAX);

@@ -3,7 +3,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::io;
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 /// One segment file.
@@ -96,9 +96,36 @@ pub(crate) fn write_zeros_between(file: &File, start: u64, end: u64) -> io::Resu
 }
 
 /// A segment file of the real file system.
+///
+/// Writes laid out in whole blocks of memory and of the file (the log's batches, see
+/// [`super::writer::DIRECT_BLOCK_BYTES`]) go through a second descriptor opened with `O_DIRECT`:
+/// the device takes them straight from the buffer, without the page cache's copy. Every other
+/// write and every read goes through the page cache, and so does everything on a file system
+/// that refuses `O_DIRECT` (tmpfs). Linux keeps the two coherent: a direct write first writes
+/// back and afterwards drops the cached pages it covers.
 #[derive(Debug)]
 pub struct FsSegment {
     file: File,
+    direct: Option<File>,
+}
+
+impl FsSegment {
+    fn new(file: File, path: &Path) -> FsSegment {
+        let direct = OpenOptions::new().write(true).custom_flags(DIRECT_FLAG).open(path).ok();
+        FsSegment { file, direct }
+    }
+}
+
+/// `O_DIRECT`, for [`OpenOptionsExt::custom_flags`].
+const DIRECT_FLAG: i32 = rustix::fs::OFlags::DIRECT.bits() as i32;
+
+/// Whether a write of `data` at `offset` meets `O_DIRECT`'s alignment: whole blocks of the file
+/// from a block boundary of memory.
+fn whole_blocks(offset: u64, data: &[u8]) -> bool {
+    let block = super::writer::DIRECT_BLOCK_BYTES;
+    offset.is_multiple_of(block)
+        && (data.len() as u64).is_multiple_of(block)
+        && (data.as_ptr() as u64).is_multiple_of(block)
 }
 
 impl SegmentFile for FsSegment {
@@ -107,6 +134,14 @@ impl SegmentFile for FsSegment {
     }
 
     fn write_all_at(&self, offset: u64, data: &[u8]) -> io::Result<()> {
+        if let Some(direct) = self.direct.as_ref().filter(|_| whole_blocks(offset, data)) {
+            match FileExt::write_all_at(direct, data, offset) {
+                // A device with larger blocks than ours refuses the alignment: the same bytes
+                // through the page cache (writing them again is harmless).
+                Err(error) if error.raw_os_error() == Some(rustix::io::Errno::INVAL.raw_os_error()) => {}
+                written => return written,
+            }
+        }
         FileExt::write_all_at(&self.file, data, offset)
     }
 
@@ -130,7 +165,7 @@ impl FsStorage {
             let _ = std::fs::remove_file(&path);
             return Err(error);
         }
-        Ok(FsSegment { file })
+        Ok(FsSegment::new(file, &path))
     }
 }
 
@@ -148,8 +183,9 @@ impl LogStorage for FsStorage {
     }
 
     fn open(&self, name: &str) -> io::Result<FsSegment> {
-        let file = OpenOptions::new().read(true).write(true).open(self.dir.join(name))?;
-        Ok(FsSegment { file })
+        let path = self.dir.join(name);
+        let file = OpenOptions::new().read(true).write(true).open(&path)?;
+        Ok(FsSegment::new(file, &path))
     }
 
     fn create(&self, name: &str, len: u64) -> io::Result<FsSegment> {
