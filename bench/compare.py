@@ -174,7 +174,9 @@ FULL["memory"] = {"keys": [1_000_000, 4_000_000, 10_000_000], "resp_key_size": 1
 # while the same loops run against the echo instead.
 # First of all, in the first repetition, durable large puts against the disk: the disk's own
 # sequential durable write bandwidth (`disk_probe_bytes` written to a new file on the work
-# directory's file system with O_DIRECT and one fdatasync, best of `disk_probe_runs`), then at
+# directory's file system with O_DIRECT and one fdatasync, best of `disk_probe_runs`; then the
+# same bytes over the same file with an fdatasync after each value of every size measured below:
+# the most one-at-a-time durable puts of that size can get from the disk), then at
 # each of `durable_sizes` a fresh one-shard server taking `durable_bytes` of sync direct puts over
 # `data_bytes` of keys twice, fresh and once it has run a while (checkpoints taken, the log's held
 # segments recycled), each with the bytes the server wrote to the disk per value byte; then sync
@@ -2061,11 +2063,15 @@ def large_values(run, servers):
         large_values_probe(run, s)
 
 
-def disk_probe(directory, size):
+def disk_probe(directory, size, per_value_sizes=()):
     """Bytes per second of writing `size` bytes to a new file in `directory` with O_DIRECT (4 MiB
     writes) and one fdatasync: the disk's sequential durable write bandwidth, what a log that
     writes each value byte once can reach at best. Buffered writes where the file system refuses
-    O_DIRECT (tmpfs). Returns (bytes per second, whether O_DIRECT was used)."""
+    O_DIRECT (tmpfs). Then, for each of `per_value_sizes`, the same bytes written over the same file
+    again (space already written, as a log's recycled segments are) with an fdatasync after each
+    value of that size: the most a client putting one value at a time, each durable before the
+    next, can get from this disk. Returns (bytes per second, whether O_DIRECT was used,
+    {value size: bytes per second})."""
     chunk = 4 << 20
     buffer = mmap.mmap(-1, chunk)
     buffer.write(os.urandom(chunk))
@@ -2081,7 +2087,17 @@ def disk_probe(directory, size):
         for offset in range(0, size, chunk):
             os.pwritev(fd, [buffer], offset)
         os.fdatasync(fd)
-        return size / (time.monotonic() - started), direct
+        rate = size / (time.monotonic() - started)
+        per_value = {}
+        for value_size in per_value_sizes:
+            piece = memoryview(buffer)[:min(chunk, value_size)]
+            started = time.monotonic()
+            for offset in range(0, size, len(piece)):
+                os.pwritev(fd, [piece], offset)
+                if (offset + len(piece)) % value_size == 0:
+                    os.fdatasync(fd)
+            per_value[value_size] = size / (time.monotonic() - started)
+        return rate, direct, per_value
     finally:
         os.close(fd)
         os.unlink(path)
@@ -2093,10 +2109,17 @@ def large_values_durable(run, s):
     bytes per value byte, sync RESP SETs."""
     for attempt in range(s["disk_probe_runs"]):
         def probe(attempt=attempt):
-            rate, direct = disk_probe(run.work, s["disk_probe_bytes"])
-            run.add("large-values-disk", "disk", "O_DIRECT + fdatasync" if direct else "write + fdatasync",
+            per_value_sizes = sorted(set(s["durable_sizes"]) | set(s["resp_sizes"]))
+            rate, direct, per_value = disk_probe(run.work, s["disk_probe_bytes"], per_value_sizes)
+            tool = "O_DIRECT + fdatasync" if direct else "write + fdatasync"
+            run.add("large-values-disk", "disk", tool,
                     {"ops": 1, "errors": 0, "ops_per_s": rate / s["disk_probe_bytes"], "bytes_per_s": rate,
                      "attempt": attempt}, value_size=s["disk_probe_bytes"])
+            for value_size, value_rate in per_value.items():
+                run.add("large-values-disk-per-value", "disk", f"{tool} per value",
+                        {"ops": s["disk_probe_bytes"] // value_size, "errors": 0,
+                         "ops_per_s": value_rate / value_size, "bytes_per_s": value_rate, "attempt": attempt},
+                        value_size=value_size)
         run.attempt(f"large-values: disk probe {attempt + 1} ({size_text(s['disk_probe_bytes'])})", probe)
     for size in s["durable_sizes"]:
         if run.args.skip_1gib and size >= s["once_from"]:

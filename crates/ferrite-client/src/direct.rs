@@ -155,14 +155,22 @@ impl Pool {
                     let write = Request::DirectWrite { transfer, offset: (n * piece) as u64, bytes };
                     in_flight.push(connection.send(&write).await?, expect_written).await?;
                 }
-                in_flight.drain(expect_written).await
+                Ok(())
             }
             .await;
             if let Err(error) = sent {
                 connection.send_detached(&Request::EndTransfer { transfer, flags: EndTransferFlags::ABORT });
                 return Err(error);
             }
-            match connection.call(&Request::EndTransfer { transfer, flags: EndTransferFlags::COMMIT }).await? {
+            // The commit follows the last pieces without waiting for their answers, so the server
+            // can make them and the commit durable with one flush (waiting first cost a value of
+            // one piece two). A piece refused meanwhile fails the commit too: the server commits
+            // only a value whose every byte arrived, and drops it otherwise.
+            let end = connection.send(&Request::EndTransfer { transfer, flags: EndTransferFlags::COMMIT }).await?;
+            let pieces = in_flight.drain(expect_written).await;
+            let ended = end.wait().await;
+            pieces?;
+            match ended? {
                 Reply::TransferEnded => Ok(()),
                 other => Err(other.unexpected("transfer_ended")),
             }

@@ -516,3 +516,60 @@ fn blocking_invocations() {
     drop(session);
     server_runtime.block_on(server).expect("fake server");
 }
+
+/// A direct put sends its commit right behind its last piece, before any answer (so the server
+/// can make the pieces and the commit durable with one flush), and a put whose opening is refused
+/// fails with that refusal, though its pieces and commit were already on their way.
+#[tokio::test]
+async fn a_direct_put_sends_its_commit_behind_its_pieces() {
+    let shard = FakeShard::bind().await;
+    let address = shard.address();
+    let addresses = vec![address.clone()];
+    let limits = Limits { key_bytes_max: 100, value_bytes_max: 1000 };
+    let server = tokio::spawn(async move {
+        let mut peer = shard.accept().await;
+        peer.handshake(0, &addresses, limits).await;
+        let open = peer.expect_frame().await;
+        peer.reply(open.id(), &Response::PoolOpened { pool: PoolHandle(7) }).await;
+        for refused in [false, true] {
+            // The opening, pieces of 1000, 1000 and 500 bytes, and the commit, all unanswered.
+            let mut frames = Vec::new();
+            for _ in 0..5 {
+                let frame = tokio::time::timeout(std::time::Duration::from_secs(10), peer.expect_frame()).await;
+                frames.push(frame.expect("every frame of the put arrives before any answer"));
+            }
+            assert!(matches!(frames[0].request(), Request::PutDirect { length: 2500, .. }), "{:?}", frames[0]);
+            for (n, piece) in frames[1..4].iter().enumerate() {
+                let Request::DirectWrite { offset, bytes, .. } = piece.request() else {
+                    panic!("expected a piece, got {:?}", piece.request());
+                };
+                assert_eq!((offset, bytes.len()), (n as u64 * 1000, if n == 2 { 500 } else { 1000 }));
+            }
+            assert!(
+                matches!(frames[4].request(), Request::EndTransfer { flags, .. } if !flags.aborts()),
+                "the commit follows the pieces: {:?}",
+                frames[4].request()
+            );
+            let refusal = |message| Response::Error { code: ErrorCode::KeyExists, message };
+            let answers = if refused {
+                [refusal("key exists"), refusal("no direct put"), refusal("no direct put"), refusal("no direct put")]
+            } else {
+                [Response::TransferOpened { length: 2500 }, Response::Written, Response::Written, Response::Written]
+            };
+            for (frame, answer) in frames.iter().zip(answers.iter()) {
+                peer.reply(frame.id(), answer).await;
+            }
+            let end = if refused { refusal("no direct put") } else { Response::TransferEnded };
+            peer.reply(frames[4].id(), &end).await;
+        }
+        peer
+    });
+
+    let session = Session::connect(&address).await.expect("connect");
+    let pool = session.open_pool("p").await.expect("open");
+    pool.put_direct("k", &[1u8; 2500]).await.expect("committed");
+    let error = pool.put_direct("k", &[2u8; 2500]).await.expect_err("refused at its opening");
+    assert_eq!(error.code(), Some(ErrorCode::KeyExists), "{error}");
+    assert!(error.to_string().contains("key exists"), "the opening's refusal: {error}");
+    drop(server.await.expect("fake server"));
+}
