@@ -2067,7 +2067,7 @@ def disk_probe(directory, size, per_value_sizes=()):
     """Bytes per second of writing `size` bytes to a new file in `directory` with O_DIRECT (4 MiB
     writes) and one fdatasync: the disk's sequential durable write bandwidth, what a log that
     writes each value byte once can reach at best. Buffered writes where the file system refuses
-    O_DIRECT (tmpfs). Then, for each of `per_value_sizes`, the same bytes written over the same file
+    O_DIRECT (tmpfs before Linux 6.6). Then, for each of `per_value_sizes`, the same bytes written over the same file
     again (space already written, as a log's recycled segments are) with an fdatasync after each
     value of that size: the most a client putting one value at a time, each durable before the
     next, can get from this disk. Returns (bytes per second, whether O_DIRECT was used,

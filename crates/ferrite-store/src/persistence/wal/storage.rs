@@ -101,7 +101,7 @@ pub(crate) fn write_zeros_between(file: &File, start: u64, end: u64) -> io::Resu
 /// [`super::writer::DIRECT_BLOCK_BYTES`]) go through a second descriptor opened with `O_DIRECT`:
 /// the device takes them straight from the buffer, without the page cache's copy. Every other
 /// write and every read goes through the page cache, and so does everything on a file system
-/// that refuses `O_DIRECT` (tmpfs). Linux keeps the two coherent: a direct write first writes
+/// that refuses `O_DIRECT` (tmpfs before Linux 6.6, some network file systems). Linux keeps the two coherent: a direct write first writes
 /// back and afterwards drops the cached pages it covers.
 #[derive(Debug)]
 pub struct FsSegment {

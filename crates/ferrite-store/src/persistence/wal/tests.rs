@@ -400,18 +400,20 @@ fn spare_segments_are_adopted_in_order() {
     assert_eq!(replay(&storage, 1).expect("replay").len(), 30);
 }
 
-#[test]
-fn the_real_file_system_backend_round_trips() {
-    let dir = std::env::temp_dir().join(format!("ferrite-wal-{}-{}", std::process::id(), line!()));
-    let _ = std::fs::remove_dir_all(&dir);
-    let storage = FsStorage::open_dir(&dir).expect("create the log directory");
-    let recovered = recover(&storage, 1, |_, _| {}).expect("recover an empty log");
-    let mut writer =
-        WalWriter::open(storage.clone(), WalConfig { segment_bytes: 64 * 1024 }, &recovered).expect("open");
-    for lsn in 1..=100 {
-        writer.append(&payload(lsn, 2000)).expect("append");
+/// Writes 100 records of 2000 bytes to a log in `dir` over several commits (a reopen between
+/// them) and reads them back.
+fn round_trip_on_the_file_system(dir: &std::path::Path) {
+    let _ = std::fs::remove_dir_all(dir);
+    let storage = FsStorage::open_dir(dir).expect("create the log directory");
+    let config = WalConfig { segment_bytes: 64 * 1024 };
+    for commit in 0..4u64 {
+        let recovered = recover(&storage, 1, |_, _| {}).expect("recover");
+        let mut writer = WalWriter::open(storage.clone(), config, &recovered).expect("open");
+        for lsn in commit * 25 + 1..=commit * 25 + 25 {
+            writer.append(&payload(lsn, 2000)).expect("append");
+        }
+        writer.commit().expect("commit");
     }
-    writer.commit().expect("commit");
     let mut count = 0;
     recover(&storage, 1, |lsn, bytes| {
         count += 1;
@@ -419,7 +421,25 @@ fn the_real_file_system_backend_round_trips() {
     })
     .expect("recover");
     assert_eq!(count, 100);
-    std::fs::remove_dir_all(&dir).expect("clean up");
+    std::fs::remove_dir_all(dir).expect("clean up");
+}
+
+#[test]
+fn the_real_file_system_backend_round_trips() {
+    round_trip_on_the_file_system(&std::env::temp_dir().join(format!(
+        "ferrite-wal-{}-{}",
+        std::process::id(),
+        line!()
+    )));
+}
+
+/// tmpfs (at `/dev/shm` on Linux), which refused `O_DIRECT` before Linux 6.6 and takes it since,
+/// gets the same log either way.
+#[test]
+fn a_tmpfs_log_round_trips() {
+    let shm = std::path::Path::new("/dev/shm");
+    assert!(shm.is_dir(), "Linux mounts a tmpfs at /dev/shm");
+    round_trip_on_the_file_system(&shm.join(format!("ferrite-wal-{}-{}", std::process::id(), line!())));
 }
 
 /// With segments of whole blocks, every write of every batch covers whole blocks of its file
