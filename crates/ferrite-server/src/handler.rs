@@ -264,11 +264,12 @@ impl ShardState {
     /// Accounts for a write just applied: a `sync` one makes the batch's responses (and later
     /// reads) wait for its record to be durable. An `async` one waits too while more than
     /// [`ASYNC_PENDING_BYTES_MAX`] of log waits for a batch: its connection then reads nothing
-    /// more until the batch on its way to the disk is durable (or, with none on its way, its own
-    /// record), so clients writing faster than the disk slow to its pace instead of growing the
-    /// log's buffer without bound, while the shard fills the next batch as the disk writes one. If the log could not take the record (it failed
-    /// under the write, after the room was reserved), pool memory holds a change nothing
-    /// recorded: the shard stops before any answer can reveal it.
+    /// more until the batch on its way to the disk is durable (or, with none on its way and more
+    /// than [`ASYNC_UNTAKEN_BYTES_MAX`] untaken, its own record), so clients writing faster than
+    /// the disk slow to its pace instead of growing the log's buffer without bound, while the
+    /// shard fills the next batch as the disk writes one. If the log could not take the record
+    /// (it failed under the write, after the room was reserved), pool memory holds a change
+    /// nothing recorded: the shard stops before any answer can reveal it.
     fn logged(&mut self, sync: bool, session: &mut Session) -> Result<(), Failure> {
         let lsn = self.log_position(sync)?;
         session.last_write_lsn = lsn;
