@@ -265,21 +265,35 @@ fn for_each_piece(memory: &[u8], start: u64, end: u64, mut emit: impl FnMut(u64,
 }
 
 /// The first run of whole zero chunks in `from..end` at least `ZERO_RUN_BYTES_MIN` long.
+///
+/// Such a run holds at least `ZERO_RUN_BYTES_MIN / ZERO_CHUNK_BYTES` consecutive chunks, so it
+/// holds a chunk at a multiple of `ZERO_RUN_BYTES_MIN`: only those chunks are looked at until one
+/// is zero, and the run around it is then measured chunk by chunk. Values' bytes, which are
+/// rarely zero, are so scanned at a quarter of the chunks (the scan was 5 % of a shard's time
+/// under large puts).
 fn next_zero_run(memory: &[u8], from: u64, end: u64) -> Option<(u64, u64)> {
-    let mut chunk = from.next_multiple_of(ZERO_CHUNK_BYTES);
-    let mut run_start = None;
-    while chunk + ZERO_CHUNK_BYTES <= end {
-        if is_all_zero(&memory[chunk as usize..(chunk + ZERO_CHUNK_BYTES) as usize]) {
-            run_start.get_or_insert(chunk);
-        } else {
-            if let Some(run) = run_start.filter(|run| chunk - run >= ZERO_RUN_BYTES_MIN) {
-                return Some((run, chunk));
-            }
-            run_start = None;
+    let first = from.next_multiple_of(ZERO_CHUNK_BYTES);
+    let zero_chunk = |chunk: u64| is_all_zero(&memory[chunk as usize..(chunk + ZERO_CHUNK_BYTES) as usize]);
+    let mut candidate = first.next_multiple_of(ZERO_RUN_BYTES_MIN);
+    while candidate + ZERO_CHUNK_BYTES <= end {
+        if !zero_chunk(candidate) {
+            candidate += ZERO_RUN_BYTES_MIN;
+            continue;
         }
-        chunk += ZERO_CHUNK_BYTES;
+        let mut start = candidate;
+        while start > first && zero_chunk(start - ZERO_CHUNK_BYTES) {
+            start -= ZERO_CHUNK_BYTES;
+        }
+        let mut stop = candidate + ZERO_CHUNK_BYTES;
+        while stop + ZERO_CHUNK_BYTES <= end && zero_chunk(stop) {
+            stop += ZERO_CHUNK_BYTES;
+        }
+        if stop - start >= ZERO_RUN_BYTES_MIN {
+            return Some((start, stop));
+        }
+        candidate = stop.next_multiple_of(ZERO_RUN_BYTES_MIN);
     }
-    run_start.filter(|run| chunk - run >= ZERO_RUN_BYTES_MIN).map(|run| (run, chunk))
+    None
 }
 
 /// Sorts ranges and merges overlapping or adjacent ones.
@@ -446,7 +460,54 @@ pub fn decode(payload: &[u8]) -> Result<LogRecord<'_>, RecordError> {
 
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::*;
+
     use super::*;
+
+    /// The first run of whole zero chunks in `from..end` at least `ZERO_RUN_BYTES_MIN` long,
+    /// found by looking at every chunk: what [`next_zero_run`] must agree with.
+    fn next_zero_run_chunk_by_chunk(memory: &[u8], from: u64, end: u64) -> Option<(u64, u64)> {
+        let mut chunk = from.next_multiple_of(ZERO_CHUNK_BYTES);
+        let mut run_start = None;
+        while chunk + ZERO_CHUNK_BYTES <= end {
+            if is_all_zero(&memory[chunk as usize..(chunk + ZERO_CHUNK_BYTES) as usize]) {
+                run_start.get_or_insert(chunk);
+            } else {
+                if let Some(run) = run_start.filter(|run| chunk - run >= ZERO_RUN_BYTES_MIN) {
+                    return Some((run, chunk));
+                }
+                run_start = None;
+            }
+            chunk += ZERO_CHUNK_BYTES;
+        }
+        run_start.filter(|run| chunk - run >= ZERO_RUN_BYTES_MIN).map(|run| (run, chunk))
+    }
+
+    proptest! {
+        /// Memory of zero and non-zero chunks in random runs (a non-zero byte anywhere in a
+        /// chunk), searched from and to random places: the quick scan finds the run a scan of
+        /// every chunk finds.
+        #[test]
+        fn the_quick_zero_run_scan_finds_what_a_scan_of_every_chunk_finds(
+            runs in proptest::collection::vec((any::<bool>(), 1usize..12, 0usize..64), 1..24),
+            from in 0u64..600,
+            short_of_end in 0u64..600,
+        ) {
+            let mut memory = Vec::new();
+            for (zero, chunks, at) in runs {
+                for _ in 0..chunks {
+                    let mut chunk = [0u8; ZERO_CHUNK_BYTES as usize];
+                    if !zero {
+                        chunk[at] = 1;
+                    }
+                    memory.extend_from_slice(&chunk);
+                }
+            }
+            let len = memory.len() as u64;
+            let (from, end) = (from.min(len), len.saturating_sub(short_of_end).max(from.min(len)));
+            prop_assert_eq!(next_zero_run(&memory, from, end), next_zero_run_chunk_by_chunk(&memory, from, end));
+        }
+    }
 
     fn descriptor() -> PoolDescriptor {
         PoolDescriptor {
