@@ -550,7 +550,7 @@ impl<S: LogStorage> WalWriter<S> {
             salt: self.segments[next].salt,
         };
         self.begin_run(next, 0);
-        self.tail_head = Some(Vec::new());
+        self.tail_head.get_or_insert_with(Vec::new).clear();
         self.pending.extend_from_slice(&header.encode());
         self.tail_position = SEGMENT_HEADER_BYTES;
         self.finish_run();
@@ -636,7 +636,7 @@ impl<S: LogStorage> WalWriter<S> {
         if self.runs.is_empty() || self.in_flight {
             return Ok(None);
         }
-        self.tail_head = self.head_of_tail();
+        self.keep_head_of_tail();
         let in_memory_blocks = (self.pending.as_ptr() as usize + self.lead).is_multiple_of(BLOCK);
         let mut runs = Vec::with_capacity(self.runs.len());
         for run in std::mem::take(&mut self.runs) {
@@ -665,14 +665,24 @@ impl<S: LogStorage> WalWriter<S> {
         Ok(Some(CommitBatch { bytes, runs, last_lsn: self.next_lsn - 1 }))
     }
 
-    /// The tail segment's bytes from its last block boundary to the log's end, from the last run
-    /// buffered (which is the tail's), or `None` if that run starts after the boundary.
-    fn head_of_tail(&self) -> Option<Vec<u8>> {
-        let run = self.runs.last()?;
-        let block_start = self.tail_position - self.tail_position % DIRECT_BLOCK_BYTES;
-        let from = run.start + usize::try_from(block_start.checked_sub(run.position)?).ok()?;
-        let to = run.start + usize::try_from(self.tail_position - run.position).ok()?;
-        self.pending.get(from..to).map(<[u8]>::to_vec)
+    /// Keeps the tail segment's bytes from its last block boundary to the log's end, from the
+    /// last run buffered (which is the tail's), in the buffer the last head used (a commit
+    /// allocates nothing for it); unknown if that run starts after the boundary.
+    fn keep_head_of_tail(&mut self) {
+        let range = self.runs.last().and_then(|run| {
+            let block_start = self.tail_position - self.tail_position % DIRECT_BLOCK_BYTES;
+            let from = run.start + usize::try_from(block_start.checked_sub(run.position)?).ok()?;
+            let to = run.start + usize::try_from(self.tail_position - run.position).ok()?;
+            self.pending.get(from..to).map(|_| from..to)
+        });
+        match (range, &mut self.tail_head) {
+            (Some(range), Some(head)) => {
+                head.clear();
+                head.extend_from_slice(&self.pending[range]);
+            }
+            (Some(range), None) => self.tail_head = Some(self.pending[range].to_vec()),
+            (None, _) => self.tail_head = None,
+        }
     }
 
     /// Records how a batch's I/O ended: on success its records are durable; on failure the log
