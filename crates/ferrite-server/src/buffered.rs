@@ -70,6 +70,16 @@ pub(crate) struct Deferred {
     sent: RefCell<Vec<(crate::stats::Op, Instant)>>,
 }
 
+/// What a batch of answers waits for in the shard's log.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct LogWaits {
+    /// The LSN that must be durable before the batch's responses leave (0: none).
+    pub durable: Lsn,
+    /// The LSN that must be written to its file, durable or not, before the connection reads
+    /// more requests (0: none): a client writing faster than the disk slows to its pace.
+    pub written: Lsn,
+}
+
 /// How a connection's loop ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Ended {
@@ -167,8 +177,8 @@ fn earliest(first: Option<Instant>, second: Option<Instant>) -> Option<Instant> 
 /// Runs the loop until the peer hangs up, `answer` says to close, or the shard stops. `answer`
 /// consumes complete requests from `buffers.read`, appends their responses to `buffers.write`
 /// (large values through the [`WriteThrough`] it is given, which may send them at once),
-/// and says which LSN must be durable before they are sent (0: none), and how many requests of
-/// each kind it answered; `gate` waits for the LSN. A batch's latency runs from the read that
+/// and says what the log must reach before they are sent and before more is read
+/// ([`LogWaits`]), and how many requests of each kind it answered; `gate` waits for the log. A batch's latency runs from the read that
 /// brought its requests to the write of its responses.
 pub(crate) async fn drive(
     socket: Socket<'_>,
@@ -176,7 +186,7 @@ pub(crate) async fn drive(
     buffers: &mut Buffers,
     mut gate: Option<DurableGate>,
     deferred: &Deferred,
-    mut answer: impl FnMut(&mut Buffers, &WriteThrough<'_>) -> (Next, Lsn, BatchOps),
+    mut answer: impl FnMut(&mut Buffers, &WriteThrough<'_>) -> (Next, LogWaits, BatchOps),
 ) -> std::io::Result<Ended> {
     let mut next = Next::Read;
     let mut batch_read = Instant::now();
@@ -226,15 +236,24 @@ pub(crate) async fn drive(
                 }
             }
         }
-        let (wait_lsn, ops);
+        let (waits, ops);
         let unanswered = buffers.read.len();
         let through = WriteThrough::new(socket.stream, gate.as_ref(), socket.traffic);
-        (next, wait_lsn, ops) = answer(buffers, &through);
+        (next, waits, ops) = answer(buffers, &through);
         moved_since_yield += unanswered - buffers.read.len() + buffers.write.len() + through.written();
         if let Some(ended) =
-            send(socket.stream, socket.traffic, shutdown, gate.as_mut(), wait_lsn, &mut buffers.write).await?
+            send(socket.stream, socket.traffic, shutdown, gate.as_mut(), waits.durable, &mut buffers.write).await?
         {
             return Ok(ended);
+        }
+        if let (Some(gate), true) = (gate.as_mut(), waits.written > 0) {
+            tokio::select! {
+                biased;
+                _ = shutdown.wait_for(|stop| *stop) => return Ok(Ended::ShuttingDown),
+                waited = gate.wait_written(waits.written) => if waited.is_err() {
+                    return Ok(Ended::LogFailed);
+                },
+            }
         }
         socket.traffic.answered(&ops, batch_read.elapsed());
         if let Next::Wait(completion) = &next {
@@ -422,7 +441,7 @@ mod tests {
                 }
                 buffers.write.extend_from_slice(&vec![0; if large { 1 << 20 } else { 1 }]);
             }
-            (Next::Read, 0, BatchOps::default())
+            (Next::Read, LogWaits::default(), BatchOps::default())
         })
         .await
         .expect("served");

@@ -74,7 +74,7 @@ pub(crate) async fn serve(
         shard.low_load_poll.answered();
         deferred.pending.borrow_mut().append(&mut framing.session.deferred);
         let session = &mut framing.session;
-        (next, std::mem::take(&mut session.wait_lsn), std::mem::take(&mut session.batch_ops))
+        (next, session.take_log_waits(), std::mem::take(&mut session.batch_ops))
     })
     .await;
     if matches!(ended, Ok(Ended::TimedOut)) {

@@ -6,13 +6,15 @@
 //!   no client acts on a value a crash could still take back. `async` writes are visible at once.
 //! - If the log fails (an I/O error), connections waiting for durability are closed without their
 //!   responses, and the shard refuses writes until it is restarted.
+//! - A connection whose `async` writes fill the log's backlog reads no more until the log has
+//!   written it (durable or not): the pace of the disk, without a flush per batch.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
 use ferrite_store::persistence::ssd::{Checkpointer, ShardPaths, SharedLog, SyncThread};
-use ferrite_store::persistence::wal::Lsn;
+use ferrite_store::persistence::wal::{LogEnd, Lsn};
 use tokio::sync::{watch, Notify};
 
 use crate::config::DurabilityConfig;
@@ -22,6 +24,8 @@ use crate::stats::DurabilityReport;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct DurableState {
     pub lsn: Lsn,
+    /// The last record written to its file, durable or not.
+    pub written: Lsn,
     pub failed: bool,
 }
 
@@ -35,6 +39,8 @@ struct DurableSignal {
     /// counts as durable for responses and checkpoints only once it is both in this replica's
     /// log and committed (on a majority, this replica included). `Lsn::MAX` on a single server.
     committed: AtomicU64,
+    /// The last record the sync thread wrote to its file, durable or not.
+    written: AtomicU64,
     failed: AtomicBool,
     /// Wakes the shard's durability task.
     published: Notify,
@@ -43,7 +49,7 @@ struct DurableSignal {
 impl DurableSignal {
     fn state(&self) -> DurableState {
         let lsn = self.durable.load(Ordering::Acquire).min(self.committed.load(Ordering::Acquire));
-        DurableState { lsn, failed: self.failed.load(Ordering::Acquire) }
+        DurableState { lsn, written: self.written.load(Ordering::Acquire), failed: self.failed.load(Ordering::Acquire) }
     }
 }
 
@@ -80,9 +86,13 @@ impl DurableGate {
         }
     }
 
-    /// Asks for a commit at the end of the shard's current loop turn, without waiting for it.
-    pub fn ask_for_commit(&self) {
-        self.wanted.notify_one();
+    /// Waits until the log has written its records up to `lsn` to their files, durable or not;
+    /// asks for nothing (the shard asked the log to write them).
+    pub async fn wait_written(&mut self, lsn: Lsn) -> Result<(), NotDurable> {
+        match self.durable.wait_for(|state| state.written >= lsn || state.failed).await {
+            Ok(state) if !state.failed => Ok(()),
+            _ => Err(NotDurable::LogFailed),
+        }
     }
 
     /// Whether a response that needs the log durable up to `lsn` may leave now.
@@ -98,7 +108,7 @@ impl DurableGate {
     /// A gate whose log is durable up to `lsn`, and the sender that moves it, for tests.
     #[cfg(test)]
     pub(crate) fn durable_up_to(lsn: Lsn) -> (watch::Sender<DurableState>, DurableGate) {
-        let (sender, durable) = watch::channel(DurableState { lsn, failed: false });
+        let (sender, durable) = watch::channel(DurableState { lsn, written: lsn, failed: false });
         (sender, DurableGate { durable, wanted: Arc::new(Notify::new()) })
     }
 }
@@ -208,13 +218,17 @@ impl ShardDurability {
         let signal = Arc::new(DurableSignal {
             durable: AtomicU64::new(durable_lsn),
             committed: AtomicU64::new(Lsn::MAX),
+            written: AtomicU64::new(durable_lsn),
             failed: AtomicBool::new(false),
             published: Notify::new(),
         });
         let published = Arc::clone(&signal);
-        let on_durable = Box::new(move |outcome: Result<Lsn, String>| {
+        let on_durable = Box::new(move |outcome: Result<LogEnd, String>| {
             match &outcome {
-                Ok(lsn) => published.durable.store(*lsn, Ordering::Release),
+                Ok(end) => {
+                    published.written.store(end.written, Ordering::Release);
+                    published.durable.store(end.durable, Ordering::Release);
+                }
                 Err(reason) => {
                     tracing::error!(shard = index, %reason, "write-ahead log failed; the shard refuses writes until restarted");
                     published.failed.store(true, Ordering::Release);

@@ -120,12 +120,13 @@ fn open_pool_mut<'p>(pools: &'p mut Pools, session: &Session, handle: PoolHandle
     }
 }
 
-/// Log bytes waiting for the disk past which `async` writes wait for their commit too (see
-/// [`ShardState::logged`]): the log's buffer stays near this, however fast clients write.
+/// Log bytes waiting for the disk past which the log is asked to write them, and `async` writes
+/// wait for the batch on its way (see [`ShardState::logged`]): the log's buffer stays near this,
+/// however fast clients write.
 const ASYNC_PENDING_BYTES_MAX: u64 = 1024 * 1024;
 
 /// Log bytes an `async` write leaves untaken when no batch is on its way to the disk before its
-/// connection waits for its own record (see [`ShardState::logged`]).
+/// connection waits for its own record to be written (see [`ShardState::logged`]).
 const ASYNC_UNTAKEN_BYTES_MAX: u64 = 4 * 1024 * 1024;
 
 /// What a client is told when the shard's log refuses or fails.
@@ -262,12 +263,15 @@ impl ShardState {
     }
 
     /// Accounts for a write just applied: a `sync` one makes the batch's responses (and later
-    /// reads) wait for its record to be durable. An `async` one waits too while more than
-    /// [`ASYNC_PENDING_BYTES_MAX`] of log waits for a batch: its connection then reads nothing
-    /// more until the batch on its way to the disk is durable (or, with none on its way and more
-    /// than [`ASYNC_UNTAKEN_BYTES_MAX`] untaken, its own record), so clients writing faster than
-    /// the disk slow to its pace instead of growing the log's buffer without bound, while the
-    /// shard fills the next batch as the disk writes one. If the log could not take the record
+    /// reads) wait for its record to be durable. An `async` one is answered at once, but while
+    /// more than [`ASYNC_PENDING_BYTES_MAX`] of log waits for a batch its connection reads
+    /// nothing more until the batch on its way to the disk is written (or, with none on its way
+    /// and more than [`ASYNC_UNTAKEN_BYTES_MAX`] untaken, its own record), so clients writing
+    /// faster than the disk slow to its pace instead of growing the log's buffer without bound,
+    /// while the shard fills the next batch as the disk writes one. Such a backlog is written
+    /// without a sync ([`SharedLog::request_write`]): nobody waits for its durability yet, and
+    /// the next sync (a `sync` write's, such as a direct put's commit, or the commit interval's)
+    /// covers it. If the log could not take the record
     /// (it failed under the write, after the room was reserved), pool memory holds a change
     /// nothing recorded: the shard stops before any answer can reveal it.
     fn logged(&mut self, sync: bool, session: &mut Session) -> Result<(), Failure> {
@@ -284,14 +288,16 @@ impl ShardState {
                 // once). With none on its way, the backlog is handed to the disk at once and
                 // the connection reads on, unless it has grown past the untaken bound: waiting
                 // for this record there made a stream of large values a chain of flushes, the
-                // disk idle while the shard read each piece.
+                // disk idle while the shard read each piece. Waits are for the write, not the
+                // sync: a flush per megabyte held the disk at a fraction of its bandwidth.
                 let taken = durability.log.taken_lsn();
-                if taken > durability.gate.durable_lsn() {
-                    session.wait_lsn = session.wait_lsn.max(taken);
-                } else if pending > ASYNC_UNTAKEN_BYTES_MAX {
-                    session.wait_lsn = session.wait_lsn.max(lsn);
+                if taken > durability.log.written_lsn() {
+                    session.backlog_lsn = session.backlog_lsn.max(taken);
                 } else {
-                    durability.gate.ask_for_commit();
+                    durability.log.request_write();
+                    if pending > ASYNC_UNTAKEN_BYTES_MAX {
+                        session.backlog_lsn = session.backlog_lsn.max(lsn);
+                    }
                 }
             }
         }

@@ -11,6 +11,7 @@ use ferrite_proto::PoolHandle;
 use ferrite_store::persistence::wal::Lsn;
 
 use crate::auth::Verification;
+use crate::buffered::LogWaits;
 use crate::completion::Completion;
 use crate::stats::BatchOps;
 
@@ -59,6 +60,10 @@ pub(crate) struct Session {
     /// The log position that must be durable before the responses buffered so far are sent
     /// (0: none). Raised by `sync` writes and by reads; taken by the connection once per batch.
     pub wait_lsn: Lsn,
+    /// The log position that must be written to its file (durable or not) before the connection
+    /// reads more requests (0: none). Raised by an `async` write that finds the log's backlog
+    /// full; taken by the connection once per batch.
+    pub backlog_lsn: Lsn,
     /// The log position of the last write the session made (0: none yet), for RESP's `WAIT`.
     pub last_write_lsn: Lsn,
     /// Pools this session opened.
@@ -80,6 +85,11 @@ impl Session {
     /// says who the client is.
     pub fn for_server() -> Session {
         Session { handshaken: true, identity: Identity::Server, ..Session::default() }
+    }
+
+    /// What the batch answered so far waits for in the log, taken for the connection.
+    pub fn take_log_waits(&mut self) -> LogWaits {
+        LogWaits { durable: std::mem::take(&mut self.wait_lsn), written: std::mem::take(&mut self.backlog_lsn) }
     }
 
     pub fn is_open(&self, pool: PoolHandle) -> bool {

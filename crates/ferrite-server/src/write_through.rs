@@ -147,11 +147,11 @@ mod tests {
         assert_eq!(through.written(), 0);
         assert_eq!(out.len(), small.len() + large.len());
 
-        durable.send_replace(DurableState { lsn: 20, failed: true });
+        durable.send_replace(DurableState { lsn: 20, written: 20, failed: true });
         through.append(&mut out, &large, 11);
         assert_eq!(through.written(), 0, "nothing leaves once the log has failed");
 
-        durable.send_replace(DurableState { lsn: 11, failed: false });
+        durable.send_replace(DurableState { lsn: 11, written: 11, failed: false });
         let buffered = out.len();
         through.append(&mut out, &large, 11);
         assert!(through.written() > 0, "sent once the log is durable");

@@ -325,7 +325,9 @@ pub trait Store: Send {
 
     /// Writes `bytes` at `offset` of a staged value; for one in the region, logged as its own
     /// transaction (the caller reserved [`staged_write_footprint`](Store::staged_write_footprint)
-    /// of log room). The range lies inside the value.
+    /// of log room), durable with the value's commit rather than on its own
+    /// ([`PoolMemory::commit_with_next`](crate::persistence::PoolMemory::commit_with_next)). The
+    /// range lies inside the value.
     fn write_staged(&mut self, staged: &mut StagedValue, offset: u64, bytes: &[u8]) {
         let written = staged.write_owned(offset, bytes);
         assert!(written, "this engine stages values in process memory only");

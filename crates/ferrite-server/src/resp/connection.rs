@@ -112,7 +112,7 @@ pub(crate) async fn serve(
         shard.low_load_poll.answered();
         let session = &mut connection.client.session;
         staging.set(session.transfers.stages_any());
-        (next, std::mem::take(&mut session.wait_lsn), std::mem::take(&mut session.batch_ops))
+        (next, session.take_log_waits(), std::mem::take(&mut session.batch_ops))
     })
     .await;
     if matches!(ended, Ok(Ended::TimedOut)) {

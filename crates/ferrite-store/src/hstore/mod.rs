@@ -1058,7 +1058,8 @@ impl<M: PoolMemory> Store for HStore<M> {
             StagedValue::Region { offset: at, len } => {
                 assert!(offset + bytes.len() as u64 <= *len, "pieces lie inside the staged value");
                 self.memory.modify(*at + offset, bytes.len()).copy_from_slice(bytes);
-                self.memory.commit();
+                // Nobody waits for a piece until the value's commit, whose record follows it.
+                self.memory.commit_with_next();
             }
             StagedValue::Owned { .. } => {
                 staged.write_owned(offset, bytes);

@@ -43,6 +43,14 @@ pub trait PoolMemory: Send {
     /// together, or (after a crash) not at all.
     fn commit(&mut self);
 
+    /// [`commit`](PoolMemory::commit) of a transaction nobody is promised durable on its own:
+    /// a piece of a staged value, which only its commit makes visible. A backing may make it
+    /// durable with the next transaction that is promised, rather than within its commit
+    /// interval. The default commits.
+    fn commit_with_next(&mut self) {
+        self.commit();
+    }
+
     /// Says that the engine no longer needs the `len` bytes at `offset`: the current transaction
     /// freed them, and nothing reads them before a later transaction writes them anew. A backing
     /// may give the whole pages inside the range back to the operating system once the

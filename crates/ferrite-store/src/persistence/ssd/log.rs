@@ -2,7 +2,9 @@
 //! (memory only), the sync thread writes and `fdatasync`s everything appended since its last
 //! batch, one sync per batch: group commit. While one batch is on its way to the device, the next
 //! one gathers, so under load each sync covers every operation that arrived during the previous
-//! one, and the shard's thread never waits for the disk.
+//! one, and the shard's thread never waits for the disk. A backlog nobody waits for yet is
+//! written without a sync when the shard asks ([`SharedLog::request_write`]); the next sync
+//! covers it.
 
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -12,7 +14,8 @@ use std::time::{Duration, Instant};
 
 use super::record::{pool_created_payload_max, transaction_payload_max, POOL_DELETED_PAYLOAD_BYTES};
 use crate::persistence::wal::{
-    record_bytes, spare_name, FsStorage, LogStorage, Lsn, RecordAt, Released, WalError, WalWriter, SEGMENT_HEADER_BYTES,
+    record_bytes, spare_name, BatchSync, FsStorage, LogEnd, LogStorage, Lsn, RecordAt, Released, WalError, WalWriter,
+    SEGMENT_HEADER_BYTES,
 };
 use crate::store::WriteFootprint;
 
@@ -111,6 +114,9 @@ struct Shared<S: LogStorage> {
     /// A write that waits for durability was appended: sync as soon as possible. Outside the
     /// mutex so that asking costs no lock.
     urgent: AtomicBool,
+    /// The shard wants the records buffered so far written to their files, without waiting for
+    /// them to be durable (a backlog of records nobody waits for: see [`SharedLog::request_write`]).
+    write_wanted: AtomicBool,
     /// The sync thread, once started. It sleeps with `park` and is woken with `unpark`: no lock
     /// is taken to wake it (a condition variable made the woken thread wait at once for the
     /// mutex its waker still held), and `unpark` of a thread that is not parked is one atomic
@@ -128,6 +134,8 @@ struct Shared<S: LogStorage> {
     pending: AtomicU64,
     /// The LSN of the last record a batch took.
     taken: AtomicU64,
+    /// The LSN of the last record written to its file.
+    written: AtomicU64,
 }
 
 /// The log's state, locked; publishes the writer's room, last LSN and failure when released.
@@ -158,6 +166,7 @@ impl<S: LogStorage> Drop for Locked<'_, S> {
         self.shared.poisoned.store(writer.poisoned().is_some(), Ordering::Release);
         self.shared.pending.store(writer.pending_bytes() as u64, Ordering::Release);
         self.shared.taken.store(writer.taken_lsn(), Ordering::Release);
+        self.shared.written.store(writer.written_lsn(), Ordering::Release);
     }
 }
 
@@ -179,7 +188,9 @@ impl<S: LogStorage> Clone for SharedLog<S> {
 pub struct LogCounters {
     /// Bytes written to segment files: records, their headers and padding, segment headers.
     pub bytes_written: u64,
-    /// Batches committed, each with one `fdatasync` per segment it touched.
+    /// Batches committed (ending with every file written so far synced), each with one
+    /// `fdatasync` per segment with unsynced writes. Batches written without their sync
+    /// ([`SharedLog::request_write`]) count only in `bytes_written`.
     pub commits: u64,
     /// The largest record payload appended: what bounds a single write's log traffic.
     pub record_bytes_max: u64,
@@ -190,8 +201,20 @@ pub struct LogCounters {
     pub spares_reserved: u64,
 }
 
-/// Called by the sync thread after each batch: the new durable LSN, or why the log failed.
-pub type DurableCallback = Box<dyn Fn(Result<Lsn, String>) + Send>;
+/// When an appended record must be durable by, unless a sync asked for comes sooner.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Due {
+    /// Within the commit interval: what an acknowledged `async` write is promised.
+    Interval,
+    /// With the next record that is due: nobody is promised this one on its own (a piece of a
+    /// staged value, which only its commit makes visible). It is written when the shard asks
+    /// for its backlog to be written, and durable with the next sync.
+    WithNext,
+}
+
+/// Called by the sync thread after each batch: where the log's durable and written records now
+/// end, or why the log failed.
+pub type DurableCallback = Box<dyn Fn(Result<LogEnd, String>) + Send>;
 
 impl<S: LogStorage + Clone + 'static> SharedLog<S> {
     pub fn new(writer: WalWriter<S>) -> SharedLog<S> {
@@ -212,8 +235,10 @@ impl<S: LogStorage + Clone + 'static> SharedLog<S> {
             poisoned: AtomicBool::new(state.writer.poisoned().is_some()),
             pending: AtomicU64::new(state.writer.pending_bytes() as u64),
             taken: AtomicU64::new(state.writer.taken_lsn()),
+            written: AtomicU64::new(state.writer.written_lsn()),
             state: Mutex::new(state),
             urgent: AtomicBool::new(false),
+            write_wanted: AtomicBool::new(false),
             thread: OnceLock::new(),
         };
         SharedLog { shared: Arc::new(shared) }
@@ -243,10 +268,19 @@ impl<S: LogStorage + Clone + 'static> SharedLog<S> {
     /// [`SharedLog::append_encoded`], also saying where the record lies in the log (a checkpoint
     /// may keep the pages of its large ranges there).
     pub fn append_encoded_at(&self, encode: impl FnOnce(&mut Vec<u8>)) -> Result<(Lsn, Option<RecordAt>), WalError> {
+        self.append_encoded_due(Due::Interval, encode)
+    }
+
+    /// [`SharedLog::append_encoded_at`] of a record that must be durable by `due`.
+    pub fn append_encoded_due(
+        &self,
+        due: Due,
+        encode: impl FnOnce(&mut Vec<u8>),
+    ) -> Result<(Lsn, Option<RecordAt>), WalError> {
         let mut state = self.lock();
         if state.framing.is_none() {
             let appended = state.writer.append_encoded(encode);
-            let appended = Self::appended_locked(&mut state, self, appended);
+            let appended = Self::appended_locked(&mut state, self, appended, due);
             return appended.map(|lsn| (lsn, Some(state.writer.last_record_at())));
         }
         let mut scratch = std::mem::take(&mut state.scratch);
@@ -258,7 +292,8 @@ impl<S: LogStorage + Clone + 'static> SharedLog<S> {
             (framing.term, seq)
         });
         encode(&mut scratch);
-        let appended = Self::append_locked(&mut state, self, &scratch);
+        let appended = state.writer.append(&scratch).map(|lsn| (lsn, scratch.len() as u64));
+        let appended = Self::appended_locked(&mut state, self, appended, due);
         let at = state.writer.last_record_at();
         if let (Ok(lsn), Some((term, seq)), Some(framing)) = (&appended, framed, state.framing.as_mut()) {
             if framing.appended.is_empty() {
@@ -342,15 +377,17 @@ impl<S: LogStorage + Clone + 'static> SharedLog<S> {
 
     fn append_locked(state: &mut Locked<'_, S>, log: &Self, payload: &[u8]) -> Result<Lsn, WalError> {
         let appended = state.writer.append(payload).map(|lsn| (lsn, payload.len() as u64));
-        Self::appended_locked(state, log, appended)
+        Self::appended_locked(state, log, appended, Due::Interval)
     }
 
-    /// What follows an append: the counters, the sync thread's interval and a spare segment if
-    /// one is wanted; or, if the record was refused, the log failed for good.
+    /// What follows an append: the counters, the sync thread's interval (for a record `due`
+    /// within it) and a spare segment if one is wanted; or, if the record was refused, the log
+    /// failed for good.
     fn appended_locked(
         state: &mut Locked<'_, S>,
         log: &Self,
         appended: Result<(Lsn, u64), WalError>,
+        due: Due,
     ) -> Result<Lsn, WalError> {
         match appended {
             Ok((lsn, payload_len)) => {
@@ -359,7 +396,9 @@ impl<S: LogStorage + Clone + 'static> SharedLog<S> {
                 counters.record_bytes_max = counters.record_bytes_max.max(payload_len);
                 counters.pending_bytes_max = counters.pending_bytes_max.max(pending);
                 state.took(payload_len);
-                log.start_interval(state);
+                if due == Due::Interval {
+                    log.start_interval(state);
+                }
                 log.start_spare_if_wanted(state);
                 Ok(lsn)
             }
@@ -375,6 +414,16 @@ impl<S: LogStorage + Clone + 'static> SharedLog<S> {
     /// Asks the sync thread to commit what is buffered now rather than at the interval.
     pub fn request_sync(&self) {
         self.shared.urgent.store(true, Ordering::SeqCst);
+        self.wake_sync_thread();
+    }
+
+    /// Asks the sync thread to write what is buffered now without syncing it: the records
+    /// become durable with the next sync (one asked for, or the interval's). For a backlog that
+    /// nobody waits for yet, such as the pieces of a large value before its commit: written as
+    /// they come, they keep the device busy while the rest arrives, and one flush at the commit
+    /// covers them all instead of one flush per batch.
+    pub fn request_write(&self) {
+        self.shared.write_wanted.store(true, Ordering::SeqCst);
         self.wake_sync_thread();
     }
 
@@ -506,6 +555,17 @@ impl<S: LogStorage + Clone + 'static> SharedLog<S> {
         self.lock().writer.commit()
     }
 
+    /// Writes what is buffered without syncing it, on this thread, as the sync thread does when
+    /// asked to ([`SharedLog::request_write`]); for tests that drive the log by hand.
+    #[cfg(test)]
+    pub(crate) fn write_now(&self) -> Result<Option<LogEnd>, WalError> {
+        let mut state = self.lock();
+        match state.writer.take_batch(BatchSync::Later)? {
+            Some(batch) => state.writer.finish_batch(batch.write()).map(Some),
+            None => Ok(None),
+        }
+    }
+
     /// The LSN of the last appended record, or why the log refuses everything: what a shard
     /// checks after each write before it may acknowledge it.
     pub fn appended(&self) -> Result<Lsn, WalError> {
@@ -541,10 +601,15 @@ impl<S: LogStorage + Clone + 'static> SharedLog<S> {
         self.shared.pending.load(Ordering::Acquire)
     }
 
-    /// The LSN of the last record a batch took: durable once that batch's write returns. Takes
+    /// The LSN of the last record a batch took: written once that batch's write returns. Takes
     /// no lock.
     pub fn taken_lsn(&self) -> Lsn {
         self.shared.taken.load(Ordering::Acquire)
+    }
+
+    /// The LSN of the last record written to its file, durable or not. Takes no lock.
+    pub fn written_lsn(&self) -> Lsn {
+        self.shared.written.load(Ordering::Acquire)
     }
 
     /// Memory the log's buffers hold now: the writer's ([`WalWriter::buffer_bytes`]) and the
@@ -595,12 +660,19 @@ impl<S: LogStorage + Clone + 'static> SharedLog<S> {
         Ok(SyncThread { log: self.clone(), handle: Some(handle) })
     }
 
+    /// Takes and writes batches until the log stops or fails: one that syncs when a write waits
+    /// for durability, the interval is due or the log stops; one written without its sync when
+    /// the shard only asked for its backlog to be written ([`SharedLog::request_write`]).
     fn sync_loop(&self, interval: Duration, on_durable: DurableCallback) {
         loop {
             let mut state = self.lock();
             let urgent = self.shared.urgent.load(Ordering::SeqCst);
+            let write_wanted = self.shared.write_wanted.load(Ordering::SeqCst);
+            // The interval runs from the oldest record not yet durable, written or not.
             let due = state.oldest_pending.map(|since| since + interval);
-            let ready = state.writer.has_pending() && (urgent || state.stopping || due <= Some(Instant::now()));
+            let sync = urgent || state.stopping || due.is_some_and(|due| due <= Instant::now());
+            let pending = state.writer.has_pending();
+            let ready = (pending && (sync || write_wanted)) || (sync && state.writer.has_unsynced());
             if !ready {
                 if state.stopping {
                     return;
@@ -615,9 +687,15 @@ impl<S: LogStorage + Clone + 'static> SharedLog<S> {
             }
             // Cleared before the batch is taken, under the lock appends take too: a request for
             // records this batch misses sets it again.
-            self.shared.urgent.store(false, Ordering::SeqCst);
-            state.oldest_pending = None;
-            let batch = match state.writer.take_batch() {
+            self.shared.write_wanted.store(false, Ordering::SeqCst);
+            let sync = if sync {
+                self.shared.urgent.store(false, Ordering::SeqCst);
+                state.oldest_pending = None;
+                BatchSync::Now
+            } else {
+                BatchSync::Later
+            };
+            let batch = match state.writer.take_batch(sync) {
                 Ok(Some(batch)) => batch,
                 Ok(None) => continue,
                 Err(error) => {
@@ -627,13 +705,13 @@ impl<S: LogStorage + Clone + 'static> SharedLog<S> {
                 }
             };
             drop(state);
-            let bytes = batch.len_bytes() as u64;
+            let (bytes, syncs) = (batch.len_bytes() as u64, batch.syncs());
             let outcome = batch.write();
             let mut state = self.lock();
             let finished = state.writer.finish_batch(outcome);
             if finished.is_ok() {
                 state.counters.bytes_written += bytes;
-                state.counters.commits += 1;
+                state.counters.commits += u64::from(syncs);
             }
             drop(state);
             let failed = finished.is_err();
@@ -748,14 +826,49 @@ mod tests {
             .expect("spawn");
         let lsn = log.append(b"urgent").expect("append");
         log.request_sync();
-        assert_eq!(rx.recv_timeout(Duration::from_secs(5)).expect("synced"), Ok(lsn));
+        assert_eq!(rx.recv_timeout(Duration::from_secs(5)).expect("synced").map(|end| end.durable), Ok(lsn));
         let lazy = log.append(b"lazy").expect("append");
         let started = Instant::now();
-        assert_eq!(rx.recv_timeout(Duration::from_secs(5)).expect("synced"), Ok(lazy));
+        assert_eq!(rx.recv_timeout(Duration::from_secs(5)).expect("synced").map(|end| end.durable), Ok(lazy));
         assert!(started.elapsed() >= Duration::from_millis(40), "a lazy record waits for the interval");
         let last = log.append(b"at stop").expect("append");
         thread.stop();
         assert_eq!(log.durable_lsn(), last, "stopping commits what is buffered");
+        let mut count = 0;
+        recover(&FsStorage::open_dir(&dir).expect("dir"), 1, |_, _| count += 1).expect("recover");
+        assert_eq!(count, 3);
+        std::fs::remove_dir_all(&dir).expect("clean up");
+    }
+    /// A backlog the shard asks to have written reaches its file at once without a sync: the
+    /// log is written there and not durable, no commit is counted, and the commit interval (or
+    /// a sync asked for) then makes it durable with one sync.
+    #[test]
+    fn a_backlog_asked_to_be_written_is_written_at_once_and_synced_later() {
+        let (dir, log) = temp_log("write-later");
+        let (tx, rx) = mpsc::channel();
+        let thread = log
+            .spawn_sync_thread("test-sync".into(), Duration::from_millis(1500), Box::new(move |end| drop(tx.send(end))))
+            .expect("spawn");
+        let first = log.append(&[1u8; 100_000]).expect("append");
+        let second = log.append(&[2u8; 100_000]).expect("append");
+        log.request_write();
+        let written = rx.recv_timeout(Duration::from_secs(5)).expect("written").expect("no failure");
+        assert_eq!(written.written, second, "both records were written");
+        assert!(written.durable < first, "and neither is durable yet: {written:?}");
+        assert_eq!(log.written_lsn(), second);
+        assert!(!log.is_quiet(), "written records wait for their sync");
+        assert_eq!(log.counters().commits, 0, "a write without its sync is no commit");
+        assert!(log.counters().bytes_written >= 200_000);
+        let synced = rx.recv_timeout(Duration::from_secs(10)).expect("synced within the interval").expect("no failure");
+        assert_eq!((synced.durable, synced.written), (second, second));
+        assert_eq!(log.counters().commits, 1);
+        assert!(log.is_quiet());
+        let third = log.append(b"asked").expect("append");
+        log.request_write();
+        assert_eq!(rx.recv_timeout(Duration::from_secs(5)).expect("written").expect("ok").written, third);
+        log.request_sync();
+        assert_eq!(rx.recv_timeout(Duration::from_secs(5)).expect("synced").expect("ok").durable, third);
+        thread.stop();
         let mut count = 0;
         recover(&FsStorage::open_dir(&dir).expect("dir"), 1, |_, _| count += 1).expect("recover");
         assert_eq!(count, 3);

@@ -3,7 +3,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use super::log::SharedLog;
+use super::log::{Due, SharedLog};
 use super::pages::{PageTracker, PAGE_BYTES};
 use super::record::{encode_pool_created, encode_transaction, PoolDescriptor};
 use super::region::SharedRegion;
@@ -77,20 +77,9 @@ impl<S: LogStorage + Clone + 'static> LoggedMemory<S> {
     pub fn region(&self) -> &SharedRegion {
         &self.region
     }
-}
 
-impl<S: LogStorage + Clone + 'static> PoolMemory for LoggedMemory<S> {
-    fn bytes(&self) -> &[u8] {
-        self.region.bytes()
-    }
-
-    fn modify(&mut self, offset: Offset, len: usize) -> &mut [u8] {
-        self.ranges.push((offset, len as u64));
-        let start = usize::try_from(offset).expect("pool memory offsets fit the address space");
-        &mut self.region.bytes_mut()[start..start + len]
-    }
-
-    fn commit(&mut self) {
+    /// Logs the ranges noted since the last commit as one record, durable by `due`.
+    fn commit_due(&mut self, due: Due) {
         if self.grouping {
             return;
         }
@@ -102,7 +91,7 @@ impl<S: LogStorage + Clone + 'static> PoolMemory for LoggedMemory<S> {
         let transaction = creating.is_none();
         let (lsn, at) = self
             .log
-            .append_encoded_at(|out| match creating {
+            .append_encoded_due(due, |out| match creating {
                 Some(descriptor) => encode_pool_created(&descriptor, ranges, memory, out),
                 None => encode_transaction(pool, ranges, memory, out),
             })
@@ -136,6 +125,26 @@ impl<S: LogStorage + Clone + 'static> PoolMemory for LoggedMemory<S> {
             }
         }
         drop(pages);
+    }
+}
+
+impl<S: LogStorage + Clone + 'static> PoolMemory for LoggedMemory<S> {
+    fn bytes(&self) -> &[u8] {
+        self.region.bytes()
+    }
+
+    fn modify(&mut self, offset: Offset, len: usize) -> &mut [u8] {
+        self.ranges.push((offset, len as u64));
+        let start = usize::try_from(offset).expect("pool memory offsets fit the address space");
+        &mut self.region.bytes_mut()[start..start + len]
+    }
+
+    fn commit(&mut self) {
+        self.commit_due(Due::Interval);
+    }
+
+    fn commit_with_next(&mut self) {
+        self.commit_due(Due::WithNext);
     }
 
     fn release(&mut self, offset: Offset, len: u64) {

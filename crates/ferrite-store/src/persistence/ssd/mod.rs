@@ -40,7 +40,7 @@ pub use backup::{
     back_up_shard, is_backup, read_backup, restore_shard, BackupDescriptor, BackupError, ShardBackup, BACKUP_NAME,
 };
 pub use checkpoint::{CheckpointError, CheckpointPool, Checkpointer, Manifest, Step};
-pub use log::{FramedEntry, LogCounters, SharedLog, SyncThread};
+pub use log::{Due, FramedEntry, LogCounters, SharedLog, SyncThread};
 pub use logged::{LoggedMemory, IN_LOG_RANGE_BYTES_MIN, UNLOGGED};
 pub use pages::PageTracker;
 pub use record::PoolDescriptor;

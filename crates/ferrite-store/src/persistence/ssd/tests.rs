@@ -793,15 +793,17 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
 
     /// A direct put ([`Store::stage_value`]) logs its pieces as they arrive and its commit as one
-    /// small record. A power cut anywhere in it (some pieces synced, the commit or not, any
-    /// subset of unsynced sectors kept, one torn) leaves the key with its old value or the new
-    /// one, whole; and an acknowledged (synced) commit always survives.
+    /// small record. A power cut anywhere in it (some pieces synced, some more written without
+    /// their sync, the commit or not, any subset of unsynced sectors kept, one torn) leaves the
+    /// key with its old value or the new one, whole; and an acknowledged (synced) commit always
+    /// survives.
     #[test]
     fn a_power_cut_during_a_direct_put_leaves_the_old_value_or_the_new_one(
         old_len in 0usize..5000,
         new_len in 0usize..40_000,
         piece in 1usize..9000,
         synced_pieces in 0usize..8,
+        written_pieces in 0usize..8,
         commit in any::<bool>(),
         acknowledge in any::<bool>(),
         keep_bits in proptest::collection::vec(any::<bool>(), 1..64),
@@ -820,6 +822,8 @@ proptest! {
             store.write_staged(&mut staged, (n * piece) as u64, chunk);
             if n < synced_pieces {
                 log.commit_now().expect("commit");
+            } else if n < synced_pieces + written_pieces {
+                log.write_now().expect("written");
             }
         }
         let acknowledged = commit && acknowledge;

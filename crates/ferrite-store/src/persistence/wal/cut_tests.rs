@@ -8,7 +8,7 @@ use proptest::prelude::*;
 
 use super::sim::{power_cuts, Cut, SimStorage};
 use super::tests::{open_writer, payload, replay};
-use super::{read_range, recover, Lsn, WalError, WalWriter};
+use super::{read_range, recover, BatchSync, Lsn, WalError, WalWriter};
 
 type Records = Vec<(Lsn, Vec<u8>)>;
 
@@ -213,8 +213,9 @@ fn a_cut_reaches_the_disk_with_the_next_commit() {
     assert_eq!(recovered.next_lsn, 21);
 }
 
-/// Cuts and restarts wait for buffered records and batches in flight, refusing with `Unflushed`
-/// and changing nothing; a poisoned log refuses them too. A cut at or past the end does nothing.
+/// Cuts and restarts wait for buffered records, batches in flight and written records not yet
+/// synced, refusing with `Unflushed` and changing nothing; a poisoned log refuses them too. A cut
+/// at or past the end does nothing.
 #[test]
 fn cuts_and_restarts_wait_for_what_is_buffered() {
     let (storage, mut writer) = log_of(&old_records(1, 10), 10);
@@ -222,7 +223,7 @@ fn cuts_and_restarts_wait_for_what_is_buffered() {
     assert!(!writer.is_quiet(), "records are buffered");
     assert!(matches!(writer.truncate_after(5), Err(WalError::Unflushed)));
     assert!(matches!(writer.restart_at(100), Err(WalError::Unflushed)));
-    let batch = writer.take_batch().expect("usable").expect("records are buffered");
+    let batch = writer.take_batch(BatchSync::Now).expect("usable").expect("records are buffered");
     assert!(!writer.is_quiet(), "a batch is in flight");
     assert!(matches!(writer.truncate_after(5), Err(WalError::Unflushed)));
     assert!(matches!(writer.restart_at(100), Err(WalError::Unflushed)));
@@ -230,14 +231,22 @@ fn cuts_and_restarts_wait_for_what_is_buffered() {
     writer.finish_batch(batch.write()).expect("the batch lands");
     assert!(writer.is_quiet());
     assert_eq!(replay(&storage, 1).expect("replay"), old_records(1, 12));
-    for last in [12, 13, 1000] {
+    append_all(&mut writer, &old_records(13, 14));
+    let batch = writer.take_batch(BatchSync::Later).expect("usable").expect("records are buffered");
+    writer.finish_batch(batch.write()).expect("the batch is written");
+    assert!(!writer.is_quiet(), "written records are not synced yet");
+    assert!(matches!(writer.truncate_after(5), Err(WalError::Unflushed)));
+    assert!(matches!(writer.restart_at(100), Err(WalError::Unflushed)));
+    assert_eq!(writer.commit().expect("the sync alone"), 14, "a commit with nothing buffered syncs them");
+    assert!(writer.is_quiet());
+    for last in [14, 15, 1000] {
         writer.truncate_after(last).expect("a cut past the end");
         assert!(writer.is_quiet(), "a cut at or past the end writes nothing");
-        assert_eq!(writer.next_lsn(), 13);
+        assert_eq!(writer.next_lsn(), 15);
     }
     assert!(WalError::Unflushed.to_string().contains("commit them first"));
     storage.fail_writes_after(0);
-    append_all(&mut writer, &old_records(13, 13));
+    append_all(&mut writer, &old_records(15, 15));
     assert!(writer.commit().is_err());
     assert!(matches!(writer.truncate_after(5), Err(WalError::Poisoned(_))));
     assert!(matches!(writer.restart_at(100), Err(WalError::Poisoned(_))));

@@ -31,7 +31,7 @@ pub use format::{encode_record, record_bytes, Lsn, RecordPlace, SEGMENT_HEADER_B
 pub use held::{find_segment, held_name, parse_held_name, read_record_at, RecordAt};
 pub use reader::{read_range, recover, recover_placed, Recovered, SegmentState, TornCommit};
 pub use storage::{FsSegment, FsStorage, LogStorage, SegmentFile};
-pub use writer::{spare_name, BatchOutcome, CommitBatch, Released, WalConfig, WalWriter};
+pub use writer::{spare_name, BatchOutcome, BatchSync, CommitBatch, LogEnd, Released, WalConfig, WalWriter};
 
 /// Why the log refused or failed an operation.
 #[derive(Debug, thiserror::Error)]
@@ -50,8 +50,9 @@ pub enum WalError {
     NoSpace(String),
     #[error("a record of {bytes} bytes does not fit in a segment of {segment_bytes} bytes")]
     RecordTooLarge { bytes: u64, segment_bytes: u64 },
-    /// The log cannot be cut back or restarted while records are buffered or being written.
-    #[error("the log holds records not yet written; commit them first")]
+    /// The log cannot be cut back or restarted while records are buffered, being written, or
+    /// written and not yet synced.
+    #[error("the log holds records not yet durable; commit them first")]
     Unflushed,
     /// A read asked for records the log does not hold in one run: it starts after them, or
     /// skips them (restarted past them, or a record is damaged and later ones follow).

@@ -8,7 +8,7 @@ use super::format::{segment_name, SEGMENT_HEADER_BYTES};
 use super::sim::{Cut, SimStorage};
 use super::storage::FsStorage;
 use super::writer::RETAINED_BUFFER_BYTES_MAX;
-use super::{recover, Lsn, WalConfig, WalError, WalWriter};
+use super::{recover, BatchSync, Lsn, WalConfig, WalError, WalWriter};
 
 /// Small segments, so a few records already span several of them.
 pub(super) const SMALL: WalConfig = WalConfig { segment_bytes: 1024 };
@@ -360,7 +360,7 @@ fn recycling_while_records_are_buffered_keeps_them_in_place() {
     for lsn in 31..=40 {
         writer.append(&payload(lsn, 100)).expect("append");
     }
-    let batch = writer.take_batch().expect("usable").expect("records are buffered");
+    let batch = writer.take_batch(BatchSync::Now).expect("usable").expect("records are buffered");
     for lsn in 41..=50 {
         writer.append(&payload(lsn, 100)).expect("append");
     }
@@ -462,7 +462,7 @@ fn batches_are_written_in_whole_blocks() {
         writer.append(&record).expect("append");
         expected.push((lsn, record));
         if lsn % 7 == 0 {
-            let batch = writer.take_batch().expect("take").expect("a batch");
+            let batch = writer.take_batch(BatchSync::Now).expect("take").expect("a batch");
             for (position, bytes) in batch.writes() {
                 assert_eq!(position % DIRECT_BLOCK_BYTES, 0, "record {lsn}: a write starts on a block");
                 assert_eq!(bytes.len() as u64 % DIRECT_BLOCK_BYTES, 0, "record {lsn}: a write is whole blocks");
@@ -481,13 +481,37 @@ fn batches_are_written_in_whole_blocks() {
     assert_eq!(replay(&storage, 1).expect("replay"), expected);
 }
 
-/// The commit groups `groups` (payload lengths) written on a log shaped by `config`, then a power
-/// cut during the last group's commit that keeps the unsynced sector writes `keep_bits` says
-/// (cycled), one of them torn: every acknowledged record survives and the rest is an intact
-/// prefix of what was appended.
+/// Batches written without their sync leave their records in one commit (recovery tells a torn
+/// commit by it), but never more than a bound of them: past it a batch syncs anyway.
+#[test]
+fn a_commit_of_batches_written_without_their_sync_is_bounded() {
+    let storage = SimStorage::default();
+    let recovered = recover(&storage, 1, |_, _| {}).expect("recover");
+    let mut writer = WalWriter::open(storage.clone(), WalConfig { segment_bytes: 64 << 20 }, &recovered).expect("open");
+    let mut syncs = 0;
+    for _ in 0..3 {
+        for _ in 0..super::writer::COMMIT_RECORDS_MAX / 2 {
+            writer.append(b"").expect("append");
+        }
+        let batch = writer.take_batch(BatchSync::Later).expect("usable").expect("a batch");
+        syncs += u32::from(batch.syncs());
+        let end = writer.finish_batch(batch.write()).expect("written");
+        assert_eq!(end.written, writer.next_lsn() - 1);
+    }
+    assert_eq!(syncs, 1, "the batch that reached the bound synced");
+    assert_eq!(writer.durable_lsn(), super::writer::COMMIT_RECORDS_MAX);
+    assert_eq!(replay(&storage, 1).expect("replay").len() as u64, 3 * super::writer::COMMIT_RECORDS_MAX / 2);
+}
+
+/// The commit groups `groups` (payload lengths) written on a log shaped by `config`, each
+/// committed, or written without its sync where `later_bits` (cycled) says, then a power cut
+/// during the last group's commit that keeps the unsynced sector writes `keep_bits` says
+/// (cycled), one of them torn: every record the writer called durable survives and the rest is
+/// an intact prefix of what was appended.
 fn survives_a_random_cut(
     config: WalConfig,
     groups: &[Vec<usize>],
+    later_bits: &[bool],
     keep_bits: &[bool],
     tear: proptest::sample::Index,
     tear_at: proptest::sample::Index,
@@ -496,17 +520,20 @@ fn survives_a_random_cut(
     let recovered = recover(&storage, 1, |_, _| {}).expect("recover");
     let mut writer = WalWriter::open(storage.clone(), config, &recovered).expect("open writer");
     let mut appended = Vec::new();
-    let mut acknowledged = 0;
     let (last, committed) = groups.split_last().expect("at least one group");
-    for group in committed {
+    for (index, group) in committed.iter().enumerate() {
         for len in group {
             let lsn = writer.next_lsn();
             writer.append(&payload(lsn, *len)).expect("append");
             appended.push((lsn, payload(lsn, *len)));
         }
-        writer.commit().expect("commit");
-        acknowledged = appended.len();
+        let sync = if later_bits[index % later_bits.len()] { BatchSync::Later } else { BatchSync::Now };
+        let batch = writer.take_batch(sync).expect("usable").expect("records are buffered");
+        let end = writer.finish_batch(batch.write()).expect("written");
+        prop_assert_eq!(end.written, appended.len() as Lsn);
+        prop_assert_eq!(end.durable == end.written, sync == BatchSync::Now, "durable only once synced");
     }
+    let acknowledged = writer.durable_lsn() as usize;
     for len in last {
         let lsn = writer.next_lsn();
         writer.append(&payload(lsn, *len)).expect("append");
@@ -529,15 +556,17 @@ fn survives_a_random_cut(
 proptest! {
     #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
 
-    /// Random commit groups on small segments and a random power cut during the last commit.
+    /// Random commit groups on small segments, some written without their sync, and a random
+    /// power cut during the last commit.
     #[test]
     fn random_histories_survive_a_random_cut(
         groups in proptest::collection::vec(proptest::collection::vec(0usize..400, 1..6), 1..12),
         keep_bits in proptest::collection::vec(any::<bool>(), 1..64),
+        later_bits in proptest::collection::vec(any::<bool>(), 1..8),
         tear in any::<proptest::sample::Index>(),
         tear_at in any::<proptest::sample::Index>(),
     ) {
-        survives_a_random_cut(SMALL, &groups, &keep_bits, tear, tear_at)?;
+        survives_a_random_cut(SMALL, &groups, &later_bits, &keep_bits, tear, tear_at)?;
     }
 
     /// The same on segments of whole blocks, where every commit is written in whole blocks:
@@ -547,11 +576,12 @@ proptest! {
     fn random_histories_in_whole_blocks_survive_a_random_cut(
         groups in proptest::collection::vec(proptest::collection::vec(0usize..6000, 1..6), 1..12),
         keep_bits in proptest::collection::vec(any::<bool>(), 1..64),
+        later_bits in proptest::collection::vec(any::<bool>(), 1..8),
         tear in any::<proptest::sample::Index>(),
         tear_at in any::<proptest::sample::Index>(),
     ) {
         let config = WalConfig { segment_bytes: 4 * super::writer::DIRECT_BLOCK_BYTES };
-        survives_a_random_cut(config, &groups, &keep_bits, tear, tear_at)?;
+        survives_a_random_cut(config, &groups, &later_bits, &keep_bits, tear, tear_at)?;
     }
 }
 

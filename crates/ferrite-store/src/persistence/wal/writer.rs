@@ -6,6 +6,15 @@
 //! the I/O (on any thread, while the shard keeps appending), and [`WalWriter::finish_batch`]
 //! publishes the new durable LSN. [`WalWriter::commit`] does all three in place.
 //!
+//! A batch may also be written without its sync ([`BatchSync::Later`]): records nobody waits for yet
+//! (the pieces of a large value, a backlog of `async` writes) reach the device as they come, and
+//! the next batch that syncs makes them durable with its own `fdatasync`, as one large write
+//! followed by one flush does. A device takes a flush per megabyte at a fraction of its
+//! bandwidth. The order rule holds across batches: a segment file is written only once every
+//! other file with unsynced writes has been synced, so a power cut never keeps records of a
+//! later segment while it loses their predecessors in an earlier one; inside a segment, a cut
+//! that keeps some unsynced sectors and not others leaves a torn tail, as it always could.
+//!
 //! Batches are laid out for direct I/O: each run of a batch starts and ends on a block boundary
 //! of its file ([`DIRECT_BLOCK_BYTES`]) and of memory, so the file system can take it straight
 //! from the buffer (`O_DIRECT`) instead of copying it into the page cache first, a copy that took
@@ -75,6 +84,11 @@ struct Run {
 pub const DIRECT_BLOCK_BYTES: u64 = 4096;
 const BLOCK: usize = DIRECT_BLOCK_BYTES as usize;
 
+/// Most records a batch written without its sync may leave in one commit: past it the batch
+/// syncs anyway. A record's place counts its position in its commit in 32 bits, and a client that
+/// only stages pieces it never commits would otherwise grow one commit for ever.
+pub const COMMIT_RECORDS_MAX: u64 = 1 << 20;
+
 /// Bytes reserved for a fresh buffer of records: room for the backlog a shard lets gather (4
 /// MiB) and a direct put's piece (2 MiB) without growing, so a buffer rarely moves in memory (a
 /// moved buffer loses its block alignment until the next batch); within what a finished batch's
@@ -97,16 +111,47 @@ struct BatchRun<F> {
 pub struct CommitBatch<F> {
     bytes: Vec<u8>,
     runs: Vec<BatchRun<F>>,
-    /// The LSN of the batch's last record: durable once `write` succeeds.
+    /// The LSN of the batch's last record: written once `write` succeeds, and durable if the
+    /// batch syncs.
     last_lsn: Lsn,
+    /// Files earlier batches wrote without syncing them, in the order written.
+    unsynced: Vec<UnsyncedFile<F>>,
+    sync: BatchSync,
+}
+
+/// Whether a batch ends with its files synced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BatchSync {
+    /// Every record written so far is durable once the batch's write returns.
+    Now,
+    /// The batch's records are written, and made durable by a later batch that syncs.
+    Later,
+}
+
+/// A segment file written since its last sync.
+#[derive(Debug)]
+struct UnsyncedFile<F> {
+    file: Arc<F>,
+    name: String,
 }
 
 /// How a batch's I/O ended; hand it back with [`WalWriter::finish_batch`].
 #[derive(Debug)]
-pub struct BatchOutcome {
+pub struct BatchOutcome<F> {
     bytes: Vec<u8>,
     last_lsn: Lsn,
+    /// Files the batch left written and not synced (none after a batch that synced).
+    unsynced: Vec<UnsyncedFile<F>>,
     result: Result<(), (String, std::io::Error)>,
+}
+
+/// The log's end as a finished batch leaves it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LogEnd {
+    /// The last record on stable storage.
+    pub durable: Lsn,
+    /// The last record written to its file (durable or not yet).
+    pub written: Lsn,
 }
 
 impl<F: SegmentFile> CommitBatch<F> {
@@ -126,25 +171,52 @@ impl<F: SegmentFile> CommitBatch<F> {
         self.runs.iter().map(|run| run.end - run.start).sum()
     }
 
-    /// Writes the batch and syncs it: runs in order, one `fdatasync` per segment after its last
-    /// run, so a later segment never holds records whose predecessors could still be lost.
-    pub fn write(self) -> BatchOutcome {
-        let result = self.write_runs();
-        BatchOutcome { bytes: self.bytes, last_lsn: self.last_lsn, result }
+    /// Whether the batch ends with every file it and earlier batches wrote synced.
+    pub fn syncs(&self) -> bool {
+        self.sync == BatchSync::Now
     }
 
-    fn write_runs(&self) -> Result<(), (String, std::io::Error)> {
-        for (index, run) in self.runs.iter().enumerate() {
+    /// Writes the batch's runs in order, syncing every other file with unsynced writes before a
+    /// run goes to a file (so a later segment never holds records whose predecessors could still
+    /// be lost), and, for [`BatchSync::Now`], every file written at the end.
+    pub fn write(mut self) -> BatchOutcome<F> {
+        let mut unsynced = std::mem::take(&mut self.unsynced);
+        let result = self.write_runs(&mut unsynced);
+        BatchOutcome { bytes: self.bytes, last_lsn: self.last_lsn, unsynced, result }
+    }
+
+    fn write_runs(&self, unsynced: &mut Vec<UnsyncedFile<F>>) -> Result<(), (String, std::io::Error)> {
+        for run in &self.runs {
+            sync_files(unsynced, Some(&run.file))?;
             run.file
                 .write_all_at(run.position, &self.bytes[run.start..run.end])
                 .map_err(|source| (format!("writing {}", run.name), source))?;
-            let last_in_segment = self.runs.get(index + 1).is_none_or(|next| !Arc::ptr_eq(&next.file, &run.file));
-            if last_in_segment {
-                run.file.sync_data().map_err(|source| (format!("syncing {}", run.name), source))?;
+            if !unsynced.iter().any(|written| Arc::ptr_eq(&written.file, &run.file)) {
+                unsynced.push(UnsyncedFile { file: Arc::clone(&run.file), name: run.name.clone() });
             }
+        }
+        if self.sync == BatchSync::Now {
+            sync_files(unsynced, None)?;
         }
         Ok(())
     }
+}
+
+/// Syncs, in the order written, every file of `unsynced` but `except`, and forgets them.
+fn sync_files<F: SegmentFile>(
+    unsynced: &mut Vec<UnsyncedFile<F>>,
+    except: Option<&Arc<F>>,
+) -> Result<(), (String, std::io::Error)> {
+    let mut kept = None;
+    for written in unsynced.drain(..) {
+        if except.is_some_and(|except| Arc::ptr_eq(except, &written.file)) {
+            kept = Some(written);
+            continue;
+        }
+        written.file.sync_data().map_err(|source| (format!("syncing {}", written.name), source))?;
+    }
+    unsynced.extend(kept);
+    Ok(())
 }
 
 /// Appends records to a log. Not thread-safe by design: one shard owns its log; only a taken
@@ -160,10 +232,16 @@ pub struct WalWriter<S: LogStorage> {
     /// Where the next record goes in the tail segment.
     tail_position: u64,
     next_lsn: Lsn,
-    /// The LSN of the first record not yet taken by a batch: the first of the commit that the
-    /// next appended record belongs to.
+    /// The LSN of the first record no batch that syncs has taken: the first of the commit that
+    /// the next appended record belongs to.
     commit_first_lsn: Lsn,
+    /// The LSN of the last record a batch took.
+    taken_lsn: Lsn,
     durable_lsn: Lsn,
+    /// The last record written to its file; past `durable_lsn` while `unsynced` holds files.
+    written_lsn: Lsn,
+    /// Files batches wrote without syncing them ([`BatchSync::Later`]), in the order written.
+    unsynced: Vec<UnsyncedFile<S::File>>,
     next_seq: u64,
     /// Encoded records (and segment headers) not yet taken by a batch, from index `lead` on,
     /// laid out in blocks (see the module's documentation).
@@ -283,7 +361,10 @@ impl<S: LogStorage> WalWriter<S> {
             tail_position,
             next_lsn: recovered.next_lsn,
             commit_first_lsn: recovered.next_lsn,
+            taken_lsn: durable_lsn,
             durable_lsn,
+            written_lsn: durable_lsn,
+            unsynced: Vec::new(),
             next_seq,
             pending: Vec::new(),
             lead: 0,
@@ -341,10 +422,10 @@ impl<S: LogStorage> WalWriter<S> {
         self.poisoned.get_or_insert(reason);
     }
 
-    /// True if no record is buffered and no batch is being written: everything appended is
-    /// durable (or the log failed).
+    /// True if no record is buffered, no batch is being written and every written record is
+    /// synced: everything appended is durable (or the log failed).
     pub fn is_quiet(&self) -> bool {
-        self.runs.is_empty() && !self.in_flight
+        self.runs.is_empty() && !self.in_flight && self.unsynced.is_empty()
     }
 
     /// True if records are buffered that no batch has taken yet.
@@ -352,9 +433,19 @@ impl<S: LogStorage> WalWriter<S> {
         !self.runs.is_empty()
     }
 
+    /// True if batches wrote records that no sync has made durable yet.
+    pub fn has_unsynced(&self) -> bool {
+        !self.unsynced.is_empty()
+    }
+
     /// The LSN of the last record a batch took (written, or being written).
     pub fn taken_lsn(&self) -> Lsn {
-        self.commit_first_lsn - 1
+        self.taken_lsn
+    }
+
+    /// The LSN of the last record written to its file, durable or not.
+    pub fn written_lsn(&self) -> Lsn {
+        self.written_lsn
     }
 
     /// Bytes buffered and not yet taken by a batch.
@@ -629,12 +720,32 @@ impl<S: LogStorage> WalWriter<S> {
         Ok(())
     }
 
-    /// Takes every buffered record for writing, or `None` if none is buffered or a batch is
-    /// already out (batches are written one at a time, in order).
-    pub fn take_batch(&mut self) -> Result<Option<CommitBatch<S::File>>, WalError> {
+    /// Takes every buffered record for writing, to be made durable `sync`; `None` if a batch
+    /// is already out (batches are written one at a time, in order), or if none is buffered
+    /// and (for [`BatchSync::Now`]) no earlier batch left its records unsynced.
+    pub fn take_batch(&mut self, sync: BatchSync) -> Result<Option<CommitBatch<S::File>>, WalError> {
         self.check_usable()?;
-        if self.runs.is_empty() || self.in_flight {
+        if self.in_flight {
             return Ok(None);
+        }
+        let sync = match sync {
+            BatchSync::Later if self.next_lsn - self.commit_first_lsn >= COMMIT_RECORDS_MAX => BatchSync::Now,
+            sync => sync,
+        };
+        if self.runs.is_empty() {
+            if sync == BatchSync::Later || self.unsynced.is_empty() {
+                return Ok(None);
+            }
+            self.in_flight = true;
+            self.commit_first_lsn = self.next_lsn;
+            let unsynced = std::mem::take(&mut self.unsynced);
+            return Ok(Some(CommitBatch {
+                bytes: Vec::new(),
+                runs: Vec::new(),
+                last_lsn: self.written_lsn,
+                unsynced,
+                sync,
+            }));
         }
         self.keep_head_of_tail();
         let in_memory_blocks = (self.pending.as_ptr() as usize + self.lead).is_multiple_of(BLOCK);
@@ -661,8 +772,15 @@ impl<S: LogStorage> WalWriter<S> {
         let bytes = std::mem::replace(&mut self.pending, std::mem::take(&mut self.spare));
         self.reset_buffer();
         self.in_flight = true;
-        self.commit_first_lsn = self.next_lsn;
-        Ok(Some(CommitBatch { bytes, runs, last_lsn: self.next_lsn - 1 }))
+        self.taken_lsn = self.next_lsn - 1;
+        // Records up to the next sync are one commit for recovery: a batch written before the
+        // one it follows is durable may outlive it in a power cut, which is a torn commit, not
+        // damage (see `reader.rs`).
+        if sync == BatchSync::Now {
+            self.commit_first_lsn = self.next_lsn;
+        }
+        let unsynced = std::mem::take(&mut self.unsynced);
+        Ok(Some(CommitBatch { bytes, runs, last_lsn: self.next_lsn - 1, unsynced, sync }))
     }
 
     /// Keeps the tail segment's bytes from its last block boundary to the log's end, from the
@@ -685,20 +803,27 @@ impl<S: LogStorage> WalWriter<S> {
         }
     }
 
-    /// Records how a batch's I/O ended: on success its records are durable; on failure the log
-    /// is poisoned and the error returned.
-    pub fn finish_batch(&mut self, outcome: BatchOutcome) -> Result<Lsn, WalError> {
+    /// Records how a batch's I/O ended: on success its records are written, and durable with
+    /// every record before them once no file is left unsynced; on failure the log is poisoned
+    /// and the error returned.
+    pub fn finish_batch(&mut self, outcome: BatchOutcome<S::File>) -> Result<LogEnd, WalError> {
         self.in_flight = false;
         let mut bytes = outcome.bytes;
         bytes.clear();
         if bytes.capacity() > RETAINED_BUFFER_BYTES_MAX {
             bytes = Vec::new();
         }
-        self.spare = bytes;
+        if bytes.capacity() > 0 || self.spare.capacity() == 0 {
+            self.spare = bytes;
+        }
+        self.unsynced = outcome.unsynced;
         match outcome.result {
             Ok(()) => {
-                self.durable_lsn = self.durable_lsn.max(outcome.last_lsn);
-                Ok(self.durable_lsn)
+                self.written_lsn = self.written_lsn.max(outcome.last_lsn);
+                if self.unsynced.is_empty() {
+                    self.durable_lsn = self.durable_lsn.max(self.written_lsn);
+                }
+                Ok(LogEnd { durable: self.durable_lsn, written: self.written_lsn })
             }
             Err((context, source)) => {
                 self.poisoned = Some(format!("{context}: {source}"));
@@ -710,8 +835,8 @@ impl<S: LogStorage> WalWriter<S> {
     /// Writes every buffered record and syncs them, on this thread; returns the durable LSN. Any
     /// failure poisons the writer.
     pub fn commit(&mut self) -> Result<Lsn, WalError> {
-        match self.take_batch()? {
-            Some(batch) => self.finish_batch(batch.write()),
+        match self.take_batch(BatchSync::Now)? {
+            Some(batch) => self.finish_batch(batch.write()).map(|end| end.durable),
             None => Ok(self.durable_lsn),
         }
     }
@@ -722,8 +847,8 @@ impl<S: LogStorage> WalWriter<S> {
     /// that earlier segments hold. The header is buffered at once, so the cut is on stable
     /// storage once the next commit returns (the log is not quiet until then); a crash before
     /// that leaves the dropped records in the log, as if the cut had not happened. A cut at or
-    /// past the end does nothing. Refused (`Poisoned` aside) while records are buffered or a
-    /// batch is being written: commit first.
+    /// past the end does nothing. Refused (`Poisoned` aside) until the log is quiet (no record
+    /// buffered, no batch being written, none written and not yet synced): commit first.
     pub fn truncate_after(&mut self, last: Lsn) -> Result<(), WalError> {
         self.check_usable()?;
         if last + 1 >= self.next_lsn {
@@ -739,8 +864,7 @@ impl<S: LogStorage> WalWriter<S> {
     /// until then). Recovery then needs the log from `first` on only: the caller moves its
     /// checkpoint there once the restart is durable, not before (until then the log recovers
     /// only from the old checkpoint; after, only from the new one). The older segments are
-    /// recycled by the next [`WalWriter::release_before`]. Refused while records are buffered or
-    /// a batch is being written.
+    /// recycled by the next [`WalWriter::release_before`]. Refused until the log is quiet.
     pub fn restart_at(&mut self, first: Lsn) -> Result<(), WalError> {
         self.check_usable()?;
         self.start_over(first.max(1))
@@ -749,14 +873,16 @@ impl<S: LogStorage> WalWriter<S> {
     /// Starts the segment the records from `next` on go to, and forgets the records at and past
     /// `next` that the log held.
     fn start_over(&mut self, next: Lsn) -> Result<(), WalError> {
-        if !self.runs.is_empty() || self.in_flight {
+        if !self.is_quiet() {
             return Err(WalError::Unflushed);
         }
         self.start_segment(next, SEGMENT_HEADER_BYTES)?;
         self.next_lsn = next;
         self.commit_first_lsn = next;
+        self.taken_lsn = next - 1;
         // The header's batch makes `next - 1` durable (nothing from the old log past it counts).
         self.durable_lsn = self.durable_lsn.min(next - 1);
+        self.written_lsn = self.durable_lsn;
         // A segment that held records past the cut now ends, for recycling, no later than the
         // cut: one holding kept records must stay until a checkpoint covers them. (One holding
         // only dropped records stays as long, which costs nothing but its space.)
