@@ -696,6 +696,14 @@ impl<S: LogStorage + Clone + 'static> SharedLog<S> {
                 BatchSync::Later
             };
             let batch = match state.writer.take_batch(sync) {
+                // A batch the writer made sync (its commit reached its bound) covers the
+                // interval's records too: without this the interval, long past, would wake the
+                // thread at once for ever until the next append.
+                Ok(Some(batch)) if batch.syncs() => {
+                    self.shared.urgent.store(false, Ordering::SeqCst);
+                    state.oldest_pending = None;
+                    batch
+                }
                 Ok(Some(batch)) => batch,
                 Ok(None) => continue,
                 Err(error) => {

@@ -481,6 +481,28 @@ fn batches_are_written_in_whole_blocks() {
     assert_eq!(replay(&storage, 1).expect("replay"), expected);
 }
 
+/// A process that stops with records written and not synced leaves them to the next one: the
+/// log they open calls them durable only once it has synced them, so a power cut afterwards
+/// keeps them.
+#[test]
+fn records_a_stopped_process_left_unsynced_are_synced_before_they_count() {
+    let storage = SimStorage::default();
+    let mut writer = open_writer(&storage, 1);
+    let records: Vec<_> = (1..=5).map(|lsn| (lsn, payload(lsn, 300))).collect();
+    for (_, record) in &records {
+        writer.append(record).expect("append");
+    }
+    let batch = writer.take_batch(BatchSync::Later).expect("usable").expect("a batch");
+    writer.finish_batch(batch.write()).expect("written");
+    assert_eq!(writer.durable_lsn(), 0);
+    drop(writer);
+    assert!(storage.unsynced_sectors() > 0, "the records are written, not synced");
+    let reopened = open_writer(&storage, 1);
+    assert_eq!(reopened.durable_lsn(), 5);
+    assert_eq!(storage.unsynced_sectors(), 0, "opening the log synced them");
+    assert_eq!(replay(&storage.crash(&Cut::default()), 1).expect("recover"), records);
+}
+
 /// Batches written without their sync leave their records in one commit (recovery tells a torn
 /// commit by it), but never more than a bound of them: past it a batch syncs anyway.
 #[test]

@@ -351,6 +351,17 @@ impl<S: LogStorage> WalWriter<S> {
         // Sequence numbers are never given twice, held segments' included: a checkpoint names a
         // segment by its number.
         let next_seq = segments.iter().map(|s| s.seq + 1).chain(held.keys().map(|seq| seq + 1)).max().unwrap_or(1);
+        // What a stopped process wrote may not have been synced (a batch written without its
+        // sync, or one whose sync it did not live to finish): the log's last written file is
+        // synced before anything counts as durable or another file is written. Only the tail
+        // can hold such writes, as a file is written only once every other one is synced.
+        if let Some(tail) = tail {
+            let segment = &segments[tail];
+            segment
+                .file
+                .sync_data()
+                .map_err(|source| WalError::Io { context: format!("syncing {}", segment_name(segment.seq)), source })?;
+        }
         let durable_lsn = recovered.next_lsn - 1;
         let tail_head = tail.and_then(|tail| read_head(&*segments[tail].file, tail_position));
         let mut writer = WalWriter {
