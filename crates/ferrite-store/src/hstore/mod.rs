@@ -1055,6 +1055,8 @@ impl<M: PoolMemory> Store for HStore<M> {
 
     fn write_staged(&mut self, staged: &mut StagedValue, offset: u64, bytes: &[u8]) {
         match staged {
+            // A piece of no bytes changes nothing, and logs nothing.
+            StagedValue::Region { .. } if bytes.is_empty() => {}
             StagedValue::Region { offset: at, len } => {
                 assert!(offset + bytes.len() as u64 <= *len, "pieces lie inside the staged value");
                 self.memory.modify(*at + offset, bytes.len()).copy_from_slice(bytes);

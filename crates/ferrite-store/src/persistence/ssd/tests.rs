@@ -846,6 +846,23 @@ proptest! {
     }
 }
 
+/// A direct put's piece of no bytes changes nothing and logs nothing: a client sending empty
+/// pieces in a loop adds no records.
+#[test]
+fn an_empty_piece_logs_nothing() {
+    let (_sim, log) = sim_log(64 * 1024);
+    let descriptor = descriptor_of(1, "empty-piece", PoolSpec { size_bytes: 1 << 20, expected_objects: 64 });
+    let mut store = new_logged_pool(&log, &descriptor);
+    let mut staged = store.stage_value(5, 100_000).expect("room");
+    store.write_staged(&mut staged, 0, b"first");
+    let before = log.last_lsn();
+    for _ in 0..100 {
+        store.write_staged(&mut staged, 5, b"");
+    }
+    assert_eq!(log.last_lsn(), before);
+    store.discard_staged(staged);
+}
+
 /// A staged value is invisible until its commit and gone without one, across restarts; a value
 /// changed in place by `write_value_range` keeps its new bytes across a restart too.
 #[test]
