@@ -555,6 +555,12 @@ impl<S: LogStorage + Clone + 'static> SharedLog<S> {
         self.lock().writer.commit()
     }
 
+    /// Whether the commit interval runs: a record is waiting to be made durable by it.
+    #[cfg(test)]
+    pub(crate) fn interval_runs(&self) -> bool {
+        self.lock().oldest_pending.is_some()
+    }
+
     /// Writes what is buffered without syncing it, on this thread, as the sync thread does when
     /// asked to ([`SharedLog::request_write`]); for tests that drive the log by hand.
     #[cfg(test)]
@@ -880,6 +886,29 @@ mod tests {
         let mut count = 0;
         recover(&FsStorage::open_dir(&dir).expect("dir"), 1, |_, _| count += 1).expect("recover");
         assert_eq!(count, 3);
+        std::fs::remove_dir_all(&dir).expect("clean up");
+    }
+
+    /// A batch the writer syncs because its commit reached the bound makes the interval's
+    /// records durable too: the interval stops, instead of waking the sync thread without pause
+    /// until the next append.
+    #[test]
+    fn a_batch_synced_at_the_commit_bound_stops_the_interval() {
+        let (dir, log) = temp_log("commit-bound");
+        let (tx, rx) = mpsc::channel();
+        let thread = log
+            .spawn_sync_thread("test-sync".into(), Duration::from_secs(60), Box::new(move |end| drop(tx.send(end))))
+            .expect("spawn");
+        let promised = log.append(b"async").expect("append");
+        assert!(log.interval_runs());
+        for _ in 0..crate::persistence::wal::COMMIT_RECORDS_MAX {
+            log.append_encoded_due(Due::WithNext, |_| {}).expect("append");
+        }
+        log.request_write();
+        let end = rx.recv_timeout(Duration::from_secs(30)).expect("written").expect("no failure");
+        assert!(end.durable >= promised, "the batch at the bound synced: {end:?}");
+        assert!(!log.interval_runs(), "nothing waits for the interval any more");
+        thread.stop();
         std::fs::remove_dir_all(&dir).expect("clean up");
     }
 }

@@ -31,7 +31,9 @@ pub use format::{encode_record, record_bytes, Lsn, RecordPlace, SEGMENT_HEADER_B
 pub use held::{find_segment, held_name, parse_held_name, read_record_at, RecordAt};
 pub use reader::{read_range, recover, recover_placed, Recovered, SegmentState, TornCommit};
 pub use storage::{FsSegment, FsStorage, LogStorage, SegmentFile};
-pub use writer::{spare_name, BatchOutcome, BatchSync, CommitBatch, LogEnd, Released, WalConfig, WalWriter};
+pub use writer::{
+    spare_name, BatchOutcome, BatchSync, CommitBatch, LogEnd, Released, WalConfig, WalWriter, COMMIT_RECORDS_MAX,
+};
 
 /// Why the log refused or failed an operation.
 #[derive(Debug, thiserror::Error)]
