@@ -9,8 +9,8 @@
 //! A batch may also be written without its sync ([`BatchSync::Later`]): records nobody waits for yet
 //! (the pieces of a large value, a backlog of `async` writes) reach the device as they come, and
 //! the next batch that syncs makes them durable with its own `fdatasync`, as one large write
-//! followed by one flush does. A device takes a flush per megabyte at a fraction of its
-//! bandwidth. The order rule holds across batches: a segment file is written only once every
+//! followed by one flush does, instead of a flush per megabyte (which a device with a volatile
+//! write cache pays for in bandwidth). The order rule holds across batches: a segment file is written only once every
 //! other file with unsynced writes has been synced, so a power cut never keeps records of a
 //! later segment while it loses their predecessors in an earlier one; inside a segment, a cut
 //! that keeps some unsynced sectors and not others leaves a torn tail, as it always could.
