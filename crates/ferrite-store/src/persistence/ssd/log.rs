@@ -782,6 +782,18 @@ mod tests {
         (dir, SharedLog::new(writer))
     }
 
+    /// The log's sync thread with `interval`, and what it reports after each batch.
+    fn reporting_sync_thread(
+        log: &SharedLog,
+        interval: Duration,
+    ) -> (SyncThread, mpsc::Receiver<Result<LogEnd, String>>) {
+        let (tx, rx) = mpsc::channel();
+        let thread = log
+            .spawn_sync_thread("test-sync".into(), interval, Box::new(move |end| drop(tx.send(end))))
+            .expect("spawn");
+        (thread, rx)
+    }
+
     /// Asking for room starts a zero-filled spare segment in the background; it joins the log
     /// under a segment name, and no temporary file is left.
     #[test]
@@ -834,10 +846,7 @@ mod tests {
     #[test]
     fn urgent_records_are_synced_promptly_and_lazy_ones_within_the_interval() {
         let (dir, log) = temp_log("interval");
-        let (tx, rx) = mpsc::channel();
-        let thread = log
-            .spawn_sync_thread("test-sync".into(), Duration::from_millis(50), Box::new(move |lsn| drop(tx.send(lsn))))
-            .expect("spawn");
+        let (thread, rx) = reporting_sync_thread(&log, Duration::from_millis(50));
         let lsn = log.append(b"urgent").expect("append");
         log.request_sync();
         assert_eq!(rx.recv_timeout(Duration::from_secs(5)).expect("synced").map(|end| end.durable), Ok(lsn));
@@ -859,10 +868,7 @@ mod tests {
     #[test]
     fn a_backlog_asked_to_be_written_is_written_at_once_and_synced_later() {
         let (dir, log) = temp_log("write-later");
-        let (tx, rx) = mpsc::channel();
-        let thread = log
-            .spawn_sync_thread("test-sync".into(), Duration::from_millis(1500), Box::new(move |end| drop(tx.send(end))))
-            .expect("spawn");
+        let (thread, rx) = reporting_sync_thread(&log, Duration::from_millis(1500));
         let first = log.append(&[1u8; 100_000]).expect("append");
         let second = log.append(&[2u8; 100_000]).expect("append");
         log.request_write();
@@ -895,10 +901,7 @@ mod tests {
     #[test]
     fn a_batch_synced_at_the_commit_bound_stops_the_interval() {
         let (dir, log) = temp_log("commit-bound");
-        let (tx, rx) = mpsc::channel();
-        let thread = log
-            .spawn_sync_thread("test-sync".into(), Duration::from_secs(60), Box::new(move |end| drop(tx.send(end))))
-            .expect("spawn");
+        let (thread, rx) = reporting_sync_thread(&log, Duration::from_secs(60));
         let promised = log.append(b"async").expect("append");
         assert!(log.interval_runs());
         for _ in 0..crate::persistence::wal::COMMIT_RECORDS_MAX {
