@@ -120,14 +120,31 @@ fn open_pool_mut<'p>(pools: &'p mut Pools, session: &Session, handle: PoolHandle
     }
 }
 
-/// Log bytes waiting for the disk past which the log is asked to write them, and `async` writes
-/// wait for the batch on its way (see [`ShardState::logged`]): the log's buffer stays near this,
-/// however fast clients write.
+/// Log bytes waiting for the disk past which the log is asked to write them without a sync (see
+/// [`ShardState::logged`]).
 const ASYNC_PENDING_BYTES_MAX: u64 = 1024 * 1024;
 
-/// Log bytes an `async` write leaves untaken when no batch is on its way to the disk before its
-/// connection waits for its own record to be written (see [`ShardState::logged`]).
+/// Log bytes an `async` write may leave waiting for the disk before its connection waits for a
+/// write (see [`backlog_wait`]): the log's buffer stays near this, however fast clients write.
 const ASYNC_UNTAKEN_BYTES_MAX: u64 = 4 * 1024 * 1024;
+
+/// What the connection of an `async` write whose record is `lsn` waits for, with `pending` log
+/// bytes untaken: nothing up to [`ASYNC_UNTAKEN_BYTES_MAX`]; past it, the write of the batch on
+/// its way to the disk (records up to `taken`, of which the log has written up to `written`) if
+/// there is one, else the write of its own record. Waiting for the batch on its way lets the
+/// shard fill the next batch while the disk writes the one before. The bound is the same with a
+/// batch on its way as without: a lower one (1 MiB) made the shard stop for each batch's write,
+/// idle a quarter of the time under a stream of large values. Waits are for the write, not the
+/// sync: a flush per megabyte held the disk at a fraction of its bandwidth.
+fn backlog_wait(pending: u64, lsn: Lsn, taken: Lsn, written: Lsn) -> Option<Lsn> {
+    if pending <= ASYNC_UNTAKEN_BYTES_MAX {
+        None
+    } else if taken > written {
+        Some(taken)
+    } else {
+        Some(lsn)
+    }
+}
 
 /// What a client is told when the shard's log refuses or fails.
 fn log_failure(shard: u16, error: &WalError) -> Failure {
@@ -263,42 +280,30 @@ impl ShardState {
     }
 
     /// Accounts for a write just applied: a `sync` one makes the batch's responses (and later
-    /// reads) wait for its record to be durable. An `async` one is answered at once, but while
-    /// more than [`ASYNC_PENDING_BYTES_MAX`] of log waits for a batch its connection reads
-    /// nothing more until the batch on its way to the disk is written (or, with none on its way
-    /// and more than [`ASYNC_UNTAKEN_BYTES_MAX`] untaken, its own record), so clients writing
-    /// faster than the disk slow to its pace instead of growing the log's buffer without bound,
-    /// while the shard fills the next batch as the disk writes one. Such a backlog is written
-    /// without a sync ([`SharedLog::request_write`]): nobody waits for its durability yet, and
-    /// the next sync (a `sync` write's, such as a direct put's commit, or the commit interval's)
-    /// covers it. If the log could not take the record
-    /// (it failed under the write, after the room was reserved), pool memory holds a change
-    /// nothing recorded: the shard stops before any answer can reveal it.
+    /// reads) wait for its record to be durable. An `async` one is answered at once; past
+    /// [`ASYNC_PENDING_BYTES_MAX`] of log waiting, the backlog is handed to the disk without a
+    /// sync ([`SharedLog::request_write`]): nobody waits for its durability yet, and the next
+    /// sync (a `sync` write's, such as a direct put's commit, or the commit interval's) covers
+    /// it. Past [`ASYNC_UNTAKEN_BYTES_MAX`] its connection reads nothing more until a write
+    /// ([`backlog_wait`]), so clients writing faster than the disk slow to its pace instead of
+    /// growing the log's buffer without bound. If the log could not take the record (it failed
+    /// under the write, after the room was reserved), pool memory holds a change nothing
+    /// recorded: the shard stops before any answer can reveal it.
     fn logged(&mut self, sync: bool, session: &mut Session) -> Result<(), Failure> {
         let lsn = self.log_position(sync)?;
         session.last_write_lsn = lsn;
         if sync {
             session.wait_lsn = session.wait_lsn.max(lsn);
         } else if let Some(durability) = self.durability.as_ref() {
-            let pending = durability.log.pending_bytes();
+            let log = &durability.log;
+            let pending = log.pending_bytes();
             if pending > ASYNC_PENDING_BYTES_MAX {
-                // While a batch is on its way to the disk, the wait is for that batch, not for
-                // this record: the connection then fills the next batch while the disk writes
-                // the one before (a stream of large values keeps the disk and the shard busy at
-                // once). With none on its way, the backlog is handed to the disk at once and
-                // the connection reads on, unless it has grown past the untaken bound: waiting
-                // for this record there made a stream of large values a chain of flushes, the
-                // disk idle while the shard read each piece. Waits are for the write, not the
-                // sync: a flush per megabyte held the disk at a fraction of its bandwidth.
-                // Asked either way: with a batch on its way, the sync thread takes the backlog
-                // the moment that batch is written, and the disk does not wait for the next
-                // write of this connection to be asked again.
-                durability.log.request_write();
-                let taken = durability.log.taken_lsn();
-                if taken > durability.log.written_lsn() {
-                    session.backlog_lsn = session.backlog_lsn.max(taken);
-                } else if pending > ASYNC_UNTAKEN_BYTES_MAX {
-                    session.backlog_lsn = session.backlog_lsn.max(lsn);
+                // Asked even with a batch on its way: the sync thread then takes the backlog the
+                // moment that batch is written, and the disk does not wait for this
+                // connection's next write to be asked again.
+                log.request_write();
+                if let Some(wait) = backlog_wait(pending, lsn, log.taken_lsn(), log.written_lsn()) {
+                    session.backlog_lsn = session.backlog_lsn.max(wait);
                 }
             }
         }

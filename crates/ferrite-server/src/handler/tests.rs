@@ -254,6 +254,30 @@ fn async_writes_wait_once_the_log_has_too_much_waiting() {
     std::fs::remove_dir_all(&dir).expect("clean up");
 }
 
+/// An `async` write's connection waits only once more than the untaken bound of log waits for
+/// the disk, with a batch on its way to the disk as without one (a lower bound while a batch was
+/// on its way made the shard stop for every batch's write); it then waits for the batch on its
+/// way if there is one, else for its own record.
+#[test]
+fn an_async_write_waits_for_the_batch_on_its_way_only_past_the_untaken_bound() {
+    let bound = super::ASYNC_UNTAKEN_BYTES_MAX;
+    let (lsn, taken, written) = (90, 60, 40);
+    for pending in [super::ASYNC_PENDING_BYTES_MAX + 1, bound / 2, bound] {
+        assert_eq!(
+            super::backlog_wait(pending, lsn, taken, written),
+            None,
+            "{pending} bytes waiting, a batch on its way"
+        );
+        assert_eq!(
+            super::backlog_wait(pending, lsn, written, written),
+            None,
+            "{pending} bytes waiting, none on its way"
+        );
+    }
+    assert_eq!(super::backlog_wait(bound + 1, lsn, taken, written), Some(taken), "the batch on its way");
+    assert_eq!(super::backlog_wait(bound + 1, lsn, written, written), Some(lsn), "its own record, none on its way");
+}
+
 /// Each write a session makes, `sync` or `async`, records its log position as the session's last
 /// write (what RESP's `WAIT` asks replicas to hold); reads and other sessions' writes leave it.
 #[test]
