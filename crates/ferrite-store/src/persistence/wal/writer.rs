@@ -598,13 +598,16 @@ impl<S: LogStorage> WalWriter<S> {
         };
         let fits = self.tail.is_some_and(|tail| self.tail_position + size <= self.segments[tail].bytes);
         if !fits {
-            // The segment's header goes first: the record moves behind it (once a segment).
-            let record = self.pending.split_off(start);
-            self.pending.truncate(before);
+            // The segment's header goes first: the record moves behind it, inside the buffer
+            // (once a segment; a record of its own took a fresh allocation and faulted it in).
             self.runs.truncate(runs_before);
-            self.start_segment(lsn, SEGMENT_HEADER_BYTES + size)?;
-            start = self.pending.len();
-            self.pending.extend_from_slice(&record);
+            match self.start_segment(lsn, SEGMENT_HEADER_BYTES + size, before, start) {
+                Ok(moved) => start = moved,
+                Err(error) => {
+                    self.pending.truncate(before);
+                    return Err(error);
+                }
+            }
         }
         let tail = self.tail.expect("a tail segment was chosen above");
         let place = RecordPlace { salt: self.segments[tail].salt, commit_first_lsn: self.commit_first_lsn };
@@ -628,9 +631,12 @@ impl<S: LogStorage> WalWriter<S> {
 
     /// Starts the segment after the tail, whose first record will be `first_lsn`, in a prepared
     /// segment of at least `needed` bytes (a new one if none is), and makes it the tail. Its
-    /// header is buffered like a record and written by the next commit. Fails without changing
-    /// the log if a segment is needed and the device has no room for one.
-    fn start_segment(&mut self, first_lsn: Lsn, needed: u64) -> Result<(), WalError> {
+    /// header is buffered like a record, at the start of a run after the first `keep` bytes of
+    /// the buffer, and written by the next commit. The bytes from `carried` to the buffer's end
+    /// (a record encoded before it was known not to fit the tail) move behind the header, and
+    /// whatever lay between `keep` and them goes; returns where they now start. Fails without
+    /// changing the log if a segment is needed and the device has no room for one.
+    fn start_segment(&mut self, first_lsn: Lsn, needed: u64, keep: usize, carried: usize) -> Result<usize, WalError> {
         let next = self.tail.map_or(0, |tail| tail + 1);
         // Prepared segments too small for this record stay prepared for later records.
         let chosen = match self.segments[next..].iter().position(|segment| segment.bytes >= needed) {
@@ -651,12 +657,22 @@ impl<S: LogStorage> WalWriter<S> {
             segment_bytes: self.segments[next].bytes,
             salt: self.segments[next].salt,
         };
-        self.begin_run(next, 0);
+        // A run at the segment's start begins on a block boundary of the buffer, as
+        // `begin_run` places one.
+        let aligned = self.lead + (keep - self.lead).next_multiple_of(BLOCK);
+        let moved = aligned + SEGMENT_HEADER_BYTES as usize;
+        let carried_len = self.pending.len() - carried;
+        if self.pending.len() < moved + carried_len {
+            self.pending.resize(moved + carried_len, 0);
+        }
+        self.pending.copy_within(carried..carried + carried_len, moved);
+        self.pending.truncate(moved + carried_len);
+        self.pending[keep..aligned].fill(0);
+        self.pending[aligned..moved].copy_from_slice(&header.encode());
+        self.runs.push(Run { segment: next, position: 0, start: aligned, end: moved });
         self.tail_head.get_or_insert_with(Vec::new).clear();
-        self.pending.extend_from_slice(&header.encode());
         self.tail_position = SEGMENT_HEADER_BYTES;
-        self.finish_run();
-        Ok(())
+        Ok(moved)
     }
 
     /// Segment files start in sequence order (recovery relies on it), so when a prepared
@@ -887,7 +903,8 @@ impl<S: LogStorage> WalWriter<S> {
         if !self.is_quiet() {
             return Err(WalError::Unflushed);
         }
-        self.start_segment(next, SEGMENT_HEADER_BYTES)?;
+        let end = self.pending.len();
+        self.start_segment(next, SEGMENT_HEADER_BYTES, end, end)?;
         self.next_lsn = next;
         self.commit_first_lsn = next;
         self.taken_lsn = next - 1;
