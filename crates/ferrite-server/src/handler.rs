@@ -125,7 +125,8 @@ fn open_pool_mut<'p>(pools: &'p mut Pools, session: &Session, handle: PoolHandle
 const ASYNC_PENDING_BYTES_MAX: u64 = 1024 * 1024;
 
 /// Log bytes an `async` write may leave waiting for the disk before its connection waits for a
-/// write (see [`backlog_wait`]): the log's buffer stays near this, however fast clients write.
+/// write (see [`backlog_wait`]): each connection adds at most one turn's requests past it before
+/// it waits, however fast its client writes.
 const ASYNC_UNTAKEN_BYTES_MAX: u64 = 4 * 1024 * 1024;
 
 /// What the connection of an `async` write whose record is `lsn` waits for, with `pending` log

@@ -23,8 +23,8 @@ const MSETS_IN_FLIGHT: u64 = 8;
 /// One subtable at its largest (16,384 buckets of 64 bytes) and its directory entry, with room
 /// for the pair and the record's own framing: see `docs/hstore.md`, "Growth".
 const RECORD_BYTES_BOUND: u64 = 1024 * 1024 + 64 * 1024;
-/// What may wait for a commit: the async-write bound (1 MiB), a largest record appended when it
-/// was reached, and one read's worth of `MSET`s from the loader.
+/// What may wait for a commit: 1 MiB (past which a backlog is handed to the disk), a largest
+/// record appended when it was reached, and one read's worth of `MSET`s from the loader.
 const PENDING_BYTES_BOUND: u64 = 4 * 1024 * 1024;
 /// The log's buffers after the load: the most a batch's buffer keeps (8 MiB) for the one being
 /// filled and for the spare, and the scratch buffer records are encoded in (kept up to 4 MiB).

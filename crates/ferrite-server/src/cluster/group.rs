@@ -21,7 +21,7 @@ use super::network::{serve_peers, PeerContext, PeerIdentity, PeerNetwork, ShardR
 use super::replication::Role;
 use super::snapshot::SnapshotStore;
 use super::state_machine::ShardMachine;
-use super::types::{Redo, ShardNode};
+use super::types::{Membership, Redo, ShardNode};
 use super::view::{GroupView, NodeInfo};
 use crate::handler::ShardState;
 
@@ -56,6 +56,18 @@ const HOUSEKEEPING: Duration = Duration::from_millis(500);
 /// RESP pool), which only a leader can write.
 pub(crate) type OnLeading = Box<dyn Fn(&mut ShardState)>;
 
+/// Whether a replica lets node `from` in as a peer of its group: while it knows no voters (a new
+/// replica, which the leader that adds it reaches first), any node; else a node that its
+/// `applied` membership or the newest membership in its log (`in_log`, once its Raft runs) names.
+/// Raft follows the newest membership in the log, applied or not: a replica that restarted
+/// before it applied the change that added the group's new leader must still let that leader
+/// in, or it never hears of the change and stays out of the group for good.
+fn admits_peer(applied: &Membership, in_log: Option<&Membership>, from: u64) -> bool {
+    applied.voter_ids().next().is_none()
+        || applied.get_node(&from).is_some()
+        || in_log.is_some_and(|membership| membership.get_node(&from).is_some())
+}
+
 /// Runs the shard's group until `stop`.
 pub(crate) async fn run(
     shard: Rc<RefCell<ShardState>>,
@@ -67,14 +79,17 @@ pub(crate) async fn run(
 ) -> std::io::Result<()> {
     let group = shard.borrow().replication.as_ref().map_or(0, |replication| replication.group);
     let snapshots = SnapshotStore::open(&raft_dir)?;
-    let raft_cell = Rc::new(RefCell::new(None));
+    let raft_cell: Rc<RefCell<Option<ShardRaft>>> = Rc::new(RefCell::new(None));
     let admits = {
         let shard = Rc::clone(&shard);
+        let raft_cell = Rc::clone(&raft_cell);
         Rc::new(move |from: u64| {
+            let raft = raft_cell.borrow();
+            let metrics = raft.as_ref().map(|raft| raft.metrics().borrow_watched().clone());
+            let in_log = metrics.as_ref().map(|metrics| metrics.membership_config.membership());
             let state = shard.borrow();
             let Some(replication) = state.replication.as_ref() else { return false };
-            let membership = replication.membership.membership();
-            membership.voter_ids().next().is_none() || membership.get_node(&from).is_some()
+            admits_peer(replication.membership.membership(), in_log, from)
         })
     };
     let cluster = Rc::new(Cell::new(shard.borrow().replication.as_ref().map_or(0, |r| r.cluster_id())));
@@ -499,4 +514,24 @@ pub fn members(nodes: &[NodeInfo]) -> BTreeMap<u64, ShardNode> {
             (node.node_id, ShardNode { peer: node.peer.clone(), native: node.native.clone(), resp: node.resp.clone() })
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::types::membership_of;
+
+    /// A replica that restarted with the change that added node 4 in its log but not applied
+    /// lets node 4 in (it may lead the group now); a node neither membership names stays out;
+    /// a replica that knows no voters yet lets anyone in.
+    #[test]
+    fn a_peer_named_by_the_newest_membership_in_the_log_is_admitted() {
+        let (applied, in_log) = (membership_of(&[1, 2, 3]), membership_of(&[1, 2, 3, 4]));
+        assert!(admits_peer(&applied, Some(&in_log), 4), "the leader the log names");
+        assert!(admits_peer(&applied, Some(&in_log), 2), "a member of both");
+        assert!(!admits_peer(&applied, None, 4), "before Raft runs, only the applied membership counts");
+        assert!(!admits_peer(&applied, Some(&in_log), 5), "a node neither names");
+        let unjoined = Membership::default();
+        assert!(admits_peer(&unjoined, None, 9), "a new replica, before any leader reached it");
+    }
 }

@@ -196,21 +196,13 @@ fn decode_slot(bytes: &[u8]) -> Option<(u64, RaftState)> {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::{BTreeMap, BTreeSet};
-
     use super::*;
-    use crate::cluster::types::ShardNode;
+    use crate::cluster::types::membership_of;
 
     fn dir(tag: &str) -> PathBuf {
         let dir = std::env::temp_dir().join(format!("ferrite-raft-state-{}-{tag}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         dir
-    }
-
-    fn membership(ids: &[u64]) -> Membership {
-        let nodes: BTreeMap<u64, ShardNode> =
-            ids.iter().map(|id| (*id, ShardNode { peer: format!("p{id}"), ..ShardNode::default() })).collect();
-        Membership::new(vec![ids.iter().copied().collect::<BTreeSet<_>>()], nodes).expect("valid")
     }
 
     /// What is saved is what the next open reads, through any number of saves; a slot torn by a
@@ -225,9 +217,9 @@ mod tests {
             committed: Some(log_id(3, 10)),
             purged: None,
             cluster_id: "c-1".into(),
-            memberships: vec![(log_id(1, 1), membership(&[1, 2, 3]))],
+            memberships: vec![(log_id(1, 1), membership_of(&[1, 2, 3]))],
             installing: Some(log_id(2, 7)),
-            first_entry: Some((log_id(0, 0), Some(membership(&[1, 2])))),
+            first_entry: Some((log_id(0, 0), Some(membership_of(&[1, 2])))),
         };
         file.save(first.clone()).expect("save");
         let second =

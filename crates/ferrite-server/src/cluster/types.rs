@@ -66,3 +66,11 @@ pub type StoredMembership = openraft::type_config::alias::StoredMembershipOf<C>;
 pub fn log_id(term: u64, index: u64) -> LogId {
     openraft::LogId::new_term_index(term, index)
 }
+
+/// A membership of one voter set, `ids`, each with a node of placeholder addresses: for tests.
+#[cfg(test)]
+pub(crate) fn membership_of(ids: &[u64]) -> Membership {
+    let nodes: std::collections::BTreeMap<u64, ShardNode> =
+        ids.iter().map(|id| (*id, ShardNode { peer: format!("p{id}"), ..ShardNode::default() })).collect();
+    Membership::new(vec![ids.iter().copied().collect()], nodes).expect("valid")
+}

@@ -217,10 +217,10 @@ fn a_halted_shard_answers_nothing() {
 }
 
 /// `async` writes are answered without waiting for the disk, and their connection reads on until
-/// more than a bound of log waits for it untaken (with no batch on its way to the disk, the
-/// backlog past the first bound is only handed to the log to write): from then on each one makes
-/// its connection wait for its record to be written, so a client writing faster than the disk
-/// cannot grow the log's buffer without bound. The waits are for the write, never for the sync.
+/// more than a bound of log waits for it untaken (the backlog past a first, lower bound is only
+/// handed to the log to write): from then on each one makes its connection wait for its record
+/// to be written (here no batch is on its way), so a client writing faster than the disk cannot
+/// grow the log's buffer without bound. The waits are for the write, never for the sync.
 #[test]
 fn async_writes_wait_once_the_log_has_too_much_waiting() {
     let (mut state, dir) = durable_shard("backpressure");
