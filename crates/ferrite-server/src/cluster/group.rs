@@ -17,7 +17,7 @@ use tokio::sync::{watch, Notify};
 
 use super::handshake::PeerSecret;
 use super::log_store::{complete_flushes, ShardLog};
-use super::network::{serve_peers, PeerContext, PeerIdentity, PeerNetwork, ShardRaft};
+use super::network::{serve_peers, FirstReadable, PeerContext, PeerIdentity, PeerNetwork, ShardRaft};
 use super::replication::Role;
 use super::snapshot::SnapshotStore;
 use super::state_machine::ShardMachine;
@@ -135,7 +135,13 @@ pub(crate) async fn run(
         local_durable.map(|(wal, batches)| tokio::task::spawn_local(complete_flushes(log.flushes(), wal, batches)));
     let config = raft_config(&settings).map_err(std::io::Error::other)?;
     let machine = ShardMachine::new(Rc::clone(&shard), snapshots);
-    let network = PeerNetwork { identity };
+    let first_readable = {
+        let shard = Rc::clone(&shard);
+        FirstReadable(Rc::new(move || {
+            shard.borrow().replication.as_ref().map_or(0, |replication| replication.first_readable())
+        }))
+    };
+    let network = PeerNetwork { identity, first_readable };
     let raft = ShardRaft::new(settings.node_id, config, network, log, machine).await.map_err(std::io::Error::other)?;
     *raft_cell.borrow_mut() = Some(raft.clone());
     let (proposals, confirmations) = match shard.borrow_mut().replication.as_mut() {

@@ -163,9 +163,11 @@ impl RaftLogReader<C> for ShardLog {
     /// one append request stays a bounded frame.
     ///
     /// A range that begins before the first entry still held (the leader purged its log while a
-    /// replication stream was about to send from there) gets no entries: openraft sends a
-    /// heartbeat and chooses again (a snapshot), where the entries after the purge would have
-    /// followed `start - 1` with a hole between them.
+    /// replication stream was about to send from there) gets no entries, where the entries after
+    /// the purge would have followed `start - 1` with a hole between them. openraft's stream then
+    /// sends an empty request from the same place, again and again; the replication client fails
+    /// it (`network.rs`, `follows_purged_entries`), which ends the stream, and the leader chooses
+    /// again: a snapshot.
     async fn limited_get_log_entries(&mut self, start: u64, end: u64) -> Result<Vec<Entry>, io::Error> {
         let purged = {
             let shard = self.shard.borrow();

@@ -55,15 +55,40 @@ pub(crate) struct PeerIdentity {
 #[derive(Debug, Clone)]
 pub(crate) struct PeerNetwork {
     pub identity: PeerIdentity,
+    pub first_readable: FirstReadable,
+}
+
+/// The first log index this replica can still read (the one after the last it purged), read
+/// when a client sends.
+#[derive(Clone)]
+pub(crate) struct FirstReadable(pub Rc<dyn Fn() -> u64>);
+
+impl std::fmt::Debug for FirstReadable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "FirstReadable({})", (self.0)())
+    }
 }
 
 impl RaftNetworkFactory<C> for PeerNetwork {
     type Network = PeerClient;
 
     async fn new_client(&mut self, target: u64, node: &ShardNode) -> PeerClient {
+        self.client(target, node, Some(self.first_readable.clone()))
+    }
+
+    /// Heartbeats carry no entries from the follower's matching place, which may lie before the
+    /// purge while the follower waits for its snapshot: they still go, so it hears its leader.
+    async fn new_heartbeat_client(&mut self, target: u64, node: &ShardNode) -> PeerClient {
+        self.client(target, node, None)
+    }
+}
+
+impl PeerNetwork {
+    fn client(&self, target: u64, node: &ShardNode, first_readable: Option<FirstReadable>) -> PeerClient {
         PeerClient {
             address: shard_address(&node.peer, usize::from(self.identity.group)),
             identity: self.identity.clone(),
+            first_readable,
             target,
             stream: None,
             next_id: 1,
@@ -77,6 +102,8 @@ pub(crate) struct PeerClient {
     /// The peer's listener for this group; `None` if its address is not one.
     address: Option<String>,
     identity: PeerIdentity,
+    /// For a replication client: what it may send from (see [`follows_purged_entries`]).
+    first_readable: Option<FirstReadable>,
     target: u64,
     stream: Option<TcpStream>,
     next_id: u64,
@@ -196,6 +223,14 @@ fn decode<T>(body: &[u8], get: impl FnOnce(&mut Reader<'_>) -> Result<T, Malform
     Ok(value)
 }
 
+/// Whether `rpc` carries no entries from a place whose next entries this leader has purged
+/// (`first_readable` is the first it still holds): what openraft's replication stream sends
+/// when the log it was replicating from was purged under it.
+fn follows_purged_entries(rpc: &AppendEntriesRequest<C>, first_readable: u64) -> bool {
+    let next = rpc.prev_log_id.as_ref().map_or(0, |id| id.index + 1);
+    rpc.entries.is_empty() && next < first_readable
+}
+
 impl RaftNetworkV2<C> for PeerClient {
     type SnapshotData = SnapshotFiles;
 
@@ -204,6 +239,16 @@ impl RaftNetworkV2<C> for PeerClient {
         rpc: AppendEntriesRequest<C>,
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<C>, RPCError<C>> {
+        if self.first_readable.as_ref().is_some_and(|first| follows_purged_entries(&rpc, (first.0)())) {
+            // The stream stalled on a purge: openraft's stream, given no entries, sends a
+            // heartbeat from the same place for good, which a follower that installed a later
+            // snapshot accepts. Failing the call ends the stream, and the leader decides again:
+            // a snapshot, since what follows this place is purged.
+            return Err(RPCError::Network(NetworkError::from_string(format!(
+                "the entries after {} are purged: the follower needs a snapshot",
+                rpc.prev_log_id.as_ref().map_or(0, |id| id.index)
+            ))));
+        }
         // A follower answers once the entries are durable: allow a group commit or two beyond
         // the soft deadline.
         let timeout = option.soft_ttl().max(Duration::from_millis(200)) * 4;
@@ -492,4 +537,36 @@ fn write_chunk(path: &std::path::Path, offset: u64, data: &[u8]) -> io::Result<(
         file.sync_all()?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use openraft::EntryPayload;
+
+    use super::*;
+    use crate::cluster::types::{log_id, Entry};
+
+    fn append(prev: Option<u64>, entries: u64) -> AppendEntriesRequest<C> {
+        let first = prev.map_or(0, |index| index + 1);
+        AppendEntriesRequest {
+            vote: Vote::new_committed(2, 1),
+            prev_log_id: prev.map(|index| log_id(2, index)),
+            leader_commit: None,
+            entries: (first..first + entries)
+                .map(|index| Entry { log_id: log_id(2, index), payload: EntryPayload::Blank })
+                .collect(),
+        }
+    }
+
+    /// The stalled stream's request (no entries from a place whose next entries are purged) is
+    /// told apart from a request that carries entries, and from one that follows a place the
+    /// leader still holds the next entries of.
+    #[test]
+    fn a_request_from_before_the_purge_with_no_entries_is_the_stalled_stream() {
+        assert!(follows_purged_entries(&append(Some(240), 0), 300), "the next entry, 241, is purged");
+        assert!(follows_purged_entries(&append(None, 0), 300), "from the log's start, purged");
+        assert!(!follows_purged_entries(&append(Some(299), 0), 300), "300 is the first still held");
+        assert!(!follows_purged_entries(&append(Some(240), 3), 300), "entries were read: not stalled");
+        assert!(!follows_purged_entries(&append(None, 0), 0), "nothing purged");
+    }
 }
