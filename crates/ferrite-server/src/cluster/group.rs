@@ -84,12 +84,17 @@ pub(crate) async fn run(
         let shard = Rc::clone(&shard);
         let raft_cell = Rc::clone(&raft_cell);
         Rc::new(move |from: u64| {
-            let raft = raft_cell.borrow();
-            let metrics = raft.as_ref().map(|raft| raft.metrics().borrow_watched().clone());
-            let in_log = metrics.as_ref().map(|metrics| metrics.membership_config.membership());
             let state = shard.borrow();
             let Some(replication) = state.replication.as_ref() else { return false };
-            admits_peer(replication.membership.membership(), in_log, from)
+            let applied = replication.membership.membership();
+            match raft_cell.borrow().as_ref() {
+                Some(raft) => {
+                    let metrics = raft.metrics();
+                    let metrics = metrics.borrow_watched();
+                    admits_peer(applied, Some(metrics.membership_config.membership()), from)
+                }
+                None => admits_peer(applied, None, from),
+            }
         })
     };
     let cluster = Rc::new(Cell::new(shard.borrow().replication.as_ref().map_or(0, |r| r.cluster_id())));
