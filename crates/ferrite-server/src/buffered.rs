@@ -11,6 +11,7 @@
 
 use std::cell::{Cell, RefCell};
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
@@ -58,6 +59,36 @@ pub(crate) enum Next {
     /// Write what is buffered, then wait for this answer (a plugin call's, or a lock's release),
     /// write it, and go on answering the requests already buffered.
     Wait(Arc<Completion>),
+    /// The rest of the request being answered goes straight where it belongs, not through the
+    /// read buffer: read it with [`Protocol::poll_receive`], then answer again.
+    Receive,
+}
+
+/// A client protocol on the socket loop.
+pub(crate) trait Protocol {
+    /// Consumes complete requests from `buffers.read`, appends their responses to
+    /// `buffers.write` (large values through the [`WriteThrough`] it is given, which may send
+    /// them at once), and says what the log must reach before they are sent and before more is
+    /// read ([`LogWaits`]), and how many requests of each kind it answered.
+    fn answer(&mut self, buffers: &mut Buffers, through: &WriteThrough<'_>) -> (Next, LogWaits, BatchOps);
+
+    /// Reads what the socket has of the request that [`Next::Receive`] announced straight into
+    /// its destination: the bytes read, 0 if the peer closed.
+    fn poll_receive(&mut self, cx: &mut Context<'_>, stream: &mut ClientStream) -> Poll<std::io::Result<usize>>;
+}
+
+/// A protocol whose requests all come through the read buffer: a function answering them.
+impl<F> Protocol for F
+where
+    F: FnMut(&mut Buffers, &WriteThrough<'_>) -> (Next, LogWaits, BatchOps),
+{
+    fn answer(&mut self, buffers: &mut Buffers, through: &WriteThrough<'_>) -> (Next, LogWaits, BatchOps) {
+        self(buffers, through)
+    }
+
+    fn poll_receive(&mut self, _: &mut Context<'_>, _: &mut ClientStream) -> Poll<std::io::Result<usize>> {
+        Poll::Ready(Err(std::io::Error::other("this protocol reads every request through its buffer")))
+    }
 }
 
 /// The answers a connection has coming while it goes on answering other requests (native
@@ -174,19 +205,16 @@ fn earliest(first: Option<Instant>, second: Option<Instant>) -> Option<Instant> 
     }
 }
 
-/// Runs the loop until the peer hangs up, `answer` says to close, or the shard stops. `answer`
-/// consumes complete requests from `buffers.read`, appends their responses to `buffers.write`
-/// (large values through the [`WriteThrough`] it is given, which may send them at once),
-/// and says what the log must reach before they are sent and before more is read
-/// ([`LogWaits`]), and how many requests of each kind it answered; `gate` waits for the log. A batch's latency runs from the read that
-/// brought its requests to the write of its responses.
+/// Runs the loop until the peer hangs up, `protocol` says to close, or the shard stops; `gate`
+/// waits for the log. A batch's latency runs from the read that brought its requests (the last
+/// bytes of them) to the write of its responses.
 pub(crate) async fn drive(
     socket: Socket<'_>,
     shutdown: &mut watch::Receiver<bool>,
     buffers: &mut Buffers,
     mut gate: Option<DurableGate>,
     deferred: &Deferred,
-    mut answer: impl FnMut(&mut Buffers, &WriteThrough<'_>) -> (Next, LogWaits, BatchOps),
+    protocol: &mut impl Protocol,
 ) -> std::io::Result<Ended> {
     let mut next = Next::Read;
     let mut batch_read = Instant::now();
@@ -196,29 +224,42 @@ pub(crate) async fn drive(
             moved_since_yield = 0;
             tokio::task::yield_now().await;
         }
-        if matches!(next, Next::Read) {
+        if matches!(next, Next::Read | Next::Receive) {
             let waiting = deferred.pending.borrow().len();
             // A client waiting for its answers (plugin calls) is not idle.
             let deadline = socket.read_deadline().filter(|_| waiting == 0);
-            // A clock read only for a connection holding large buffers: most never do.
-            let mut give_back_at = buffers.holds_spare().then(|| Instant::now() + SPARE_BUFFERS_KEPT_FOR);
-            let read = loop {
-                if buffers.read.capacity() - buffers.read.len() < buffers.read_chunk_bytes / 4 {
-                    buffers.read.reserve(buffers.read_chunk_bytes);
-                }
-                let give_back = give_back_at.filter(|_| buffers.holds_spare());
-                break tokio::select! {
+            let read = if matches!(next, Next::Receive) {
+                let received = tokio::select! {
                     biased;
                     _ = shutdown.wait_for(|stop| *stop) => return Ok(Ended::ShuttingDown),
                     () = deferred.notify.notified(), if waiting > 0 => None,
-                    read = socket.stream.read_buf(&mut buffers.read), if waiting < socket.in_flight_max => Some(read?),
+                    received = std::future::poll_fn(|cx| protocol.poll_receive(cx, socket.stream)) => Some(received?),
                     () = sleep_until(deadline), if deadline.is_some() => return Ok(Ended::TimedOut),
-                    () = sleep_until(give_back), if give_back.is_some() => {
-                        buffers.give_back_spare();
-                        give_back_at = None;
-                        continue;
-                    }
                 };
+                // Counted here: these bytes pass through no buffer, where the others are counted.
+                moved_since_yield += received.unwrap_or(0);
+                received
+            } else {
+                // A clock read only for a connection holding large buffers: most never do.
+                let mut give_back_at = buffers.holds_spare().then(|| Instant::now() + SPARE_BUFFERS_KEPT_FOR);
+                loop {
+                    if buffers.read.capacity() - buffers.read.len() < buffers.read_chunk_bytes / 4 {
+                        buffers.read.reserve(buffers.read_chunk_bytes);
+                    }
+                    let give_back = give_back_at.filter(|_| buffers.holds_spare());
+                    break tokio::select! {
+                        biased;
+                        _ = shutdown.wait_for(|stop| *stop) => return Ok(Ended::ShuttingDown),
+                        () = deferred.notify.notified(), if waiting > 0 => None,
+                        read = socket.stream.read_buf(&mut buffers.read), if waiting < socket.in_flight_max => Some(read?),
+                        () = sleep_until(deadline), if deadline.is_some() => return Ok(Ended::TimedOut),
+                        () = sleep_until(give_back), if give_back.is_some() => {
+                            buffers.give_back_spare();
+                            give_back_at = None;
+                            continue;
+                        }
+                    };
+                }
             };
             match read {
                 Some(0) => return Ok(Ended::PeerClosed),
@@ -239,7 +280,7 @@ pub(crate) async fn drive(
         let (waits, ops);
         let unanswered = buffers.read.len();
         let through = WriteThrough::new(socket.stream, gate.as_ref(), socket.traffic);
-        (next, waits, ops) = answer(buffers, &through);
+        (next, waits, ops) = protocol.answer(buffers, &through);
         moved_since_yield += unanswered - buffers.read.len() + buffers.write.len() + through.written();
         if let Some(ended) =
             send(socket.stream, socket.traffic, shutdown, gate.as_mut(), waits.durable, &mut buffers.write).await?
@@ -431,7 +472,7 @@ mod tests {
         let mut buffers = Buffers::new(64 * 1024);
         let capacity_before_last = Cell::new(0);
         let mut asked = 0;
-        let ended = drive(socket, &mut shutdown, &mut buffers, None, &Deferred::default(), |buffers, _| {
+        let mut answer = |buffers: &mut Buffers, _: &WriteThrough<'_>| {
             while !buffers.read.is_empty() {
                 let large = buffers.read[0] == b'?';
                 buffers.read.advance(1);
@@ -442,9 +483,9 @@ mod tests {
                 buffers.write.extend_from_slice(&vec![0; if large { 1 << 20 } else { 1 }]);
             }
             (Next::Read, LogWaits::default(), BatchOps::default())
-        })
-        .await
-        .expect("served");
+        };
+        let ended =
+            drive(socket, &mut shutdown, &mut buffers, None, &Deferred::default(), &mut answer).await.expect("served");
         client.await.expect("client");
         assert_eq!(ended, Ended::PeerClosed);
         capacity_before_last.get()

@@ -3,18 +3,23 @@
 //! before any buffer grows for its body; an oversized body is skipped, not buffered.
 
 use std::cell::{Cell, RefCell};
+use std::io;
+use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::Arc;
+use std::task::{ready, Context, Poll};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-use bytes::Buf;
-use ferrite_proto::{Header, HEADER_BYTES};
+use bytes::{Buf, BytesMut};
+use ferrite_proto::{Header, Opcode, HEADER_BYTES};
+use tokio::io::{AsyncRead, ReadBuf};
 use tokio::sync::watch;
 use tracing::debug;
 
-use crate::buffered::{self, Buffers, Deferred, Ended, Next, WRITE_FLUSH_BYTES};
+use crate::buffered::{self, Buffers, Deferred, Ended, LogWaits, Next, WRITE_FLUSH_BYTES};
 use crate::handler::{Flow, ShardState};
 use crate::session::Session;
+use crate::stats::BatchOps;
 use crate::stream::ClientStream;
 use crate::write_through::WriteThrough;
 
@@ -27,11 +32,77 @@ const READ_CHUNK_BYTES: usize = 64 * 1024;
 /// about one piece.
 const BATCH_REQUEST_BYTES_MAX: usize = 1024 * 1024;
 
+/// A direct put's piece at least this long, whose frame has not all arrived, is read from the
+/// socket straight into the staged value's pool memory rather than into the read buffer and
+/// copied from there (see [`Framing::receive_in_place`]). Shorter ones gain nothing worth a turn
+/// of the loop per read.
+const IN_PLACE_PIECE_BYTES_MIN: usize = 64 * 1024;
+
+/// The fields of a `direct_write` body before its bytes: transfer, offset, length.
+const DIRECT_WRITE_FIELDS_BYTES: usize = 8 + 8 + 4;
+
 struct Framing {
     session: Session,
     /// Body bytes of a rejected oversized frame still to be skipped.
     discard: usize,
     frame_body_max: usize,
+    /// The piece being read in place, if one is.
+    receiving: Option<PieceInPlace>,
+}
+
+/// A direct put's piece read from the socket into the staged value's memory
+/// ([`ShardState::staged_piece_mut`]), answered once all of it is there.
+#[derive(Debug)]
+struct PieceInPlace {
+    request_id: u64,
+    transfer: u64,
+    offset: u64,
+    len: usize,
+    received: usize,
+    frame_len: usize,
+}
+
+/// The native protocol on the socket loop: its framing, and the shard it answers from.
+struct Native<'a> {
+    framing: Framing,
+    shard: &'a RefCell<ShardState>,
+    handshaken: &'a Cell<bool>,
+    staging: &'a Cell<bool>,
+    deferred: &'a Deferred,
+}
+
+impl buffered::Protocol for Native<'_> {
+    fn answer(&mut self, buffers: &mut Buffers, through: &WriteThrough<'_>) -> (Next, LogWaits, BatchOps) {
+        let mut shard = self.shard.borrow_mut();
+        let next = self.framing.answer_buffered(&mut shard, buffers, through);
+        self.handshaken.set(self.framing.session.handshaken);
+        self.staging.set(self.framing.session.transfers.stages_any());
+        shard.submit_soon();
+        shard.low_load_poll.answered();
+        self.deferred.pending.borrow_mut().append(&mut self.framing.session.deferred);
+        let session = &mut self.framing.session;
+        (next, session.take_log_waits(), std::mem::take(&mut session.batch_ops))
+    }
+
+    /// Reads into the pool memory the shard lends for the piece, asked again at every read: the
+    /// shard's other clients run between two reads, and nothing is held across them.
+    fn poll_receive(&mut self, cx: &mut Context<'_>, stream: &mut ClientStream) -> Poll<io::Result<usize>> {
+        let Framing { receiving, session, .. } = &mut self.framing;
+        let Some(piece) = receiving.as_mut() else {
+            return Poll::Ready(Err(io::Error::other("no piece is being read in place")));
+        };
+        let mut shard = self.shard.borrow_mut();
+        // Only this session can end its transfer or close its pool, and it is reading: the memory
+        // stays lent unless the shard stopped, which ends the connection.
+        let Some(lent) = shard.staged_piece_mut(piece.transfer, piece.offset, piece.len, session) else {
+            return Poll::Ready(Err(io::Error::other("the value a piece was being read into is gone")));
+        };
+        let mut unread = ReadBuf::new(&mut lent[piece.received..]);
+        ready!(Pin::new(stream).poll_read(cx, &mut unread))?;
+        let read = unread.filled().len();
+        piece.received += read;
+        Poll::Ready(Ok(read))
+    }
 }
 
 /// Serves one client until it disconnects, misbehaves beyond recovery, or the shard shuts down.
@@ -42,7 +113,7 @@ pub(crate) async fn serve(
 ) {
     let peer = stream.peer_addr().ok();
     let frame_body_max = shard.borrow().limits.frame_body_bytes_max();
-    let mut framing = Framing { session: Session::default(), discard: 0, frame_body_max };
+    let mut framing = Framing { session: Session::default(), discard: 0, frame_body_max, receiving: None };
     // Checked against the users when the client says hello.
     framing.session.certificate = stream.peer_certificate_fingerprint();
     let mut buffers = Buffers::new(READ_CHUNK_BYTES);
@@ -65,18 +136,8 @@ pub(crate) async fn serve(
         staging_idle: admission.staging_idle,
         in_flight_max: usize::try_from(admission.in_flight_max).unwrap_or(usize::MAX),
     };
-    let ended = buffered::drive(socket, &mut shutdown, &mut buffers, gate, &deferred, |buffers, through| {
-        let mut shard = shard.borrow_mut();
-        let next = framing.answer_buffered(&mut shard, buffers, through);
-        handshaken.set(framing.session.handshaken);
-        staging.set(framing.session.transfers.stages_any());
-        shard.submit_soon();
-        shard.low_load_poll.answered();
-        deferred.pending.borrow_mut().append(&mut framing.session.deferred);
-        let session = &mut framing.session;
-        (next, session.take_log_waits(), std::mem::take(&mut session.batch_ops))
-    })
-    .await;
+    let mut native = Native { framing, shard: &shard, handshaken: &handshaken, staging: &staging, deferred: &deferred };
+    let ended = buffered::drive(socket, &mut shutdown, &mut buffers, gate, &deferred, &mut native).await;
     if matches!(ended, Ok(Ended::TimedOut)) {
         shard.borrow_mut().stats.clients_timed_out += 1;
     }
@@ -84,7 +145,7 @@ pub(crate) async fn serve(
         Ok(ended) => debug!(?peer, ?ended, "connection closed"),
         Err(error) => debug!(?peer, %error, "connection failed"),
     }
-    shard.borrow_mut().end_session(&mut framing.session);
+    shard.borrow_mut().end_session(&mut native.framing.session);
 }
 
 impl Framing {
@@ -94,6 +155,23 @@ impl Framing {
         let now_ns = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
         let Buffers { read, write, .. } = buffers;
         let mut answered_bytes = 0;
+        if let Some(piece) = self.receiving.take_if(|piece| piece.received == piece.len) {
+            answered_bytes += piece.frame_len;
+            let flow = shard.answer_piece_in_place(
+                piece.request_id,
+                piece.transfer,
+                piece.offset,
+                piece.len as u64,
+                &mut self.session,
+                write,
+            );
+            if matches!(flow, Flow::Close) {
+                return Next::Close;
+            }
+        }
+        if self.receiving.is_some() {
+            return Next::Receive;
+        }
         loop {
             if answered_bytes >= BATCH_REQUEST_BYTES_MAX {
                 return Next::Flush;
@@ -123,6 +201,9 @@ impl Framing {
             }
             let frame_len = HEADER_BYTES + body_len;
             if read.len() < frame_len {
+                if self.receive_in_place(shard, &header, read) {
+                    return Next::Receive;
+                }
                 read.reserve(frame_len - read.len());
                 return Next::Read;
             }
@@ -141,5 +222,35 @@ impl Framing {
                 }
             }
         }
+    }
+
+    /// Starts reading the frame `header` begins straight into pool memory, if it is a direct
+    /// put's piece of at least [`IN_PLACE_PIECE_BYTES_MIN`] whose fields have arrived and whose
+    /// staged value lends the memory its bytes go to ([`ShardState::staged_piece_mut`]): the
+    /// bytes of it already read are copied there and leave the read buffer, which the frame's
+    /// arrived part filled to its end. Anything else about the frame (flags, a length that does
+    /// not match its body, a piece the put would refuse) leaves it to come whole, and be
+    /// answered as it deserves.
+    fn receive_in_place(&mut self, shard: &mut ShardState, header: &Header, read: &mut BytesMut) -> bool {
+        let body_len = header.body_len as usize;
+        if header.opcode != Opcode::DirectWrite as u16 || header.flags != 0 || body_len < IN_PLACE_PIECE_BYTES_MIN {
+            return false;
+        }
+        let Some(fields) = read.get(HEADER_BYTES..HEADER_BYTES + DIRECT_WRITE_FIELDS_BYTES) else { return false };
+        let field = |at: usize| u64::from_le_bytes(fields[at..at + 8].try_into().expect("eight bytes"));
+        let (transfer, offset) = (field(0), field(8));
+        let len = u32::from_le_bytes(fields[16..20].try_into().expect("four bytes")) as usize;
+        if DIRECT_WRITE_FIELDS_BYTES + len != body_len {
+            return false;
+        }
+        let Some(lent) = shard.staged_piece_mut(transfer, offset, len, &self.session) else { return false };
+        let arrived = &read[HEADER_BYTES + DIRECT_WRITE_FIELDS_BYTES..];
+        lent[..arrived.len()].copy_from_slice(arrived);
+        let received = arrived.len();
+        read.clear();
+        let frame_len = HEADER_BYTES + body_len;
+        self.receiving =
+            Some(PieceInPlace { request_id: header.request_id, transfer, offset, len, received, frame_len });
+        true
     }
 }

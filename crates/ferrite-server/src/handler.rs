@@ -633,12 +633,11 @@ impl ShardState {
         self.authorize(request, session)
     }
 
-    pub(crate) fn execute<'s>(
-        &'s mut self,
-        request: Request<'_>,
-        session: &mut Session,
-        now_ns: u64,
-    ) -> Result<Response<'s>, Failure> {
+    /// What every request passes before it runs: the shard is not stopped, the session has shaken
+    /// hands (unless this is its hello), the request is within the limits, the session holds the
+    /// rights it needs, and a replica leads the group where the request must run on its leader.
+    /// Counts the request, on its pool too.
+    fn admit(&mut self, request: &Request<'_>, session: &mut Session) -> Result<(), Failure> {
         self.refuse_if_halted()?;
         if !session.handshaken && !matches!(request, Request::Hello { .. }) {
             return Err(Failure::closing(
@@ -646,12 +645,21 @@ impl ShardState {
                 "the first message on a connection must be hello",
             ));
         }
-        let op = Op::of(&request);
+        let op = Op::of(request);
         session.batch_ops[op as usize] += 1;
-        self.count_pool_request(pool_of(&request), op);
+        self.count_pool_request(pool_of(request), op);
         request.check(&self.limits)?;
-        self.authorize(&request, session)?;
-        self.refuse_unless_leading(&request)?;
+        self.authorize(request, session)?;
+        self.refuse_unless_leading(request)
+    }
+
+    pub(crate) fn execute<'s>(
+        &'s mut self,
+        request: Request<'_>,
+        session: &mut Session,
+        now_ns: u64,
+    ) -> Result<Response<'s>, Failure> {
+        self.admit(&request, session)?;
         match request {
             Request::Hello { version, .. } => self.hello(version, session),
             Request::CreatePool { name, size_bytes, expected_objects, flags, plugins } => {
@@ -768,7 +776,9 @@ impl ShardState {
             Request::PutDirect { pool, flags, transfer, length, key } => {
                 self.put_direct(pool, flags, transfer, length, key, session)
             }
-            Request::DirectWrite { transfer, offset, bytes } => self.direct_write(transfer, offset, bytes, session),
+            Request::DirectWrite { transfer, offset, bytes } => {
+                self.direct_write(transfer, offset, direct::Piece::Bytes(bytes), session)
+            }
             Request::GetDirect { pool, transfer, key } => self.get_direct(pool, transfer, key, session),
             Request::DirectRead { transfer, offset, length } => self.direct_read(transfer, offset, length, session),
             Request::EndTransfer { transfer, flags } => self.end_transfer(transfer, flags, session, now_ns),

@@ -82,6 +82,7 @@ pub(crate) struct ShardSnapshot {
     pub direct_transfers: u64,
     pub direct_bytes_in: u64,
     pub direct_bytes_out: u64,
+    pub direct_bytes_in_place: u64,
     pub connections: u64,
     pub connections_accepted: u64,
     pub connections_refused: u64,
@@ -133,6 +134,7 @@ impl ShardState {
             direct_transfers: stats.direct_transfers,
             direct_bytes_in: stats.direct_bytes_in,
             direct_bytes_out: stats.direct_bytes_out,
+            direct_bytes_in_place: stats.direct_bytes_in_place,
             connections: stats.clients,
             connections_accepted: stats.clients_total,
             connections_refused: stats.clients_refused,
@@ -266,6 +268,12 @@ impl Collector for Scrape {
         self.family(&mut encoder, "ferrite_direct_sent_bytes", "Value bytes sent by direct reads.", |s| {
             vec![(shard_labels(s), counter(s.direct_bytes_out))]
         })?;
+        self.family(
+            &mut encoder,
+            "ferrite_direct_received_in_place_bytes",
+            "Value bytes of direct puts read from the socket straight into pool memory.",
+            |s| vec![(shard_labels(s), counter(s.direct_bytes_in_place))],
+        )?;
         self.family(&mut encoder, "ferrite_connections_accepted", "Client connections accepted.", |s| {
             vec![(shard_labels(s), counter(s.connections_accepted))]
         })?;

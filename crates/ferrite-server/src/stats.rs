@@ -78,6 +78,8 @@ pub(crate) struct ShardStats {
     pub direct_transfers: u64,
     pub direct_bytes_in: u64,
     pub direct_bytes_out: u64,
+    /// Of `direct_bytes_in`, those a connection read from its socket straight into pool memory.
+    pub direct_bytes_in_place: u64,
 }
 
 impl ShardStats {
@@ -102,6 +104,7 @@ impl ShardStats {
             direct_transfers: 0,
             direct_bytes_in: 0,
             direct_bytes_out: 0,
+            direct_bytes_in_place: 0,
         }
     }
 
@@ -152,6 +155,7 @@ impl ShardStats {
             ("direct_transfers", self.direct_transfers),
             ("direct_bytes_in", self.direct_bytes_in),
             ("direct_bytes_out", self.direct_bytes_out),
+            ("direct_bytes_in_place", self.direct_bytes_in_place),
             ("pools", pools.pools),
             ("objects", pools.objects),
             ("memory_bytes", pools.memory_bytes),

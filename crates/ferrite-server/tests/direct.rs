@@ -431,3 +431,92 @@ fn an_idle_direct_read_stops_holding_its_key() {
     answer(&mut raw, 7, &Request::GetDirect { pool: handle, transfer: 1, key: b"k" }).expect("a new read");
     assert_eq!(pool.get("k").expect("get"), b"new");
 }
+
+/// Opens direct put 1 of `key` with `length` bytes on a fresh raw session of `pool_name`.
+fn raw_put_opened(server: &TestServer, pool_name: &str, key: &[u8], length: u64) -> RawClient {
+    let mut raw = RawClient::handshaken(server.addr(0));
+    let handle = raw.open_pool(2, pool_name);
+    let open = Request::PutDirect { pool: handle, flags: PutFlags::NONE, transfer: 1, length, key };
+    answer(&mut raw, 3, &open).expect("opened");
+    raw
+}
+
+/// Waits (a few seconds at most) until the pool's used bytes are `used`: a session the client
+/// left ends on the server's side a moment later.
+fn wait_for_used_bytes(pool: &blocking::Pool, used: u64) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let now_used = pool.pool_attributes().expect("attributes").used_bytes;
+        if now_used == used {
+            return;
+        }
+        assert!(Instant::now() < deadline, "the staged value was not freed: {now_used} bytes used, {used} expected");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A large piece is read from the socket straight into the staged value's memory as it arrives
+/// (counted in `direct_bytes_in_place`), in however many writes its client makes, and the
+/// requests sent in the same write as its last bytes are answered after it. A client that hangs
+/// up or goes silent half way through such a piece leaves the key's old value and gives its
+/// room back; a large piece the put refuses (misplaced, past the value) gets its error, and the
+/// connection goes on.
+#[test]
+fn large_pieces_are_read_into_pool_memory_as_they_arrive() {
+    let server = TestServer::builder().config("direct_read_idle_ms", 1000).start();
+    let session = blocking::Session::connect(&server.addr_string()).expect("connect");
+    let pool = pool(&session, "in-place", 64 << 20);
+    let value = pattern(7, 3 << 20);
+    let mut raw = raw_put_opened(&server, "in-place", b"k", value.len() as u64);
+    let piece = |request_id, n: usize| {
+        let bytes = &value[n << 20..(n + 1) << 20];
+        wire::encode(request_id, &Request::DirectWrite { transfer: 1, offset: (n << 20) as u64, bytes })
+    };
+    for chunk in piece(4, 0).chunks(100_003) {
+        raw.send_bytes(chunk);
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    raw.read_frame().expect_ok(4);
+    let mut rest = [piece(5, 1), piece(6, 2)].concat();
+    rest.extend(wire::encode(7, &Request::EndTransfer { transfer: 1, flags: ferrite_proto::EndTransferFlags::COMMIT }));
+    raw.send_bytes(&rest);
+    for request_id in 5..=7 {
+        raw.read_frame().expect_ok(request_id);
+    }
+    assert!(pool.get("k").expect("get") == value, "the value read in place came back whole");
+    let stats = raw.statistics(8);
+    assert_eq!(wire::counter(&stats, "direct_bytes_in_place"), 3 << 20, "every piece was read in place");
+    let used = pool.pool_attributes().expect("attributes").used_bytes;
+
+    // Refused pieces: the put answers them as if they had come whole.
+    let mut refused = raw_put_opened(&server, "in-place", b"k", 1 << 20);
+    let misplaced = Request::DirectWrite { transfer: 1, offset: 5, bytes: &value[..1 << 20] };
+    let error = answer(&mut refused, 4, &misplaced).expect_err("misplaced");
+    assert!(error.contains("expected"), "{error}");
+    let past_the_end = Request::DirectWrite { transfer: 1, offset: 0, bytes: &value[..(1 << 20) + 1] };
+    let error = answer(&mut refused, 5, &past_the_end).expect_err("past the value");
+    assert!(error.contains("pass the value's"), "{error}");
+    answer(&mut refused, 6, &Request::EndTransfer { transfer: 1, flags: ferrite_proto::EndTransferFlags::ABORT })
+        .expect("aborted");
+    assert_eq!(pool.get("k").expect("get").len(), value.len());
+
+    // Half a piece, then the client hangs up; half a piece, then it says nothing more.
+    let replacing = pattern(8, 2 << 20);
+    let half = Request::DirectWrite { transfer: 1, offset: 0, bytes: &replacing[..1 << 20] };
+    let half = &wire::encode(4, &half)[..512 << 10];
+    let mut hangs_up = raw_put_opened(&server, "in-place", b"k", replacing.len() as u64);
+    hangs_up.send_bytes(half);
+    std::thread::sleep(Duration::from_millis(100));
+    drop(hangs_up);
+    wait_for_used_bytes(&pool, used);
+    let mut silent = raw_put_opened(&server, "in-place", b"k", replacing.len() as u64);
+    silent.send_bytes(half);
+    let started = Instant::now();
+    silent.expect_closed();
+    let silence = started.elapsed();
+    assert!(silence >= Duration::from_millis(900) && silence < Duration::from_secs(5), "{silence:?}");
+    wait_for_used_bytes(&pool, used);
+    assert!(pool.get("k").expect("get") == value, "the key kept its value");
+    let stats = raw.statistics(9);
+    assert_eq!(wire::counter(&stats, "direct_bytes_in_place"), 3 << 20, "pieces not answered are not counted");
+}

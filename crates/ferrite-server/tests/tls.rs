@@ -35,6 +35,12 @@ fn tls_serves_clients_that_trust_its_ca_and_turns_away_the_rest() {
     let pool = session.create_pool("secret", PoolOptions::default()).expect("create a pool");
     pool.put(b"key", b"sealed").expect("put over TLS");
     assert_eq!(pool.get(b"key").expect("get over TLS"), b"sealed");
+    // A large value's pieces are decrypted straight into pool memory.
+    let large: Vec<u8> = (0..5u32 << 20).map(|n| (n % 251) as u8).collect();
+    pool.put_direct(b"large", &large).expect("a direct put over TLS");
+    assert!(pool.get(b"large").expect("get over TLS") == large, "the large value came back whole");
+    let in_place = session.statistics().expect("statistics")[0].get("direct_bytes_in_place");
+    assert!(in_place.is_some_and(|bytes| bytes > 0), "pieces read in place over TLS: {in_place:?}");
 
     let error =
         Session::connect_with(&server.addr_string(), options(Some(TlsOptions::with_ca(other.dir.join("ca.pem")))))

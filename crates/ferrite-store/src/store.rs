@@ -333,6 +333,25 @@ pub trait Store: Send {
         assert!(written, "this engine stages values in process memory only");
     }
 
+    /// `len` bytes at `offset` of a staged value, lent so a piece can be read into them straight
+    /// from a socket, one read at a time; [`write_staged_in_place`](Store::write_staged_in_place)
+    /// then logs the piece. `None` where the bytes cannot be lent (a value staged in process
+    /// memory, a backing that lends no memory, a range outside the value): the piece then comes
+    /// through [`write_staged`](Store::write_staged). Nothing refers to a staged value's bytes
+    /// before its commit, so a piece left half read (its client gone) changes nothing a reader,
+    /// a recovery or a checkpoint's user sees.
+    fn staged_piece_mut(&mut self, staged: &StagedValue, offset: u64, len: usize) -> Option<&mut [u8]> {
+        let _ = (staged, offset, len);
+        None
+    }
+
+    /// Logs the `len` bytes at `offset` of a staged value that were read in through
+    /// [`staged_piece_mut`](Store::staged_piece_mut), as [`write_staged`](Store::write_staged)
+    /// logs the bytes it copies. A store that lends nothing (the default) has nothing to log.
+    fn write_staged_in_place(&mut self, staged: &mut StagedValue, offset: u64, len: u64) {
+        let _ = (staged, offset, len);
+    }
+
     /// The most a [`write_staged`](Store::write_staged) of `len` bytes changes.
     fn staged_write_footprint(&self, len: u64) -> WriteFootprint {
         WriteFootprint { bytes: len, ranges: 1 }

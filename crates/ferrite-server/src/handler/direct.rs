@@ -30,6 +30,23 @@ use super::{open_pool, open_pool_mut, put_mode, store_failure, Failure, ShardSta
 use crate::completion::Completion;
 use crate::session::Session;
 
+/// A direct put's piece: the bytes of a request, or the length of bytes the connection read into
+/// the staged value's memory already ([`ShardState::staged_piece_mut`]).
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Piece<'a> {
+    Bytes(&'a [u8]),
+    InPlace(u64),
+}
+
+impl Piece<'_> {
+    fn len(&self) -> u64 {
+        match *self {
+            Piece::Bytes(bytes) => bytes.len() as u64,
+            Piece::InPlace(len) => len,
+        }
+    }
+}
+
 /// Most transfers one session may have open at once: each holds a staged value or a key.
 pub(crate) const TRANSFERS_PER_SESSION_MAX: usize = 64;
 
@@ -290,11 +307,67 @@ impl ShardState {
     }
 
     /// Stages the next piece of direct put `transfer`, logged as it lands.
+    /// The pool memory that `len` bytes at `offset` of direct put `transfer` go to, lent so the
+    /// connection reads a piece of that size straight into it from its socket, one read at a time
+    /// ([`answer_piece_in_place`](Self::answer_piece_in_place) then answers the piece): one copy
+    /// of every value byte fewer than reading it into the connection's buffer first. `None` where
+    /// the piece must come the usual way, as a whole request, which then answers whatever is wrong
+    /// with it: a piece longer than the server's value limit, a transfer that is not an open put,
+    /// a piece not where the put stands or past its value, a pool not open in the session or
+    /// whose memory is not lent, a stopped shard, and a replica of a group, whose requests pass
+    /// the group's gate first.
+    pub(crate) fn staged_piece_mut(
+        &mut self,
+        transfer: u64,
+        offset: u64,
+        len: usize,
+        session: &Session,
+    ) -> Option<&mut [u8]> {
+        if len > self.limits.value_bytes_max as usize || self.halted.is_some() || self.replication.is_some() {
+            return None;
+        }
+        let Some(Transfer::Put(put)) = session.transfers.open.get(&transfer) else { return None };
+        if offset != put.written {
+            return None;
+        }
+        let pool = open_pool_mut(&mut self.pools, session, put.pool).ok()?;
+        pool.store.staged_piece_mut(&put.staged, offset, len)
+    }
+
+    /// Answers a direct put's piece of `len` bytes at `offset` that the connection read into the
+    /// memory [`staged_piece_mut`](Self::staged_piece_mut) lent: the same checks as a piece that
+    /// came whole (the session's rights, the shard's state, the log's room), then the piece is
+    /// logged from where it lies. A piece refused here leaves its bytes unlogged in the staged
+    /// value, which nothing refers to: the client's next piece at the same offset overwrites them.
+    pub(crate) fn answer_piece_in_place(
+        &mut self,
+        request_id: u64,
+        transfer: u64,
+        offset: u64,
+        len: u64,
+        session: &mut Session,
+        out: &mut bytes::BytesMut,
+    ) -> super::Flow {
+        self.stats.requests += 1;
+        self.begin_request();
+        let request = Request::DirectWrite { transfer, offset, bytes: &[] };
+        let outcome = self
+            .admit(&request, session)
+            .and_then(|()| self.direct_write(transfer, offset, Piece::InPlace(len), session));
+        match outcome {
+            Ok(response) => {
+                response.encode(request_id, out);
+                super::Flow::Continue
+            }
+            Err(failure) => self.answer_error(&failure, request_id, out),
+        }
+    }
+
     pub(super) fn direct_write(
         &mut self,
         transfer: u64,
         offset: u64,
-        bytes: &[u8],
+        piece: Piece<'_>,
         session: &mut Session,
     ) -> Result<Response<'static>, Failure> {
         let Some(Transfer::Put(put)) = session.transfers.open.get(&transfer) else {
@@ -307,24 +380,28 @@ impl ShardState {
             ));
         }
         let length = put.staged.len();
-        if bytes.len() as u64 > length - offset {
+        let piece_len = piece.len();
+        if piece_len > length - offset {
             return Err(Failure::new(
                 ErrorCode::InvalidArgument,
-                format!(
-                    "direct put {transfer}: {} bytes at offset {offset} pass the value's {length} bytes",
-                    bytes.len()
-                ),
+                format!("direct put {transfer}: {piece_len} bytes at offset {offset} pass the value's {length} bytes"),
             ));
         }
         let pool = open_pool(&self.pools, session, put.pool)?;
-        self.admit_write(pool.store.staged_write_footprint(bytes.len() as u64))?;
+        self.admit_write(pool.store.staged_write_footprint(piece_len))?;
         let Some(Transfer::Put(put)) = session.transfers.open.get_mut(&transfer) else {
             return Err(no_transfer(transfer, "put"));
         };
         let pool = self.pools.get_mut(put.pool).expect("checked open just above");
-        pool.store.write_staged(&mut put.staged, offset, bytes);
-        put.written += bytes.len() as u64;
-        self.stats.direct_bytes_in += bytes.len() as u64;
+        match piece {
+            Piece::Bytes(bytes) => pool.store.write_staged(&mut put.staged, offset, bytes),
+            Piece::InPlace(len) => {
+                pool.store.write_staged_in_place(&mut put.staged, offset, len);
+                self.stats.direct_bytes_in_place += len;
+            }
+        }
+        put.written += piece_len;
+        self.stats.direct_bytes_in += piece_len;
         // Pieces are acknowledged without waiting for the disk (the commit waits for all of
         // them), unless the log's backlog grows: then the client slows to the disk's pace.
         self.logged(false, session)?;

@@ -102,7 +102,7 @@ pub(crate) async fn serve(
         staging_idle: admission.staging_idle,
         in_flight_max: usize::try_from(admission.in_flight_max).unwrap_or(usize::MAX),
     };
-    let ended = buffered::drive(socket, &mut shutdown, &mut buffers, gate, &in_order, |buffers, through| {
+    let mut answer = |buffers: &mut Buffers, through: &WriteThrough<'_>| {
         let mut shard = shard.borrow_mut();
         let next = connection.answer_buffered(&mut shard, &settings, buffers, through);
         if !buffers.write.is_empty() && connection.client.authenticated() {
@@ -113,8 +113,8 @@ pub(crate) async fn serve(
         let session = &mut connection.client.session;
         staging.set(session.transfers.stages_any());
         (next, session.take_log_waits(), std::mem::take(&mut session.batch_ops))
-    })
-    .await;
+    };
+    let ended = buffered::drive(socket, &mut shutdown, &mut buffers, gate, &in_order, &mut answer).await;
     if matches!(ended, Ok(Ended::TimedOut)) {
         shard.borrow_mut().stats.clients_timed_out += 1;
     }

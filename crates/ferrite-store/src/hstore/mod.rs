@@ -1069,6 +1069,34 @@ impl<M: PoolMemory> Store for HStore<M> {
         }
     }
 
+    /// A piece of a value staged in the heap is lent where the backing lends memory no pair owns
+    /// ([`PoolMemory::scratch_mut`]): the staged bytes are such memory until the commit.
+    fn staged_piece_mut(&mut self, staged: &StagedValue, offset: u64, len: usize) -> Option<&mut [u8]> {
+        let StagedValue::Region { offset: at, len: value_len } = *staged else { return None };
+        let end = offset.checked_add(len as u64)?;
+        if end > value_len {
+            return None;
+        }
+        self.memory.scratch_mut(at + offset, len)
+    }
+
+    /// The bytes are in place already: declaring them after they were written is what a backing
+    /// that lends memory needs (the logged one notes the range and copies it into the log at the
+    /// commit), and a backing whose declaration must come first (an undo log) lends none.
+    fn write_staged_in_place(&mut self, staged: &mut StagedValue, offset: u64, len: u64) {
+        let StagedValue::Region { offset: at, len: value_len } = *staged else {
+            unreachable!("a value staged in process memory lends no piece")
+        };
+        if len == 0 {
+            return;
+        }
+        assert!(offset + len <= value_len, "pieces lie inside the staged value");
+        let len = usize::try_from(len).expect("a piece fits the address space");
+        self.memory.modify(at + offset, len);
+        // Nobody waits for a piece until the value's commit, whose record follows it.
+        self.memory.commit_with_next();
+    }
+
     fn commit_staged(
         &mut self,
         key: &[u8],

@@ -13,7 +13,7 @@ use super::*;
 use crate::hstore::HStore;
 use crate::persistence::wal::sim::SimStorage;
 use crate::persistence::wal::{Lsn, WalConfig};
-use crate::store::{PoolSpec, PutMode, RegionCopy, Store};
+use crate::store::{PoolSpec, PutMode, RegionCopy, StagedValue, Store};
 
 pub(super) const SEGMENT_BYTES: u64 = 256 * 1024;
 
@@ -790,7 +790,7 @@ fn a_change_the_log_could_not_take_is_never_checkpointed() {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
 
     /// A direct put ([`Store::stage_value`]) logs its pieces as they arrive and its commit as one
     /// small record. A power cut anywhere in it (some pieces synced, some more written without
@@ -806,6 +806,7 @@ proptest! {
         written_pieces in 0usize..8,
         commit in any::<bool>(),
         acknowledge in any::<bool>(),
+        in_place in any::<bool>(),
         keep_bits in proptest::collection::vec(any::<bool>(), 1..64),
         tear in any::<proptest::sample::Index>(),
         tear_at in any::<proptest::sample::Index>(),
@@ -819,7 +820,11 @@ proptest! {
         log.commit_now().expect("commit");
         let mut staged = store.stage_value(5, new.len() as u64).expect("room");
         for (n, chunk) in new.chunks(piece).enumerate() {
-            store.write_staged(&mut staged, (n * piece) as u64, chunk);
+            if in_place {
+                read_in_place(&mut store, &mut staged, (n * piece) as u64, chunk);
+            } else {
+                store.write_staged(&mut staged, (n * piece) as u64, chunk);
+            }
             if n < synced_pieces {
                 log.commit_now().expect("commit");
             } else if n < synced_pieces + written_pieces {
@@ -833,6 +838,12 @@ proptest! {
                 log.commit_now().expect("commit");
             }
         } else {
+            if in_place {
+                // A client gone half way through its next piece: bytes lent, never logged.
+                if let Some(lent) = store.staged_piece_mut(&staged, 0, new.len().min(piece)) {
+                    lent.fill(0xEE);
+                }
+            }
             store.discard_staged(staged);
         }
         let found = cut_power_and_recover(&sim, &log, &keep_bits, tear, tear_at, "direct");
@@ -844,6 +855,20 @@ proptest! {
             prop_assert!(large == &old || (commit && large == &new), "a torn value of {} bytes", large.len());
         }
     }
+}
+
+/// A piece read into pool memory where it goes, as a connection reads one from its socket: the
+/// lent bytes filled in two reads, then logged.
+fn read_in_place<S: Store>(store: &mut S, staged: &mut StagedValue, offset: u64, piece: &[u8]) {
+    let half = piece.len() / 2;
+    let to_the_end = (staged.len() - offset) as usize;
+    assert!(store.staged_piece_mut(staged, offset, to_the_end + 1).is_none(), "nothing past the value is lent");
+    let lent =
+        store.staged_piece_mut(staged, offset, piece.len()).expect("a value staged in the heap lends its pieces");
+    lent[..half].copy_from_slice(&piece[..half]);
+    let lent = store.staged_piece_mut(staged, offset + half as u64, piece.len() - half).expect("lent again");
+    lent.copy_from_slice(&piece[half..]);
+    store.write_staged_in_place(staged, offset, piece.len() as u64);
 }
 
 /// A direct put's piece of no bytes changes nothing and logs nothing: a client sending empty
@@ -863,11 +888,27 @@ fn an_empty_piece_logs_nothing() {
     store.discard_staged(staged);
 }
 
-/// A staged value is invisible until its commit and gone without one, across restarts; a value
-/// changed in place by `write_value_range` keeps its new bytes across a restart too.
+/// A piece copied into a staged value, as a connection does with one that arrived whole.
+fn copy_in<S: Store>(store: &mut S, staged: &mut StagedValue, offset: u64, piece: &[u8]) {
+    store.write_staged(staged, offset, piece);
+}
+
+/// A staged value is invisible until its commit and gone without one, across restarts, whether
+/// its pieces were copied in or read in place; a value changed in place by `write_value_range`
+/// keeps its new bytes across a restart too.
 #[test]
 fn staged_values_and_range_writes_survive_restarts_only_when_committed() {
-    let dir = temp_dir("staged");
+    type WritePiece = fn(&mut HStore<LoggedMemory>, &mut StagedValue, u64, &[u8]);
+    for (name, write_piece) in [("staged", copy_in as WritePiece), ("in-place", read_in_place)] {
+        staged_values_survive_restarts_only_when_committed(name, write_piece);
+    }
+}
+
+fn staged_values_survive_restarts_only_when_committed(
+    name: &str,
+    write_piece: fn(&mut HStore<LoggedMemory>, &mut StagedValue, u64, &[u8]),
+) {
+    let dir = temp_dir(name);
     let paths = ShardPaths::new(&dir);
     let mut shard = open_shard(&paths);
     let id = shard.create_pool("staged", PoolSpec { size_bytes: 1 << 20, expected_objects: 16 });
@@ -877,7 +918,7 @@ fn staged_values_and_range_writes_survive_restarts_only_when_committed() {
     let store = shard.store(id);
     let mut staged = store.stage_value(1, new.len() as u64).expect("room");
     for (n, chunk) in new.chunks(30_000).enumerate() {
-        store.write_staged(&mut staged, (n * 30_000) as u64, chunk);
+        write_piece(store, &mut staged, (n * 30_000) as u64, chunk);
     }
     assert_eq!(store.get(b"k"), Some(&old[..]), "nothing shows before the commit");
     // A crash before the commit: the staged bytes were logged, the key was never pointed at them.
@@ -889,7 +930,7 @@ fn staged_values_and_range_writes_survive_restarts_only_when_committed() {
     let store = shard.store(id);
     let mut staged = store.stage_value(1, new.len() as u64).expect("room");
     for (n, chunk) in new.chunks(30_000).enumerate() {
-        store.write_staged(&mut staged, (n * 30_000) as u64, chunk);
+        write_piece(store, &mut staged, (n * 30_000) as u64, chunk);
     }
     assert_eq!(store.commit_staged(b"k", staged, PutMode::Upsert, 2), Ok(crate::store::PutOutcome::Replaced));
     store.write_value_range(b"k", 99_990, b"0123456789", 3).expect("inside the value");
