@@ -32,9 +32,9 @@ pub use limits::{
     POOLS_PER_SHARD_MAX, POOL_NAME_BYTES_MAX, VALUE_INLINE_BYTES_MAX,
 };
 pub use message::{
-    is_plugin_name, plugin_names, Attribute, BackupReport, CreatePoolFlags, Durability, EndTransferFlags, FindKind,
-    HelloReply, InvokeBuffer, InvokeFlags, Opcode, PoolDescription, PoolHandle, PoolInfo, PoolMemory, PoolSetting,
-    PoolSettings, PutFlags, Request, Response, Statistic, BACKUP_DIR_BYTES_MAX, HELLO_MAGIC, PLUGINS_MAX,
-    PLUGIN_NAME_BYTES_MAX, PROTOCOL_VERSION,
+    is_plugin_name, plugin_names, Attribute, BackupReport, CreatePoolFlags, DirectWriteHead, Durability,
+    EndTransferFlags, FindKind, HelloReply, InvokeBuffer, InvokeFlags, Opcode, PoolDescription, PoolHandle, PoolInfo,
+    PoolMemory, PoolSetting, PoolSettings, PutFlags, Request, Response, Statistic, BACKUP_DIR_BYTES_MAX, HELLO_MAGIC,
+    PLUGINS_MAX, PLUGIN_NAME_BYTES_MAX, PROTOCOL_VERSION,
 };
 pub use routing::shard_for_pool;

@@ -1813,6 +1813,36 @@ pub(crate) fn truncate_utf8(text: &str, max: usize) -> &str {
     &text[..end]
 }
 
+/// The fields of a `direct_write` frame before its bytes: what a server needs to read a piece's
+/// bytes from its socket somewhere other than the frame's buffer (straight into the memory they
+/// go to), known once the first [`DirectWriteHead::BYTES`] of the body have arrived.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DirectWriteHead {
+    pub transfer: u64,
+    pub offset: u64,
+    /// The piece's length: the rest of the body.
+    pub len: usize,
+}
+
+impl DirectWriteHead {
+    /// The fields' length: transfer, offset, and the bytes' length.
+    pub const BYTES: usize = 8 + 8 + 4;
+
+    /// The fields of the frame `header` begins, from the start of its body; `None` unless they
+    /// have all arrived and the frame is a `direct_write` that [`Request::decode`] would take
+    /// once whole (no flags, a piece within the inline value limit, a body of exactly the fields
+    /// and the piece). Decoding the whole frame then says what is wrong with it.
+    pub fn parse(header: &Header, body: &[u8]) -> Option<DirectWriteHead> {
+        if header.opcode != Opcode::DirectWrite as u16 || header.flags != 0 {
+            return None;
+        }
+        let mut r = Reader::new(body.get(..Self::BYTES)?);
+        let (transfer, offset, len) = (r.u64().ok()?, r.u64().ok()?, r.u32().ok()? as usize);
+        let whole = len <= VALUE_INLINE_BYTES_MAX && Self::BYTES + len == header.body_len as usize;
+        whole.then_some(DirectWriteHead { transfer, offset, len })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -2087,5 +2117,36 @@ mod tests {
         assert_eq!(Header::parse(&frame).map(|h| h.opcode), Some(0x8028), "on its own it answers get_direct");
         let truncated = Header { body_len: 4, opcode: 0x8026, flags: 0, request_id: 5 };
         assert!(matches!(Response::decode(&truncated, &[0; 4]), Err(ProtocolError::Truncated { .. })));
+    }
+
+    /// A `direct_write`'s fields read from the start of its body are the ones the whole frame
+    /// decodes to; a frame the decoder would refuse, or whose fields have not all arrived, has
+    /// none.
+    #[test]
+    fn a_direct_write_head_is_what_the_whole_frame_decodes_to() {
+        let piece = vec![9u8; 70_000];
+        let mut frame = BytesMut::new();
+        Request::DirectWrite { transfer: 7, offset: 1 << 20, bytes: &piece }.encode(3, &mut frame);
+        let header = Header::parse(&frame).expect("a header");
+        let body = &frame[HEADER_BYTES..];
+        let head = DirectWriteHead::parse(&header, &body[..DirectWriteHead::BYTES]).expect("the fields");
+        assert_eq!(head, DirectWriteHead { transfer: 7, offset: 1 << 20, len: piece.len() });
+        let Ok(Request::DirectWrite { transfer, offset, bytes }) = Request::decode(&header, body) else {
+            panic!("a direct_write")
+        };
+        assert_eq!((transfer, offset, bytes.len()), (head.transfer, head.offset, head.len));
+
+        assert_eq!(DirectWriteHead::parse(&header, &body[..DirectWriteHead::BYTES - 1]), None, "not arrived");
+        let flagged = Header { flags: 1, ..header };
+        assert_eq!(DirectWriteHead::parse(&flagged, body), None, "flags");
+        assert!(Request::decode(&flagged, body).is_err());
+        let longer = Header { body_len: header.body_len + 1, ..header };
+        assert_eq!(DirectWriteHead::parse(&longer, body), None, "a body longer than the fields and the piece");
+        let read = Header { opcode: Opcode::DirectRead as u16, ..header };
+        assert_eq!(DirectWriteHead::parse(&read, body), None, "another request");
+        let over = (VALUE_INLINE_BYTES_MAX + 1) as u32;
+        let fields = [&7u64.to_le_bytes()[..], &0u64.to_le_bytes(), &over.to_le_bytes()].concat();
+        let too_long = Header { body_len: (DirectWriteHead::BYTES + over as usize) as u32, ..header };
+        assert_eq!(DirectWriteHead::parse(&too_long, &fields), None, "past the inline value limit");
     }
 }

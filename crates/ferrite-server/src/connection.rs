@@ -11,7 +11,7 @@ use std::task::{ready, Context, Poll};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::{Buf, BytesMut};
-use ferrite_proto::{Header, Opcode, HEADER_BYTES};
+use ferrite_proto::{DirectWriteHead, Header, Opcode, HEADER_BYTES};
 use tokio::io::{AsyncRead, ReadBuf};
 use tokio::sync::watch;
 use tracing::debug;
@@ -37,9 +37,6 @@ const BATCH_REQUEST_BYTES_MAX: usize = 1024 * 1024;
 /// copied from there (see [`Framing::receive_in_place`]). Shorter ones gain nothing worth a turn
 /// of the loop per read.
 const IN_PLACE_PIECE_BYTES_MIN: usize = 64 * 1024;
-
-/// The fields of a `direct_write` body before its bytes: transfer, offset, length.
-const DIRECT_WRITE_FIELDS_BYTES: usize = 8 + 8 + 4;
 
 struct Framing {
     session: Session,
@@ -149,7 +146,9 @@ pub(crate) async fn serve(
 }
 
 impl Framing {
-    /// Answers every complete frame in the read buffer, until the output buffer fills.
+    /// Answers the piece read in place, once all of it is there, then every complete frame in
+    /// the read buffer, until the output buffer fills; a large piece that has not all arrived is
+    /// read in place next ([`Self::receive_in_place`]).
     fn answer_buffered(&mut self, shard: &mut ShardState, buffers: &mut Buffers, through: &WriteThrough<'_>) -> Next {
         // One clock read per batch: every write in it gets the same timestamp.
         let now_ns = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
@@ -204,7 +203,7 @@ impl Framing {
                 if self.receive_in_place(shard, &header, read) {
                     return Next::Receive;
                 }
-                read.reserve(frame_len - read.len());
+                read.reserve(room_to_read(&header, read.len()));
                 return Next::Read;
             }
             answered_bytes += frame_len;
@@ -232,25 +231,64 @@ impl Framing {
     /// not match its body, a piece the put would refuse) leaves it to come whole, and be
     /// answered as it deserves.
     fn receive_in_place(&mut self, shard: &mut ShardState, header: &Header, read: &mut BytesMut) -> bool {
-        let body_len = header.body_len as usize;
-        if header.opcode != Opcode::DirectWrite as u16 || header.flags != 0 || body_len < IN_PLACE_PIECE_BYTES_MIN {
+        let Some(head) = DirectWriteHead::parse(header, &read[HEADER_BYTES..]) else { return false };
+        if head.len < IN_PLACE_PIECE_BYTES_MIN {
             return false;
         }
-        let Some(fields) = read.get(HEADER_BYTES..HEADER_BYTES + DIRECT_WRITE_FIELDS_BYTES) else { return false };
-        let field = |at: usize| u64::from_le_bytes(fields[at..at + 8].try_into().expect("eight bytes"));
-        let (transfer, offset) = (field(0), field(8));
-        let len = u32::from_le_bytes(fields[16..20].try_into().expect("four bytes")) as usize;
-        if DIRECT_WRITE_FIELDS_BYTES + len != body_len {
+        let Some(lent) = shard.staged_piece_mut(head.transfer, head.offset, head.len, &self.session) else {
             return false;
-        }
-        let Some(lent) = shard.staged_piece_mut(transfer, offset, len, &self.session) else { return false };
-        let arrived = &read[HEADER_BYTES + DIRECT_WRITE_FIELDS_BYTES..];
+        };
+        let arrived = &read[HEADER_BYTES + DirectWriteHead::BYTES..];
         lent[..arrived.len()].copy_from_slice(arrived);
         let received = arrived.len();
         read.clear();
-        let frame_len = HEADER_BYTES + body_len;
+        let DirectWriteHead { transfer, offset, len } = head;
+        let frame_len = HEADER_BYTES + header.body_len as usize;
         self.receiving =
             Some(PieceInPlace { request_id: header.request_id, transfer, offset, len, received, frame_len });
         true
+    }
+}
+
+/// How much more room the read buffer needs for the frame `header` begins, of which `buffered`
+/// bytes have arrived: the whole frame, except for a large direct put's piece whose fields are
+/// still to come, which needs room for those only, as its bytes may go straight to pool memory
+/// (a buffer grown for them would take them in whole at the next read instead).
+fn room_to_read(header: &Header, buffered: usize) -> usize {
+    let frame_len = HEADER_BYTES + header.body_len as usize;
+    let fields_end = HEADER_BYTES + DirectWriteHead::BYTES;
+    let piece_in_place = header.opcode == Opcode::DirectWrite as u16
+        && header.body_len as usize >= DirectWriteHead::BYTES + IN_PLACE_PIECE_BYTES_MIN
+        && buffered < fields_end;
+    if piece_in_place {
+        fields_end - buffered
+    } else {
+        frame_len - buffered
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A large direct put's piece whose fields have not all arrived gets room for them only, so
+    /// its bytes can go straight to pool memory; once they are there (a piece the put refused
+    /// comes whole), and for any other frame, the room is the whole frame's.
+    #[test]
+    fn room_for_a_large_piece_stops_at_its_fields() {
+        let piece = |body_len: usize| Header {
+            body_len: body_len as u32,
+            opcode: Opcode::DirectWrite as u16,
+            flags: 0,
+            request_id: 1,
+        };
+        let large = DirectWriteHead::BYTES + IN_PLACE_PIECE_BYTES_MIN;
+        let fields_end = HEADER_BYTES + DirectWriteHead::BYTES;
+        assert_eq!(room_to_read(&piece(large), HEADER_BYTES), DirectWriteHead::BYTES);
+        assert_eq!(room_to_read(&piece(large), fields_end - 1), 1);
+        assert_eq!(room_to_read(&piece(large), fields_end), HEADER_BYTES + large - fields_end);
+        assert_eq!(room_to_read(&piece(large - 1), HEADER_BYTES), large - 1, "a short piece comes whole");
+        let put = Header { opcode: Opcode::Put as u16, ..piece(large) };
+        assert_eq!(room_to_read(&put, HEADER_BYTES), large, "another request comes whole");
     }
 }

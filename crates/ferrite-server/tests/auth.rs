@@ -366,6 +366,11 @@ fn direct_transfers_end_when_their_right_is_revoked() {
     let bob_big = bob.open_pool(2, "big");
     open_put(&mut bob, bob_big, 1, b"bob-whole", 4, b"1234");
     open_read(&mut bob, bob_big, 3, b"held");
+    // Half of a large piece, which the server reads straight into the staged value as it comes.
+    open_put(&mut bob, bob_big, 4, b"bob-large", 4 + (1 << 20), b"1234");
+    let large = wire::encode(34, &Request::DirectWrite { transfer: 4, offset: 4, bytes: &[5u8; 1 << 20] });
+    let (large_first, large_rest) = large.split_at(large.len() / 2);
+    bob.send_bytes(large_first);
 
     users.file.remove("alice").expect("delete alice");
     users.file.revoke("bob", &PoolPattern::new("big").expect("pattern"), Rights::WRITE).expect("revoke");
@@ -384,6 +389,10 @@ fn direct_transfers_end_when_their_right_is_revoked() {
         assert_eq!(raw_code(&mut alice, 40 + transfer, &end), Some(ErrorCode::InvalidArgument), "{transfer} ended");
     }
 
+    bob.send_bytes(large_rest);
+    assert_eq!(bob.read_frame().error_code(), denied, "bob's large piece, read in place, is refused once whole");
+    let end_large = Request::EndTransfer { transfer: 4, flags: EndTransferFlags::ABORT };
+    assert_eq!(raw_code(&mut bob, 35, &end_large), Some(ErrorCode::InvalidArgument), "bob's large put ended");
     assert_eq!(raw_code(&mut bob, 31, &read), None, "bob may still read");
     assert_eq!(raw_code(&mut bob, 32, &commit), denied, "bob's put commits without the write right");
     let end_read = Request::EndTransfer { transfer: 3, flags: EndTransferFlags::COMMIT };
@@ -394,7 +403,7 @@ fn direct_transfers_end_when_their_right_is_revoked() {
     let root_big = raw_root.open_pool(2, "big");
     let put = Request::Put { pool: root_big, flags: PutFlags::NONE, key: b"held", value: b"the new value" };
     assert_eq!(raw_code(&mut raw_root, 3, &put), None, "root writes the key the reads held");
-    for key in [&b"alice-whole"[..], b"alice-half", b"bob-whole"] {
+    for key in [&b"alice-whole"[..], b"alice-half", b"bob-whole", b"bob-large"] {
         assert_eq!(code(pool.get(key)), Some(ErrorCode::KeyNotFound), "a denied put stored {key:?}");
     }
     assert_eq!(pool.get(b"held").expect("read"), b"the new value");

@@ -35,7 +35,7 @@ fn tls_serves_clients_that_trust_its_ca_and_turns_away_the_rest() {
     let pool = session.create_pool("secret", PoolOptions::default()).expect("create a pool");
     pool.put(b"key", b"sealed").expect("put over TLS");
     assert_eq!(pool.get(b"key").expect("get over TLS"), b"sealed");
-    // A large value's pieces are decrypted straight into pool memory.
+    // A large value's pieces go from the TLS session's buffer straight into pool memory.
     let large: Vec<u8> = (0..5u32 << 20).map(|n| (n % 251) as u8).collect();
     pool.put_direct(b"large", &large).expect("a direct put over TLS");
     assert!(pool.get(b"large").expect("get over TLS") == large, "the large value came back whole");

@@ -340,6 +340,10 @@ pub trait Store: Send {
     /// through [`write_staged`](Store::write_staged). Nothing refers to a staged value's bytes
     /// before its commit, so a piece left half read (its client gone) changes nothing a reader,
     /// a recovery or a checkpoint's user sees.
+    ///
+    /// The caller lends only bytes no piece was written to yet (from where its pieces stand):
+    /// bytes already logged changed again without a record would differ from the log, which a
+    /// checkpoint may refer to instead of copying them.
     fn staged_piece_mut(&mut self, staged: &StagedValue, offset: u64, len: usize) -> Option<&mut [u8]> {
         let _ = (staged, offset, len);
         None
@@ -347,9 +351,11 @@ pub trait Store: Send {
 
     /// Logs the `len` bytes at `offset` of a staged value that were read in through
     /// [`staged_piece_mut`](Store::staged_piece_mut), as [`write_staged`](Store::write_staged)
-    /// logs the bytes it copies. A store that lends nothing (the default) has nothing to log.
+    /// logs the bytes it copies. Only ever called for bytes that were lent, which a store that
+    /// lends nothing (the default) never did.
     fn write_staged_in_place(&mut self, staged: &mut StagedValue, offset: u64, len: u64) {
         let _ = (staged, offset, len);
+        unreachable!("this store lends no piece, so none was read in place")
     }
 
     /// The most a [`write_staged`](Store::write_staged) of `len` bytes changes.

@@ -306,7 +306,6 @@ impl ShardState {
         Ok(())
     }
 
-    /// Stages the next piece of direct put `transfer`, logged as it lands.
     /// The pool memory that `len` bytes at `offset` of direct put `transfer` go to, lent so the
     /// connection reads a piece of that size straight into it from its socket, one read at a time
     /// ([`answer_piece_in_place`](Self::answer_piece_in_place) then answers the piece): one copy
@@ -350,6 +349,8 @@ impl ShardState {
     ) -> super::Flow {
         self.stats.requests += 1;
         self.begin_request();
+        // Its bytes are not in the request: their length was checked against the value limit
+        // (which stays as the server started) when the memory was lent.
         let request = Request::DirectWrite { transfer, offset, bytes: &[] };
         let outcome = self
             .admit(&request, session)
@@ -363,6 +364,7 @@ impl ShardState {
         }
     }
 
+    /// Stages the next piece of direct put `transfer`, logged as it lands.
     pub(super) fn direct_write(
         &mut self,
         transfer: u64,

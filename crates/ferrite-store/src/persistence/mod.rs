@@ -70,7 +70,11 @@ pub trait PoolMemory: Send {
 
     /// `len` bytes at `offset` that no pair owns (scratch memory), for writing without logging:
     /// nothing refers to them, so a crash or a restart may lose what they hold. `None` if this
-    /// backing does not lend its memory so (then scratch memory is never handed out).
+    /// backing does not lend its memory so (then scratch memory is never handed out, and no
+    /// piece of a staged value is read in place). A backing that lends its memory takes a range
+    /// declared with [`modify`](PoolMemory::modify) after its bytes were written through this
+    /// (a piece read in place, `Store::write_staged_in_place`): it logs what the range holds at
+    /// the commit, not what it held when declared.
     fn scratch_mut(&mut self, offset: Offset, len: usize) -> Option<&mut [u8]> {
         let _ = (offset, len);
         None
