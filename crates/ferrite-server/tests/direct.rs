@@ -520,3 +520,26 @@ fn large_pieces_are_read_into_pool_memory_as_they_arrive() {
     let stats = raw.statistics(9);
     assert_eq!(wire::counter(&stats, "direct_bytes_in_place"), 3 << 20, "pieces not answered are not counted");
 }
+
+/// A piece longer than the server's configured value limit is refused as it would be whole, and
+/// none of it is read into pool memory.
+#[test]
+fn a_piece_past_the_configured_value_limit_is_refused_before_any_byte_is_read_in_place() {
+    let server = TestServer::builder().config("value_bytes_max", 262_144).start();
+    let session = blocking::Session::connect(&server.addr_string()).expect("connect");
+    let pool = pool(&session, "limited", 64 << 20);
+    let value = pattern(9, 1 << 20);
+    let mut raw = raw_put_opened(&server, "limited", b"k", value.len() as u64);
+    let over = Request::DirectWrite { transfer: 1, offset: 0, bytes: &value[..(256 << 10) + 1] };
+    raw.send(4, &over);
+    let error = raw.read_frame().expect_error(4, ErrorCode::ValueTooLarge);
+    assert!(error.contains("262144"), "{error}");
+    assert_eq!(wire::counter(&raw.statistics(5), "direct_bytes_in_place"), 0);
+    for (n, piece) in value.chunks(256 << 10).enumerate() {
+        let within = Request::DirectWrite { transfer: 1, offset: (n * (256 << 10)) as u64, bytes: piece };
+        answer(&mut raw, 10 + n as u64, &within).expect("a piece within the limit");
+    }
+    answer(&mut raw, 20, &Request::EndTransfer { transfer: 1, flags: ferrite_proto::EndTransferFlags::COMMIT })
+        .expect("committed");
+    assert!(pool.get("k").expect("get") == value);
+}

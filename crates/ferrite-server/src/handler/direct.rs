@@ -22,7 +22,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ferrite_auth::Rights;
-use ferrite_proto::{Durability, EndTransferFlags, ErrorCode, PoolHandle, PutFlags, Request, Response};
+use ferrite_proto::{Durability, EndTransferFlags, ErrorCode, PoolHandle, ProtocolError, PutFlags, Request, Response};
 use ferrite_store::{PutMode, PutOutcome, StagedValue, StoreError};
 use foldhash::HashMap;
 
@@ -349,11 +349,16 @@ impl ShardState {
     ) -> super::Flow {
         self.stats.requests += 1;
         self.begin_request();
-        // Its bytes are not in the request: their length was checked against the value limit
-        // (which stays as the server started) when the memory was lent.
+        // Its bytes are not in the request, so `admit` cannot check their length: checked here
+        // too, though no memory is lent for a piece past the limit.
         let request = Request::DirectWrite { transfer, offset, bytes: &[] };
+        let max = self.limits.value_bytes_max as usize;
         let outcome = self
             .admit(&request, session)
+            .and_then(|()| match usize::try_from(len) {
+                Ok(len) if len <= max => Ok(()),
+                _ => Err(Failure::from(ProtocolError::ValueTooLarge { len: len as usize, max })),
+            })
             .and_then(|()| self.direct_write(transfer, offset, Piece::InPlace(len), session));
         match outcome {
             Ok(response) => {
