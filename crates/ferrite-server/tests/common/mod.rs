@@ -36,14 +36,53 @@ pub const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(10);
 /// Distinguishes the temporary directories of servers started by one test process.
 static NEXT_SERVER: AtomicUsize = AtomicUsize::new(0);
 
-/// A fresh, empty directory under the system temp dir, unique to this process and call.
+/// A fresh, empty directory under the system temp dir, unique to this process and call. It is
+/// removed when the thread that asked for it (the test's) ends, unless that thread panicked: a
+/// failed test's files stay for whoever reads the failure.
 pub fn fresh_dir(label: &str) -> PathBuf {
     let n = NEXT_SERVER.fetch_add(1, Ordering::Relaxed);
     let dir = std::env::temp_dir().join(format!("ferrite-test-{label}-{}-{n}", std::process::id()));
     // A directory left by an earlier process that had the same pid is stale.
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("cannot create test dir {}: {e}", dir.display()));
+    KEEP_ON_PANIC.call_once(|| {
+        let report = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            let _ = MADE_DIRS.try_with(|made| made.borrow_mut().keep = true);
+            report(info);
+        }));
+    });
+    MADE_DIRS.with(|made| made.borrow_mut().dirs.push(dir.clone()));
     dir
+}
+
+/// Installs, once per test process, the panic hook that keeps a panicking thread's directories.
+static KEEP_ON_PANIC: std::sync::Once = std::sync::Once::new();
+
+thread_local! {
+    /// The directories [`fresh_dir`] made on this thread.
+    static MADE_DIRS: std::cell::RefCell<MadeDirs> = std::cell::RefCell::new(MadeDirs::default());
+}
+
+/// A thread's test directories: removed when the thread ends, kept if it panicked.
+#[derive(Default)]
+struct MadeDirs {
+    dirs: Vec<PathBuf>,
+    keep: bool,
+}
+
+impl Drop for MadeDirs {
+    fn drop(&mut self) {
+        if self.keep {
+            for dir in &self.dirs {
+                eprintln!("test files kept in {}", dir.display());
+            }
+            return;
+        }
+        for dir in &self.dirs {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
 }
 
 /// Calls `attempt` until it returns `Some`, or panics with `what` after `timeout`. For conditions
