@@ -295,6 +295,8 @@ fn a_subtable_freed_by_a_growth_the_log_lost_is_whole_after_recovery() {
             }
         }
         if finished {
+            drop(shard);
+            std::fs::remove_dir_all(&dir).expect("clean up");
             break;
         }
         positions += 1;
