@@ -160,7 +160,7 @@ impl Framing {
                 piece.request_id,
                 piece.transfer,
                 piece.offset,
-                piece.len as u64,
+                piece.len,
                 &mut self.session,
                 write,
             );

@@ -343,7 +343,7 @@ impl ShardState {
         request_id: u64,
         transfer: u64,
         offset: u64,
-        len: u64,
+        len: usize,
         session: &mut Session,
         out: &mut bytes::BytesMut,
     ) -> super::Flow {
@@ -353,13 +353,12 @@ impl ShardState {
         // too, though no memory is lent for a piece past the limit.
         let request = Request::DirectWrite { transfer, offset, bytes: &[] };
         let max = self.limits.value_bytes_max as usize;
-        let outcome = self
-            .admit(&request, session)
-            .and_then(|()| match usize::try_from(len) {
-                Ok(len) if len <= max => Ok(()),
-                _ => Err(Failure::from(ProtocolError::ValueTooLarge { len: len as usize, max })),
-            })
-            .and_then(|()| self.direct_write(transfer, offset, Piece::InPlace(len), session));
+        let outcome = self.admit(&request, session).and_then(|()| {
+            if len > max {
+                return Err(Failure::from(ProtocolError::ValueTooLarge { len, max }));
+            }
+            self.direct_write(transfer, offset, Piece::InPlace(len as u64), session)
+        });
         match outcome {
             Ok(response) => {
                 response.encode(request_id, out);
