@@ -18,7 +18,7 @@ const REGION_BYTES_MAX: u64 = 1 << 24;
 fn checksummed(bytes: &[u8]) -> Vec<u8> {
     let mut bytes = bytes.to_vec();
     if bytes.len() >= 16 {
-        let crc = crc32c::crc32c(&bytes[16..]);
+        let crc = ferrite_store::checksum::crc32c(&bytes[16..]);
         bytes[12..16].copy_from_slice(&crc.to_le_bytes());
     }
     bytes

@@ -292,7 +292,10 @@ mod tests {
     fn a_wrong_magic_or_version_is_refused_naming_the_file() {
         let body = "format = something-else\nversion = 2\nshards = 1\n";
         let cases = [
-            (format!("{body}crc32c = {:08x}\n", crc32c::crc32c(body.as_bytes())), "not a Ferrite data directory"),
+            (
+                format!("{body}crc32c = {:08x}\n", ferrite_store::checksum::crc32c(body.as_bytes())),
+                "not a Ferrite data directory",
+            ),
             (String::new(), "too short"),
         ];
         for (i, (text, reason)) in cases.iter().enumerate() {

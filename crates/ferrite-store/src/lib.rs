@@ -3,6 +3,7 @@
 //! A pool holds one [`Store`]. The server talks to stores only through the trait, so engines can be
 //! swapped per shard by configuration and the server holds no engine-specific code.
 
+pub mod checksum;
 mod glob;
 pub mod hstore;
 mod mapstore;

@@ -228,7 +228,7 @@ impl Store for MapStore {
     fn attributes(&self, key: &[u8]) -> Option<ValueAttributes> {
         self.entries.get(key).map(|entry| ValueAttributes {
             length: entry.value.len() as u64,
-            crc32: crc32fast::hash(&entry.value),
+            crc32: crate::checksum::crc32(&entry.value),
             write_time_ns: entry.write_time_ns,
         })
     }

@@ -153,7 +153,7 @@ fn encode_slot(sequence: u64, state: &RaftState) -> std::io::Result<Vec<u8>> {
     slot.put_slice(&MAGIC);
     slot.put_u16_le(VERSION);
     slot.put_u16_le(0);
-    slot.put_u32_le(crc32c::crc32c(&body));
+    slot.put_u32_le(ferrite_store::checksum::crc32c(&body));
     slot.put_u32_le(body.len() as u32);
     slot.put_slice(&body);
     Ok(slot)
@@ -167,7 +167,7 @@ fn decode_slot(bytes: &[u8]) -> Option<(u64, RaftState)> {
     let crc = u32::from_le_bytes(bytes.get(8..12)?.try_into().ok()?);
     let len = u32::from_le_bytes(bytes.get(12..16)?.try_into().ok()?) as usize;
     let body = bytes.get(HEADER_BYTES..HEADER_BYTES.checked_add(len)?)?;
-    if crc32c::crc32c(body) != crc {
+    if ferrite_store::checksum::crc32c(body) != crc {
         return None;
     }
     let mut r = Reader::new(body);

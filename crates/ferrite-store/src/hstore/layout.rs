@@ -249,7 +249,7 @@ impl Header {
         write_u32(&mut page, SUBTABLES_OFFSET, u32::try_from(self.subtables).expect("subtable counts fit u32"));
         write_u64(&mut page, DIRECTORY_OFFSET, self.directory);
         write_u32(&mut page, INITIAL_BUCKETS_OFFSET, u32::try_from(self.initial_buckets).expect("at most BUCKETS_MAX"));
-        let checksum = crc32fast::hash(&page[CHECKSUM_COVERS_FROM..]);
+        let checksum = crate::checksum::crc32(&page[CHECKSUM_COVERS_FROM..]);
         write_u32(&mut page, CHECKSUM_OFFSET, checksum);
         debug_assert_eq!(Header::decode(&page).as_ref(), Ok(self), "a header must read back as written");
         page
@@ -273,7 +273,7 @@ impl Header {
             });
         }
         let stored = read_u32(page, CHECKSUM_OFFSET);
-        let computed = crc32fast::hash(&page[CHECKSUM_COVERS_FROM..]);
+        let computed = crate::checksum::crc32(&page[CHECKSUM_COVERS_FROM..]);
         if stored != computed {
             return Err(OpenError::HeaderChecksum {
                 offset: CHECKSUM_OFFSET as u64,
@@ -399,10 +399,10 @@ impl DirectoryEntry {
 }
 
 fn directory_checksum(entry: &[u8], index: u64) -> u32 {
-    let mut hasher = crc32fast::Hasher::new();
-    hasher.update(&entry[0..12]);
-    hasher.update(&u32::try_from(index).expect("subtable counts fit u32").to_le_bytes());
-    hasher.finalize()
+    let mut covered = [0u8; 16];
+    covered[0..12].copy_from_slice(&entry[0..12]);
+    covered[12..16].copy_from_slice(&u32::try_from(index).expect("subtable counts fit u32").to_le_bytes());
+    crate::checksum::crc32(&covered)
 }
 
 /// Where a pair's key and value live. Decided by their lengths alone, so it needs no flag in the
@@ -687,7 +687,7 @@ mod tests {
         assert_eq!(read_u64(&bytes, CAPACITY_BYTES_OFFSET), 1 << 18);
         assert_eq!(read_u32(&bytes, SUBTABLES_OFFSET), 3);
         assert_eq!(read_u64(&bytes, DIRECTORY_OFFSET), 0x8_0000);
-        assert_eq!(read_u32(&bytes, CHECKSUM_OFFSET), crc32fast::hash(&bytes[16..]));
+        assert_eq!(read_u32(&bytes, CHECKSUM_OFFSET), crate::checksum::crc32(&bytes[16..]));
         assert_eq!(Header::decode(&bytes), Ok(header()));
     }
 
@@ -709,7 +709,7 @@ mod tests {
     fn with_field(offset: usize, value: &[u8]) -> Vec<u8> {
         let mut page = header().encode();
         page[offset..offset + value.len()].copy_from_slice(value);
-        let checksum = crc32fast::hash(&page[CHECKSUM_COVERS_FROM..]);
+        let checksum = crate::checksum::crc32(&page[CHECKSUM_COVERS_FROM..]);
         write_u32(&mut page, CHECKSUM_OFFSET, checksum);
         page
     }

@@ -897,7 +897,7 @@ impl<M: PoolMemory> Store for HStore<M> {
         let (_, value) = subtable.pair(bytes, bucket?, &occupant)?;
         Some(ValueAttributes {
             length: u64::from(occupant.value_len),
-            crc32: crc32fast::hash(value),
+            crc32: crate::checksum::crc32(value),
             write_time_ns: occupant.write_time_ns,
         })
     }

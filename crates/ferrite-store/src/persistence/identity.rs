@@ -47,7 +47,7 @@ impl Identity {
     pub fn text(&self) -> String {
         let kind = if self.backup { format!("kind = {BACKUP_KIND}\n") } else { String::new() };
         let body = format!("format = {IDENTITY_MAGIC}\nversion = {IDENTITY_VERSION}\nshards = {}\n{kind}", self.shards);
-        format!("{body}crc32c = {:08x}\n", crc32c::crc32c(body.as_bytes()))
+        format!("{body}crc32c = {:08x}\n", crate::checksum::crc32c(body.as_bytes()))
     }
 
     /// The identity `text` records, or why it is not a valid identity file.
@@ -57,7 +57,7 @@ impl Identity {
         };
         let body = format!("{body}\n");
         let stored = crc_line.strip_prefix("crc32c = ").ok_or("the last line is not its checksum")?;
-        let computed = format!("{:08x}", crc32c::crc32c(body.as_bytes()));
+        let computed = format!("{:08x}", crate::checksum::crc32c(body.as_bytes()));
         if stored != computed {
             return Err(format!("checksum mismatch: stored {stored}, computed {computed}"));
         }
@@ -106,7 +106,7 @@ mod tests {
     /// right; so is a damaged one.
     #[test]
     fn a_wrong_magic_version_kind_or_checksum_is_refused() {
-        let with_crc = |body: &str| format!("{body}crc32c = {:08x}\n", crc32c::crc32c(body.as_bytes()));
+        let with_crc = |body: &str| format!("{body}crc32c = {:08x}\n", crate::checksum::crc32c(body.as_bytes()));
         let cases = [
             (with_crc("format = something-else\nversion = 2\nshards = 1\n"), "not a Ferrite data directory"),
             (with_crc("format = ferrite-data-dir\nversion = 3\nshards = 1\n"), "format version 3"),

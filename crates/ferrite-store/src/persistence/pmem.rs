@@ -372,7 +372,7 @@ impl PmemMemory {
         let slot = &mut header[at..at + SLOT_BYTES];
         slot[0..8].copy_from_slice(&counted.to_le_bytes());
         slot[8..16].copy_from_slice(&self.undo_seq.to_le_bytes());
-        let crc = crc32c::crc32c(&slot[0..16]);
+        let crc = crate::checksum::crc32c(&slot[0..16]);
         slot[16..20].copy_from_slice(&crc.to_le_bytes());
         flush(&self.undo[at..at + SLOT_BYTES]);
         fence();
@@ -383,7 +383,7 @@ impl PmemMemory {
         SLOT_OFFSETS
             .iter()
             .map(|at| &self.undo[*at..*at + SLOT_BYTES])
-            .filter(|slot| u32_at(slot, 16) == crc32c::crc32c(&slot[0..16]))
+            .filter(|slot| u32_at(slot, 16) == crate::checksum::crc32c(&slot[0..16]))
             .map(|slot| (u64_at(slot, 0), u64_at(slot, 8)))
             .max_by_key(|(_, seq)| *seq)
     }
@@ -418,7 +418,7 @@ impl PmemMemory {
             let (offset, len) = (u64_at(entry, 0) as usize, u64_at(entry, 8) as usize);
             let old = entry.get(ENTRY_HEADER_BYTES..ENTRY_HEADER_BYTES.saturating_add(len));
             let old = old.ok_or_else(|| corrupt(at, format!("an entry of {len} bytes runs past the file")))?;
-            if u32_at(entry, 16) != crc32c::crc32c_append(crc32c::crc32c(&entry[0..16]), old) {
+            if u32_at(entry, 16) != crate::checksum::crc32c_append(crate::checksum::crc32c(&entry[0..16]), old) {
                 return Err(corrupt(at, "entry checksum mismatch".into()));
             }
             if offset.checked_add(len).is_none_or(|end| end > self.region.len()) {
@@ -477,7 +477,7 @@ impl PoolMemory for PmemMemory {
             entry[0..8].copy_from_slice(&offset.to_le_bytes());
             entry[8..16].copy_from_slice(&(len as u64).to_le_bytes());
             entry[ENTRY_HEADER_BYTES..ENTRY_HEADER_BYTES + len].copy_from_slice(old);
-            let crc = crc32c::crc32c_append(crc32c::crc32c(&entry[0..16]), old);
+            let crc = crate::checksum::crc32c_append(crate::checksum::crc32c(&entry[0..16]), old);
             entry[16..20].copy_from_slice(&crc.to_le_bytes());
         }
         flush(&self.undo[at..at + entry_bytes]);

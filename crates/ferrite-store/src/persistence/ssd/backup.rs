@@ -80,14 +80,14 @@ impl BackupDescriptor {
             "format = {BACKUP_MAGIC}\nversion = {BACKUP_VERSION}\nshard = {}\nshards = {}\nlsn = {}\n",
             self.shard, self.shards, self.lsn
         );
-        format!("{body}crc32c = {:08x}\n", crc32c::crc32c(body.as_bytes()))
+        format!("{body}crc32c = {:08x}\n", crate::checksum::crc32c(body.as_bytes()))
     }
 
     fn parse(text: &str) -> Result<BackupDescriptor, String> {
         let (body, crc_line) = text.trim_end_matches('\n').rsplit_once('\n').ok_or("too short")?;
         let body = format!("{body}\n");
         let stored = crc_line.strip_prefix("crc32c = ").ok_or("the last line is not its checksum")?;
-        if u32::from_str_radix(stored, 16).ok() != Some(crc32c::crc32c(body.as_bytes())) {
+        if u32::from_str_radix(stored, 16).ok() != Some(crate::checksum::crc32c(body.as_bytes())) {
             return Err("its checksum does not match".into());
         }
         let field = |key: &str| {
@@ -350,7 +350,7 @@ mod tests {
         let damaged = descriptor.text().replace("lsn = 987654", "lsn = 987655");
         assert!(BackupDescriptor::parse(&damaged).expect_err("checksum").contains("checksum"));
         let body = "format = ferrite-backup\nversion = 1\nshard = 4\nshards = 4\nlsn = 1\n";
-        let bad = format!("{body}crc32c = {:08x}\n", crc32c::crc32c(body.as_bytes()));
+        let bad = format!("{body}crc32c = {:08x}\n", crate::checksum::crc32c(body.as_bytes()));
         assert!(BackupDescriptor::parse(&bad).expect_err("shard out of range").contains("shard 4 of 4"));
     }
 }

@@ -156,7 +156,7 @@ impl Manifest {
                 }
             }
         }
-        let crc = crc32c::crc32c(&out[16..]);
+        let crc = crate::checksum::crc32c(&out[16..]);
         out[12..16].copy_from_slice(&crc.to_le_bytes());
         out
     }
@@ -175,7 +175,7 @@ impl Manifest {
         if !(1..=MANIFEST_VERSION).contains(&version) {
             return Err(corrupt(8, format!("format version {version}; this build reads 1 to {MANIFEST_VERSION}")));
         }
-        let (stored, computed) = (u32_at(bytes, 12), crc32c::crc32c(&bytes[16..]));
+        let (stored, computed) = (u32_at(bytes, 12), crate::checksum::crc32c(&bytes[16..]));
         if stored != computed {
             return Err(corrupt(12, format!("checksum mismatch: stored {stored:#010x}, computed {computed:#010x}")));
         }
@@ -364,7 +364,7 @@ fn load_pages(dir: &Path, pool: u64, seq: u64, region_bytes: u64, region: &mut [
     if version != FORMAT_VERSION {
         return Err(corrupt(8, format!("format version {version}; this build reads {FORMAT_VERSION}")));
     }
-    if u32_at(&header, 12) != crc32c::crc32c(&header[16..]) {
+    if u32_at(&header, 12) != crate::checksum::crc32c(&header[16..]) {
         return Err(corrupt(12, "header checksum mismatch".into()));
     }
     let (file_pool, file_seq, file_region, count) =
@@ -392,7 +392,7 @@ fn load_pages(dir: &Path, pool: u64, seq: u64, region_bytes: u64, region: &mut [
         for (k, entry) in chunk.chunks_exact(ENTRY_BYTES as usize).enumerate() {
             let at = offset + k as u64 * ENTRY_BYTES;
             let page = u64_at(entry, 0);
-            let crc = crc32c::crc32c_append(crc32c::crc32c(&entry[0..8]), &entry[16..]);
+            let crc = crate::checksum::crc32c_append(crate::checksum::crc32c(&entry[0..8]), &entry[16..]);
             if crc != u32_at(entry, 8) {
                 return Err(corrupt(at, format!("checksum mismatch in the entry of page {page}")));
             }
@@ -435,7 +435,7 @@ pub fn write_in_log_pages<S: LogStorage>(
         let mut entries = Vec::with_capacity((extent.pages * ENTRY_BYTES) as usize);
         for (index, page) in pages.chunks_exact(PAGE_BYTES as usize).enumerate() {
             let number = extent.first_page + index as u64;
-            let crc = crc32c::crc32c_append(crc32c::crc32c(&number.to_le_bytes()), page);
+            let crc = crate::checksum::crc32c_append(crate::checksum::crc32c(&number.to_le_bytes()), page);
             entries.extend_from_slice(&number.to_le_bytes());
             entries.extend_from_slice(&crc.to_le_bytes());
             entries.extend_from_slice(&[0; 4]);
@@ -586,7 +586,7 @@ fn pages_header(pool: u64, seq: u64, region_bytes: u64, count: u64) -> [u8; PAGE
     header[24..32].copy_from_slice(&seq.to_le_bytes());
     header[32..40].copy_from_slice(&region_bytes.to_le_bytes());
     header[40..48].copy_from_slice(&count.to_le_bytes());
-    let crc = crc32c::crc32c(&header[16..]);
+    let crc = crate::checksum::crc32c(&header[16..]);
     header[12..16].copy_from_slice(&crc.to_le_bytes());
     header
 }
@@ -721,7 +721,7 @@ impl Checkpointer {
                 continue;
             }
             head[0..8].copy_from_slice(&page.to_le_bytes());
-            let crc = crc32c::crc32c_append(crc32c::crc32c(&head[0..8]), body);
+            let crc = crate::checksum::crc32c_append(crate::checksum::crc32c(&head[0..8]), body);
             head[8..12].copy_from_slice(&crc.to_le_bytes());
         }
         drop(tracker);

@@ -98,7 +98,7 @@ impl SegmentHeader {
         out[24..32].copy_from_slice(&self.first_lsn.to_le_bytes());
         out[32..40].copy_from_slice(&self.segment_bytes.to_le_bytes());
         out[40..48].copy_from_slice(&self.salt.to_le_bytes());
-        let crc = crc32c::crc32c_append(crc32c::crc32c(&out[0..12]), &out[16..48]);
+        let crc = crate::checksum::crc32c_append(crate::checksum::crc32c(&out[0..12]), &out[16..48]);
         out[12..16].copy_from_slice(&crc.to_le_bytes());
         debug_assert_eq!(SegmentHeader::decode(&out), Some(*self), "a header must read back as written");
         out
@@ -111,7 +111,7 @@ impl SegmentHeader {
         if bytes[0..8] != SEGMENT_MAGIC || bytes[8..10] != FORMAT_VERSION.to_le_bytes() {
             return None;
         }
-        let crc = crc32c::crc32c_append(crc32c::crc32c(&bytes[0..12]), &bytes[16..48]);
+        let crc = crate::checksum::crc32c_append(crate::checksum::crc32c(&bytes[0..12]), &bytes[16..48]);
         if u32_at(bytes, 12) != crc {
             return None;
         }
@@ -160,7 +160,7 @@ pub fn seal_record(out: &mut Vec<u8>, start: usize, lsn: Lsn, place: RecordPlace
     header[16..24].copy_from_slice(&place.salt.to_le_bytes());
     header[24..28].copy_from_slice(&in_commit.to_le_bytes());
     let (header, payload) = out[start..].split_at(RECORD_HEADER_BYTES as usize);
-    let crc = crc32c::crc32c_append(crc32c::crc32c(&header[4..28]), payload);
+    let crc = crate::checksum::crc32c_append(crate::checksum::crc32c(&header[4..28]), payload);
     out[start + 28..start + 32].copy_from_slice(&crc.to_le_bytes());
     out.resize(start + record_bytes(payload_len) as usize, 0);
 }
@@ -187,7 +187,7 @@ pub fn decode_record(bytes: &[u8], salt: u64) -> Option<Record<'_>> {
     let lsn = u64_at(header, 8);
     let in_commit = u64::from(u32_at(header, 24));
     let payload = bytes.get(RECORD_HEADER_BYTES as usize..RECORD_HEADER_BYTES as usize + payload_len)?;
-    let crc = crc32c::crc32c_append(crc32c::crc32c(&header[4..28]), payload);
+    let crc = crate::checksum::crc32c_append(crate::checksum::crc32c(&header[4..28]), payload);
     if u32_at(header, 28) != crc || in_commit >= lsn {
         return None;
     }

@@ -326,7 +326,7 @@ type Classified = (Vec<(u64, SegmentHeader)>, Vec<u64>);
 /// Whether `raw` is a whole segment header of log format 1 (its own checksum rule: CRC-32C of
 /// bytes 0..12 and 16..40). A header torn by a crash is not one, whatever its version bytes say.
 fn is_format_1_header(raw: &[u8]) -> bool {
-    let crc = crc32c::crc32c_append(crc32c::crc32c(&raw[0..12]), &raw[16..40]);
+    let crc = crate::checksum::crc32c_append(crate::checksum::crc32c(&raw[0..12]), &raw[16..40]);
     raw[0..8] == SEGMENT_MAGIC && raw[8..10] == 1u16.to_le_bytes() && raw[12..16] == crc.to_le_bytes()
 }
 

@@ -675,7 +675,7 @@ fn a_segment_of_the_first_format_is_refused() {
     header[16..24].copy_from_slice(&1u64.to_le_bytes());
     header[24..32].copy_from_slice(&1u64.to_le_bytes());
     header[32..40].copy_from_slice(&1024u64.to_le_bytes());
-    let crc = crc32c::crc32c_append(crc32c::crc32c(&header[0..12]), &header[16..40]);
+    let crc = crate::checksum::crc32c_append(crate::checksum::crc32c(&header[0..12]), &header[16..40]);
     header[12..16].copy_from_slice(&crc.to_le_bytes());
     let file = storage.create(&segment_name(1), 1024).expect("create");
     super::storage::SegmentFile::write_all_at(&file, 0, &header).expect("write");
