@@ -17,7 +17,8 @@ use tokio::sync::watch;
 use tracing::debug;
 
 use crate::buffered::{self, Buffers, Deferred, Ended, LogWaits, Next, WRITE_FLUSH_BYTES};
-use crate::handler::{Flow, ShardState};
+
+use crate::handler::{Flow, ShardState, IN_PLACE_PIECE_BYTES_MIN};
 use crate::session::Session;
 use crate::stats::BatchOps;
 use crate::stream::ClientStream;
@@ -31,12 +32,6 @@ const READ_CHUNK_BYTES: usize = 64 * 1024;
 /// direct put is answered in several turns of the loop, not one, so other clients wait for at most
 /// about one piece.
 const BATCH_REQUEST_BYTES_MAX: usize = 1024 * 1024;
-
-/// A direct put's piece at least this long, whose frame has not all arrived, is read from the
-/// socket straight into the staged value's pool memory rather than into the read buffer and
-/// copied from there (see [`Framing::receive_in_place`]). Shorter ones gain nothing worth a turn
-/// of the loop per read.
-const IN_PLACE_PIECE_BYTES_MIN: usize = 64 * 1024;
 
 struct Framing {
     session: Session,

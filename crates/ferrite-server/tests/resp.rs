@@ -269,6 +269,54 @@ fn values_past_the_inline_limit_stream_through_set_and_get() {
     assert_eq!(c.read(), Reply::Bulk(second));
 }
 
+/// A long `SET`'s pieces are read from the socket straight into the staged value's memory as
+/// they arrive (counted in `direct_bytes_in_place`), however the client splits its writes: the
+/// value comes back byte for byte and survives kill -9. A client that hangs up half way through
+/// a piece read in place leaves the key's value as it was.
+#[test]
+fn long_set_values_are_read_into_pool_memory_as_they_arrive() {
+    let data_dir = common::fresh_dir("resp-in-place").join("data");
+    let builder = || TestServer::builder().resp().data_dir(&data_dir);
+    let mut server = builder().start();
+    let native = blocking::Session::connect(&server.addr_string()).expect("native connect");
+    let in_place = || native.statistics().expect("statistics")[0].get("direct_bytes_in_place");
+    let mut c = RespClient::connect(server.resp_addr(0));
+    // Three pieces at the default inline limit (2 MiB, 2 MiB and 1 MiB + 7), trickling in.
+    let first = long_value(5 * 1024 * 1024 + 7, 5);
+    for part in encode(&[b"SET", b"k", &first]).chunks(100_000) {
+        c.send_bytes(part);
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert_eq!(c.read(), ok());
+    assert_eq!(in_place(), Some(first.len() as u64), "every piece was read in place");
+    c.send_bytes(&encode(&[b"GET", b"k"]));
+    assert_eq!(c.read(), Reply::Bulk(first.clone()));
+
+    // A piece read in place and half the next, then the client hangs up: nothing changes.
+    let mut quitter = RespClient::connect(server.resp_addr(0));
+    let abandoned = encode(&[b"SET", b"k", &long_value(3 * 1024 * 1024, 6)]);
+    quitter.send_bytes(&abandoned[..5 * 512 * 1024]);
+    let first_piece = Some(first.len() as u64 + 2 * 1024 * 1024);
+    wait_until("a piece read in place", SETTLE_TIMEOUT, || (in_place() == first_piece).then_some(()));
+    drop(quitter);
+    c.send_bytes(&encode(&[b"GET", b"k"]));
+    assert_eq!(c.read(), Reply::Bulk(first.clone()), "the key kept its value");
+
+    // In one write, with a command behind it in the same write.
+    let second = long_value(3 * 1024 * 1024 + 1, 7);
+    let mut both = encode(&[b"SET", b"k", &second]);
+    both.extend(encode(&[b"STRLEN", b"k"]));
+    c.send_bytes(&both);
+    assert_eq!(c.read(), ok());
+    assert_eq!(c.read(), Reply::Integer(second.len() as i64));
+
+    server.kill9();
+    let server = builder().start();
+    let mut c = RespClient::connect(server.resp_addr(0));
+    c.send_bytes(&encode(&[b"GET", b"k"]));
+    assert_eq!(c.read(), Reply::Bulk(second), "acknowledged before kill -9");
+}
+
 /// A client that goes silent half way through a long `SET` is disconnected once it has sent
 /// nothing for `limits.direct_read_idle_ms`, and its staged value dropped (its key is never
 /// written); a silent client with nothing staged stays connected (there is no idle timeout by

@@ -47,6 +47,12 @@ impl Piece<'_> {
     }
 }
 
+/// A direct put's piece at least this long that has not all arrived is read from the socket
+/// straight into the staged value's pool memory ([`ShardState::staged_piece_mut`]) rather than
+/// into the connection's read buffer and copied from there: a native piece whose frame is still
+/// coming, a RESP `SET`'s long value. Shorter ones gain nothing worth a turn of the loop per read.
+pub(crate) const IN_PLACE_PIECE_BYTES_MIN: usize = 64 * 1024;
+
 /// Most transfers one session may have open at once: each holds a staged value or a key.
 pub(crate) const TRANSFERS_PER_SESSION_MAX: usize = 64;
 
@@ -308,7 +314,7 @@ impl ShardState {
 
     /// The pool memory that `len` bytes at `offset` of direct put `transfer` go to, lent so the
     /// connection reads a piece of that size straight into it from its socket, one read at a time
-    /// ([`answer_piece_in_place`](Self::answer_piece_in_place) then answers the piece): one copy
+    /// ([`write_piece_in_place`](Self::write_piece_in_place) then takes the piece): one copy
     /// of every value byte fewer than reading it into the connection's buffer first. `None` where
     /// the piece must come the usual way, as a whole request, which then answers whatever is wrong
     /// with it: a piece longer than the server's value limit, a transfer that is not an open put,
@@ -333,11 +339,8 @@ impl ShardState {
         pool.store.staged_piece_mut(&put.staged, offset, len)
     }
 
-    /// Answers a direct put's piece of `len` bytes at `offset` that the connection read into the
-    /// memory [`staged_piece_mut`](Self::staged_piece_mut) lent: the same checks as a piece that
-    /// came whole (the session's rights, the shard's state, the log's room), then the piece is
-    /// logged from where it lies. A piece refused here leaves its bytes unlogged in the staged
-    /// value, which nothing refers to: the client's next piece at the same offset overwrites them.
+    /// Answers a direct put's piece that the connection read in place, as
+    /// [`write_piece_in_place`](Self::write_piece_in_place) takes it.
     pub(crate) fn answer_piece_in_place(
         &mut self,
         request_id: u64,
@@ -349,23 +352,37 @@ impl ShardState {
     ) -> super::Flow {
         self.stats.requests += 1;
         self.begin_request();
-        // Its bytes are not in the request, so `admit` cannot check their length: checked here
-        // too, though no memory is lent for a piece past the limit.
-        let request = Request::DirectWrite { transfer, offset, bytes: &[] };
-        let max = self.limits.value_bytes_max as usize;
-        let outcome = self.admit(&request, session).and_then(|()| {
-            if len > max {
-                return Err(Failure::from(ProtocolError::ValueTooLarge { len, max }));
-            }
-            self.direct_write(transfer, offset, Piece::InPlace(len as u64), session)
-        });
-        match outcome {
+        match self.write_piece_in_place(transfer, offset, len, session) {
             Ok(response) => {
                 response.encode(request_id, out);
                 super::Flow::Continue
             }
             Err(failure) => self.answer_error(&failure, request_id, out),
         }
+    }
+
+    /// Takes a direct put's piece of `len` bytes at `offset` that the connection read into the
+    /// memory [`staged_piece_mut`](Self::staged_piece_mut) lent, as [`execute`](Self::execute)
+    /// takes a piece that came whole: the same checks (the session's rights, the shard's state,
+    /// the log's room), then the piece is logged from where it lies. A piece refused here leaves
+    /// its bytes unlogged in the staged value, which nothing refers to: the client's next piece
+    /// at the same offset overwrites them.
+    pub(crate) fn write_piece_in_place(
+        &mut self,
+        transfer: u64,
+        offset: u64,
+        len: usize,
+        session: &mut Session,
+    ) -> Result<Response<'static>, Failure> {
+        // Its bytes are not in the request, so `admit` cannot check their length: checked here
+        // too, though no memory is lent for a piece past the limit.
+        let request = Request::DirectWrite { transfer, offset, bytes: &[] };
+        self.admit(&request, session)?;
+        let max = self.limits.value_bytes_max as usize;
+        if len > max {
+            return Err(Failure::from(ProtocolError::ValueTooLarge { len, max }));
+        }
+        self.direct_write(transfer, offset, Piece::InPlace(len as u64), session)
     }
 
     /// Stages the next piece of direct put `transfer`, logged as it lands.

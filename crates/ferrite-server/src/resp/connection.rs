@@ -7,8 +7,10 @@
 //! client has authenticated, on a server with users, its commands must be small (`parser.rs`) and
 //! it must authenticate within the handshake timeout.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
+use std::io;
 use std::rc::Rc;
+use std::task::{Context, Poll};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::stream::ClientStream;
@@ -20,9 +22,10 @@ use tracing::debug;
 use super::commands::{self, Client, UNOPENED};
 use super::parser::{Parsed, Parser};
 use super::{reply, Settings};
-use crate::buffered::{self, Buffers, Deferred, Ended, Next, WRITE_FLUSH_BYTES};
+use crate::buffered::{self, Buffers, Deferred, Ended, LogWaits, Next, WRITE_FLUSH_BYTES};
 use crate::handler::{Flow, ShardState};
 use crate::session::Session;
+use crate::stats::BatchOps;
 use crate::write_through::WriteThrough;
 
 /// How much room a read asks for.
@@ -34,6 +37,35 @@ const CLOSE_DRAIN_TIMEOUT: Duration = Duration::from_secs(1);
 struct Connection {
     parser: Parser,
     client: Client,
+}
+
+/// RESP on the socket loop: a connection, and the shard it answers from.
+struct Resp<'a> {
+    connection: Connection,
+    shard: &'a RefCell<ShardState>,
+    settings: &'a Settings,
+    handshaken: &'a Cell<bool>,
+    staging: &'a Cell<bool>,
+}
+
+impl buffered::Protocol for Resp<'_> {
+    fn answer(&mut self, buffers: &mut Buffers, through: &WriteThrough<'_>) -> (Next, LogWaits, BatchOps) {
+        let mut shard = self.shard.borrow_mut();
+        let next = self.connection.answer_buffered(&mut shard, self.settings, buffers, through);
+        if !buffers.write.is_empty() && self.connection.client.authenticated() {
+            self.handshaken.set(true);
+        }
+        shard.submit_soon();
+        shard.low_load_poll.answered();
+        let session = &mut self.connection.client.session;
+        self.staging.set(session.transfers.stages_any());
+        (next, session.take_log_waits(), std::mem::take(&mut session.batch_ops))
+    }
+
+    /// A long `SET`'s piece, read into the staged value (`commands/long_values.rs`).
+    fn poll_receive(&mut self, cx: &mut Context<'_>, stream: &mut ClientStream) -> Poll<io::Result<usize>> {
+        commands::poll_receive(&mut self.connection.client, &mut self.shard.borrow_mut(), cx, stream)
+    }
 }
 
 /// Serves one RESP client until it disconnects, sends something unparseable, says `QUIT`, or the
@@ -76,7 +108,7 @@ pub(crate) async fn serve(
             return;
         }
     };
-    let mut connection = Connection { parser: Parser::new(settings.limits), client: Client::new(session, pool, id) };
+    let connection = Connection { parser: Parser::new(settings.limits), client: Client::new(session, pool, id) };
     let mut buffers = Buffers::new(READ_CHUNK_BYTES);
     let gate = shard.borrow().durable_gate();
     // RESP replies leave in order: a plugin call's is waited for in line (`Next::Wait`), never
@@ -89,9 +121,9 @@ pub(crate) async fn serve(
     // RESP has no hello: the first command answered to a client that may act counts as the
     // handshake. On a server with users that is the first after it has authenticated: replies
     // to a stranger (`NOAUTH`) do not end its handshake deadline.
-    let handshaken = std::cell::Cell::new(false);
+    let handshaken = Cell::new(false);
     // A long SET stages its value (`commands/long_values.rs`): see `buffered::Socket::staging`.
-    let staging = std::cell::Cell::new(false);
+    let staging = Cell::new(false);
     let socket = buffered::Socket {
         stream: &mut stream,
         traffic: &traffic,
@@ -102,19 +134,8 @@ pub(crate) async fn serve(
         staging_idle: admission.staging_idle,
         in_flight_max: usize::try_from(admission.in_flight_max).unwrap_or(usize::MAX),
     };
-    let mut answer = |buffers: &mut Buffers, through: &WriteThrough<'_>| {
-        let mut shard = shard.borrow_mut();
-        let next = connection.answer_buffered(&mut shard, &settings, buffers, through);
-        if !buffers.write.is_empty() && connection.client.authenticated() {
-            handshaken.set(true);
-        }
-        shard.submit_soon();
-        shard.low_load_poll.answered();
-        let session = &mut connection.client.session;
-        staging.set(session.transfers.stages_any());
-        (next, session.take_log_waits(), std::mem::take(&mut session.batch_ops))
-    };
-    let ended = buffered::drive(socket, &mut shutdown, &mut buffers, gate, &in_order, &mut answer).await;
+    let mut resp = Resp { connection, shard: &shard, settings: &settings, handshaken: &handshaken, staging: &staging };
+    let ended = buffered::drive(socket, &mut shutdown, &mut buffers, gate, &in_order, &mut resp).await;
     if matches!(ended, Ok(Ended::TimedOut)) {
         shard.borrow_mut().stats.clients_timed_out += 1;
     }
@@ -124,7 +145,7 @@ pub(crate) async fn serve(
         Ok(ended) => debug!(?peer, ?ended, "RESP connection closed"),
         Err(error) => debug!(?peer, %error, "RESP connection failed"),
     }
-    shard.borrow_mut().end_session(&mut connection.client.session);
+    shard.borrow_mut().end_session(&mut resp.connection.client.session);
 }
 
 /// Closes after a last reply (`QUIT`, a protocol error) so the client can read it: closing a socket

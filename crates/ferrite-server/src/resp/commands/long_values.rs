@@ -22,20 +22,28 @@
 //!
 //! Each piece is one native request, bounded work in one turn of the shard loop, so the shard
 //! serves every other client between the pieces of a 1 GiB value. The pieces are as durable as a
-//! direct put's: the `+OK` waits for the log like any `SET` of the pool.
+//! direct put's: the `+OK` waits for the log like any `SET` of the pool. A piece of at least
+//! [`IN_PLACE_PIECE_BYTES_MIN`] that has not all arrived is read from the socket straight into the
+//! staged value's pool memory ([`poll_receive`]), as a native piece is, rather than through the
+//! connection's read buffer: one copy of every byte fewer.
 
+use std::io;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{ready, Context, Poll};
 
 use bytes::{Buf, BytesMut};
 use ferrite_proto::{Attribute, EndTransferFlags, ErrorCode, PutFlags, Request, Response};
+use tokio::io::AsyncRead;
 
 use super::strings::SetOptions;
 use super::{lookup, not_ready_in_cluster, plugins, reply, routing, Args, Client, NotReady, RespError};
 use crate::buffered::{Buffers, Next};
 use crate::completion::Completion;
-use crate::handler::{Failure, Flow, ShardState};
+use crate::handler::{Failure, Flow, ShardState, IN_PLACE_PIECE_BYTES_MIN};
 use crate::resp::parser::{Parsed, Parser, ProtocolError};
 use crate::resp::Settings;
+use crate::stream::ClientStream;
 use crate::write_through::WriteThrough;
 
 /// The direct transfer that carries a connection's long value: a RESP session opens no other.
@@ -60,6 +68,15 @@ pub(crate) struct Arriving {
     /// Why the `SET` is refused, once its bytes have all been read; nothing is staged then.
     refusal: Option<RespError>,
     stage: Stage,
+    /// The piece being read from the socket straight into the staged value, at `received`.
+    in_place: Option<InPlace>,
+}
+
+/// A piece of `len` bytes, `received` of them read in place so far.
+#[derive(Debug, Clone, Copy)]
+struct InPlace {
+    len: usize,
+    received: usize,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -99,6 +116,7 @@ pub(crate) fn begin_set(
         options,
         refusal,
         stage: Stage::Value,
+        in_place: None,
     }));
     None
 }
@@ -193,6 +211,7 @@ pub(crate) fn go_on(
                 // Back to the socket loop after each piece logged, so its wait for the log (when
                 // the log's backlog is long) paces the client.
                 Received::Piece => return Some(Next::Flush),
+                Received::InPlace => return Some(Next::Receive),
                 Received::Dropped => {}
                 Received::Whole { options } => {
                     parser.resume_array(options);
@@ -228,6 +247,8 @@ enum Received {
     Needs(usize),
     /// A piece was staged (and logged).
     Piece,
+    /// A piece is being read in place ([`poll_receive`]).
+    InPlace,
     /// Bytes of a refused `SET` were dropped.
     Dropped,
     /// The value and its `\r\n` have arrived; `options` arguments follow.
@@ -271,22 +292,71 @@ fn receive(client: &mut Client, shard: &mut ShardState, read: &mut BytesMut, now
         arriving.received += dropped as u64;
         return Received::Dropped;
     }
+    let offset = arriving.received;
+    if let Some(piece) = arriving.in_place {
+        if piece.received < piece.len {
+            return Received::InPlace;
+        }
+        arriving.in_place = None;
+        let written = shard.write_piece_in_place(TRANSFER, offset, piece.len, &mut client.session).map(drop);
+        return piece_written(client, shard, piece.len, written);
+    }
     // Whole pieces of the inline limit: each is logged as one record, which the log keeps for the
     // value instead of a checkpoint copying its pages (`docs/durability.md`).
     let piece = remaining.min(u64::from(shard.limits.value_bytes_max)) as usize;
     if read.len() < piece {
-        return Received::Needs(piece);
+        if piece < IN_PLACE_PIECE_BYTES_MIN {
+            return Received::Needs(piece);
+        }
+        let Some(lent) = shard.staged_piece_mut(TRANSFER, offset, piece, &client.session) else {
+            return Received::Needs(piece);
+        };
+        // The buffer holds nothing past the piece's first bytes: they move to their place, and
+        // the rest is read there.
+        lent[..read.len()].copy_from_slice(read);
+        arriving_on(client).in_place = Some(InPlace { len: piece, received: read.len() });
+        read.clear();
+        return Received::InPlace;
     }
-    let request = Request::DirectWrite { transfer: TRANSFER, offset: arriving.received, bytes: &read[..piece] };
-    if let Err(failure) = shard.execute(request, &mut client.session, now_ns) {
-        let arriving = arriving_on(client);
-        arriving.refusal = Some(failure.into());
+    let request = Request::DirectWrite { transfer: TRANSFER, offset, bytes: &read[..piece] };
+    let written = shard.execute(request, &mut client.session, now_ns).map(drop);
+    read.advance(piece);
+    piece_written(client, shard, piece, written)
+}
+
+/// Accounts for a piece of `len` bytes taken (or refused: the `SET` will be, once its bytes have
+/// all arrived, and what was staged is dropped now).
+fn piece_written(client: &mut Client, shard: &mut ShardState, len: usize, written: Result<(), Failure>) -> Received {
+    if let Err(failure) = written {
+        arriving_on(client).refusal = Some(failure.into());
         abort(client, shard);
     }
-    let arriving = arriving_on(client);
-    arriving.received += piece as u64;
-    read.advance(piece);
+    arriving_on(client).received += len as u64;
     Received::Piece
+}
+
+/// Reads what the socket has of the piece being read in place into the staged value's memory,
+/// which the shard lends again at every read: its other clients run between two reads, and
+/// nothing is held across them. Only this connection can end its transfer or close its pool, and
+/// it is reading: the memory stays lent unless the shard stopped, which ends the connection.
+pub(crate) fn poll_receive(
+    client: &mut Client,
+    shard: &mut ShardState,
+    cx: &mut Context<'_>,
+    stream: &mut ClientStream,
+) -> Poll<io::Result<usize>> {
+    let Client { long_value, session, .. } = client;
+    let Some(LongValue::Arriving(Arriving { received, in_place: Some(piece), .. })) = long_value else {
+        return Poll::Ready(Err(io::Error::other("no piece is being read in place")));
+    };
+    let Some(lent) = shard.staged_piece_mut(TRANSFER, *received, piece.len, session) else {
+        return Poll::Ready(Err(io::Error::other("the value a piece was being read into is gone")));
+    };
+    let mut unread = tokio::io::ReadBuf::new(&mut lent[piece.received..]);
+    ready!(Pin::new(stream).poll_read(cx, &mut unread))?;
+    let read = unread.filled().len();
+    piece.received += read;
+    Poll::Ready(Ok(read))
 }
 
 fn options_arrived(client: &mut Client, shard: &mut ShardState, options: Result<SetOptions, RespError>) {

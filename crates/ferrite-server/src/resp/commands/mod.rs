@@ -27,7 +27,7 @@ use crate::completion::Completion;
 use crate::handler::{Failure, Flow, ShardState, WRONG_PASSWORD_MESSAGE};
 use crate::session::{Identity, Session};
 use long_values::LongValue;
-pub(crate) use long_values::{begin_set, go_on};
+pub(crate) use long_values::{begin_set, go_on, poll_receive};
 use steps::Progress;
 use transaction::{queue, Transaction, TRANSACTION_CONTROL};
 
