@@ -10,10 +10,10 @@
 //! CPUs with AVX-512, PCLMULQDQ on any other x86-64, PMULL on AArch64), chosen at run time. A
 //! large put's log records are checksummed whole, and with the `crc32` instruction alone (three
 //! streams at once, the `crc32c` crate's method) that took 9 % of the shard's CPU time. Measured
-//! on the benchmark machine (AMD EPYC, AVX-512): three to four times the instruction's rate from
-//! 4 KiB buffers up (76 against 20 GiB/s at 1 MiB), the same time on a small put's record (24 ns
-//! for a 100-byte payload). The values are the standard ones: files written before keep their
-//! meaning.
+//! on a benchmark VM (Intel Xeon with AVX-512, `docs/benchmarks.md`): three to four times the
+//! instruction's rate from 4 KiB buffers up (76 against 20 GiB/s at 1 MiB), the same time on a
+//! small put's record (26 ns with a 100-byte payload). The values are the standard ones: files
+//! written before keep their meaning.
 
 use crc_fast::{CrcAlgorithm, Digest};
 
