@@ -10,12 +10,13 @@
 //! reading its responses can hold a stopping shard hostage.
 
 use std::cell::{Cell, RefCell};
+use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::task::{ready, Context, Poll};
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt, ReadBuf};
 use tokio::sync::{watch, Notify};
 
 use crate::completion::Completion;
@@ -89,6 +90,27 @@ where
     fn poll_receive(&mut self, _: &mut Context<'_>, _: &mut ClientStream) -> Poll<std::io::Result<usize>> {
         Poll::Ready(Err(std::io::Error::other("this protocol reads every request through its buffer")))
     }
+}
+
+/// Reads what the socket has of a piece into `lent[*received..]`, the pool memory the shard lends
+/// for this one read (`None`: the value it belongs to is gone, since only a stopped shard takes it
+/// back while its connection reads), and counts the bytes read into `received`: the bytes read, 0
+/// if the peer closed. The protocols' [`Protocol::poll_receive`] ask for the memory again at every
+/// read, so the shard's other clients run between two reads and nothing is held across them.
+pub(crate) fn poll_read_lent(
+    lent: Option<&mut [u8]>,
+    received: &mut usize,
+    cx: &mut Context<'_>,
+    stream: &mut ClientStream,
+) -> Poll<std::io::Result<usize>> {
+    let Some(lent) = lent else {
+        return Poll::Ready(Err(std::io::Error::other("the value a piece was being read into is gone")));
+    };
+    let mut unread = ReadBuf::new(&mut lent[*received..]);
+    ready!(Pin::new(stream).poll_read(cx, &mut unread))?;
+    let read = unread.filled().len();
+    *received += read;
+    Poll::Ready(Ok(read))
 }
 
 /// The answers a connection has coming while it goes on answering other requests (native

@@ -4,15 +4,13 @@
 
 use std::cell::{Cell, RefCell};
 use std::io;
-use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::Arc;
-use std::task::{ready, Context, Poll};
+use std::task::{Context, Poll};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::{Buf, BytesMut};
 use ferrite_proto::{DirectWriteHead, Header, Opcode, HEADER_BYTES};
-use tokio::io::{AsyncRead, ReadBuf};
 use tokio::sync::watch;
 use tracing::debug;
 
@@ -76,24 +74,17 @@ impl buffered::Protocol for Native<'_> {
         (next, session.take_log_waits(), std::mem::take(&mut session.batch_ops))
     }
 
-    /// Reads into the pool memory the shard lends for the piece, asked again at every read: the
-    /// shard's other clients run between two reads, and nothing is held across them.
+    /// Reads into the pool memory the shard lends for the piece. Only this session can end its
+    /// transfer or close its pool, and it is reading: the memory stays lent unless the shard
+    /// stopped, which ends the connection.
     fn poll_receive(&mut self, cx: &mut Context<'_>, stream: &mut ClientStream) -> Poll<io::Result<usize>> {
         let Framing { receiving, session, .. } = &mut self.framing;
         let Some(piece) = receiving.as_mut() else {
             return Poll::Ready(Err(io::Error::other("no piece is being read in place")));
         };
         let mut shard = self.shard.borrow_mut();
-        // Only this session can end its transfer or close its pool, and it is reading: the memory
-        // stays lent unless the shard stopped, which ends the connection.
-        let Some(lent) = shard.staged_piece_mut(piece.transfer, piece.offset, piece.len, session) else {
-            return Poll::Ready(Err(io::Error::other("the value a piece was being read into is gone")));
-        };
-        let mut unread = ReadBuf::new(&mut lent[piece.received..]);
-        ready!(Pin::new(stream).poll_read(cx, &mut unread))?;
-        let read = unread.filled().len();
-        piece.received += read;
-        Poll::Ready(Ok(read))
+        let lent = shard.staged_piece_mut(piece.transfer, piece.offset, piece.len, session);
+        buffered::poll_read_lent(lent, &mut piece.received, cx, stream)
     }
 }
 

@@ -28,17 +28,15 @@
 //! connection's read buffer: one copy of every byte fewer.
 
 use std::io;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{ready, Context, Poll};
+use std::task::{Context, Poll};
 
 use bytes::{Buf, BytesMut};
 use ferrite_proto::{Attribute, EndTransferFlags, ErrorCode, PutFlags, Request, Response};
-use tokio::io::AsyncRead;
 
 use super::strings::SetOptions;
 use super::{lookup, not_ready_in_cluster, plugins, reply, routing, Args, Client, NotReady, RespError};
-use crate::buffered::{Buffers, Next};
+use crate::buffered::{self, Buffers, Next};
 use crate::completion::Completion;
 use crate::handler::{Failure, Flow, ShardState, IN_PLACE_PIECE_BYTES_MIN};
 use crate::resp::parser::{Parsed, Parser, ProtocolError};
@@ -335,10 +333,9 @@ fn piece_written(client: &mut Client, shard: &mut ShardState, len: usize, writte
     Received::Piece
 }
 
-/// Reads what the socket has of the piece being read in place into the staged value's memory,
-/// which the shard lends again at every read: its other clients run between two reads, and
-/// nothing is held across them. Only this connection can end its transfer or close its pool, and
-/// it is reading: the memory stays lent unless the shard stopped, which ends the connection.
+/// Reads what the socket has of the piece being read in place into the staged value's memory.
+/// Only this connection can end its transfer or close its pool, and it is reading: the memory
+/// stays lent unless the shard stopped, which ends the connection.
 pub(crate) fn poll_receive(
     client: &mut Client,
     shard: &mut ShardState,
@@ -349,14 +346,8 @@ pub(crate) fn poll_receive(
     let Some(LongValue::Arriving(Arriving { received, in_place: Some(piece), .. })) = long_value else {
         return Poll::Ready(Err(io::Error::other("no piece is being read in place")));
     };
-    let Some(lent) = shard.staged_piece_mut(TRANSFER, *received, piece.len, session) else {
-        return Poll::Ready(Err(io::Error::other("the value a piece was being read into is gone")));
-    };
-    let mut unread = tokio::io::ReadBuf::new(&mut lent[piece.received..]);
-    ready!(Pin::new(stream).poll_read(cx, &mut unread))?;
-    let read = unread.filled().len();
-    piece.received += read;
-    Poll::Ready(Ok(read))
+    let lent = shard.staged_piece_mut(TRANSFER, *received, piece.len, session);
+    buffered::poll_read_lent(lent, &mut piece.received, cx, stream)
 }
 
 fn options_arrived(client: &mut Client, shard: &mut ShardState, options: Result<SetOptions, RespError>) {
