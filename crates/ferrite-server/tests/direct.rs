@@ -175,8 +175,8 @@ fn a_reader_racing_a_writer_never_sees_a_torn_value() {
     writer.join().expect("writer");
 }
 
-/// A session's transfers end with it: an uncommitted direct put leaves the old value and gives
-/// its room back; a reader that disconnects lets writers go on. Misuse gets clear errors.
+/// A session's transfers end with it: an uncommitted direct put, whose room the pool's used bytes
+/// count while it is open, leaves the old value and gives its room back; a reader that disconnects lets writers go on. Misuse gets clear errors.
 #[test]
 fn transfers_end_with_their_session_and_misuse_is_refused() {
     let server = TestServer::builder().config("direct_value_bytes_max", 16 << 20).start();
@@ -197,6 +197,8 @@ fn transfers_end_with_their_session_and_misuse_is_refused() {
     let open = Request::PutDirect { pool: handle, flags: PutFlags::NONE, transfer: 1, length: 10 << 20, key: b"k" };
     answer(&mut raw, 3, &open).expect("opened");
     answer(&mut raw, 4, &Request::DirectWrite { transfer: 1, offset: 0, bytes: &[7u8; 1 << 20] }).expect("a piece");
+    let held = pool.pool_attributes().expect("attributes").used_bytes;
+    assert_eq!(held, used + (10 << 20) + 64, "the open put holds its value's room");
     let misplaced = answer(&mut raw, 5, &Request::DirectWrite { transfer: 1, offset: 5, bytes: b"x" });
     assert!(misplaced.is_err_and(|message| message.contains("expected")), "pieces come in order");
     answer(&mut raw, 6, &Request::GetDirect { pool: handle, transfer: 2, key: b"k" }).expect("read opened");

@@ -14,7 +14,7 @@ use foldhash::HashMapExt;
 
 use crate::memory::{btree_set_node_bytes, heap_allocation_bytes, MemoryUsage};
 use crate::store::{
-    PoolSpec, PutMode, PutOutcome, StagedValue, Store, StoreError, ValueAttributes, WriteFootprint,
+    staged_charge, PoolSpec, PutMode, PutOutcome, StagedValue, Store, StoreError, ValueAttributes, WriteFootprint,
     ENTRY_OVERHEAD_BYTES,
 };
 
@@ -34,7 +34,10 @@ pub struct MapStore {
     /// Every key with its scan hash, in hash order.
     order: BTreeSet<(u64, Arc<[u8]>)>,
     capacity_bytes: u64,
+    /// What the pairs are charged (see [`Store::used_bytes`]).
     used_bytes: u64,
+    /// The room staged values hold until their commit or discard ([`staged_charge`]).
+    staged_bytes: u64,
     /// Heap bytes of every key and value, as malloc rounds them: kept up to date by each put and
     /// erase so that [`Store::memory_usage`] walks nothing.
     pair_heap_bytes: u64,
@@ -91,16 +94,19 @@ impl MapStore {
             order: BTreeSet::new(),
             capacity_bytes: spec.size_bytes,
             used_bytes: 0,
+            staged_bytes: 0,
             pair_heap_bytes: 0,
         }
     }
 
+    /// The pairs' charge after replacing a charge of `old_charge` with one of `new_charge`, or
+    /// `PoolFull` if that grows past what the capacity leaves beside the staged values.
     fn reserve(&self, old_charge: u64, new_charge: u64) -> Result<u64, StoreError> {
         let used_after = self.used_bytes - old_charge + new_charge;
-        if new_charge > old_charge && used_after > self.capacity_bytes {
+        if new_charge > old_charge && used_after + self.staged_bytes > self.capacity_bytes {
             return Err(StoreError::PoolFull {
                 needed: new_charge - old_charge,
-                free: self.capacity_bytes.saturating_sub(self.used_bytes),
+                free: self.capacity_bytes.saturating_sub(self.used_bytes + self.staged_bytes),
                 capacity: self.capacity_bytes,
             });
         }
@@ -156,6 +162,13 @@ impl Store for MapStore {
         self.entries.get(key).map(|entry| entry.value.as_slice())
     }
 
+    /// Staged in process memory, as a `Vec` that grows as pieces come.
+    fn stage_value(&mut self, key_len: u64, len: u64) -> Result<StagedValue, StoreError> {
+        self.reserve(0, key_len + len + ENTRY_OVERHEAD_BYTES)?;
+        self.staged_bytes += staged_charge(len);
+        Ok(StagedValue::owned(len))
+    }
+
     /// The staged bytes become the entry's value as they are: a direct put of a large value
     /// costs no second copy.
     fn commit_staged(
@@ -165,8 +178,13 @@ impl Store for MapStore {
         mode: PutMode,
         write_time_ns: u64,
     ) -> Result<PutOutcome, StoreError> {
+        self.staged_bytes -= staged_charge(staged.len());
         let value = staged.into_owned_bytes().expect("mapstore stages values in process memory");
         self.put_filled(key, value.len(), mode, write_time_ns, |stored| *stored = value)
+    }
+
+    fn discard_staged(&mut self, staged: StagedValue) {
+        self.staged_bytes -= staged_charge(staged.len());
     }
 
     /// In place: the value keeps its allocation.
@@ -238,7 +256,7 @@ impl Store for MapStore {
     }
 
     fn used_bytes(&self) -> u64 {
-        self.used_bytes
+        self.used_bytes + self.staged_bytes
     }
 
     /// An estimate, from the layout of the standard library's structures and malloc's rounding:

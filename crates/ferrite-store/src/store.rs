@@ -10,6 +10,13 @@ use crate::persistence::VolatileMemory;
 /// so a pool's sizing does not depend on the engine behind it.
 pub const ENTRY_OVERHEAD_BYTES: u64 = 64;
 
+/// The room a staged value of `len` bytes holds in its pool's accounting until its commit or
+/// discard: its value and one entry's overhead. Its key is charged at the commit (keys are short,
+/// and a discard does not know it).
+pub fn staged_charge(len: u64) -> u64 {
+    len + ENTRY_OVERHEAD_BYTES
+}
+
 /// Most keys one unit of [`Store::scan`] work visits: a home bucket of `hstore` (its hopscotch
 /// neighbourhood), or one entry of `mapstore` (save keys sharing a 64-bit hash). What a paged
 /// `find` keeps room for before each step.
@@ -200,6 +207,10 @@ pub trait Store: Send {
 
     fn capacity_bytes(&self) -> u64;
 
+    /// What the pool's capacity is charged with: every pair's key and value and
+    /// [`ENTRY_OVERHEAD_BYTES`], and the room each staged value holds until its commit or discard
+    /// ([`staged_charge`]), so that values being written cannot together promise more than the
+    /// pool holds.
     fn used_bytes(&self) -> u64;
 
     /// What the store takes in memory, by part: unlike `used_bytes` (the pairs as the pool's
@@ -311,17 +322,12 @@ pub trait Store: Send {
 
     /// Sets aside room for a value of `len` bytes for `key_len`-byte key, written in pieces by
     /// [`write_staged`](Store::write_staged) and made the key's value at once by
-    /// [`commit_staged`](Store::commit_staged): a direct put. `PoolFull` if the pool's capacity
-    /// or memory cannot hold it beside what it holds now; `ValueTooLarge` past the engine's limit.
-    /// By default the value is staged in process memory.
-    fn stage_value(&mut self, key_len: u64, len: u64) -> Result<StagedValue, StoreError> {
-        let needed = key_len + len + ENTRY_OVERHEAD_BYTES;
-        let free = self.capacity_bytes().saturating_sub(self.used_bytes());
-        if needed > free {
-            return Err(StoreError::PoolFull { needed, free, capacity: self.capacity_bytes() });
-        }
-        Ok(StagedValue::owned(len))
-    }
+    /// [`commit_staged`](Store::commit_staged): a direct put. The room is charged to
+    /// [`used_bytes`](Store::used_bytes) from now on ([`staged_charge`]) and handed back by the
+    /// commit (which charges the pair instead) or [`discard_staged`](Store::discard_staged).
+    /// `PoolFull` if the pool's capacity or memory cannot hold the pair beside what it holds and
+    /// what other staged values hold now; `ValueTooLarge` past the engine's limit.
+    fn stage_value(&mut self, key_len: u64, len: u64) -> Result<StagedValue, StoreError>;
 
     /// Writes `bytes` at `offset` of a staged value; for one in the region, logged as its own
     /// transaction (the caller reserved [`staged_write_footprint`](Store::staged_write_footprint)
@@ -382,10 +388,8 @@ pub trait Store: Send {
         }
     }
 
-    /// Frees a staged value that will not be committed.
-    fn discard_staged(&mut self, staged: StagedValue) {
-        drop(staged);
-    }
+    /// Frees a staged value that will not be committed, and the room it held.
+    fn discard_staged(&mut self, staged: StagedValue);
 
     /// `len` bytes at `offset` of `key`'s value, if the key is present and the range lies inside
     /// it: a piece of a direct read.
@@ -611,6 +615,35 @@ mod tests {
             }
             let too_large = store.stage_value(1, 5 << 20);
             assert!(matches!(too_large, Err(StoreError::PoolFull { .. })), "{}: {too_large:?}", kind.name());
+        }
+    }
+
+    /// A staged value holds its room from the stage to its commit or discard: `used_bytes` shows
+    /// it, and a put or another staged value that would take the pool past its capacity beside it
+    /// is refused at once (not at its commit, after all its bytes came); the commit charges the
+    /// pair in its place.
+    #[test]
+    fn every_kind_holds_room_for_staged_values() {
+        for kind in [StoreKind::MapStore, StoreKind::HStore] {
+            let mut store =
+                kind.try_create(PoolSpec { size_bytes: 4 << 20, expected_objects: 8 }).expect("a pool is created");
+            let len = 3 << 20;
+            let staged = store.stage_value(1, len).expect("room");
+            assert_eq!(store.used_bytes(), staged_charge(len), "{}", kind.name());
+            let second = store.stage_value(1, len);
+            assert!(matches!(second, Err(StoreError::PoolFull { .. })), "{}: {second:?}", kind.name());
+            let put = store.put(b"p", &vec![7; 2 << 20], PutMode::Upsert, 1);
+            assert!(matches!(put, Err(StoreError::PoolFull { .. })), "{}: {put:?}", kind.name());
+            store.put(b"p", b"small", PutMode::Upsert, 1).expect("room beside the staged value");
+            store.erase(b"p").expect("present");
+            store.discard_staged(staged);
+            assert_eq!(store.used_bytes(), 0, "{}: the discard gave the room back", kind.name());
+
+            let staged = store.stage_value(1, len).expect("room");
+            assert_eq!(store.commit_staged(b"k", staged, PutMode::Upsert, 2), Ok(PutOutcome::Inserted));
+            assert_eq!(store.used_bytes(), 1 + len + ENTRY_OVERHEAD_BYTES, "{}: the pair's charge", kind.name());
+            let second = store.stage_value(1, len);
+            assert!(matches!(second, Err(StoreError::PoolFull { .. })), "{}: {second:?}", kind.name());
         }
     }
 

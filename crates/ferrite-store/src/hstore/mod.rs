@@ -85,8 +85,8 @@ use table::{plan_insert, Image, Move, Overlay, Source, Subtable, MOVES_MAX};
 use crate::memory::MemoryUsage;
 use crate::persistence::PoolMemory;
 use crate::store::{
-    KeptAllocation, PoolSpec, PutMode, PutOutcome, RegionCopy, StagedValue, Store, StoreError, ValueAttributes,
-    ValueLocation, WriteFootprint, ENTRY_OVERHEAD_BYTES,
+    staged_charge, KeptAllocation, PoolSpec, PutMode, PutOutcome, RegionCopy, StagedValue, Store, StoreError,
+    ValueAttributes, ValueLocation, WriteFootprint, ENTRY_OVERHEAD_BYTES,
 };
 
 /// Why [`HStore::create`] refused.
@@ -146,7 +146,11 @@ pub struct HStore<M: PoolMemory> {
     /// The allocations the engine keeps for plugins, by place (volatile, rebuilt by `open`).
     allocations: BTreeMap<u64, Allocation>,
     objects: u64,
+    /// What the pairs are charged (see [`Store::used_bytes`]), as the region's header keeps it.
     used_bytes: u64,
+    /// The room staged values hold until their commit or discard ([`staged_charge`]; volatile:
+    /// a staged value does not outlive its store).
+    staged_bytes: u64,
 }
 
 /// The value stored under the client key `key` in the hstore region `bytes`, looked up in place
@@ -178,6 +182,7 @@ impl<M: PoolMemory> fmt::Debug for HStore<M> {
         f.debug_struct("HStore")
             .field("objects", &self.objects)
             .field("used_bytes", &self.used_bytes)
+            .field("staged_bytes", &self.staged_bytes)
             .field("capacity_bytes", &self.header.capacity_bytes)
             .field("region_bytes", &self.header.region_bytes)
             .field("subtables", &self.subtables.len())
@@ -336,6 +341,7 @@ impl<M: PoolMemory> HStore<M> {
             allocations: BTreeMap::new(),
             objects: 0,
             used_bytes: 0,
+            staged_bytes: 0,
         })
     }
 
@@ -366,6 +372,7 @@ impl<M: PoolMemory> HStore<M> {
             allocations: walk.allocations,
             objects: walk.objects,
             used_bytes: walk.used_bytes,
+            staged_bytes: 0,
         })
     }
 
@@ -471,16 +478,17 @@ impl<M: PoolMemory> HStore<M> {
     fn pool_full(&self, needed: u64) -> StoreError {
         StoreError::PoolFull {
             needed,
-            free: self.header.capacity_bytes.saturating_sub(self.used_bytes),
+            free: self.header.capacity_bytes.saturating_sub(self.used_bytes + self.staged_bytes),
             capacity: self.header.capacity_bytes,
         }
     }
 
-    /// Used bytes after replacing a charge of `old` with one of `new`, or `PoolFull` if that grows
-    /// past the capacity (shrinking always passes, as in mapstore).
+    /// The pairs' charge after replacing a charge of `old` with one of `new`, or `PoolFull` if
+    /// that grows past what the capacity leaves beside the staged values (shrinking always
+    /// passes, as in mapstore).
     fn reserve(&self, old: u64, new: u64) -> Result<u64, StoreError> {
         let used_after = (self.used_bytes - old).saturating_add(new);
-        if new > old && used_after > self.header.capacity_bytes {
+        if new > old && used_after.saturating_add(self.staged_bytes) > self.header.capacity_bytes {
             return Err(self.pool_full(new - old));
         }
         Ok(used_after)
@@ -907,7 +915,7 @@ impl<M: PoolMemory> Store for HStore<M> {
     }
 
     fn used_bytes(&self) -> u64 {
-        self.used_bytes
+        self.used_bytes + self.staged_bytes
     }
 
     /// Exact: what the region's allocators have handed out. Free extents are not counted (free
@@ -1046,11 +1054,15 @@ impl<M: PoolMemory> Store for HStore<M> {
             return Err(StoreError::ValueTooLarge { bytes: len, max: VALUE_BYTES_MAX });
         }
         self.reserve(0, charge(key_len, len))?;
-        if Placement::of(key_len, len).value_inline {
-            return Ok(StagedValue::owned(len));
-        }
-        let offset = self.heap.alloc(len).ok_or_else(|| self.pool_full(charge(key_len, len)))?;
-        Ok(StagedValue::Region { offset, len })
+        let staged = match Placement::of(key_len, len).value_inline {
+            true => StagedValue::owned(len),
+            false => {
+                let offset = self.heap.alloc(len).ok_or_else(|| self.pool_full(charge(key_len, len)))?;
+                StagedValue::Region { offset, len }
+            }
+        };
+        self.staged_bytes += staged_charge(len);
+        Ok(staged)
     }
 
     fn write_staged(&mut self, staged: &mut StagedValue, offset: u64, bytes: &[u8]) {
@@ -1104,6 +1116,8 @@ impl<M: PoolMemory> Store for HStore<M> {
         mode: PutMode,
         write_time_ns: u64,
     ) -> Result<PutOutcome, StoreError> {
+        // The pair is charged instead, by the put.
+        self.staged_bytes -= staged_charge(staged.len());
         match staged {
             StagedValue::Region { offset, len } => {
                 let outcome = self.put_value(key, NewValue::Placed { at: offset, len }, mode, write_time_ns);
@@ -1120,6 +1134,7 @@ impl<M: PoolMemory> Store for HStore<M> {
     }
 
     fn discard_staged(&mut self, staged: StagedValue) {
+        self.staged_bytes -= staged_charge(staged.len());
         if let StagedValue::Region { offset, len } = staged {
             self.free_object(offset, len);
         }
