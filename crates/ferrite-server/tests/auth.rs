@@ -3,16 +3,17 @@
 //! pools (allowed ones succeed, denied ones fail with `permission_denied` and change nothing),
 //! authentication by password and by client certificate, reloading the users file on SIGHUP, and
 //! quotas on connections, pools and pool bytes (which survive a restart). The RESP side is
-//! covered by `tests/python/test_auth.py`.
+//! covered by `tests/python/test_auth.py`, but for a long `SET` whose right is revoked mid-value.
 
 mod common;
 mod pki;
+mod resp_wire;
 mod wire;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use common::{fresh_dir, TestServer};
+use common::{fresh_dir, wait_until, TestServer, SETTLE_TIMEOUT};
 use ferrite_auth::{secret, PoolPattern, Quota, Rights, UsersFile};
 use ferrite_client::blocking::{Pool, Session};
 use ferrite_client::{
@@ -21,6 +22,7 @@ use ferrite_client::{
 };
 use ferrite_proto::{Credentials, EndTransferFlags, PoolHandle, PutFlags, Request, PROTOCOL_VERSION};
 use pki::Pki;
+use resp_wire::{bulk, encode, ok, simple, Reply, RespClient};
 use wire::RawClient;
 
 const PASSWORD: &str = "correct horse battery";
@@ -409,6 +411,55 @@ fn direct_transfers_end_when_their_right_is_revoked() {
     assert_eq!(pool.get(b"held").expect("read"), b"the new value");
     let used_after = pool.pool_attributes().expect("attributes").used_bytes;
     assert_eq!(used_after, used_before, "the denied puts' staged values were given back");
+}
+
+/// A long RESP `SET` follows the users file as a direct put does: once its user's right to write
+/// is revoked and the file reloaded while a piece of its value is being read in place, that
+/// piece is refused once whole, the rest of the value read and dropped, and the `SET` answered
+/// `NOPERM`. The key keeps its value, the pool its room, and the connection carries on with
+/// what the user may still do.
+#[test]
+fn a_long_resp_set_ends_when_its_right_to_write_is_revoked() {
+    const PIECE: usize = 256 * 1024;
+    let mut users = Users::new("auth-resp-long-set");
+    users.add("root").grant("root", "*", "all");
+    users.add("alice").grant("alice", "*", "read,write");
+    let server = TestServer::builder()
+        .resp()
+        .config("value_bytes_max", PIECE)
+        .arg("--users")
+        .arg(users.save().display().to_string())
+        .start();
+    let root = connect_as(&server, "root", None);
+    let in_place = || root.statistics().expect("statistics")[0].get("direct_bytes_in_place");
+    let pool = root.open_pool("@0/redis").expect("the RESP pool");
+    let used = || pool.pool_attributes().expect("attributes").used_bytes;
+    let mut alice = RespClient::connect(server.resp_addr(0));
+    assert_eq!(alice.call(&["AUTH", "alice", PASSWORD]), ok());
+    assert_eq!(alice.call(&["SET", "long", "old"]), ok());
+    let used_before = used();
+
+    let value = vec![b'n'; 4 * PIECE + 7];
+    let command = encode(&[b"SET", b"long", &value]);
+    // One whole piece and half the second, which is then being read in place.
+    let value_start = command.len() - value.len() - 2;
+    let (head, rest) = command.split_at(value_start + PIECE + PIECE / 2);
+    alice.send_bytes(head);
+    wait_until("a piece read in place", SETTLE_TIMEOUT, || (in_place() == Some(PIECE as u64)).then_some(()));
+    assert!(used() >= used_before + value.len() as u64, "the staged value holds its room");
+    users.file.revoke("alice", &PoolPattern::new("*").expect("pattern"), Rights::WRITE).expect("revoke");
+    users.save();
+    hang_up(&server, "reloaded the users file");
+
+    alice.send_bytes(rest);
+    let Reply::Error(message) = alice.read() else { panic!("the SET is refused") };
+    assert!(message.starts_with("NOPERM ") && message.contains("write right"), "{message}");
+    assert_eq!(in_place(), Some(PIECE as u64), "the piece under way at the reload was not taken");
+    assert_eq!(used(), used_before, "the staged value's room was given back");
+    assert_eq!(alice.call(&["GET", "long"]), bulk("old"), "the key kept its value; alice may still read");
+    assert_eq!(alice.call(&["PING"]), simple("PONG"));
+    let Reply::Error(message) = alice.call(&["SET", "long", "new"]) else { panic!("alice may not write") };
+    assert!(message.starts_with("NOPERM "), "{message}");
 }
 
 /// Sends one RESP command and returns the first line of its reply.

@@ -317,6 +317,50 @@ fn long_set_values_are_read_into_pool_memory_as_they_arrive() {
     assert_eq!(c.read(), Reply::Bulk(second), "acknowledged before kill -9");
 }
 
+/// The last piece of a long `SET`, read in place, comes in one write with the value's `\r\n`, the
+/// command's option and the next command: the piece takes the value's bytes and no more, and what
+/// follows it is parsed as the option and the next command, none of it written into pool memory.
+/// `XX` of a present key sets it and the `GET` behind it reads the new value byte for byte; `XX`
+/// of a missing key sets nothing, and the staged value's room is given back.
+#[test]
+fn the_last_piece_read_in_place_ends_where_the_value_does() {
+    const PIECE: usize = 256 * 1024;
+    let server = TestServer::builder().resp().config("value_bytes_max", PIECE).start();
+    let native = blocking::Session::connect(&server.addr_string()).expect("native connect");
+    let in_place = || native.statistics().expect("statistics")[0].get("direct_bytes_in_place").unwrap_or(0);
+    let pool = native.open_pool("@0/redis").expect("the RESP pool");
+    let used = || pool.pool_attributes().expect("attributes").used_bytes;
+    let mut c = RespClient::connect(server.resp_addr(0));
+    assert_eq!(c.call(&["SET", "present", "old"]), ok());
+    // Four whole pieces, then a last one of at least 64 KiB: every piece is read in place.
+    let value = long_value(4 * PIECE + 100_007, 8);
+    // `SET key <value> XX` then `GET key`, whose last write holds the value's last 40,000 bytes,
+    // its `\r\n`, `XX` and the `GET`; the two replies.
+    let mut set_then_get = |key: &str| {
+        let mut command = encode(&[b"SET", key.as_bytes(), &value, b"XX"]);
+        let tail_start = command.len() - b"\r\n$2\r\nXX\r\n".len() - 40_000;
+        command.extend(encode(&[b"GET", key.as_bytes()]));
+        let (head, tail) = command.split_at(tail_start);
+        let in_place_before = in_place();
+        c.send_bytes(head);
+        wait_until("four pieces read in place", SETTLE_TIMEOUT, || {
+            (in_place() == in_place_before + 4 * PIECE as u64).then_some(())
+        });
+        // Time to read the last piece's first bytes, so its tail comes in a read of its own.
+        std::thread::sleep(Duration::from_millis(50));
+        c.send_bytes(tail);
+        let replies = (c.read(), c.read());
+        assert_eq!(in_place(), in_place_before + value.len() as u64, "the last piece was read in place too");
+        replies
+    };
+    assert_eq!(set_then_get("present"), (ok(), Reply::Bulk(value.clone())), "XX of a present key sets it");
+    let used_before = used();
+    assert_eq!(set_then_get("missing"), (Reply::Nil, Reply::Nil), "XX of a missing key sets nothing");
+    assert_eq!(used(), used_before, "the value XX refused holds no room");
+    assert_eq!(c.call(&["STRLEN", "present"]), Reply::Integer(value.len() as i64));
+    assert_eq!(c.call(&["EXISTS", "missing"]), Reply::Integer(0));
+}
+
 /// A client that goes silent half way through a long `SET` is disconnected once it has sent
 /// nothing for `limits.direct_read_idle_ms`, and its staged value dropped (its key is never
 /// written); a silent client with nothing staged stays connected (there is no idle timeout by
@@ -343,6 +387,43 @@ fn a_client_silent_in_a_long_set_is_disconnected_and_its_value_dropped() {
     assert_eq!(idle.call(&["PING"]), simple("PONG"), "nothing staged: still connected");
     let statistics = native.statistics().expect("statistics");
     assert_eq!(statistics[0].get("clients_timed_out"), Some(1), "{statistics:?}");
+}
+
+/// The same silence half way through a piece of over 64 KiB, which the server is reading from the
+/// socket straight into pool memory: the client is disconnected after `limits.direct_read_idle_ms`
+/// as well, its staged value dropped (the key keeps its value, the pool its room), and another
+/// connection carries on.
+#[test]
+fn a_client_silent_in_a_piece_read_in_place_is_disconnected_and_its_value_dropped() {
+    const PIECE: usize = 1024 * 1024;
+    let server =
+        TestServer::builder().resp().config("value_bytes_max", PIECE).config("direct_read_idle_ms", 1000).start();
+    let native = blocking::Session::connect(&server.addr_string()).expect("native connect");
+    let in_place = || native.statistics().expect("statistics")[0].get("direct_bytes_in_place");
+    let pool = native.open_pool("@0/redis").expect("the RESP pool");
+    let used = || pool.pool_attributes().expect("attributes").used_bytes;
+    let mut other = RespClient::connect(server.resp_addr(0));
+    assert_eq!(other.call(&["SET", "stalled", "old"]), ok());
+    let used_before = used();
+
+    let mut silent = RespClient::connect(server.resp_addr(0));
+    let value = long_value(4 * PIECE, 9);
+    let command = encode(&[b"SET", b"stalled", &value]);
+    // Two whole pieces and half the third, which is then being read in place.
+    let value_start = command.len() - value.len() - 2;
+    silent.send_bytes(&command[..value_start + 2 * PIECE + PIECE / 2]);
+    let started = std::time::Instant::now();
+    wait_until("two pieces read in place", SETTLE_TIMEOUT, || (in_place() == Some(2 * PIECE as u64)).then_some(()));
+    assert!(used() >= used_before + value.len() as u64, "the staged value holds its room");
+
+    assert!(silent.is_closed(), "disconnected after its silence");
+    let silence = started.elapsed();
+    assert!(silence >= Duration::from_millis(900) && silence < Duration::from_secs(5), "{silence:?}");
+    assert_eq!(other.call(&["GET", "stalled"]), bulk("old"), "the key kept its value");
+    assert_eq!(used(), used_before, "the staged value's room was given back");
+    let statistics = native.statistics().expect("statistics");
+    assert_eq!(statistics[0].get("clients_timed_out"), Some(1), "{statistics:?}");
+    assert_eq!(statistics[0].get("direct_bytes_in_place"), Some(2 * PIECE as u64), "the half piece was never taken");
 }
 
 /// A long `GET` holds its key: another connection's `SET` of it waits until the whole value has
