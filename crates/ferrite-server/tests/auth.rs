@@ -454,6 +454,10 @@ fn a_long_resp_set_ends_when_its_right_to_write_is_revoked() {
     alice.send_bytes(rest);
     let Reply::Error(message) = alice.read() else { panic!("the SET is refused") };
     assert!(message.starts_with("NOPERM ") && message.contains("write right"), "{message}");
+    assert!(
+        message.ends_with("; the value being written was dropped"),
+        "no transfer a RESP user never named: {message}"
+    );
     assert_eq!(in_place(), Some(PIECE as u64), "the piece under way at the reload was not taken");
     assert_eq!(used(), used_before, "the staged value's room was given back");
     assert_eq!(alice.call(&["GET", "long"]), bulk("old"), "the key kept its value; alice may still read");

@@ -247,7 +247,12 @@ impl ShardState {
         let Some((right, name)) = self.lacks(session, pool, needed) else { return Ok(()) };
         self.drop_transfer(transfer, session);
         let failure = self.deny(session, &format!("{right} right"), &format!("pool '{name}'"));
-        Err(Failure { message: format!("{}; direct transfer {transfer} was ended", failure.message), ..failure })
+        // In words a RESP client's user understands too: its long `SET` is a transfer it never named.
+        let ended = match needed == Rights::READ {
+            true => "the direct read was ended",
+            false => "the value being written was dropped",
+        };
+        Err(Failure { message: format!("{}; {ended}", failure.message), ..failure })
     }
 
     /// Whether `session` may make a request that reads (or `writes`) a key of `pool`, and so may
