@@ -176,7 +176,8 @@ fn a_reader_racing_a_writer_never_sees_a_torn_value() {
 }
 
 /// A session's transfers end with it: an uncommitted direct put, whose room the pool's used bytes
-/// count while it is open, leaves the old value and gives its room back; a reader that disconnects lets writers go on. Misuse gets clear errors.
+/// count while it is open, leaves the old value and gives its room back; a reader that
+/// disconnects lets writers go on. Misuse gets clear errors.
 #[test]
 fn transfers_end_with_their_session_and_misuse_is_refused() {
     let server = TestServer::builder().config("direct_value_bytes_max", 16 << 20).start();

@@ -104,7 +104,8 @@ pub struct WriteFootprint {
 
 /// A value a direct put writes in pieces before it replaces its key's value at once
 /// ([`Store::stage_value`]). Nothing refers to it until [`Store::commit_staged`], so a crash or a
-/// restart frees it and the key keeps its old value.
+/// restart frees it and the key keeps its old value. It belongs to the store that staged it:
+/// only that store's commit or discard may take it.
 #[derive(Debug)]
 pub enum StagedValue {
     /// In the store's memory region at `offset`: each piece is logged as it is written, so the
@@ -127,8 +128,10 @@ impl StagedValue {
         self.len() == 0
     }
 
-    /// A staged value held in process memory, filled by [`Self::write_owned`].
-    pub fn owned(len: u64) -> StagedValue {
+    /// A staged value held in process memory, filled by [`Self::write_owned`]. Only a store
+    /// makes one, in [`Store::stage_value`]: the room it holds is counted there, and given back
+    /// by the same store's commit or discard.
+    pub(crate) fn owned(len: u64) -> StagedValue {
         StagedValue::Owned { bytes: Vec::new(), len }
     }
 
