@@ -231,10 +231,11 @@ pub(crate) fn go_on(
                 }
                 Err(error) => return Some(protocol_error(client, shard, write, &error)),
             },
-            Stage::Commit(options) => match commit(client, shard, options, now_ns, write) {
-                Flow::Wait { completion, .. } => return Some(Next::Wait(completion)),
-                Flow::Continue | Flow::Close => {}
-            },
+            Stage::Commit(options) => {
+                if let Some(completion) = commit(client, shard, options, now_ns, write) {
+                    return Some(Next::Wait(completion));
+                }
+            }
         }
     }
 }
@@ -373,21 +374,27 @@ fn options_arrived(client: &mut Client, shard: &mut ShardState, options: Result<
 
 /// Commits the staged value as the key's, unless the `SET` was refused or its condition (`NX`,
 /// `XX`) does not hold; answers it. Waits first for a plugin call or another connection's long
-/// read holding the key.
-fn commit(client: &mut Client, shard: &mut ShardState, options: SetOptions, now_ns: u64, out: &mut BytesMut) -> Flow {
+/// read holding the key: `Some` is the wait, after which the commit is tried again.
+fn commit(
+    client: &mut Client,
+    shard: &mut ShardState,
+    options: SetOptions,
+    now_ns: u64,
+    out: &mut BytesMut,
+) -> Option<Arc<Completion>> {
     let pool = client.pool;
     let arriving = arriving_on(client);
     if let Some(RespError(text)) = arriving.refusal.take() {
         client.long_value = None;
         shard.count_failure();
         reply::error(out, &text);
-        return Flow::Continue;
+        return None;
     }
     let key = std::mem::take(&mut arriving.key);
     if shard.may_wait(&mut client.session, pool, true) {
         if let Some(completion) = shard.wait_for_key(pool, &key, true, 0) {
             arriving_on(client).key = key;
-            return Flow::Wait { completion, consumed: true };
+            return Some(completion);
         }
     }
     client.long_value = None;
@@ -400,14 +407,14 @@ fn commit(client: &mut Client, shard: &mut ShardState, options: SetOptions, now_
                 abort(client, shard);
                 shard.count_failure();
                 reply::error(out, &RespError::from(failure).0);
-                return Flow::Continue;
+                return None;
             }
         };
         let holds = if options.nx { !present } else { present };
         if !holds {
             abort(client, shard);
             reply::null(out, client.protocol);
-            return Flow::Continue;
+            return None;
         }
     }
     match end_transfer(client, shard, EndTransferFlags::COMMIT, now_ns) {
@@ -417,7 +424,7 @@ fn commit(client: &mut Client, shard: &mut ShardState, options: SetOptions, now_
             reply::error(out, &RespError::from(failure).0);
         }
     }
-    Flow::Continue
+    None
 }
 
 /// Ends the connection's transfer: commits or drops a `SET`'s staged value, releases a `GET`'s
