@@ -426,6 +426,49 @@ fn a_client_silent_in_a_piece_read_in_place_is_disconnected_and_its_value_droppe
     assert_eq!(statistics[0].get("direct_bytes_in_place"), Some(2 * PIECE as u64), "the half piece was never taken");
 }
 
+/// `GETRANGE` of a value past the inline limit answers the range in pieces, as a long `GET`
+/// answers the whole: any range, counted from either end as Redis counts it, byte for byte and
+/// in its place among pipelined replies; an empty range is an empty string. Inside `MULTI`,
+/// whose replies are held whole, the long value is refused with its length named.
+#[test]
+fn getrange_answers_part_of_a_long_value_in_pieces() {
+    let server = TestServer::builder().resp().config("value_bytes_max", 64 * 1024).start();
+    let mut c = RespClient::connect(server.resp_addr(0));
+    let value = long_value(5 * 1024 * 1024 + 7, 10);
+    c.send_bytes(&encode(&[b"SET", b"long", &value]));
+    assert_eq!(c.read(), ok());
+    let len = value.len();
+    let cases: [(&str, &str, &[u8]); 8] = [
+        ("0", "-1", &value),
+        ("100", "200", &value[100..=200]),
+        ("-70000", "-1", &value[len - 70000..]),
+        ("65530", "200000", &value[65530..=200000]),
+        ("-999999999", "9", &value[..=9]),
+        ("4000000", "999999999", &value[4000000..]),
+        ("10", "5", b""),
+        ("6000000", "6000010", b""),
+    ];
+    let mut pipeline = Vec::new();
+    for (start, end, _) in &cases {
+        pipeline.extend(encode(&[b"GETRANGE", b"long", start.as_bytes(), end.as_bytes()]));
+        pipeline.extend(encode(&[b"ECHO", b"between"]));
+    }
+    c.send_bytes(&pipeline);
+    for (start, end, expected) in &cases {
+        assert_eq!(c.read(), Reply::Bulk(expected.to_vec()), "GETRANGE long {start} {end}");
+        assert_eq!(c.read(), bulk("between"));
+    }
+    assert_eq!(c.call(&["GETRANGE", "long", "-1", "-2"]), bulk(""));
+    assert_eq!(c.call(&["SUBSTR", "long", "0", "3"]), Reply::Bulk(value[..4].to_vec()));
+
+    assert_eq!(c.call(&["MULTI"]), ok());
+    assert_eq!(c.call(&["GETRANGE", "long", "0", "3"]), simple("QUEUED"));
+    let Reply::Array(replies) = c.call(&["EXEC"]) else { panic!("EXEC answers an array") };
+    let [Reply::Error(message)] = replies.as_slice() else { panic!("one error: {replies:?}") };
+    assert!(message.contains(&len.to_string()), "{message}");
+    assert_eq!(c.call(&["GETRANGE", "long", "1", "2"]), Reply::Bulk(value[1..=2].to_vec()));
+}
+
 /// A long `GET` holds its key: another connection's `SET` of it waits until the whole value has
 /// left, so the reader gets one value, never parts of two.
 #[test]

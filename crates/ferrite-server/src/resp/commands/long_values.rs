@@ -17,8 +17,9 @@
 //!   then its error answered: the connection stays usable, as `redis-server` keeps it.
 //! - `GET` of such a value answers it in pieces under a direct read, which holds the key: writers
 //!   from other connections wait until the last piece has left (or the read has been idle for the
-//!   shard's hold limit). A piece that cannot be read once the reply has begun ends the
-//!   connection: a bulk string cannot be taken back half sent.
+//!   shard's hold limit). `GETRANGE` answers its range of the value the same way, reading only
+//!   that range. A piece that cannot be read once the reply has begun ends the connection: a bulk
+//!   string cannot be taken back half sent.
 //!
 //! Each piece is one native request, bounded work in one turn of the shard loop, so the shard
 //! serves every other client between the pieces of a 1 GiB value. The pieces are as durable as a
@@ -52,8 +53,9 @@ const TRANSFER: u64 = 0;
 pub(crate) enum LongValue {
     /// A `SET`'s value arriving.
     Arriving(Arriving),
-    /// A `GET`'s value leaving: `sent` of its `length` bytes have been answered.
-    Leaving { length: u64, sent: u64 },
+    /// A `GET`'s value, or a `GETRANGE`'s part of one, leaving: the bytes of the value from
+    /// `next` to `end` are still to be answered.
+    Leaving { next: u64, end: u64 },
 }
 
 #[derive(Debug)]
@@ -162,12 +164,15 @@ fn stage(key: &[u8], length: u64, client: &mut Client, shard: &mut ShardState) -
     }
 }
 
-/// Begins answering `GET` of `key`, whose value is longer than the inline limit: its length line
-/// now, its bytes in pieces through [`go_on`].
-pub(super) fn begin_get(
+/// Begins answering `GET` (`part` all of it) or `GETRANGE` (`part` the range it names) of `key`,
+/// whose value is longer than the inline limit: the length line of the part of the value that
+/// `part` chooses from the value's length now, its bytes in pieces through [`go_on`]. The key is
+/// held from here to the last piece, so the part comes from one value.
+pub(super) fn begin_read(
     client: &mut Client,
     shard: &mut ShardState,
     key: &[u8],
+    part: impl FnOnce(u64) -> std::ops::Range<u64>,
     out: &mut BytesMut,
 ) -> Result<Flow, RespError> {
     let request = Request::GetDirect { pool: client.pool, transfer: TRANSFER, key };
@@ -176,8 +181,14 @@ pub(super) fn begin_get(
         Ok(other) => return Err(RespError::unexpected(&other)),
         Err(failure) => return Err(failure.into()),
     };
-    reply::bulk_header(out, length);
-    client.long_value = Some(LongValue::Leaving { length, sent: 0 });
+    let part = part(length);
+    if part.is_empty() {
+        let _ = end_transfer(client, shard, EndTransferFlags::COMMIT, 0);
+        reply::bulk(out, b"");
+        return Ok(Flow::Continue);
+    }
+    reply::bulk_header(out, part.end - part.start);
+    client.long_value = Some(LongValue::Leaving { next: part.start, end: part.end });
     Ok(Flow::Continue)
 }
 
@@ -194,9 +205,9 @@ pub(crate) fn go_on(
     let Buffers { read, write, .. } = buffers;
     loop {
         let arriving = match client.long_value.as_mut()? {
-            LongValue::Leaving { length, sent } => {
-                let (length, sent) = (*length, *sent);
-                return Some(send_piece(client, shard, length, sent, write, through));
+            LongValue::Leaving { next, end } => {
+                let (next, end) = (*next, *end);
+                return Some(send_piece(client, shard, next, end, write, through));
             }
             LongValue::Arriving(arriving) => arriving,
         };
@@ -444,32 +455,33 @@ fn abort(client: &mut Client, shard: &mut ShardState) {
     let _ = end_transfer(client, shard, EndTransferFlags::ABORT, 0);
 }
 
-/// Answers the next piece of a long `GET`; ends the read after the last.
+/// Answers the next piece of a long `GET` or `GETRANGE`, the value's bytes from `next` on (up to
+/// `end`); ends the read after the last.
 fn send_piece(
     client: &mut Client,
     shard: &mut ShardState,
-    length: u64,
-    sent: u64,
+    next: u64,
+    end: u64,
     out: &mut BytesMut,
     through: &WriteThrough<'_>,
 ) -> Next {
-    let piece = (length - sent).min(u64::from(shard.limits.value_bytes_max));
-    let request = Request::DirectRead { transfer: TRANSFER, offset: sent, length: piece as u32 };
+    let piece = (end - next).min(u64::from(shard.limits.value_bytes_max));
+    let request = Request::DirectRead { transfer: TRANSFER, offset: next, length: piece as u32 };
     match shard.execute(request, &mut client.session, 0) {
         Ok(Response::Value(bytes)) if bytes.len() as u64 == piece => {
             through.append(out, bytes, client.session.wait_lsn)
         }
         Ok(_) | Err(_) => {
             // Half a bulk string has left: nothing after it could be read as a reply.
-            tracing::debug!(length, sent, "a long GET could not read its next piece; closing the connection");
+            tracing::debug!(next, end, "a long GET could not read its next piece; closing the connection");
             client.long_value = None;
             let _ = end_transfer(client, shard, EndTransferFlags::COMMIT, 0);
             return Next::Close;
         }
     }
-    let sent = sent + piece;
-    if sent < length {
-        client.long_value = Some(LongValue::Leaving { length, sent });
+    let next = next + piece;
+    if next < end {
+        client.long_value = Some(LongValue::Leaving { next, end });
         return Next::Flush;
     }
     client.long_value = None;

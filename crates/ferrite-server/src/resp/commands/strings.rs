@@ -23,7 +23,7 @@ pub(super) fn get(call: &mut Call<'_, '_>) -> Result<Flow, RespError> {
         // Longer than the inline limit: answered in pieces, unless the reply must be whole (in
         // `EXEC`'s array, or held for a plugin's signal).
         Err(failure) if failure.code == ErrorCode::ValueTooLarge && call.steppable => {
-            return super::long_values::begin_get(call.client, call.shard, key, call.out)
+            return super::long_values::begin_read(call.client, call.shard, key, |length| 0..length, call.out)
         }
         Err(failure) => return Err(failure.into()),
     }
@@ -350,27 +350,43 @@ pub(super) fn strlen(call: &mut Call<'_, '_>) -> Result<Flow, RespError> {
 }
 
 /// `GETRANGE key start end` (and its old name `SUBSTR`): the bytes from `start` to `end`
-/// inclusive, counted from the end when negative; an empty string for a missing key.
+/// inclusive, counted from the end when negative; an empty string for a missing key. Of a value
+/// longer than the inline limit, the range is answered in pieces as a long `GET` is, whatever
+/// its length, unless the reply must be whole (in `EXEC`'s array, or held for a plugin's signal).
 pub(super) fn getrange(call: &mut Call<'_, '_>) -> Result<Flow, RespError> {
     let start = integer_arg(call.args.get(2))?;
     let end = integer_arg(call.args.get(3))?;
-    let value = read_value(call, call.args.get(1))?.unwrap_or_default();
-    let range = inclusive_range(value.len(), start, end).map_or(&[][..], |range| &value[range]);
-    reply::bulk(call.out, range);
+    let key = call.args.get(1);
+    match run!(call, Request::Get { pool: call.client.pool, key }) {
+        Ok(Response::Value(value)) => {
+            let range = inclusive_range(value.len() as u64, start, end);
+            reply::bulk(call.out, &value[range.start as usize..range.end as usize]);
+        }
+        Ok(other) => return Err(RespError::unexpected(&other)),
+        Err(failure) if failure.code == ErrorCode::KeyNotFound => reply::bulk(call.out, b""),
+        Err(failure) if failure.code == ErrorCode::ValueTooLarge && call.steppable => {
+            let part = |length| inclusive_range(length, start, end);
+            return super::long_values::begin_read(call.client, call.shard, key, part, call.out);
+        }
+        Err(failure) => return Err(failure.into()),
+    }
     Ok(Flow::Continue)
 }
 
 /// Which bytes of a value of `len` bytes `GETRANGE start end` means, exactly as `redis-server`
 /// works it out: negative positions count from the end, the end is cut to the value, and a start
-/// past the end is nothing.
-fn inclusive_range(len: usize, start: i64, end: i64) -> Option<std::ops::RangeInclusive<usize>> {
+/// past the end is nothing (an empty range).
+fn inclusive_range(len: u64, start: i64, end: i64) -> std::ops::Range<u64> {
+    let len = i64::try_from(len).unwrap_or(i64::MAX);
     if (start < 0 && end < 0 && start > end) || len == 0 {
-        return None;
+        return 0..0;
     }
-    let len = i64::try_from(len).ok()?;
     let from_end = |position: i64| if position < 0 { (len + position).max(0) } else { position };
     let (start, end) = (from_end(start), from_end(end).min(len - 1));
-    (start <= end).then_some(start as usize..=end as usize)
+    if start > end {
+        return 0..0;
+    }
+    start as u64..end as u64 + 1
 }
 
 /// `SETRANGE key offset value`: overwrites the value from `offset`, padding it with zero bytes
