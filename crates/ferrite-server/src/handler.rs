@@ -295,20 +295,43 @@ impl ShardState {
         session.last_write_lsn = lsn;
         if sync {
             session.wait_lsn = session.wait_lsn.max(lsn);
-        } else if let Some(durability) = self.durability.as_ref() {
-            let log = &durability.log;
-            let pending = log.pending_bytes();
-            if pending > ASYNC_PENDING_BYTES_MAX {
-                // Asked even with a batch on its way: the sync thread then takes the backlog the
-                // moment that batch is written, and the disk does not wait for this
-                // connection's next write to be asked again.
-                log.request_write();
-                if let Some(wait) = backlog_wait(pending, lsn, log.taken_lsn(), log.written_lsn()) {
-                    session.backlog_lsn = session.backlog_lsn.max(wait);
-                }
-            }
+        } else {
+            self.pace_backlog(lsn, true, session);
         }
         Ok(())
+    }
+
+    /// Accounts for a direct put's piece just logged, an `async` write (see [`Self::logged`]),
+    /// except that the piece that completes its value leaves the backlog for the put's commit,
+    /// which follows it, unless the connection must wait: one write and one flush then take the
+    /// value's last bytes and its commit record, where handing them over at once made two writes.
+    fn logged_piece(&mut self, completes_value: bool, session: &mut Session) -> Result<(), Failure> {
+        let lsn = self.log_position(false)?;
+        session.last_write_lsn = lsn;
+        self.pace_backlog(lsn, !completes_value, session);
+        Ok(())
+    }
+
+    /// Past [`ASYNC_PENDING_BYTES_MAX`] of log waiting, hands the backlog to the disk (if
+    /// `hand_over`, or if the session must wait for it) and, past [`ASYNC_UNTAKEN_BYTES_MAX`],
+    /// makes the session wait (see [`Self::logged`]).
+    fn pace_backlog(&self, lsn: Lsn, hand_over: bool, session: &mut Session) {
+        let Some(durability) = self.durability.as_ref() else { return };
+        let log = &durability.log;
+        let pending = log.pending_bytes();
+        if pending <= ASYNC_PENDING_BYTES_MAX {
+            return;
+        }
+        let wait = backlog_wait(pending, lsn, log.taken_lsn(), log.written_lsn());
+        if hand_over || wait.is_some() {
+            // Asked even with a batch on its way: the sync thread then takes the backlog the
+            // moment that batch is written, and the disk does not wait for this connection's
+            // next write to be asked again.
+            log.request_write();
+        }
+        if let Some(wait) = wait {
+            session.backlog_lsn = session.backlog_lsn.max(wait);
+        }
     }
 
     /// The LSN of the write just applied (0 without a log); a `sync` one becomes what reads

@@ -424,10 +424,11 @@ impl ShardState {
             }
         }
         put.written += piece_len;
+        let completes_value = put.written == length;
         self.stats.direct_bytes_in += piece_len;
         // Pieces are acknowledged without waiting for the disk (the commit waits for all of
         // them), unless the log's backlog grows: then the client slows to the disk's pace.
-        self.logged(false, session)?;
+        self.logged_piece(completes_value, session)?;
         Ok(Response::Written)
     }
 

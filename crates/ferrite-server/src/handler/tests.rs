@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use ferrite_proto::{CreatePoolFlags, Durability, Limits, PoolHandle, PutFlags, Request, Response};
+use ferrite_proto::{CreatePoolFlags, Durability, EndTransferFlags, Limits, PoolHandle, PutFlags, Request, Response};
 use ferrite_store::persistence::ssd::{recover_shard, ShardPaths, SharedLog};
 use ferrite_store::persistence::wal::{Lsn, WalConfig};
 
@@ -251,6 +251,47 @@ fn async_writes_wait_once_the_log_has_too_much_waiting() {
     assert!(durability.log.pending_bytes() > super::ASYNC_PENDING_BYTES_MAX);
     // A spare segment still being made would land in the directory as it is removed.
     durability.log.wait_for_spare();
+    std::fs::remove_dir_all(&dir).expect("clean up");
+}
+
+/// A direct put's piece that leaves the log's backlog past its first bound is handed to the disk
+/// as it lands, except the piece that completes the value: its commit follows, and one write and
+/// one flush then take the value's last bytes and the commit record, where handing the piece over
+/// at once made a second write for the commit.
+#[test]
+fn a_direct_puts_last_piece_is_written_with_its_commit() {
+    let (mut state, dir) = durable_shard("last-piece");
+    let mut session = session(&mut state);
+    let pool = create_and_open(&mut state, &mut session, "p", 16 << 20);
+    let log = state.durability.as_ref().expect("durable").log.clone();
+    let within_10s = |done: &dyn Fn() -> bool| {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !done() && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        done()
+    };
+    let written_by = |lsn: Lsn| within_10s(&|| log.written_lsn() >= lsn);
+    let piece = vec![5u8; 1536 * 1024];
+    assert!(piece.len() as u64 > super::ASYNC_PENDING_BYTES_MAX, "each piece passes the bound alone");
+    let flags = PutFlags::NONE.with_durability(Durability::Sync);
+    let (length, key) = (2 * piece.len() as u64, b"v".as_slice());
+    assert!(answer(&mut state, &mut session, Request::PutDirect { pool, flags, transfer: 1, length, key }).0);
+    assert!(answer(&mut state, &mut session, Request::DirectWrite { transfer: 1, offset: 0, bytes: &piece }).0);
+    assert!(written_by(log.last_lsn()), "a piece with more to come is handed to the disk");
+    let offset = piece.len() as u64;
+    assert!(answer(&mut state, &mut session, Request::DirectWrite { transfer: 1, offset, bytes: &piece }).0);
+    let last_piece = log.last_lsn();
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    assert!(log.written_lsn() < last_piece, "the completing piece waits for its commit");
+    let commits = log.counters().commits;
+    let end = Request::EndTransfer { transfer: 1, flags: EndTransferFlags::COMMIT };
+    let (committed, durable_wait) = answer(&mut state, &mut session, end);
+    assert!(committed && durable_wait > last_piece);
+    log.request_sync();
+    assert!(within_10s(&|| log.durable_lsn() >= durable_wait), "the commit's sync makes both durable");
+    assert_eq!(log.counters().commits, commits + 1, "with one flush");
+    log.wait_for_spare();
     std::fs::remove_dir_all(&dir).expect("clean up");
 }
 
