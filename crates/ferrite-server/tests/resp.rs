@@ -426,20 +426,26 @@ fn a_client_silent_in_a_piece_read_in_place_is_disconnected_and_its_value_droppe
     assert_eq!(statistics[0].get("direct_bytes_in_place"), Some(2 * PIECE as u64), "the half piece was never taken");
 }
 
-/// `GETRANGE` of a value past the inline limit answers the range in pieces, as a long `GET`
-/// answers the whole: any range, counted from either end as Redis counts it, byte for byte and
-/// in its place among pipelined replies; an empty range is an empty string. Inside `MULTI`,
-/// whose replies are held whole, the long value is refused with its length named.
+/// `GETRANGE` of a value past the inline limit reads only the range: any range, counted from
+/// either end as Redis counts it, byte for byte and in its place among pipelined replies, a
+/// range past the inline limit in pieces; an empty range is an empty string and holds nothing.
+/// Inside `MULTI`, whose replies are held whole, a range within the inline limit is answered and
+/// a longer one refused with the value's length named.
 #[test]
-fn getrange_answers_part_of_a_long_value_in_pieces() {
+fn getrange_answers_part_of_a_long_value() {
     let server = TestServer::builder().resp().config("value_bytes_max", 64 * 1024).start();
     let mut c = RespClient::connect(server.resp_addr(0));
     let value = long_value(5 * 1024 * 1024 + 7, 10);
     c.send_bytes(&encode(&[b"SET", b"long", &value]));
     assert_eq!(c.read(), ok());
     let len = value.len();
-    let cases: [(&str, &str, &[u8]); 8] = [
+    let (min, max) = (i64::MIN.to_string(), i64::MAX.to_string());
+    let cases: [(&str, &str, &[u8]); 12] = [
         ("0", "-1", &value),
+        (&min, &max, &value),
+        ("-99999999", "-99999999", &value[..1]),
+        (&max, &max, b""),
+        ("5", &min, b""),
         ("100", "200", &value[100..=200]),
         ("-70000", "-1", &value[len - 70000..]),
         ("65530", "200000", &value[65530..=200000]),
@@ -461,12 +467,19 @@ fn getrange_answers_part_of_a_long_value_in_pieces() {
     assert_eq!(c.call(&["GETRANGE", "long", "-1", "-2"]), bulk(""));
     assert_eq!(c.call(&["SUBSTR", "long", "0", "3"]), Reply::Bulk(value[..4].to_vec()));
 
+    // Nothing stays held: another connection writes the key at once.
+    let mut writer = RespClient::connect(server.resp_addr(0));
+    writer.send_bytes(&encode(&[b"SET", b"long", &value[1..]]));
+    assert_eq!(writer.read(), ok());
+
     assert_eq!(c.call(&["MULTI"]), ok());
     assert_eq!(c.call(&["GETRANGE", "long", "0", "3"]), simple("QUEUED"));
+    assert_eq!(c.call(&["GETRANGE", "long", "0", "-1"]), simple("QUEUED"));
     let Reply::Array(replies) = c.call(&["EXEC"]) else { panic!("EXEC answers an array") };
-    let [Reply::Error(message)] = replies.as_slice() else { panic!("one error: {replies:?}") };
-    assert!(message.contains(&len.to_string()), "{message}");
-    assert_eq!(c.call(&["GETRANGE", "long", "1", "2"]), Reply::Bulk(value[1..=2].to_vec()));
+    let [first, Reply::Error(message)] = replies.as_slice() else { panic!("a range, an error: {replies:?}") };
+    assert_eq!(first, &Reply::Bulk(value[1..5].to_vec()), "a range within the inline limit");
+    assert!(message.contains(&(len - 1).to_string()), "{message}");
+    assert_eq!(c.call(&["GETRANGE", "long", "1", "2"]), Reply::Bulk(value[2..=3].to_vec()));
 }
 
 /// A long `GET` holds its key: another connection's `SET` of it waits until the whole value has

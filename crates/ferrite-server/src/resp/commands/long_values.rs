@@ -17,9 +17,9 @@
 //!   then its error answered: the connection stays usable, as `redis-server` keeps it.
 //! - `GET` of such a value answers it in pieces under a direct read, which holds the key: writers
 //!   from other connections wait until the last piece has left (or the read has been idle for the
-//!   shard's hold limit). `GETRANGE` answers its range of the value the same way, reading only
-//!   that range. A piece that cannot be read once the reply has begun ends the connection: a bulk
-//!   string cannot be taken back half sent.
+//!   shard's hold limit). A piece that cannot be read once the reply has begun ends the
+//!   connection: a bulk string cannot be taken back half sent. `GETRANGE` reads only its range:
+//!   one within the inline limit at once ([`read_part`]), a longer one in pieces as `GET` does.
 //!
 //! Each piece is one native request, bounded work in one turn of the shard loop, so the shard
 //! serves every other client between the pieces of a 1 GiB value. The pieces are as durable as a
@@ -164,10 +164,10 @@ fn stage(key: &[u8], length: u64, client: &mut Client, shard: &mut ShardState) -
     }
 }
 
-/// Begins answering `GET` (`part` all of it) or `GETRANGE` (`part` the range it names) of `key`,
-/// whose value is longer than the inline limit: the length line of the part of the value that
-/// `part` chooses from the value's length now, its bytes in pieces through [`go_on`]. The key is
-/// held from here to the last piece, so the part comes from one value.
+/// Begins answering `GET` (`part` all of it) or `GETRANGE` (`part` a range longer than the inline
+/// limit) of `key`, whose value is longer than the inline limit: the length line of the part of
+/// the value that `part` chooses from the value's length now, its bytes in pieces through
+/// [`go_on`]. The key is held from here to the last piece, so the part comes from one value.
 pub(super) fn begin_read(
     client: &mut Client,
     shard: &mut ShardState,
@@ -182,14 +182,43 @@ pub(super) fn begin_read(
         Err(failure) => return Err(failure.into()),
     };
     let part = part(length);
-    if part.is_empty() {
-        let _ = end_transfer(client, shard, EndTransferFlags::COMMIT, 0);
-        reply::bulk(out, b"");
-        return Ok(Flow::Continue);
-    }
     reply::bulk_header(out, part.end - part.start);
     client.long_value = Some(LongValue::Leaving { next: part.start, end: part.end });
     Ok(Flow::Continue)
+}
+
+/// Answers `part` of `key`'s value, a range within the inline limit of a value longer than it,
+/// whole: read in this one turn of the shard loop, so it may stand in `EXEC`'s array. An empty
+/// `part` reads nothing.
+pub(super) fn read_part(
+    client: &mut Client,
+    shard: &mut ShardState,
+    key: &[u8],
+    part: std::ops::Range<u64>,
+    out: &mut BytesMut,
+) -> Result<(), RespError> {
+    if part.is_empty() {
+        reply::bulk(out, b"");
+        return Ok(());
+    }
+    let request = Request::GetDirect { pool: client.pool, transfer: TRANSFER, key };
+    match shard.execute(request, &mut client.session, 0) {
+        Ok(Response::TransferOpened { .. }) => {}
+        Ok(other) => return Err(RespError::unexpected(&other)),
+        Err(failure) => return Err(failure.into()),
+    }
+    let length = (part.end - part.start) as u32;
+    let request = Request::DirectRead { transfer: TRANSFER, offset: part.start, length };
+    let read = match shard.execute(request, &mut client.session, 0) {
+        Ok(Response::Value(bytes)) if bytes.len() == length as usize => {
+            reply::bulk(out, bytes);
+            Ok(())
+        }
+        Ok(other) => Err(RespError::unexpected(&other)),
+        Err(failure) => Err(failure.into()),
+    };
+    let _ = end_transfer(client, shard, EndTransferFlags::COMMIT, 0);
+    read
 }
 
 /// Moves the connection's long value on, if it has one: `None` once there is none (the
@@ -473,7 +502,7 @@ fn send_piece(
         }
         Ok(_) | Err(_) => {
             // Half a bulk string has left: nothing after it could be read as a reply.
-            tracing::debug!(next, end, "a long GET could not read its next piece; closing the connection");
+            tracing::debug!(next, end, "a long read could not read its next piece; closing the connection");
             client.long_value = None;
             let _ = end_transfer(client, shard, EndTransferFlags::COMMIT, 0);
             return Next::Close;

@@ -351,8 +351,8 @@ pub(super) fn strlen(call: &mut Call<'_, '_>) -> Result<Flow, RespError> {
 
 /// `GETRANGE key start end` (and its old name `SUBSTR`): the bytes from `start` to `end`
 /// inclusive, counted from the end when negative; an empty string for a missing key. Of a value
-/// longer than the inline limit, the range is answered in pieces as a long `GET` is, whatever
-/// its length, unless the reply must be whole (in `EXEC`'s array, or held for a plugin's signal).
+/// longer than the inline limit, only the range is read: at once if it is within the inline
+/// limit, else in pieces as a long `GET` is, unless the reply must be whole (in `EXEC`'s array).
 pub(super) fn getrange(call: &mut Call<'_, '_>) -> Result<Flow, RespError> {
     let start = integer_arg(call.args.get(2))?;
     let end = integer_arg(call.args.get(3))?;
@@ -364,9 +364,15 @@ pub(super) fn getrange(call: &mut Call<'_, '_>) -> Result<Flow, RespError> {
         }
         Ok(other) => return Err(RespError::unexpected(&other)),
         Err(failure) if failure.code == ErrorCode::KeyNotFound => reply::bulk(call.out, b""),
-        Err(failure) if failure.code == ErrorCode::ValueTooLarge && call.steppable => {
-            let part = |length| inclusive_range(length, start, end);
-            return super::long_values::begin_read(call.client, call.shard, key, part, call.out);
+        Err(failure) if failure.code == ErrorCode::ValueTooLarge => {
+            let part = inclusive_range(value_length(call, key)?.unwrap_or(0), start, end);
+            if part.end - part.start <= u64::from(call.shard.limits.value_bytes_max) {
+                super::long_values::read_part(call.client, call.shard, key, part, call.out)?;
+            } else if call.steppable {
+                return super::long_values::begin_read(call.client, call.shard, key, |_| part, call.out);
+            } else {
+                return Err(failure.into());
+            }
         }
         Err(failure) => return Err(failure.into()),
     }
