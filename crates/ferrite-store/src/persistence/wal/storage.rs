@@ -14,12 +14,6 @@ pub trait SegmentFile: Send + Sync + std::fmt::Debug {
     /// Fills `buf` from `offset`; fails with `UnexpectedEof` past the end.
     fn read_exact_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()>;
     fn write_all_at(&self, offset: u64, data: &[u8]) -> io::Result<()>;
-    /// [`write_all_at`](SegmentFile::write_all_at) through the page cache even where the write
-    /// could go straight to the device: for a batch that is synced at once (see
-    /// [`super::writer::SYNCED_CACHED_BYTES`]). The default writes as `write_all_at` does.
-    fn write_all_at_cached(&self, offset: u64, data: &[u8]) -> io::Result<()> {
-        self.write_all_at(offset, data)
-    }
     /// Makes every completed write durable (`fdatasync`).
     fn sync_data(&self) -> io::Result<()>;
     fn size_bytes(&self) -> io::Result<u64>;
@@ -148,10 +142,6 @@ impl SegmentFile for FsSegment {
                 written => return written,
             }
         }
-        FileExt::write_all_at(&self.file, data, offset)
-    }
-
-    fn write_all_at_cached(&self, offset: u64, data: &[u8]) -> io::Result<()> {
         FileExt::write_all_at(&self.file, data, offset)
     }
 

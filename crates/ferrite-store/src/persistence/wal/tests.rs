@@ -503,33 +503,6 @@ fn records_a_stopped_process_left_unsynced_are_synced_before_they_count() {
     assert_eq!(replay(&storage.crash(&Cut::default()), 1).expect("recover"), records);
 }
 
-/// A batch synced at once of a size where the page cache was measured faster than `O_DIRECT`
-/// (a sync put of a large value, a direct put's commit) goes through the page cache; a small
-/// one, a large one and one written without its sync (a large value's stream) do not. Either
-/// way the records are written where they belong and replay as they were.
-#[test]
-fn only_batches_synced_at_once_of_the_measured_sizes_go_through_the_page_cache() {
-    let storage = SimStorage::default();
-    let recovered = recover(&storage, 1, |_, _| {}).expect("recover");
-    let mut writer = WalWriter::open(storage.clone(), WalConfig { segment_bytes: 64 << 20 }, &recovered).expect("open");
-    let mut expected = Vec::new();
-    for (len, sync, cached) in [
-        (4096, BatchSync::Now, false),
-        (1 << 20, BatchSync::Now, true),
-        (1 << 20, BatchSync::Later, false),
-        (3 << 20, BatchSync::Now, true),
-        (8 << 20, BatchSync::Now, false),
-    ] {
-        let record = payload(writer.next_lsn(), len);
-        expected.push((writer.next_lsn(), record.clone()));
-        writer.append(&record).expect("append");
-        let batch = writer.take_batch(sync).expect("usable").expect("a batch");
-        assert_eq!(batch.through_page_cache(), cached, "{len} bytes, {sync:?}");
-        writer.finish_batch(batch.write()).expect("written");
-    }
-    assert_eq!(replay(&storage, 1).expect("replay"), expected);
-}
-
 /// Batches written without their sync leave their records in one commit (recovery tells a torn
 /// commit by it), but never more than a bound of them: past it a batch syncs anyway.
 #[test]

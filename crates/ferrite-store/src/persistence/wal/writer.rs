@@ -25,8 +25,7 @@
 //! records were already durable; the padding lies where the next records go, and the next batch
 //! writes over it. Where the layout cannot hold (a segment whose size is not a multiple of the
 //! block, a buffer that moved in memory, a log just opened whose tail could not be read), the run
-//! is written as it is, through the page cache. A batch synced at once of the sizes in
-//! [`SYNCED_CACHED_BYTES`] goes through the page cache by choice: measured faster there.
+//! is written as it is, through the page cache.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -95,16 +94,6 @@ pub const COMMIT_RECORDS_MAX: u64 = 1 << 20;
 /// moved buffer loses its block alignment until the next batch); within what a finished batch's
 /// buffer may keep.
 const BUFFER_BYTES_RESERVED: usize = RETAINED_BUFFER_BYTES_MAX - BLOCK;
-
-/// Sizes of a batch synced at once that is written through the page cache rather than with
-/// `O_DIRECT`: a write followed at once by its `fdatasync`, as a sync put's or a direct put's
-/// commit makes. On the VM where this was measured (a disk of about 0.3-0.4 GB/s), such a 1 MiB
-/// write took 2.8 ms direct and 0.4 ms into the page cache, and the `fdatasync` after it 2.6 and
-/// 2.7 ms: sync direct puts of 256 KiB to 4 MiB ran 1.1-1.7x faster. Below, a write of a few
-/// blocks gains nothing (4 KiB sync puts: even or behind); above, and for batches not synced at
-/// once (a large value's stream), the page cache's copy costs the CPU that `O_DIRECT` saves
-/// (`docs/benchmarks.md`).
-pub const SYNCED_CACHED_BYTES: std::ops::RangeInclusive<usize> = 256 * 1024..=4 * 1024 * 1024;
 
 /// One write of a batch: bytes for a place in a segment file.
 #[derive(Debug)]
@@ -182,11 +171,6 @@ impl<F: SegmentFile> CommitBatch<F> {
         self.runs.iter().map(|run| run.end - run.start).sum()
     }
 
-    /// Whether the batch goes through the page cache (see [`SYNCED_CACHED_BYTES`]).
-    pub(crate) fn through_page_cache(&self) -> bool {
-        self.sync == BatchSync::Now && SYNCED_CACHED_BYTES.contains(&self.len_bytes())
-    }
-
     /// Whether the batch ends with every file it and earlier batches wrote synced.
     pub fn syncs(&self) -> bool {
         self.sync == BatchSync::Now
@@ -202,16 +186,11 @@ impl<F: SegmentFile> CommitBatch<F> {
     }
 
     fn write_runs(&self, unsynced: &mut Vec<UnsyncedFile<F>>) -> Result<(), (String, std::io::Error)> {
-        let cached = self.through_page_cache();
         for run in &self.runs {
             sync_files(unsynced, Some(&run.file))?;
-            let bytes = &self.bytes[run.start..run.end];
-            let written = if cached {
-                run.file.write_all_at_cached(run.position, bytes)
-            } else {
-                run.file.write_all_at(run.position, bytes)
-            };
-            written.map_err(|source| (format!("writing {}", run.name), source))?;
+            run.file
+                .write_all_at(run.position, &self.bytes[run.start..run.end])
+                .map_err(|source| (format!("writing {}", run.name), source))?;
             if !unsynced.iter().any(|written| Arc::ptr_eq(&written.file, &run.file)) {
                 unsynced.push(UnsyncedFile { file: Arc::clone(&run.file), name: run.name.clone() });
             }
