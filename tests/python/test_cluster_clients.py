@@ -128,6 +128,7 @@ def test_followers_answer_reads_after_readonly_and_wait_counts_replicas(cluster)
         follower.mget(key, long_key)
     assert follower.mget(key) == [b"v1"], "short values are still answered by the follower"
     assert leader.get(long_key) == long_value
+    assert leader.mget(key, long_key) == [b"v1", long_value], "the leader streams it in MGET's array too"
     leader.close()
     follower.close()
 

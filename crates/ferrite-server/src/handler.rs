@@ -39,7 +39,7 @@ use crate::session::Session;
 use crate::stats::{Admission, Op, ShardStats, Traffic};
 use crate::write_through::WriteThrough;
 pub(crate) use authorize::{Authenticating, WRONG_PASSWORD_MESSAGE};
-pub(crate) use direct::{DirectReads, Transfers, IN_PLACE_PIECE_BYTES_MIN};
+pub(crate) use direct::{DirectReads, Transfers, IN_PLACE_PIECE_BYTES_MIN, TRANSFERS_PER_SESSION_MAX};
 pub(crate) use invoke::{Accepted, Invoke};
 
 /// Whether a connection goes on after a request.

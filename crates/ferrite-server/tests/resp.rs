@@ -482,6 +482,124 @@ fn getrange_answers_part_of_a_long_value() {
     assert_eq!(c.call(&["GETRANGE", "long", "1", "2"]), Reply::Bulk(value[2..=3].to_vec()));
 }
 
+/// `MGET` answers values past the inline limit among short ones, each in its place, byte for
+/// byte: the same key twice, pipelined between other commands, and over more keys than one step
+/// of the shard takes. Every long key is held from the moment the short ones are read until the
+/// reply has left: another connection's `SET` of the last one waits for the whole reply, so the
+/// array is one moment's values, and nothing stays held afterwards. More long values than a
+/// connection may read at once are refused with the limit named, holding nothing; inside `MULTI`
+/// a long value is refused with its length, as before.
+#[test]
+fn mget_answers_long_values_in_their_places() {
+    let server = TestServer::builder().resp().config("value_bytes_max", 64 * 1024).start();
+    let mut c = RespClient::connect(server.resp_addr(0));
+    let (first, second) = (long_value(3 * 1024 * 1024 + 5, 11), long_value(64 * 1024 + 1, 12));
+    c.send_bytes(&encode(&[b"SET", b"first", &first]));
+    assert_eq!(c.read(), ok());
+    c.send_bytes(&encode(&[b"SET", b"second", &second]));
+    assert_eq!(c.read(), ok());
+    assert_eq!(c.call(&["SET", "short", "s"]), ok());
+
+    let mut pipeline = encode(&[b"MGET", b"first", b"short", b"missing", b"second", b"first", b"short"]);
+    pipeline.extend(encode(&[b"ECHO", b"between"]));
+    pipeline.extend(encode(&[b"MGET", b"missing", b"second"]));
+    c.send_bytes(&pipeline);
+    let expected = vec![
+        Reply::Bulk(first.clone()),
+        bulk("s"),
+        Reply::Nil,
+        Reply::Bulk(second.clone()),
+        Reply::Bulk(first.clone()),
+        bulk("s"),
+    ];
+    assert_eq!(c.read(), Reply::Array(expected));
+    assert_eq!(c.read(), bulk("between"));
+    assert_eq!(c.read(), Reply::Array(vec![Reply::Nil, Reply::Bulk(second.clone())]));
+
+    // Over two steps of the shard (1,024 keys each): a long value in each.
+    let mut keys: Vec<&[u8]> = vec![b"MGET", b"second"];
+    keys.extend(std::iter::repeat_n(b"short".as_slice(), 1500));
+    keys.push(b"first");
+    c.send_bytes(&encode(&keys));
+    let Reply::Array(replies) = c.read() else { panic!("MGET answers an array") };
+    assert_eq!(replies.len(), 1502);
+    assert_eq!(replies[0], Reply::Bulk(second.clone()));
+    assert!(replies[1..1501].iter().all(|reply| *reply == bulk("s")));
+    assert_eq!(replies[1501], Reply::Bulk(first.clone()));
+
+    // The reader asks and reads nothing yet: the reply fills the sockets and stalls in the first
+    // value, while the writer's SET of the last key waits.
+    let mut reader = RespClient::connect(server.resp_addr(0));
+    let mut writer = RespClient::connect(server.resp_addr(0));
+    let replaced = long_value(16 * 1024 * 1024, 13);
+    c.send_bytes(&encode(&[b"SET", b"big", &replaced]));
+    assert_eq!(c.read(), ok());
+    reader.send_bytes(&encode(&[b"MGET", b"big", b"short", b"second"]));
+    std::thread::sleep(Duration::from_millis(200));
+    writer.send_bytes(&encode(&[b"SET", b"second", b"new"]));
+    std::thread::sleep(Duration::from_millis(200));
+    let expected = vec![Reply::Bulk(replaced), bulk("s"), Reply::Bulk(second.clone())];
+    assert_eq!(reader.read(), Reply::Array(expected), "the values as they were when the MGET began");
+    assert_eq!(writer.read(), ok());
+    assert_eq!(reader.call(&["MGET", "second", "short"]), Reply::Array(vec![bulk("new"), bulk("s")]));
+    // Nothing stays held: another connection writes a key the reply held at once.
+    writer.send_bytes(&encode(&[b"SET", b"first", &second]));
+    assert_eq!(writer.read(), ok());
+
+    // More long values than a connection reads at once: refused before any leaves.
+    let mut many: Vec<&[u8]> = vec![b"MGET", b"short"];
+    many.extend(std::iter::repeat_n(b"first".as_slice(), 65));
+    c.send_bytes(&encode(&many));
+    let Reply::Error(message) = c.read() else { panic!("65 long values are refused") };
+    assert!(message.contains("at most 64 values longer than 65536 bytes"), "{message}");
+    writer.send_bytes(&encode(&[b"SET", b"first", &first]));
+    assert_eq!(writer.read(), ok(), "the refused MGET holds nothing");
+    assert_eq!(c.call(&["MGET", "short"]), Reply::Array(vec![bulk("s")]));
+
+    assert_eq!(c.call(&["MULTI"]), ok());
+    assert_eq!(c.call(&["MGET", "short", "first"]), simple("QUEUED"));
+    let Reply::Array(replies) = c.call(&["EXEC"]) else { panic!("EXEC answers an array") };
+    let [Reply::Error(message)] = replies.as_slice() else { panic!("an error: {replies:?}") };
+    assert!(message.contains(&first.len().to_string()), "{message}");
+}
+
+/// A slow reader of an `MGET` whose first long value takes longer to leave than the hold limit
+/// (`limits.direct_read_idle_ms`) keeps the holds of the values after it while it reads: the
+/// reply as a whole is being read, so a writer of a later key waits for its end, and the reader
+/// gets the whole array, not a connection closed half way.
+#[test]
+fn an_mget_being_read_keeps_the_holds_of_its_later_values() {
+    use std::io::{Read, Write};
+    let server =
+        TestServer::builder().resp().config("value_bytes_max", 64 * 1024).config("direct_read_idle_ms", 1500).start();
+    let mut c = RespClient::connect(server.resp_addr(0));
+    let (big, later) = (long_value(24 * 1024 * 1024, 14), long_value(64 * 1024 + 3, 15));
+    c.send_bytes(&encode(&[b"SET", b"big", &big]));
+    assert_eq!(c.read(), ok());
+    c.send_bytes(&encode(&[b"SET", b"later", &later]));
+    assert_eq!(c.read(), ok());
+
+    let mut reader = std::net::TcpStream::connect(server.resp_addr(0)).expect("connect");
+    reader.set_read_timeout(Some(Duration::from_secs(10))).expect("read timeout");
+    reader.write_all(&encode(&[b"MGET", b"big", b"later"])).expect("send");
+    std::thread::sleep(Duration::from_millis(100));
+    c.send_bytes(&encode(&[b"SET", b"later", b"new"]));
+    // About 5 MiB a second: the server sends the first value for about three seconds (what the
+    // sockets buffer aside), twice the hold limit, in pieces a fraction of the limit apart.
+    let expected = encode(&[&big, &later]);
+    let mut received = Vec::with_capacity(expected.len());
+    let mut chunk = vec![0; 512 * 1024];
+    while received.len() < expected.len() {
+        let read = reader.read(&mut chunk).expect("the reply keeps coming");
+        assert!(read > 0, "the connection closed after {} of {} bytes", received.len(), expected.len());
+        received.extend_from_slice(&chunk[..read]);
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(received == expected, "the whole array, the later value as it was");
+    assert_eq!(c.read(), ok(), "the writer went ahead once the reply had left");
+    assert_eq!(c.call(&["GET", "later"]), bulk("new"));
+}
+
 /// A long `GET` holds its key: another connection's `SET` of it waits until the whole value has
 /// left, so the reader gets one value, never parts of two.
 #[test]

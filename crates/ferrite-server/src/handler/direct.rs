@@ -596,6 +596,18 @@ impl ShardState {
         self.logged(sync, session).map(|()| Response::Stored)
     }
 
+    /// Notes a piece read under every direct read `session` has open, as if each had read one:
+    /// a reply that answers several long values one after another (RESP `MGET`) is read as a
+    /// whole, so the holds of the values still to come last while the reader takes the first.
+    pub(crate) fn note_reads(&mut self, session: &Session) {
+        for open in session.transfers.open.values() {
+            if let Transfer::Read(read) = open {
+                // A hold already broken stays broken: its read fails at its next piece.
+                self.direct_reads.read_under(read.pool, &read.key, read.hold);
+            }
+        }
+    }
+
     /// Ends every transfer a finished session left open.
     pub(crate) fn end_transfers(&mut self, session: &mut Session) {
         for (_, open) in std::mem::take(&mut session.transfers.open) {

@@ -20,6 +20,11 @@
 //!   shard's hold limit). A piece that cannot be read once the reply has begun ends the
 //!   connection: a bulk string cannot be taken back half sent. `GETRANGE` reads only its range:
 //!   one within the inline limit at once ([`read_part`]), a longer one in pieces as `GET` does.
+//! - `MGET` opens a direct read of each long value among its keys in the turn that reads the
+//!   others ([`open_read`]), so the reply is one moment's values as for short ones, then answers
+//!   the reply with each long value in pieces in its place ([`answer_with_long_values`]). While
+//!   it answers one, the holds of those still to come count as read: the reply as a whole is
+//!   being read.
 //!
 //! Each piece is one native request, bounded work in one turn of the shard loop, so the shard
 //! serves every other client between the pieces of a 1 GiB value. The pieces are as durable as a
@@ -28,6 +33,7 @@
 //! staged value's pool memory ([`poll_receive`]), as a native piece is, rather than through the
 //! connection's read buffer: one copy of every byte fewer.
 
+use std::collections::VecDeque;
 use std::io;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -39,7 +45,7 @@ use super::strings::SetOptions;
 use super::{lookup, not_ready_in_cluster, plugins, reply, routing, Args, Client, NotReady, RespError};
 use crate::buffered::{self, Buffers, Next};
 use crate::completion::Completion;
-use crate::handler::{Failure, Flow, ShardState, IN_PLACE_PIECE_BYTES_MIN};
+use crate::handler::{Failure, Flow, ShardState, IN_PLACE_PIECE_BYTES_MIN, TRANSFERS_PER_SESSION_MAX};
 use crate::resp::parser::{Parsed, Parser, ProtocolError};
 use crate::resp::Settings;
 use crate::stream::ClientStream;
@@ -53,9 +59,33 @@ const TRANSFER: u64 = 0;
 pub(crate) enum LongValue {
     /// A `SET`'s value arriving.
     Arriving(Arriving),
-    /// A `GET`'s value, or a `GETRANGE`'s part of one, leaving: the bytes of the value from
-    /// `next` to `end` are still to be answered.
-    Leaving { next: u64, end: u64 },
+    /// A reply with long values in it leaving: a `GET`'s value, a `GETRANGE`'s part of one, an
+    /// `MGET`'s array.
+    Leaving(Leaving),
+}
+
+/// A reply whose long values leave in pieces, each under the direct read that holds its key.
+#[derive(Debug)]
+pub(crate) struct Leaving {
+    /// The reply's other bytes still to be answered: what stands between and after the long
+    /// values (their `\r\n` ends included).
+    rest: BytesMut,
+    /// Bytes of the reply's other bytes answered so far, which the places count from.
+    answered: usize,
+    /// The long values still to be answered, in their order in the reply.
+    places: VecDeque<LongPlace>,
+}
+
+/// Where a long value's bytes go in a reply, and which of them are still to be answered.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct LongPlace {
+    /// How many of the reply's other bytes come before the value.
+    at: usize,
+    /// The direct read that answers it.
+    transfer: u64,
+    /// The value's bytes from `next` to `end` are still to be answered.
+    next: u64,
+    end: u64,
 }
 
 #[derive(Debug)]
@@ -183,8 +213,60 @@ pub(super) fn begin_read(
     };
     let part = part(length);
     reply::bulk_header(out, part.end - part.start);
-    client.long_value = Some(LongValue::Leaving { next: part.start, end: part.end });
+    let place = LongPlace { at: 0, transfer: TRANSFER, next: part.start, end: part.end };
+    let rest = BytesMut::from(&b"\r\n"[..]);
+    client.long_value = Some(LongValue::Leaving(Leaving { rest, answered: 0, places: VecDeque::from([place]) }));
     Ok(Flow::Continue)
+}
+
+/// Opens a direct read of `key`'s value, longer than the inline limit, for a reply that answers
+/// it among others (`MGET`): the key is held from now until its last byte has left. Writes the
+/// value's length line and its `\r\n` end into `out`, whose reply began at `reply_start`, and
+/// notes the value's place between them in `places`. A connection has at most
+/// [`TRANSFERS_PER_SESSION_MAX`] such reads open; [`ShardState::end_transfers`] releases them all
+/// when the reply cannot be answered.
+pub(super) fn open_read(
+    client: &mut Client,
+    shard: &mut ShardState,
+    key: &[u8],
+    out: &mut BytesMut,
+    reply_start: usize,
+    places: &mut Vec<LongPlace>,
+) -> Result<(), RespError> {
+    if places.len() >= TRANSFERS_PER_SESSION_MAX {
+        return Err(RespError::err(format!(
+            "a reply holds at most {TRANSFERS_PER_SESSION_MAX} values longer than {} bytes; ask for fewer keys at a \
+             time",
+            shard.limits.value_bytes_max
+        )));
+    }
+    let transfer = places.len() as u64;
+    let request = Request::GetDirect { pool: client.pool, transfer, key };
+    let length = match shard.execute(request, &mut client.session, 0) {
+        Ok(Response::TransferOpened { length }) => length,
+        Ok(other) => return Err(RespError::unexpected(&other)),
+        Err(failure) => return Err(failure.into()),
+    };
+    reply::bulk_header(out, length);
+    places.push(LongPlace { at: out.len() - reply_start, transfer, next: 0, end: length });
+    out.extend_from_slice(b"\r\n");
+    Ok(())
+}
+
+/// Answers the reply that `out` holds from `reply_start` on, built with [`open_read`]: its bytes
+/// up to the first long value stay in `out`, the rest leaves through [`go_on`], each long value in
+/// pieces in its place.
+pub(super) fn answer_with_long_values(
+    client: &mut Client,
+    out: &mut BytesMut,
+    reply_start: usize,
+    places: Vec<LongPlace>,
+) {
+    let Some(first) = places.first() else { return };
+    let split = reply_start + first.at;
+    let rest = BytesMut::from(&out[split..]);
+    out.truncate(split);
+    client.long_value = Some(LongValue::Leaving(Leaving { rest, answered: first.at, places: places.into() }));
 }
 
 /// Answers `part` of `key`'s value, a range within the inline limit of a value longer than it,
@@ -234,10 +316,7 @@ pub(crate) fn go_on(
     let Buffers { read, write, .. } = buffers;
     loop {
         let arriving = match client.long_value.as_mut()? {
-            LongValue::Leaving { next, end } => {
-                let (next, end) = (*next, *end);
-                return Some(send_piece(client, shard, next, end, write, through));
-            }
+            LongValue::Leaving(_) => return Some(send_piece(client, shard, write, through)),
             LongValue::Arriving(arriving) => arriving,
         };
         match arriving.stage {
@@ -484,38 +563,48 @@ fn abort(client: &mut Client, shard: &mut ShardState) {
     let _ = end_transfer(client, shard, EndTransferFlags::ABORT, 0);
 }
 
-/// Answers the next piece of a long `GET` or `GETRANGE`, the value's bytes from `next` on (up to
-/// `end`); ends the read after the last.
-fn send_piece(
-    client: &mut Client,
-    shard: &mut ShardState,
-    next: u64,
-    end: u64,
-    out: &mut BytesMut,
-    through: &WriteThrough<'_>,
-) -> Next {
-    let piece = (end - next).min(u64::from(shard.limits.value_bytes_max));
-    let request = Request::DirectRead { transfer: TRANSFER, offset: next, length: piece as u32 };
-    match shard.execute(request, &mut client.session, 0) {
-        Ok(Response::Value(bytes)) if bytes.len() as u64 == piece => {
-            through.append(out, bytes, client.session.wait_lsn)
+/// Answers the reply that is leaving on `client` on to the end of the next piece of its next
+/// long value, and ends that value's read after its last piece; after the last value's, the rest
+/// of the reply ends it.
+fn send_piece(client: &mut Client, shard: &mut ShardState, out: &mut BytesMut, through: &WriteThrough<'_>) -> Next {
+    let Client { long_value, session, .. } = client;
+    let Some(LongValue::Leaving(leaving)) = long_value else { unreachable!("called while a reply leaves") };
+    if leaving.places.len() > 1 {
+        shard.note_reads(session);
+    }
+    let place = leaving.places.front_mut().expect("a leaving reply has a long value still to answer");
+    let before = place.at - leaving.answered;
+    out.extend_from_slice(&leaving.rest[..before]);
+    leaving.rest.advance(before);
+    leaving.answered = place.at;
+    let piece = (place.end - place.next).min(u64::from(shard.limits.value_bytes_max));
+    if piece > 0 {
+        let request = Request::DirectRead { transfer: place.transfer, offset: place.next, length: piece as u32 };
+        match shard.execute(request, session, 0) {
+            Ok(Response::Value(bytes)) if bytes.len() as u64 == piece => through.append(out, bytes, session.wait_lsn),
+            Ok(_) | Err(_) => {
+                // Half a bulk string has left: nothing after it could be read as a reply.
+                tracing::debug!(
+                    next = place.next,
+                    end = place.end,
+                    "a long read could not read its next piece; closing the connection"
+                );
+                *long_value = None;
+                shard.end_transfers(session);
+                return Next::Close;
+            }
         }
-        Ok(_) | Err(_) => {
-            // Half a bulk string has left: nothing after it could be read as a reply.
-            tracing::debug!(next, end, "a long read could not read its next piece; closing the connection");
-            client.long_value = None;
-            let _ = end_transfer(client, shard, EndTransferFlags::COMMIT, 0);
-            return Next::Close;
+        place.next += piece;
+    }
+    if place.next == place.end {
+        let transfer = place.transfer;
+        leaving.places.pop_front();
+        let _ = shard.execute(Request::EndTransfer { transfer, flags: EndTransferFlags::COMMIT }, session, 0);
+        if leaving.places.is_empty() {
+            out.extend_from_slice(&leaving.rest);
+            *long_value = None;
         }
     }
-    let next = next + piece;
-    if next < end {
-        client.long_value = Some(LongValue::Leaving { next, end });
-        return Next::Flush;
-    }
-    client.long_value = None;
-    let _ = end_transfer(client, shard, EndTransferFlags::COMMIT, 0);
-    out.extend_from_slice(b"\r\n");
     Next::Flush
 }
 

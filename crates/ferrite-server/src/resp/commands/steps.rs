@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use bytes::BytesMut;
 
+use super::long_values::LongPlace;
 use super::Call;
 use crate::completion::Completion;
 use crate::handler::Flow;
@@ -16,13 +17,14 @@ use crate::handler::Flow;
 pub(super) const KEYS_PER_STEP: usize = 1024;
 
 /// A many-key command's state between its steps: how many keys it has handled, how many of
-/// them succeeded (`DEL`, `EXISTS`), and its reply so far (`MGET`), written out whole at the end;
-/// or a walk's (`KEYS`).
+/// them succeeded (`DEL`, `EXISTS`), and its reply so far (`MGET`), written out whole at the end,
+/// with the places of the long values in it, whose direct reads are open; or a walk's (`KEYS`).
 #[derive(Debug, Default)]
 pub(super) struct Progress {
     done: usize,
     pub succeeded: i64,
     pub reply: BytesMut,
+    pub long_values: Vec<LongPlace>,
     pub walk: Option<Walk>,
 }
 
@@ -53,7 +55,12 @@ impl Steps {
 
     /// Saves the command's state and lets every other connection run before its next step.
     pub fn next(self, call: &mut Call<'_, '_>, succeeded: i64, reply: BytesMut) -> Flow {
-        pause(call, Progress { done: self.range.end, succeeded, reply, walk: None })
+        pause(call, Progress { done: self.range.end, succeeded, reply, long_values: Vec::new(), walk: None })
+    }
+
+    /// [`next`](Self::next) for a reply so far with long values in it (`MGET`).
+    pub fn next_with_long_values(self, call: &mut Call<'_, '_>, reply: BytesMut, long_values: Vec<LongPlace>) -> Flow {
+        pause(call, Progress { done: self.range.end, succeeded: 0, reply, long_values, walk: None })
     }
 }
 

@@ -5,6 +5,7 @@
 use bytes::BytesMut;
 use ferrite_proto::{ErrorCode, PutFlags, Request, Response};
 
+use super::long_values;
 use super::plugins::{counter_layer, invoke, COUNTER_BYTES};
 use super::steps::{Steps, KEYS_PER_STEP};
 use super::{
@@ -23,7 +24,7 @@ pub(super) fn get(call: &mut Call<'_, '_>) -> Result<Flow, RespError> {
         // Longer than the inline limit: answered in pieces, unless the reply must be whole (in
         // `EXEC`'s array, or held for a plugin's signal).
         Err(failure) if failure.code == ErrorCode::ValueTooLarge && call.steppable => {
-            return super::long_values::begin_read(call.client, call.shard, key, |length| 0..length, call.out)
+            return long_values::begin_read(call.client, call.shard, key, |length| 0..length, call.out)
         }
         Err(failure) => return Err(failure.into()),
     }
@@ -89,6 +90,10 @@ impl SetOptions {
     }
 }
 
+/// `MGET key [key ...]`: an array of values and nils. A value longer than the inline limit has
+/// its direct read opened in the turn that reads the others, and leaves in pieces in its place
+/// (`long_values.rs`), unless the reply must be whole (in `EXEC`'s array, or held for a plugin's
+/// signal): then it is refused with the value's length.
 pub(super) fn mget(call: &mut Call<'_, '_>) -> Result<Flow, RespError> {
     let pool = call.client.pool;
     let keys = call.args.skip(1);
@@ -99,9 +104,9 @@ pub(super) fn mget(call: &mut Call<'_, '_>) -> Result<Flow, RespError> {
     // A command done in one step replies straight into the output; one in several assembles its
     // reply between the steps, and writes it whole at the end.
     let whole = steps.first && steps.range.end == keys.len();
-    let mut held = match whole {
-        true => BytesMut::new(),
-        false => call.client.progress.take().map(|progress| progress.reply).unwrap_or_default(),
+    let (mut held, mut long_values) = match call.client.progress.take() {
+        Some(progress) if !whole => (progress.reply, progress.long_values),
+        _ => (BytesMut::new(), Vec::new()),
     };
     let start = call.out.len();
     let (out, base) = if whole { (&mut *call.out, start) } else { (&mut held, 0) };
@@ -110,9 +115,17 @@ pub(super) fn mget(call: &mut Call<'_, '_>) -> Result<Flow, RespError> {
             reply::array(out, keys.len());
         }
         for i in steps.range.clone() {
-            match run!(call, Request::Get { pool, key: keys.get(i) }) {
+            let key = keys.get(i);
+            match run!(call, Request::Get { pool, key }) {
                 Ok(Response::Value(value)) => reply::bulk(out, value),
                 Err(failure) if failure.code == ErrorCode::KeyNotFound => reply::null(out, call.client.protocol),
+                Err(failure) if failure.code == ErrorCode::ValueTooLarge && call.steppable => {
+                    if let Err(error) =
+                        long_values::open_read(call.client, call.shard, key, out, base, &mut long_values)
+                    {
+                        break 'fill Err(error);
+                    }
+                }
                 Ok(other) => break 'fill Err(RespError::unexpected(&other)),
                 Err(failure) => break 'fill Err(failure.into()),
             }
@@ -126,12 +139,16 @@ pub(super) fn mget(call: &mut Call<'_, '_>) -> Result<Flow, RespError> {
     };
     if let Err(error) = filled {
         call.out.truncate(start);
+        if !long_values.is_empty() {
+            call.shard.end_transfers(&mut call.client.session);
+        }
         return Err(error);
     }
     if steps.range.end < keys.len() {
-        return Ok(steps.next(call, 0, held));
+        return Ok(steps.next_with_long_values(call, held, long_values));
     }
     call.out.extend_from_slice(&held);
+    long_values::answer_with_long_values(call.client, call.out, start, long_values);
     Ok(Flow::Continue)
 }
 
@@ -367,9 +384,9 @@ pub(super) fn getrange(call: &mut Call<'_, '_>) -> Result<Flow, RespError> {
         Err(failure) if failure.code == ErrorCode::ValueTooLarge => {
             let part = inclusive_range(value_length(call, key)?.unwrap_or(0), start, end);
             if part.end - part.start <= u64::from(call.shard.limits.value_bytes_max) {
-                super::long_values::read_part(call.client, call.shard, key, part, call.out)?;
+                long_values::read_part(call.client, call.shard, key, part, call.out)?;
             } else if call.steppable {
-                return super::long_values::begin_read(call.client, call.shard, key, |_| part, call.out);
+                return long_values::begin_read(call.client, call.shard, key, |_| part, call.out);
             } else {
                 return Err(failure.into());
             }
