@@ -801,3 +801,34 @@ fn a_restarted_log_recovers_from_its_new_start() {
     );
     assert_eq!(replay(&storage, 500).expect("replay"), expected);
 }
+
+/// A fresh buffer of records asks for huge pages: where the kernel grants them on request
+/// (transparent huge pages in `madvise` mode), the mapping that holds its first whole huge page is
+/// eligible for them. Under `always` every mapping is and under `never` none is, so neither shows
+/// the request.
+#[test]
+fn the_log_buffer_asks_for_huge_pages() {
+    let mode = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled").unwrap_or_default();
+    if !mode.contains("[madvise]") {
+        return;
+    }
+    let storage = SimStorage::default();
+    let mut writer = open_writer(&storage, 1);
+    writer.append(&payload(1, 100)).expect("append");
+    let huge_page = writer.buffer_address().next_multiple_of(2 * 1024 * 1024);
+    let smaps = std::fs::read_to_string("/proc/self/smaps").expect("/proc/self/smaps");
+    let mut inside = false;
+    let mut eligible = None;
+    for line in smaps.lines() {
+        // A mapping's first line starts with its address range; the lines after it describe it.
+        let range = line.split_whitespace().next().and_then(|field| field.split_once('-'));
+        if let Some((Ok(start), Ok(end))) =
+            range.map(|(start, end)| (usize::from_str_radix(start, 16), usize::from_str_radix(end, 16)))
+        {
+            inside = (start..end).contains(&huge_page);
+        } else if let Some(value) = line.strip_prefix("THPeligible:").filter(|_| inside) {
+            eligible = Some(value.trim().to_owned());
+        }
+    }
+    assert_eq!(eligible.as_deref(), Some("1"), "the mapping holding the buffer's huge page at {huge_page:#x}");
+}
