@@ -29,7 +29,8 @@ pub(super) fn read_here(
     settings: &Settings,
     out: &mut BytesMut,
 ) -> Option<Flow> {
-    if !client.readonly || client.transaction.is_some() || args.len() < 2 {
+    // A many-key command paused between its steps finishes the way it began.
+    if !client.readonly || client.transaction.is_some() || client.progress.is_some() || args.len() < 2 {
         return None;
     }
     let name = args.get(0);

@@ -803,20 +803,26 @@ fn a_restarted_log_recovers_from_its_new_start() {
 }
 
 /// A fresh buffer of records asks for huge pages: where the kernel grants them on request
-/// (transparent huge pages in `madvise` mode), the mapping that holds its first whole huge page is
-/// eligible for them. Under `always` every mapping is and under `never` none is, so neither shows
-/// the request.
+/// (transparent huge pages in `madvise` mode, of 2 MiB, not disabled for this process), the
+/// mapping that holds its first whole huge page is eligible for them. Under `always` every
+/// mapping is and under `never` none is, so neither shows the request.
 #[test]
 fn the_log_buffer_asks_for_huge_pages() {
-    let mode = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled").unwrap_or_default();
-    if !mode.contains("[madvise]") {
+    let read = |path: &str| std::fs::read_to_string(path).unwrap_or_default();
+    let granted_on_request = read("/sys/kernel/mm/transparent_hugepage/enabled").contains("[madvise]")
+        && read("/sys/kernel/mm/transparent_hugepage/hpage_pmd_size").trim() == "2097152"
+        && !read("/proc/self/status").lines().any(|line| line.replace(char::is_whitespace, "") == "THP_enabled:0");
+    if !granted_on_request {
         return;
     }
     let storage = SimStorage::default();
     let mut writer = open_writer(&storage, 1);
     writer.append(&payload(1, 100)).expect("append");
     let huge_page = writer.buffer_address().next_multiple_of(2 * 1024 * 1024);
-    let smaps = std::fs::read_to_string("/proc/self/smaps").expect("/proc/self/smaps");
+    let smaps = read("/proc/self/smaps");
+    if !smaps.contains("THPeligible:") {
+        return;
+    }
     let mut inside = false;
     let mut eligible = None;
     for line in smaps.lines() {
