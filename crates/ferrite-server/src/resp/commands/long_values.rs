@@ -205,12 +205,7 @@ pub(super) fn begin_read(
     part: impl FnOnce(u64) -> std::ops::Range<u64>,
     out: &mut BytesMut,
 ) -> Result<Flow, RespError> {
-    let request = Request::GetDirect { pool: client.pool, transfer: TRANSFER, key };
-    let length = match shard.execute(request, &mut client.session, 0) {
-        Ok(Response::TransferOpened { length }) => length,
-        Ok(other) => return Err(RespError::unexpected(&other)),
-        Err(failure) => return Err(failure.into()),
-    };
+    let length = open_direct_read(client, shard, TRANSFER, key)?;
     let part = part(length);
     reply::bulk_header(out, part.end - part.start);
     let place = LongPlace { at: 0, transfer: TRANSFER, next: part.start, end: part.end };
@@ -241,12 +236,7 @@ pub(super) fn open_read(
         )));
     }
     let transfer = places.len() as u64;
-    let request = Request::GetDirect { pool: client.pool, transfer, key };
-    let length = match shard.execute(request, &mut client.session, 0) {
-        Ok(Response::TransferOpened { length }) => length,
-        Ok(other) => return Err(RespError::unexpected(&other)),
-        Err(failure) => return Err(failure.into()),
-    };
+    let length = open_direct_read(client, shard, transfer, key)?;
     reply::bulk_header(out, length);
     places.push(LongPlace { at: out.len() - reply_start, transfer, next: 0, end: length });
     out.extend_from_slice(b"\r\n");
@@ -269,6 +259,16 @@ pub(super) fn answer_with_long_values(
     client.long_value = Some(LongValue::Leaving(Leaving { rest, answered: first.at, places: places.into() }));
 }
 
+/// Opens direct read `transfer` of `key`'s value, which holds the key until the read ends, and
+/// answers the value's length.
+fn open_direct_read(client: &mut Client, shard: &mut ShardState, transfer: u64, key: &[u8]) -> Result<u64, RespError> {
+    match shard.execute(Request::GetDirect { pool: client.pool, transfer, key }, &mut client.session, 0) {
+        Ok(Response::TransferOpened { length }) => Ok(length),
+        Ok(other) => Err(RespError::unexpected(&other)),
+        Err(failure) => Err(failure.into()),
+    }
+}
+
 /// Answers `part` of `key`'s value, a range within the inline limit of a value longer than it,
 /// whole: read in this one turn of the shard loop, so it may stand in `EXEC`'s array. An empty
 /// `part` reads nothing.
@@ -283,12 +283,7 @@ pub(super) fn read_part(
         reply::bulk(out, b"");
         return Ok(());
     }
-    let request = Request::GetDirect { pool: client.pool, transfer: TRANSFER, key };
-    match shard.execute(request, &mut client.session, 0) {
-        Ok(Response::TransferOpened { .. }) => {}
-        Ok(other) => return Err(RespError::unexpected(&other)),
-        Err(failure) => return Err(failure.into()),
-    }
+    open_direct_read(client, shard, TRANSFER, key)?;
     let length = (part.end - part.start) as u32;
     let request = Request::DirectRead { transfer: TRANSFER, offset: part.start, length };
     let read = match shard.execute(request, &mut client.session, 0) {
